@@ -1,0 +1,284 @@
+"""The pipeline file: YAML, version 1, validated by pydantic with every error reported at once.
+
+Validation runs in layers so that one mistake does not hide another: the core model first (with
+``source`` and each sink kept as raw mappings), then each plugin's own model on its section. Every
+problem carries its YAML path, such as ``sinks[1].url``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from cdc import plugins
+from cdc.errors import ConfigError, PluginNotFound
+
+NAME_PATTERN = r"^[a-z][a-z0-9_]*$"
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SourceConfig(StrictModel):
+    """Fields every source shares; a plugin's model extends it."""
+
+    type: str
+    tables: list[str] = Field(min_length=1)
+    snapshot: Literal["initial", "never", "always", "when_needed"] = "initial"
+
+    @field_validator("tables")
+    @classmethod
+    def _qualified(cls, tables: list[str]) -> list[str]:
+        for table in tables:
+            parts = table.split(".")
+            if len(parts) != 2 or not all(parts):
+                raise ValueError(f"{table!r} must be qualified as schema.table (or db.collection)")
+        if len(set(tables)) != len(tables):
+            raise ValueError("tables are listed more than once")
+        return tables
+
+
+class SinkConfig(StrictModel):
+    """Fields every sink shares; a plugin's model extends it."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    type: str
+    tables: list[str] | None = None  # None: every table of the source
+
+
+class EmbeddedLogConfig(StrictModel):
+    type: Literal["embedded"] = "embedded"
+    path: str | None = None  # None: .cdc/<pipeline name>
+    partitions: int = Field(default=1, ge=1, le=256)
+    durability: Literal["full", "normal"] = "full"
+    tombstone_retention_ms: int = Field(default=24 * 3600 * 1000, ge=0)
+
+
+class KafkaLogConfig(StrictModel):
+    type: Literal["kafka"]
+    bootstrap_servers: str
+    partitions: int = Field(default=3, ge=1)
+    replication_factor: int = Field(default=1, ge=1)
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
+class PipelineFile(StrictModel):
+    """The core model; ``source`` and ``sinks`` are checked again by their plugins' models."""
+
+    version: Literal[1]
+    name: str = Field(pattern=NAME_PATTERN, max_length=40)
+    source: dict[str, Any]
+    log: EmbeddedLogConfig | KafkaLogConfig = Field(
+        default_factory=EmbeddedLogConfig, discriminator="type"
+    )
+    sinks: list[dict[str, Any]] = Field(default_factory=list)
+    bad_records: Literal["fail", "dead_letter"] = "fail"
+
+
+class Pipeline(BaseModel):
+    """A validated pipeline: the core file plus each plugin's typed config."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
+
+    file: PipelineFile
+    source: SourceConfig
+    sinks: list[SinkConfig]
+    path: Path | None = None
+
+    @property
+    def name(self) -> str:
+        return self.file.name
+
+    @property
+    def log(self) -> EmbeddedLogConfig | KafkaLogConfig:
+        return self.file.log
+
+    def log_path(self) -> Path:
+        """Where the embedded log lives (relative paths are relative to the working directory)."""
+        log = self.file.log
+        assert isinstance(log, EmbeddedLogConfig)
+        return Path(log.path) if log.path else Path(".cdc") / self.name
+
+    def source_tables(self) -> list[tuple[str, str]]:
+        return [_split(t) for t in self.source.tables]
+
+    def sink_tables(self, sink: SinkConfig) -> list[tuple[str, str]]:
+        return [_split(t) for t in (sink.tables or self.source.tables)]
+
+    def sink(self, name: str) -> SinkConfig:
+        for sink in self.sinks:
+            if sink.name == name:
+                return sink
+        raise KeyError(name)
+
+
+def _split(table: str) -> tuple[str, str]:
+    schema, _, name = table.partition(".")
+    return schema, name
+
+
+def redact_url(url: str) -> str:
+    """A DSN or URL with its password replaced by ``***``; safe to print and log."""
+    if "://" in url:
+        parts = urlsplit(url)
+        if parts.password is not None:
+            netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+            return urlunsplit(parts._replace(netloc=netloc))
+        return url
+    return re.sub(r"(password\s*=\s*)(\S+)", r"\1***", url, flags=re.IGNORECASE)
+
+
+def secret_value(value: SecretStr | str) -> str:
+    return value.get_secret_value() if isinstance(value, SecretStr) else value
+
+
+# -- loading -------------------------------------------------------------------------------------
+
+
+def yaml_path(loc: Sequence[int | str]) -> str:
+    """``("sinks", 1, "url")`` -> ``sinks[1].url``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def expand_env(node: Any, env: dict[str, str], path: tuple[int | str, ...] = ()) -> tuple[
+    Any, list[tuple[str, str]]
+]:
+    """Expand ``${VAR}`` and ``${VAR:-default}`` in every string of a parsed YAML tree."""
+    problems: list[tuple[str, str]] = []
+    if isinstance(node, str):
+
+        def substitute(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            if name in env:
+                return env[name]
+            if default is not None:
+                return default
+            problems.append((yaml_path(path), f"environment variable {name} is not set"))
+            return ""
+
+        return _ENV_REF.sub(substitute, node), problems
+    if isinstance(node, dict):
+        out: dict[Any, Any] = {}
+        for key, value in node.items():
+            out[key], sub = expand_env(value, env, (*path, str(key)))
+            problems.extend(sub)
+        return out, problems
+    if isinstance(node, list):
+        items = []
+        for index, value in enumerate(node):
+            item, sub = expand_env(value, env, (*path, index))
+            items.append(item)
+            problems.extend(sub)
+        return items, problems
+    return node, problems
+
+
+def _pydantic_problems(
+    exc: ValidationError, prefix: tuple[int | str, ...] = ()
+) -> list[tuple[str, str]]:
+    problems = []
+    for error in exc.errors(include_url=False, include_input=False):
+        loc = [p for p in error["loc"] if not (isinstance(p, str) and p in ("embedded", "kafka"))]
+        message = error["msg"]
+        if error["type"] == "extra_forbidden":
+            message = "unknown key"
+        problems.append((yaml_path((*prefix, *loc)), message))
+    return problems
+
+
+def _plugin_section(
+    group: str, section: Any, base: type[BaseModel], prefix: tuple[int | str, ...]
+) -> tuple[Any, list[tuple[str, str]]]:
+    if not isinstance(section, dict):
+        return None, [(yaml_path(prefix), "must be a mapping")]
+    kind = section.get("type")
+    if not isinstance(kind, str):
+        return None, [(yaml_path((*prefix, "type")), "a type is required")]
+    try:
+        model: type[BaseModel] = plugins.load(group, kind).config_model
+    except PluginNotFound as exc:
+        return None, [(yaml_path((*prefix, "type")), str(exc))]
+    if not issubclass(model, base):
+        return None, [(yaml_path((*prefix, "type")), f"plugin {kind!r} has an invalid config")]
+    try:
+        return model.model_validate(section), []
+    except ValidationError as exc:
+        return None, _pydantic_problems(exc, prefix)
+
+
+def parse(text: str, env: dict[str, str] | None = None, path: Path | None = None) -> Pipeline:
+    """Validate a pipeline file's text.
+
+    Raises:
+        ConfigError: with every problem found, each with its YAML path.
+    """
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError([("", f"not valid YAML: {exc}")]) from exc
+    if not isinstance(raw, dict):
+        raise ConfigError([("", "the pipeline file must be a YAML mapping")])
+    expanded, problems = expand_env(raw, dict(os.environ) if env is None else env)
+    core: PipelineFile | None = None
+    try:
+        core = PipelineFile.model_validate(expanded)
+    except ValidationError as exc:
+        problems.extend(_pydantic_problems(exc))
+    source, sub = _plugin_section(
+        plugins.SOURCE_GROUP, expanded.get("source"), SourceConfig, ("source",)
+    )
+    if "source" in expanded:
+        problems.extend(sub)
+    sinks: list[SinkConfig] = []
+    raw_sinks = expanded.get("sinks") or []
+    for index, section in enumerate(raw_sinks if isinstance(raw_sinks, list) else []):
+        sink, sub = _plugin_section(plugins.SINK_GROUP, section, SinkConfig, ("sinks", index))
+        problems.extend(sub)
+        if sink is not None:
+            sinks.append(sink)
+    problems.extend(_cross_checks(source, sinks))
+    problems = list(dict.fromkeys(problems))  # one mistake can surface in two layers
+    if problems or core is None or source is None:
+        raise ConfigError(problems or [("", "invalid pipeline file")])
+    return Pipeline(file=core, source=source, sinks=sinks, path=path)
+
+
+def _cross_checks(source: SourceConfig | None, sinks: list[SinkConfig]) -> list[tuple[str, str]]:
+    problems: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for index, sink in enumerate(sinks):
+        if sink.name in seen:
+            problems.append((f"sinks[{index}].name", f"sink name {sink.name!r} is used twice"))
+        seen.add(sink.name)
+        if source is not None and sink.tables:
+            for t_index, table in enumerate(sink.tables):
+                if table not in source.tables:
+                    problems.append(
+                        (f"sinks[{index}].tables[{t_index}]", f"{table!r} is not a source table")
+                    )
+    return problems
+
+
+def load(path: str | Path, env: dict[str, str] | None = None) -> Pipeline:
+    """Read and validate a pipeline file."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([("", f"cannot read {file}: {exc.strerror}")]) from exc
+    return parse(text, env, file)

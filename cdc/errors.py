@@ -1,0 +1,84 @@
+"""One error root, behaviour by mixin.
+
+Plugins translate driver errors at their boundary (``raise SomeCdcError(...) from exc``); the
+runtime decides what to do in exactly one place (:func:`cdc.runtime.retry.classify`).
+"""
+
+from __future__ import annotations
+
+
+class CdcError(Exception):
+    """Root of every error this framework raises on purpose."""
+
+
+class Retriable:
+    """Mixin: the operation may succeed if tried again later (a server restarting, a lock)."""
+
+
+class Fatal:
+    """Mixin: retrying cannot help; the pipeline stops with this error's message."""
+
+
+class Skippable:
+    """Mixin: one record cannot be applied; the pipeline's error policy decides (fail or DLQ)."""
+
+
+class ConfigError(CdcError, Fatal):
+    """The pipeline file is invalid. ``problems`` holds every ``(yaml path, message)`` pair."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = problems
+        lines = [f"{path}: {message}" if path else message for path, message in problems]
+        super().__init__("invalid pipeline file:\n  " + "\n  ".join(lines))
+
+
+class PluginNotFound(CdcError, Fatal):
+    """No installed plugin answers to the configured ``type``."""
+
+
+class SourceError(CdcError):
+    """A problem reading from the source database."""
+
+
+class SourceUnavailable(SourceError, Retriable):
+    """The source is down or unreachable for now; reconnect with backoff."""
+
+
+class SourceFatal(SourceError, Fatal):
+    """The source cannot continue (bad credentials, lost slot, missing table...)."""
+
+
+class SinkError(CdcError):
+    """A problem writing to a sink."""
+
+
+class SinkUnavailable(SinkError, Retriable):
+    """The sink is down or refusing writes for now: back off and try the same batch again."""
+
+
+class BackpressureError(SinkUnavailable):
+    """The sink is saturated; the runner waits and retries the same batch."""
+
+
+class SinkFatal(SinkError, Fatal):
+    """The sink cannot continue (an incompatible schema change, bad credentials...)."""
+
+
+class RecordError(CdcError, Skippable):
+    """One record cannot be converted or applied; carries the reason for a dead-letter entry."""
+
+
+class LogError(CdcError):
+    """A problem with the log (embedded store or Kafka)."""
+
+
+class LogUnavailable(LogError, Retriable):
+    """The log cannot take writes for now (broker down, database locked)."""
+
+
+class LogFatal(LogError, Fatal):
+    """The log is unusable (fenced producer, corrupt store)."""
+
+
+class RecordTooLarge(LogError, Skippable):
+    """The log refused one record for its size."""

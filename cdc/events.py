@@ -1,0 +1,80 @@
+"""The change event: what a source emits, before it is encoded for a topic.
+
+Events are plain frozen dataclasses: they sit on the hot path, so no validation happens here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Op(StrEnum):
+    """Debezium's operation codes."""
+
+    CREATE = "c"
+    UPDATE = "u"
+    DELETE = "d"
+    READ = "r"  # a snapshot row
+    TRUNCATE = "t"
+
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class SourceInfo:
+    """Where and when a change happened; becomes the envelope's ``source`` block.
+
+    Attributes:
+        connector: ``postgresql``, ``mongodb``, ``generator``...
+        db: database name.
+        schema: schema (PostgreSQL) or database (MongoDB) of the table.
+        table: table or collection name.
+        ts_ms: commit time in the source, milliseconds since the epoch.
+        position: the source position of the change's transaction, ordered in commit order
+            (PostgreSQL: the commit LSN as an int).
+        sequence: the change's index within its transaction; ``(position, sequence)`` orders
+            all changes of a source totally, so sinks compare it to skip replays.
+        snapshot: ``"false"`` while streaming; ``"true"``, ``"first"``, ``"last"`` or
+            ``"incremental"`` for snapshot rows, as Debezium writes it.
+        tx_id: the source transaction id, when there is one.
+        extra: connector-specific fields added to the ``source`` block verbatim.
+    """
+
+    connector: str
+    db: str
+    schema: str
+    table: str
+    ts_ms: int
+    position: int
+    sequence: int = 0
+    snapshot: str = "false"
+    tx_id: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeEvent:
+    """One row-level change.
+
+    ``key`` holds the primary-key columns in key order. ``before`` is the old image where the
+    source has it (deletes, updates with a full replica identity); ``after`` the new image.
+    """
+
+    op: Op
+    key: Row
+    before: Row | None
+    after: Row | None
+    source: SourceInfo
+
+    @property
+    def table_id(self) -> str:
+        """``schema.table`` of the changed table."""
+        return f"{self.source.schema}.{self.source.table}"
+
+
+def topic_name(pipeline: str, schema: str, table: str) -> str:
+    """The topic of a table: ``<pipeline>.<schema>.<table>`` (DESIGN.md contract)."""
+    return f"{pipeline}.{schema}.{table}"

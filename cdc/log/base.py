@@ -1,0 +1,149 @@
+"""The log interface: topics of keyed records, partitions, offsets, consumer groups, and an
+atomic "append records + store source offsets" transaction.
+
+Two implementations share these semantics: :mod:`cdc.log.embedded` (SQLite in WAL mode, the
+default) and :mod:`cdc.log.kafka` (Apache Kafka). Offsets are Kafka's: the offset of a record is
+its index in its partition, and a *committed* offset is the next offset to read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A record to append; the log picks its partition from the key."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None  # None is a tombstone
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """A record read back from the log."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """A topic as ``cdc topics`` shows it."""
+
+    name: str
+    partitions: int
+    config: dict[str, str]
+    start_offsets: dict[int, int] = field(default_factory=dict)
+    end_offsets: dict[int, int] = field(default_factory=dict)
+    record_count: int = 0
+
+
+class LogTransaction(Protocol):
+    """Records and source offsets that become durable together or not at all.
+
+    A transaction may span many ``append`` calls (a large source transaction is appended in
+    bounded batches); nothing of it is visible to consumers before ``commit`` returns.
+    """
+
+    def append(self, records: Sequence[Record]) -> None: ...
+
+    def store_offsets(self, offsets: Mapping[str, Any]) -> None:
+        """Store source offsets (JSON values; ``None`` deletes a key) with this transaction."""
+        ...
+
+    def commit(self) -> None:
+        """Make everything appended and stored durable; on return it survives a crash."""
+        ...
+
+    def abort(self) -> None: ...
+
+
+PartitionsCallback = Callable[[list[TopicPartition]], None]
+StartOffsets = Callable[[list[TopicPartition]], Mapping[TopicPartition, int]]
+
+
+class Consumer(Protocol):
+    """A member of a consumer group, reading its assigned partitions in offset order."""
+
+    def poll(self, max_records: int, timeout_s: float) -> list[StoredRecord]:
+        """Up to ``max_records`` records, waiting at most ``timeout_s`` for the first one."""
+        ...
+
+    def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit the next offsets to read for the group; durable on return."""
+        ...
+
+    def assignment(self) -> list[TopicPartition]: ...
+
+    def close(self) -> None: ...
+
+
+class Log(Protocol):
+    """A durable, partitioned, compacted log."""
+
+    def ensure_topics(self, names: Sequence[str]) -> None:
+        """Create missing topics, compacted, with the log's configured partition count."""
+        ...
+
+    def partition_for(self, topic: str, key: bytes | None) -> int: ...
+
+    def begin(self) -> LogTransaction: ...
+
+    def source_offsets(self) -> dict[str, Any]:
+        """Every source offset stored so far (the last value of each key)."""
+        ...
+
+    def consumer(
+        self,
+        group: str,
+        topics: Sequence[str],
+        *,
+        start_offsets: StartOffsets | None = None,
+        on_revoke: PartitionsCallback | None = None,
+    ) -> Consumer:
+        """Join ``group`` reading ``topics``.
+
+        Args:
+            group: the consumer group; its committed offsets survive restarts.
+            topics: topics to read; missing ones are created.
+            start_offsets: called with newly assigned partitions; offsets it returns override
+                the group's committed ones (sinks that keep offsets with their data).
+            on_revoke: called before partitions are taken away, so the caller can flush and
+                commit what it has done.
+        """
+        ...
+
+    def committed_offsets(self, group: str) -> dict[TopicPartition, int]: ...
+
+    def groups(self) -> list[str]: ...
+
+    def topics(self) -> list[TopicInfo]: ...
+
+    def end_offsets(self, topic: str) -> dict[int, int]: ...
+
+    def read(self, topic: str, partition: int, offset: int, max_records: int) -> list[StoredRecord]:
+        """Records of one partition from ``offset`` on, in offset order (no group involved)."""
+        ...
+
+    def latest_value(self, topic: str, key: bytes) -> bytes | None:
+        """The newest committed value of ``key`` (``None`` if absent or tombstoned).
+
+        Raises:
+            NotImplementedError: where the log cannot look keys up (Kafka).
+        """
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,1 @@
+"""The pipeline runtime: source task, sink tasks, retries."""

@@ -1,0 +1,89 @@
+"""Table schemas, published so sinks create faithfully typed tables without guessing.
+
+A source publishes a :class:`TableSchema` to the pipeline's schema topic
+(``<pipeline>.__schemas``, keyed by ``{"schema", "table"}``) before the first change of a table
+and again whenever the table's shape changes. The record envelope itself stays Debezium's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from cdc.log.base import Record
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column.
+
+    Attributes:
+        name: column name.
+        type: the source's type name with its modifiers, e.g. ``numeric(12,2)``,
+            ``timestamp with time zone``, ``text[]``.
+        key: part of the record key.
+        nullable: the column accepts NULL (``True`` where the source does not say).
+    """
+
+    name: str
+    type: str
+    key: bool = False
+    nullable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class TableSchema:
+    """The shape of one table, as of a source position."""
+
+    connector: str
+    schema: str
+    table: str
+    columns: tuple[Column, ...]
+    position: int = 0
+
+    @property
+    def key_columns(self) -> list[str]:
+        return [c.name for c in self.columns if c.key]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "connector": self.connector,
+            "schema": self.schema,
+            "table": self.table,
+            "position": self.position,
+            "columns": [
+                {"name": c.name, "type": c.type, "key": c.key, "nullable": c.nullable}
+                for c in self.columns
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TableSchema:
+        return cls(
+            connector=data["connector"],
+            schema=data["schema"],
+            table=data["table"],
+            position=int(data.get("position", 0)),
+            columns=tuple(
+                Column(c["name"], c["type"], bool(c.get("key")), bool(c.get("nullable", True)))
+                for c in data["columns"]
+            ),
+        )
+
+    def same_shape(self, other: TableSchema | None) -> bool:
+        return other is not None and self.columns == other.columns
+
+
+def schema_topic(pipeline: str) -> str:
+    return f"{pipeline}.__schemas"
+
+
+def dead_letter_topic(pipeline: str) -> str:
+    return f"{pipeline}.__dlq"
+
+
+def schema_record(pipeline: str, schema: TableSchema) -> Record:
+    key = orjson.dumps({"schema": schema.schema, "table": schema.table})
+    return Record(topic=schema_topic(pipeline), key=key, value=orjson.dumps(schema.to_json()))

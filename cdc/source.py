@@ -1,0 +1,97 @@
+"""What a source connector implements, and what the runtime hands it.
+
+Contract (after Bytewax's resumable sources): offsets mean "everything up to and including this
+is done". The runtime stores a batch's ``commit_offsets`` in the same log transaction as the
+batch's records and every uncommitted record before it, and only then calls :meth:`Source.ack`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import structlog
+from pydantic import BaseModel
+
+from cdc.events import ChangeEvent
+from cdc.log.base import Log
+from cdc.schema import TableSchema
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A change the source could not convert, kept with the reason instead of dropped."""
+
+    table: str
+    key: dict[str, Any] | None
+    reason: str
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class SourceBatch:
+    """What one ``poll`` returns.
+
+    Attributes:
+        events: changes in commit order.
+        commit_offsets: when not ``None``, the batch ends a unit of work (a source transaction,
+            a snapshot chunk, an idle keepalive): the runtime commits the log transaction with
+            these offsets stored, then acks them. ``None`` means more of the same transaction
+            follows; its records are appended but not yet committed.
+        schemas: table shapes to publish before ``events``.
+        dead_letters: changes that could not be converted, under the ``dead_letter`` policy.
+    """
+
+    events: Sequence[ChangeEvent] = ()
+    commit_offsets: Mapping[str, Any] | None = None
+    schemas: Sequence[TableSchema] = ()
+    dead_letters: Sequence[DeadLetter] = field(default_factory=tuple)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.events or self.schemas or self.dead_letters) and (
+            self.commit_offsets is None
+        )
+
+
+@dataclass(frozen=True)
+class SourceContext:
+    """What the runtime gives a source when building it."""
+
+    pipeline: str
+    log: Log
+    logger: structlog.typing.FilteringBoundLogger
+    on_bad_record: str = "fail"  # "fail" | "dead_letter"
+    snapshot_mode: str = "initial"
+
+
+class Source(Protocol):
+    """A source connector: reads changes in commit order."""
+
+    def tables(self) -> list[tuple[str, str]]:
+        """``(schema, table)`` of every captured table, so their topics exist up front."""
+        ...
+
+    def open(self, stored_offsets: Mapping[str, Any]) -> None:
+        """Connect and resume after ``stored_offsets`` (empty on a first start)."""
+        ...
+
+    def poll(self, max_events: int, timeout_s: float) -> SourceBatch:
+        """At most ``max_events`` events, blocking at most ``timeout_s``."""
+        ...
+
+    def ack(self, offsets: Mapping[str, Any]) -> None:
+        """The offsets are durable in the log: the source may release what they cover."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class SourcePlugin(Protocol):
+    """What a ``cdc.sources`` entry point names."""
+
+    config_model: type[BaseModel]
+
+    @staticmethod
+    def create(config: Any, context: SourceContext) -> Source: ...

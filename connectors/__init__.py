@@ -1,0 +1,1 @@
+"""Source connectors: PostgreSQL (pgoutput), MongoDB (change streams), and a generator."""

@@ -1,0 +1,1 @@
+"""Sinks that keep derived stores in sync with the topics."""

@@ -1,0 +1,1 @@
+"""Initial and incremental snapshots."""
