@@ -1,0 +1,60 @@
+"""Kafka's default partitioner for keyed records, so Java consumers and producers agree.
+
+The hash is ``org.apache.kafka.common.utils.Utils.murmur2`` (MurmurHash2, 32-bit, seed
+``0x9747b28c``) and the partition is ``toPositive(murmur2(key)) % partitions``, exactly as the
+Java client's built-in partitioner computes it for a record with a key.
+"""
+
+from __future__ import annotations
+
+_SEED = 0x9747B28C
+_M = 0x5BD1E995
+_MASK = 0xFFFFFFFF
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 of ``data`` as a signed 32-bit integer (Java's ``int``)."""
+    length = len(data)
+    h = (_SEED ^ length) & _MASK
+    body = length & ~3
+    # Java reads each 4-byte chunk little-endian; int.from_bytes on a slice is the fastest
+    # pure-Python way to do that.
+    for i in range(0, body, 4):
+        k = (int.from_bytes(data[i : i + 4], "little") * _M) & _MASK
+        k ^= k >> 24
+        k = (k * _M) & _MASK
+        h = ((h * _M) & _MASK) ^ k
+    tail = length - body
+    if tail:
+        # Java's switch falls through: the tail bytes are XORed in highest first, then mixed once.
+        if tail == 3:
+            h ^= data[body + 2] << 16
+        if tail >= 2:
+            h ^= data[body + 1] << 8
+        h ^= data[body]
+        h = (h * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    h ^= h >> 15
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+def to_positive(number: int) -> int:
+    """Java's ``Utils.toPositive``: clear the sign bit (not ``abs``, which overflows)."""
+    return number & 0x7FFFFFFF
+
+
+def partition_for(key: bytes | None, partitions: int) -> int:
+    """The partition of a record with ``key`` among ``partitions``.
+
+    Args:
+        key: the serialized record key; ``None`` (no key) always goes to partition 0, since the
+            embedded log has no sticky partitioner to spread unkeyed records.
+        partitions: the topic's partition count, at least 1.
+
+    Returns:
+        ``toPositive(murmur2(key)) % partitions``, like Kafka's ``DefaultPartitioner``.
+    """
+    if partitions == 1 or key is None:
+        return 0
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
