@@ -155,9 +155,9 @@ def yaml_path(loc: Sequence[int | str]) -> str:
     return out
 
 
-def expand_env(node: Any, env: dict[str, str], path: tuple[int | str, ...] = ()) -> tuple[
-    Any, list[tuple[str, str]]
-]:
+def expand_env(
+    node: Any, env: dict[str, str], path: tuple[int | str, ...] = ()
+) -> tuple[Any, list[tuple[str, str]]]:
     """Expand ``${VAR}`` and ``${VAR:-default}`` in every string of a parsed YAML tree."""
     problems: list[tuple[str, str]] = []
     if isinstance(node, str):
@@ -194,7 +194,7 @@ def _pydantic_problems(
     problems = []
     for error in exc.errors(include_url=False, include_input=False):
         loc = [p for p in error["loc"] if not (isinstance(p, str) and p in ("embedded", "kafka"))]
-        message = error["msg"]
+        message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
             message = "unknown key"
         problems.append((yaml_path((*prefix, *loc)), message))

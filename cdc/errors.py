@@ -65,7 +65,15 @@ class SinkFatal(SinkError, Fatal):
 
 
 class RecordError(CdcError, Skippable):
-    """One record cannot be converted or applied; carries the reason for a dead-letter entry."""
+    """One record cannot be converted or applied; carries the reason for a dead-letter entry.
+
+    A sink sets ``record`` to the offending record so the runner can dead-letter exactly it.
+    """
+
+    def __init__(self, reason: str, record: object | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.record = record
 
 
 class LogError(CdcError):

@@ -1,0 +1,185 @@
+"""The ``cdc`` command line.
+
+Exit codes: 0 success, 1 runtime failure, 2 usage or config error.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+import orjson
+
+from cdc import config as config_mod
+from cdc import plugins
+from cdc.config import Pipeline
+from cdc.errors import CdcError, ConfigError
+from cdc.log.base import Log
+from cdc.log.factory import open_log
+from cdc.logging import configure
+
+EXIT_RUNTIME = 1
+EXIT_CONFIG = 2
+
+
+def _load(path: str) -> Pipeline:
+    try:
+        return config_mod.load(path)
+    except ConfigError as exc:
+        click.echo(f"{path}: {len(exc.problems)} problem(s)", err=True)
+        for where, message in exc.problems:
+            click.echo(f"  {where or '(file)'}: {message}", err=True)
+        sys.exit(EXIT_CONFIG)
+
+
+@contextmanager
+def _runtime_errors() -> Iterator[None]:
+    try:
+        yield
+    except CdcError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_RUNTIME)
+
+
+@contextmanager
+def _opened_log(pipeline: Pipeline) -> Iterator[Log]:
+    with _runtime_errors():
+        log = open_log(pipeline)
+        try:
+            yield log
+        finally:
+            log.close()
+
+
+def _emit_json(data: Any) -> None:
+    click.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
+
+
+@click.group()
+@click.option("--log-level", default="info", show_default=True, help="Minimum log level.")
+@click.option(
+    "--log-json/--log-console", default=None, help="Log format (default: JSON off a TTY)."
+)
+def main(log_level: str, log_json: bool | None) -> None:
+    """Change data capture pipelines: PostgreSQL and MongoDB into compacted topics and sinks."""
+    configure(log_level, log_json)
+
+
+@main.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+def validate(file: str) -> None:
+    """Check a pipeline file; prints every problem with its YAML path (exit 2 if any)."""
+    pipeline = _load(file)
+    sinks = ", ".join(f"{s.name} ({s.type})" for s in pipeline.sinks) or "none"
+    click.echo(
+        f"{file}: valid pipeline {pipeline.name!r}: source {pipeline.source.type}, "
+        f"log {pipeline.log.type}, sinks: {sinks}"
+    )
+
+
+@main.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option(
+    "--role",
+    type=click.Choice(["all", "source", "sinks"]),
+    default="all",
+    show_default=True,
+    help="Run the source, the sinks, or both.",
+)
+@click.option("--sink", "sink_names", multiple=True, help="With --role sinks: only these sinks.")
+def run(file: str, role: str, sink_names: tuple[str, ...]) -> None:
+    """Run the pipeline until SIGINT or SIGTERM, then stop cleanly."""
+    from cdc.runtime.pipeline import run_until_signalled
+
+    pipeline = _load(file)
+    unknown = [n for n in sink_names if n not in {s.name for s in pipeline.sinks}]
+    if unknown:
+        raise click.UsageError(f"unknown sink(s): {', '.join(unknown)}")
+    with _runtime_errors():
+        sys.exit(run_until_signalled(pipeline, role, list(sink_names) or None))
+
+
+@main.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def topics(file: str, as_json: bool) -> None:
+    """List topics with partitions, offsets and record counts."""
+    from cdc.status import topics_report
+
+    pipeline = _load(file)
+    with _opened_log(pipeline) as log:
+        report = topics_report(log, pipeline)
+    if as_json:
+        _emit_json(report)
+    else:
+        from cdc.status import print_topics
+
+        print_topics(report)
+
+
+@main.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status(file: str, as_json: bool) -> None:
+    """Show the source position, topic offsets and each sink's committed offset and lag."""
+    from cdc.status import print_status, status_report
+
+    pipeline = _load(file)
+    with _opened_log(pipeline) as log:
+        report = status_report(log, pipeline)
+    if as_json:
+        _emit_json(report)
+    else:
+        print_status(report)
+
+
+@main.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("topic")
+@click.option("--from-beginning", is_flag=True, help="Start at the earliest offset.")
+@click.option("--max-records", type=click.IntRange(min=1), default=None, help="Stop after N.")
+@click.option(
+    "--timeout-s",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Stop when nothing new arrived for S seconds.",
+)
+def tail(
+    file: str, topic: str, from_beginning: bool, max_records: int | None, timeout_s: float | None
+) -> None:
+    """Print a topic's records, one JSON object a line."""
+    from cdc.tail import follow
+
+    pipeline = _load(file)
+    with _opened_log(pipeline) as log:
+        known = {t.name for t in log.topics()}
+        if topic not in known:
+            click.echo(f"error: no topic {topic!r} (known: {', '.join(sorted(known))})", err=True)
+            sys.exit(EXIT_CONFIG)
+        for line in follow(log, topic, from_beginning, max_records, timeout_s):
+            click.echo(line)
+
+
+@main.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def drop(file: str, yes: bool) -> None:
+    """Drop the source's replication objects (PostgreSQL: slot and publication)."""
+    pipeline = _load(file)
+    plugin = plugins.load(plugins.SOURCE_GROUP, pipeline.source.type)
+    dropper = getattr(plugin, "drop", None)
+    if dropper is None:
+        click.echo(f"source type {pipeline.source.type!r} keeps nothing to drop")
+        return
+    if not yes:
+        click.confirm(f"Drop the replication objects of pipeline {pipeline.name!r}?", abort=True)
+    with _runtime_errors():
+        for line in dropper(pipeline.source, pipeline.name):
+            click.echo(line)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+"""Open the log a pipeline file names."""
+
+from __future__ import annotations
+
+from cdc.config import EmbeddedLogConfig, Pipeline
+from cdc.log.base import Log
+
+
+def open_log(pipeline: Pipeline) -> Log:
+    """The pipeline's log: embedded (default) or Kafka, with the same semantics."""
+    config = pipeline.log
+    if isinstance(config, EmbeddedLogConfig):
+        from cdc.log.embedded import EmbeddedLog
+
+        return EmbeddedLog(
+            pipeline.log_path(),
+            partitions=config.partitions,
+            durability=config.durability,
+            tombstone_retention_ms=config.tombstone_retention_ms,
+        )
+    from cdc.log.kafka import KafkaLog  # type: ignore[import-not-found,unused-ignore]
+
+    log: Log = KafkaLog(pipeline.name, config)
+    return log

@@ -1,0 +1,203 @@
+"""Run a pipeline: one source task and one task per sink, each in its own thread.
+
+The main thread waits for a signal or a failure. SIGINT/SIGTERM set the shared stop event; every
+task notices within one poll timeout, rolls back or finishes its unit of work, and closes. A
+fatal error in any task stops the others too, and the process exits 1 with that error.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+from cdc import plugins
+from cdc.config import Pipeline, SinkConfig
+from cdc.events import topic_name
+from cdc.log.base import Log
+from cdc.log.factory import open_log
+from cdc.logging import Logger, get_logger
+from cdc.runtime.schemas import SchemaCatalog
+from cdc.runtime.sink_task import SinkTask
+from cdc.runtime.source_task import SourceTask
+from cdc.sink import Sink, SinkContext
+from cdc.source import Source, SourceContext
+
+STOP_GRACE_S = 8.0  # under the 10 s a supervisor waits before SIGKILL
+COMPACTION_INTERVAL_S = 60.0
+
+
+@dataclass
+class TaskOutcome:
+    name: str
+    error: BaseException | None = None
+
+
+@dataclass
+class PipelineRun:
+    """A running pipeline; ``stop()`` asks it to finish, ``wait()`` joins it."""
+
+    pipeline: Pipeline
+    log: Log
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    threads: list[threading.Thread] = field(default_factory=list)
+    outcomes: list[TaskOutcome] = field(default_factory=list)
+    source_task: SourceTask | None = None
+    sink_tasks: dict[str, SinkTask] = field(default_factory=dict)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def failed(self) -> TaskOutcome | None:
+        return next((o for o in self.outcomes if o.error is not None), None)
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Join every task; True if all ended within ``timeout_s``."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        for thread in self.threads:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            thread.join(remaining)
+        return not any(t.is_alive() for t in self.threads)
+
+
+def build_source(pipeline: Pipeline, log: Log, logger: Logger) -> Callable[[], Source]:
+    plugin = plugins.load(plugins.SOURCE_GROUP, pipeline.source.type)
+    context = SourceContext(
+        pipeline=pipeline.name,
+        log=log,
+        logger=logger,
+        on_bad_record=pipeline.file.bad_records,
+        snapshot_mode=pipeline.source.snapshot,
+    )
+
+    def factory() -> Source:
+        source: Source = plugin.create(pipeline.source, context)
+        return source
+
+    return factory
+
+
+def build_sink(
+    pipeline: Pipeline, config: SinkConfig, catalog: SchemaCatalog, logger: Logger
+) -> Callable[[], Sink]:
+    plugin = plugins.load(plugins.SINK_GROUP, config.type)
+    context = SinkContext(
+        pipeline=pipeline.name,
+        sink_name=config.name,
+        tables=pipeline.sink_tables(config),
+        schemas=catalog,
+        logger=logger,
+    )
+
+    def factory() -> Sink:
+        sink: Sink = plugin.create(config, context)
+        return sink
+
+    return factory
+
+
+def sink_topics(pipeline: Pipeline, config: SinkConfig) -> list[str]:
+    return [topic_name(pipeline.name, s, t) for s, t in pipeline.sink_tables(config)]
+
+
+def start(pipeline: Pipeline, role: str = "all", sinks: list[str] | None = None) -> PipelineRun:
+    """Start the pipeline's tasks in threads and return at once.
+
+    Args:
+        pipeline: the validated pipeline.
+        role: ``all``, ``source`` (only the source task) or ``sinks`` (only sink tasks).
+        sinks: with role ``sinks``, only these sinks (default: all).
+    """
+    log = open_log(pipeline)
+    run = PipelineRun(pipeline=pipeline, log=log)
+    base = get_logger(pipeline=pipeline.name)
+    if role in ("all", "source"):
+        logger = base.bind(source=pipeline.source.type)
+        run.source_task = SourceTask(
+            pipeline.name, log, build_source(pipeline, log, logger), run.stop_event, logger
+        )
+        _spawn(run, "source", run.source_task.run)
+    if role in ("all", "sinks"):
+        catalog = SchemaCatalog(log, pipeline.name)
+        for config in pipeline.sinks:
+            if sinks and config.name not in sinks:
+                continue
+            logger = base.bind(sink=config.name)
+            task = SinkTask(
+                pipeline.name,
+                config.name,
+                log,
+                build_sink(pipeline, config, catalog, logger),
+                sink_topics(pipeline, config),
+                run.stop_event,
+                logger,
+                bad_records=pipeline.file.bad_records,
+            )
+            run.sink_tasks[config.name] = task
+            _spawn(run, f"sink:{config.name}", task.run)
+    compact = getattr(log, "maybe_compact", None)
+    if compact is not None and role in ("all", "source"):
+        _spawn(run, "compaction", lambda: _compaction_loop(compact, run.stop_event))
+    return run
+
+
+def _compaction_loop(compact: Callable[[], Any], stop: threading.Event) -> None:
+    while not stop.wait(COMPACTION_INTERVAL_S):
+        compact()
+
+
+def _spawn(run: PipelineRun, name: str, target: Callable[[], None]) -> None:
+    outcome = TaskOutcome(name)
+    run.outcomes.append(outcome)
+
+    def body() -> None:
+        try:
+            target()
+        except BaseException as exc:
+            outcome.error = exc
+            run.stop_event.set()  # one fatal task stops the pipeline
+
+    thread = threading.Thread(target=body, name=name, daemon=True)
+    run.threads.append(thread)
+    thread.start()
+
+
+def run_until_signalled(
+    pipeline: Pipeline, role: str = "all", sinks: list[str] | None = None
+) -> int:
+    """Run until SIGINT/SIGTERM or a fatal error; returns the process exit code."""
+    logger = get_logger(pipeline=pipeline.name)
+    run = start(pipeline, role, sinks)
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        logger.info("pipeline.stopping", signal=signal.Signals(signum).name)
+        run.stop()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        logger.info("pipeline.started", role=role)
+        while not run.stop_event.wait(0.5):
+            pass
+        clean = run.wait(STOP_GRACE_S)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        run.log.close()
+    failure = run.failed()
+    if failure is not None:
+        logger.error(
+            "pipeline.failed",
+            task=failure.name,
+            error=str(failure.error),
+            error_type=type(failure.error).__name__,
+        )
+        return 1
+    if not clean:
+        logger.error("pipeline.stop_timeout", grace_s=STOP_GRACE_S)
+        return 1
+    logger.info("pipeline.stopped")
+    return 0

@@ -1,0 +1,46 @@
+"""The schema catalog sinks read: the latest :class:`TableSchema` of each table.
+
+It follows the pipeline's schema topic incrementally. A source appends a table's schema in the
+same transaction as, and before, the first change with that shape, so by the time a sink sees a
+change, the matching schema is readable here.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import orjson
+
+from cdc.log.base import Log
+from cdc.schema import TableSchema, schema_topic
+
+
+class SchemaCatalog:
+    """Latest schema per ``(schema, table)``, refreshed from the schema topic on demand."""
+
+    def __init__(self, log: Log, pipeline: str) -> None:
+        self._log = log
+        self._topic = schema_topic(pipeline)
+        self._next: dict[int, int] = {}
+        self._schemas: dict[tuple[str, str], TableSchema] = {}
+        self._lock = threading.Lock()
+
+    def get(self, schema: str, table: str) -> TableSchema | None:
+        """The newest known schema of ``schema.table``, or ``None`` if none was published."""
+        with self._lock:
+            self._refresh()
+            return self._schemas.get((schema, table))
+
+    def _refresh(self) -> None:
+        for partition, end in self._log.end_offsets(self._topic).items():
+            offset = self._next.get(partition, 0)
+            while offset < end:
+                records = self._log.read(self._topic, partition, offset, 1000)
+                if not records:
+                    break
+                for record in records:
+                    if record.value is not None:
+                        parsed = TableSchema.from_json(orjson.loads(record.value))
+                        self._schemas[(parsed.schema, parsed.table)] = parsed
+                offset = records[-1].offset + 1
+            self._next[partition] = offset

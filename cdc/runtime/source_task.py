@@ -1,0 +1,174 @@
+"""The source task: poll the source, append to the log with the source offsets, then ack.
+
+Order, and why: records and offsets go into one log transaction, so after a crash both are
+there or neither is; only after ``commit`` returns does the source learn it may release the
+position (PostgreSQL: the slot's flush LSN). Acking earlier could lose changes; acking later only
+retains a little more WAL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from cdc import envelope
+from cdc.errors import CdcError, SourceFatal
+from cdc.events import topic_name
+from cdc.log.base import Log, LogTransaction, Record
+from cdc.logging import Logger
+from cdc.runtime.retry import Backoff, Decision, Stopped, classify
+from cdc.schema import dead_letter_topic, schema_record, schema_topic
+from cdc.source import DeadLetter, Source, SourceBatch
+
+SourceFactory = Callable[[], Source]
+
+
+class BadRecordStop(SourceFatal):
+    """A record could not be converted and the pipeline's policy is to fail."""
+
+
+class SourceTask:
+    """Runs one source until ``stop`` is set or a fatal error happens.
+
+    Args:
+        pipeline: pipeline name, for topic names.
+        log: the log to append to.
+        factory: builds a fresh source (after a retriable failure the old one is closed and a
+            new one opened from the stored offsets, so a reconnect always resumes from what is
+            durable).
+        stop: set to stop.
+        logger: bound to pipeline and source.
+        max_events: most events per poll (bounds memory for huge transactions).
+        poll_timeout_s: longest a poll blocks, which bounds how fast a stop is noticed.
+    """
+
+    def __init__(
+        self,
+        pipeline: str,
+        log: Log,
+        factory: SourceFactory,
+        stop: threading.Event,
+        logger: Logger,
+        max_events: int = 5000,
+        poll_timeout_s: float = 0.2,
+    ) -> None:
+        self._pipeline = pipeline
+        self._log = log
+        self._factory = factory
+        self._stop = stop
+        self._logger = logger
+        self._max_events = max_events
+        self._poll_timeout_s = poll_timeout_s
+        self.committed_batches = 0
+        self.events_appended = 0
+        self.last_commit_ms: int | None = None
+
+    def run(self) -> None:
+        """Run sessions until stopped; retriable errors reconnect with backoff.
+
+        Raises:
+            CdcError: a fatal error, after the open transaction was rolled back.
+        """
+        backoff = Backoff()
+        while not self._stop.is_set():
+            try:
+                self._session(backoff)
+            except Stopped:
+                return
+            except Exception as exc:
+                decision = classify(exc)
+                if decision is Decision.SKIP:
+                    raise BadRecordStop(
+                        f"{exc} (set bad_records: dead_letter to route such records to the "
+                        f"{dead_letter_topic(self._pipeline)} topic instead)"
+                    ) from exc
+                if decision is Decision.FAIL:
+                    raise
+                delay = backoff.next_delay()
+                self._logger.warning("source.retrying", error=str(exc), retry_in_s=round(delay, 2))
+                if self._stop.wait(delay):
+                    return
+
+    def _session(self, backoff: Backoff) -> None:
+        source = self._factory()
+        tx: LogTransaction | None = None
+        try:
+            source.open(self._log.source_offsets())
+            self._log.ensure_topics(self._topics(source.tables()))
+            self._logger.info("source.opened")
+            while not self._stop.is_set():
+                batch = source.poll(self._max_events, self._poll_timeout_s)
+                if batch.empty:
+                    continue
+                if tx is None:
+                    tx = self._log.begin()
+                self._append(tx, batch)
+                if batch.commit_offsets is not None:
+                    tx.store_offsets(batch.commit_offsets)
+                    tx.commit()
+                    tx = None
+                    self._committed(batch.commit_offsets)
+                    source.ack(batch.commit_offsets)
+                    backoff.reset()
+        finally:
+            if tx is not None:
+                _abort_quietly(tx)
+            source.close()
+
+    def _topics(self, tables: Sequence[tuple[str, str]]) -> list[str]:
+        topics = [topic_name(self._pipeline, schema, table) for schema, table in tables]
+        return [*topics, schema_topic(self._pipeline), dead_letter_topic(self._pipeline)]
+
+    def _append(self, tx: LogTransaction, batch: SourceBatch) -> None:
+        records: list[Record] = [schema_record(self._pipeline, s) for s in batch.schemas]
+        now_ms = int(time.time() * 1000)
+        pipeline = self._pipeline
+        for event in batch.events:
+            records.extend(envelope.to_records(event, pipeline, now_ms))
+        records.extend(self._dead_letter(d) for d in batch.dead_letters)
+        if records:
+            tx.append(records)
+        self.events_appended += len(batch.events)
+
+    def _dead_letter(self, letter: DeadLetter) -> Record:
+        self._logger.warning("record.dead_lettered", table=letter.table, reason=letter.reason)
+        return dead_letter_record(
+            self._pipeline, "source", letter.table, letter.key, letter.reason, letter.payload
+        )
+
+    def _committed(self, offsets: Mapping[str, Any]) -> None:
+        self.committed_batches += 1
+        self.last_commit_ms = int(time.time() * 1000)
+        self._logger.debug("checkpoint.committed", offsets=dict(offsets))
+
+
+def dead_letter_record(
+    pipeline: str,
+    origin: str,
+    table: str,
+    key: Any,
+    reason: str,
+    payload: Any,
+) -> Record:
+    """A dead-letter entry: keyed like the record it replaces, with the reason and the payload."""
+    value = {
+        "origin": origin,
+        "table": table,
+        "key": key,
+        "reason": reason,
+        "payload": payload,
+        "ts_ms": int(time.time() * 1000),
+    }
+    # A unique key: the topic is compacted, and no dead letter may hide an earlier one.
+    key_bytes = envelope.dumps({"table": table, "key": key, "id": uuid.uuid4().hex})
+    return Record(topic=dead_letter_topic(pipeline), key=key_bytes, value=envelope.dumps(value))
+
+
+def _abort_quietly(tx: LogTransaction) -> None:
+    # The transaction was never committed: a failed rollback leaves nothing behind either.
+    with contextlib.suppress(CdcError):
+        tx.abort()

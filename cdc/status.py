@@ -1,0 +1,110 @@
+"""Reports for ``cdc status`` and ``cdc topics``: plain data first, then a terminal rendering."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from cdc import plugins
+from cdc.config import Pipeline
+from cdc.log.base import Log, TopicPartition
+from cdc.runtime.pipeline import sink_topics
+from cdc.runtime.sink_task import group_name
+
+
+def topics_report(log: Log, pipeline: Pipeline) -> list[dict[str, Any]]:
+    """Every topic of the log with partitions, offsets and live record counts."""
+    return [
+        {
+            "topic": info.name,
+            "partitions": info.partitions,
+            "start_offsets": {str(p): o for p, o in sorted(info.start_offsets.items())},
+            "end_offsets": {str(p): o for p, o in sorted(info.end_offsets.items())},
+            "records": info.record_count,
+            "config": info.config,
+        }
+        for info in sorted(log.topics(), key=lambda i: i.name)
+        if info.name.startswith(f"{pipeline.name}.")
+    ]
+
+
+def sink_report(log: Log, pipeline: Pipeline) -> list[dict[str, Any]]:
+    """Each sink's committed offsets and lag (records not yet applied) per topic."""
+    report = []
+    for sink in pipeline.sinks:
+        committed = log.committed_offsets(group_name(pipeline.name, sink.name))
+        topics = []
+        total_lag = 0
+        for topic in sink_topics(pipeline, sink):
+            ends = log.end_offsets(topic)
+            done = sum(committed.get(TopicPartition(topic, p), 0) for p in ends)
+            end = sum(ends.values())
+            topics.append({"topic": topic, "committed": done, "end": end, "lag": end - done})
+            total_lag += end - done
+        report.append({"sink": sink.name, "type": sink.type, "lag": total_lag, "topics": topics})
+    return report
+
+
+def source_report(log: Log, pipeline: Pipeline) -> dict[str, Any]:
+    """The stored source offsets, plus what the source plugin can tell (slot lag...)."""
+    report: dict[str, Any] = {"type": pipeline.source.type, "offsets": log.source_offsets()}
+    plugin = plugins.load(plugins.SOURCE_GROUP, pipeline.source.type)
+    probe = getattr(plugin, "status", None)
+    if probe is not None:
+        try:
+            report.update(probe(pipeline.source, pipeline.name, report["offsets"]))
+        except Exception as exc:  # status must show what it can even when the source is down
+            report["error"] = str(exc)
+    return report
+
+
+def status_report(log: Log, pipeline: Pipeline) -> dict[str, Any]:
+    return {
+        "pipeline": pipeline.name,
+        "log": pipeline.log.type,
+        "source": source_report(log, pipeline),
+        "topics": topics_report(log, pipeline),
+        "sinks": sink_report(log, pipeline),
+    }
+
+
+def print_topics(report: list[dict[str, Any]]) -> None:
+    table = Table("topic", "partitions", "start", "end", "records")
+    for row in report:
+        table.add_row(
+            row["topic"],
+            str(row["partitions"]),
+            _offsets(row["start_offsets"]),
+            _offsets(row["end_offsets"]),
+            str(row["records"]),
+        )
+    Console().print(table)
+
+
+def print_status(report: dict[str, Any]) -> None:
+    console = Console()
+    console.print(f"[bold]pipeline[/bold] {report['pipeline']}  [bold]log[/bold] {report['log']}")
+    source = report["source"]
+    console.print(f"[bold]source[/bold] {source['type']}")
+    for key, value in source.items():
+        if key != "type":
+            console.print(f"  {key}: {value}")
+    print_topics(report["topics"])
+    sinks = Table("sink", "type", "topic", "committed", "end", "lag")
+    for sink in report["sinks"]:
+        for row in sink["topics"]:
+            sinks.add_row(
+                sink["sink"],
+                sink["type"],
+                row["topic"],
+                str(row["committed"]),
+                str(row["end"]),
+                str(row["lag"]),
+            )
+    console.print(sinks)
+
+
+def _offsets(offsets: dict[str, int]) -> str:
+    return " ".join(f"{p}:{o}" for p, o in offsets.items())

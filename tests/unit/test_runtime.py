@@ -1,0 +1,225 @@
+"""The runtime's checkpoint order, retries and bad-record policy, on a real embedded log.
+
+The source and sinks here are the shipped fault-injecting fakes (cdc.testing): the behaviour
+under test is the runtime's own, and the log is the real SQLite-backed one.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from cdc.log.embedded import EmbeddedLog
+
+from cdc.errors import RecordError, SinkFatal, SourceFatal, SourceUnavailable
+from cdc.events import Op, topic_name
+from cdc.log.base import TopicPartition
+from cdc.logging import get_logger
+from cdc.runtime.sink_task import SinkTask, group_name
+from cdc.runtime.source_task import BadRecordStop, SourceTask
+from cdc.schema import dead_letter_topic
+from cdc.source import DeadLetter, SourceBatch
+from cdc.testing import FlakySink, ScriptedSource, make_event
+
+TOPIC = topic_name("p", "public", "items")
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> EmbeddedLog:
+    log = EmbeddedLog(tmp_path / "log", partitions=2)
+    yield log
+    log.close()
+
+
+def run_source(
+    log: EmbeddedLog, source: ScriptedSource, stop: threading.Event | None = None
+) -> BaseException | None:
+    stop = stop or threading.Event()
+    task = SourceTask("p", log, lambda: source, stop, get_logger(), poll_timeout_s=0.05)
+    error: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            task.run()
+        except BaseException as exc:
+            error.append(exc)
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    source.drained.wait(5)
+    stop.set()
+    thread.join(5)
+    assert not thread.is_alive()
+    return error[0] if error else None
+
+
+def all_records(log: EmbeddedLog, topic: str = TOPIC) -> list[tuple[bytes | None, bytes | None]]:
+    out = []
+    for partition in log.end_offsets(topic):
+        out.extend((r.key, r.value) for r in log.read(topic, partition, 0, 10_000))
+    return out
+
+
+def test_commit_then_ack_and_open_transaction_is_rolled_back(log: EmbeddedLog) -> None:
+    source = ScriptedSource(
+        [
+            SourceBatch(events=[make_event(1), make_event(2)], commit_offsets={"src": {"n": 2}}),
+            SourceBatch(
+                events=[make_event(3, Op.DELETE, position=2)], commit_offsets={"src": {"n": 3}}
+            ),
+            SourceBatch(events=[make_event(4, position=3)]),  # its transaction never commits
+        ]
+    )
+    assert run_source(log, source) is None
+    assert source.acked == [{"src": {"n": 2}}, {"src": {"n": 3}}]
+    assert log.source_offsets() == {"src": {"n": 3}}
+    records = all_records(log)
+    assert len(records) == 4  # two creates, a delete and its tombstone; key 4 rolled back
+    assert sum(1 for _, value in records if value is None) == 1
+    assert source.closed == 1
+
+
+def test_retriable_source_error_reopens_from_stored_offsets(log: EmbeddedLog) -> None:
+    source = ScriptedSource(
+        [
+            SourceBatch(events=[make_event(1)], commit_offsets={"src": {"n": 1}}),
+            SourceBatch(events=[make_event(2)]),
+            SourceUnavailable("connection lost"),
+            SourceBatch(events=[make_event(2)], commit_offsets={"src": {"n": 2}}),
+        ]
+    )
+    assert run_source(log, source) is None
+    assert source.opened_with == [{}, {"src": {"n": 1}}]
+    assert len(all_records(log)) == 2  # the half transaction before the error left nothing
+
+
+def test_fatal_source_error_stops_with_it(log: EmbeddedLog) -> None:
+    source = ScriptedSource([SourceFatal("replication slot is gone")])
+    error = run_source(log, source)
+    assert isinstance(error, SourceFatal)
+    assert "slot is gone" in str(error)
+
+
+def test_bad_record_under_fail_policy_names_the_alternative(log: EmbeddedLog) -> None:
+    source = ScriptedSource([RecordError("cannot convert money value 'abc'")])
+    error = run_source(log, source)
+    assert isinstance(error, BadRecordStop)
+    assert "bad_records: dead_letter" in str(error)
+
+
+def test_dead_letters_are_appended_with_their_reason(log: EmbeddedLog) -> None:
+    letter = DeadLetter("public.items", {"id": 9}, "bad value", {"raw": "x"})
+    source = ScriptedSource(
+        [SourceBatch(events=[make_event(1)], commit_offsets={"src": 1}, dead_letters=[letter])]
+    )
+    assert run_source(log, source) is None
+    dead = all_records(log, dead_letter_topic("p"))
+    assert len(dead) == 1
+    assert b'"reason":"bad value"' in (dead[0][1] or b"")
+
+
+def fill(log: EmbeddedLog, keys: range) -> None:
+    source = ScriptedSource(
+        [SourceBatch(events=[make_event(k, position=k)], commit_offsets={"src": k}) for k in keys]
+    )
+    assert run_source(log, source) is None
+
+
+def sink_task(
+    log: EmbeddedLog, sink: FlakySink, stop: threading.Event, bad_records: str = "fail"
+) -> SinkTask:
+    return SinkTask(
+        "p",
+        "s",
+        log,
+        lambda: sink,
+        [TOPIC],
+        stop,
+        get_logger(),
+        bad_records=bad_records,
+        max_records=3,
+        poll_timeout_s=0.05,
+    )
+
+
+def committed_total(log: EmbeddedLog) -> int:
+    return sum(log.committed_offsets(group_name("p", "s")).values())
+
+
+def test_failing_flush_means_no_commit(log: EmbeddedLog) -> None:
+    fill(log, range(1, 6))
+    sink = FlakySink(fatal_flush=True)
+    task = sink_task(log, sink, threading.Event())
+    with pytest.raises(SinkFatal):
+        task.run()
+    assert sink.flush_attempts == 1
+    assert committed_total(log) == 0
+
+
+def test_retriable_flush_failures_retry_the_batch_then_commit(log: EmbeddedLog) -> None:
+    fill(log, range(1, 6))
+    sink = FlakySink(fail_flushes=2)
+    stop = threading.Event()
+    task = sink_task(log, sink, stop)
+    thread = threading.Thread(target=task.run)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while committed_total(log) < 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop.set()
+    thread.join(5)
+    assert committed_total(log) == 5
+    assert sorted(r.offset for r in sink.flushed) == sorted(
+        r.offset for p in log.end_offsets(TOPIC) for r in log.read(TOPIC, p, 0, 100)
+    )
+    assert len(sink.rows) == 5
+
+
+def test_sink_down_holds_back_and_loses_nothing(log: EmbeddedLog) -> None:
+    fill(log, range(1, 11))
+    is_down = threading.Event()
+    is_down.set()
+    sink = FlakySink(down=is_down.is_set)
+    stop = threading.Event()
+    task = sink_task(log, sink, stop)
+    thread = threading.Thread(target=task.run)
+    thread.start()
+    time.sleep(1.0)
+    assert committed_total(log) == 0 and not sink.flushed
+    is_down.clear()
+    deadline = time.monotonic() + 15
+    while committed_total(log) < 10 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop.set()
+    thread.join(5)
+    assert committed_total(log) == 10
+    assert len(sink.rows) == 10
+
+
+def test_bad_record_goes_to_dead_letter_topic_and_the_rest_applies(log: EmbeddedLog) -> None:
+    fill(log, range(1, 6))
+    sink = FlakySink(bad_keys={3})
+    stop = threading.Event()
+    task = sink_task(log, sink, stop, bad_records="dead_letter")
+    thread = threading.Thread(target=task.run)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while committed_total(log) < 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop.set()
+    thread.join(5)
+    assert sorted(int(k.split(": ")[1].rstrip("}")) for k in sink.rows) == [1, 2, 4, 5]
+    dead = all_records(log, dead_letter_topic("p"))
+    assert len(dead) == 1 and b"cannot apply key" in (dead[0][1] or b"")
+
+
+def test_bad_record_under_fail_policy_stops_without_commit(log: EmbeddedLog) -> None:
+    fill(log, range(1, 3))
+    sink = FlakySink(bad_keys={1})
+    task = sink_task(log, sink, threading.Event())
+    with pytest.raises(RecordError, match="bad_records: dead_letter"):
+        task.run()
+    assert committed_total(log) == 0
+    assert TopicPartition(TOPIC, 0) not in log.committed_offsets(group_name("p", "s"))
