@@ -9,9 +9,11 @@ from cdc.log.base import (
     TopicInfo,
     TopicPartition,
 )
+from cdc.log.embedded import EmbeddedLog
 
 __all__ = [
     "Consumer",
+    "EmbeddedLog",
     "Log",
     "LogTransaction",
     "Record",

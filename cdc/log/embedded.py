@@ -1,0 +1,331 @@
+"""The embedded log: a durable, partitioned, compacted log in one SQLite database (WAL mode).
+
+The default log: no server to run, one directory (``log.sqlite3`` inside it). It has the Kafka
+log's semantics: records of one key go to one partition (Kafka's murmur2 partitioner), offsets
+per partition only grow and are never reused, consumers of a group resume from its committed
+offsets, and one transaction makes records and source offsets durable together.
+
+Concurrency: each thread gets its own connection. SQLite allows one writer at a time across all
+processes; readers never block and never see uncommitted data. A second process writing the
+same log (``cdc snapshot``) waits for the write lock for up to 60 s, then gets
+:class:`~cdc.errors.LogUnavailable`. Consumers do not rebalance: each gets every partition of its
+topics (see :class:`~cdc.log.embedded_consumer.EmbeddedConsumer`).
+
+Errors from SQLite are translated at this boundary: a lock that outlasts the busy timeout is
+:class:`~cdc.errors.LogUnavailable`; corruption, a full or read-only disk and other failures are
+:class:`~cdc.errors.LogFatal`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import orjson
+
+from cdc.errors import LogError, LogFatal
+from cdc.log import embedded_compaction, embedded_store
+from cdc.log.base import PartitionsCallback, StartOffsets, StoredRecord, TopicInfo, TopicPartition
+from cdc.log.embedded_consumer import EmbeddedConsumer
+from cdc.log.embedded_store import (
+    DB_FILE,
+    INSERT_PARTITION,
+    INSERT_TOPIC,
+    SELECT_RANGE,
+    SELECT_TOPIC,
+    Durability,
+    TopicMeta,
+    connect,
+    migrate,
+    translated,
+    write_transaction,
+)
+from cdc.log.embedded_txn import EmbeddedTransaction
+from cdc.partitioner import partition_for
+
+_LATEST = (
+    "SELECT value FROM records WHERE topic_id = ? AND partition = ? AND key = ?"
+    " ORDER BY offset DESC LIMIT 1"
+)
+_START_OFFSET = "SELECT min(offset) FROM records WHERE topic_id = ? AND partition = ?"
+
+
+class EmbeddedLog:
+    """A :class:`~cdc.log.base.Log` in a local directory.
+
+    Args:
+        path: the log's directory; created if missing. The database is ``path/log.sqlite3``.
+        partitions: partition count of topics this log creates (existing topics keep theirs).
+        durability: ``"full"`` syncs the WAL on every commit (survives power loss);
+            ``"normal"`` survives a process crash but may lose the last commits on power loss.
+        tombstone_retention_ms: how long compaction keeps a tombstone after its timestamp, so
+            consumers that lag by less than this still see the delete.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        partitions: int = 1,
+        durability: Durability = "full",
+        tombstone_retention_ms: int = 86_400_000,
+    ) -> None:
+        if partitions < 1:
+            raise LogError(f"embedded log: partitions must be at least 1, not {partitions}")
+        if durability not in ("full", "normal"):
+            raise LogError(f"embedded log: unknown durability {durability!r}")
+        self.path = Path(path)
+        self.partitions = partitions
+        self.durability: Durability = durability
+        self.tombstone_retention_ms = tombstone_retention_ms
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise LogFatal(f"embedded log: cannot create {self.path}: {exc.strerror}") from exc
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._appended = threading.Condition(threading.Lock())
+        self._generation = 0  # bumped by every commit in this process; wakes polls
+        self._topics: dict[str, TopicMeta] = {}
+        self.closed = False
+        migrate(self._conn())
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def ensure_topics(self, names: Sequence[str]) -> None:
+        """Create missing topics (compacted, with this log's partition count)."""
+        conn = self._conn()
+        missing = [name for name in dict.fromkeys(names) if self._lookup(conn, name) is None]
+        if not missing:
+            return
+        created = {}
+        with write_transaction(conn, "creating topics"):
+            for name in missing:
+                created[name] = self._create_topic(conn, name)
+        with self._lock:
+            self._topics.update(created)
+
+    def begin(self) -> EmbeddedTransaction:
+        """Start a write transaction on the calling thread (waits for other writers)."""
+        return EmbeddedTransaction(self, self._conn())
+
+    def partition_for(self, topic: str, key: bytes | None) -> int:
+        """The partition of ``key`` in ``topic`` (a topic not created yet: this log's count)."""
+        meta = self._lookup(self._conn(), topic)
+        return partition_for(key, meta.partitions if meta else self.partitions)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def consumer(
+        self,
+        group: str,
+        topics: Sequence[str],
+        *,
+        start_offsets: StartOffsets | None = None,
+        on_revoke: PartitionsCallback | None = None,
+    ) -> EmbeddedConsumer:
+        """Join ``group`` reading every partition of ``topics`` (created if missing).
+
+        There is no rebalancing between consumers: each one is assigned every partition, and
+        ``on_revoke`` is called only when the consumer closes.
+        """
+        return EmbeddedConsumer(self, group, topics, start_offsets, on_revoke)
+
+    def read(self, topic: str, partition: int, offset: int, max_records: int) -> list[StoredRecord]:
+        """Committed records of one partition from ``offset`` on, in offset order.
+
+        Raises:
+            LogError: the topic or partition does not exist.
+        """
+        meta = self._meta(topic)
+        if not 0 <= partition < meta.partitions:
+            raise LogError(f"embedded log: topic {topic!r} has no partition {partition}")
+        with translated("reading records"):
+            rows = self._conn().execute(SELECT_RANGE, (meta.id, partition, offset, max_records))
+            return [StoredRecord(topic, partition, *row) for row in rows.fetchall()]
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        """The next offset of each partition (the high-water mark, kept across compaction)."""
+        meta = self._meta(topic)
+        with translated("reading offsets"):
+            rows = self._conn().execute(
+                "SELECT partition, next_offset FROM partitions WHERE topic_id = ?", (meta.id,)
+            )
+            return dict(rows.fetchall())
+
+    def topics(self) -> list[TopicInfo]:
+        """Every topic with its partitions' start and end offsets and live record count."""
+        conn = self._conn()
+        with translated("listing topics"):
+            # One read transaction, so the figures of all topics belong to one moment.
+            conn.execute("BEGIN")
+            try:
+                rows = conn.execute("SELECT id, name, partitions, config FROM topics ORDER BY name")
+                return [self._topic_info(conn, *row) for row in rows.fetchall()]
+            finally:
+                conn.execute("COMMIT")
+
+    def _topic_info(
+        self, conn: sqlite3.Connection, tid: int, name: str, count: int, config: str
+    ) -> TopicInfo:
+        start: dict[int, int] = {}
+        end: dict[int, int] = {}
+        live = 0
+        rows = conn.execute(
+            "SELECT partition, next_offset, record_count FROM partitions WHERE topic_id = ?"
+            " ORDER BY partition",
+            (tid,),
+        )
+        for partition, next_offset, record_count in rows.fetchall():
+            first = conn.execute(_START_OFFSET, (tid, partition)).fetchone()[0]
+            start[partition] = next_offset if first is None else first
+            end[partition] = next_offset
+            live += record_count
+        return TopicInfo(name, count, orjson.loads(config), start, end, live)
+
+    def source_offsets(self) -> dict[str, Any]:
+        """Every source offset stored so far, decoded from JSON."""
+        with translated("reading source offsets"):
+            rows = self._conn().execute("SELECT key, value FROM source_offsets").fetchall()
+        return {key: orjson.loads(value) for key, value in rows}
+
+    def latest_value(self, topic: str, key: bytes) -> bytes | None:
+        """The newest committed value of ``key`` (``None`` if absent or tombstoned)."""
+        meta = self._lookup(self._conn(), topic)
+        if meta is None:
+            return None
+        args = (meta.id, partition_for(key, meta.partitions), key)
+        with translated("looking a key up"):
+            row = self._conn().execute(_LATEST, args).fetchone()
+        return None if row is None else cast(bytes | None, row[0])
+
+    def committed_offsets(self, group: str) -> dict[TopicPartition, int]:
+        """The group's committed next offsets."""
+        with translated("reading consumer offsets"):
+            rows = self._conn().execute(
+                'SELECT topic, partition, next_offset FROM consumer_offsets WHERE "group" = ?',
+                (group,),
+            )
+            return {TopicPartition(t, p): off for t, p, off in rows.fetchall()}
+
+    def groups(self) -> list[str]:
+        """Every consumer group that committed offsets, sorted."""
+        with translated("listing consumer groups"):
+            rows = self._conn().execute('SELECT DISTINCT "group" FROM consumer_offsets ORDER BY 1')
+            return [group for (group,) in rows.fetchall()]
+
+    # -- compaction ----------------------------------------------------------------------------
+
+    def compact(self, now_ms: int | None = None) -> dict[str, int]:
+        """Keep only the latest record of each key; drop tombstones older than the retention.
+
+        Records without a key are kept. Runs in short transactions (see
+        :mod:`cdc.log.embedded_compaction`), so appends are not held up for long.
+
+        Args:
+            now_ms: the time tombstone ages are measured at (default: now).
+
+        Returns:
+            ``{"superseded": n, "tombstones": m}``: how many records of each kind were removed.
+        """
+        now = embedded_store.now_ms() if now_ms is None else now_ms
+        cutoff = now - self.tombstone_retention_ms
+        return embedded_compaction.compact(self._conn(), cutoff)
+
+    def maybe_compact(self, now_ms: int | None = None) -> dict[str, int] | None:
+        """Compact if enough was appended since the last pass; a cheap no-op otherwise.
+
+        Returns:
+            What :meth:`compact` removed, or ``None`` when no pass was due.
+        """
+        if not embedded_compaction.needs_compaction(self._conn()):
+            return None
+        return self.compact(now_ms)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close every thread's connection; wakes waiting polls. Stop using the log first."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            connections, self._connections = self._connections, []
+        with self._appended:
+            self._appended.notify_all()
+        for conn in connections:
+            conn.close()
+
+    def __enter__(self) -> EmbeddedLog:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- for the transaction and consumer modules -----------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            if self.closed:
+                raise LogError("embedded log: the log is closed")
+            conn = connect(self.path / DB_FILE, self.durability)
+            with self._lock:
+                self._connections.append(conn)
+            self._local.conn = conn
+        return conn
+
+    def _lookup(self, conn: sqlite3.Connection, topic: str) -> TopicMeta | None:
+        meta = self._topics.get(topic)
+        if meta is not None:
+            return meta
+        # Another process may have created it; topics are never deleted, so caching is safe...
+        with translated("looking a topic up"):
+            row = conn.execute(SELECT_TOPIC, (topic,)).fetchone()
+        if row is None:
+            return None
+        meta = TopicMeta(*row)
+        if not conn.in_transaction:  # ...but inside one, the row may be its own, uncommitted
+            with self._lock:
+                self._topics[topic] = meta
+        return meta
+
+    def _meta(self, topic: str) -> TopicMeta:
+        meta = self._lookup(self._conn(), topic)
+        if meta is None:
+            raise LogError(f"embedded log: unknown topic {topic!r}")
+        return meta
+
+    def _create_topic(self, conn: sqlite3.Connection, name: str) -> TopicMeta:
+        """Insert a topic and its partitions; the caller holds the write transaction."""
+        config = orjson.dumps(
+            {
+                "cleanup.policy": "compact",
+                "delete.retention.ms": str(self.tombstone_retention_ms),
+            }
+        )
+        with translated("creating a topic"):
+            conn.execute(INSERT_TOPIC, (name, self.partitions, config.decode()))
+            meta = TopicMeta(*conn.execute(SELECT_TOPIC, (name,)).fetchone())
+            conn.executemany(INSERT_PARTITION, [(meta.id, p) for p in range(meta.partitions)])
+        return meta
+
+    def _committed(self, topics: dict[str, TopicMeta]) -> None:
+        if topics:
+            with self._lock:
+                self._topics.update(topics)
+        with self._appended:
+            self._generation += 1
+            self._appended.notify_all()
+
+    def _wait_for_append(self, seen: int, timeout_s: float) -> None:
+        with self._appended:
+            if self._generation == seen and not self.closed:
+                self._appended.wait(timeout_s)
+
+    def _write(self, sql: str, rows: list[tuple[Any, ...]], doing: str) -> None:
+        with write_transaction(self._conn(), doing) as conn:
+            conn.executemany(sql, rows)

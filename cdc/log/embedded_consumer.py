@@ -1,0 +1,126 @@
+"""The embedded log's consumer: every partition of its topics, positions kept in memory."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from cdc.errors import LogError
+from cdc.log.base import PartitionsCallback, StartOffsets, StoredRecord, TopicPartition
+from cdc.log.embedded_store import SELECT_RANGE, UPSERT_CONSUMER_OFFSET, translated
+
+if TYPE_CHECKING:
+    from cdc.log.embedded import EmbeddedLog
+
+# Another process's commit cannot signal this one, so an idle poll re-reads at this interval.
+POLL_INTERVAL_S = 0.02
+
+
+class EmbeddedConsumer:
+    """A consumer-group member that is assigned every partition of its topics.
+
+    The embedded log does not rebalance: two consumers of one group, in one process or two, both
+    read everything, so run one consumer per group (one sink runner per sink). The group's
+    committed offsets are shared, durable and survive restarts.
+
+    Positions start at ``start_offsets(...)`` where it returns one, else at the group's committed
+    offset, else at 0 (the earliest record still in the log); ``poll`` advances them in memory and
+    ``commit`` stores what the caller says is done. Use a consumer from one thread at a time.
+    """
+
+    def __init__(
+        self,
+        log: EmbeddedLog,
+        group: str,
+        topics: Sequence[str],
+        start_offsets: StartOffsets | None,
+        on_revoke: PartitionsCallback | None,
+    ) -> None:
+        log.ensure_topics(topics)
+        self._log = log
+        self._group = group
+        self._on_revoke = on_revoke
+        self._plan: list[tuple[TopicPartition, int]] = [
+            (TopicPartition(topic, p), meta.id)
+            for topic in dict.fromkeys(topics)
+            for meta in [log._meta(topic)]
+            for p in range(meta.partitions)
+        ]
+        self._positions = self._initial_positions(start_offsets)
+        self._turn = 0
+        self._closed = False
+
+    def _initial_positions(self, start_offsets: StartOffsets | None) -> dict[TopicPartition, int]:
+        committed = self._log.committed_offsets(self._group)
+        positions = {tp: committed.get(tp, 0) for tp, _ in self._plan}
+        if start_offsets is not None:
+            chosen = start_offsets(list(positions))
+            positions.update((tp, off) for tp, off in chosen.items() if tp in positions)
+        return positions
+
+    def poll(self, max_records: int, timeout_s: float) -> list[StoredRecord]:
+        """Up to ``max_records`` committed records, waiting at most ``timeout_s`` for one.
+
+        Each partition's records come in offset order; partitions take turns being read first,
+        so a busy partition does not starve the others. An append committed in this process
+        wakes the wait at once; one from another process is seen within ~20 ms.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._check_open()
+            seen = self._log._generation
+            records = self._fetch(max_records)
+            remaining = deadline - time.monotonic()
+            if records or remaining <= 0:
+                return records
+            self._log._wait_for_append(seen, min(remaining, POLL_INTERVAL_S))
+
+    def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Store the group's next offsets to read; durable on return."""
+        self._check_open()
+        rows = [(self._group, tp.topic, tp.partition, off) for tp, off in offsets.items()]
+        self._log._write(UPSERT_CONSUMER_OFFSET, rows, "committing consumer offsets")
+
+    def assignment(self) -> list[TopicPartition]:
+        """Every partition of the consumer's topics."""
+        return [tp for tp, _ in self._plan]
+
+    def position(self, tp: TopicPartition) -> int:
+        """The next offset ``poll`` reads from ``tp``."""
+        return self._positions[tp]
+
+    def close(self) -> None:
+        """Leave the group: ``on_revoke`` runs with the whole assignment first, like Kafka's."""
+        if self._closed:
+            return
+        try:
+            if self._on_revoke is not None and not self._log.closed:
+                self._on_revoke(self.assignment())
+        finally:
+            self._closed = True
+
+    def _fetch(self, max_records: int) -> list[StoredRecord]:
+        out: list[StoredRecord] = []
+        conn = self._log._conn()
+        count = len(self._plan)
+        with translated("reading records"):
+            for i in range(count):
+                want = max_records - len(out)
+                if want <= 0:
+                    break
+                tp, tid = self._plan[(self._turn + i) % count]
+                rows = conn.execute(SELECT_RANGE, (tid, tp.partition, self._positions[tp], want))
+                batch = rows.fetchall()
+                if batch:
+                    self._positions[tp] = batch[-1][0] + 1
+                    topic, partition = tp
+                    out += [StoredRecord(topic, partition, *row) for row in batch]
+        self._turn = (self._turn + 1) % max(count, 1)
+        return out
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogError("embedded log: the consumer is closed")
+        if self._log.closed:
+            raise LogError("embedded log: the log is closed")

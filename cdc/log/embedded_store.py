@@ -1,0 +1,213 @@
+"""The embedded log's SQLite layer: schema, connection settings and error translation.
+
+Everything that knows SQL text for the schema, pragmas and error codes lives here, so the log,
+transaction, consumer and compaction modules only run prepared statements. The statements are
+module constants: :mod:`sqlite3` caches prepared statements by their text, so the hot paths
+(append, poll) never re-parse SQL.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Literal, NamedTuple
+
+from cdc.errors import LogError, LogFatal, LogUnavailable
+
+DB_FILE = "log.sqlite3"
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_MS = 60_000
+# Per connection; also where a large uncommitted transaction spills to the WAL file, so it bounds
+# the memory a 1,000,000-row source transaction takes.
+CACHE_KIB = 32 * 1024
+# A checkpointed WAL file is truncated back to this size, so one large transaction does not leave
+# a huge file behind for good.
+JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
+
+Durability = Literal["full", "normal"]
+
+# The records table is WITHOUT ROWID: rows are clustered by (topic, partition, offset), so a
+# consumer's range read is one sequential b-tree scan, and an append updates two b-trees
+# (records and the key index) instead of three. bench/log_throughput.py measured both layouts.
+SCHEMA = (
+    """CREATE TABLE topics (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE,
+        partitions INTEGER NOT NULL,
+        config TEXT NOT NULL
+    )""",
+    # next_offset is the high-water mark: it survives compaction deleting a partition's newest
+    # records, so offsets are never reused. record_count and dirty feed topics() and
+    # maybe_compact() without a COUNT(*) over the records.
+    """CREATE TABLE partitions (
+        topic_id INTEGER NOT NULL,
+        partition INTEGER NOT NULL,
+        next_offset INTEGER NOT NULL,
+        record_count INTEGER NOT NULL,
+        dirty INTEGER NOT NULL,
+        PRIMARY KEY (topic_id, partition)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE records (
+        topic_id INTEGER NOT NULL,
+        partition INTEGER NOT NULL,
+        offset INTEGER NOT NULL,
+        key BLOB,
+        value BLOB,
+        ts_ms INTEGER NOT NULL,
+        PRIMARY KEY (topic_id, partition, offset)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX records_by_key ON records (topic_id, partition, key, offset)",
+    """CREATE TABLE source_offsets (
+        key TEXT PRIMARY KEY,
+        value BLOB NOT NULL
+    ) WITHOUT ROWID""",
+    """CREATE TABLE consumer_offsets (
+        "group" TEXT NOT NULL,
+        topic TEXT NOT NULL,
+        partition INTEGER NOT NULL,
+        next_offset INTEGER NOT NULL,
+        PRIMARY KEY ("group", topic, partition)
+    ) WITHOUT ROWID""",
+)
+
+INSERT_RECORD = "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?)"
+SELECT_RANGE = (
+    "SELECT offset, key, value, ts_ms FROM records"
+    " WHERE topic_id = ? AND partition = ? AND offset >= ? ORDER BY offset LIMIT ?"
+)
+SELECT_NEXT_OFFSET = "SELECT next_offset FROM partitions WHERE topic_id = ? AND partition = ?"
+ADVANCE_PARTITION = (
+    "UPDATE partitions SET next_offset = ?, record_count = record_count + ?, dirty = dirty + ?"
+    " WHERE topic_id = ? AND partition = ?"
+)
+SELECT_TOPIC = "SELECT id, partitions FROM topics WHERE name = ?"
+INSERT_TOPIC = "INSERT OR IGNORE INTO topics (name, partitions, config) VALUES (?, ?, ?)"
+INSERT_PARTITION = (
+    "INSERT OR IGNORE INTO partitions VALUES (?, ?, 0, 0, 0)"  # a new partition starts at 0
+)
+UPSERT_SOURCE_OFFSET = (
+    "INSERT INTO source_offsets (key, value) VALUES (?, ?)"
+    " ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+)
+DELETE_SOURCE_OFFSET = "DELETE FROM source_offsets WHERE key = ?"
+UPSERT_CONSUMER_OFFSET = (
+    'INSERT INTO consumer_offsets ("group", topic, partition, next_offset) VALUES (?, ?, ?, ?)'
+    ' ON CONFLICT ("group", topic, partition) DO UPDATE SET next_offset = excluded.next_offset'
+)
+
+
+class TopicMeta(NamedTuple):
+    """A topic's row id and partition count; both fixed once the topic exists."""
+
+    id: int
+    partitions: int
+
+
+# Primary result codes (extended codes carry these in their low byte).
+_UNAVAILABLE = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+
+
+def translate(exc: sqlite3.Error, doing: str) -> LogError:
+    """The framework error for a SQLite error: a lock is retriable, everything else is not.
+
+    Corruption, a read-only or full disk, an I/O error or a misuse of the API cannot be fixed by
+    trying again, so they stop the pipeline with a clear message instead of looping.
+    """
+    code = getattr(exc, "sqlite_errorcode", None)
+    name = getattr(exc, "sqlite_errorname", type(exc).__name__)
+    message = f"embedded log: {doing} failed: {exc} ({name})"
+    if code is not None and code & 0xFF in _UNAVAILABLE:
+        return LogUnavailable(message)
+    if code is None and "locked" in str(exc):
+        return LogUnavailable(message)
+    return LogFatal(message)
+
+
+@contextmanager
+def translated(doing: str) -> Iterator[None]:
+    """Translate :class:`sqlite3.Error` raised inside the block (``raise ... from exc``)."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise translate(exc, doing) from exc
+
+
+@contextmanager
+def write_transaction(conn: sqlite3.Connection, doing: str) -> Iterator[sqlite3.Connection]:
+    """A short ``BEGIN IMMEDIATE`` transaction: committed on success, rolled back on error."""
+    with translated(doing):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                with suppress(sqlite3.Error):  # the first error is the one to report
+                    conn.execute("ROLLBACK")
+            raise
+
+
+def connect(path: Path, durability: Durability) -> sqlite3.Connection:
+    """A connection with the log's pragmas, in autocommit mode (transactions are explicit).
+
+    ``check_same_thread`` is off only so :meth:`EmbeddedLog.close` can close every thread's
+    connection; each connection is still used by one thread at a time.
+    """
+    with translated("opening the database"):
+        conn = sqlite3.connect(
+            path, isolation_level=None, check_same_thread=False, cached_statements=64
+        )
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            _enable_wal(conn)
+            sync = "FULL" if durability == "full" else "NORMAL"
+            conn.execute(f"PRAGMA synchronous = {sync}")
+            conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
+            conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
+        except BaseException:
+            conn.close()
+            raise
+    return conn
+
+
+def _enable_wal(conn: sqlite3.Connection) -> None:
+    # Switching to WAL needs an exclusive moment that the busy handler does not always cover when
+    # several processes open a new log at once, so retry briefly.
+    for attempt in range(50):
+        try:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        except sqlite3.OperationalError as exc:
+            if attempt == 49 or exc.sqlite_errorcode & 0xFF not in _UNAVAILABLE:
+                raise
+            time.sleep(0.05)
+            continue
+        if str(mode).lower() != "wal":
+            raise LogFatal(f"embedded log: cannot use WAL mode (journal_mode is {mode})")
+        return
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Create the schema in a new database; refuse a database written by a newer version.
+
+    ``PRAGMA user_version`` holds the schema version; a future version adds its migration steps
+    here, each under the same write lock so two processes never migrate at once.
+    """
+    with write_transaction(conn, "creating the schema"):
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise LogFatal(
+                f"embedded log: schema version {version} is newer than this version "
+                f"of cdc understands ({SCHEMA_VERSION})"
+            )
+        if version == 0:
+            for statement in SCHEMA:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds, the records' timestamps (Kafka's CreateTime)."""
+    return time.time_ns() // 1_000_000

@@ -1,0 +1,180 @@
+"""The embedded log's write transaction: records and source offsets, durable together."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping, Sequence
+from contextlib import suppress
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from cdc.errors import LogError
+from cdc.log.base import Record
+from cdc.log.embedded_store import (
+    ADVANCE_PARTITION,
+    DELETE_SOURCE_OFFSET,
+    INSERT_RECORD,
+    SELECT_NEXT_OFFSET,
+    UPSERT_SOURCE_OFFSET,
+    TopicMeta,
+    now_ms,
+    translated,
+)
+from cdc.partitioner import partition_for
+
+if TYPE_CHECKING:
+    from cdc.log.embedded import EmbeddedLog
+
+Row = tuple[int, int, int, bytes | None, bytes | None, int]
+
+
+class EmbeddedTransaction:
+    """One ``BEGIN IMMEDIATE`` transaction on the calling thread's connection.
+
+    Holding SQLite's write lock from ``begin`` to ``commit`` is what keeps offsets right when
+    another process (``cdc snapshot``) appends to the same log: each partition's next offset is
+    read under the lock on first use, then counted up in Python for the rest of the transaction.
+    Appended rows go straight into SQLite, which spills uncommitted pages to the WAL file, so a
+    transaction of any size takes bounded memory.
+
+    Use it from the thread that called :meth:`EmbeddedLog.begin`. As a context manager it commits
+    on success and aborts on an exception. After a failed ``append`` the transaction can only be
+    aborted, because SQLite may hold part of the failed batch.
+    """
+
+    def __init__(self, log: EmbeddedLog, conn: sqlite3.Connection) -> None:
+        self._log = log
+        self._conn = conn
+        self._next: dict[tuple[int, int], int] = {}
+        self._first: dict[tuple[int, int], int] = {}
+        self._topics: dict[str, TopicMeta] = {}  # created by this transaction, cached on commit
+        self._state = "open"
+        if conn.in_transaction:
+            raise LogError("embedded log: this thread already has an open transaction")
+        with translated("starting a transaction"):
+            conn.execute("BEGIN IMMEDIATE")
+
+    def append(self, records: Sequence[Record]) -> None:
+        """Append records; offsets follow the order of ``records`` within each partition.
+
+        A record for a topic that does not exist yet creates it, with the log's partition count,
+        inside this transaction (so an abort removes it again).
+
+        Raises:
+            LogUnavailable: the database is locked beyond the busy timeout.
+            LogFatal: the database cannot be written (disk full, read-only, corrupt).
+        """
+        self._check_open()
+        if not records:
+            return
+        try:
+            rows = self._rows(records, now_ms())
+            with translated("appending records"):
+                self._conn.executemany(INSERT_RECORD, rows)
+        except BaseException:
+            self._state = "failed"
+            raise
+
+    def store_offsets(self, offsets: Mapping[str, Any]) -> None:
+        """Upsert source offsets as JSON in this transaction; a ``None`` value deletes the key."""
+        self._check_open()
+        upserts = [(k, orjson.dumps(v)) for k, v in offsets.items() if v is not None]
+        deletes = [(k,) for k, v in offsets.items() if v is None]
+        try:
+            with translated("storing source offsets"):
+                self._conn.executemany(UPSERT_SOURCE_OFFSET, upserts)
+                self._conn.executemany(DELETE_SOURCE_OFFSET, deletes)
+        except BaseException:
+            self._state = "failed"
+            raise
+
+    def commit(self) -> None:
+        """Advance the partitions' high-water marks and commit; durable on return.
+
+        With ``durability="full"`` the WAL is synced before this returns; with ``"normal"`` a
+        power loss (not a process crash) may lose the last transactions.
+        """
+        self._check_open()
+        advances = [
+            (nxt, nxt - self._first[tp], nxt - self._first[tp], tp[0], tp[1])
+            for tp, nxt in self._next.items()
+        ]
+        try:
+            with translated("committing"):
+                self._conn.executemany(ADVANCE_PARTITION, advances)
+                self._conn.execute("COMMIT")
+        except BaseException:
+            self._state = "failed"
+            with suppress(LogError):  # the commit's own error is the one to report
+                self.abort()
+            raise
+        self._state = "committed"
+        self._log._committed(self._topics)
+
+    def abort(self) -> None:
+        """Roll back everything appended and stored; a no-op once committed or aborted."""
+        if self._state in ("committed", "aborted"):
+            return
+        self._state = "aborted"
+        if self._conn.in_transaction:
+            with translated("aborting"):
+                self._conn.execute("ROLLBACK")
+
+    def __enter__(self) -> EmbeddedTransaction:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None and self._state == "open":
+            self.commit()
+        else:
+            self.abort()
+
+    def _check_open(self) -> None:
+        if self._state != "open":
+            raise LogError(f"embedded log: the transaction is {self._state}")
+
+    def _rows(self, records: Sequence[Record], ts: int) -> list[Row]:
+        topic = records[0].topic
+        meta = self._meta(topic)
+        if meta.partitions == 1 and all(r.topic == topic for r in records):
+            return self._single_partition_rows(records, meta.id, ts)
+        return [self._row(record, ts) for record in records]
+
+    def _single_partition_rows(self, records: Sequence[Record], tid: int, ts: int) -> list[Row]:
+        # The common shape (one table's batch, one partition) takes no per-record lookups.
+        start = self._next_offset((tid, 0))
+        self._next[tid, 0] = start + len(records)
+        return [
+            (tid, 0, offset, r.key, r.value, ts)
+            for offset, r in enumerate(records, start)  # enumerate counts the offsets up
+        ]
+
+    def _row(self, record: Record, ts: int) -> Row:
+        meta = self._meta(record.topic)
+        tp = (meta.id, partition_for(record.key, meta.partitions))
+        offset = self._next_offset(tp)
+        self._next[tp] = offset + 1
+        return (tp[0], tp[1], offset, record.key, record.value, ts)
+
+    def _next_offset(self, tp: tuple[int, int]) -> int:
+        offset = self._next.get(tp)
+        if offset is None:
+            with translated("reading the next offset"):
+                offset = int(self._conn.execute(SELECT_NEXT_OFFSET, tp).fetchone()[0])
+            self._first[tp] = offset
+            self._next[tp] = offset
+        return offset
+
+    def _meta(self, topic: str) -> TopicMeta:
+        meta = self._topics.get(topic) or self._log._lookup(self._conn, topic)
+        if meta is None:
+            meta = self._log._create_topic(self._conn, topic)
+            self._topics[topic] = meta
+        return meta
