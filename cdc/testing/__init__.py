@@ -1,5 +1,6 @@
-"""The shipped test kit: fault-injecting fakes for runtime tests and (later) sink conformance."""
+"""The shipped test kit: fault-injecting fakes for runtime tests the reference in-memory sink; the sink conformance kit is cdc.testing.conformance."""
 
 from cdc.testing.fakes import FlakySink, ScriptedSource, make_event
+from cdc.testing.memory_sink import MemorySink, MemoryStore
 
-__all__ = ["FlakySink", "ScriptedSource", "make_event"]
+__all__ = ["FlakySink", "MemorySink", "MemoryStore", "ScriptedSource", "make_event"]

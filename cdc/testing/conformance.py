@@ -1,0 +1,309 @@
+"""The sink conformance kit: the behaviour every sink must show, run against the real store.
+
+A sink author subclasses :class:`SinkConformance` in a test module (the class name must start
+with ``Test`` so pytest collects it) and implements two methods::
+
+    class TestMySink(SinkConformance):
+        @pytest.fixture(autouse=True)
+        def _store(self, tmp_path, my_server):   # whatever the sink needs
+            self.url = my_server.url
+
+        def make_sink(self, context):            # a NEW sink over the SAME store each call
+            return MySink(MySinkConfig(name="kit", type="mine", url=self.url), context)
+
+        def current_rows(self):                  # what the store holds now, by id
+            return {row_id: {"name": ..., "qty": ..., "note": ...}, ...}
+
+and optionally :meth:`SinkConformance.outage`, a context manager that makes the real store
+unreachable (stop the server); the default simulates one in front of the sink.
+
+Every check uses table ``public.kit_items`` (``id bigint`` key, ``name text``, ``qty integer``,
+later ``note text``) of pipeline ``kit``. Records are built the way the runtime builds them:
+events encoded by :mod:`cdc.envelope`, then decoded.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from cdc import envelope
+from cdc.errors import SinkFatal, SinkUnavailable
+from cdc.events import ChangeEvent, Op, SourceInfo, topic_name
+from cdc.log.base import Log, TopicPartition
+from cdc.logging import get_logger
+from cdc.runtime.sink_task import SinkTask, group_name
+from cdc.schema import Column, TableSchema
+from cdc.sink import Sink, SinkContext, SinkRecord
+
+PIPELINE = "kit"
+TABLE = ("public", "kit_items")
+TOPIC = topic_name(PIPELINE, *TABLE)
+V1 = TableSchema(
+    "kit",
+    *TABLE,
+    columns=(
+        Column("id", "bigint", key=True, nullable=False),
+        Column("name", "text"),
+        Column("qty", "integer"),
+    ),
+)
+V2 = TableSchema("kit", *TABLE, columns=(*V1.columns, Column("note", "text")), position=50)
+
+
+class StaticSchemas:
+    """A schema lookup the kit controls."""
+
+    def __init__(self) -> None:
+        self.current: dict[tuple[str, str], TableSchema] = {TABLE: V1}
+
+    def get(self, schema: str, table: str) -> TableSchema | None:
+        return self.current.get((schema, table))
+
+
+def change(
+    key: int,
+    op: Op,
+    pos: int,
+    name: str = "",
+    qty: int = 0,
+    note: str | None = None,
+    with_note: bool = False,
+) -> ChangeEvent:
+    """An event of the kit table at source position ``pos``."""
+    row: dict[str, Any] = {"id": key, "name": name, "qty": qty}
+    if with_note:
+        row["note"] = note
+    source = SourceInfo("kit", "kit", TABLE[0], TABLE[1], 0, pos, 0)
+    if op is Op.DELETE:
+        return ChangeEvent(op, {"id": key}, {"id": key}, None, source)
+    return ChangeEvent(op, {"id": key}, None, row, source)
+
+
+class _Offsets:
+    def __init__(self) -> None:
+        self.next = 0
+
+    def take(self) -> int:
+        self.next += 1
+        return self.next - 1
+
+
+class _Unavailable:
+    """Wraps a sink; while ``down`` is set every call raises ``SinkUnavailable``."""
+
+    def __init__(self, inner: Sink, down: threading.Event) -> None:
+        self._inner = inner
+        self._down = down
+
+    def _check(self) -> None:
+        if self._down.is_set():
+            raise SinkUnavailable("kit outage")
+
+    def open(self) -> None:
+        self._check()
+        self._inner.open()
+
+    def stored_offsets(self) -> Mapping[TopicPartition, int] | None:
+        return self._inner.stored_offsets()
+
+    def write(self, records: Sequence[SinkRecord]) -> None:
+        self._check()
+        self._inner.write(records)
+
+    def flush(self) -> None:
+        self._check()
+        self._inner.flush()
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class _FailingFlush(_Unavailable):
+    def flush(self) -> None:
+        raise SinkFatal("kit: flush fails")
+
+
+class SinkConformance:
+    """Checks every sink passes; see the module docstring for how to use it."""
+
+    # -- to implement ------------------------------------------------------------------------
+
+    def make_sink(self, context: SinkContext) -> Sink:
+        raise NotImplementedError
+
+    def current_rows(self) -> dict[int, dict[str, Any]]:
+        raise NotImplementedError
+
+    @contextmanager
+    def outage(self) -> Iterator[None]:
+        """Make the store unreachable for the duration; the default simulates it."""
+        self._simulated_down.set()
+        try:
+            yield
+        finally:
+            self._simulated_down.clear()
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    @pytest.fixture(autouse=True)
+    def _kit(self, tmp_path: Path) -> None:
+        self.setup_kit(tmp_path)
+
+    def setup_kit(self, tmp_path: Path) -> None:
+        """Fresh kit state; the autouse fixture calls it before each check."""
+        self.kit_dir = tmp_path
+        self.schemas = StaticSchemas()
+        self.offsets = _Offsets()
+        self._simulated_down = threading.Event()
+
+    def context(self) -> SinkContext:
+        return SinkContext(PIPELINE, "kit", [TABLE], self.schemas, get_logger(sink="kit"))
+
+    def records(self, *events: ChangeEvent) -> list[SinkRecord]:
+        """Records as the runner hands them over, with fresh offsets (partition 0)."""
+        out = []
+        for event in events:
+            for record in envelope.to_records(event, PIPELINE, now_ms=0):
+                value = None if record.value is None else orjson.loads(record.value)
+                out.append(
+                    SinkRecord(
+                        TOPIC, 0, self.offsets.take(), orjson.loads(record.key or b"null"), value
+                    )
+                )
+        return out
+
+    def apply(self, records: list[SinkRecord], sink: Sink | None = None) -> None:
+        """Open a sink (unless given), write and flush ``records``, and close it."""
+        own = sink is None
+        sink = sink or self.make_sink(self.context())
+        if own:
+            sink.open()
+        sink.write(records)
+        sink.flush()
+        if own:
+            sink.close()
+
+    def rows(self) -> dict[int, tuple[Any, ...]]:
+        return {k: (v.get("name"), v.get("qty")) for k, v in self.current_rows().items()}
+
+    def log(self) -> Log:
+        from cdc.log.embedded import EmbeddedLog
+
+        return EmbeddedLog(self.kit_dir / "kit-log")
+
+    def fill_log(self, log: Log, events: Sequence[ChangeEvent]) -> None:
+        log.ensure_topics([TOPIC])
+        tx = log.begin()
+        tx.append([r for e in events for r in envelope.to_records(e, PIPELINE, now_ms=0)])
+        tx.commit()
+
+    def task(self, log: Log, stop: threading.Event, sink_factory: Any = None) -> SinkTask:
+        factory = sink_factory or (
+            lambda: _Unavailable(self.make_sink(self.context()), self._simulated_down)
+        )
+        return SinkTask(
+            PIPELINE,
+            "kit",
+            log,
+            factory,
+            [TOPIC],
+            stop,
+            get_logger(sink="kit"),
+            max_records=7,
+            poll_timeout_s=0.05,
+        )
+
+    # -- the checks --------------------------------------------------------------------------
+
+    def test_kit_replay_of_a_batch_is_idempotent(self) -> None:
+        batch = self.records(*(change(k, Op.CREATE, 10 + k, f"n{k}", k) for k in range(1, 6)))
+        self.apply(batch)
+        self.apply(batch)  # a restart replays what was not committed
+        assert self.rows() == {k: (f"n{k}", k) for k in range(1, 6)}
+
+    def test_kit_older_change_after_newer_is_ignored(self) -> None:
+        self.apply(self.records(change(1, Op.CREATE, 10, "v1", 1)))
+        self.apply(self.records(change(1, Op.UPDATE, 30, "v3", 3)))
+        self.apply(self.records(change(1, Op.UPDATE, 20, "v2", 2)))  # a late replay
+        assert self.rows() == {1: ("v3", 3)}
+
+    def test_kit_deletes_and_tombstones(self) -> None:
+        self.apply(self.records(change(1, Op.CREATE, 10, "a", 1), change(2, Op.CREATE, 11, "b", 2)))
+        self.apply(self.records(change(1, Op.DELETE, 12)))
+        assert self.rows() == {2: ("b", 2)}
+        stray = SinkRecord(TOPIC, 0, self.offsets.take(), {"id": 3}, None)
+        self.apply([stray])  # a tombstone alone changes nothing
+        self.apply(self.records(change(1, Op.CREATE, 10, "a", 1)))  # replay older than the delete
+        assert self.rows() == {2: ("b", 2)}
+
+    def test_kit_added_column(self) -> None:
+        self.apply(self.records(change(1, Op.CREATE, 10, "a", 1)))
+        self.schemas.current[TABLE] = V2
+        self.apply(self.records(change(2, Op.CREATE, 60, "b", 2, note="hello", with_note=True)))
+        rows = self.current_rows()
+        assert rows[2].get("note") == "hello"
+        assert rows[1].get("note") is None
+        assert self.rows() == {1: ("a", 1), 2: ("b", 2)}
+
+    def test_kit_failing_flush_means_no_offset_commit(self) -> None:
+        log = self.log()
+        events = [change(k, Op.CREATE, 10 + k, f"n{k}", k) for k in range(1, 4)]
+        self.fill_log(log, events)
+        failing = self.task(
+            log,
+            threading.Event(),
+            lambda: _FailingFlush(self.make_sink(self.context()), threading.Event()),
+        )
+        with pytest.raises(SinkFatal):
+            failing.run()
+        assert log.committed_offsets(group_name(PIPELINE, "kit")) == {}
+        fresh = self.make_sink(self.context())
+        fresh.open()
+        assert not fresh.stored_offsets()
+        fresh.close()
+        self._run_until_caught_up(log, end=3)
+        assert self.rows() == {k: (f"n{k}", k) for k in range(1, 4)}
+        log.close()
+
+    def test_kit_down_sink_applies_backpressure_and_loses_nothing(self) -> None:
+        log = self.log()
+        self.fill_log(log, [change(k, Op.CREATE, k, f"n{k}", k) for k in range(1, 11)])
+        stop = threading.Event()
+        task = self.task(log, stop)
+        thread = threading.Thread(target=task.run, daemon=True)
+        thread.start()
+        self._wait_committed(log, 10)
+        with self.outage():
+            self.fill_log(log, [change(k, Op.UPDATE, 100 + k, f"m{k}", k) for k in range(1, 11)])
+            time.sleep(1.5)
+            assert self._committed(log) == 10  # nothing more was taken while down
+        self._wait_committed(log, 20)
+        stop.set()
+        thread.join(10)
+        assert self.rows() == {k: (f"m{k}", k) for k in range(1, 11)}
+        log.close()
+
+    def _committed(self, log: Log) -> int:
+        return sum(log.committed_offsets(group_name(PIPELINE, "kit")).values())
+
+    def _wait_committed(self, log: Log, count: int, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self._committed(log) < count:
+            assert time.monotonic() < deadline, f"sink committed {self._committed(log)}/{count}"
+            time.sleep(0.05)
+
+    def _run_until_caught_up(self, log: Log, end: int) -> None:
+        stop = threading.Event()
+        thread = threading.Thread(target=self.task(log, stop).run, daemon=True)
+        thread.start()
+        self._wait_committed(log, end)
+        stop.set()
+        thread.join(10)
