@@ -1,0 +1,524 @@
+"""Decode pgoutput logical replication messages, as pure functions over bytes.
+
+The format is PostgreSQL's "Logical Replication Message Formats" (protocol versions 1 and 2).
+:func:`decode` turns one message (the payload of an XLogData frame, or one ``data`` value of
+``pg_logical_slot_peek_binary_changes``) into a frozen dataclass.
+
+Protocol version 2 streams large in-progress transactions: between ``StreamStart`` and
+``StreamStop`` the data messages carry the xid of the (sub)transaction right after their tag.
+The caller says whether it is inside such a block (``streaming=True``), or uses :class:`Decoder`,
+which tracks it.
+
+This module is on the hot path (one call per row change), hence precompiled structs, one pass
+over the bytes and no per-column objects beyond the values themselves.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Final, Literal, TypeAlias
+
+from cdc.errors import SourceFatal
+
+__all__ = [
+    "UNCHANGED",
+    "Begin",
+    "Commit",
+    "Decoder",
+    "Delete",
+    "Insert",
+    "LogicalMessage",
+    "Origin",
+    "PgOutputMessage",
+    "ProtocolError",
+    "Relation",
+    "RelationColumn",
+    "StreamAbort",
+    "StreamCommit",
+    "StreamStart",
+    "StreamStop",
+    "Truncate",
+    "TupleData",
+    "TupleValue",
+    "TypeInfo",
+    "Unchanged",
+    "Update",
+    "decode",
+]
+
+
+class ProtocolError(SourceFatal):
+    """A message does not follow the pgoutput format (unknown tag, truncated, bad encoding)."""
+
+
+class Unchanged(Enum):
+    """Type of :data:`UNCHANGED`; an enum so the sentinel survives pickling and narrows in mypy."""
+
+    UNCHANGED = "u"
+
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+UNCHANGED: Final = Unchanged.UNCHANGED
+"""An unchanged TOASTed value ('u'): the server did not resend it; the previous image has it."""
+
+TupleValue: TypeAlias = str | bytes | Literal[Unchanged.UNCHANGED] | None
+TupleData: TypeAlias = tuple[TupleValue, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Begin:
+    """Start of a transaction ('B').
+
+    Attributes:
+        final_lsn: LSN of the transaction's commit record.
+        commit_ts_us: commit time, microseconds since 2000-01-01 UTC.
+        xid: the transaction id.
+    """
+
+    final_lsn: int
+    commit_ts_us: int
+    xid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """End of a transaction ('C')."""
+
+    flags: int
+    commit_lsn: int
+    end_lsn: int
+    commit_ts_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Replication origin of the transaction ('O'), sent after ``Begin`` when it has one."""
+
+    commit_lsn: int
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class RelationColumn:
+    """One column of a :class:`Relation`; ``is_key`` marks replica identity columns."""
+
+    is_key: bool
+    name: str
+    type_oid: int
+    type_modifier: int
+
+
+@dataclass(frozen=True, slots=True)
+class Relation:
+    """Table description ('R'), sent before the first change of a table in a session.
+
+    Attributes:
+        replica_identity: ``'d'`` default (primary key), ``'n'`` nothing, ``'f'`` full,
+            ``'i'`` index.
+        namespace: the schema; the server sends ``''`` for ``pg_catalog``.
+    """
+
+    oid: int
+    namespace: str
+    name: str
+    replica_identity: str
+    columns: tuple[RelationColumn, ...]
+    xid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TypeInfo:
+    """Name of a non-built-in column type ('Y'), sent before the :class:`Relation` using it."""
+
+    oid: int
+    namespace: str
+    name: str
+    xid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Insert:
+    """A new row ('I')."""
+
+    relation_oid: int
+    new: TupleData
+    xid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    """A changed row ('U').
+
+    ``old`` is present only when the replica identity changed (``old_kind='K'``, key columns
+    only, others ``None``) or the table has ``REPLICA IDENTITY FULL`` (``old_kind='O'``).
+    """
+
+    relation_oid: int
+    old: TupleData | None
+    old_kind: str | None
+    new: TupleData
+    xid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    """A deleted row ('D'): key columns (``old_kind='K'``) or the whole row (``'O'``)."""
+
+    relation_oid: int
+    old: TupleData
+    old_kind: str
+    xid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Truncate:
+    """``TRUNCATE`` of one or more tables ('T')."""
+
+    relation_oids: tuple[int, ...]
+    cascade: bool
+    restart_identity: bool
+    xid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LogicalMessage:
+    """A ``pg_logical_emit_message`` payload ('M')."""
+
+    transactional: bool
+    lsn: int
+    prefix: str
+    content: bytes
+    xid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStart:
+    """Start of a block of an in-progress transaction ('S', protocol 2)."""
+
+    xid: int
+    first_segment: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStop:
+    """End of a block of an in-progress transaction ('E', protocol 2)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamCommit:
+    """Commit of a streamed transaction ('c', protocol 2)."""
+
+    xid: int
+    flags: int
+    commit_lsn: int
+    end_lsn: int
+    commit_ts_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class StreamAbort:
+    """Abort of a streamed transaction or subtransaction ('A', protocol 2).
+
+    ``subxid == xid`` when the whole transaction aborted; otherwise only the changes the
+    subtransaction ``subxid`` streamed are void.
+    """
+
+    xid: int
+    subxid: int
+
+
+PgOutputMessage: TypeAlias = (
+    Begin
+    | Commit
+    | Origin
+    | Relation
+    | TypeInfo
+    | Insert
+    | Update
+    | Delete
+    | Truncate
+    | LogicalMessage
+    | StreamStart
+    | StreamStop
+    | StreamCommit
+    | StreamAbort
+)
+
+_U16 = struct.Struct("!H").unpack_from
+_U32 = struct.Struct("!I").unpack_from
+_U32_PAIR = struct.Struct("!II").unpack_from
+_U64 = struct.Struct("!Q").unpack_from
+_BEGIN = struct.Struct("!QqI").unpack_from
+_COMMIT = struct.Struct("!BQQq").unpack_from
+_STREAM_COMMIT = struct.Struct("!IBQQq").unpack_from
+_STREAM_START = struct.Struct("!IB").unpack_from
+_MESSAGE_HEAD = struct.Struct("!BQ").unpack_from
+_TRUNCATE_HEAD = struct.Struct("!IB").unpack_from
+_COLUMN = struct.Struct("!Ii").unpack_from
+
+# Tuple-kind bytes as ints, because indexing bytes yields ints.
+_TEXT, _NULL, _UNCH, _BIN = ord("t"), ord("n"), ord("u"), ord("b")
+_NEW, _KEY, _OLD = ord("N"), ord("K"), ord("O")
+
+_TRUNCATE_CASCADE = 1
+_TRUNCATE_RESTART_IDENTITY = 2
+
+
+def _cstring(data: bytes, pos: int) -> tuple[str, int]:
+    """A NUL-terminated UTF-8 string at ``pos``, and the position after its NUL."""
+    end = data.index(0, pos)
+    return data[pos:end].decode(), end + 1
+
+
+def _tuple(data: bytes, pos: int) -> tuple[TupleData, int]:
+    """TupleData at ``pos``: Int16 column count, then one (kind, [Int32 length, bytes]) each."""
+    (count,) = _U16(data, pos)
+    pos += 2
+    values: list[TupleValue] = []
+    append = values.append
+    for _ in range(count):
+        kind = data[pos]
+        if kind == _TEXT:
+            (length,) = _U32(data, pos + 1)
+            start = pos + 5
+            pos = start + length
+            append(data[start:pos].decode())
+        elif kind == _NULL:
+            append(None)
+            pos += 1
+        elif kind == _UNCH:
+            append(UNCHANGED)
+            pos += 1
+        elif kind == _BIN:
+            (length,) = _U32(data, pos + 1)
+            start = pos + 5
+            pos = start + length
+            append(data[start:pos])
+        else:
+            raise ProtocolError(f"unknown tuple value kind {kind:#04x} at offset {pos}")
+    if pos > len(data):
+        raise ProtocolError("tuple data runs past the end of the message")
+    return tuple(values), pos
+
+
+def _xid(data: bytes, streaming: bool) -> tuple[int | None, int]:
+    """The streamed xid after the tag (protocol 2), and the position of the next field."""
+    if streaming:
+        return _U32(data, 1)[0], 5
+    return None, 1
+
+
+def _begin(data: bytes, streaming: bool) -> Begin:
+    final_lsn, ts, xid = _BEGIN(data, 1)
+    return Begin(final_lsn, ts, xid)
+
+
+def _commit(data: bytes, streaming: bool) -> Commit:
+    flags, commit_lsn, end_lsn, ts = _COMMIT(data, 1)
+    return Commit(flags, commit_lsn, end_lsn, ts)
+
+
+def _origin(data: bytes, streaming: bool) -> Origin:
+    (lsn,) = _U64(data, 1)
+    name, _ = _cstring(data, 9)
+    return Origin(lsn, name)
+
+
+def _relation(data: bytes, streaming: bool) -> Relation:
+    xid, pos = _xid(data, streaming)
+    (oid,) = _U32(data, pos)
+    namespace, pos = _cstring(data, pos + 4)
+    name, pos = _cstring(data, pos)
+    identity = chr(data[pos])
+    (count,) = _U16(data, pos + 1)
+    pos += 3
+    columns = []
+    for _ in range(count):
+        flags = data[pos]
+        col_name, pos = _cstring(data, pos + 1)
+        type_oid, modifier = _COLUMN(data, pos)
+        pos += 8
+        columns.append(RelationColumn(bool(flags & 1), col_name, type_oid, modifier))
+    return Relation(oid, namespace, name, identity, tuple(columns), xid)
+
+
+def _type(data: bytes, streaming: bool) -> TypeInfo:
+    xid, pos = _xid(data, streaming)
+    (oid,) = _U32(data, pos)
+    namespace, pos = _cstring(data, pos + 4)
+    name, _ = _cstring(data, pos)
+    return TypeInfo(oid, namespace, name, xid)
+
+
+def _insert(data: bytes, streaming: bool) -> Insert:
+    if streaming:
+        xid, oid = _U32_PAIR(data, 1)
+        pos = 9
+    else:
+        xid = None
+        (oid,) = _U32(data, 1)
+        pos = 5
+    if data[pos] != _NEW:
+        raise ProtocolError(f"insert: expected 'N' at offset {pos}, got {data[pos]:#04x}")
+    new, _ = _tuple(data, pos + 1)
+    return Insert(oid, new, xid)
+
+
+def _update(data: bytes, streaming: bool) -> Update:
+    xid, pos = _xid(data, streaming)
+    (oid,) = _U32(data, pos)
+    pos += 4
+    kind = data[pos]
+    old: TupleData | None = None
+    old_kind: str | None = None
+    if kind in (_KEY, _OLD):
+        old_kind = chr(kind)
+        old, pos = _tuple(data, pos + 1)
+        kind = data[pos]
+    if kind != _NEW:
+        raise ProtocolError(f"update: expected 'N' at offset {pos}, got {kind:#04x}")
+    new, _ = _tuple(data, pos + 1)
+    return Update(oid, old, old_kind, new, xid)
+
+
+def _delete(data: bytes, streaming: bool) -> Delete:
+    xid, pos = _xid(data, streaming)
+    (oid,) = _U32(data, pos)
+    kind = data[pos + 4]
+    if kind not in (_KEY, _OLD):
+        raise ProtocolError(f"delete: expected 'K' or 'O', got {kind:#04x}")
+    old, _ = _tuple(data, pos + 5)
+    return Delete(oid, old, chr(kind), xid)
+
+
+def _truncate(data: bytes, streaming: bool) -> Truncate:
+    xid, pos = _xid(data, streaming)
+    count, options = _TRUNCATE_HEAD(data, pos)
+    oids = struct.unpack_from(f"!{count}I", data, pos + 5)
+    return Truncate(
+        oids,
+        bool(options & _TRUNCATE_CASCADE),
+        bool(options & _TRUNCATE_RESTART_IDENTITY),
+        xid,
+    )
+
+
+def _message(data: bytes, streaming: bool) -> LogicalMessage:
+    # Non-transactional messages are decoded at once, never inside a stream block, so the
+    # streaming flag alone says whether the xid is there.
+    xid, pos = _xid(data, streaming)
+    flags, lsn = _MESSAGE_HEAD(data, pos)
+    prefix, pos = _cstring(data, pos + 9)
+    (length,) = _U32(data, pos)
+    content = data[pos + 4 : pos + 4 + length]
+    if len(content) != length:
+        raise ProtocolError("message content runs past the end of the message")
+    return LogicalMessage(bool(flags & 1), lsn, prefix, content, xid)
+
+
+def _stream_start(data: bytes, streaming: bool) -> StreamStart:
+    xid, first = _STREAM_START(data, 1)
+    return StreamStart(xid, first == 1)
+
+
+def _stream_stop(data: bytes, streaming: bool) -> StreamStop:
+    return _STREAM_STOP
+
+
+def _stream_commit(data: bytes, streaming: bool) -> StreamCommit:
+    xid, flags, commit_lsn, end_lsn, ts = _STREAM_COMMIT(data, 1)
+    return StreamCommit(xid, flags, commit_lsn, end_lsn, ts)
+
+
+def _stream_abort(data: bytes, streaming: bool) -> StreamAbort:
+    # PostgreSQL 16+ may append the abort LSN and time (parallel apply); they are not needed.
+    xid, subxid = _U32_PAIR(data, 1)
+    return StreamAbort(xid, subxid)
+
+
+_STREAM_STOP: Final = StreamStop()
+
+_Parser: TypeAlias = Callable[[bytes, bool], PgOutputMessage]
+
+_PARSERS: Final[dict[int, _Parser]] = {
+    ord("B"): _begin,
+    ord("C"): _commit,
+    ord("O"): _origin,
+    ord("R"): _relation,
+    ord("Y"): _type,
+    ord("I"): _insert,
+    ord("U"): _update,
+    ord("D"): _delete,
+    ord("T"): _truncate,
+    ord("M"): _message,
+    ord("S"): _stream_start,
+    ord("E"): _stream_stop,
+    ord("c"): _stream_commit,
+    ord("A"): _stream_abort,
+}
+
+_TWO_PHASE_TAGS: Final = frozenset(b"bPKrp")
+
+
+def decode(data: bytes | bytearray | memoryview, *, streaming: bool = False) -> PgOutputMessage:
+    """Decode one pgoutput message.
+
+    Args:
+        data: the message bytes, starting with its tag byte.
+        streaming: True between ``StreamStart`` and ``StreamStop`` (protocol 2), where data
+            messages carry an xid after the tag.
+
+    Returns:
+        The message as a frozen dataclass.
+
+    Raises:
+        ProtocolError: unknown tag, truncated or malformed message.
+    """
+    if type(data) is not bytes:
+        # One copy up front: slicing and decoding bytes is faster than a memoryview per value.
+        data = bytes(data)
+    if not data:
+        raise ProtocolError("empty pgoutput message")
+    parser = _PARSERS.get(data[0])
+    if parser is None:
+        raise ProtocolError(_unknown_tag(data[0]))
+    try:
+        return parser(data, streaming)
+    except ProtocolError:
+        raise
+    except (struct.error, IndexError, ValueError) as exc:
+        # ValueError covers a missing NUL terminator and invalid UTF-8 (UnicodeDecodeError).
+        tag = chr(data[0])
+        raise ProtocolError(f"malformed pgoutput message {tag!r}: {exc}") from exc
+
+
+def _unknown_tag(tag: int) -> str:
+    if tag in _TWO_PHASE_TAGS:
+        return f"two-phase pgoutput message {chr(tag)!r} is not supported (two_phase is off)"
+    return f"unknown pgoutput message tag {tag:#04x}"
+
+
+class Decoder:
+    """:func:`decode` that follows ``StreamStart``/``StreamStop`` to know when xids are sent.
+
+    One decoder per replication session: the stream-block state does not survive a reconnect.
+    """
+
+    __slots__ = ("streaming",)
+
+    def __init__(self) -> None:
+        self.streaming = False
+
+    def __call__(self, data: bytes | bytearray | memoryview) -> PgOutputMessage:
+        """Decode one message and update the stream-block state."""
+        message = decode(data, streaming=self.streaming)
+        if type(message) is StreamStart:
+            self.streaming = True
+        elif type(message) is StreamStop:
+            self.streaming = False
+        return message

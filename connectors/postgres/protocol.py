@@ -1,0 +1,191 @@
+"""The streaming replication protocol's CopyBoth framing, as pure functions over bytes.
+
+Inside ``START_REPLICATION`` every CopyData message from the server is an XLogData (``'w'``)
+carrying one pgoutput message, or a primary keepalive (``'k'``). The client answers with
+standby status updates (``'r'``) that report how far it wrote, flushed and applied: the flush
+LSN is what lets the server recycle WAL, so it must never run ahead of durable records.
+
+Also the LSN and PostgreSQL-clock helpers the source needs to talk about positions and times.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from dataclasses import dataclass
+from typing import Final
+
+from connectors.postgres.pgoutput import ProtocolError
+
+__all__ = [
+    "PG_EPOCH_UNIX_US",
+    "PrimaryKeepalive",
+    "ReplicationMessage",
+    "XLogData",
+    "lsn_to_str",
+    "now_pg_us",
+    "parse_copy_data",
+    "parse_keepalive",
+    "parse_xlog_data",
+    "pg_time_to_unix_ms",
+    "standby_status_update",
+    "str_to_lsn",
+    "unix_ms_to_pg_time",
+]
+
+PG_EPOCH_UNIX_US: Final = 946_684_800_000_000
+"""2000-01-01T00:00:00Z, PostgreSQL's epoch, in microseconds since the Unix epoch."""
+
+_XLOG_HEAD = struct.Struct("!QQq")
+_KEEPALIVE = struct.Struct("!QqB")
+_STATUS = struct.Struct("!cQQQqB")
+_MAX_LSN = (1 << 64) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class XLogData:
+    """A WAL data frame (``'w'``).
+
+    Attributes:
+        wal_start: LSN of the WAL record the payload comes from; 0 when the server sends
+            several messages for one record (``Relation``/``Type`` before a change, ``Begin``
+            before an ``Origin``), so acknowledge positions from the pgoutput messages.
+        wal_end: the server's current end of WAL.
+        server_time_us: the server's clock when sending, microseconds since 2000-01-01 UTC.
+        payload: one pgoutput message; a view into the frame, not a copy.
+    """
+
+    wal_start: int
+    wal_end: int
+    server_time_us: int
+    payload: memoryview
+
+
+@dataclass(frozen=True, slots=True)
+class PrimaryKeepalive:
+    """A primary keepalive (``'k'``).
+
+    Attributes:
+        wal_end: the server's current end of WAL.
+        server_time_us: the server's clock, microseconds since 2000-01-01 UTC.
+        reply_requested: the server disconnects soon unless a status update answers now.
+    """
+
+    wal_end: int
+    server_time_us: int
+    reply_requested: bool
+
+
+ReplicationMessage = XLogData | PrimaryKeepalive
+
+
+def parse_xlog_data(data: bytes | bytearray | memoryview) -> XLogData:
+    """Parse a ``'w'`` CopyData message (tag included).
+
+    Raises:
+        ProtocolError: not an XLogData message, or too short.
+    """
+    view = memoryview(data)
+    if len(view) < 1 + _XLOG_HEAD.size or view[0] != ord("w"):
+        raise ProtocolError(f"not an XLogData message: {bytes(view[:25])!r}")
+    start, end, ts = _XLOG_HEAD.unpack_from(view, 1)
+    return XLogData(start, end, ts, view[1 + _XLOG_HEAD.size :])
+
+
+def parse_keepalive(data: bytes | bytearray | memoryview) -> PrimaryKeepalive:
+    """Parse a ``'k'`` CopyData message (tag included).
+
+    Raises:
+        ProtocolError: not a keepalive message, or too short.
+    """
+    view = memoryview(data)
+    if len(view) < 1 + _KEEPALIVE.size or view[0] != ord("k"):
+        raise ProtocolError(f"not a primary keepalive message: {bytes(view[:18])!r}")
+    wal_end, ts, reply = _KEEPALIVE.unpack_from(view, 1)
+    return PrimaryKeepalive(wal_end, ts, reply == 1)
+
+
+def parse_copy_data(data: bytes | bytearray | memoryview) -> ReplicationMessage:
+    """Parse one CopyData message of the replication stream by its tag.
+
+    Raises:
+        ProtocolError: unknown tag or truncated message.
+    """
+    if not data:
+        raise ProtocolError("empty CopyData message")
+    tag = data[0]
+    if tag == ord("w"):
+        return parse_xlog_data(data)
+    if tag == ord("k"):
+        return parse_keepalive(data)
+    raise ProtocolError(f"unknown replication CopyData tag {tag:#04x}")
+
+
+def standby_status_update(
+    write_lsn: int,
+    flush_lsn: int,
+    apply_lsn: int,
+    client_time_us: int | None = None,
+    *,
+    reply_requested: bool = False,
+) -> bytes:
+    """Build a standby status update (``'r'``).
+
+    Args:
+        write_lsn: last WAL byte + 1 received.
+        flush_lsn: last WAL byte + 1 durably stored; the server may recycle WAL before it, so
+            report only positions whose records are durable in the log.
+        apply_lsn: last WAL byte + 1 applied.
+        client_time_us: microseconds since 2000-01-01 UTC; now when omitted.
+        reply_requested: ask the server to answer at once with a keepalive.
+
+    Returns:
+        The CopyData payload to send.
+    """
+    for name, lsn in (("write", write_lsn), ("flush", flush_lsn), ("apply", apply_lsn)):
+        if not 0 <= lsn <= _MAX_LSN:
+            raise ValueError(f"{name} LSN out of range: {lsn}")
+    ts = now_pg_us() if client_time_us is None else client_time_us
+    return _STATUS.pack(b"r", write_lsn, flush_lsn, apply_lsn, ts, 1 if reply_requested else 0)
+
+
+def lsn_to_str(lsn: int) -> str:
+    """Format an LSN as PostgreSQL does: ``'16/B374D848'`` (upper hex, low half 8 digits).
+
+    Raises:
+        ValueError: the value is not a 64-bit unsigned integer.
+    """
+    if not 0 <= lsn <= _MAX_LSN:
+        raise ValueError(f"LSN out of range: {lsn}")
+    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:08X}"
+
+
+def str_to_lsn(text: str) -> int:
+    """Parse ``'16/B374D848'`` (any case, any zero padding) into an int.
+
+    Raises:
+        ValueError: not an LSN.
+    """
+    high, sep, low = text.strip().partition("/")
+    if not sep or not 1 <= len(high) <= 8 or not 1 <= len(low) <= 8:
+        raise ValueError(f"invalid LSN: {text!r}")
+    try:
+        return (int(high, 16) << 32) | int(low, 16)
+    except ValueError:
+        raise ValueError(f"invalid LSN: {text!r}") from None
+
+
+def pg_time_to_unix_ms(us_since_2000: int) -> int:
+    """PostgreSQL timestamp (µs since 2000-01-01 UTC) to milliseconds since the Unix epoch."""
+    # Floor division: a negative sub-millisecond remainder still belongs to the earlier ms.
+    return (us_since_2000 + PG_EPOCH_UNIX_US) // 1000
+
+
+def unix_ms_to_pg_time(unix_ms: int) -> int:
+    """Milliseconds since the Unix epoch to PostgreSQL's µs since 2000-01-01 UTC."""
+    return unix_ms * 1000 - PG_EPOCH_UNIX_US
+
+
+def now_pg_us() -> int:
+    """The current time as PostgreSQL counts it: µs since 2000-01-01 UTC."""
+    return time.time_ns() // 1000 - PG_EPOCH_UNIX_US
