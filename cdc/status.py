@@ -33,12 +33,13 @@ def topics_report(log: Log, pipeline: Pipeline) -> list[dict[str, Any]]:
 def sink_report(log: Log, pipeline: Pipeline) -> list[dict[str, Any]]:
     """Each sink's committed offsets and lag (records not yet applied) per topic."""
     report = []
+    existing = {info.name for info in log.topics()}
     for sink in pipeline.sinks:
         committed = log.committed_offsets(group_name(pipeline.name, sink.name))
         topics = []
         total_lag = 0
         for topic in sink_topics(pipeline, sink):
-            ends = log.end_offsets(topic)
+            ends = log.end_offsets(topic) if topic in existing else {}
             done = sum(committed.get(TopicPartition(topic, p), 0) for p in ends)
             end = sum(ends.values())
             topics.append({"topic": topic, "committed": done, "end": end, "lag": end - done})

@@ -1,4 +1,5 @@
-"""The shipped test kit: fault-injecting fakes for runtime tests the reference in-memory sink; the sink conformance kit is cdc.testing.conformance."""
+"""The shipped test kit: fault-injecting fakes for runtime tests, a reference in-memory sink,
+and the sink conformance kit (cdc.testing.conformance)."""
 
 from cdc.testing.fakes import FlakySink, ScriptedSource, make_event
 from cdc.testing.memory_sink import MemorySink, MemoryStore

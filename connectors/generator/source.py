@@ -73,9 +73,11 @@ class GeneratorSource:
             return SourceBatch()
         events = [self._change(n) for n in range(self._next, self._next + count)]
         self._next += count
-        schemas = [self._schema(e) for e in events if e.table_id not in self._announced]
-        for schema in schemas:
-            self._announced.add(f"{schema.schema}.{schema.table}")
+        schemas = []
+        for event in events:
+            if event.table_id not in self._announced:
+                self._announced.add(event.table_id)
+                schemas.append(self._schema(event))
         return SourceBatch(
             events=events, commit_offsets={OFFSET_KEY: {"next": self._next}}, schemas=schemas
         )

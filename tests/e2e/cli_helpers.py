@@ -1,0 +1,79 @@
+"""Running ``cdc`` as a user does: a real process, real signals, real files."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+
+def cdc(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """Run a ``cdc`` command to completion."""
+    return subprocess.run(
+        [sys.executable, "-m", "cdc.cli", *args],
+        cwd=cwd,
+        text=True,
+        capture_output=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def start_run(
+    pipeline: Path, cwd: Path, env: dict[str, str] | None = None, *extra: str
+) -> subprocess.Popen[str]:
+    """Start ``cdc run`` in the background, logs to ``cwd/run.log``."""
+    log = (cwd / "run.log").open("a")
+    return subprocess.Popen(
+        [sys.executable, "-m", "cdc.cli", "run", str(pipeline), *extra],
+        cwd=cwd,
+        text=True,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def stop(
+    process: subprocess.Popen[str], sig: int = signal.SIGTERM, timeout: float = 10
+) -> tuple[int, float]:
+    """Send ``sig`` and wait; returns (exit code, seconds it took)."""
+    started = time.monotonic()
+    process.send_signal(sig)
+    code = process.wait(timeout)
+    return code, time.monotonic() - started
+
+
+def tail_all(pipeline: Path, topic: str, cwd: Path) -> list[dict[str, Any]]:
+    """Every record of ``topic`` through ``cdc tail``."""
+    result = cdc("tail", str(pipeline), topic, "--from-beginning", "--timeout-s", "0.5", cwd=cwd)
+    assert result.returncode == 0, result.stderr
+    return [orjson.loads(line) for line in result.stdout.splitlines() if line]
+
+
+def latest_per_key(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The state a compacted topic describes: the last value per key (tombstones drop it)."""
+    state: dict[str, Any] = {}
+    for record in sorted(records, key=lambda r: (r["partition"], r["offset"])):
+        key = orjson.dumps(record["key"]).decode()
+        if record["value"] is None:
+            state.pop(key, None)
+        else:
+            state[key] = record["value"]["after"]
+    return state
+
+
+def wait_for(predicate: Any, timeout: float = 60, interval: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(interval)
