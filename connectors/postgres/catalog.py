@@ -1,0 +1,220 @@
+"""Catalog queries on an ordinary (non-replication) connection.
+
+Every statement is composed with :mod:`psycopg.sql`; names never reach SQL through string
+formatting. Failures name the culprit (table, publication, role) and, where a DBA must act,
+the exact statement to run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from cdc.errors import SourceFatal
+from connectors.postgres.errors import connect_error, lost
+from connectors.postgres.replication import session_conninfo
+from connectors.postgres.types import TYPE_QUERY, TypeRegistry
+
+Query = sql.SQL | sql.Composed
+
+
+@dataclass(frozen=True, slots=True)
+class TableInfo:
+    """A captured table as the catalog describes it at start.
+
+    Attributes:
+        replica_identity: ``d`` default, ``n`` nothing, ``f`` full, ``i`` index.
+        primary_key: primary-key columns in key order (empty without a primary key).
+    """
+
+    schema: str
+    table: str
+    oid: int
+    replica_identity: str
+    primary_key: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+
+@dataclass(frozen=True, slots=True)
+class SlotState:
+    """A row of ``pg_replication_slots``."""
+
+    plugin: str | None
+    database: str | None
+    active_pid: int | None
+    confirmed_flush: str | None
+
+
+_TABLE = sql.SQL(
+    "SELECT c.oid::int8, c.relreplident::text, has_table_privilege(c.oid, 'SELECT'),"
+    " ARRAY(SELECT a.attname::text FROM pg_index i"
+    "  CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)"
+    "  JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
+    "  WHERE i.indrelid = c.oid AND i.indisprimary ORDER BY k.ord)"
+    " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+    " WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')"
+)
+
+
+class Catalog:
+    """The catalog connection (autocommit).
+
+    Args:
+        dsn: the user's DSN (secret).
+        where: the redacted DSN, for messages.
+        connect_timeout_s: connection timeout.
+    """
+
+    def __init__(self, dsn: str, where: str, connect_timeout_s: float) -> None:
+        self._where = where
+        try:
+            self.conn = psycopg.connect(session_conninfo(dsn, connect_timeout_s), autocommit=True)
+            self.conn.adapters.register_dumper(_Untyped, _UntypedDumper)
+        except psycopg.OperationalError as exc:
+            raise connect_error(where, str(exc)) from exc
+
+    def rows(self, query: Query, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run one query; a broken connection becomes ``SourceUnavailable``."""
+        try:
+            return list(self.conn.execute(query, params).fetchall())
+        except psycopg.OperationalError as exc:
+            raise lost(self._where, str(exc)) from exc
+
+    def run(self, statement: Query) -> None:
+        """Run one statement that returns no rows (DDL)."""
+        try:
+            self.conn.execute(statement)
+        except psycopg.OperationalError as exc:
+            raise lost(self._where, str(exc)) from exc
+
+    def check_server(self) -> int:
+        """Check ``wal_level`` and return ``server_version_num``.
+
+        Raises:
+            SourceFatal: logical decoding is off.
+        """
+        [(level, version)] = self.rows(
+            sql.SQL("SELECT current_setting('wal_level'), current_setting('server_version_num')")
+        )
+        if level != "logical":
+            raise SourceFatal(
+                f"wal_level is {level!r} on {self._where}; logical replication needs "
+                "wal_level = logical (ALTER SYSTEM SET wal_level = logical; then restart)"
+            )
+        return int(version)
+
+    def check_role(self) -> str:
+        """Check that the role may replicate; returns its name.
+
+        Raises:
+            SourceFatal: the role has neither REPLICATION nor superuser.
+        """
+        [(role, replication, superuser)] = self.rows(
+            sql.SQL(
+                "SELECT rolname::text, rolreplication, rolsuper FROM pg_roles"
+                " WHERE rolname = current_user"
+            )
+        )
+        if not (replication or superuser):
+            raise SourceFatal(
+                f"role {role!r} lacks the REPLICATION attribute; a DBA must run: "
+                + sql.SQL("ALTER ROLE {} WITH REPLICATION;")
+                .format(sql.Identifier(role))
+                .as_string(self.conn)
+            )
+        return str(role)
+
+    def table(self, schema: str, table: str, role: str) -> TableInfo:
+        """Describe one configured table.
+
+        Raises:
+            SourceFatal: the table does not exist or the role may not read it.
+        """
+        found = self.rows(_TABLE, (schema, table))
+        if not found:
+            raise SourceFatal(f"table {schema}.{table} does not exist (source.tables)")
+        oid, identity, readable, key = found[0]
+        if not readable:
+            grant = sql.SQL("GRANT SELECT ON {} TO {};").format(
+                sql.Identifier(schema, table), sql.Identifier(role)
+            )
+            raise SourceFatal(
+                f"role {role!r} may not SELECT from {schema}.{table}; a DBA must run: "
+                + grant.as_string(self.conn)
+            )
+        return TableInfo(schema, table, int(oid), identity, tuple(key))
+
+    def slot(self, name: str) -> SlotState | None:
+        """The slot called ``name``, or ``None``."""
+        found = self.rows(
+            sql.SQL(
+                "SELECT plugin::text, database::text, active_pid, confirmed_flush_lsn::text"
+                " FROM pg_replication_slots WHERE slot_name = %s"
+            ),
+            (name,),
+        )
+        return SlotState(*found[0]) if found else None
+
+    def not_null(self, oid: int) -> set[str]:
+        """Names of the NOT NULL columns of a table (for published schemas)."""
+        rows = self.rows(
+            sql.SQL(
+                "SELECT attname::text FROM pg_attribute WHERE attrelid = %s AND attnum > 0"
+                " AND NOT attisdropped AND attnotnull"
+            ),
+            (oid,),
+        )
+        return {r[0] for r in rows}
+
+    def read_row(
+        self, schema: str, table: str, columns: Sequence[str], key: dict[str, str | None]
+    ) -> tuple[str | None, ...] | None:
+        """The current text form of ``columns`` of the row with ``key`` (text values).
+
+        Key values go as untyped parameters so the server casts them to the column's type.
+        """
+        query = sql.SQL("SELECT {} FROM {} WHERE {}").format(
+            sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(c)) for c in columns),
+            sql.Identifier(schema, table),
+            sql.SQL(" AND ").join(
+                sql.SQL("{} IS NULL" if v is None else "{} = %s").format(sql.Identifier(k))
+                for k, v in key.items()
+            ),
+        )
+        found = self.rows(query, [_Untyped(v) for v in key.values() if v is not None])
+        return tuple(found[0]) if found else None
+
+    def load_types(self, registry: TypeRegistry, oids: Sequence[int]) -> None:
+        """Add the catalog rows of ``oids`` (and the types they build on) to ``registry``."""
+        registry.add_rows(self.rows(sql.SQL(TYPE_QUERY), (list(oids),)))
+
+    def database(self) -> str:
+        """The name of the connected database."""
+        return str(self.rows(sql.SQL("SELECT current_database()::text"))[0][0])
+
+    def emit_message(self, prefix: str, content: str) -> None:
+        """``pg_logical_emit_message(false, prefix, content)``: WAL the slot will decode."""
+        self.rows(sql.SQL("SELECT pg_logical_emit_message(false, %s, %s)::text"), (prefix, content))
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class _Untyped(str):
+    """A parameter sent as ``unknown`` so PostgreSQL infers its type from the column."""
+
+    __slots__ = ()
+
+
+class _UntypedDumper(psycopg.adapt.Dumper):
+    oid = 0  # unknown: the server casts the text to whatever the comparison needs
+
+    def dump(self, obj: Any) -> bytes:
+        return str(obj).encode()

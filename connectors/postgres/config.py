@@ -1,0 +1,71 @@
+"""The ``source`` section of a pipeline file when ``type: postgres``."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+from cdc.config import SourceConfig
+
+#: Slot names allow only these characters (PostgreSQL's rule), which also makes them safe to
+#: place inside a replication command.
+SLOT_PATTERN = r"^[a-z0-9_]{1,63}$"
+PUBLICATION_PATTERN = r"^[a-z_][a-z0-9_]{0,62}$"
+
+
+class PostgresSourceConfig(SourceConfig):
+    """Settings of the PostgreSQL source.
+
+    Attributes:
+        dsn: libpq connection string or URL; a secret, never logged (see ``redact_url``).
+        key_columns: per ``schema.table``, the columns that form the record key of a table
+            without a primary key.
+        publication: publication name; ``<pipeline>_pub`` when omitted.
+        slot: replication slot name; ``<pipeline>_slot`` when omitted.
+        stream_in_progress: ask the server (PostgreSQL 14+) to stream large transactions
+            before they commit (protocol version 2); they are spooled to disk until commit.
+        heartbeat_interval_s: emit a ``pg_logical_emit_message`` this often so the slot's
+            position moves even when this database is idle; off when omitted.
+        status_interval_s: how often a standby status update reports the flush position.
+        max_batch_events: most events one poll returns inside a large transaction.
+        connect_timeout_s: how long a connection attempt may take.
+    """
+
+    type: Literal["postgres"] = "postgres"
+    dsn: SecretStr
+    key_columns: dict[str, list[str]] = Field(default_factory=dict)
+    publication: str | None = Field(default=None, pattern=PUBLICATION_PATTERN)
+    slot: str | None = Field(default=None, pattern=SLOT_PATTERN)
+    stream_in_progress: bool = False
+    heartbeat_interval_s: float | None = Field(default=None, gt=0)
+    status_interval_s: float = Field(default=10.0, gt=0)
+    max_batch_events: int = Field(default=5000, ge=1)
+    connect_timeout_s: float = Field(default=10.0, gt=0)
+
+    @field_validator("key_columns")
+    @classmethod
+    def _non_empty(cls, key_columns: dict[str, list[str]]) -> dict[str, list[str]]:
+        for table, columns in key_columns.items():
+            if not columns:
+                raise ValueError(f"key_columns of {table!r} is empty")
+        return key_columns
+
+    @model_validator(mode="after")
+    def _key_tables_captured(self) -> PostgresSourceConfig:
+        unknown = sorted(set(self.key_columns) - set(self.tables))
+        if unknown:
+            raise ValueError(f"key_columns names tables that are not captured: {unknown}")
+        return self
+
+    def slot_name(self, pipeline: str) -> str:
+        """The replication slot of ``pipeline``."""
+        return self.slot or f"{pipeline}_slot"
+
+    def publication_name(self, pipeline: str) -> str:
+        """The publication of ``pipeline``."""
+        return self.publication or f"{pipeline}_pub"
+
+    def table_pairs(self) -> list[tuple[str, str]]:
+        """``(schema, table)`` of every configured table, in configuration order."""
+        return [(t.partition(".")[0], t.partition(".")[2]) for t in self.tables]

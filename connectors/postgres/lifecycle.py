@@ -1,0 +1,169 @@
+"""Publication and slot lifecycle: create when missing, reuse when present, fail loudly when a
+stored position can no longer be honoured, and drop on request (``cdc drop``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import psycopg
+import structlog
+from psycopg import sql
+
+from cdc.config import redact_url
+from cdc.errors import SourceFatal
+from cdc.logging import Logger
+from connectors.postgres.catalog import Catalog, Query, SlotState, TableInfo
+from connectors.postgres.config import PostgresSourceConfig
+from connectors.postgres.replication import (
+    CreatedSlot,
+    ReplicationCommandError,
+    ReplicationConnection,
+)
+
+#: How long a slot may stay active before we call it taken: a walsender of a process that was
+#: just killed needs a moment to notice its client is gone.
+ACTIVE_SLOT_GRACE_S = 10.0
+
+
+def _table_list(tables: Sequence[TableInfo]) -> sql.Composed:
+    return sql.SQL(", ").join(sql.Identifier(t.schema, t.table) for t in tables)
+
+
+def ensure_publication(
+    catalog: Catalog, name: str, tables: Sequence[TableInfo], role: str, logger: Logger
+) -> None:
+    """Create publication ``name`` for ``tables``, or add the tables it lacks.
+
+    Raises:
+        SourceFatal: the role may not create or alter it; the message gives the DBA's statement.
+    """
+    found = catalog.rows(sql.SQL("SELECT 1 FROM pg_publication WHERE pubname = %s"), (name,))
+    if not found:
+        statement = sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
+            sql.Identifier(name), _table_list(tables)
+        )
+        _run_ddl(catalog, statement, f"role {role!r} may not create publication {name!r}")
+        logger.info("publication.created", publication=name, tables=[t.name for t in tables])
+        return
+    published = {
+        (s, t)
+        for s, t in catalog.rows(
+            sql.SQL(
+                "SELECT schemaname::text, tablename::text FROM pg_publication_tables"
+                " WHERE pubname = %s"
+            ),
+            (name,),
+        )
+    }
+    for table in tables:
+        if (table.schema, table.table) in published:
+            continue
+        statement = sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
+            sql.Identifier(name), sql.Identifier(table.schema, table.table)
+        )
+        _run_ddl(
+            catalog,
+            statement,
+            f"table {table.name} is not in publication {name!r} and role {role!r} may not add it",
+        )
+        logger.info("publication.table_added", publication=name, table=table.name)
+
+
+def _run_ddl(catalog: Catalog, statement: Query, problem: str) -> None:
+    try:
+        catalog.run(statement)
+    except psycopg.errors.InsufficientPrivilege as exc:
+        text = statement.as_string(catalog.conn)
+        reason = exc.diag.message_primary
+        raise SourceFatal(f"{problem} ({reason}); a DBA must run: {text};") from exc
+    except psycopg.errors.ObjectNotInPrerequisiteState as exc:
+        raise SourceFatal(f"{problem}: {exc.diag.message_primary}") from exc
+
+
+def check_slot(catalog: Catalog, slot: str, database: str) -> SlotState | None:
+    """The slot, once no other process holds it.
+
+    Raises:
+        SourceFatal: the slot belongs to another plugin or database, or stays active in another
+            process past the grace period.
+    """
+    deadline = time.monotonic() + ACTIVE_SLOT_GRACE_S
+    while True:
+        state = catalog.slot(slot)
+        if state is None:
+            return None
+        if state.plugin != "pgoutput" or state.database != database:
+            raise SourceFatal(
+                f"replication slot {slot!r} exists for plugin {state.plugin!r} in database "
+                f"{state.database!r}, not pgoutput in {database!r}; choose another slot name"
+            )
+        if state.active_pid is None:
+            return state
+        if time.monotonic() > deadline:
+            raise slot_in_use(slot, state.active_pid)
+        time.sleep(0.25)
+
+
+def slot_in_use(slot: str, pid: int | None) -> SourceFatal:
+    """The error for a slot another process streams from."""
+    who = f"process {pid}" if pid else "another process"
+    return SourceFatal(
+        f"replication slot {slot!r} is active in {who} (is this pipeline running elsewhere?); "
+        f"stop it, or terminate it with SELECT pg_terminate_backend({pid or 'pid'})"
+    )
+
+
+def create_slot(
+    repl: ReplicationConnection, slot: str, logger: Logger, snapshot: str = "nothing"
+) -> CreatedSlot:
+    """Create the slot; the caller decides whether a missing slot may be re-created."""
+    try:
+        created = repl.create_slot(slot, "export" if snapshot == "export" else "nothing")
+    except ReplicationCommandError as exc:
+        raise SourceFatal(f"cannot create replication slot {slot!r}: {exc}") from exc
+    logger.info("slot.created", slot=slot, consistent_point=created.consistent_point)
+    return created
+
+
+def lost_slot(slot: str, lsn_str: str) -> SourceFatal:
+    """The error for a slot that vanished while a position is stored."""
+    return SourceFatal(
+        f"replication slot {slot!r} no longer exists, but position {lsn_str} is stored: changes "
+        "after it may have been lost. Re-snapshot (snapshot: when_needed), or drop the "
+        "pipeline's stored state and start over"
+    )
+
+
+def drop_replication_objects(config: PostgresSourceConfig, pipeline_name: str) -> list[str]:
+    """Drop the pipeline's slot and publication (``cdc drop``).
+
+    Returns:
+        What was dropped, e.g. ``["slot shop_slot", "publication shop_pub"]``.
+
+    Raises:
+        SourceFatal: the slot is in use, or the role may not drop an object.
+        SourceUnavailable: the server cannot be reached.
+    """
+    logger: Logger = structlog.get_logger().bind(pipeline=pipeline_name)
+    dsn = config.dsn.get_secret_value()
+    catalog = Catalog(dsn, redact_url(dsn), config.connect_timeout_s)
+    dropped: list[str] = []
+    try:
+        slot = config.slot_name(pipeline_name)
+        state = catalog.slot(slot)
+        if state is not None:
+            if state.active_pid is not None:
+                raise slot_in_use(slot, state.active_pid)
+            catalog.rows(sql.SQL("SELECT pg_drop_replication_slot(%s)::text"), (slot,))
+            dropped.append(f"slot {slot}")
+        publication = config.publication_name(pipeline_name)
+        exists = sql.SQL("SELECT 1 FROM pg_publication WHERE pubname = %s")
+        if catalog.rows(exists, (publication,)):
+            statement = sql.SQL("DROP PUBLICATION {}").format(sql.Identifier(publication))
+            _run_ddl(catalog, statement, f"cannot drop publication {publication!r}")
+            dropped.append(f"publication {publication}")
+    finally:
+        catalog.close()
+    logger.info("replication_objects.dropped", dropped=dropped)
+    return dropped

@@ -1,0 +1,131 @@
+"""What the source knows about each relation: its shape, its key, its converter, its schema.
+
+Built from pgoutput ``Relation`` messages, which the server sends before a relation's first
+change in a session and again after its shape changes (``ALTER TABLE`` mid-stream).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cdc.errors import SourceFatal
+from cdc.events import topic_name
+from cdc.schema import Column, TableSchema
+from connectors.postgres.catalog import TableInfo
+from connectors.postgres.pgoutput import Relation, TupleData
+from connectors.postgres.types import TypeRegistry, row_converter, type_name
+
+CONNECTOR = "postgresql"
+
+
+@dataclass(frozen=True, slots=True)
+class RelationState:
+    """One captured relation as of its latest ``Relation`` message.
+
+    Attributes:
+        key: record-key columns in key order.
+        key_index: their positions in a tuple.
+        convert: tuple -> row dict (``UNCHANGED`` passes through).
+        index: column name -> position in a tuple.
+    """
+
+    relation: Relation
+    info: TableInfo
+    topic: str
+    key: tuple[str, ...]
+    key_index: tuple[int, ...]
+    convert: Callable[[TupleData], dict[str, Any]]
+    index: Mapping[str, int]
+    table_schema: TableSchema
+
+    @property
+    def schema(self) -> str:
+        return self.info.schema
+
+    @property
+    def table(self) -> str:
+        return self.info.table
+
+    def key_text(self, values: TupleData) -> dict[str, str | None]:
+        """The key's values in text form from a raw tuple (for a fallback read)."""
+        names = self.key
+        return {
+            name: (v if isinstance(v, str) else None)
+            for name, v in zip(names, (values[i] for i in self.key_index), strict=True)
+        }
+
+
+def check_keyable(info: TableInfo, configured: Sequence[str] | None) -> None:
+    """Fail at start for a table whose changes could not be keyed.
+
+    Raises:
+        SourceFatal: no primary key, no usable replica identity and no configured key columns.
+    """
+    if configured or info.primary_key or info.replica_identity in ("f", "i"):
+        return
+    raise SourceFatal(
+        f"table {info.name} has no primary key: add one, set REPLICA IDENTITY FULL, or name "
+        f"its key columns in source.key_columns[{info.name!r}]"
+    )
+
+
+def resolve_key(
+    info: TableInfo, relation: Relation, configured: Sequence[str] | None
+) -> tuple[str, ...]:
+    """The record key of a relation: configured columns, else the primary key, else the
+    replica identity index, else (``REPLICA IDENTITY FULL``) every column.
+
+    Raises:
+        SourceFatal: configured key columns the table does not have, or no key at all.
+    """
+    names = [c.name for c in relation.columns]
+    if configured:
+        absent = [c for c in configured if c not in names]
+        if absent:
+            raise SourceFatal(f"key_columns of {info.name} names missing columns {absent}")
+        return tuple(configured)
+    flagged = [c.name for c in relation.columns if c.is_key]
+    pk_present = bool(info.primary_key) and all(c in names for c in info.primary_key)
+    if pk_present and (relation.replica_identity != "i" or set(flagged) == set(info.primary_key)):
+        return info.primary_key
+    if relation.replica_identity in ("d", "i") and flagged:
+        return tuple(flagged)
+    if relation.replica_identity == "f":
+        return tuple(names)
+    check_keyable(info, configured)
+    raise SourceFatal(f"table {info.name} has no key columns in its replica identity")
+
+
+def build_state(
+    pipeline: str,
+    info: TableInfo,
+    relation: Relation,
+    registry: TypeRegistry,
+    configured_key: Sequence[str] | None,
+    not_null: set[str],
+    position: int,
+) -> RelationState:
+    """The relation's state after a ``Relation`` message (types must already be loaded)."""
+    key = resolve_key(info, relation, configured_key)
+    index = {c.name: i for i, c in enumerate(relation.columns)}
+    columns = tuple(
+        Column(
+            name=c.name,
+            type=type_name(c.type_oid, c.type_modifier, registry),
+            key=c.name in key,
+            nullable=c.name not in not_null,
+        )
+        for c in relation.columns
+    )
+    return RelationState(
+        relation=relation,
+        info=info,
+        topic=topic_name(pipeline, info.schema, info.table),
+        key=key,
+        key_index=tuple(index[k] for k in key),
+        convert=row_converter(relation.columns, registry),
+        index=index,
+        table_schema=TableSchema(CONNECTOR, info.schema, info.table, columns, position),
+    )

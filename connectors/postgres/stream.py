@@ -1,0 +1,359 @@
+"""Turn decoded pgoutput messages into change events, in commit order, in bounded batches.
+
+The assembler has no I/O of its own: the source feeds it messages and hands it a
+:class:`CatalogReader` for the rare lookups (types, NOT NULL flags, TOAST fallback reads).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from cdc.envelope import encode_key
+from cdc.events import ChangeEvent, Op, Row, SourceInfo
+from cdc.logging import Logger
+from cdc.schema import TableSchema
+from cdc.source import DeadLetter, SourceBatch
+from connectors.postgres import pgoutput as pg
+from connectors.postgres.catalog import TableInfo
+from connectors.postgres.protocol import lsn_to_str, pg_time_to_unix_ms
+from connectors.postgres.relations import CONNECTOR, RelationState, build_state
+from connectors.postgres.toast import ToastFiller, fill_from, missing_columns
+from connectors.postgres.types import ConversionError, TypeRegistry
+
+MessageHook = Callable[[pg.LogicalMessage, int], None]
+
+
+class CatalogReader(Protocol):
+    """The catalog lookups the assembler needs."""
+
+    def load_types(self, registry: TypeRegistry, oids: Sequence[int]) -> None: ...
+
+    def not_null(self, oid: int) -> set[str]: ...
+
+    def read_row(
+        self, schema: str, table: str, columns: Sequence[str], key: dict[str, str | None]
+    ) -> tuple[str | None, ...] | None: ...
+
+
+def offsets_for(lsn: int) -> dict[str, Any]:
+    """The source offsets stored with a batch: everything up to ``lsn`` is in the log."""
+    return {"postgres": {"lsn": lsn, "lsn_str": lsn_to_str(lsn)}}
+
+
+class Assembler:
+    """Builds batches from messages.
+
+    Args:
+        pipeline: pipeline name (topics).
+        db: database name (``source.db``).
+        tables: captured tables by ``(schema, table)``.
+        key_columns: configured key columns by ``schema.table``.
+        catalog: catalog lookups.
+        toast: previous images for unchanged TOAST values.
+        on_bad_record: ``fail`` or ``dead_letter``.
+        logger: bound logger.
+        hooks: logical-message handlers by prefix (snapshot watermarks); ``ignored`` prefixes
+            (the heartbeat) are dropped silently.
+    """
+
+    def __init__(
+        self,
+        pipeline: str,
+        db: str,
+        tables: Mapping[tuple[str, str], TableInfo],
+        key_columns: Mapping[str, Sequence[str]],
+        catalog: CatalogReader,
+        toast: ToastFiller,
+        on_bad_record: str,
+        logger: Logger,
+        ignored_prefixes: Sequence[str] = (),
+    ) -> None:
+        self._pipeline, self._db, self._tables = pipeline, db, tables
+        self._key_columns, self._catalog, self._toast = key_columns, catalog, toast
+        self._fail = on_bad_record != "dead_letter"
+        self._logger = logger
+        self.hooks: dict[str, MessageHook] = {}
+        self._ignored_prefixes = frozenset(ignored_prefixes)
+        self.registry = TypeRegistry()
+        self._relations: dict[int, RelationState] = {}
+        self._skipped: set[int] = set()  # published relations that are not captured here
+        self._published: dict[tuple[str, str], TableSchema] = {}
+        self.in_tx = False
+        self._xid = self._final_lsn = self._ts_ms = self._seq = 0
+        self._events: list[ChangeEvent] = []
+        self._schemas: list[TableSchema] = []
+        self._next_schemas: list[TableSchema] = []
+        self._dead: list[DeadLetter] = []
+        self._commit_lsn: int | None = None
+        self.cut = False  # the batch must end before the next event (a shape change)
+        self._handlers: dict[type, Callable[[Any, int], None]] = {
+            pg.Begin: self._begin,
+            pg.Commit: self._commit,
+            pg.Relation: self._relation,
+            pg.Insert: self._insert,
+            pg.Update: self._update,
+            pg.Delete: self._delete,
+            pg.Truncate: self._truncate,
+            pg.LogicalMessage: self._message,
+            pg.TypeInfo: self._type,
+            pg.Origin: _ignore,
+        }
+
+    # -- batches ---------------------------------------------------------------------------
+
+    @property
+    def pending(self) -> int:
+        """Events waiting in the current batch."""
+        return len(self._events)
+
+    @property
+    def has_output(self) -> bool:
+        return bool(self._events or self._schemas or self._dead or self._commit_lsn)
+
+    def take(self) -> SourceBatch:
+        """The batch built so far; its offsets are set only at a transaction boundary."""
+        committed = None if self.in_tx or self._commit_lsn is None else self._commit_lsn
+        batch = SourceBatch(
+            events=self._events,
+            commit_offsets=None if committed is None else offsets_for(committed),
+            schemas=self._schemas,
+            dead_letters=tuple(self._dead),
+        )
+        self._events, self._schemas, self._dead = [], self._next_schemas, []
+        self._next_schemas = []
+        self.cut = False
+        if committed is not None:
+            self._commit_lsn = None
+        return batch
+
+    def handle(self, message: pg.PgOutputMessage, lsn: int) -> None:
+        """Apply one decoded message; ``lsn`` is its WAL position (0 when not known)."""
+        handler = self._handlers.get(type(message))
+        if handler is None:
+            raise pg.ProtocolError(f"unexpected message outside streaming: {message!r}")
+        handler(message, lsn)
+
+    # -- transaction framing ---------------------------------------------------------------
+
+    def _begin(self, msg: pg.Begin, lsn: int) -> None:
+        self.in_tx = True
+        self._xid, self._final_lsn = msg.xid, msg.final_lsn
+        self._ts_ms = pg_time_to_unix_ms(msg.commit_ts_us)
+        self._seq = 0
+
+    def begin_streamed(self, xid: int, commit_lsn: int, commit_ts_us: int) -> None:
+        """Start replaying a transaction the server streamed before its commit."""
+        self._begin(pg.Begin(commit_lsn, commit_ts_us, xid), commit_lsn)
+
+    def _commit(self, msg: pg.Commit, lsn: int) -> None:
+        self.commit(msg.end_lsn)
+
+    def commit(self, end_lsn: int) -> None:
+        """End the current transaction at ``end_lsn``, its commit record's end."""
+        self.in_tx = False
+        self._commit_lsn = end_lsn
+
+    def _message(self, msg: pg.LogicalMessage, lsn: int) -> None:
+        if msg.prefix in self._ignored_prefixes:
+            return
+        hook = self.hooks.get(msg.prefix)
+        if hook is not None:
+            hook(msg, lsn)
+
+    def _type(self, msg: pg.TypeInfo, lsn: int) -> None:
+        if msg.oid not in self.registry:
+            self._catalog.load_types(self.registry, [msg.oid])
+
+    # -- relations -------------------------------------------------------------------------
+
+    def _relation(self, msg: pg.Relation, lsn: int) -> None:
+        info = self._tables.get((msg.namespace or "pg_catalog", msg.name))
+        if info is None:
+            self._skipped.add(msg.oid)
+            self._relations.pop(msg.oid, None)
+            return
+        missing = self.registry.missing(c.type_oid for c in msg.columns)
+        if missing:
+            self._catalog.load_types(self.registry, missing)
+        state = build_state(
+            self._pipeline,
+            info,
+            msg,
+            self.registry,
+            self._key_columns.get(info.name),
+            self._catalog.not_null(info.oid),
+            self._final_lsn,
+        )
+        self._relations[msg.oid] = state
+        self._skipped.discard(msg.oid)
+        self._publish(state.table_schema)
+
+    def _publish(self, schema: TableSchema) -> None:
+        name = (schema.schema, schema.table)
+        if schema.same_shape(self._published.get(name)):
+            return
+        self._published[name] = schema
+        if self._events:
+            # Events of the old shape go out in their own batch, ahead of the new schema.
+            self._next_schemas.append(schema)
+            self.cut = True
+        else:
+            self._schemas.append(schema)
+
+    def _state(self, oid: int) -> RelationState | None:
+        state = self._relations.get(oid)
+        if state is None and oid not in self._skipped:
+            raise pg.ProtocolError(f"change for relation {oid} before its Relation message")
+        return state
+
+    # -- changes ---------------------------------------------------------------------------
+
+    def _emit(
+        self,
+        op: Op,
+        rel: RelationState,
+        key: Row,
+        before: Row | None,
+        after: Row | None,
+        lsn: int,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        info = {"lsn": lsn or self._final_lsn}
+        if extra:
+            info.update(extra)
+        source = SourceInfo(
+            CONNECTOR,
+            self._db,
+            rel.info.schema,
+            rel.info.table,
+            self._ts_ms,
+            self._final_lsn,
+            self._seq,
+            "false",
+            self._xid,
+            info,
+        )
+        self._seq += 1
+        self._events.append(ChangeEvent(op, key, before, after, source))
+        if op is not Op.TRUNCATE:
+            self._toast.remember(rel.topic, encode_key(key), after)
+
+    def _insert(self, msg: pg.Insert, lsn: int) -> None:
+        rel = self._state(msg.relation_oid)
+        if rel is None:
+            return
+        after = self._convert(rel, msg.new, "c", lsn)
+        if after is None:
+            return
+        extra = self._fill(rel, after, None, after, msg.new) if pg.UNCHANGED in msg.new else None
+        self._emit(Op.CREATE, rel, {k: after[k] for k in rel.key}, None, after, lsn, extra)
+
+    def _update(self, msg: pg.Update, lsn: int) -> None:
+        rel = self._state(msg.relation_oid)
+        if rel is None:
+            return
+        after = self._convert(rel, msg.new, "u", lsn)
+        old = None if msg.old is None else self._convert(rel, msg.old, "u", lsn)
+        if after is None or (msg.old is not None and old is None):
+            return
+        key = {k: after[k] for k in rel.key}
+        old_key = key if old is None else {k: old[k] for k in rel.key}
+        extra = None
+        if pg.UNCHANGED in msg.new:
+            image = old if msg.old_kind == "O" else None
+            extra = self._fill(rel, after, image, old_key, msg.new)
+        if old_key != key:
+            # A key change: the old key's record must disappear, the new one appear.
+            before = old if msg.old_kind == "O" else old_key
+            self._emit(Op.DELETE, rel, old_key, before, None, lsn)
+            self._emit(Op.CREATE, rel, key, None, after, lsn, extra)
+            return
+        before = old if msg.old_kind == "O" else None
+        self._emit(Op.UPDATE, rel, key, before, after, lsn, extra)
+
+    def _delete(self, msg: pg.Delete, lsn: int) -> None:
+        rel = self._state(msg.relation_oid)
+        if rel is None:
+            return
+        old = self._convert(rel, msg.old, "d", lsn)
+        if old is None:
+            return
+        key = {k: old[k] for k in rel.key}
+        before = old if msg.old_kind == "O" else key
+        if msg.old_kind == "O" and pg.UNCHANGED in msg.old:
+            before = {k: v for k, v in old.items() if v is not pg.UNCHANGED}
+        self._emit(Op.DELETE, rel, key, before, None, lsn)
+
+    def _truncate(self, msg: pg.Truncate, lsn: int) -> None:
+        for oid in msg.relation_oids:
+            rel = self._state(oid)
+            if rel is not None:
+                self._emit(Op.TRUNCATE, rel, {}, None, None, lsn)
+
+    def _convert(self, rel: RelationState, values: pg.TupleData, op: str, lsn: int) -> Row | None:
+        try:
+            return rel.convert(values)
+        except ConversionError as exc:
+            if self._fail:
+                where = f"table {rel.info.name}, LSN {lsn_to_str(lsn or self._final_lsn)}"
+                raise ConversionError(
+                    exc.type_name, exc.value, f"{exc.reason} ({where})", exc.column
+                ) from exc
+            self._dead.append(self._dead_letter(rel, values, op, lsn, str(exc)))
+            return None
+
+    def _dead_letter(
+        self, rel: RelationState, values: pg.TupleData, op: str, lsn: int, reason: str
+    ) -> DeadLetter:
+        names = [c.name for c in rel.relation.columns]
+        raw = {
+            n: (None if v is None or v is pg.UNCHANGED else v if isinstance(v, str) else v.hex())
+            for n, v in zip(names, values, strict=False)
+        }
+        return DeadLetter(
+            table=rel.info.name,
+            key={k: raw.get(k) for k in rel.key},
+            reason=reason,
+            payload={
+                "op": op,
+                "lsn": lsn_to_str(lsn or self._final_lsn),
+                "xid": self._xid,
+                "values": raw,
+            },
+        )
+
+    # -- TOAST -----------------------------------------------------------------------------
+
+    def _fill(
+        self,
+        rel: RelationState,
+        row: Row,
+        image: Row | None,
+        lookup_key: Row,
+        raw: pg.TupleData,
+    ) -> dict[str, Any] | None:
+        missing = fill_from(row, image, missing_columns(row))
+        if missing:
+            previous = self._toast.previous(rel.topic, encode_key(lookup_key))
+            missing = fill_from(row, previous, missing)
+        if not missing:
+            return None
+        text = self._catalog.read_row(rel.schema, rel.table, missing, rel.key_text(raw))
+        if text is None:
+            for name in missing:
+                row[name] = None
+            self._logger.warning("toast.row_gone", table=rel.info.name, columns=missing)
+            return {"toast_unavailable": missing}
+        values: list[Any] = [None] * len(rel.relation.columns)
+        for name, value in zip(missing, text, strict=True):
+            values[rel.index[name]] = value
+        read = rel.convert(tuple(values))
+        for name in missing:
+            row[name] = read[name]
+        self._logger.info("toast.fallback_read", table=rel.info.name, columns=missing)
+        return {"toast_fallback": True, "toast_fallback_columns": missing}
+
+
+def _ignore(message: Any, lsn: int) -> None:
+    return None
