@@ -7,6 +7,8 @@ Java client's built-in partitioner computes it for a record with a key.
 
 from __future__ import annotations
 
+import struct
+
 _SEED = 0x9747B28C
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
@@ -15,26 +17,24 @@ _MASK = 0xFFFFFFFF
 def murmur2(data: bytes) -> int:
     """Kafka's murmur2 of ``data`` as a signed 32-bit integer (Java's ``int``)."""
     length = len(data)
-    h = (_SEED ^ length) & _MASK
-    body = length & ~3
-    # Java reads each 4-byte chunk little-endian; int.from_bytes on a slice is the fastest
-    # pure-Python way to do that.
-    for i in range(0, body, 4):
-        k = (int.from_bytes(data[i : i + 4], "little") * _M) & _MASK
-        k ^= k >> 24
-        k = (k * _M) & _MASK
+    h = _SEED ^ length
+    body = length >> 2
+    # Java reads the body as little-endian 4-byte words; one unpack is the fastest way in pure
+    # Python (struct caches the compiled format itself, in a bounded cache).
+    for word in struct.unpack_from(f"<{body}I", data):
+        k = (word * _M) & _MASK
+        k = ((k ^ (k >> 24)) * _M) & _MASK
         h = ((h * _M) & _MASK) ^ k
-    tail = length - body
+    tail = length & 3
     if tail:
-        # Java's switch falls through: the tail bytes are XORed in highest first, then mixed once.
+        # Java's switch falls through: tail bytes are XORed in highest first, then mixed once.
+        i = body << 2
         if tail == 3:
-            h ^= data[body + 2] << 16
+            h ^= data[i + 2] << 16
         if tail >= 2:
-            h ^= data[body + 1] << 8
-        h ^= data[body]
-        h = (h * _M) & _MASK
-    h ^= h >> 13
-    h = (h * _M) & _MASK
+            h ^= data[i + 1] << 8
+        h = ((h ^ data[i]) * _M) & _MASK
+    h = ((h ^ (h >> 13)) * _M) & _MASK
     h ^= h >> 15
     return h - 0x100000000 if h & 0x80000000 else h
 

@@ -31,6 +31,7 @@ from cdc.log import embedded_compaction, embedded_store
 from cdc.log.base import PartitionsCallback, StartOffsets, StoredRecord, TopicInfo, TopicPartition
 from cdc.log.embedded_consumer import EmbeddedConsumer
 from cdc.log.embedded_store import (
+    BUSY_TIMEOUT_MS,
     DB_FILE,
     INSERT_PARTITION,
     INSERT_TOPIC,
@@ -63,6 +64,8 @@ class EmbeddedLog:
             ``"normal"`` survives a process crash but may lose the last commits on power loss.
         tombstone_retention_ms: how long compaction keeps a tombstone after its timestamp, so
             consumers that lag by less than this still see the delete.
+        busy_timeout_ms: how long a write waits for another writer's lock before
+            :class:`~cdc.errors.LogUnavailable`; generous, since ``cdc snapshot`` may hold it.
     """
 
     def __init__(
@@ -71,6 +74,8 @@ class EmbeddedLog:
         partitions: int = 1,
         durability: Durability = "full",
         tombstone_retention_ms: int = 86_400_000,
+        *,
+        busy_timeout_ms: int = BUSY_TIMEOUT_MS,
     ) -> None:
         if partitions < 1:
             raise LogError(f"embedded log: partitions must be at least 1, not {partitions}")
@@ -80,6 +85,7 @@ class EmbeddedLog:
         self.partitions = partitions
         self.durability: Durability = durability
         self.tombstone_retention_ms = tombstone_retention_ms
+        self.busy_timeout_ms = busy_timeout_ms
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -272,7 +278,7 @@ class EmbeddedLog:
         if conn is None:
             if self.closed:
                 raise LogError("embedded log: the log is closed")
-            conn = connect(self.path / DB_FILE, self.durability)
+            conn = connect(self.path / DB_FILE, self.durability, self.busy_timeout_ms)
             with self._lock:
                 self._connections.append(conn)
             self._local.conn = conn

@@ -58,11 +58,11 @@ class _Partition(NamedTuple):
     dirty: int
 
 
-def needs_compaction(conn: sqlite3.Connection, min_dirty: int = MIN_DIRTY) -> bool:
+def needs_compaction(conn: sqlite3.Connection) -> bool:
     """Cheap check (two sums over the partitions table) for :meth:`EmbeddedLog.maybe_compact`."""
     with translated("checking for compaction"):
         dirty, live = conn.execute(_TOTALS).fetchone()
-    return bool(dirty > min_dirty and dirty > live * DIRTY_RATIO)
+    return bool(dirty > MIN_DIRTY and dirty > live * DIRTY_RATIO)
 
 
 def compact(conn: sqlite3.Connection, tombstone_cutoff_ms: int) -> dict[str, int]:

@@ -150,7 +150,9 @@ def write_transaction(conn: sqlite3.Connection, doing: str) -> Iterator[sqlite3.
             raise
 
 
-def connect(path: Path, durability: Durability) -> sqlite3.Connection:
+def connect(
+    path: Path, durability: Durability, busy_timeout_ms: int = BUSY_TIMEOUT_MS
+) -> sqlite3.Connection:
     """A connection with the log's pragmas, in autocommit mode (transactions are explicit).
 
     ``check_same_thread`` is off only so :meth:`EmbeddedLog.close` can close every thread's
@@ -161,7 +163,7 @@ def connect(path: Path, durability: Durability) -> sqlite3.Connection:
             path, isolation_level=None, check_same_thread=False, cached_statements=64
         )
         try:
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
             _enable_wal(conn)
             sync = "FULL" if durability == "full" else "NORMAL"
             conn.execute(f"PRAGMA synchronous = {sync}")

@@ -142,10 +142,12 @@ class EmbeddedTransaction:
 
     def _rows(self, records: Sequence[Record], ts: int) -> list[Row]:
         topic = records[0].topic
+        if not all(r.topic == topic for r in records):
+            return [self._row(record, ts) for record in records]
         meta = self._meta(topic)
-        if meta.partitions == 1 and all(r.topic == topic for r in records):
+        if meta.partitions == 1:
             return self._single_partition_rows(records, meta.id, ts)
-        return [self._row(record, ts) for record in records]
+        return self._keyed_rows(records, meta, ts)
 
     def _single_partition_rows(self, records: Sequence[Record], tid: int, ts: int) -> list[Row]:
         # The common shape (one table's batch, one partition) takes no per-record lookups.
@@ -155,6 +157,19 @@ class EmbeddedTransaction:
             (tid, 0, offset, r.key, r.value, ts)
             for offset, r in enumerate(records, start)  # enumerate counts the offsets up
         ]
+
+    def _keyed_rows(self, records: Sequence[Record], meta: TopicMeta, ts: int) -> list[Row]:
+        tid, count = meta.id, meta.partitions
+        partitions = [partition_for(r.key, count) for r in records]
+        nexts = {p: self._next_offset((tid, p)) for p in set(partitions)}
+        rows: list[Row] = []
+        append = rows.append
+        for p, r in zip(partitions, records, strict=True):
+            offset = nexts[p]
+            nexts[p] = offset + 1
+            append((tid, p, offset, r.key, r.value, ts))
+        self._next.update(((tid, p), offset) for p, offset in nexts.items())
+        return rows
 
     def _row(self, record: Record, ts: int) -> Row:
         meta = self._meta(record.topic)
