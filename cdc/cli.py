@@ -181,5 +181,76 @@ def drop(file: str, yes: bool) -> None:
             click.echo(line)
 
 
+@main.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option(
+    "--attempts",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Comparisons before a difference counts (changes may be in flight).",
+)
+@click.option("--wait-s", type=click.FloatRange(min=0), default=2.0, show_default=True)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=20,
+    show_default=True,
+    help="Most differing keys to name per table.",
+)
+def verify(file: str, as_json: bool, attempts: int, wait_s: float, limit: int) -> None:
+    """Compare the source with every sink: counts, checksums, differing keys (exit 1 if any)."""
+    from cdc.runtime.schemas import SchemaCatalog
+    from cdc.verify import verify_pipeline
+
+    pipeline = _load(file)
+    with _opened_log(pipeline) as log:
+        results = verify_pipeline(
+            pipeline, SchemaCatalog(log, pipeline.name), attempts, wait_s, limit
+        )
+    if as_json:
+        _emit_json([r.to_json() for r in results])
+    else:
+        for r in results:
+            state = "skipped" if r.skipped else ("ok" if r.ok else "DIFFERENT")
+            click.echo(
+                f"{r.sink:<12} {r.table:<30} {state:<9} source {r.source_count} rows "
+                f"({r.source_checksum})  sink {r.sink_count} rows ({r.sink_checksum})"
+            )
+            if r.skipped:
+                click.echo(f"    {r.skipped}")
+            for label, keys in (
+                ("missing in sink", r.missing),
+                ("extra in sink", r.extra),
+                ("different", r.different),
+            ):
+                if keys:
+                    click.echo(f"    {label}: {', '.join(map(str, keys))}")
+    sys.exit(0 if all(r.ok for r in results) else EXIT_RUNTIME)
+
+
+@main.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("table")
+@click.argument("query")
+@click.option("--sink", "sink_name", default=None, help="The search sink (default: the first).")
+@click.option("--limit", type=click.IntRange(min=1), default=10, show_default=True)
+def search(file: str, table: str, query: str, sink_name: str | None, limit: int) -> None:
+    """Query a search sink's index of TABLE (schema.table); prints matching rows as JSON lines."""
+    pipeline = _load(file)
+    candidates = [s for s in pipeline.sinks if s.type == "search" and sink_name in (None, s.name)]
+    if not candidates:
+        raise click.UsageError("the pipeline has no such search sink")
+    config = candidates[0]
+    if table not in (config.tables or pipeline.source.tables):
+        raise click.UsageError(f"sink {config.name!r} does not index {table!r}")
+    plugin = plugins.load(plugins.SINK_GROUP, config.type)
+    schema_name, _, table_name = table.partition(".")
+    with _runtime_errors():
+        for hit in plugin.search(config, schema_name, table_name, query, limit):
+            click.echo(orjson.dumps(hit).decode())
+
+
 if __name__ == "__main__":
     main()
