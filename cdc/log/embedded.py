@@ -41,6 +41,7 @@ from cdc.log.embedded_store import (
     TopicMeta,
     connect,
     migrate,
+    read_snapshot,
     translated,
     write_transaction,
 )
@@ -151,7 +152,10 @@ class EmbeddedLog:
             raise LogError(f"embedded log: topic {topic!r} has no partition {partition}")
         with translated("reading records"):
             rows = self._conn().execute(SELECT_RANGE, (meta.id, partition, offset, max_records))
-            return [StoredRecord(topic, partition, *row) for row in rows.fetchall()]
+            return [
+                StoredRecord(topic, partition, offset, key, value, ts)
+                for offset, key, value, ts in rows.fetchall()
+            ]
 
     def end_offsets(self, topic: str) -> dict[int, int]:
         """The next offset of each partition (the high-water mark, kept across compaction)."""
@@ -165,14 +169,9 @@ class EmbeddedLog:
     def topics(self) -> list[TopicInfo]:
         """Every topic with its partitions' start and end offsets and live record count."""
         conn = self._conn()
-        with translated("listing topics"):
-            # One read transaction, so the figures of all topics belong to one moment.
-            conn.execute("BEGIN")
-            try:
-                rows = conn.execute("SELECT id, name, partitions, config FROM topics ORDER BY name")
-                return [self._topic_info(conn, *row) for row in rows.fetchall()]
-            finally:
-                conn.execute("COMMIT")
+        with translated("listing topics"), read_snapshot(conn):
+            rows = conn.execute("SELECT id, name, partitions, config FROM topics ORDER BY name")
+            return [self._topic_info(conn, *row) for row in rows.fetchall()]
 
     def _topic_info(
         self, conn: sqlite3.Connection, tid: int, name: str, count: int, config: str
@@ -237,9 +236,11 @@ class EmbeddedLog:
         Returns:
             ``{"superseded": n, "tombstones": m}``: how many records of each kind were removed.
         """
+        conn = self._conn()
+        if conn.in_transaction:
+            raise LogError("embedded log: cannot compact inside this thread's open transaction")
         now = embedded_store.now_ms() if now_ms is None else now_ms
-        cutoff = now - self.tombstone_retention_ms
-        return embedded_compaction.compact(self._conn(), cutoff)
+        return embedded_compaction.compact(conn, now - self.tombstone_retention_ms)
 
     def maybe_compact(self, now_ms: int | None = None) -> dict[str, int] | None:
         """Compact if enough was appended since the last pass; a cheap no-op otherwise.
@@ -274,10 +275,10 @@ class EmbeddedLog:
     # -- for the transaction and consumer modules -----------------------------------------------
 
     def _conn(self) -> sqlite3.Connection:
+        if self.closed:
+            raise LogError("embedded log: the log is closed")
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            if self.closed:
-                raise LogError("embedded log: the log is closed")
             conn = connect(self.path / DB_FILE, self.durability, self.busy_timeout_ms)
             with self._lock:
                 self._connections.append(conn)

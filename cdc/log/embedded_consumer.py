@@ -115,7 +115,10 @@ class EmbeddedConsumer:
                 if batch:
                     self._positions[tp] = batch[-1][0] + 1
                     topic, partition = tp
-                    out += [StoredRecord(topic, partition, *row) for row in batch]
+                    out += [
+                        StoredRecord(topic, partition, offset, key, value, ts)
+                        for offset, key, value, ts in batch
+                    ]
         self._turn = (self._turn + 1) % max(count, 1)
         return out
 

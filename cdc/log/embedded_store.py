@@ -150,6 +150,19 @@ def write_transaction(conn: sqlite3.Connection, doing: str) -> Iterator[sqlite3.
             raise
 
 
+@contextmanager
+def read_snapshot(conn: sqlite3.Connection) -> Iterator[None]:
+    """Run several reads against one consistent snapshot (or the thread's open transaction)."""
+    if conn.in_transaction:
+        yield
+        return
+    conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        conn.execute("COMMIT")
+
+
 def connect(
     path: Path, durability: Durability, busy_timeout_ms: int = BUSY_TIMEOUT_MS
 ) -> sqlite3.Connection:
