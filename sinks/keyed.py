@@ -1,0 +1,112 @@
+"""Keyed changes: what the key-value sinks (Redis, search) make of a :class:`SinkRecord`.
+
+A record becomes one :class:`Change`: an upsert (``c``, ``u``, ``r``), a delete (``d``), a
+tombstone (null value) or a truncate (``t``). Each carries the source position ``pos`` that orders
+all changes of a key, and the record's offset: a tombstone has no position, so the sinks compare
+offsets to tell a tombstone that follows a change they already applied from one they missed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import orjson
+
+from cdc.errors import RecordError
+from cdc.events import topic_name
+from cdc.sink import SinkRecord
+
+Table = tuple[str, str]
+Pos = tuple[int, int]
+
+
+class Kind(Enum):
+    UPSERT = "upsert"
+    DELETE = "delete"
+    TOMBSTONE = "tombstone"
+    TRUNCATE = "truncate"
+
+
+_KINDS = {"c": Kind.UPSERT, "u": Kind.UPSERT, "r": Kind.UPSERT, "d": Kind.DELETE}
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One record, classified.
+
+    Attributes:
+        kind: what to do.
+        table: ``(schema, table)``.
+        key: the key object (``{}`` for a truncate).
+        pos: ``(position, sequence)``; ``None`` for a tombstone.
+        offset: the record's offset in its partition.
+        row: the new row (``after``) of an upsert, else ``None``.
+        record: the record itself, for error reports.
+    """
+
+    kind: Kind
+    table: Table
+    key: dict[str, Any]
+    pos: Pos | None
+    offset: int
+    row: dict[str, Any] | None
+    record: SinkRecord
+
+
+class TopicTables:
+    """Maps topics back to ``(schema, table)``; built once per sink from its context."""
+
+    def __init__(self, pipeline: str, tables: Iterable[Table]) -> None:
+        self._pipeline = pipeline
+        self._known = {topic_name(pipeline, s, t): (s, t) for s, t in tables}
+
+    def table(self, topic: str) -> Table:
+        found = self._known.get(topic)
+        if found is None:
+            # Not configured up front (a table added later): the topic name says it all.
+            rest = topic.removeprefix(self._pipeline + ".")
+            schema, _, name = rest.partition(".")
+            found = self._known[topic] = (schema, name)
+        return found
+
+
+def classify(record: SinkRecord, tables: TopicTables) -> Change:
+    """The change a record stands for.
+
+    Raises:
+        RecordError: the record is not a Debezium envelope this module understands.
+    """
+    table = tables.table(record.topic)
+    key = record.key if record.key is not None else {}
+    value = record.value
+    if value is None:
+        return Change(Kind.TOMBSTONE, table, key, None, record.offset, None, record)
+    op = value.get("op")
+    kind = Kind.TRUNCATE if op == "t" else _KINDS.get(op) if isinstance(op, str) else None
+    if kind is None:
+        raise RecordError(f"unknown op {op!r} at offset {record.offset}", record)
+    pos = _pos(value, record)
+    row = value.get("after") if kind is Kind.UPSERT else None
+    if kind is Kind.UPSERT and not isinstance(row, dict):
+        raise RecordError(f"op {op!r} without an 'after' row at offset {record.offset}", record)
+    return Change(kind, table, key, pos, record.offset, row, record)
+
+
+def _pos(value: Mapping[str, Any], record: SinkRecord) -> Pos:
+    source = value.get("source")
+    pos = source.get("pos") if isinstance(source, dict) else None
+    if (
+        not isinstance(pos, list)
+        or len(pos) != 2
+        or not all(isinstance(p, int) and p >= 0 for p in pos)
+    ):
+        raise RecordError(f"no source.pos [position, sequence] at offset {record.offset}", record)
+    return pos[0], pos[1]
+
+
+def key_suffix(key: Mapping[str, Any]) -> str:
+    """Key values in key-column order joined by ``:`` (the Redis key's last part)."""
+    return ":".join(v if isinstance(v, str) else orjson.dumps(v).decode() for v in key.values())

@@ -1,0 +1,183 @@
+"""The Lua script that applies changes under the version guard, and the key layout it works on.
+
+Layout, for pipeline (key prefix) ``shop`` and table ``public.orders``:
+
+- ``shop:public.orders:<k1>:<k2>`` -- a string, the row's JSON (the DESIGN.md contract).
+- ``shop:__pos:public.orders`` -- a hash, field ``<k1>:<k2>`` -> ``<pos>:<offset>``: the source
+  position of the last change applied to the key, and the offset up to which its records are
+  done. Deletes keep their field, so a replayed older create cannot bring a deleted row back.
+- ``shop:__truncated:public.orders`` -- a string, the position of the table's last truncate: no
+  change older than it is applied.
+- ``shop:__offsets:<sink name>`` -- a hash, ``<topic>|<partition>`` -> next offset to read, written
+  by the same script call as the batch's last changes.
+- ``shop:__rebuild:<sink name>`` -- set when the script finds the offsets hash gone mid-run (Redis
+  lost its data): the next start replays the whole log, and the first stored batch clears it.
+
+A position is ``%020d%010d`` of ``(position, sequence)``: digits of one width, so Lua's string
+comparison orders them exactly, past the 2^53 where Lua's doubles stop being exact.
+"""
+
+from __future__ import annotations
+
+from cdc.sink import SinkRecord
+from sinks.keyed import Change, Kind, Pos, Table, key_suffix
+
+# One script, three modes (ARGV[1]), so there is one SHA to load and to reload on NOSCRIPT.
+#
+# apply: ttl_ms, offsets_key, rebuild_key, expect_offsets, n, <n offsets args>, t,
+#        <t x (value prefix, pos hash, truncated key)>, then 6 args a change: op, table#,
+#        field, pos, offset, value.
+#        op: s (set), d (delete), x (tombstone). Returns how many changes were applied.
+# trunc: value prefix, pos hash, pos, fields...: deletes the rows older than pos.
+# floor: truncated key, pos: raises the table's truncate position.
+LUA = r"""
+local function mark_of(hash, field)
+  local mark = redis.call('HGET', hash, field)
+  if not mark then return '', -1 end
+  local c = string.find(mark, ':', 1, true)
+  return string.sub(mark, 1, c - 1), tonumber(string.sub(mark, c + 1))
+end
+
+local mode = ARGV[1]
+if mode == 'trunc' then
+  local n = 0
+  for i = 5, #ARGV do
+    local spos = mark_of(ARGV[3], ARGV[i])
+    if spos < ARGV[4] then
+      redis.call('DEL', ARGV[2] .. ARGV[i])
+      redis.call('HDEL', ARGV[3], ARGV[i])
+      n = n + 1
+    end
+  end
+  return n
+elseif mode == 'floor' then
+  local current = redis.call('GET', ARGV[2]) or ''
+  if ARGV[3] > current then redis.call('SET', ARGV[2], ARGV[3]) end
+  return 0
+end
+
+local ttl = tonumber(ARGV[2])
+local offsets_key, rebuild_key = ARGV[3], ARGV[4]
+-- The offsets hash only vanishes with the data (a restart without persistence, a FLUSHALL):
+-- applying more would hide the loss, so stop, and mark the store for a rebuild from the log.
+if ARGV[5] == '1' and redis.call('EXISTS', offsets_key) == 0 then
+  redis.call('SET', rebuild_key, '1')
+  return redis.error_reply('CDCLOST ' .. offsets_key .. ' is gone: Redis lost the sink data')
+end
+local n_off = tonumber(ARGV[6])
+local i = 7 + n_off
+local tables = {}
+for t = 1, tonumber(ARGV[i]) do
+  local b = i + (t - 1) * 3
+  tables[t] = {ARGV[b + 1], ARGV[b + 2], redis.call('GET', ARGV[b + 3]) or ''}
+end
+i = i + 1 + #tables * 3
+local applied = 0
+for r = i, #ARGV, 6 do
+  local op, t, field, pos = ARGV[r], tables[tonumber(ARGV[r + 1])], ARGV[r + 2], ARGV[r + 3]
+  local off = tonumber(ARGV[r + 4])
+  local spos, soff = mark_of(t[2], field)
+  if op == 'x' then
+    -- A tombstone has no position: it deletes only when nothing at or after it was applied.
+    if off > soff then
+      redis.call('DEL', t[1] .. field)
+      redis.call('HSET', t[2], field, spos .. ':' .. off)
+      applied = applied + 1
+    end
+  elseif pos > spos and pos > t[3] then
+    if op == 's' then
+      if ttl > 0 then
+        redis.call('SET', t[1] .. field, ARGV[r + 5], 'PX', ttl)
+      else
+        redis.call('SET', t[1] .. field, ARGV[r + 5])
+      end
+      redis.call('HSET', t[2], field, pos .. ':' .. off)
+    else
+      redis.call('DEL', t[1] .. field)
+      -- off + 1: the delete's own tombstone follows it and must change nothing.
+      redis.call('HSET', t[2], field, pos .. ':' .. (off + 1))
+    end
+    applied = applied + 1
+  elseif op == 'd' and off + 1 > soff then
+    redis.call('HSET', t[2], field, spos .. ':' .. (off + 1))
+  end
+end
+if n_off > 0 then
+  redis.call('HSET', offsets_key, unpack(ARGV, 7, 6 + n_off))
+  redis.call('DEL', rebuild_key)
+end
+return applied
+"""
+
+_OPS = {Kind.UPSERT: "s", Kind.DELETE: "d", Kind.TOMBSTONE: "x"}
+
+
+def encode_pos(pos: Pos | None) -> str:
+    """Fixed-width digits, ordered as ``(position, sequence)`` is."""
+    return "" if pos is None else f"{pos[0]:020d}{pos[1]:010d}"
+
+
+class Layout:
+    """Key names of one pipeline (key prefix) in Redis."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def rows(self, table: Table) -> str:
+        """Prefix of the table's row keys; a row key is this plus the key suffix."""
+        return f"{self.prefix}:{table[0]}.{table[1]}:"
+
+    def positions(self, table: Table) -> str:
+        return f"{self.prefix}:__pos:{table[0]}.{table[1]}"
+
+    def truncated(self, table: Table) -> str:
+        return f"{self.prefix}:__truncated:{table[0]}.{table[1]}"
+
+    def offsets(self, sink_name: str) -> str:
+        return f"{self.prefix}:__offsets:{sink_name}"
+
+    def rebuild(self, sink_name: str) -> str:
+        return f"{self.prefix}:__rebuild:{sink_name}"
+
+
+class ApplyCall:
+    """The arguments of one ``apply`` call, built change by change."""
+
+    def __init__(self, layout: Layout) -> None:
+        self._layout = layout
+        self._tables: dict[Table, int] = {}
+        self.changes: list[str | bytes] = []
+        self.count = 0
+
+    def add(self, change: Change, value: bytes) -> None:
+        number = self._tables.get(change.table)
+        if number is None:
+            number = self._tables[change.table] = len(self._tables) + 1
+        self.changes += (
+            _OPS[change.kind],
+            str(number),
+            key_suffix(change.key),
+            encode_pos(change.pos),
+            str(change.offset),
+            value,
+        )
+        self.count += 1
+
+    def args(
+        self, ttl_ms: int, sink_keys: tuple[str, str], expect: bool, offsets: list[str]
+    ) -> list[str | bytes]:
+        """``sink_keys``: the offsets hash and the rebuild marker."""
+        head: list[str | bytes] = ["apply", str(ttl_ms), *sink_keys, "1" if expect else "0"]
+        head += [str(len(offsets)), *offsets, str(len(self._tables))]
+        for table in self._tables:
+            layout = self._layout
+            head += (layout.rows(table), layout.positions(table), layout.truncated(table))
+        return head + self.changes
+
+
+def offsets_args(records: list[SinkRecord]) -> list[str]:
+    """``HSET`` arguments storing the next offset per partition after ``records``."""
+    latest: dict[str, int] = {}
+    for record in records:
+        latest[f"{record.topic}|{record.partition}"] = record.offset + 1
+    return [part for field, offset in latest.items() for part in (field, str(offset))]
