@@ -78,6 +78,7 @@ class PostgresSource:
         self._toast = ToastFiller(context.log, self._logger)
         self._acked = self._received = self._wal_end = self._idle_offered = 0
         self._last_status = self._last_heartbeat = self._last_idle = 0.0
+        self._reply_wanted = False
 
     def tables(self) -> list[tuple[str, str]]:
         """``(schema, table)`` of every captured table."""
@@ -230,6 +231,9 @@ class PostgresSource:
         if keepalive.wal_end > self._wal_end:
             self._wal_end = keepalive.wal_end
         if keepalive.reply_requested:
+            # The server waits on us (a shutdown waits until we confirm all it sent): offer
+            # the position at once and report it as soon as it is acked.
+            self._reply_wanted = True
             self._send_status()
 
     def _idle_batch(self) -> SourceBatch | None:
@@ -249,7 +253,7 @@ class PostgresSource:
         if position <= max(self._acked, self._idle_offered):
             return None
         now = time.monotonic()
-        if now - self._last_idle < self._config.status_interval_s:
+        if now - self._last_idle < self._config.status_interval_s and not self._reply_wanted:
             return None
         self._idle_offered, self._last_idle = position, now
         return SourceBatch(commit_offsets=offsets_for(position))
@@ -261,6 +265,9 @@ class PostgresSource:
         lsn = stored_lsn(offsets)
         if lsn is not None and lsn > self._acked:
             self._acked = lsn
+            if self._reply_wanted:
+                self._reply_wanted = False
+                self._send_status()
         self._toast.committed()
 
     def _housekeeping(self) -> None:

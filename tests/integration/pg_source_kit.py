@@ -27,30 +27,44 @@ def sql(dsn: str, *statements: str, params: Sequence[Any] | None = None) -> None
     """Run statements in one autocommit connection (each its own transaction)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         for statement in statements:
-            conn.execute(statement, params)  # type: ignore[arg-type]
+            conn.execute(statement, params)
 
 
 def query(dsn: str, statement: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        return conn.execute(statement, params).fetchall()  # type: ignore[arg-type]
+        return conn.execute(statement, params).fetchall()
 
 
 class Harness:
     """A source, its log, and what it emitted so far."""
 
     def __init__(
-        self, dsn: str, log_dir: Path, tables: Sequence[str], *, on_bad_record: str = "fail",
-        snapshot: str = "never", **options: Any,
+        self,
+        dsn: str,
+        log_dir: Path,
+        tables: Sequence[str],
+        *,
+        on_bad_record: str = "fail",
+        snapshot: str = "never",
+        **options: Any,
     ) -> None:
         self.dsn = dsn
         self.log = EmbeddedLog(log_dir)
         self.config = PostgresSourceConfig.model_validate(
-            {"type": "postgres", "dsn": dsn, "tables": list(tables), "snapshot": snapshot,
-             **options}
+            {
+                "type": "postgres",
+                "dsn": dsn,
+                "tables": list(tables),
+                "snapshot": snapshot,
+                **options,
+            }
         )
         self.context = SourceContext(
-            pipeline=PIPELINE, log=self.log, logger=structlog.get_logger(),
-            on_bad_record=on_bad_record, snapshot_mode=snapshot,
+            pipeline=PIPELINE,
+            log=self.log,
+            logger=structlog.get_logger(),
+            on_bad_record=on_bad_record,
+            snapshot_mode=snapshot,
         )
         self.source: PostgresSource | None = None
         self.events: list[ChangeEvent] = []
@@ -113,9 +127,7 @@ class Harness:
 
     def collect(self, count: int, timeout_s: float = 30.0) -> list[ChangeEvent]:
         """Step until at least ``count`` events arrived and their transaction committed."""
-        return self.run_until(
-            lambda: len(self.events) >= count and self._tx is None, timeout_s
-        )
+        return self.run_until(lambda: len(self.events) >= count and self._tx is None, timeout_s)
 
     def drop(self) -> None:
         self.close()

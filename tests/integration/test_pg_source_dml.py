@@ -22,7 +22,8 @@ CREATE TABLE everything (
 FULL_ROW = """INSERT INTO everything VALUES (
   1, -32768, 2147483647, 123456789.125, 'NaN', 'NaN', '-Infinity',
   true, 'héllo "q"', 'short', 'ab', '\\xdeadbeef', '2024-02-29', '13:14:15.123456',
-  '13:14:15+02', '2024-02-29 13:14:15.5', '2024-02-29 13:14:15.5+02', '1 year 2 mons 3 days 04:05:06.5',
+  '13:14:15+02', '2024-02-29 13:14:15.5', '2024-02-29 13:14:15.5+02',
+  '1 year 2 mons 3 days 04:05:06.5',
   'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{"a": [1, 2.5, null]}', '{"b": {"c": true}}',
   '{1,NULL,3}', '{"x",NULL,"y z"}', '{{1,2},{3,4}}', 'happy', 7)"""
 
@@ -90,7 +91,11 @@ def test_primary_key_change_is_delete_then_create(pg_db: str, tmp_path: Path) ->
         sql(pg_db, "UPDATE pk SET id = 10 WHERE id = 1")
         delete, create = h.collect(2)
         assert (delete.op, delete.key, delete.after) == (Op.DELETE, {"id": 1}, None)
-        assert (create.op, create.key, create.after) == (Op.CREATE, {"id": 10}, {"id": 10, "v": "x"})
+        assert (create.op, create.key, create.after) == (
+            Op.CREATE,
+            {"id": 10},
+            {"id": 10, "v": "x"},
+        )
         assert create.source.sequence == delete.source.sequence + 1
         topic = "pgt.public.pk"
         assert h.log.latest_value(topic, envelope.encode_key({"id": 1})) is None  # tombstone
@@ -144,7 +149,12 @@ def test_schema_changes_mid_stream(pg_db: str, tmp_path: Path) -> None:
         assert events[2].after == {"id": 3, "a": "a", "c": 7}
         assert events[3].after == {"id": 1, "a2": "a", "c": 8}
         shapes = [[c.name for c in s.columns] for s in h.schemas]
-        assert shapes == [["id", "a", "b"], ["id", "a", "b", "c"], ["id", "a", "c"], ["id", "a2", "c"]]
+        assert shapes == [
+            ["id", "a", "b"],
+            ["id", "a", "b", "c"],
+            ["id", "a", "c"],
+            ["id", "a2", "c"],
+        ]
 
 
 def test_large_transaction_comes_in_bounded_batches(pg_db: str, tmp_path: Path) -> None:
@@ -152,7 +162,7 @@ def test_large_transaction_comes_in_bounded_batches(pg_db: str, tmp_path: Path) 
     with harness(pg_db, tmp_path / "log", ["public.bulk"], max_batch_events=1000) as h:
         source = h.open()
         sql(pg_db, "INSERT INTO bulk SELECT g, 'v' || g FROM generate_series(1, 5500) g")
-        sizes = []
+        sizes: list[int] = []
         while sum(sizes) < 5500:
             batch = source.poll(5000, 1.0)
             sizes.append(len(batch.events))

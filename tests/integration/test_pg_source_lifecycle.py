@@ -67,7 +67,7 @@ def test_role_errors_name_what_the_dba_must_run(
     name, dsn = role
     sql(pg_db, "CREATE TABLE a (id int PRIMARY KEY)", "CREATE TABLE b (id int PRIMARY KEY)")
     message = _open_fails(dsn, tmp_path, ["public.a"])
-    assert f"may not SELECT from public.a" in message and f"GRANT SELECT ON" in message
+    assert "may not SELECT from public.a" in message and "GRANT SELECT ON" in message
     sql(pg_db, f"GRANT SELECT ON a, b TO {name}")
     message = _open_fails(dsn, tmp_path, ["public.a"])
     assert "may not create publication 'pgt_pub'" in message
@@ -111,9 +111,7 @@ def test_missing_table_is_added_to_an_existing_publication(pg_db: str, tmp_path:
         assert sorted(r[0] for r in published) == ["a", "b"]
 
 
-def test_slot_active_elsewhere(
-    pg_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_slot_active_elsewhere(pg_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(lifecycle, "ACTIVE_SLOT_GRACE_S", 0.5)
     sql(pg_db, "CREATE TABLE a (id int PRIMARY KEY)")
     with harness(pg_db, tmp_path / "log", ["public.a"]) as first:
@@ -131,7 +129,7 @@ def test_lost_slot_with_stored_position_fails_loudly(pg_db: str, tmp_path: Path)
         h.collect(1)
         h.close()
         sql(pg_db, f"SELECT pg_drop_replication_slot('{PIPELINE}_slot')")
-        with pytest.raises(SourceFatal, match="no longer exists.*may have been lost"):
+        with pytest.raises(SourceFatal, match=r"no longer exists.*may have been lost"):
             h.open()
         h.close()
         # when_needed re-creates the slot and says why (the snapshot issue re-reads the tables).

@@ -31,9 +31,7 @@ def test_unchanged_toast_filled_from_the_log(pg_db: str, tmp_path: Path) -> None
         assert "toast_fallback" not in update.source.extra
 
 
-def test_unchanged_toast_without_previous_image_reads_the_row(
-    pg_db: str, tmp_path: Path
-) -> None:
+def test_unchanged_toast_without_previous_image_reads_the_row(pg_db: str, tmp_path: Path) -> None:
     sql(
         pg_db,
         "CREATE TABLE docs (id int PRIMARY KEY, title text, big text)",
@@ -48,9 +46,7 @@ def test_unchanged_toast_without_previous_image_reads_the_row(
         assert update.source.extra["toast_fallback_columns"] == ["big"]
 
 
-def test_unchanged_toast_after_a_change_in_the_same_transaction(
-    pg_db: str, tmp_path: Path
-) -> None:
+def test_unchanged_toast_after_a_change_in_the_same_transaction(pg_db: str, tmp_path: Path) -> None:
     sql(
         pg_db,
         "CREATE TABLE docs (id int PRIMARY KEY, title text, big text)",
