@@ -66,8 +66,10 @@ test: install
 	echo "make test: all checks passed"
 
 lint:
-	ruff check .
-	ruff format --check .
+	@rc=0
+	ruff check . || rc=1
+	ruff format --check . || rc=1
+	exit $$rc
 
 typecheck:
 	mypy
@@ -82,9 +84,9 @@ pytest:
 kafka: jars
 	$(PYTHON) -m tests.services.kafka
 
-## demo: the end-to-end demo (cdc/demo.py).
+## demo: the end-to-end demo (examples/demo.py): throwaway PostgreSQL and Redis, three sinks.
 demo: install
-	$(PYTHON) -m cdc.demo
+	$(PYTHON) examples/demo.py
 
 clean:
 	rm -rf build tests/kafka/target tests/mongo/target

@@ -159,10 +159,20 @@ def test_mongo_insert_find_and_change_stream(mongo_server: Any) -> None:
         assert collection.find_one({"_id": 1}) == {"_id": 1, "total": 10}
         with collection.watch(max_await_time_ms=500) as stream:
             collection.insert_one({"_id": 2, "total": 20})
-            change = _next_change(stream)
-        assert change["operationType"] == "insert"
-        assert change["documentKey"] == {"_id": 2}
-        assert change["fullDocument"] == {"_id": 2, "total": 20}
+            insert = _next_change(stream)
+            collection.update_one({"_id": 2}, {"$set": {"total": 21}})
+            update = _next_change(stream)
+            collection.replace_one({"_id": 2}, {"total": 22})
+            replace = _next_change(stream)
+        assert insert["operationType"] == "insert"
+        assert insert["documentKey"] == {"_id": 2}
+        assert insert["fullDocument"] == {"_id": 2, "total": 20}
+        assert insert["ns"] == {"db": collection.database.name, "coll": "orders"}
+        assert update["operationType"] == "update"
+        assert update["documentKey"] == {"_id": 2}
+        assert update["updateDescription"]["updatedFields"] == {"total": 21}
+        assert replace["operationType"] == "replace"
+        assert replace["fullDocument"] == {"_id": 2, "total": 22}
     finally:
         client.close()
 

@@ -2,9 +2,14 @@
 
 No ``mongod`` can be installed here, so ``LocalMongo`` runs mongo-java-server (in-memory backend,
 oplog on, so change streams work) from the jars that ``tests/mongo/pom.xml`` builds into
-``tests/mongo/target/lib``. It keeps nothing across a restart: tests that need a real replica set
-(resume tokens surviving a server restart, transactions) should run against one given by
-``CDC_TEST_MONGO_URI`` and check ``is_real_mongod``.
+``tests/mongo/target/lib``. It reports MongoDB 4.4 and repairs the library's change events
+(``documentKey``, ``ns``, ``updateDescription``, ``replace``; see ``ChangeStreamBackend.java``).
+
+Known differences from a real replica set: data is in memory and lost on restart; only
+collection-level ``watch()`` works (not database- or cluster-wide); no multi-document
+transactions; for operators other than ``$set``/``$unset`` (``$inc``, ``$push``...)
+``updatedFields`` holds the field's value at read time, not at the change. Tests that need the
+real thing run against a server given by ``CDC_TEST_MONGO_URI`` and check ``is_real_mongod``.
 
 ``mongo_server()`` picks ``CDC_TEST_MONGO_URI``, else a local server, else a testcontainers one.
 """

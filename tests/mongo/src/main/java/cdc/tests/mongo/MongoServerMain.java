@@ -3,9 +3,6 @@ package cdc.tests.mongo;
 import de.bwaldvogel.mongo.MongoServer;
 import de.bwaldvogel.mongo.MongoVersion;
 import de.bwaldvogel.mongo.backend.memory.MemoryBackend;
-import de.bwaldvogel.mongo.bson.BsonTimestamp;
-import de.bwaldvogel.mongo.bson.Document;
-import io.netty.channel.Channel;
 import java.util.List;
 import java.util.concurrent.CountDownLatch;
 
@@ -35,34 +32,6 @@ public final class MongoServerMain {
       };
 
   private MongoServerMain() {}
-
-  /**
-   * Adds {@code operationTime} to change-stream {@code aggregate} replies, which the library
-   * omits. Drivers that see a wire version of 7 or more require it to open a change stream (they
-   * resume from it after a network error when no event arrived yet). Second precision, increment
-   * 0: such a resume may replay events of the current second, never skip one.
-   */
-  private static final class ChangeStreamBackend extends MemoryBackend {
-    @Override
-    public Document handleCommand(Channel channel, String db, String command, Document query) {
-      Document reply = super.handleCommand(channel, db, command, query);
-      if (reply != null
-          && "aggregate".equalsIgnoreCase(command)
-          && !reply.containsKey("operationTime")
-          && opensChangeStream(query)) {
-        reply.put("operationTime", new BsonTimestamp(getClock().instant(), 0));
-      }
-      return reply;
-    }
-
-    private static boolean opensChangeStream(Document query) {
-      Object pipeline = query.get("pipeline");
-      return pipeline instanceof List<?> stages
-          && !stages.isEmpty()
-          && stages.get(0) instanceof Document first
-          && first.containsKey("$changeStream");
-    }
-  }
 
   public static void main(String[] args) throws InterruptedException {
     if (args.length < 1) {
