@@ -253,6 +253,7 @@ _U16 = struct.Struct("!H").unpack_from
 _U32 = struct.Struct("!I").unpack_from
 _U32_PAIR = struct.Struct("!II").unpack_from
 _U64 = struct.Struct("!Q").unpack_from
+_KIND_LENGTH = struct.Struct("!BI").unpack_from
 _BEGIN = struct.Struct("!QqI").unpack_from
 _COMMIT = struct.Struct("!BQQq").unpack_from
 _STREAM_COMMIT = struct.Struct("!IBQQq").unpack_from
@@ -282,12 +283,16 @@ def _tuple(data: bytes, pos: int) -> tuple[TupleData, int]:
     values: list[TupleValue] = []
     append = values.append
     for _ in range(count):
-        kind = data[pos]
+        try:
+            # Kind and length in one unpack; 'n' and 'u' have no length, so near the end of
+            # the message the five bytes may not all be there.
+            kind, length = _KIND_LENGTH(data, pos)
+        except struct.error:
+            kind, length = data[pos], 0
         if kind == _TEXT:
-            (length,) = _U32(data, pos + 1)
-            start = pos + 5
-            pos = start + length
-            append(data[start:pos].decode())
+            pos += 5
+            append(data[pos : pos + length].decode())
+            pos += length
         elif kind == _NULL:
             append(None)
             pos += 1
@@ -295,10 +300,9 @@ def _tuple(data: bytes, pos: int) -> tuple[TupleData, int]:
             append(UNCHANGED)
             pos += 1
         elif kind == _BIN:
-            (length,) = _U32(data, pos + 1)
-            start = pos + 5
-            pos = start + length
-            append(data[start:pos])
+            pos += 5
+            append(data[pos : pos + length])
+            pos += length
         else:
             raise ProtocolError(f"unknown tuple value kind {kind:#04x} at offset {pos}")
     if pos > len(data):
@@ -366,7 +370,26 @@ def _insert(data: bytes, streaming: bool) -> Insert:
     if data[pos] != _NEW:
         raise ProtocolError(f"insert: expected 'N' at offset {pos}, got {data[pos]:#04x}")
     new, _ = _tuple(data, pos + 1)
-    return Insert(oid, new, xid)
+    return _new_insert(oid, new, xid)
+
+
+def _new_insert(relation_oid: int, new: TupleData, xid: int | None) -> Insert:
+    """``Insert(relation_oid, new, xid)`` at half the cost, for the hottest message.
+
+    A frozen dataclass's ``__init__`` goes through ``object.__setattr__`` per field; the slot
+    descriptors set the same fields directly.
+    """
+    message = _object_new(Insert)
+    _set_insert_oid(message, relation_oid)
+    _set_insert_new(message, new)
+    _set_insert_xid(message, xid)
+    return message
+
+
+_object_new = object.__new__
+_set_insert_oid = vars(Insert)["relation_oid"].__set__
+_set_insert_new = vars(Insert)["new"].__set__
+_set_insert_xid = vars(Insert)["xid"].__set__
 
 
 def _update(data: bytes, streaming: bool) -> Update:

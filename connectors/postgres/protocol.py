@@ -10,6 +10,7 @@ Also the LSN and PostgreSQL-clock helpers the source needs to talk about positio
 
 from __future__ import annotations
 
+import re
 import struct
 import time
 from dataclasses import dataclass
@@ -40,6 +41,8 @@ _XLOG_HEAD = struct.Struct("!QQq")
 _KEEPALIVE = struct.Struct("!QqB")
 _STATUS = struct.Struct("!cQQQqB")
 _MAX_LSN = (1 << 64) - 1
+# Plain hex digits only: int(x, 16) alone would also take signs, '0x' and underscores.
+_LSN = re.compile(r"([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,14 +153,16 @@ def standby_status_update(
 
 
 def lsn_to_str(lsn: int) -> str:
-    """Format an LSN as PostgreSQL does: ``'16/B374D848'`` (upper hex, low half 8 digits).
+    """Format an LSN as PostgreSQL 15 does (``%X/%X``): ``'16/B374D848'``, ``'0/1E043F8'``.
+
+    PostgreSQL 18 pads the low half to 8 digits; both forms parse back the same.
 
     Raises:
         ValueError: the value is not a 64-bit unsigned integer.
     """
     if not 0 <= lsn <= _MAX_LSN:
         raise ValueError(f"LSN out of range: {lsn}")
-    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:08X}"
+    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
 
 
 def str_to_lsn(text: str) -> int:
@@ -166,13 +171,10 @@ def str_to_lsn(text: str) -> int:
     Raises:
         ValueError: not an LSN.
     """
-    high, sep, low = text.strip().partition("/")
-    if not sep or not 1 <= len(high) <= 8 or not 1 <= len(low) <= 8:
+    match = _LSN.fullmatch(text.strip())
+    if match is None:
         raise ValueError(f"invalid LSN: {text!r}")
-    try:
-        return (int(high, 16) << 32) | int(low, 16)
-    except ValueError:
-        raise ValueError(f"invalid LSN: {text!r}") from None
+    return (int(match.group(1), 16) << 32) | int(match.group(2), 16)
 
 
 def pg_time_to_unix_ms(us_since_2000: int) -> int:

@@ -59,13 +59,15 @@ Converter = Callable[[str], Any]
 
 TEXT_FORMAT_SETTINGS: Final[Mapping[str, str]] = {
     "DateStyle": "ISO, MDY",
+    "TimeZone": "UTC",
     "IntervalStyle": "postgres",
     "bytea_output": "hex",
     "extra_float_digits": "1",
 }
 """Session settings whose output formats the converters parse: pass them as ``options`` of the
 replication connection (``-c DateStyle=ISO,MDY ...``), since the walsender formats values with
-its own session's settings."""
+its own session's settings. ``TimeZone=UTC`` is for speed only: timestamptz values then arrive
+in UTC already (other offsets are converted, more slowly)."""
 
 TYPE_QUERY: Final = """\
 WITH RECURSIVE wanted(oid) AS (
@@ -147,21 +149,29 @@ def _unescape_octet(match: re.Match[str]) -> str:
     return "\\" if code == "\\" else chr(int(code, 8))
 
 
-def _checked(pattern: str, what: str) -> Converter:
-    """A converter that returns the text unchanged once it matches ``pattern``."""
+def _checked(pattern: str, what: str, fast: Callable[[str], bool]) -> Converter:
+    """A converter returning the text unchanged once ``fast`` or else ``pattern`` accepts it."""
     fullmatch = re.compile(pattern).fullmatch
 
     def convert(text: str) -> str:
-        if fullmatch(text) is None:
+        if not fast(text) and fullmatch(text) is None:
             raise ValueError(f"not an ISO {what} (is DateStyle ISO?)")
         return text
 
     return convert
 
 
+def _plain_date(text: str) -> bool:
+    return len(text) == 10 and text[4] == "-" and text[7] == "-"
+
+
+def _plain_time(text: str) -> bool:
+    return 8 <= len(text) <= 15 and text[2] == ":" and text[5] == ":"
+
+
 _TIME = r"\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?"
-_date = _checked(r"\d{4,}-\d{2}-\d{2}(?: BC)?|-?infinity", "date")
-_time = _checked(_TIME, "time")
+_date = _checked(r"\d{4,}-\d{2}-\d{2}(?: BC)?|-?infinity", "date", _plain_date)
+_time = _checked(_TIME, "time", _plain_time)
 _TIMETZ: Final = re.compile(rf"({_TIME})([+-]\d{{2}})(?::(\d{{2}}))?(:\d{{2}})?")
 _TIMESTAMP: Final = re.compile(rf"(\d{{4,}}-\d{{2}}-\d{{2}}) ({_TIME})( BC)?")
 _TIMESTAMPTZ: Final = re.compile(
@@ -180,7 +190,14 @@ def _timetz(text: str) -> str:
     return f"{clock}{hours}:{minutes or '00'}{seconds or ''}"
 
 
+def _is_iso_stamp(text: str) -> bool:
+    """Cheap shape check of 'YYYY-MM-DD HH:MM:SS...' with a 4-digit year (the hot path)."""
+    return len(text) >= 19 and text[4] == "-" and text[10] == " " and text[13] == ":"
+
+
 def _timestamp(text: str) -> str:
+    if _is_iso_stamp(text) and text[-1] != "C":  # 'BC' needs the full parse below
+        return f"{text[:10]}T{text[11:]}"
     match = _TIMESTAMP.fullmatch(text)
     if match is None:
         if text in _INFINITIES:
@@ -194,6 +211,9 @@ _GREGORIAN_CYCLE_YEARS: Final = 400  # the proleptic Gregorian calendar repeats 
 
 
 def _timestamptz(text: str) -> str:
+    # With TimeZone=UTC on the session (TEXT_FORMAT_SETTINGS) every value ends in '+00'.
+    if text[-3:] == "+00" and _is_iso_stamp(text):
+        return f"{text[:10]}T{text[11:-3]}Z"
     match = _TIMESTAMPTZ.fullmatch(text)
     if match is None:
         if text in _INFINITIES:
@@ -202,9 +222,6 @@ def _timestamptz(text: str) -> str:
     year, month, day, hour, minute, second, fraction, sign, oh, om, osec, bc = match.groups()
     if bc:
         return text
-    fraction = fraction or ""
-    if oh == "00" and not om and not osec:  # the server's zone is UTC: no arithmetic
-        return f"{year}-{month}-{day}T{hour}:{minute}:{second}{fraction}Z"
     offset = int(oh) * 3600 + int(om or 0) * 60 + int(osec or 0)
     # Shift into datetime's range by whole 400-year cycles so years past 9999 work too; the
     # fraction is untouched because offsets are whole seconds.
@@ -217,9 +234,12 @@ def _timestamptz(text: str) -> str:
         int(minute),
         int(second),
     )
-    utc = local - timedelta(seconds=offset if sign == "+" else -offset)
-    utc_year = utc.year + cycles * _GREGORIAN_CYCLE_YEARS
-    return f"{utc_year:04d}-{utc:%m-%dT%H:%M:%S}{fraction}Z"
+    u = local - timedelta(seconds=offset if sign == "+" else -offset)
+    year_utc = u.year + cycles * _GREGORIAN_CYCLE_YEARS
+    return (
+        f"{year_utc:04d}-{u.month:02d}-{u.day:02d}T{u.hour:02d}:{u.minute:02d}:{u.second:02d}"
+        f"{fraction or ''}Z"
+    )
 
 
 _INTERVAL: Final = re.compile(
