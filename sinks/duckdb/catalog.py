@@ -1,0 +1,180 @@
+"""What the sink keeps beside the data, and the DDL that creates and evolves tables.
+
+Everything lives in the warehouse file itself, in schema ``_cdc``, so it commits atomically
+with the data: ``offsets`` (next offset per topic partition), ``tables`` (layout and truncate
+watermark per table), ``columns`` (each column's source and DuckDB type, for evolution and for
+reading back) and one ``"<schema>.<table>__deleted"`` table per source table holding the key
+and source position of deleted rows, so a replayed older change cannot resurrect them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from cdc.schema import TableSchema
+
+META: Final = '"_cdc"'
+POSITION: Final = "__cdc_position"
+SEQUENCE: Final = "__cdc_sequence"
+HISTORY_COLUMNS: Final = ("valid_from", "valid_to", "op")
+DOCUMENT_KEY: Final = "_key"
+DOCUMENT_BODY: Final = "doc"
+
+META_DDL: Final = (
+    f"CREATE SCHEMA IF NOT EXISTS {META}",
+    f"CREATE TABLE IF NOT EXISTS {META}.offsets (topic VARCHAR, partition INTEGER, "
+    "next_offset BIGINT NOT NULL, PRIMARY KEY (topic, partition))",
+    f"CREATE TABLE IF NOT EXISTS {META}.tables (schema_name VARCHAR, table_name VARCHAR, "
+    "layout VARCHAR NOT NULL, history BOOLEAN NOT NULL, truncate_position HUGEINT NOT NULL, "
+    "truncate_sequence BIGINT NOT NULL, PRIMARY KEY (schema_name, table_name))",
+    f"CREATE TABLE IF NOT EXISTS {META}.columns (schema_name VARCHAR, table_name VARCHAR, "
+    "ordinal INTEGER NOT NULL, column_name VARCHAR, source_type VARCHAR NOT NULL, "
+    "duckdb_type VARCHAR NOT NULL, is_key BOOLEAN NOT NULL, "
+    "PRIMARY KEY (schema_name, table_name, column_name))",
+)
+
+
+def quote(name: str) -> str:
+    """A DuckDB identifier, quoted so any source name is safe."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+@dataclass(slots=True)
+class ColumnInfo:
+    """A column of a sink table: its source type and the DuckDB type it maps to."""
+
+    name: str
+    source_type: str
+    duck_type: str
+    key: bool = False
+
+
+@dataclass(slots=True)
+class TableState:
+    """A sink table as recorded in ``_cdc``.
+
+    Attributes:
+        layout: ``typed`` (one column per source column) or ``document`` (``_key`` and ``doc``
+            JSON, for sources that publish no schema).
+        watermark: the position of the newest truncate applied; older changes are ignored.
+        history: the ``__history`` table exists.
+    """
+
+    schema: str
+    table: str
+    layout: str
+    columns: list[ColumnInfo] = field(default_factory=list)
+    watermark: tuple[int, int] = (0, -1)
+    history: bool = False
+
+    @property
+    def keys(self) -> list[ColumnInfo]:
+        return [c for c in self.columns if c.key]
+
+    @property
+    def target(self) -> str:
+        return f"{quote(self.schema)}.{quote(self.table)}"
+
+    @property
+    def deleted(self) -> str:
+        return f"{META}.{quote(f'{self.schema}.{self.table}__deleted')}"
+
+    @property
+    def history_table(self) -> str:
+        return f"{quote(self.schema)}.{quote(f'{self.table}__history')}"
+
+    def column(self, name: str) -> ColumnInfo | None:
+        for column in self.columns:
+            if column.name == name:
+                return column
+        return None
+
+
+def load_states(con: Any) -> dict[tuple[str, str], TableState]:
+    """Every table the sink created, with its columns in order."""
+    states = {
+        (s, t): TableState(s, t, layout, [], (int(p), int(q)), bool(h))
+        for s, t, layout, h, p, q in con.execute(
+            f"SELECT schema_name, table_name, layout, history, truncate_position, "
+            f"truncate_sequence FROM {META}.tables"
+        ).fetchall()
+    }
+    for s, t, name, source_type, duck_type, key in con.execute(
+        f"SELECT schema_name, table_name, column_name, source_type, duckdb_type, is_key "
+        f"FROM {META}.columns ORDER BY schema_name, table_name, ordinal"
+    ).fetchall():
+        states[(s, t)].columns.append(ColumnInfo(name, source_type, duck_type, bool(key)))
+    return states
+
+
+def typed_columns(published: TableSchema, key_names: list[str]) -> list[ColumnInfo]:
+    """Columns of a typed table; keys as the schema flags them, else as the record key names."""
+    from sinks.duckdb.types import duckdb_type
+
+    flagged = published.key_columns or key_names
+    return [
+        ColumnInfo(c.name, c.type, duckdb_type(c.type), c.name in flagged)
+        for c in published.columns
+    ]
+
+
+def document_columns() -> list[ColumnInfo]:
+    return [ColumnInfo(DOCUMENT_KEY, "", "JSON", True), ColumnInfo(DOCUMENT_BODY, "", "JSON")]
+
+
+def _column_defs(columns: list[ColumnInfo]) -> str:
+    return ", ".join(f"{quote(c.name)} {c.duck_type}" for c in columns)
+
+
+def create_table(con: Any, state: TableState) -> None:
+    """Create the current-state table, its deleted-keys table, and record both in ``_cdc``."""
+    con.execute(f"CREATE SCHEMA IF NOT EXISTS {quote(state.schema)}")
+    positions = f"{POSITION} HUGEINT NOT NULL, {SEQUENCE} BIGINT NOT NULL"
+    con.execute(f"CREATE TABLE {state.target} ({_column_defs(state.columns)}, {positions})")
+    con.execute(f"CREATE TABLE {state.deleted} ({_column_defs(state.keys)}, {positions})")
+    con.execute(
+        f"INSERT INTO {META}.tables VALUES (?, ?, ?, false, 0, -1)",
+        [state.schema, state.table, state.layout],
+    )
+    for ordinal, column in enumerate(state.columns):
+        save_column(con, state, column, ordinal)
+
+
+def create_history(con: Any, state: TableState) -> None:
+    """Create ``<table>__history``: every column, ``valid_from``/``valid_to``, ``op``, position."""
+    extra = (
+        "valid_from TIMESTAMPTZ, valid_to TIMESTAMPTZ, op VARCHAR NOT NULL, "
+        f"{POSITION} HUGEINT NOT NULL, {SEQUENCE} BIGINT NOT NULL"
+    )
+    con.execute(
+        f"CREATE TABLE IF NOT EXISTS {state.history_table} ({_column_defs(state.columns)}, {extra})"
+    )
+    con.execute(
+        f"UPDATE {META}.tables SET history = true WHERE schema_name = ? AND table_name = ?",
+        [state.schema, state.table],
+    )
+    state.history = True
+
+
+def save_column(con: Any, state: TableState, column: ColumnInfo, ordinal: int) -> None:
+    con.execute(
+        f"INSERT OR REPLACE INTO {META}.columns VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [
+            state.schema,
+            state.table,
+            ordinal,
+            column.name,
+            column.source_type,
+            column.duck_type,
+            column.key,
+        ],
+    )
+
+
+def save_watermark(con: Any, state: TableState) -> None:
+    con.execute(
+        f"UPDATE {META}.tables SET truncate_position = ?, truncate_sequence = ? "
+        "WHERE schema_name = ? AND table_name = ?",
+        [*state.watermark, state.schema, state.table],
+    )

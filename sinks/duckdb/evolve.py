@@ -1,0 +1,107 @@
+"""Create a table on first sight and follow its schema as the source changes it.
+
+Rules: an added column is added (existing rows get NULL); a dropped column stays, and new rows
+leave it NULL (dropping it would destroy history the warehouse may be the last copy of); a type
+change that widens (:func:`sinks.duckdb.types.is_widening`) is applied with ``ALTER COLUMN ...
+TYPE``; any other type change stops the sink with :class:`~cdc.errors.SinkFatal`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from cdc.errors import SinkFatal
+from cdc.schema import Column, TableSchema
+from sinks.duckdb import catalog
+from sinks.duckdb.catalog import HISTORY_COLUMNS, ColumnInfo, TableState, quote
+from sinks.duckdb.types import duckdb_type, is_widening, normalize
+
+
+def prepare(
+    con: Any,
+    states: dict[tuple[str, str], TableState],
+    table: tuple[str, str],
+    published: TableSchema | None,
+    key_names: Sequence[str],
+    history: bool,
+) -> TableState:
+    """The table's state after creating or evolving it to match ``published``.
+
+    Raises:
+        SinkFatal: an incompatible type change, a table without key, or a history column
+            name taken by a source column.
+    """
+    state = states.get(table)
+    if state is None:
+        state = _create(con, table, published, list(key_names))
+        states[table] = state
+    elif state.layout == "typed" and published is not None:
+        for column in published.columns:
+            _follow(con, state, column)
+    if history and not state.history:
+        _check_history_names(state, [c.name for c in state.columns])
+        catalog.create_history(con, state)
+    return state
+
+
+def _create(
+    con: Any, table: tuple[str, str], published: TableSchema | None, key_names: list[str]
+) -> TableState:
+    if published is None:
+        state = TableState(*table, "document", catalog.document_columns())
+    else:
+        state = TableState(*table, "typed", catalog.typed_columns(published, key_names))
+        if not state.keys:
+            raise SinkFatal(
+                f"table {table[0]}.{table[1]} has no key columns; the DuckDB sink upserts by key"
+            )
+    catalog.create_table(con, state)
+    return state
+
+
+def _follow(con: Any, state: TableState, column: Column) -> None:
+    known = state.column(column.name)
+    if known is None:
+        _add(con, state, ColumnInfo(column.name, column.type, duckdb_type(column.type)))
+    elif normalize(known.source_type) != normalize(column.type):
+        _change_type(con, state, known, column.type)
+
+
+def _add(con: Any, state: TableState, column: ColumnInfo) -> None:
+    tables = [state.target]
+    if state.history:
+        _check_history_names(state, [column.name])
+        tables.append(state.history_table)
+    for table in tables:
+        con.execute(f"ALTER TABLE {table} ADD COLUMN {quote(column.name)} {column.duck_type}")
+    state.columns.append(column)
+    catalog.save_column(con, state, column, len(state.columns) - 1)
+
+
+def _change_type(con: Any, state: TableState, known: ColumnInfo, new_type: str) -> None:
+    if not is_widening(known.source_type, new_type):
+        raise SinkFatal(
+            f"table {state.schema}.{state.table}: column {known.name} changed type from "
+            f"{known.source_type!r} to {new_type!r}, which is not a widening change; the DuckDB "
+            "sink stops rather than convert existing data (migrate the column by hand, or "
+            "rebuild the table from a fresh snapshot)"
+        )
+    new_duck = duckdb_type(new_type)
+    if new_duck != known.duck_type:
+        tables = [state.target]
+        tables += [state.deleted] if known.key else []
+        tables += [state.history_table] if state.history else []
+        for table in tables:
+            con.execute(f"ALTER TABLE {table} ALTER COLUMN {quote(known.name)} TYPE {new_duck}")
+    known.source_type, known.duck_type = new_type, new_duck
+    catalog.save_column(con, state, known, state.columns.index(known))
+
+
+def _check_history_names(state: TableState, names: list[str]) -> None:
+    taken = sorted(set(names) & {*HISTORY_COLUMNS, catalog.POSITION, catalog.SEQUENCE})
+    if taken:
+        raise SinkFatal(
+            f"table {state.schema}.{state.table} has columns {taken}, which history mode "
+            "needs for itself; use mode: current for this table"
+        )

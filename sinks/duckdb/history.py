@@ -1,0 +1,47 @@
+"""History mode: every version of every row in ``<table>__history`` (SCD type 2).
+
+Each winning change (see :mod:`sinks.duckdb.merge`) becomes a version valid from its source
+commit time. The key's open version is closed when a newer change arrives; a delete is kept as
+a version of its own that is closed at once (``valid_from == valid_to``), so ``valid_to IS
+NULL`` selects exactly the current rows. Only winners are written, and a winner is newer than
+anything the sink holds for its key, so replays add no duplicates.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sinks.duckdb.catalog import POSITION, SEQUENCE, TableState, quote
+from sinks.duckdb.merge import WINNERS, same_key
+from sinks.duckdb.plan import Truncate
+from sinks.duckdb.stage import OP, TS
+
+_VALID_FROM = f"to_timestamp({TS} / 1000.0)"
+
+
+def close_truncated(con: Any, state: TableState, truncate: Truncate) -> None:
+    """Close every open version older than the truncate, at the truncate's time."""
+    con.execute(
+        f"UPDATE {state.history_table} SET valid_to = to_timestamp(? / 1000.0) "
+        f"WHERE valid_to IS NULL AND ({POSITION}, {SEQUENCE}) < (?, ?)",
+        [truncate.ts_ms, *truncate.pos],
+    )
+
+
+def append_versions(con: Any, state: TableState) -> None:
+    """Close each winning key's open version and append the winners as versions."""
+    keys = ", ".join(quote(c.name) for c in state.keys)
+    order = f"{POSITION}, {SEQUENCE}"
+    con.execute(
+        f"UPDATE {state.history_table} AS h SET valid_to = f.first_from FROM "
+        f"(SELECT {keys}, first({_VALID_FROM} ORDER BY {order}) AS first_from "
+        f"FROM {WINNERS} GROUP BY {keys}) AS f "
+        f"WHERE {same_key(state, 'h', 'f')} AND h.valid_to IS NULL"
+    )
+    columns = ", ".join(quote(c.name) for c in state.columns)
+    con.execute(
+        f"INSERT INTO {state.history_table} ({columns}, valid_from, valid_to, op, {order}) "
+        f"SELECT {columns}, vf, CASE WHEN {OP} = 'd' THEN vf ELSE "
+        f"lead(vf) OVER (PARTITION BY {keys} ORDER BY {order}) END, {OP}, {order} "
+        f"FROM (SELECT *, {_VALID_FROM} AS vf FROM {WINNERS})"
+    )

@@ -1,0 +1,29 @@
+"""Entry point ``duckdb`` of ``cdc.sinks``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from cdc.sink import SinkContext
+from sinks.duckdb import reader
+from sinks.duckdb.config import DuckDBSinkConfig
+from sinks.duckdb.sink import DuckDBSink
+
+
+class DuckDBSinkPlugin:
+    """Builds :class:`DuckDBSink`; :meth:`read_rows` reads a table back for ``cdc verify``."""
+
+    config_model = DuckDBSinkConfig
+
+    @staticmethod
+    def create(config: DuckDBSinkConfig, context: SinkContext) -> DuckDBSink:
+        return DuckDBSink(config, context)
+
+    @staticmethod
+    def read_rows(
+        config: DuckDBSinkConfig, schema: str, table: str
+    ) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+        """``(key, row)`` of every current row of ``schema.table`` (see :mod:`.reader`)."""
+        return reader.read_rows(Path(config.path), schema, table)

@@ -1,0 +1,134 @@
+"""Read a table's current state back, for ``cdc verify`` and tests.
+
+DuckDB lets one process write a file and holds a lock while it does, so a read-only open fails
+while a pipeline runs. :func:`open_for_reading` therefore tries, in order: a read-only open; in
+the same process as the writer, a connection to the writer's own database instance (DuckDB
+refuses a second instance with another configuration); and when another process holds the lock
+for longer than ``lock_wait_s``, a consistent copy of the file and its write-ahead log (copied
+until neither changed during the copy), opened from a temporary directory. The copy shows the
+last committed state as of the copy, which is what a verifier comparing at a position needs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from cdc.errors import SinkFatal, SinkUnavailable
+from sinks.duckdb.catalog import ColumnInfo, load_states, quote
+from sinks.duckdb.connection import first_line, is_lock_conflict
+
+_COPY_ATTEMPTS = 20
+
+
+def read_rows(
+    path: Path, schema: str, table: str, lock_wait_s: float = 2.0
+) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """Yield ``(key, row)`` for every row of ``schema.table``; nothing if the table is absent.
+
+    Values are what DuckDB returns (``Decimal``, ``datetime``, lists, ``bytes``...), JSON
+    columns parsed. A schemaless table yields its ``_key`` and ``doc`` documents.
+    """
+    with open_for_reading(path, lock_wait_s) as con:
+        state = load_states(con).get((schema, table))
+        if state is None:
+            return
+        columns = state.columns
+        select = ", ".join(quote(c.name) for c in columns)
+        cursor = con.execute(f"SELECT {select} FROM {state.target}")
+        while rows := cursor.fetchmany(2000):
+            for values in rows:
+                row = {c.name: _value(c, v) for c, v in zip(columns, values, strict=True)}
+                if state.layout == "document":
+                    yield row["_key"], row["doc"]
+                else:
+                    yield {c.name: row[c.name] for c in columns if c.key}, row
+
+
+def _value(column: ColumnInfo, value: Any) -> Any:
+    if value is None:
+        return None
+    if column.duck_type == "JSON":
+        return json.loads(value)
+    if column.duck_type.startswith("JSON["):
+        return _loads_nested(value)
+    return value
+
+
+def _loads_nested(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_loads_nested(v) for v in value]
+    return None if value is None else json.loads(value)
+
+
+@contextmanager
+def open_for_reading(path: Path, lock_wait_s: float = 2.0) -> Iterator[Any]:
+    """A connection that can read ``path`` now, even while a pipeline writes it.
+
+    Raises:
+        SinkFatal: the file does not exist or is not a DuckDB database.
+        SinkUnavailable: no stable copy could be taken while another process wrote.
+    """
+    if not path.is_file():
+        raise SinkFatal(f"DuckDB sink: no database file at {path}")
+    deadline = time.monotonic() + lock_wait_s
+    while True:
+        try:
+            con = duckdb.connect(str(path), read_only=True)
+        except duckdb.ConnectionException:
+            con = duckdb.connect(str(path))  # this process writes it: share its instance
+        except duckdb.Error as exc:
+            if not is_lock_conflict(exc):
+                raise SinkFatal(f"DuckDB sink: cannot read {path}: {first_line(exc)}") from exc
+            if time.monotonic() < deadline:
+                time.sleep(0.1)
+                continue
+            with _snapshot(path) as copy:
+                yield copy
+            return
+        try:
+            yield con
+        finally:
+            con.close()
+        return
+
+
+@contextmanager
+def _snapshot(path: Path) -> Iterator[Any]:
+    with tempfile.TemporaryDirectory(prefix="cdc-duckdb-") as tmp:
+        copy = Path(tmp) / path.name
+        _stable_copy(path, copy)
+        con = duckdb.connect(str(copy))
+        try:
+            yield con
+        finally:
+            con.close()
+
+
+def _stable_copy(path: Path, copy: Path) -> None:
+    wal = path.with_name(path.name + ".wal")
+    for _ in range(_COPY_ATTEMPTS):
+        before = _stamp(path), _stamp(wal)
+        shutil.copyfile(path, copy)
+        if wal.exists():
+            shutil.copyfile(wal, copy.with_name(copy.name + ".wal"))
+        if (_stamp(path), _stamp(wal)) == before:
+            return
+        time.sleep(0.05)
+    raise SinkUnavailable(f"DuckDB sink: {path} kept changing; no consistent copy to read")
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return None
+    return stat.st_size, stat.st_mtime_ns

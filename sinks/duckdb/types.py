@@ -1,0 +1,266 @@
+"""PostgreSQL type names to DuckDB types, how values are staged, and which changes widen.
+
+Pure functions over the type names a source publishes (see :class:`cdc.schema.Column`), so the
+mapping is tested without a database. Values reach DuckDB as JSON text and are cast there in
+bulk; a few types need help on the way (see :func:`conversion`).
+
+Mapping decisions that lose no data:
+
+* ``numeric(p,s)`` with ``p <= 38`` and ``0 <= s <= p`` becomes ``DECIMAL(p,s)``; a value DECIMAL
+  cannot hold (``NaN``, ``Infinity``) fails its record (dead-letter or stop, by policy).
+* ``numeric`` without precision, ``p > 38`` or a negative scale becomes ``VARCHAR`` holding the
+  exact text (``NaN`` included): DuckDB's widest decimal would round such values.
+* enums, domains and any type not listed become ``VARCHAR`` with the source's text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+
+MAX_DECIMAL_PRECISION: Final = 38
+
+_SIMPLE: Final[dict[str, str]] = {
+    "smallint": "SMALLINT",
+    "int2": "SMALLINT",
+    "integer": "INTEGER",
+    "int": "INTEGER",
+    "int4": "INTEGER",
+    "bigint": "BIGINT",
+    "int8": "BIGINT",
+    "oid": "BIGINT",
+    "real": "REAL",
+    "float4": "REAL",
+    "double precision": "DOUBLE",
+    "float8": "DOUBLE",
+    "boolean": "BOOLEAN",
+    "bool": "BOOLEAN",
+    "bytea": "BLOB",
+    "date": "DATE",
+    "uuid": "UUID",
+    "json": "JSON",
+    "jsonb": "JSON",
+}
+_NUMERIC: Final = re.compile(r"(?:numeric|decimal)(?:\((\d+)(?:,\s*(-?\d+))?\))?")
+_TEMPORAL: Final = re.compile(
+    r"(time|timestamp)(?:\((\d+)\))?(?: (with|without) time zone)?"
+    r"|(timetz|timestamptz)(?:\((\d+)\))?"
+)
+_INTERVAL: Final = re.compile(r"interval(?: [a-z ]+?)?(?:\((\d+)\))?")
+_STRING: Final = re.compile(r"(character varying|varchar|character|char|bpchar|text)(?:\((\d+)\))?")
+_INTEGER_RANK: Final = {"SMALLINT": 1, "INTEGER": 2, "BIGINT": 3}
+_INTEGER_DIGITS: Final = {"SMALLINT": 5, "INTEGER": 10, "BIGINT": 19}
+
+
+def normalize(source_type: str) -> str:
+    """Lower-case, single-spaced, without the quotes ``format_type`` puts on some names."""
+    return " ".join(source_type.strip().lower().replace('"', "").split())
+
+
+def duckdb_type(source_type: str) -> str:
+    """The DuckDB type for a PostgreSQL type name (``""`` for a schemaless ``JSON`` document)."""
+    name = normalize(source_type)
+    if not name:
+        return "JSON"
+    if name.endswith("[]"):
+        element = name
+        dims = 0
+        while element.endswith("[]"):
+            element, dims = element[:-2].rstrip(), dims + 1
+        return duckdb_type(element) + "[]" * dims
+    if name in _SIMPLE:
+        return _SIMPLE[name]
+    numeric = _NUMERIC.fullmatch(name)
+    if numeric is not None:
+        return _decimal(numeric.group(1), numeric.group(2))
+    temporal = _TEMPORAL.fullmatch(name)
+    if temporal is not None:
+        return _temporal(temporal)
+    if _INTERVAL.fullmatch(name):
+        return "INTERVAL"
+    return "VARCHAR"
+
+
+def _decimal(precision: str | None, scale: str | None) -> str:
+    if precision is None:
+        return "VARCHAR"
+    p, s = int(precision), int(scale or 0)
+    if p > MAX_DECIMAL_PRECISION or s < 0 or s > p:
+        return "VARCHAR"
+    return f"DECIMAL({p},{s})"
+
+
+def _temporal(match: re.Match[str]) -> str:
+    base, _, zone, short, _ = match.groups()
+    if short is not None:
+        return "TIMETZ" if short == "timetz" else "TIMESTAMPTZ"
+    with_zone = zone == "with"
+    if base == "time":
+        return "TIMETZ" if with_zone else "TIME"
+    return "TIMESTAMPTZ" if with_zone else "TIMESTAMP"
+
+
+# -- staging -------------------------------------------------------------------------------------
+
+PyConvert = Callable[[Any], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Conversion:
+    """How one column's JSON value becomes a DuckDB value.
+
+    Attributes:
+        stage: the type ``from_json`` extracts (``VARCHAR`` keeps scalars as text, ``JSON``
+            keeps nested values).
+        expr: SQL turning the staged column ``{c}`` into the column type; casts fail loudly.
+        python: a conversion applied in Python first, for the few formats DuckDB cannot parse.
+    """
+
+    stage: str
+    expr: str
+    python: PyConvert | None = None
+
+
+def conversion(duck_type: str) -> Conversion:
+    """How to stage and cast values of ``duck_type``."""
+    if duck_type.endswith("[]"):
+        return _list_conversion(duck_type)
+    if duck_type == "VARCHAR":
+        return Conversion("VARCHAR", "{c}")
+    if duck_type == "JSON":
+        return Conversion("JSON", "{c}")
+    if duck_type == "BLOB":
+        return Conversion("VARCHAR", "from_base64({c})")
+    if duck_type == "INTERVAL":
+        return Conversion("VARCHAR", "CAST({c} AS INTERVAL)", _interval_value)
+    return Conversion("VARCHAR", f"CAST({{c}} AS {duck_type})")
+
+
+def _list_conversion(duck_type: str) -> Conversion:
+    element = duck_type.split("[", 1)[0]
+    if element == "BLOB" and duck_type == "BLOB[]":
+        return Conversion("JSON", "list_transform(CAST({c} AS VARCHAR[]), x -> from_base64(x))")
+    if element == "INTERVAL":
+        return Conversion("JSON", f"CAST({{c}} AS {duck_type})", _interval_value)
+    return Conversion("JSON", f"CAST({{c}} AS {duck_type})")
+
+
+def document_key(key: Any) -> str:
+    """A schemaless table's key as canonical JSON text, so equal keys compare equal."""
+    return orjson.dumps(key, option=orjson.OPT_SORT_KEYS).decode()
+
+
+_ISO_DURATION: Final = re.compile(
+    r"(-)?P(?:(-?\d+)Y)?(?:(-?\d+)M)?(?:(-?\d+)W)?(?:(-?\d+)D)?"
+    r"(?:T(?:(-?\d+)H)?(?:(-?\d+)M)?(?:(-?\d+(?:\.\d+)?)S)?)?"
+)
+_DURATION_UNITS: Final = ("years", "months", "weeks", "days", "hours", "minutes", "seconds")
+
+
+def _interval_value(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_interval_value(v) for v in value]
+    if isinstance(value, str):
+        return iso_duration_to_duckdb(value)
+    return value
+
+
+def iso_duration_to_duckdb(text: str) -> str:
+    """``'P1Y2M3DT4H5M6.5S'`` -> ``'1 years 2 months 3 days 4 hours 5 minutes 6.5 seconds'``.
+
+    Each part keeps its sign, as PostgreSQL (and DuckDB) keep months, days and time apart. Text
+    that is not an ISO-8601 duration passes through for DuckDB to parse or refuse.
+    """
+    match = _ISO_DURATION.fullmatch(text)
+    if match is None or text in ("P", "PT"):
+        return text
+    negate = match.group(1) == "-"
+    parts = []
+    for value, unit in zip(match.groups()[1:], _DURATION_UNITS, strict=True):
+        if value is not None:
+            parts.append(f"{'-' if negate else ''}{value} {unit}".replace("--", ""))
+    return " ".join(parts) or "0 seconds"
+
+
+# -- schema evolution ----------------------------------------------------------------------------
+
+
+def is_widening(old: str, new: str) -> bool:
+    """Whether a column's source type change from ``old`` to ``new`` keeps every value.
+
+    Widening: ``smallint`` -> ``integer`` -> ``bigint``, an integer to a numeric with room
+    for its digits, ``real`` -> ``double precision``, ``numeric(p,s)`` -> ``numeric(p2,s2)``
+    with ``s2 >= s`` and ``p2 - s2 >= p - s`` (or unconstrained), ``varchar(n)`` ->
+    ``varchar(m >= n)``/``text``, ``json`` <-> ``jsonb``, a higher time precision, and the
+    same rules element-wise for arrays.
+    """
+    a, b = normalize(old), normalize(new)
+    if a == b:
+        return True
+    if a.endswith("[]") and b.endswith("[]"):
+        return is_widening(a[:-2], b[:-2])
+    da, db = duckdb_type(a), duckdb_type(b)
+    for rule in (_integers, _numerics, _strings, _same_family):
+        verdict = rule(a, b, da, db)
+        if verdict is not None:
+            return verdict
+    return False
+
+
+def _integers(a: str, b: str, da: str, db: str) -> bool | None:
+    if da not in _INTEGER_RANK or a == "oid":
+        return None
+    if db in _INTEGER_RANK:
+        return _INTEGER_RANK[db] >= _INTEGER_RANK[da]
+    bounds = _numeric_bounds(b)
+    if bounds is None:
+        return None
+    precision, scale = bounds
+    return precision is None or precision - scale >= _INTEGER_DIGITS[da]
+
+
+def _numerics(a: str, b: str, da: str, db: str) -> bool | None:
+    old, new = _numeric_bounds(a), _numeric_bounds(b)
+    if old is None or new is None:
+        return None
+    (p, s), (p2, s2) = old, new
+    if p2 is None:
+        return True
+    if p is None:
+        return False
+    return s2 >= s and p2 - s2 >= p - s
+
+
+def _numeric_bounds(name: str) -> tuple[int | None, int] | None:
+    match = _NUMERIC.fullmatch(name)
+    if match is None:
+        return None
+    precision, scale = match.groups()
+    return (None, 0) if precision is None else (int(precision), int(scale or 0))
+
+
+def _strings(a: str, b: str, da: str, db: str) -> bool | None:
+    old, new = _STRING.fullmatch(a), _STRING.fullmatch(b)
+    if old is None or new is None:
+        return None
+    unbounded = new.group(1) == "text" or (new.group(2) is None and new.group(1) != "character")
+    if unbounded:
+        return True
+    return old.group(2) is not None and int(new.group(2) or 1) >= int(old.group(2))
+
+
+def _same_family(a: str, b: str, da: str, db: str) -> bool | None:
+    if {a, b} <= {"json", "jsonb"} or (da, db) == ("REAL", "DOUBLE"):
+        return True
+    if da != db or da not in ("TIME", "TIMETZ", "TIMESTAMP", "TIMESTAMPTZ", "INTERVAL"):
+        return None
+    return _precision(b) >= _precision(a)
+
+
+def _precision(name: str) -> int:
+    match = re.search(r"\((\d+)\)", name)
+    return int(match.group(1)) if match else 6
