@@ -1,0 +1,252 @@
+"""The search sink: an embedded Tantivy index per table, replaced by key, committed per batch.
+
+``write`` adds the batch to each table's writer under the version guard; ``flush`` commits every
+touched index, then atomically replaces the offsets file. Tantivy's Python bindings have no
+commit payload, so the offsets cannot be inside the commit; a crash between the two replays the
+batch, and the guard makes that harmless: each document keeps the source position of its
+change, and a change whose position is not newer than the indexed one (or than the table's last
+truncate) is skipped. Deleted keys keep a marker document with their position for the same
+reason. The state after any crash and replay is the state of the source up to the last record
+applied: no change is lost or applied twice in effect.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+from pydantic import Field
+
+from cdc.config import SinkConfig
+from cdc.errors import CdcError, SinkFatal, SinkUnavailable
+from cdc.log.base import TopicPartition
+from cdc.sink import SinkContext, SinkRecord, sink_offsets
+from sinks.keyed import Change, Kind, Pos, Table, TopicTables, classify
+from sinks.search.index import (
+    Mark,
+    TableIndex,
+    live_rows,
+    marker_document,
+    open_reader,
+    row_document,
+    row_text,
+    search_rows,
+    text_columns,
+)
+
+
+class SearchSinkConfig(SinkConfig):
+    """``type: search``.
+
+    Attributes:
+        path: directory of the indexes, one ``<schema>.<table>`` directory each.
+        writer_heap_mb: indexing memory of each table's writer.
+    """
+
+    type: Literal["search"] = "search"
+    path: str
+    writer_heap_mb: int = Field(default=64, ge=16, le=4096)
+
+
+def table_dir(config: SearchSinkConfig, schema: str, table: str) -> Path:
+    return Path(config.path) / f"{schema}.{table}"
+
+
+class SearchSink:
+    """Keeps one Tantivy index per table equal to the source rows."""
+
+    def __init__(self, config: SearchSinkConfig, context: SinkContext) -> None:
+        self._config = config
+        self._context = context
+        self._tables = TopicTables(context.pipeline, context.tables)
+        self._offsets_file = Path(config.path) / f"_offsets.{context.sink_name}.json"
+        self._indexes: dict[Table, TableIndex] = {}
+        self._pending: dict[Table, dict[str, Mark]] = {}
+        self._offsets: dict[TopicPartition, int] = {}
+
+    def open(self) -> None:
+        try:
+            Path(self._config.path).mkdir(parents=True, exist_ok=True)
+            for table in self._context.tables:
+                self._index(table)
+            self._offsets = self._read_offsets()
+        except (OSError, ValueError) as exc:
+            self.close()
+            raise _translate(exc, f"cannot open the indexes under {self._config.path}") from exc
+
+    def stored_offsets(self) -> Mapping[TopicPartition, int]:
+        return dict(self._offsets)
+
+    def write(self, records: Sequence[SinkRecord]) -> None:
+        # Classify everything first: a bad record raises before any writer is touched.
+        changes = [classify(record, self._tables) for record in records]
+        by_table: dict[Table, list[Change]] = {}
+        for change in changes:
+            by_table.setdefault(change.table, []).append(change)
+        try:
+            for table, some in by_table.items():
+                self._apply(table, some)
+        except Exception as exc:
+            self._rollback()
+            if isinstance(exc, CdcError):
+                raise
+            raise _translate(exc, "cannot index the batch") from exc
+        self._offsets.update(sink_offsets(records))
+
+    def flush(self) -> None:
+        try:
+            for table in self._pending:
+                self._indexes[table].commit()
+            self._write_offsets()
+        except (OSError, ValueError) as exc:
+            self._rollback()
+            raise _translate(exc, "cannot commit the indexes") from exc
+        self._pending.clear()
+
+    def close(self) -> None:
+        for index in self._indexes.values():
+            index.close()
+        self._indexes.clear()
+
+    def _index(self, table: Table) -> TableIndex:
+        index = self._indexes.get(table)
+        if index is None:
+            path = table_dir(self._config, *table)
+            index = self._indexes[table] = TableIndex(path, self._config.writer_heap_mb << 20)
+        return index
+
+    def _apply(self, table: Table, changes: list[Change]) -> None:
+        """Apply one table's changes in order under the guard."""
+        index = self._index(table)
+        pending = self._pending.setdefault(table, {})
+        keys = {orjson.dumps(c.key).decode() for c in changes if c.kind is not Kind.TRUNCATE}
+        marks = index.marks([k for k in keys if k not in pending])
+        marks.update(pending)
+        columns = text_columns(self._context.schemas.get(*table))
+        for change in changes:
+            if change.kind is Kind.TRUNCATE:
+                assert change.pos is not None
+                if index.floor is None or change.pos > index.floor:
+                    index.truncate(change.pos)
+                    marks = {k: m for k, m in marks.items() if m.pos >= change.pos}
+                continue
+            key = orjson.dumps(change.key).decode()
+            mark = _decide(change, marks.get(key), index.floor)
+            if mark is None:
+                continue
+            if mark.row is not None:
+                text = row_text(mark.row, columns)
+                document = row_document(key, mark.pos, mark.offset, mark.row, text)
+            else:
+                document = marker_document(key, "gone", mark.pos, mark.offset)
+            index.replace(key, document, key in marks)
+            marks[key] = mark
+        pending.clear()
+        pending.update(marks)
+
+    def _rollback(self) -> None:
+        for table in self._pending:
+            self._indexes[table].rollback()
+        self._pending.clear()
+        self._offsets = self._read_offsets()
+
+    def _read_offsets(self) -> dict[TopicPartition, int]:
+        if not self._offsets_file.exists():
+            return {}
+        stored: dict[str, int] = orjson.loads(self._offsets_file.read_bytes())
+        out = {}
+        for name, offset in stored.items():
+            topic, _, partition = name.rpartition("|")
+            out[TopicPartition(topic, int(partition))] = int(offset)
+        return out
+
+    def _write_offsets(self) -> None:
+        data = {f"{tp.topic}|{tp.partition}": offset for tp, offset in self._offsets.items()}
+        temp = self._offsets_file.with_suffix(".tmp")
+        with temp.open("wb") as handle:
+            handle.write(orjson.dumps(data))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, self._offsets_file)
+        fd = os.open(self._offsets_file.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _decide(change: Change, mark: Mark | None, floor: Pos | None) -> Mark | None:
+    """The key's new mark if ``change`` changes the index, else ``None`` (the guard)."""
+    if change.kind is Kind.TOMBSTONE:
+        # No position: delete only a row nothing at or after this offset has touched.
+        if mark is None or mark.row is None or mark.offset >= change.offset:
+            return None
+        return Mark(mark.pos, change.offset, None)
+    assert change.pos is not None
+    if (mark is not None and change.pos <= mark.pos) or (floor is not None and change.pos <= floor):
+        if change.kind is Kind.DELETE and mark is not None and mark.offset <= change.offset:
+            # A skipped delete still covers its own tombstone, which follows it.
+            return Mark(mark.pos, change.offset + 1, mark.row)
+        return None
+    if change.kind is Kind.DELETE:
+        # offset + 1: the delete's own tombstone follows it and must change nothing.
+        return Mark(change.pos, change.offset + 1, None)
+    return Mark(change.pos, change.offset, change.row)
+
+
+def _translate(exc: Exception, doing: str) -> CdcError:
+    text = str(exc)
+    if "LockBusy" in text or "lock" in text.lower():
+        return SinkUnavailable(f"search: {doing}: another writer holds the index lock ({text})")
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return SinkUnavailable(f"search: {doing}: {exc.strerror}")
+    return SinkFatal(f"search: {doing}: {text}")
+
+
+def read_rows(
+    config: SearchSinkConfig, schema: str, table: str
+) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """Every row the index of ``schema.table`` holds as ``(key, row)``, for ``cdc verify``.
+
+    A table never written has no index: it holds no rows.
+    """
+    path = table_dir(config, schema, table)
+    if not path.exists():
+        return iter(())
+    return live_rows(open_reader(path))
+
+
+def search(
+    config: SearchSinkConfig, schema: str, table: str, query: str, limit: int = 10
+) -> list[dict[str, Any]]:
+    """The rows of ``schema.table`` best matching ``query``, best first.
+
+    ``query`` is Tantivy's query language: bare words search the table's text columns,
+    ``row.<column>:value`` one column (any type), ``AND``/``OR``/``-``, ``"phrases"``.
+
+    Raises:
+        SinkFatal: the table has no index under ``config.path``, or the query is invalid.
+    """
+    path = table_dir(config, schema, table)
+    if not path.exists():
+        raise SinkFatal(f"search: no index for {schema}.{table} under {config.path}")
+    try:
+        return search_rows(open_reader(path), query, limit)
+    except ValueError as exc:
+        raise SinkFatal(f"search: invalid query {query!r}: {exc}") from exc
+
+
+class SearchSinkPlugin:
+    """Entry point ``search`` of ``cdc.sinks``."""
+
+    config_model = SearchSinkConfig
+
+    @staticmethod
+    def create(config: SearchSinkConfig, context: SinkContext) -> SearchSink:
+        return SearchSink(config, context)
+
+    read_rows = staticmethod(read_rows)
+    search = staticmethod(search)
