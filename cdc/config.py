@@ -64,11 +64,26 @@ class EmbeddedLogConfig(StrictModel):
 
 
 class KafkaLogConfig(StrictModel):
+    """Apache Kafka as the log (see :mod:`cdc.log.kafka`).
+
+    ``properties`` go to every librdkafka client (security settings, timeouts);
+    ``topic_properties`` to every topic the log creates, after the settings below.
+    """
+
     type: Literal["kafka"]
     bootstrap_servers: str
     partitions: int = Field(default=3, ge=1)
     replication_factor: int = Field(default=1, ge=1)
     properties: dict[str, str] = Field(default_factory=dict)
+    topic_properties: dict[str, str] = Field(default_factory=dict)
+    # A record stays uncompacted this long, so consumers that lag less see every version.
+    min_compaction_lag_ms: int = Field(default=60_000, ge=0)
+    # How long a tombstone survives compaction: sinks lagging less than this still see deletes.
+    delete_retention_ms: int = Field(default=24 * 3600 * 1000, ge=0)
+    segment_ms: int | None = Field(default=None, ge=1)  # None: the broker's default (7 days)
+    transaction_timeout_ms: int = Field(default=60_000, ge=1000)
+    session_timeout_ms: int = Field(default=10_000, ge=1000)
+    connect_timeout_s: float = Field(default=15.0, gt=0, le=30)
 
 
 class PipelineFile(StrictModel):

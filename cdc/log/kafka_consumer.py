@@ -1,0 +1,274 @@
+"""Reading the Kafka log: consumer-group members for sinks, and a group-less partition reader.
+
+Both read with ``isolation.level=read_committed``: records of open or aborted transactions are
+never returned. In that mode offsets have gaps, because every transaction ends with a commit
+marker that takes an offset of each partition it wrote; a committed offset is still "the next
+offset to read", and the group member commits past trailing markers (see
+:meth:`KafkaConsumer.commit`) so that an idle sink shows no lag.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import TopicPartition as KafkaPartition
+
+from cdc.errors import LogError, LogFatal, LogUnavailable
+from cdc.log.base import PartitionsCallback, StartOffsets, StoredRecord, TopicPartition
+from cdc.log.kafka_common import describe, error_of, translate, translated
+from cdc.logging import get_logger
+
+_COMMIT_RETRY_S = 30.0
+_READ_TIMEOUT_S = 20.0
+_MAX_CONSUME = 10_000  # librdkafka's consume() refuses batches over a million
+#: Commit errors that mean the partitions moved to another member: it re-reads from the last
+#: successful commit, which the sinks' idempotence makes harmless.
+_REBALANCED = {
+    KafkaError.REBALANCE_IN_PROGRESS,
+    KafkaError.ILLEGAL_GENERATION,
+    KafkaError.UNKNOWN_MEMBER_ID,
+    KafkaError._ASSIGNMENT_LOST,
+}
+
+_logger = get_logger(component="kafka_log")
+
+
+def stored(msg: Any) -> StoredRecord:
+    """A consumed message as the log interface returns it."""
+    return StoredRecord(
+        msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(), msg.timestamp()[1]
+    )
+
+
+def _records(messages: Sequence[Any]) -> list[StoredRecord]:
+    out = []
+    for msg in messages:
+        err = msg.error()
+        if err is None:
+            out.append(stored(msg))
+        elif err.fatal():
+            raise LogFatal(f"kafka log: consumer failed: {err.name()}: {err.str()}")
+        elif err.code() != KafkaError._PARTITION_EOF:
+            # Broker restarts and leader moves surface here; librdkafka reconnects by itself.
+            _logger.warning("kafka.consumer_error", error=err.name(), detail=err.str())
+    return out
+
+
+class KafkaConsumer:
+    """A member of a Kafka consumer group; Kafka spreads the topics' partitions over members.
+
+    Args:
+        config: librdkafka consumer settings, including ``group.id``.
+        topics: topics to subscribe to (they must exist).
+        start_offsets: called on every assignment; offsets it returns replace the committed ones.
+        on_revoke: called with partitions before they are taken away (rebalance or close).
+    """
+
+    def __init__(
+        self,
+        config: dict[str, Any],
+        topics: Sequence[str],
+        start_offsets: StartOffsets | None,
+        on_revoke: PartitionsCallback | None,
+    ) -> None:
+        self._servers = str(config.get("bootstrap.servers"))
+        self._start_offsets = start_offsets
+        self._on_revoke = on_revoke
+        self._returned: dict[TopicPartition, int] = {}  # next offset after what poll returned
+        self._committed: dict[TopicPartition, int] = {}
+        self._closed = False
+        self._consumer = Consumer(config)
+        self._consumer.subscribe(
+            list(dict.fromkeys(topics)),
+            on_assign=self._assigned,
+            on_revoke=self._revoked,
+            on_lost=self._revoked,
+        )
+
+    def poll(self, max_records: int, timeout_s: float) -> list[StoredRecord]:
+        """Up to ``max_records`` committed records, waiting at most ``timeout_s`` for the first.
+
+        Rebalance callbacks (``start_offsets``, ``on_revoke``) run inside this call.
+        """
+        self._check_open()
+        deadline = time.monotonic() + timeout_s
+        out: list[StoredRecord] = []
+        with translated("polling", self._servers):
+            while not out:
+                remaining = deadline - time.monotonic()
+                msg = self._consumer.poll(max(0.0, remaining))
+                if msg is not None:
+                    out = _records([msg])
+                if not out and time.monotonic() >= deadline:
+                    self._commit_past_markers()
+                    return []
+            # What the first fetch brought is queued already: take it without waiting.
+            want = min(max_records - len(out), _MAX_CONSUME)
+            if want > 0:
+                out += _records(self._consumer.consume(want, 0))
+        for record in out:
+            self._returned[TopicPartition(record.topic, record.partition)] = record.offset + 1
+        return out
+
+    def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit the group's next offsets synchronously.
+
+        Where ``offsets`` covers everything poll returned for a partition, the commit moves on
+        past transaction markers that follow, so a caught-up group shows no lag. If the
+        partitions were meanwhile given to another member, the commit is dropped with a
+        warning: that member resumes from the previous commit (at-least-once).
+
+        Raises:
+            LogUnavailable: the group coordinator stayed unreachable for 30 s.
+            LogFatal: a fatal consumer error.
+        """
+        self._check_open()
+        targets = {tp: self._past_markers(tp, offset) for tp, offset in offsets.items()}
+        if targets:
+            self._commit(targets)
+
+    def assignment(self) -> list[TopicPartition]:
+        """The partitions this member holds now."""
+        self._check_open()
+        return [TopicPartition(p.topic, p.partition) for p in self._consumer.assignment()]
+
+    def close(self) -> None:
+        """Leave the group (``on_revoke`` runs first, so the caller can commit what it did)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._consumer.close()
+        except (KafkaException, RuntimeError) as exc:
+            _logger.warning("kafka.consumer_close_failed", error=str(exc))
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _assigned(self, consumer: Any, partitions: list[Any]) -> None:
+        if self._start_offsets is not None:
+            tps = [TopicPartition(p.topic, p.partition) for p in partitions]
+            chosen = self._start_offsets(tps)
+            for p in partitions:
+                offset = chosen.get(TopicPartition(p.topic, p.partition))
+                if offset is not None:
+                    p.offset = offset
+        consumer.assign(partitions)
+
+    def _revoked(self, consumer: Any, partitions: list[Any]) -> None:
+        tps = [TopicPartition(p.topic, p.partition) for p in partitions]
+        try:
+            if self._on_revoke is not None:
+                self._on_revoke(tps)
+        finally:
+            for tp in tps:
+                self._returned.pop(tp, None)
+                self._committed.pop(tp, None)
+            consumer.unassign()
+
+    def _past_markers(self, tp: TopicPartition, offset: int) -> int:
+        if offset != self._returned.get(tp):
+            return offset
+        position = self._consumer.position([KafkaPartition(tp.topic, tp.partition)])[0].offset
+        return max(offset, position)
+
+    def _commit_past_markers(self) -> None:
+        """When idle, commit positions that moved past markers only (nothing left to apply)."""
+        moved = {}
+        for tp, done in self._committed.items():
+            if done == self._returned.get(tp):
+                position = self._past_markers(tp, done)
+                if position > done:
+                    moved[tp] = position
+        if moved:
+            self._commit(moved)
+
+    def _commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        partitions = [KafkaPartition(tp.topic, tp.partition, off) for tp, off in offsets.items()]
+        deadline = time.monotonic() + _COMMIT_RETRY_S
+        while True:
+            try:
+                self._consumer.commit(offsets=partitions, asynchronous=False)
+                break
+            except KafkaException as exc:
+                err = error_of(exc)
+                if err is not None and err.code() in _REBALANCED:
+                    _logger.warning("kafka.commit_dropped", reason=describe(err, exc))
+                    return
+                if (err is None or not err.fatal()) and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                    continue
+                raise translate(exc, "committing consumer offsets", self._servers) from exc
+        self._committed.update(offsets)
+        for tp, offset in offsets.items():
+            if self._returned.get(tp, 0) < offset:
+                self._returned[tp] = offset
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogError("kafka log: the consumer is closed")
+
+
+class PartitionReader:
+    """Reads one partition from an offset with an assigned consumer: no group, no commits.
+
+    One consumer serves every read (creating one costs a broker round trip or two); a lock makes
+    reads from several threads take turns.
+    """
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self._servers = str(config.get("bootstrap.servers"))
+        self._consumer = Consumer(config)
+        self._lock = threading.Lock()
+
+    def read(
+        self, topic: str, partition: int, offset: int, max_records: int, end: int
+    ) -> list[StoredRecord]:
+        """Records from ``offset`` on, at most ``max_records``, stopping at ``end`` (the LSO)."""
+        if offset >= end or max_records <= 0:
+            return []
+        with self._lock, translated(f"reading {topic}[{partition}]", self._servers):
+            self._consumer.assign([KafkaPartition(topic, partition, offset)])
+            try:
+                return self._fetch(topic, partition, offset, max_records, end)
+            finally:
+                # Stop the background prefetch: it would hold memory for nobody.
+                self._consumer.unassign()
+
+    def _fetch(
+        self, topic: str, partition: int, offset: int, max_records: int, end: int
+    ) -> list[StoredRecord]:
+        out: list[StoredRecord] = []
+        deadline = time.monotonic() + _READ_TIMEOUT_S
+        while len(out) < max_records:
+            first = self._consumer.poll(0.2)
+            if first is None:
+                if time.monotonic() > deadline:
+                    raise LogUnavailable(
+                        f"kafka log ({self._servers}): no answer reading {topic}[{partition}] "
+                        f"within {_READ_TIMEOUT_S:.0f} s"
+                    )
+                continue
+            batch = [first, *self._consumer.consume(min(max_records, _MAX_CONSUME), 0)]
+            for msg in batch:
+                if msg.topic() != topic or msg.partition() != partition:
+                    continue
+                err = msg.error()
+                if err is not None and err.code() == KafkaError._PARTITION_EOF:
+                    return out[:max_records]
+                for record in _records([msg]):
+                    if record.offset >= offset:
+                        out.append(record)
+            if out and out[-1].offset >= end - 1:
+                break
+        return out[:max_records]
+
+    def close(self) -> None:
+        with self._lock:
+            try:
+                self._consumer.close()
+            except (KafkaException, RuntimeError) as exc:
+                _logger.warning("kafka.reader_close_failed", error=str(exc))

@@ -1,0 +1,289 @@
+"""The Kafka log's transactions: records and source offsets committed in one Kafka transaction.
+
+A :class:`TransactionalWriter` owns one transactional producer; one transaction at a time uses
+it (Kafka allows no more per producer), so ``begin`` waits while another thread's transaction on
+the same writer is open. Error handling follows librdkafka's transactional API rules:
+
+- ``commit_transaction`` failing with a *retriable* error is called again, until the transaction
+  timeout; after that the producer is discarded, and a fresh one's ``init_transactions`` settles
+  the transaction on the broker (committed or aborted: the stored source offsets tell which).
+- an *abortable* error aborts the transaction and raises :class:`~cdc.errors.LogUnavailable`, so
+  the runtime re-reads the source from the stored offsets;
+- a *fatal* error (above all a fenced producer) raises :class:`~cdc.errors.LogFatal`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from contextlib import suppress
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from cdc.errors import LogError, LogFatal, LogUnavailable, RecordTooLarge
+from cdc.log.base import Record
+from cdc.log.kafka_common import FENCED, describe, error_of, translate
+
+if TYPE_CHECKING:
+    from cdc.log.kafka import KafkaLog
+
+# Serve delivery reports this often while producing, so their memory is freed as we go.
+_POLL_EVERY = 1000
+_COMMIT_ATTEMPT_S = 10.0
+_ABORT_TIMEOUT_S = 10.0
+
+
+class TransactionalWriter:
+    """A transactional producer, created on first use and replaced after fatal errors.
+
+    Args:
+        config: librdkafka producer settings (without ``transactional.id``).
+        transactional_id: the id the broker fences by: a newer producer with the same id
+            aborts this one's open transaction and makes its next call fail.
+        timeout_s: the transaction timeout, which bounds every wait here.
+    """
+
+    def __init__(self, config: dict[str, Any], transactional_id: str, timeout_s: float) -> None:
+        self.transactional_id = transactional_id
+        self.timeout_s = timeout_s
+        self.servers = str(config.get("bootstrap.servers"))
+        self._config = {**config, "transactional.id": transactional_id}
+        self.lock = threading.Lock()
+        self.owner: int | None = None  # the thread whose transaction holds the lock
+        self._producer: Any = None
+
+    def producer(self) -> Any:
+        """The producer, with ``init_transactions`` done (which fences older instances)."""
+        if self._producer is None:
+            producer = Producer(self._config)
+            try:
+                producer.init_transactions(self.timeout_s)
+            except KafkaException as exc:
+                raise self.translate(exc, "initialising transactions") from exc
+            self._producer = producer
+        return self._producer
+
+    def discard(self) -> None:
+        """Drop the producer; the next transaction's ``init_transactions`` settles what it left."""
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            with suppress(Exception):
+                producer.purge(in_queue=True, in_flight=True, blocking=False)
+                producer.poll(0)
+
+    def close(self) -> None:
+        """Discard the producer (an open transaction is aborted by the broker or the next init)."""
+        self.discard()
+
+    def translate(self, exc: BaseException, doing: str) -> LogFatal | LogUnavailable:
+        """Like :func:`kafka_common.translate`, with a clear message for a fenced producer."""
+        err = error_of(exc)
+        if err is not None and err.code() in FENCED:
+            self.discard()
+            return LogFatal(
+                f"kafka log ({self.servers}): this producer was fenced while {doing}: another "
+                f"process started with transactional.id {self.transactional_id!r} (a second "
+                "instance of this pipeline's source); this one stops"
+            )
+        if err is not None and err.fatal():
+            self.discard()
+        return translate(exc, doing, self.servers)
+
+
+class KafkaTransaction:
+    """One Kafka transaction: appended records and stored offsets commit or abort together.
+
+    As a context manager it commits on success and aborts on an exception.
+    """
+
+    def __init__(self, log: KafkaLog, writer: TransactionalWriter) -> None:
+        if writer.owner == threading.get_ident():
+            raise LogError("kafka log: this thread already has an open transaction")
+        self._log = log
+        self._writer = writer
+        self._state = "open"
+        self._failure: tuple[KafkaError, str, bytes | None] | None = None
+        self._last: dict[tuple[str, int], int] = {}  # highest delivered offset per partition
+        self._unpolled = 0
+        writer.lock.acquire()
+        writer.owner = threading.get_ident()
+        self._held = True
+        try:
+            self._producer = writer.producer()
+            self._producer.begin_transaction()
+        except KafkaException as exc:
+            self._release()
+            raise writer.translate(exc, "beginning a transaction") from exc
+        except BaseException:
+            self._release()
+            raise
+
+    def append(self, records: Sequence[Record]) -> None:
+        """Produce records to their murmur2 partitions; visible to readers only after commit.
+
+        Raises:
+            RecordTooLarge: a record exceeds the broker's or client's size limit; nothing of
+                ``records`` was produced and the transaction stays usable.
+            LogUnavailable: the brokers cannot take the records now.
+            LogFatal: the producer was fenced or failed for good.
+        """
+        self._check_open()
+        prepared = self._log._prepare(records)  # checks sizes before producing anything
+        try:
+            for topic, partition, key, value in prepared:
+                self._produce(topic, partition, key, value)
+        except BaseException:
+            self._state = "failed"
+            raise
+
+    def store_offsets(self, offsets: Mapping[str, Any]) -> None:
+        """Produce offsets to the offsets topic in this transaction (``None``: a tombstone)."""
+        self._check_open()
+        topic = self._log.offsets_topic
+        try:
+            for key, value in offsets.items():
+                encoded = None if value is None else orjson.dumps(value)
+                self._produce(topic, 0, key.encode(), encoded)
+        except BaseException:
+            self._state = "failed"
+            raise
+
+    def commit(self) -> None:
+        """Commit; on return the records and offsets are durable and visible to readers.
+
+        Raises:
+            LogUnavailable: the transaction was aborted, or its outcome is not known yet; the
+                stored source offsets say what is durable.
+            RecordTooLarge: the broker refused a record for its size; the transaction was aborted.
+            LogFatal: the producer was fenced or failed for good.
+        """
+        self._check_open()
+        try:
+            self._commit()
+            self._state = "committed"
+        finally:
+            if self._state == "open":
+                self._state = "failed"
+            self._release()
+        # The broker writes the commit markers after answering: wait for them, so that on
+        # return readers see the records, as with the embedded log.
+        self._log._wait_visible(self._last)
+
+    def abort(self) -> None:
+        """Abort; a no-op once committed or aborted. Never raises for broker trouble."""
+        if self._state in ("committed", "aborted"):
+            return
+        self._state = "aborted"
+        if not self._held:
+            return
+        try:
+            self._producer.abort_transaction(_ABORT_TIMEOUT_S)
+        except KafkaException:
+            # Whatever it left open, the next init_transactions (or the broker's timeout) aborts.
+            self._writer.discard()
+        finally:
+            self._release()
+
+    def __enter__(self) -> KafkaTransaction:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None and self._state == "open":
+            self.commit()
+        else:
+            self.abort()
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _produce(self, topic: str, partition: int, key: bytes | None, value: bytes | None) -> None:
+        producer = self._producer
+        while True:
+            try:
+                producer.produce(topic, value, key, partition, on_delivery=self._delivered)
+                break
+            except BufferError:
+                # The local queue is full: memory stays bounded by waiting for deliveries.
+                producer.poll(0.05)
+                self._raise_failure()
+            except KafkaException as exc:
+                raise self._writer.translate(exc, f"producing to {topic}") from exc
+        self._unpolled += 1
+        if self._unpolled >= _POLL_EVERY:
+            self._unpolled = 0
+            producer.poll(0)
+            self._raise_failure()
+
+    def _delivered(self, err: KafkaError | None, msg: Any) -> None:
+        if err is None:
+            tp = (msg.topic(), msg.partition())
+            self._last[tp] = max(self._last.get(tp, -1), msg.offset())
+        elif self._failure is None:
+            self._failure = (err, msg.topic(), msg.key())
+
+    def _raise_failure(self) -> None:
+        if self._failure is None:
+            return
+        err, topic, key = self._failure
+        if err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+            raise RecordTooLarge(
+                f"kafka log: the broker refused a record of {topic} with key {key!r} as too "
+                f"large ({err.str()})"
+            )
+        raise LogUnavailable(
+            f"kafka log ({self._writer.servers}): a record of {topic} was not delivered: "
+            f"{describe(err, KafkaException(err))}"
+        )
+
+    def _commit(self) -> None:
+        deadline = time.monotonic() + self._writer.timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                self._producer.commit_transaction(max(0.1, min(remaining, _COMMIT_ATTEMPT_S)))
+                return
+            except KafkaException as exc:
+                err = error_of(exc)
+                if err is not None and err.retriable() and time.monotonic() < deadline:
+                    continue  # librdkafka's rule: call commit_transaction again
+                if err is not None and err.txn_requires_abort():
+                    self._abort_after(exc)
+                if err is not None and (err.fatal() or err.code() in FENCED):
+                    raise self._writer.translate(exc, "committing") from exc
+                self._writer.discard()
+                raise LogUnavailable(
+                    f"kafka log ({self._writer.servers}): the commit did not complete within "
+                    f"{self._writer.timeout_s:.0f} s ({describe(err, exc)}); its outcome shows "
+                    "in the stored source offsets"
+                ) from exc
+
+    def _abort_after(self, exc: KafkaException) -> None:
+        """Abort after an abortable commit error and raise what the caller should see."""
+        self._state = "aborted"
+        try:
+            self._producer.abort_transaction(_ABORT_TIMEOUT_S)
+        except KafkaException:
+            self._writer.discard()
+        self._raise_failure()
+        raise LogUnavailable(
+            f"kafka log ({self._writer.servers}): the transaction was aborted "
+            f"({describe(error_of(exc), exc)}); the source resumes from the stored offsets"
+        ) from exc
+
+    def _check_open(self) -> None:
+        if self._state != "open":
+            raise LogError(f"kafka log: the transaction is {self._state}")
+
+    def _release(self) -> None:
+        if self._held:
+            self._held = False
+            self._writer.owner = None
+            self._writer.lock.release()
