@@ -251,12 +251,13 @@ _INTERVAL: Final = re.compile(
 def interval_to_iso(text: str) -> str:
     """An interval in IntervalStyle ``postgres`` as an ISO-8601 duration.
 
-    Each part keeps its own sign, as PostgreSQL stores months, days and time separately and
-    as Debezium's ``interval.handling.mode=string`` writes them: ``'1 year 2 mons 3 days
-    04:05:06.5'`` -> ``'P1Y2M3DT4H5M6.5S'``, ``'-1 days +02:03:00'`` -> ``'P-1DT2H3M'``,
-    ``'-00:00:01.5'`` -> ``'PT-1.5S'``. Zero parts are left out; a zero interval is
-    ``'PT0S'``. Text already in ISO form (IntervalStyle ``iso_8601``) and ``infinity`` pass
-    through.
+    Each part keeps its own sign: PostgreSQL stores months, days and time separately, and they
+    do not convert into one another (a month has no fixed number of days), so folding them
+    into one signed duration would change the value. ``'1 year 2 mons 3 days 04:05:06.5'`` ->
+    ``'P1Y2M3DT4H5M6.5S'``, ``'-1 days +02:03:00'`` -> ``'P-1DT2H3M'``, ``'-00:00:01.5'`` ->
+    ``'PT-1.5S'``; hours are not folded into days (``'100:00:00'`` -> ``'PT100H'``). Zero parts
+    are left out; a zero interval is ``'PT0S'``. Text already in ISO form (IntervalStyle
+    ``iso_8601``) and ``infinity`` pass through.
 
     Raises:
         ValueError: not in the ``postgres`` or ``iso_8601`` style.
@@ -299,7 +300,12 @@ def parse_json(text: str) -> Any:
     orjson parses the common case. A number that would lose digits as a double (more than 15
     significant digits, or an integer past 64 bits, which orjson turns into a float) becomes
     an ``orjson.Fragment`` holding the number's text: the envelope's ``orjson.dumps`` writes it
-    back verbatim as a JSON number, so ``jsonb`` numerics stay exact end to end.
+    back verbatim as a JSON number, so ``jsonb`` numerics stay exact end to end. A fractional
+    or exponent number beyond the double range (``1e999``, possible in ``json``) is rejected:
+    most JSON readers cannot hold it, so it is left to the error policy.
+
+    Raises:
+        ValueError: invalid JSON, or a number out of the double range.
     """
     if _LONG_NUMBER.search(text) is None:
         return orjson.loads(text)
@@ -307,14 +313,20 @@ def parse_json(text: str) -> Any:
 
 
 def _json_int(text: str) -> int | orjson.Fragment:
-    value = int(text)
-    return value if _INT64_MIN <= value <= _UINT64_MAX else orjson.Fragment(text)
+    # The length test first: int() of a very long text is slow, and refused past 4300 digits.
+    if len(text) <= 20:
+        value = int(text)
+        if _INT64_MIN <= value <= _UINT64_MAX:
+            return value
+    return orjson.Fragment(text)
 
 
 def _json_float(text: str) -> float | orjson.Fragment:
     value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"JSON number out of range for a double: {text[:40]}")
     # Exact when the shortest repr (what orjson writes) names the same decimal number.
-    if value == value and abs(value) != float("inf") and _same_decimal(repr(value), text):
+    if _same_decimal(repr(value), text):
         return value
     return orjson.Fragment(text)
 
@@ -610,7 +622,6 @@ _KINDS: Final = {
     "r": "range",
     "m": "multirange",
 }
-_FIRST_NORMAL_OID: Final = 16384  # below: built-in types, fixed by the server version
 
 
 def _builtins() -> dict[int, TypeEntry]:

@@ -490,7 +490,13 @@ def test_parse_json_fast_and_exact_paths() -> None:
     assert parse_json('{"a": 1}') == {"a": 1}
     assert parse_json("[1234567890123456]") == [1234567890123456]  # exact in 64 bits
     assert parse_json('["1234567890123456789012"]') == ["1234567890123456789012"]  # a string
-    assert _json(parse_json("[1e400, -0.30000000000000004]")) == b"[1e400,-0.30000000000000004]"
+    exact = parse_json("[-0.30000000000000004, 0.30000000000000001, 1e-400, 123e30]")
+    assert _json(exact) == b"[-0.30000000000000004,0.30000000000000001,1e-400,1.23e+32]"
+    assert _json(parse_json("[" + "9" * 5000 + "]")) == b"[" + b"9" * 5000 + b"]"
+    # Beyond the double range: rejected the same way on both paths.
+    for text in ("[1e400]", "[1e400, 1234567890123456789]"):
+        with pytest.raises(ValueError, match=r"infinity|out of range"):
+            parse_json(text)
 
 
 def test_session_settings_and_query() -> None:
