@@ -84,4 +84,3 @@ def sink_offsets(records: Sequence[SinkRecord]) -> dict[TopicPartition, int]:
     for record in records:
         offsets[record.tp] = record.offset + 1
     return offsets
-

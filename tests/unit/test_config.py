@@ -52,9 +52,11 @@ def test_env_expansion_with_and_without_default() -> None:
 
 
 def test_three_independent_mistakes_are_all_reported() -> None:
-    text = VALID.replace("name: shop", "name: Shop").replace(
-        "snapshot: initial", "snapshot: sometimes"
-    ).replace("    tables: [public.orders]", "    tables: [public.orders]\n    colour: blue")
+    text = (
+        VALID.replace("name: shop", "name: Shop")
+        .replace("snapshot: initial", "snapshot: sometimes")
+        .replace("    tables: [public.orders]", "    tables: [public.orders]\n    colour: blue")
+    )
     problems = problems_of(text)
     assert set(problems) == {"name", "source.snapshot", "sinks[0].colour"}
     assert problems["sinks[0].colour"] == "unknown key"
@@ -107,12 +109,14 @@ def test_cli_validate_exit_codes_and_no_secrets(tmp_path: Path) -> None:
         .replace("snapshot: initial", "snapshot: sometimes\n  changes: -1")
         .replace("path: ${OUT_DIR:-out/files}", "path: out\n    colour: blue")
     )
-    ok = subprocess.run([sys.executable, "-m", "cdc.cli", "validate", str(good)],
-                        capture_output=True, text=True)
+    ok = subprocess.run(
+        [sys.executable, "-m", "cdc.cli", "validate", str(good)], capture_output=True, text=True
+    )
     assert ok.returncode == 0, ok.stderr
     assert "valid pipeline 'shop'" in ok.stdout
-    failed = subprocess.run([sys.executable, "-m", "cdc.cli", "validate", str(bad)],
-                            capture_output=True, text=True)
+    failed = subprocess.run(
+        [sys.executable, "-m", "cdc.cli", "validate", str(bad)], capture_output=True, text=True
+    )
     assert failed.returncode == 2
     for path in ("name:", "source.snapshot:", "source.changes:", "sinks[0].colour:"):
         assert path in failed.stderr
