@@ -51,6 +51,9 @@ def pg_db(pg_server: Any) -> Iterator[str]:
     Teardown drops the database's replication slots (a leaked slot pins WAL forever), then the
     database itself.
     """
+    # A test that stopped the shared server and failed before starting it again must not take
+    # every later test down with it (a no-op when running, or for a server given by address).
+    pg_server.start()
     name = f"test_{uuid.uuid4().hex[:12]}"
     pg_server.create_database(name)
     try:

@@ -12,7 +12,7 @@ import pymongo
 import pytest
 import redis
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from psycopg.pq import ExecStatus
 
 from tests.services.common import in_ci
@@ -108,7 +108,9 @@ def _consume(bootstrap: str, topic: str, count: int) -> list[bytes]:
             if message is None:
                 continue
             assert message.error() is None, message.error()
-            values.append(message.value())
+            value = message.value()
+            assert value is not None
+            values.append(value)
     finally:
         consumer.close()
     return values

@@ -181,6 +181,7 @@ class Service:
         self.workdir = Path(tempfile.mkdtemp(prefix=f"cdc-test-{self.name}-", dir=base_dir))
         self._running = False
         self._closed = False
+        self._started_once = False
         _LIVE.add(self)
 
     @property
@@ -189,12 +190,26 @@ class Service:
         return self._running
 
     def start(self) -> None:
-        """Starts the server and waits until it serves; a no-op when already running."""
+        """Starts the server and waits until it serves; a no-op when already running.
+
+        The first start retries on other free ports: a port picked by ``free_port`` can be
+        taken by another process before the server binds it. Later starts keep the port, so
+        addresses handed out stay valid across restarts.
+        """
         if self._closed:
             raise ServiceError(f"{self.name}: already closed")
-        if not self._running:
-            self._start()
-            self._running = True
+        if self._running:
+            return
+        attempts = 1 if self._started_once else 3
+        for attempt in range(attempts):
+            try:
+                self._start()
+                break
+            except ServiceError:
+                if attempt == attempts - 1 or not self._forget_ports():
+                    raise
+        self._started_once = True
+        self._running = True
 
     def stop(self) -> None:
         """Stops the server, keeping its data for a later ``start``."""
@@ -222,6 +237,49 @@ class Service:
 
     def _stop(self) -> None:
         raise NotImplementedError
+
+    def _forget_ports(self) -> bool:
+        """Drops auto-picked ports after a failed first start; False when a retry is pointless."""
+        return False
+
+    def _launch(
+        self,
+        argv: Sequence[str],
+        *,
+        log: Path,
+        ready: Callable[[], bool],
+        timeout: float,
+        interval: float = 0.1,
+    ) -> ManagedProcess:
+        """Starts a server process and waits until ``ready``; kills it if it never gets there.
+
+        Args:
+            argv: Command line.
+            log: Log file (its tail goes into the error).
+            ready: Readiness check.
+            timeout: Seconds to wait.
+            interval: Seconds between checks.
+
+        Returns:
+            The running process.
+
+        Raises:
+            ServiceError: The process exited or did not get ready in time.
+        """
+        process = ManagedProcess(argv, log=log, cwd=self.workdir)
+        try:
+            wait_until(
+                ready,
+                timeout=timeout,
+                what=f"{self.name} ({' '.join(argv[:1])})",
+                process=process.popen,
+                log=log,
+                interval=interval,
+            )
+        except BaseException:
+            process.stop(signal.SIGKILL)
+            raise
+        return process
 
     def __enter__(self) -> Self:
         self.start()

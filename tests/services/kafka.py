@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,7 +30,6 @@ from tests.services.common import (
     ServiceError,
     ServiceUnavailableError,
     docker_available,
-    wait_until,
 )
 from tests.services.jvm import ensure_jars, find_java
 from tests.services.ports import LOOPBACK, free_port, port_open
@@ -143,6 +143,7 @@ class LocalKafka(Service):
         self.config_file = self.workdir / "server.properties"
         self.log_file = self.workdir / "kafka.log"
         self._port = port
+        self._fixed_port = port is not None
         self._controller_port: int | None = None
         self._process: ManagedProcess | None = None
 
@@ -172,17 +173,23 @@ class LocalKafka(Service):
             self.config_file.write_text(self._server_properties())
             (self.workdir / "log4j2.properties").write_text(LOG4J2)
             self._java("kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c")
-        self._process = ManagedProcess(
-            self._java_argv("kafka.Kafka"), log=self.log_file, cwd=self.workdir
-        )
-        wait_until(
-            lambda: _lists_topics(self.bootstrap_servers),
-            timeout=120,
-            what=f"Kafka broker on {self.bootstrap_servers}",
-            process=self._process.popen,
+        self._process = self._launch(
+            self._java_argv("kafka.Kafka"),
             log=self.log_file,
+            ready=lambda: _lists_topics(self.bootstrap_servers),
+            timeout=120,
             interval=0.25,
         )
+
+    def _forget_ports(self) -> bool:
+        # The first start failed, most likely on a port taken meanwhile: format afresh on new
+        # ports (the storage holds no data yet).
+        if self._fixed_port:
+            return False
+        self._port = None
+        self.config_file.unlink(missing_ok=True)
+        shutil.rmtree(self.log_dir, ignore_errors=True)
+        return True
 
     def _stop(self) -> None:
         if self._process is not None:

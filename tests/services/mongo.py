@@ -29,7 +29,6 @@ from tests.services.common import (
     ServiceError,
     ServiceUnavailableError,
     docker_available,
-    wait_until,
 )
 from tests.services.jvm import ensure_jars, find_java
 from tests.services.ports import LOOPBACK, free_port, port_open
@@ -101,6 +100,7 @@ class LocalMongo(Service):
         self.heap = heap
         self.log_file = self.workdir / "mongo.log"
         self._port = port
+        self._fixed_port = port is not None
         self._process: ManagedProcess | None = None
 
     @property
@@ -129,15 +129,19 @@ class LocalMongo(Service):
             str(self.port),
             LOOPBACK,
         ]
-        self._process = ManagedProcess(argv, log=self.log_file, cwd=self.workdir)
-        wait_until(
-            lambda: port_open(self.port) and _pings(self.uri),
-            timeout=60,
-            what=f"mongo-java-server on port {self.port}",
-            process=self._process.popen,
+        self._process = self._launch(
+            argv,
             log=self.log_file,
+            ready=lambda: port_open(self.port) and _pings(self.uri),
+            timeout=60,
             interval=0.2,
         )
+
+    def _forget_ports(self) -> bool:
+        if self._fixed_port:
+            return False
+        self._port = None
+        return True
 
     def _stop(self) -> None:
         if self._process is not None:

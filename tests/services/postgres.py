@@ -313,18 +313,16 @@ class LocalPostgres(_Admin, Service):
     def _start(self) -> None:
         if not (self.data_dir / "PG_VERSION").exists():
             self._initdb()
-        attempts = 1 if self._fixed_port else 3
-        for attempt in range(attempts):
-            if self._port is None or (attempt and not self._fixed_port):
-                self._port = free_port()
-            self._write_port()
-            try:
-                self._pg_ctl("start", "-l", str(self.log_file), "-t", "120")
-                return
-            except ServiceError:
-                # Most likely another process took the port between free_port() and bind.
-                if attempt == attempts - 1:
-                    raise
+        if self._port is None:
+            self._port = free_port()
+        self._write_port()
+        self._pg_ctl("start", "-l", str(self.log_file), "-t", "120")
+
+    def _forget_ports(self) -> bool:
+        if self._fixed_port:
+            return False
+        self._port = None
+        return True
 
     def _stop(self) -> None:
         self._pg_ctl("stop", "-m", "fast")

@@ -20,7 +20,6 @@ from tests.services.common import (
     ServiceError,
     ServiceUnavailableError,
     docker_available,
-    wait_until,
 )
 from tests.services.ports import LOOPBACK, free_port
 
@@ -90,6 +89,7 @@ class LocalRedis(Service):
         self.binary = found
         self.appendonly = appendonly
         self._port = port
+        self._fixed_port = port is not None
         self._process: ManagedProcess | None = None
 
     @property
@@ -116,15 +116,18 @@ class LocalRedis(Service):
             self._port = free_port()
         conf = self.workdir / "redis.conf"
         conf.write_text(self._config())
-        log = self.workdir / "redis.log"
-        self._process = ManagedProcess([self.binary, str(conf)], log=log, cwd=self.workdir)
-        wait_until(
-            lambda: _ping(self.url),
+        self._process = self._launch(
+            [self.binary, str(conf)],
+            log=self.workdir / "redis.log",
+            ready=lambda: _ping(self.url),
             timeout=30,
-            what=f"redis-server on port {self.port}",
-            process=self._process.popen,
-            log=log,
         )
+
+    def _forget_ports(self) -> bool:
+        if self._fixed_port:
+            return False
+        self._port = None
+        return True
 
     def _config(self) -> str:
         lines = [
