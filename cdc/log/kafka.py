@@ -395,7 +395,26 @@ class KafkaLog:
                 err = error_of(exc)
                 if err is None or err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise translate(exc, f"creating topic {name}", self.servers) from exc
-        self._metadata(refresh=True)
+        self._wait_for_leaders(names)
+
+    def _wait_for_leaders(self, names: list[str]) -> None:
+        """Wait until every partition of ``names`` has a leader: until then, requests fail."""
+        deadline = time.monotonic() + _ADMIN_TIMEOUT_S
+        while True:
+            with translated("reading cluster metadata", self.servers):
+                metadata = self._admin.list_topics(timeout=_ADMIN_TIMEOUT_S)
+            self._remember(metadata)
+            topics = [metadata.topics.get(name) for name in names]
+            if all(
+                t is not None
+                and t.error is None
+                and all(p.leader >= 0 for p in t.partitions.values())
+                for t in topics
+            ):
+                return
+            if time.monotonic() > deadline:
+                raise LogUnavailable(f"kafka log ({self.servers}): topics {names} have no leader")
+            time.sleep(0.05)
 
     def _topic_config(self) -> dict[str, str]:
         config = {
@@ -445,13 +464,21 @@ class KafkaLog:
 
     def _list_offsets(self, counts: dict[str, int], spec: Any) -> dict[str, dict[int, int]]:
         request = {KafkaPartition(t, p): spec for t, n in counts.items() for p in range(n)}
-        out: dict[str, dict[int, int]] = {topic: {} for topic in counts}
-        with translated("listing offsets", self.servers):
-            futures = self._admin.list_offsets(
-                request,
-                isolation_level=IsolationLevel.READ_COMMITTED,
-                request_timeout=_ADMIN_TIMEOUT_S,
-            )
-            for tp, future in futures.items():
-                out[tp.topic][tp.partition] = future.result().offset
-        return out
+        deadline = time.monotonic() + _ADMIN_TIMEOUT_S
+        while True:
+            out: dict[str, dict[int, int]] = {topic: {} for topic in counts}
+            try:
+                futures = self._admin.list_offsets(
+                    request,
+                    isolation_level=IsolationLevel.READ_COMMITTED,
+                    request_timeout=_ADMIN_TIMEOUT_S,
+                )
+                for tp, future in futures.items():
+                    out[tp.topic][tp.partition] = future.result().offset
+                return out
+            except KafkaException as exc:
+                # A leader moving (new topic, broker restart) fails this briefly: try again.
+                err = error_of(exc)
+                if err is None or err.fatal() or time.monotonic() > deadline:
+                    raise translate(exc, "listing offsets", self.servers) from exc
+                time.sleep(0.1)

@@ -1,0 +1,241 @@
+"""The Kafka log against a real broker: the shared conformance suite, plus Kafka's own concerns
+(compacted topic configs, compaction, Java's partitioner, fencing, size limits, an unreachable
+broker)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from cdc.config import KafkaLogConfig
+from cdc.errors import LogFatal, LogUnavailable, RecordTooLarge
+from cdc.log.base import Record
+from cdc.log.kafka import KafkaLog
+from cdc.partitioner import partition_for
+from tests.services.ports import free_port
+from tests.unit.log_suite import LogSuite, append, key, new_topic, read_all
+
+KafkaFactory = Callable[..., KafkaLog]
+SUITE_GROUPS = ("sink", "sink-a", "sink-b", "watcher")
+
+
+def kafka_config(bootstrap: str, **fields: Any) -> KafkaLogConfig:
+    fields.setdefault("session_timeout_ms", 6000)
+    return KafkaLogConfig(type="kafka", bootstrap_servers=bootstrap, **fields)
+
+
+@pytest.fixture
+def log_factory(kafka_server: Any) -> Iterator[KafkaFactory]:
+    """Opens the same pipeline's log each time it is called within one test."""
+    pipeline = f"suite_{uuid.uuid4().hex[:10]}"
+    opened: list[KafkaLog] = []
+    # The suite names its groups plainly; on a shared broker, a previous run's commits remain.
+    admin = AdminClient({"bootstrap.servers": kafka_server.bootstrap_servers})
+    for future in admin.delete_consumer_groups(list(SUITE_GROUPS)).values():
+        with contextlib.suppress(Exception):
+            future.result()
+
+    def open_log(partitions: int = 1, **fields: Any) -> KafkaLog:
+        config = kafka_config(kafka_server.bootstrap_servers, partitions=partitions, **fields)
+        log = KafkaLog(pipeline, config)
+        opened.append(log)
+        return log
+
+    yield open_log
+    for log in opened:
+        log.close()
+
+
+def topic_configs(bootstrap: str, topic: str) -> dict[str, str]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)])
+    return {k: v.value for k, v in next(iter(futures.values())).result().items()}
+
+
+class TestKafkaLogConformance(LogSuite):
+    """The suite every log passes. Kafka differs in one documented way: a transaction's commit
+    marker takes one offset in every partition the transaction wrote, so offsets have gaps and
+    end offsets count markers. The three tests that assume dense offsets are restated here."""
+
+    def test_offsets_are_dense_and_monotonic_across_reopen(self, log_factory: KafkaFactory) -> None:
+        topic = new_topic()
+        log = log_factory()
+        log.ensure_topics([topic])
+        append(log, [Record(topic, key(i), b"a") for i in range(5)])
+        log.close()
+        log = log_factory()
+        append(log, [Record(topic, key(i), b"b") for i in range(5)])
+        records = log.read(topic, 0, 0, 100)
+        # Records 0-4, the first commit marker at 5, records 6-10, the second marker at 11.
+        assert [r.offset for r in records] == [0, 1, 2, 3, 4, 6, 7, 8, 9, 10]
+        assert [r.value for r in records] == [b"a"] * 5 + [b"b"] * 5
+        assert log.end_offsets(topic) == {0: 12}
+        assert [r.offset for r in log.read(topic, 0, 7, 2)] == [7, 8]
+        assert [r.offset for r in log.read(topic, 0, 5, 1)] == [6]  # a marker is skipped
+        assert log.read(topic, 0, 11, 100) == []
+
+    def test_a_transaction_spans_many_appends(self, log_factory: KafkaFactory) -> None:
+        log = log_factory()
+        topic = new_topic()
+        log.ensure_topics([topic])
+        txn = log.begin()
+        for batch in range(20):
+            txn.append([Record(topic, key(batch * 50 + i), b"v") for i in range(50)])
+        txn.store_offsets({"lsn": 1000})
+        txn.commit()
+        assert log.end_offsets(topic) == {0: 1001}  # 1000 records and one commit marker
+        assert len(read_all(log, topic)) == 1000
+        assert log.source_offsets()["lsn"] == 1000
+
+    def test_topics_show_partitions_offsets_and_counts(self, log_factory: KafkaFactory) -> None:
+        log = log_factory(partitions=2)
+        topic = new_topic()
+        log.ensure_topics([topic, topic])
+        append(log, [Record(topic, key(i), b"v") for i in range(12)])
+        info = next(t for t in log.topics() if t.name == topic)
+        assert info.partitions == 2
+        assert info.config.get("cleanup.policy") == "compact"
+        assert info.record_count == 12 + 2  # an estimate: each partition's commit marker counts
+        assert set(info.start_offsets.values()) == {0}
+        assert info.end_offsets == log.end_offsets(topic)
+
+    def test_latest_value(self, log_factory: KafkaFactory) -> None:
+        log = log_factory()
+        with pytest.raises(NotImplementedError):
+            log.latest_value(new_topic(), key(1))
+
+
+def test_topics_are_created_compacted_and_existing_ones_are_left_alone(
+    kafka_server: Any, log_factory: KafkaFactory
+) -> None:
+    bootstrap = kafka_server.bootstrap_servers
+    existing = new_topic()
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(existing, 2, 1, config={"cleanup.policy": "delete"})])[
+        existing
+    ].result()
+    log = log_factory(partitions=3, min_compaction_lag_ms=5000, delete_retention_ms=7000)
+    topic = new_topic()
+    log.ensure_topics([topic, existing])
+    configs = topic_configs(bootstrap, topic)
+    assert configs["cleanup.policy"] == "compact"
+    assert configs["min.compaction.lag.ms"] == "5000"
+    assert configs["delete.retention.ms"] == "7000"
+    assert log.end_offsets(topic).keys() == {0, 1, 2}
+    assert topic_configs(bootstrap, existing)["cleanup.policy"] == "delete"
+    assert log.end_offsets(existing).keys() == {0, 1}
+    log.source_offsets()
+    assert topic_configs(bootstrap, log.offsets_topic)["cleanup.policy"] == "compact"
+
+
+def test_a_plain_murmur2_producer_agrees_on_partitions(
+    kafka_server: Any, log_factory: KafkaFactory
+) -> None:
+    """librdkafka's murmur2 partitioner (Java's default) puts each key where the log does."""
+    log = log_factory(partitions=5)
+    topic = new_topic()
+    log.ensure_topics([topic])
+    producer = Producer(
+        {"bootstrap.servers": kafka_server.bootstrap_servers, "partitioner": "murmur2_random"}
+    )
+    placed: dict[bytes, int] = {}
+    for i in range(50):
+        producer.produce(
+            topic, b"v", key(i), on_delivery=lambda _e, m: placed.update({m.key(): m.partition()})
+        )
+    producer.flush(10)
+    assert len(placed) == 50
+    assert all(p == log.partition_for(topic, k) == partition_for(k, 5) for k, p in placed.items())
+
+
+def test_compaction_keeps_the_latest_per_key_and_drops_deleted_keys(
+    log_factory: KafkaFactory,
+) -> None:
+    log = log_factory(
+        segment_ms=200,
+        min_compaction_lag_ms=0,
+        delete_retention_ms=1000,
+        topic_properties={"min.cleanable.dirty.ratio": "0.01"},
+    )
+    topic = new_topic()
+    log.ensure_topics([topic])
+    for version in range(3):
+        append(log, [Record(topic, key(i), b"v%d" % version) for i in range(10)])
+    append(log, [Record(topic, key(9), b"deleted"), Record(topic, key(9), None)])
+    deadline = time.monotonic() + 50
+    state: list[tuple[bytes | None, bytes | None]] = []
+    while time.monotonic() < deadline:
+        # New records roll the segment (segment.ms) so the cleaner can take the older ones.
+        time.sleep(0.3)
+        append(log, [Record(topic, b'"filler"', b"%f" % time.time())])
+        state = [(r.key, r.value) for r in read_all(log, topic) if r.key != b'"filler"']
+        if state == [(key(i), b"v2") for i in range(9)]:
+            return
+    pytest.fail(f"compaction did not converge within 50 s; the topic holds {state}")
+
+
+def test_a_second_instance_fences_the_first(log_factory: KafkaFactory) -> None:
+    first = log_factory()
+    topic = new_topic()
+    first.ensure_topics([topic])
+    first.source_offsets()  # the runtime's source task does this first, on its thread
+    append(first, [Record(topic, key(1), b"from the first")], {"pos": 1})
+    second = log_factory()
+    second.source_offsets()
+    append(second, [Record(topic, key(2), b"from the second")], {"pos": 2})
+    with pytest.raises(LogFatal, match="fenced"):
+        append(first, [Record(topic, key(3), b"zombie")], {"pos": 3})
+    assert [r.value for r in read_all(second, topic)] == [b"from the first", b"from the second"]
+    assert second.source_offsets()["pos"] == 2
+
+
+def test_other_threads_do_not_fence_the_source(log_factory: KafkaFactory) -> None:
+    """A sink worker's dead letters (another thread, another process) use their own id."""
+    source = log_factory()
+    topic = new_topic()
+    source.ensure_topics([topic])
+    source.source_offsets()
+    worker = log_factory()
+    done = threading.Event()
+
+    def dead_letter() -> None:
+        append(worker, [Record(topic, key(2), b"dead letter")])
+        done.set()
+
+    threading.Thread(target=dead_letter).start()
+    assert done.wait(30)
+    append(source, [Record(topic, key(1), b"still the source")], {"pos": 1})
+    assert {r.value for r in read_all(source, topic)} == {b"dead letter", b"still the source"}
+
+
+def test_a_record_too_large_is_skippable_and_names_topic_and_key(
+    log_factory: KafkaFactory,
+) -> None:
+    log = log_factory(topic_properties={"max.message.bytes": "20000"})
+    topic = new_topic()
+    log.ensure_topics([topic])
+    txn = log.begin()
+    txn.append([Record(topic, key(1), b"small")])
+    with pytest.raises(RecordTooLarge, match=rf"{topic}.*id\": 2"):
+        txn.append([Record(topic, key(2), b"x" * 30_000)])
+    txn.append([Record(topic, key(3), b"also small")])  # nothing of the refused batch went out
+    txn.commit()
+    assert [r.value for r in read_all(log, topic)] == [b"small", b"also small"]
+    with pytest.raises(RecordTooLarge):
+        append(log, [Record(topic, key(4), b"y" * 2_000_000)])  # over the client's own limit
+
+
+def test_an_unreachable_broker_is_a_clear_error_within_30_s() -> None:
+    address = f"127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    with pytest.raises(LogUnavailable, match=address):
+        KafkaLog("nowhere", kafka_config(address, connect_timeout_s=5))
+    assert time.monotonic() - started < 30
