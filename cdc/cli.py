@@ -104,6 +104,19 @@ def run(file: str, role: str, sink_names: tuple[str, ...]) -> None:
 
 @main.command()
 @click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("name")
+@click.pass_context
+def sink(ctx: click.Context, file: str, name: str) -> None:
+    """Run one sink worker: the same as ``cdc run FILE --role sinks --sink NAME``.
+
+    Start several on as many hosts as needed: with the Kafka log, they share the sink's
+    partitions through its consumer group.
+    """
+    ctx.invoke(run, file=file, role="sinks", sink_names=(name,))
+
+
+@main.command()
+@click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def topics(file: str, as_json: bool) -> None:
     """List topics with partitions, offsets and record counts."""
