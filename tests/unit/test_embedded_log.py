@@ -6,13 +6,15 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from cdc.errors import LogError, LogFatal, LogUnavailable
-from cdc.log import embedded_compaction
+from cdc.log import embedded_compaction, embedded_consumer
 from cdc.log.base import Record, TopicPartition
 from cdc.log.embedded import EmbeddedLog
 from tests.unit.log_suite import LogSuite, append, key, read_all
@@ -275,3 +277,18 @@ def test_poll_sees_another_process_commit(tmp_path: Path) -> None:
     assert writer.wait(30) == 0
     assert sorted(r.value or b"" for r in records) == sorted(b"w:0:%d" % i for i in range(10))
     log.close()
+
+
+def test_an_in_process_commit_wakes_poll_without_waiting_for_the_interval(
+    log_factory: Callable[..., EmbeddedLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(embedded_consumer, "POLL_INTERVAL_S", 30.0)
+    log = log_factory()
+    consumer = log.consumer("g", [TOPIC])
+    timer = threading.Timer(0.2, lambda: append(log, [Record(TOPIC, key(1), b"now")]))
+    started = time.monotonic()
+    timer.start()
+    records = consumer.poll(10, 20)
+    timer.join()
+    assert [r.value for r in records] == [b"now"]
+    assert time.monotonic() - started < 5
