@@ -92,7 +92,7 @@ class EmbeddedLog:
         except OSError as exc:
             raise LogFatal(f"embedded log: cannot create {self.path}: {exc.strerror}") from exc
         self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
+        self._connections: dict[int, sqlite3.Connection] = {}  # by thread ident
         self._lock = threading.Lock()
         self._appended = threading.Condition(threading.Lock())
         self._generation = 0  # bumped by every commit in this process; wakes polls
@@ -260,7 +260,8 @@ class EmbeddedLog:
             if self.closed:
                 return
             self.closed = True
-            connections, self._connections = self._connections, []
+            connections = list(self._connections.values())
+            self._connections.clear()
         with self._appended:
             self._appended.notify_all()
         for conn in connections:
@@ -280,10 +281,21 @@ class EmbeddedLog:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             conn = connect(self.path / DB_FILE, self.durability, self.busy_timeout_ms)
-            with self._lock:
-                self._connections.append(conn)
+            self._register(conn)
             self._local.conn = conn
         return conn
+
+    def _register(self, conn: sqlite3.Connection) -> None:
+        # Connections of threads that ended are closed here, so a process that starts threads
+        # over and over does not pile up open connections until close().
+        threading.current_thread()  # registers a thread that threading did not start
+        me = threading.get_ident()
+        alive = {thread.ident for thread in threading.enumerate()}
+        with self._lock:
+            stale = [i for i in self._connections if i not in alive or i == me]
+            for ident in stale:
+                self._connections.pop(ident).close()
+            self._connections[me] = conn
 
     def _lookup(self, conn: sqlite3.Connection, topic: str) -> TopicMeta | None:
         meta = self._topics.get(topic)

@@ -292,3 +292,13 @@ def test_an_in_process_commit_wakes_poll_without_waiting_for_the_interval(
     timer.join()
     assert [r.value for r in records] == [b"now"]
     assert time.monotonic() - started < 5
+
+
+def test_connections_of_ended_threads_are_closed(log_factory: Callable[..., EmbeddedLog]) -> None:
+    log = log_factory()
+    log.ensure_topics([TOPIC])
+    for _ in range(5):
+        thread = threading.Thread(target=lambda: log.end_offsets(TOPIC))
+        thread.start()
+        thread.join()
+    assert len(log._connections) <= 2  # this thread's and the last reader's
