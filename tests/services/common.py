@@ -171,6 +171,8 @@ class Service:
     supports_restart: bool = True
     #: Short name used in temp dir names and messages.
     name: str = "service"
+    #: Seconds a SIGTERM'd server gets to shut down cleanly before SIGKILL.
+    stop_timeout: float = 30.0
 
     def __init__(self, base_dir: str | os.PathLike[str] | None = None):
         """Creates the temp dir that holds data and logs.
@@ -182,6 +184,7 @@ class Service:
         self._running = False
         self._closed = False
         self._started_once = False
+        self._process: ManagedProcess | None = None
         _LIVE.add(self)
 
     @property
@@ -232,11 +235,20 @@ class Service:
             self._closed = True
             shutil.rmtree(self.workdir, ignore_errors=True)
 
+    def kill(self) -> None:
+        """Kills the server with SIGKILL (a crash); ``start`` brings it back on the same port."""
+        if self._process is not None and self._running:
+            self._running = False
+            self._process.stop(signal.SIGKILL)
+            self._process = None
+
     def _start(self) -> None:
         raise NotImplementedError
 
     def _stop(self) -> None:
-        raise NotImplementedError
+        if self._process is not None:
+            self._process.stop(signal.SIGTERM, timeout=self.stop_timeout)
+            self._process = None
 
     def _forget_ports(self) -> bool:
         """Drops auto-picked ports after a failed first start; False when a retry is pointless."""
@@ -315,6 +327,14 @@ class ExternalService:
 
     def restart(self) -> None:
         """Always fails: the server is not ours to restart.
+
+        Raises:
+            RestartUnsupportedError: Always.
+        """
+        self.stop()
+
+    def kill(self) -> None:
+        """Always fails: the server is not ours to kill.
 
         Raises:
             RestartUnsupportedError: Always.

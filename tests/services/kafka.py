@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -25,7 +24,6 @@ from confluent_kafka.admin import AdminClient
 
 from tests.services.common import (
     ExternalService,
-    ManagedProcess,
     Service,
     ServiceError,
     ServiceUnavailableError,
@@ -113,6 +111,9 @@ class LocalKafka(Service):
     """
 
     name = "kafka"
+    # SIGTERM runs a controlled shutdown (log flushed, no recovery at the next start): give it
+    # time before the SIGKILL fallback.
+    stop_timeout = 60.0
 
     def __init__(
         self,
@@ -145,7 +146,6 @@ class LocalKafka(Service):
         self._port = port
         self._fixed_port = port is not None
         self._controller_port: int | None = None
-        self._process: ManagedProcess | None = None
 
     @property
     def port(self) -> int:
@@ -158,13 +158,6 @@ class LocalKafka(Service):
     def bootstrap_servers(self) -> str:
         """``127.0.0.1:PORT``."""
         return f"{LOOPBACK}:{self.port}"
-
-    def kill(self) -> None:
-        """Kills the broker with SIGKILL (a crash); ``start`` brings it back with its data."""
-        if self._process is not None and self.running:
-            self._running = False
-            self._process.stop(signal.SIGKILL)
-            self._process = None
 
     def _start(self) -> None:
         if not self.config_file.exists():
@@ -190,13 +183,6 @@ class LocalKafka(Service):
         self.config_file.unlink(missing_ok=True)
         shutil.rmtree(self.log_dir, ignore_errors=True)
         return True
-
-    def _stop(self) -> None:
-        if self._process is not None:
-            # SIGTERM runs a controlled shutdown: the log is flushed and recovery is skipped
-            # at the next start. Give it time before the SIGKILL fallback.
-            self._process.stop(signal.SIGTERM, timeout=60)
-            self._process = None
 
     def _server_properties(self) -> str:
         broker = f"{LOOPBACK}:{self.port}"

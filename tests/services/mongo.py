@@ -17,14 +17,12 @@ real thing run against a server given by ``CDC_TEST_MONGO_URI`` and check ``is_r
 from __future__ import annotations
 
 import os
-import signal
 from typing import Protocol
 
 import pymongo
 
 from tests.services.common import (
     ExternalService,
-    ManagedProcess,
     Service,
     ServiceError,
     ServiceUnavailableError,
@@ -101,7 +99,6 @@ class LocalMongo(Service):
         self.log_file = self.workdir / "mongo.log"
         self._port = port
         self._fixed_port = port is not None
-        self._process: ManagedProcess | None = None
 
     @property
     def port(self) -> int:
@@ -142,11 +139,6 @@ class LocalMongo(Service):
             return False
         self._port = None
         return True
-
-    def _stop(self) -> None:
-        if self._process is not None:
-            self._process.stop(signal.SIGTERM, timeout=30)
-            self._process = None
 
 
 class ExternalMongo(ExternalService):

@@ -310,6 +310,10 @@ class LocalPostgres(_Admin, Service):
             self._running = False
             self._pg_ctl("stop", "-m", mode)
 
+    def kill(self) -> None:
+        """Crashes the server: ``stop(mode="immediate")``, so the next start runs recovery."""
+        self.stop(mode="immediate")
+
     def _start(self) -> None:
         if not (self.data_dir / "PG_VERSION").exists():
             self._initdb()

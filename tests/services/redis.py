@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 from typing import Protocol
 
 import redis as redis_client
 
 from tests.services.common import (
     ExternalService,
-    ManagedProcess,
     Service,
     ServiceError,
     ServiceUnavailableError,
@@ -90,7 +88,6 @@ class LocalRedis(Service):
         self.appendonly = appendonly
         self._port = port
         self._fixed_port = port is not None
-        self._process: ManagedProcess | None = None
 
     @property
     def port(self) -> int:
@@ -103,13 +100,6 @@ class LocalRedis(Service):
     def url(self) -> str:
         """``redis://127.0.0.1:PORT/0``."""
         return f"redis://{LOOPBACK}:{self.port}/0"
-
-    def kill(self) -> None:
-        """Kills the server with SIGKILL (a crash); ``start`` brings it back."""
-        if self._process is not None and self.running:
-            self._running = False
-            self._process.stop(signal.SIGKILL)
-            self._process = None
 
     def _start(self) -> None:
         if self._port is None:
@@ -143,11 +133,6 @@ class LocalRedis(Service):
             "appendfsync always",
         ]
         return "\n".join(lines) + "\n"
-
-    def _stop(self) -> None:
-        if self._process is not None:
-            self._process.stop(signal.SIGTERM)
-            self._process = None
 
 
 class ExternalRedis(ExternalService):
