@@ -98,7 +98,11 @@ class EmbeddedLog:
         self._generation = 0  # bumped by every commit in this process; wakes polls
         self._topics: dict[str, TopicMeta] = {}
         self.closed = False
-        migrate(self._conn())
+        try:
+            migrate(self._conn())
+        except BaseException:
+            self.close()
+            raise
 
     # -- writing -------------------------------------------------------------------------------
 
