@@ -15,6 +15,7 @@ so a session always resumes from what is durable, even in the middle of a large 
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -37,16 +38,18 @@ from connectors.postgres.lifecycle import (
 )
 from connectors.postgres.protocol import (
     parse_keepalive,
-    parse_xlog_data,
     standby_status_update,
     str_to_lsn,
 )
 from connectors.postgres.relations import check_keyable
 from connectors.postgres.replication import ReplicationCommandError, ReplicationConnection
-from connectors.postgres.stream import Assembler, offsets_for
+from connectors.postgres.stream import Assembler, MessageHook, offsets_for
 from connectors.postgres.toast import ToastFiller
 
 _KEEPALIVE_TAG = ord("k")
+_XLOG_TAG = ord("w")
+_XLOG_HEADER_SIZE = 25  # tag, WAL start, WAL end, send time
+_WAL_START = struct.Struct("!Q").unpack_from
 _STREAMING_MIN_VERSION = 140000
 
 
@@ -79,10 +82,19 @@ class PostgresSource:
         self._acked = self._received = self._wal_end = self._idle_offered = 0
         self._last_status = self._last_heartbeat = self._last_idle = 0.0
         self._reply_wanted = False
+        #: Logical-message handlers by prefix, installed at ``open`` (the watermarks and signals
+        #: of :mod:`snapshots`); each is called as ``hook(message, lsn)`` during ``poll``.
+        self.message_hooks: dict[str, MessageHook] = {}
 
     def tables(self) -> list[tuple[str, str]]:
         """``(schema, table)`` of every captured table."""
         return self._config.table_pairs()
+
+    @property
+    def pending_events(self) -> int:
+        """Events assembled so far for the batch ``poll`` will return next (message hooks use
+        it to place a message among the batch's events)."""
+        return 0 if self._assembler is None else self._assembler.pending
 
     # -- open ------------------------------------------------------------------------------
 
@@ -120,6 +132,7 @@ class PostgresSource:
             self._logger,
             [self._heartbeat_prefix],
         )
+        self._assembler.hooks.update(self.message_hooks)
         self._logger.info("source.streaming", start_lsn=start, database=database)
 
     def _describe(self, catalog: Catalog, role: str) -> dict[tuple[str, str], TableInfo]:
@@ -182,15 +195,19 @@ class PostgresSource:
             raise SourceUnavailable("the PostgreSQL source is not open")
         limit = max(1, min(max_events, self._config.max_batch_events))
         deadline = time.monotonic() + timeout_s
+        handled = 0
         while True:
-            self._housekeeping()
+            if handled & 255 == 0:  # status and heartbeat clocks need no per-message check
+                self._housekeeping()
             if asm.cut or asm.pending >= limit:
                 return asm.take()
             ready = asm.has_output and not asm.in_tx
             item = self._next(0.0 if ready else max(0.0, deadline - time.monotonic()))
             if item is not None:
                 asm.handle(*item)
+                handled += 1
                 continue
+            handled = 0
             if asm.has_output and (not asm.in_tx or time.monotonic() >= deadline):
                 return asm.take()
             idle = self._idle_batch()
@@ -210,15 +227,17 @@ class PostgresSource:
             data = self._repl.read(max(0.0, deadline - time.monotonic()))
             if data is None:
                 return None
-            if data[0] == _KEEPALIVE_TAG:
+            if data[0] != _XLOG_TAG:
                 self._keepalive(data)
                 continue
-            frame = parse_xlog_data(data)
-            lsn = frame.wal_start
+            # The XLogData header inline (protocol.parse_xlog_data does the same with a frame
+            # object): this runs once per change, and the object costs more than the parse.
+            lsn = _WAL_START(data, 1)[0]
             if lsn > self._received:
                 self._received = lsn
-            message = self._decoder(frame.payload)
-            if self._streams is not None and self._streams.accept(message, lsn, frame.payload):
+            payload = data[_XLOG_HEADER_SIZE:]
+            message = self._decoder(payload)
+            if self._streams is not None and self._streams.accept(message, lsn, payload):
                 continue
             if type(message) is pg.StreamCommit and self._streams is not None:
                 assert isinstance(message, pg.StreamCommit)

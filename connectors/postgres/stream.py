@@ -217,6 +217,7 @@ class Assembler:
         before: Row | None,
         after: Row | None,
         lsn: int,
+        raw: pg.TupleData,
         extra: dict[str, Any] | None = None,
     ) -> None:
         info = {"lsn": lsn or self._final_lsn}
@@ -237,17 +238,21 @@ class Assembler:
         self._seq += 1
         self._events.append(ChangeEvent(op, key, before, after, source))
         if op is not Op.TRUNCATE:
-            self._toast.remember(rel.topic, encode_key(key), after)
+            self._toast.remember(rel.identity(raw), after)
 
     def _insert(self, msg: pg.Insert, lsn: int) -> None:
         rel = self._state(msg.relation_oid)
         if rel is None:
             return
-        after = self._convert(rel, msg.new, "c", lsn)
-        if after is None:
+        new = msg.new
+        try:
+            after = rel.convert(new)
+        except ConversionError as exc:
+            self._bad(rel, new, "c", lsn, exc)
             return
-        extra = self._fill(rel, after, None, after, msg.new) if pg.UNCHANGED in msg.new else None
-        self._emit(Op.CREATE, rel, {k: after[k] for k in rel.key}, None, after, lsn, extra)
+        extra = self._fill(rel, after, None, after, new, new) if pg.UNCHANGED in new else None
+        key = {k: after[k] for k in rel.key}
+        self._emit(Op.CREATE, rel, key, None, after, lsn, new, extra)
 
     def _update(self, msg: pg.Update, lsn: int) -> None:
         rel = self._state(msg.relation_oid)
@@ -259,18 +264,19 @@ class Assembler:
             return
         key = {k: after[k] for k in rel.key}
         old_key = key if old is None else {k: old[k] for k in rel.key}
+        old_raw = msg.new if msg.old is None else msg.old
         extra = None
         if pg.UNCHANGED in msg.new:
             image = old if msg.old_kind == "O" else None
-            extra = self._fill(rel, after, image, old_key, msg.new)
+            extra = self._fill(rel, after, image, old_key, old_raw, msg.new)
         if old_key != key:
             # A key change: the old key's record must disappear, the new one appear.
             before = old if msg.old_kind == "O" else old_key
-            self._emit(Op.DELETE, rel, old_key, before, None, lsn)
-            self._emit(Op.CREATE, rel, key, None, after, lsn, extra)
+            self._emit(Op.DELETE, rel, old_key, before, None, lsn, old_raw)
+            self._emit(Op.CREATE, rel, key, None, after, lsn, msg.new, extra)
             return
         before = old if msg.old_kind == "O" else None
-        self._emit(Op.UPDATE, rel, key, before, after, lsn, extra)
+        self._emit(Op.UPDATE, rel, key, before, after, lsn, msg.new, extra)
 
     def _delete(self, msg: pg.Delete, lsn: int) -> None:
         rel = self._state(msg.relation_oid)
@@ -283,25 +289,31 @@ class Assembler:
         before = old if msg.old_kind == "O" else key
         if msg.old_kind == "O" and pg.UNCHANGED in msg.old:
             before = {k: v for k, v in old.items() if v is not pg.UNCHANGED}
-        self._emit(Op.DELETE, rel, key, before, None, lsn)
+        self._emit(Op.DELETE, rel, key, before, None, lsn, msg.old)
 
     def _truncate(self, msg: pg.Truncate, lsn: int) -> None:
         for oid in msg.relation_oids:
             rel = self._state(oid)
             if rel is not None:
-                self._emit(Op.TRUNCATE, rel, {}, None, None, lsn)
+                self._emit(Op.TRUNCATE, rel, {}, None, None, lsn, ())
 
     def _convert(self, rel: RelationState, values: pg.TupleData, op: str, lsn: int) -> Row | None:
         try:
             return rel.convert(values)
         except ConversionError as exc:
-            if self._fail:
-                where = f"table {rel.info.name}, LSN {lsn_to_str(lsn or self._final_lsn)}"
-                raise ConversionError(
-                    exc.type_name, exc.value, f"{exc.reason} ({where})", exc.column
-                ) from exc
-            self._dead.append(self._dead_letter(rel, values, op, lsn, str(exc)))
+            self._bad(rel, values, op, lsn, exc)
             return None
+
+    def _bad(
+        self, rel: RelationState, values: pg.TupleData, op: str, lsn: int, exc: ConversionError
+    ) -> None:
+        """Fail with the table and position named, or keep the change as a dead letter."""
+        if self._fail:
+            where = f"table {rel.info.name}, LSN {lsn_to_str(lsn or self._final_lsn)}"
+            raise ConversionError(
+                exc.type_name, exc.value, f"{exc.reason} ({where})", exc.column
+            ) from exc
+        self._dead.append(self._dead_letter(rel, values, op, lsn, str(exc)))
 
     def _dead_letter(
         self, rel: RelationState, values: pg.TupleData, op: str, lsn: int, reason: str
@@ -331,11 +343,18 @@ class Assembler:
         row: Row,
         image: Row | None,
         lookup_key: Row,
+        lookup_raw: pg.TupleData,
         raw: pg.TupleData,
     ) -> dict[str, Any] | None:
+        """Fill unchanged TOAST values of ``row``; the extra ``source`` fields to record.
+
+        ``lookup_key``/``lookup_raw`` name the key the previous image is stored under (the old
+        key when the update changes it); ``raw`` is the new tuple, whose key the row has now.
+        """
         missing = fill_from(row, image, missing_columns(row))
         if missing:
-            previous = self._toast.previous(rel.topic, encode_key(lookup_key))
+            identity = rel.identity(lookup_raw)
+            previous = self._toast.previous(identity, rel.topic, encode_key(lookup_key))
             missing = fill_from(row, previous, missing)
         if not missing:
             return None

@@ -5,7 +5,7 @@ key has it, in this order of preference:
 
 1. the old tuple, when the table has ``REPLICA IDENTITY FULL``;
 2. an image emitted earlier in the range not yet committed to the log (a transaction that
-   changes a row twice), kept in a small recent-images cache;
+   changes a row twice), kept in a small cache of recent images;
 3. the log's latest committed value of the key (the compacted topic holds it);
 4. a read of the row from the table. That reflects a later state than the change, so the event
    records which columns were read (``toast_fallback`` in its ``source`` block).
@@ -17,8 +17,7 @@ memory however large the transaction.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import orjson
@@ -45,24 +44,27 @@ class ToastFiller:
     def __init__(self, log: Log, logger: Logger, cache_size: int = 4096) -> None:
         self._log = log
         self._logger = logger
-        self._cache: OrderedDict[tuple[str, bytes], dict[str, Any]] = OrderedDict()
+        self._cache: dict[Hashable, dict[str, Any]] = {}
         self._cache_size = cache_size
         self._bloom = bytearray(_BLOOM_BITS // 8)
         self._bloom_dirty = False
         self._log_lookups = True
 
-    def remember(self, topic: str, key: bytes, after: dict[str, Any] | None) -> None:
-        """Note the image a key has after an event of the uncommitted range."""
-        entry = (topic, key)
+    def remember(self, identity: Hashable, after: dict[str, Any] | None) -> None:
+        """Note the image a key has after an event of the uncommitted range.
+
+        Args:
+            identity: the table and the key's raw values, hashable and cheap to build.
+            after: the key's new image (``None`` after a delete).
+        """
         cache = self._cache
         if after is None:
-            cache.pop(entry, None)
+            cache.pop(identity, None)
         else:
-            cache[entry] = after
-            cache.move_to_end(entry)
-            if len(cache) > self._cache_size:
-                cache.popitem(last=False)
-        h = hash(entry)
+            if len(cache) >= self._cache_size:
+                cache.clear()  # the Bloom filter still marks the dropped keys as changed
+            cache[identity] = after
+        h = hash(identity)
         self._bloom[(h >> 3) % len(self._bloom)] |= 1 << (h & 7)
         self._bloom_dirty = True
 
@@ -73,13 +75,12 @@ class ToastFiller:
             self._bloom = bytearray(len(self._bloom))
             self._bloom_dirty = False
 
-    def previous(self, topic: str, key: bytes) -> dict[str, Any] | None:
+    def previous(self, identity: Hashable, topic: str, key: bytes) -> dict[str, Any] | None:
         """The key's previous image from the cache or the log; ``None`` means read the table."""
-        entry = (topic, key)
-        image = self._cache.get(entry)
+        image = self._cache.get(identity)
         if image is not None:
             return image
-        h = hash(entry)
+        h = hash(identity)
         if self._bloom[(h >> 3) % len(self._bloom)] & (1 << (h & 7)):
             return None  # changed earlier in this range: the log's image is stale
         return self._from_log(topic, key)

@@ -1,0 +1,264 @@
+"""Benchmark: stream PostgreSQL changes through PostgresSource into the embedded log.
+
+Starts a throwaway PostgreSQL 15 (``LocalPostgres``), then for each workload prints our rows/s
+and ``pg_recvlogical``'s over the same changes with the same plugin options (a second slot
+created at the same point; the server's own decoding limit), and their ratio:
+
+- a 500,000-row INSERT in one transaction;
+- a 500,000-row UPDATE workload (50 transactions of 10,000 rows);
+- a 1,000,000-row transaction, for the streaming process's peak RSS;
+- a steady 5,000 rows/s (100-row transactions every 20 ms) for commit-to-log latency,
+  measured from the server's commit timestamp to the log commit, per transaction.
+
+Each streaming run is a child process (``python -m bench.pg_stream child ...``), so its peak
+RSS is its own. The child drives the source like the runtime's source task: poll ->
+``to_records`` -> append -> store offsets -> commit -> ack.
+
+Usage: ``python -m bench.pg_stream [--rows 500000] [--big 1000000] [--steady-s 20]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import structlog
+
+PIPELINE = "bench"
+TABLE = "public.bench"
+DDL = (
+    "CREATE TABLE bench (id int8 PRIMARY KEY, name text, amount numeric(12,2),"
+    " created timestamptz, flag bool, tags text[])"
+)
+INSERT = (
+    "INSERT INTO bench SELECT g, 'name-' || g, g * 1.25, now(), g %% 2 = 0, ARRAY['a', 'b']"
+    " FROM generate_series(%s::int8, %s::int8) g"
+)
+
+
+# -- child: one streaming run ------------------------------------------------------------------
+
+
+def child(args: argparse.Namespace) -> None:
+    """Stream until ``args.rows`` events are committed to the log; print JSON figures."""
+    from cdc import envelope
+    from cdc.log.embedded import EmbeddedLog
+    from cdc.source import SourceContext
+    from connectors.postgres import PostgresSource, PostgresSourceConfig
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
+    log = EmbeddedLog(Path(args.log))
+    config = PostgresSourceConfig.model_validate(
+        {"type": "postgres", "dsn": args.dsn, "tables": [TABLE], "max_batch_events": 5000}
+    )
+    context = SourceContext(pipeline=PIPELINE, log=log, logger=structlog.get_logger())
+    source = PostgresSource(config, context)
+    start = time.perf_counter()
+    source.open(log.source_offsets())
+    log.ensure_topics([f"{PIPELINE}.{TABLE}"])
+    rows, latencies, tx = 0, [], None
+    deadline = time.monotonic() + args.timeout
+    while (rows < args.rows or tx is not None) and time.monotonic() < deadline:
+        batch = source.poll(5000, 0.2)
+        if batch.empty:
+            continue
+        tx = tx or log.begin()
+        now_ms = int(time.time() * 1000)
+        records = [r for e in batch.events for r in envelope.to_records(e, PIPELINE, now_ms)]
+        if records:
+            tx.append(records)
+        rows += len(batch.events)
+        if batch.commit_offsets is not None:
+            tx.store_offsets(batch.commit_offsets)
+            tx.commit()
+            tx = None
+            source.ack(batch.commit_offsets)
+            done_ms = time.time() * 1000
+            latencies.extend(done_ms - t for t in {e.source.ts_ms for e in batch.events})
+    seconds = time.perf_counter() - start
+    source.close()
+    log.close()
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(
+        json.dumps(
+            {
+                "rows": rows,
+                "seconds": seconds,
+                "peak_rss_mb": peak_kb / 1024,
+                "latencies_ms": sorted(latencies),
+            }
+        )
+    )
+
+
+def run_child(dsn: str, log_dir: Path, rows: int, timeout: float = 600) -> dict[str, Any]:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.pg_stream",
+            "child",
+            "--dsn",
+            dsn,
+            "--log",
+            str(log_dir),
+            "--rows",
+            str(rows),
+            "--timeout",
+            str(timeout),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+# -- parent: server, workloads, baseline -------------------------------------------------------
+
+
+def recvlogical(bin_dir: Path, dsn: str, slot: str, end_lsn: str) -> float:
+    """Seconds ``pg_recvlogical`` takes to decode the slot up to ``end_lsn``."""
+    start = time.perf_counter()
+    subprocess.run(
+        [
+            str(bin_dir / "pg_recvlogical"),
+            "-d",
+            dsn,
+            "--slot",
+            slot,
+            "--start",
+            "--endpos",
+            end_lsn,
+            "-o",
+            "proto_version=1",
+            "-o",
+            f"publication_names={PIPELINE}_pub",
+            "-o",
+            "messages=true",
+            "-f",
+            "/dev/null",
+            "--no-loop",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return time.perf_counter() - start
+
+
+def current_lsn(dsn: str) -> str:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        assert row is not None
+        return str(row[0])
+
+
+def execute(dsn: str, statement: str, params: tuple[Any, ...] = ()) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(statement, params)  # type: ignore[arg-type]
+
+
+def compare(name: str, pg: Any, dsn: str, log_dir: Path, rows: int, slot: str) -> dict[str, Any]:
+    """Our rate and pg_recvlogical's over the changes just written."""
+    end = current_lsn(dsn)
+    base_s = recvlogical(pg.bin_dir, dsn, slot, end)
+    ours = run_child(dsn, log_dir, rows)
+    ours_rate, base_rate = ours["rows"] / ours["seconds"], rows / base_s
+    print(
+        f"{name:<28} ours {ours_rate:>9,.0f} rows/s ({ours['seconds']:.2f} s)   "
+        f"pg_recvlogical {base_rate:>9,.0f} rows/s ({base_s:.2f} s)   "
+        f"ratio {ours_rate / base_rate:.2f}x   peak RSS {ours['peak_rss_mb']:.0f} MB"
+    )
+    return ours
+
+
+def steady(dsn: str, log_dir: Path, seconds: float, rate: int = 5000, per_tx: int = 100) -> None:
+    """Latency at a steady write rate while the source streams live."""
+    total = int(seconds * rate)
+    result: dict[str, Any] = {}
+    runner = threading.Thread(
+        target=lambda: result.update(run_child(dsn, log_dir, total, timeout=seconds + 60))
+    )
+    runner.start()
+    time.sleep(2.0)  # let the child connect before the first commit
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        base = 10_000_000
+        interval = per_tx / rate
+        next_at = time.monotonic()
+        for start in range(base, base + total, per_tx):
+            conn.execute(INSERT, (start, start + per_tx - 1))
+            next_at += interval
+            time.sleep(max(0.0, next_at - time.monotonic()))
+    runner.join()
+    lat = result["latencies_ms"]
+    p50, p99 = lat[len(lat) // 2], lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+    print(
+        f"{'steady 5,000 rows/s':<28} commit-to-log latency p50 {p50:.1f} ms  p99 {p99:.1f} ms"
+        f"  max {lat[-1]:.1f} ms over {len(lat)} transactions"
+    )
+
+
+def main(args: argparse.Namespace) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.services.postgres import LocalPostgres
+
+    with (
+        LocalPostgres(settings={"synchronous_commit": "on"}) as pg,
+        tempfile.TemporaryDirectory(prefix="cdc-bench-") as tmp,
+    ):
+        dsn = pg.dsn_for(dbname=pg.create_database("bench"))
+        log_dir = Path(tmp) / "log"
+        execute(dsn, DDL)
+        execute(dsn, f"CREATE PUBLICATION {PIPELINE}_pub FOR TABLE bench")
+        # Both slots at the same point: ours (reused by the source) and the baseline's.
+        execute(dsn, f"SELECT pg_create_logical_replication_slot('{PIPELINE}_slot', 'pgoutput')")
+        execute(dsn, "SELECT pg_create_logical_replication_slot('baseline', 'pgoutput')")
+        rows = args.rows
+        print(f"PostgreSQL at {pg.port}; {rows:,} rows per workload")
+        execute(dsn, INSERT, (1, rows))
+        compare("insert, one transaction", pg, dsn, log_dir, rows, "baseline")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            step = 10_000
+            for low in range(1, rows + 1, step):
+                conn.execute(
+                    "UPDATE bench SET amount = amount + 1, flag = NOT flag"
+                    " WHERE id BETWEEN %s AND %s",
+                    (low, low + step - 1),
+                )
+        compare("update, 10k-row transactions", pg, dsn, log_dir, rows, "baseline")
+        execute(dsn, INSERT, (rows + 1, rows + args.big))
+        compare(f"insert {args.big:,} one tx", pg, dsn, log_dir, args.big, "baseline")
+        execute(dsn, "SELECT pg_drop_replication_slot('baseline')")
+        steady(dsn, log_dir, args.steady_s)
+
+
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command")
+    c = sub.add_parser("child")
+    c.add_argument("--dsn", required=True)
+    c.add_argument("--log", required=True)
+    c.add_argument("--rows", type=int, required=True)
+    c.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--rows", type=int, default=500_000)
+    parser.add_argument("--big", type=int, default=1_000_000)
+    parser.add_argument("--steady-s", type=float, default=20.0)
+    return parser.parse_args()
+
+
+if __name__ == "__main__":
+    arguments = parse()
+    if arguments.command == "child":
+        child(arguments)
+    else:
+        main(arguments)
