@@ -65,7 +65,8 @@ def child(args: argparse.Namespace) -> None:
     start = time.perf_counter()
     source.open(log.source_offsets())
     log.ensure_topics([f"{PIPELINE}.{TABLE}"])
-    rows, latencies, tx = 0, [], None
+    rows, tx = 0, None
+    latencies: list[float] = []
     deadline = time.monotonic() + args.timeout
     while (rows < args.rows or tx is not None) and time.monotonic() < deadline:
         batch = source.poll(5000, 0.2)
@@ -165,7 +166,7 @@ def current_lsn(dsn: str) -> str:
 
 def execute(dsn: str, statement: str, params: tuple[Any, ...] = ()) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(statement, params)  # type: ignore[arg-type]
+        conn.execute(statement, params)
 
 
 def compare(name: str, pg: Any, dsn: str, log_dir: Path, rows: int, slot: str) -> dict[str, Any]:
