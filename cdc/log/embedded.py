@@ -42,6 +42,7 @@ from cdc.log.embedded_store import (
     connect,
     migrate,
     read_snapshot,
+    stored_records,
     translated,
     write_transaction,
 )
@@ -156,10 +157,7 @@ class EmbeddedLog:
             raise LogError(f"embedded log: topic {topic!r} has no partition {partition}")
         with translated("reading records"):
             rows = self._conn().execute(SELECT_RANGE, (meta.id, partition, offset, max_records))
-            return [
-                StoredRecord(topic, partition, offset, key, value, ts)
-                for offset, key, value, ts in rows.fetchall()
-            ]
+            return stored_records(topic, partition, rows.fetchall())
 
     def end_offsets(self, topic: str) -> dict[int, int]:
         """The next offset of each partition (the high-water mark, kept across compaction)."""

@@ -8,7 +8,12 @@ from typing import TYPE_CHECKING
 
 from cdc.errors import LogError
 from cdc.log.base import PartitionsCallback, StartOffsets, StoredRecord, TopicPartition
-from cdc.log.embedded_store import SELECT_RANGE, UPSERT_CONSUMER_OFFSET, translated
+from cdc.log.embedded_store import (
+    SELECT_RANGE,
+    UPSERT_CONSUMER_OFFSET,
+    stored_records,
+    translated,
+)
 
 if TYPE_CHECKING:
     from cdc.log.embedded import EmbeddedLog
@@ -114,11 +119,7 @@ class EmbeddedConsumer:
                 batch = rows.fetchall()
                 if batch:
                     self._positions[tp] = batch[-1][0] + 1
-                    topic, partition = tp
-                    out += [
-                        StoredRecord(topic, partition, offset, key, value, ts)
-                        for offset, key, value, ts in batch
-                    ]
+                    out += stored_records(tp.topic, tp.partition, batch)
         self._turn = (self._turn + 1) % max(count, 1)
         return out
 

@@ -8,14 +8,16 @@ module constants: :mod:`sqlite3` caches prepared statements by their text, so th
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from cdc.errors import LogError, LogFatal, LogUnavailable
+from cdc.log.base import StoredRecord
 
 DB_FILE = "log.sqlite3"
 SCHEMA_VERSION = 1
@@ -97,6 +99,43 @@ UPSERT_CONSUMER_OFFSET = (
     'INSERT INTO consumer_offsets ("group", topic, partition, next_offset) VALUES (?, ?, ?, ?)'
     ' ON CONFLICT ("group", topic, partition) DO UPDATE SET next_offset = excluded.next_offset'
 )
+
+
+def _slot_setters() -> tuple[Callable[[StoredRecord, Any], None], ...] | None:
+    names = tuple(f.name for f in dataclasses.fields(StoredRecord))
+    plain = "__slots__" in vars(StoredRecord) and not hasattr(StoredRecord, "__post_init__")
+    if names != ("topic", "partition", "offset", "key", "value", "timestamp_ms") or not plain:
+        return None
+    return tuple(getattr(StoredRecord, name).__set__ for name in names)
+
+
+_SETTERS = _slot_setters()
+
+
+def stored_records(topic: str, partition: int, rows: list[Any]) -> list[StoredRecord]:
+    """``StoredRecord`` objects for ``(offset, key, value, ts_ms)`` rows of one partition.
+
+    The frozen dataclass's ``__init__`` goes through ``object.__setattr__`` per field and costs
+    more than SQLite's fetch; setting the slots directly halves the cost of a read. Used only
+    while ``StoredRecord`` is exactly the plain slotted dataclass checked above, otherwise the
+    normal constructor runs.
+    """
+    if _SETTERS is None:
+        return [StoredRecord(topic, partition, o, k, v, t) for o, k, v, t in rows]
+    set_topic, set_partition, set_offset, set_key, set_value, set_ts = _SETTERS
+    new = object.__new__
+    out: list[StoredRecord] = []
+    append = out.append
+    for offset, key, value, ts in rows:
+        record = new(StoredRecord)
+        set_topic(record, topic)
+        set_partition(record, partition)
+        set_offset(record, offset)
+        set_key(record, key)
+        set_value(record, value)
+        set_ts(record, ts)
+        append(record)
+    return out
 
 
 class TopicMeta(NamedTuple):

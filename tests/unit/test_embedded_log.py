@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from cdc.errors import LogError, LogFatal, LogUnavailable
-from cdc.log import embedded_compaction, embedded_consumer
-from cdc.log.base import Record, TopicPartition
+from cdc.log import embedded_compaction, embedded_consumer, embedded_store
+from cdc.log.base import Record, StoredRecord, TopicPartition
 from cdc.log.embedded import EmbeddedLog
 from tests.unit.log_suite import LogSuite, append, key, read_all
 
@@ -302,3 +302,15 @@ def test_connections_of_ended_threads_are_closed(log_factory: Callable[..., Embe
         thread.start()
         thread.join()
     assert len(log._connections) <= 2  # this thread's and the last reader's
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_stored_records_equal_the_dataclass_built_normally(
+    fast: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not fast:
+        monkeypatch.setattr(embedded_store, "_SETTERS", None)
+    rows = [(5, b"k", b"v", 7), (6, None, None, 8)]
+    built = embedded_store.stored_records("t", 2, rows)
+    assert built == [StoredRecord("t", 2, 5, b"k", b"v", 7), StoredRecord("t", 2, 6, None, None, 8)]
+    assert embedded_store._SETTERS is None or not fast or len(embedded_store._SETTERS) == 6
