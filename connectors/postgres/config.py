@@ -30,6 +30,10 @@ class PostgresSourceConfig(SourceConfig):
         status_interval_s: how often a standby status update reports the flush position.
         max_batch_events: most events one poll returns inside a large transaction.
         connect_timeout_s: how long a connection attempt may take.
+        snapshot_workers: connections reading snapshot chunks in parallel.
+        snapshot_chunk_rows: rows per snapshot chunk (the unit of progress and of a retry).
+        snapshot_key_columns: per ``schema.table``, unique NOT NULL columns to chunk the
+            snapshot by when the table has no primary key (else ``ctid`` page ranges are used).
     """
 
     type: Literal["postgres"] = "postgres"
@@ -42,6 +46,9 @@ class PostgresSourceConfig(SourceConfig):
     status_interval_s: float = Field(default=10.0, gt=0)
     max_batch_events: int = Field(default=5000, ge=1)
     connect_timeout_s: float = Field(default=10.0, gt=0)
+    snapshot_workers: int = Field(default=2, ge=1, le=64)
+    snapshot_chunk_rows: int = Field(default=50_000, ge=1)
+    snapshot_key_columns: dict[str, list[str]] = Field(default_factory=dict)
 
     @field_validator("key_columns")
     @classmethod

@@ -2,21 +2,37 @@
 
 from __future__ import annotations
 
-from cdc.source import SourceContext
+from typing import Any
+
+from cdc.source import Source, SourceContext
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.lifecycle import drop_replication_objects
-from connectors.postgres.source import PostgresSource
 
 
 class PostgresSourcePlugin:
-    """Builds :class:`PostgresSource` from its validated config."""
+    """Builds the PostgreSQL source from its validated config."""
 
     config_model = PostgresSourceConfig
 
     @staticmethod
-    def create(config: PostgresSourceConfig, context: SourceContext) -> PostgresSource:
-        """A source for ``config``; nothing connects before ``open``."""
-        return PostgresSource(config, context)
+    def create(config: PostgresSourceConfig, context: SourceContext) -> Source:
+        """A source for ``config``; nothing connects before ``open``.
+
+        It is the streaming :class:`PostgresSource` wrapped by the snapshot layer, which takes
+        the initial snapshot and any requested re-snapshot (``snapshots.postgres``).
+        """
+        from snapshots.postgres import SnapshottingPostgresSource  # snapshots imports us
+
+        return SnapshottingPostgresSource(config, context)
+
+    @staticmethod
+    def request_snapshot(
+        config: PostgresSourceConfig, pipeline_name: str, table: str, where: str | None
+    ) -> dict[str, Any]:
+        """Ask the pipeline to re-snapshot ``table`` while it streams (``cdc snapshot``)."""
+        from snapshots.signal import request_snapshot
+
+        return request_snapshot(config, pipeline_name, table, where)
 
     @staticmethod
     def drop(config: PostgresSourceConfig, pipeline_name: str) -> list[str]:

@@ -1,0 +1,227 @@
+"""Read chunks between watermarks while the stream runs (see :mod:`snapshots.watermark`).
+
+One background thread per source: it plans requested tables, then for each chunk writes the low
+watermark, reads the chunk, hands the rows to the shared :class:`Watermarks`, writes the high
+watermark, and waits until the poll thread has seen that high watermark in the stream before it
+reads the next chunk. Only one chunk is in memory at a time, and streaming never waits for a read.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from cdc.envelope import encode_key
+from cdc.errors import CdcError, SourceFatal
+from cdc.events import ChangeEvent, Op, SourceInfo
+from cdc.logging import Logger
+from connectors.postgres.relations import CONNECTOR
+from connectors.postgres.replication import session_conninfo
+from snapshots.chunks import Chunk
+from snapshots.parallel import ChunkFailed
+from snapshots.reader import SnapshotTable, chunk_query, read_rows
+from snapshots.rows import SEQUENCE_SHIFT
+from snapshots.watermark import HIGH, LOW, Watermarks, render
+
+#: A chunk row: its key and its converted image.
+KeyedRow = tuple[dict[str, Any], dict[str, Any]]
+
+#: How long a reader waits for its high watermark to come back through the stream.
+HIGH_WATERMARK_WAIT_S = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkJob:
+    """One chunk to read between watermarks."""
+
+    table: SnapshotTable
+    chunk: Chunk
+    where: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class OpenWindow:
+    """What the poll thread needs when a high watermark closes a window."""
+
+    job: ChunkJob
+    done: threading.Event
+
+
+Planner = Callable[[], list[ChunkJob]]
+
+
+class WatermarkReader:
+    """The background reader.
+
+    Args:
+        dsn: the user's DSN (secret).
+        connect_timeout_s: connection timeout.
+        prefix: the logical-message prefix of watermarks (``<pipeline>.wm``).
+        windows: shared with the poll thread, guarded by ``lock``.
+        lock: guards ``windows`` and ``open_windows``.
+        logger: bound logger.
+        retries: attempts per chunk after the first.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        connect_timeout_s: float,
+        prefix: str,
+        windows: Watermarks[KeyedRow],
+        lock: threading.Lock,
+        logger: Logger,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+    ) -> None:
+        self._conninfo = session_conninfo(dsn, connect_timeout_s, application_name="cdc-snapshot")
+        self._prefix, self._windows, self._lock = prefix, windows, lock
+        self._logger, self._retries, self._backoff_s = logger, retries, backoff_s
+        self.open_windows: dict[str, OpenWindow] = {}
+        self._work: queue.SimpleQueue[Planner | None] = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._conn: psycopg.Connection[Any] | None = None
+        self.failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="snapshot-wm", daemon=True)
+        self._thread.start()
+
+    def submit(self, planner: Planner) -> None:
+        """Queue work: ``planner`` runs in the reader thread and returns the chunks to read."""
+        self._work.put(planner)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._work.put(None)
+        self._thread.join(timeout=15)
+        if self._conn is not None:
+            self._conn.close()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                planner = self._work.get()
+                if planner is None:
+                    return
+                for job in planner():
+                    if self._stop.is_set():
+                        return
+                    self._chunk(job)
+        except BaseException as exc:
+            self.failure = exc
+
+    def _chunk(self, job: ChunkJob) -> None:
+        for attempt in range(self._retries + 1):
+            wid = uuid.uuid4().hex
+            try:
+                if self._read_window(wid, job):
+                    return
+                return  # stopped
+            except (psycopg.Error, CdcError) as exc:
+                with self._lock:
+                    self._windows.abandon(wid)
+                    self.open_windows.pop(wid, None)
+                self._drop_connection()
+                if attempt >= self._retries or self._stop.is_set():
+                    raise ChunkFailed(
+                        f"incremental snapshot of {job.table.name} failed in chunk "
+                        f"{job.chunk.index} after {self._retries} retries: {exc}"
+                    ) from exc
+                delay = self._backoff_s * 2**attempt
+                self._logger.warning(
+                    "snapshot.chunk_retry",
+                    table=job.table.name,
+                    chunk=job.chunk.index,
+                    attempt=attempt + 1,
+                    error=str(exc),
+                    retry_in_s=delay,
+                )
+                time.sleep(delay)
+
+    def _read_window(self, wid: str, job: ChunkJob) -> bool:
+        done = threading.Event()
+        with self._lock:
+            self._windows.expect(wid, job.table.name)
+            self.open_windows[wid] = OpenWindow(job, done)
+        conn = self._connection()
+        self._emit(conn, LOW, wid)
+        rows = self._rows(conn, job)
+        with self._lock:
+            self._windows.deliver(wid, rows)
+        self._emit(conn, HIGH, wid)
+        deadline = time.monotonic() + HIGH_WATERMARK_WAIT_S
+        while not done.wait(0.2):
+            if self._stop.is_set():
+                return False
+            if time.monotonic() > deadline:
+                raise SourceFatal(f"high watermark {wid} never came back through the stream")
+        return True
+
+    def _rows(self, conn: psycopg.Connection[Any], job: ChunkJob) -> dict[bytes, KeyedRow]:
+        convert, key_names = job.table.state.convert, job.table.state.key
+        rows: dict[bytes, KeyedRow] = {}
+        for piece in read_rows(conn, chunk_query(job.table, job.chunk, job.where), 5000):
+            for values in piece:
+                after = convert(values)
+                key = {k: after[k] for k in key_names}
+                rows[encode_key(key)] = (key, after)
+        return rows
+
+    def _emit(self, conn: psycopg.Connection[Any], kind: str, wid: str) -> None:
+        try:
+            conn.execute(
+                sql.SQL("SELECT pg_logical_emit_message(true, %s, %s)::text"),
+                (self._prefix, render(kind, wid)),
+            )
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise SourceFatal(
+                f"the role may not write snapshot watermarks ({exc.diag.message_primary}); "
+                "grant EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text)"
+            ) from exc
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(self._conninfo, autocommit=True)
+        return self._conn
+
+    def _drop_connection(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def window_events(
+    job: ChunkJob, rows: list[KeyedRow], *, db: str, position: int, ts_ms: int
+) -> list[ChangeEvent]:
+    """The ``r`` events of a closed window, at the high watermark's position."""
+    info = job.table.info
+    extra: dict[str, Any] = {"lsn": position}
+    base = job.chunk.index << SEQUENCE_SHIFT
+    return [
+        ChangeEvent(
+            Op.READ,
+            key,
+            None,
+            after,
+            SourceInfo(
+                CONNECTOR,
+                db,
+                info.schema,
+                info.table,
+                ts_ms,
+                position,
+                base + i,
+                "incremental",
+                None,
+                extra,
+            ),
+        )
+        for i, (key, after) in enumerate(rows)
+    ]

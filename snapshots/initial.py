@@ -1,0 +1,162 @@
+"""Start a consistent initial snapshot: publication, slot with an exported snapshot, plan.
+
+Order, and why:
+
+1. the publication exists before the slot, because pgoutput looks it up as of each change's
+   position and a publication created after the consistent point would be missing there;
+2. the slot is created on a replication connection with ``SNAPSHOT 'export'``; that connection
+   then stays open and idle, since the exported snapshot lives only until its next command;
+3. chunks are planned inside the snapshot (exact boundaries), and the workers read them inside
+   it too, so every row is read as of the slot's consistent point, where streaming starts.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from cdc.config import redact_url
+from cdc.logging import Logger
+from connectors.postgres.catalog import Catalog, TableInfo
+from connectors.postgres.config import PostgresSourceConfig
+from connectors.postgres.lifecycle import check_slot, create_slot, ensure_publication
+from connectors.postgres.protocol import str_to_lsn
+from connectors.postgres.replication import ReplicationConnection, session_conninfo
+from connectors.postgres.types import TypeRegistry
+from snapshots.chunks import Chunk
+from snapshots.reader import SnapshotTable, describe, plan
+from snapshots.state import SnapshotState, now_ms
+
+
+@dataclass
+class ExportedSnapshot:
+    """A created slot whose exported snapshot is still alive (``repl`` stays idle)."""
+
+    repl: ReplicationConnection
+    consistent_point: int
+    snapshot_name: str
+    database: str
+    tables: list[SnapshotTable]
+    work: list[tuple[SnapshotTable, Chunk]]
+    ts_ms: int
+
+    def release(self) -> None:
+        """End the exported snapshot (closing the connection also frees the slot)."""
+        self.repl.close()
+
+
+def describe_tables(
+    catalog: Catalog, config: PostgresSourceConfig, pipeline: str, role: str, logger: Logger
+) -> list[SnapshotTable]:
+    """Every captured table as the snapshot reads it; warns for tables chunked by ``ctid``."""
+    registry = TypeRegistry()
+    tables = []
+    for schema, name in config.table_pairs():
+        info = catalog.table(schema, name, role)
+        tables.append(describe_one(catalog, registry, config, pipeline, info, logger))
+    return tables
+
+
+def describe_one(
+    catalog: Catalog,
+    registry: TypeRegistry,
+    config: PostgresSourceConfig,
+    pipeline: str,
+    info: TableInfo,
+    logger: Logger,
+) -> SnapshotTable:
+    table = describe(
+        catalog,
+        registry,
+        pipeline,
+        info,
+        config.key_columns.get(info.name),
+        config.snapshot_key_columns.get(info.name),
+    )
+    if not table.chunk_key:
+        logger.warning(
+            "snapshot.ctid_chunks",
+            table=info.name,
+            reason=f"table {info.name} has no primary key and no snapshot_key_columns: it is "
+            "read in ctid page ranges (set source.snapshot_key_columns to a unique NOT NULL "
+            "column list for keyset chunks)",
+        )
+    return table
+
+
+def start_exported(
+    config: PostgresSourceConfig,
+    pipeline: str,
+    state: SnapshotState,
+    logger: Logger,
+    slot_exists: bool,
+) -> ExportedSnapshot:
+    """Create the slot with an exported snapshot and plan every table inside it.
+
+    Args:
+        slot_exists: the slot exists but cannot serve (no position stored): it is dropped and
+            created again, as only a new slot exports a snapshot.
+
+    Raises:
+        SourceFatal: a problem a human must fix (named in the message).
+        SourceUnavailable: the server cannot be reached.
+    """
+    dsn = config.dsn.get_secret_value()
+    where = redact_url(dsn)
+    slot = config.slot_name(pipeline)
+    catalog = Catalog(dsn, where, config.connect_timeout_s)
+    try:
+        catalog.check_server()
+        role = catalog.check_role()
+        tables = describe_tables(catalog, config, pipeline, role, logger)
+        infos = [t.info for t in tables]
+        ensure_publication(catalog, config.publication_name(pipeline), infos, role, logger)
+        database = catalog.database()
+        if slot_exists and check_slot(catalog, slot, database) is not None:
+            catalog.rows(sql.SQL("SELECT pg_drop_replication_slot(%s)::text"), (slot,))
+            logger.warning("slot.dropped_for_snapshot", slot=slot)
+    finally:
+        catalog.close()
+    repl = ReplicationConnection(dsn, where, config.connect_timeout_s)
+    try:
+        created = create_slot(repl, slot, logger, snapshot="export")
+        point = str_to_lsn(created.consistent_point)
+        assert created.snapshot_name is not None
+        work = _plan_all(config, created.snapshot_name, tables, state, point)
+    except BaseException:
+        repl.close()
+        raise
+    return ExportedSnapshot(
+        repl, point, created.snapshot_name, database, tables, work, ts_ms=now_ms()
+    )
+
+
+def _plan_all(
+    config: PostgresSourceConfig,
+    snapshot_name: str,
+    tables: list[SnapshotTable],
+    state: SnapshotState,
+    point: int,
+) -> list[tuple[SnapshotTable, Chunk]]:
+    snapshot_id = uuid.uuid4().hex
+    state.begin_initial(snapshot_id, point)
+    work: list[tuple[SnapshotTable, Chunk]] = []
+    with _snapshot_connection(config, snapshot_name) as conn:
+        for table in tables:
+            chunks = plan(conn, table, config.snapshot_chunk_rows)
+            method = "keyset" if table.chunk_key else "ctid"
+            state.plan_table(table.name, "initial", method, chunks, request=snapshot_id)
+            work.extend((table, c) for c in chunks)
+    return work
+
+
+def _snapshot_connection(config: PostgresSourceConfig, name: str) -> psycopg.Connection[Any]:
+    conninfo = session_conninfo(config.dsn.get_secret_value(), config.connect_timeout_s)
+    conn = psycopg.connect(conninfo)
+    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(name)))
+    return conn

@@ -1,0 +1,237 @@
+"""Read chunks in parallel inside one exported snapshot.
+
+Each worker opens its own connection, starts a ``REPEATABLE READ`` transaction and imports the
+snapshot the replication connection exported (``SET TRANSACTION SNAPSHOT``), so every worker
+sees the database exactly as of the slot's consistent point. Workers hand finished pieces to the
+poll thread through a bounded queue: when the log falls behind, the workers wait, so memory stays
+bounded whatever the table's size.
+
+A chunk that fails is retried with backoff on a fresh connection (possible while the exporting
+connection is alive), then the failure is handed to the poll thread, which stops the run.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from cdc.errors import CdcError, SourceFatal
+from cdc.events import ChangeEvent
+from cdc.logging import Logger
+from connectors.postgres.replication import session_conninfo
+from snapshots.chunks import Chunk
+from snapshots.reader import SnapshotTable, chunk_query, read_rows
+from snapshots.rows import to_events
+
+RETRIES = 3
+BACKOFF_S = 0.5
+
+
+class ChunkFailed(SourceFatal):
+    """A chunk could not be read after its retries."""
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """Part of a chunk's rows; ``last`` marks the chunk's final piece."""
+
+    table: str
+    chunk: int
+    events: list[ChangeEvent]
+    last: bool
+    rows: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReadSettings:
+    """How the workers connect and shape their output."""
+
+    dsn: str
+    connect_timeout_s: float
+    db: str
+    position: int
+    ts_ms: int
+    piece_rows: int = 5000
+    retries: int = RETRIES
+    backoff_s: float = BACKOFF_S
+    flag: str = "true"
+
+
+@dataclass
+class _Failure:
+    error: BaseException
+
+
+@dataclass
+class _Shared:
+    work: queue.SimpleQueue[tuple[SnapshotTable, Chunk]] = field(default_factory=queue.SimpleQueue)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+
+class ExportedSnapshotReader:
+    """Workers reading ``work`` inside snapshot ``snapshot_name``.
+
+    Args:
+        settings: connection and event settings.
+        snapshot_name: what ``CREATE_REPLICATION_SLOT ... (SNAPSHOT 'export')`` returned.
+        work: ``(table, chunk)`` pairs still to read.
+        workers: parallel connections.
+        logger: bound logger.
+    """
+
+    def __init__(
+        self,
+        settings: ReadSettings,
+        snapshot_name: str,
+        work: Sequence[tuple[SnapshotTable, Chunk]],
+        workers: int,
+        logger: Logger,
+    ) -> None:
+        self._settings, self._snapshot = settings, snapshot_name
+        self._logger = logger
+        self._shared = _Shared()
+        for item in work:
+            self._shared.work.put(item)
+        self._out: queue.Queue[Piece | _Failure] = queue.Queue(maxsize=max(2, 2 * workers))
+        self._threads = [
+            threading.Thread(target=self._worker, name=f"snapshot-{i}", daemon=True)
+            for i in range(max(1, min(workers, len(work))))
+        ]
+        self._alive = len(self._threads)
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    @property
+    def finished(self) -> bool:
+        """Every worker exited and every piece was taken."""
+        with self._lock:
+            return self._alive == 0 and self._out.empty()
+
+    def next(self, timeout_s: float) -> Piece | None:
+        """The next piece, or ``None`` after ``timeout_s``.
+
+        Raises:
+            ChunkFailed: a chunk failed after its retries.
+        """
+        try:
+            item = self._out.get(timeout=max(0.0, timeout_s))
+        except queue.Empty:
+            return None
+        if isinstance(item, _Failure):
+            self._shared.stop.set()
+            error = item.error
+            if isinstance(error, ChunkFailed):
+                raise error
+            raise ChunkFailed(f"snapshot worker failed: {error}") from error
+        return item
+
+    def close(self) -> None:
+        """Stop the workers (they finish their current statement) and wait for them."""
+        self._shared.stop.set()
+        while True:  # unblock workers waiting on a full queue
+            try:
+                self._out.get_nowait()
+            except queue.Empty:
+                break
+        for thread in self._threads:
+            thread.join(timeout=10)
+
+    # -- worker ----------------------------------------------------------------------------
+
+    def _worker(self) -> None:
+        conn: psycopg.Connection[Any] | None = None
+        try:
+            while not self._shared.stop.is_set():
+                try:
+                    table, chunk = self._shared.work.get_nowait()
+                except queue.Empty:
+                    return
+                conn = self._read_with_retries(conn, table, chunk)
+        except BaseException as exc:
+            self._put(_Failure(exc))
+        finally:
+            if conn is not None:
+                conn.close()
+            with self._lock:
+                self._alive -= 1
+
+    def _read_with_retries(
+        self, conn: psycopg.Connection[Any] | None, table: SnapshotTable, chunk: Chunk
+    ) -> psycopg.Connection[Any]:
+        settings = self._settings
+        for attempt in range(settings.retries + 1):
+            try:
+                conn = conn or self._connect()
+                self._read(conn, table, chunk)
+                return conn
+            except (psycopg.Error, CdcError) as exc:
+                if conn is not None:
+                    conn.close()
+                conn = None
+                if attempt >= settings.retries or self._shared.stop.is_set():
+                    raise ChunkFailed(
+                        f"snapshot of {table.name} failed in chunk {chunk.index} after "
+                        f"{settings.retries} retries: {exc}"
+                    ) from exc
+                delay = settings.backoff_s * 2**attempt
+                self._logger.warning(
+                    "snapshot.chunk_retry",
+                    table=table.name,
+                    chunk=chunk.index,
+                    attempt=attempt + 1,
+                    error=str(exc),
+                    retry_in_s=delay,
+                )
+                time.sleep(delay)
+        raise AssertionError("unreachable")
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        settings = self._settings
+        conn = psycopg.connect(
+            session_conninfo(
+                settings.dsn, settings.connect_timeout_s, application_name="cdc-snapshot"
+            )
+        )
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        # Must be the transaction's first statement: the snapshot is imported before any read.
+        conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(self._snapshot)))
+        return conn
+
+    def _read(self, conn: psycopg.Connection[Any], table: SnapshotTable, chunk: Chunk) -> None:
+        settings = self._settings
+        query = chunk_query(table, chunk, None)
+        count = 0
+        for rows in read_rows(conn, query, settings.piece_rows):
+            events = to_events(
+                table,
+                rows,
+                db=settings.db,
+                position=settings.position,
+                chunk=chunk.index,
+                first_row=count,
+                flag=settings.flag,
+                ts_ms=settings.ts_ms,
+            )
+            count += len(rows)
+            if not self._put(Piece(table.name, chunk.index, events, last=False)):
+                return
+        self._put(Piece(table.name, chunk.index, [], last=True, rows=count))
+
+    def _put(self, item: Piece | _Failure) -> bool:
+        while not self._shared.stop.is_set():
+            try:
+                self._out.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False

@@ -1,0 +1,190 @@
+"""The PostgreSQL source with snapshots: what the ``postgres`` entry point builds.
+
+It wraps :class:`connectors.postgres.source.PostgresSource`:
+
+* ``open`` decides what this start needs (:func:`snapshots.modes.decide`). For a consistent
+  initial snapshot it creates the slot with an exported snapshot and starts the parallel readers;
+  otherwise it opens the stream at once and queues any watermark work (a resumed snapshot's
+  remaining chunks, ``snapshot: always``, ``cdc snapshot`` requests).
+* ``poll`` first returns snapshot pieces, each committed with the chunk progress and the
+  position ``{"postgres": {"lsn": consistent_point}}``; when every chunk is in the log it
+  releases the exported snapshot and streams from that point. While streaming it weaves the rows
+  of closed watermark windows into the stream's batches, at their high watermark.
+* ``ack`` goes to the stream once it runs; snapshot commits need no acknowledgement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from cdc.config import redact_url
+from cdc.errors import SourceUnavailable
+from cdc.source import SourceBatch, SourceContext
+from connectors.postgres.catalog import Catalog
+from connectors.postgres.config import PostgresSourceConfig
+from connectors.postgres.protocol import str_to_lsn
+from connectors.postgres.source import PostgresSource, stored_lsn
+from connectors.postgres.stream import offsets_for
+from snapshots.initial import ExportedSnapshot, start_exported
+from snapshots.modes import Action, StartState, decide
+from snapshots.parallel import ExportedSnapshotReader, ReadSettings
+from snapshots.progress import Reporter, reporter
+from snapshots.state import OFFSET_KEY, SnapshotState
+from snapshots.streaming import StreamSnapshots
+
+
+class SnapshottingPostgresSource:
+    """A :class:`PostgresSource` that snapshots as the pipeline's ``snapshot`` mode asks."""
+
+    def __init__(self, config: PostgresSourceConfig, context: SourceContext) -> None:
+        self._config, self._context = config, context
+        self._dsn = config.dsn.get_secret_value()
+        self._logger = context.logger.bind(snapshot_mode=config.snapshot)
+        self._inner = PostgresSource(config, context)
+        self._state = SnapshotState()
+        self._exported: ExportedSnapshot | None = None
+        self._reader: ExportedSnapshotReader | None = None
+        self._stream: StreamSnapshots | None = None
+        self._schemas_due: list[Any] = []
+        self._reporter: Reporter | None = None
+        self.chunks_read = 0  # chunks whose rows this session handed to the log (tests, bench)
+
+    def tables(self) -> list[tuple[str, str]]:
+        return self._inner.tables()
+
+    # -- open ------------------------------------------------------------------------------
+
+    def open(self, stored_offsets: Mapping[str, Any]) -> None:
+        """Decide this start's snapshot work and begin it (see the module docstring).
+
+        Raises:
+            SourceFatal: a problem a human must fix (named in the message).
+            SourceUnavailable: the server cannot be reached (retried by the runtime).
+        """
+        self._state = SnapshotState.from_offsets(stored_offsets)
+        start = self._probe(stored_offsets)
+        decision = decide(self._config.snapshot, start)
+        self._logger.info("snapshot.decision", action=decision.action.value, reason=decision.reason)
+        self._reporter = reporter(self._logger)
+        if decision.action is Action.EXPORT:
+            self._open_exported(start.slot_exists)
+            return
+        self._open_stream(stored_offsets)
+        assert self._stream is not None
+        if decision.action is Action.RESUME:
+            self._stream.resume_unfinished()
+        elif decision.action is Action.WATERMARK_ALL:
+            self._stream.request_all(decision.reason)
+        self._stream.resume_requests()
+
+    def _probe(self, stored_offsets: Mapping[str, Any]) -> StartState:
+        catalog = Catalog(self._dsn, redact_url(self._dsn), self._config.connect_timeout_s)
+        try:
+            slot = catalog.slot(self._config.slot_name(self._context.pipeline))
+        finally:
+            catalog.close()
+        confirmed = None
+        if slot is not None and slot.confirmed_flush:
+            confirmed = str_to_lsn(slot.confirmed_flush)
+        return StartState(
+            stored_lsn(stored_offsets), slot is not None, confirmed, bool(self._state.unfinished())
+        )
+
+    def _open_exported(self, slot_exists: bool) -> None:
+        pipeline = self._context.pipeline
+        exported = start_exported(self._config, pipeline, self._state, self._logger, slot_exists)
+        self._exported = exported
+        settings = ReadSettings(
+            dsn=self._dsn,
+            connect_timeout_s=self._config.connect_timeout_s,
+            db=exported.database,
+            position=exported.consistent_point - 1,  # see snapshots.rows: streams sort after
+            ts_ms=exported.ts_ms,
+            piece_rows=min(5000, self._config.max_batch_events),
+        )
+        self._reader = ExportedSnapshotReader(
+            settings,
+            exported.snapshot_name,
+            exported.work,
+            self._config.snapshot_workers,
+            self._logger,
+        )
+        self._schemas_due = [t.state.table_schema for t in exported.tables]
+        self._reader.start()
+        self._logger.info(
+            "snapshot.started",
+            consistent_point=exported.consistent_point,
+            tables=[t.name for t in exported.tables],
+            chunks=len(exported.work),
+            workers=self._config.snapshot_workers,
+        )
+
+    def _open_stream(self, stored_offsets: Mapping[str, Any]) -> None:
+        assert self._reporter is not None
+        self._stream = StreamSnapshots(
+            self._config, self._context, self._inner, self._state, self._reporter, self._logger
+        )
+        self._inner.open(stored_offsets)
+        self._stream.started(self._inner)
+
+    # -- poll ------------------------------------------------------------------------------
+
+    def poll(self, max_events: int, timeout_s: float) -> SourceBatch:
+        """Snapshot pieces first, then the stream with any watermark windows woven in."""
+        if self._reader is not None:
+            return self._poll_exported(timeout_s)
+        if self._stream is None:
+            raise SourceUnavailable("the PostgreSQL source is not open")
+        return self._stream.poll(max_events, timeout_s)
+
+    def _poll_exported(self, timeout_s: float) -> SourceBatch:
+        reader, exported = self._reader, self._exported
+        assert reader is not None and exported is not None
+        if reader.finished:
+            return self._finish_exported(exported)
+        piece = reader.next(timeout_s)
+        schemas, self._schemas_due = self._schemas_due, []
+        if piece is None and not schemas:
+            return SourceBatch()
+        if piece is not None and piece.last:
+            figures = self._state.chunk_done(piece.table, piece.chunk, piece.rows)
+            self.chunks_read += 1
+            assert self._reporter is not None
+            self._reporter.chunk_done(piece.table, piece.chunk, piece.rows, figures)
+        offsets = {**offsets_for(exported.consistent_point), OFFSET_KEY: self._state.to_json()}
+        events = piece.events if piece is not None else []
+        return SourceBatch(events=events, commit_offsets=offsets, schemas=schemas)
+
+    def _finish_exported(self, exported: ExportedSnapshot) -> SourceBatch:
+        """Every chunk is in the log: release the snapshot and stream from its point."""
+        assert self._reader is not None
+        self._reader.close()
+        self._reader = None
+        exported.release()
+        self._exported = None
+        offsets = offsets_for(exported.consistent_point)
+        self._logger.info("snapshot.finished", consistent_point=exported.consistent_point)
+        self._open_stream(offsets)
+        return SourceBatch(commit_offsets={**offsets, OFFSET_KEY: self._state.to_json()})
+
+    # -- ack, close ------------------------------------------------------------------------
+
+    def ack(self, offsets: Mapping[str, Any]) -> None:
+        """Forward to the stream once it runs; snapshot commits pin nothing to release."""
+        if self._stream is not None:
+            self._inner.ack(offsets)
+
+    def close(self) -> None:
+        """Stop readers, release the exported snapshot, close the stream."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        if self._exported is not None:
+            self._exported.release()
+            self._exported = None
+        if self._stream is not None:
+            self._stream.close()
+        self._inner.close()
+        if self._reporter is not None:
+            self._reporter.close()

@@ -1,0 +1,184 @@
+"""Describe a table, plan its chunks and read one chunk, on an ordinary connection.
+
+Every statement is composed with :mod:`psycopg.sql`. Chunks are read with ``COPY (SELECT ...) TO
+STDOUT`` in text format: the server formats each value with the same output function pgoutput
+uses, under the same session settings (see
+:data:`connectors.postgres.replication.SESSION_OPTIONS`), so the stream's converters turn them
+into identical JSON values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from connectors.postgres.catalog import Catalog, TableInfo
+from connectors.postgres.pgoutput import Relation, RelationColumn
+from connectors.postgres.relations import RelationState, build_state
+from connectors.postgres.types import TypeRegistry
+from snapshots.chunks import Chunk, KeyChunk, PageChunk, key_chunks, page_chunks
+from snapshots.copytext import split_row
+
+Values = tuple[str | None, ...]
+
+_COLUMNS = sql.SQL(
+    "SELECT a.attname::text, a.atttypid::int8, a.atttypmod, a.attnotnull,"
+    " EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = a.attrelid AND i.indisreplident"
+    "  AND a.attnum = ANY(i.indkey))"
+    " FROM pg_attribute a WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped"
+    " AND a.attgenerated = '' ORDER BY a.attnum"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotTable:
+    """A table as the snapshot reads it.
+
+    Attributes:
+        state: the same relation state the stream builds (key, converter, published schema).
+        chunk_key: columns the keyset chunks range over; empty means ``ctid`` page ranges.
+    """
+
+    info: TableInfo
+    state: RelationState
+    chunk_key: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.state.relation.columns)
+
+
+def describe(
+    catalog: Catalog,
+    registry: TypeRegistry,
+    pipeline: str,
+    info: TableInfo,
+    key_columns: Sequence[str] | None,
+    chunk_columns: Sequence[str] | None,
+) -> SnapshotTable:
+    """Build the table's relation state from the catalog, as a pgoutput Relation would.
+
+    Args:
+        key_columns: configured record-key columns (``source.key_columns``).
+        chunk_columns: configured chunking columns (``source.snapshot_key_columns``): unique
+            and NOT NULL; default the primary key.
+    """
+    rows = catalog.rows(_COLUMNS, (info.oid,))
+    identity = info.replica_identity
+    columns = tuple(
+        RelationColumn(_is_key(identity, name, info.primary_key, in_index), name, int(oid), mod)
+        for name, oid, mod, _not_null, in_index in rows
+    )
+    missing = registry.missing(c.type_oid for c in columns)
+    if missing:
+        catalog.load_types(registry, missing)
+    relation = Relation(info.oid, info.schema, info.table, identity, columns)
+    not_null = {str(r[0]) for r in rows if r[3]}
+    state = build_state(pipeline, info, relation, registry, key_columns, not_null, 0)
+    chunk_key = tuple(chunk_columns or info.primary_key)
+    return SnapshotTable(info, state, chunk_key)
+
+
+def _is_key(identity: str, name: str, primary_key: tuple[str, ...], in_index: bool) -> bool:
+    if identity == "f":
+        return True
+    if identity == "i":
+        return bool(in_index)
+    return identity == "d" and name in primary_key
+
+
+def plan(conn: psycopg.Connection[Any], table: SnapshotTable, chunk_rows: int) -> list[Chunk]:
+    """The table's chunks, planned on ``conn`` (inside the snapshot, when there is one).
+
+    Keyset boundaries are every ``chunk_rows``-th key in key order, found in one index scan;
+    without a key, page ranges sized from the table's row estimate.
+    """
+    if table.chunk_key:
+        keys = sql.SQL(", ").join(sql.Identifier(k) for k in table.chunk_key)
+        texts = sql.SQL(", ").join(
+            sql.SQL("{}::text").format(sql.Identifier(k)) for k in table.chunk_key
+        )
+        query = sql.SQL(
+            "SELECT {texts} FROM (SELECT {keys}, row_number() OVER (ORDER BY {keys}) AS cdc_rn"
+            " FROM {table}) s WHERE cdc_rn % {every} = 0 ORDER BY cdc_rn"
+        ).format(
+            texts=texts,
+            keys=keys,
+            table=sql.Identifier(table.info.schema, table.info.table),
+            every=sql.Literal(max(1, chunk_rows)),
+        )
+        boundaries = [tuple(str(v) for v in row) for row in conn.execute(query).fetchall()]
+        return list(key_chunks(boundaries))
+    pages, estimate = conn.execute(
+        sql.SQL(
+            "SELECT pg_relation_size(c.oid) / current_setting('block_size')::int8,"
+            " c.reltuples::float8 FROM pg_class c WHERE c.oid = %s"
+        ),
+        (table.info.oid,),
+    ).fetchone() or (0, 0.0)
+    return list(page_chunks(int(pages), float(estimate), chunk_rows))
+
+
+def chunk_query(table: SnapshotTable, chunk: Chunk, where: str | None) -> sql.Composed:
+    """``COPY (SELECT <columns> FROM t WHERE <range> [AND (<where>)]) TO STDOUT``.
+
+    ``where`` is the operator's own SQL (``cdc snapshot --where``): trusted input, passed
+    through as :class:`psycopg.sql.SQL` after :func:`snapshots.signal.check_where` accepted it.
+    """
+    conditions: list[sql.Composable] = [_range(table, chunk)]
+    if where:
+        conditions.append(sql.SQL("({})").format(sql.SQL(where)))
+    select = sql.SQL("SELECT {} FROM {} WHERE {}").format(
+        sql.SQL(", ").join(sql.Identifier(c) for c in table.columns),
+        sql.Identifier(table.info.schema, table.info.table),
+        sql.SQL(" AND ").join(conditions),
+    )
+    return sql.SQL("COPY ({}) TO STDOUT").format(select)
+
+
+def _range(table: SnapshotTable, chunk: Chunk) -> sql.Composable:
+    parts: list[sql.Composable]
+    if isinstance(chunk, PageChunk):
+        parts = [sql.SQL("ctid >= {}::tid").format(sql.Literal(f"({chunk.first_page},0)"))]
+        if chunk.end_page is not None:
+            parts.append(sql.SQL("ctid < {}::tid").format(sql.Literal(f"({chunk.end_page},0)")))
+        return sql.SQL(" AND ").join(parts)
+    assert isinstance(chunk, KeyChunk)
+    keys = sql.SQL("ROW({})").format(sql.SQL(", ").join(sql.Identifier(k) for k in table.chunk_key))
+    parts = [sql.SQL("true")]
+    if chunk.lo is not None:
+        parts.append(sql.SQL("{} > {}").format(keys, _row(chunk.lo)))
+    if chunk.hi is not None:
+        parts.append(sql.SQL("{} <= {}").format(keys, _row(chunk.hi)))
+    return sql.SQL(" AND ").join(parts)
+
+
+def _row(values: Sequence[str]) -> sql.Composable:
+    # Untyped literals: the server casts each to its column's type in the row comparison.
+    return sql.SQL("ROW({})").format(sql.SQL(", ").join(sql.Literal(v) for v in values))
+
+
+def read_rows(
+    conn: psycopg.Connection[Any], query: sql.Composed, piece_rows: int
+) -> Iterator[list[Values]]:
+    """The chunk's rows as text values, in pieces of at most ``piece_rows``."""
+    piece: list[Values] = []
+    with conn.cursor() as cur, cur.copy(query) as copy:
+        for block in copy:
+            text = bytes(block).decode()
+            for line in text.split("\n"):
+                if line:
+                    piece.append(split_row(line))
+            if len(piece) >= piece_rows:
+                yield piece
+                piece = []
+    if piece:
+        yield piece

@@ -1,0 +1,276 @@
+"""Snapshots inside a running stream: watermark windows, signals, and their stored progress.
+
+The inner source calls the message hooks while it assembles a batch; each hook notes where in
+the batch its message fell (:attr:`PostgresSource.pending_events`). When ``poll`` gets the batch
+it replays events and markers in stream order: events feed the open windows, a high watermark
+closes its window and its rows join the batch right there, a signal queues a table.
+
+Progress rides on the batch's commit: the stored ``"snapshot"`` state changes only together with
+the records it describes (a signal with the transaction that carried it, a chunk's ``done`` with
+its rows), so after a crash neither a request nor a chunk is lost or claimed without its rows.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+import psycopg
+
+from cdc.config import redact_url
+from cdc.envelope import encode_key
+from cdc.events import ChangeEvent, Op
+from cdc.logging import Logger
+from cdc.schema import TableSchema
+from cdc.source import SourceBatch, SourceContext
+from connectors.postgres import pgoutput as pg
+from connectors.postgres.catalog import Catalog
+from connectors.postgres.config import PostgresSourceConfig
+from connectors.postgres.replication import session_conninfo
+from connectors.postgres.source import PostgresSource
+from connectors.postgres.types import TypeRegistry
+from snapshots.chunks import chunk_from_json, remaining
+from snapshots.incremental import ChunkJob, KeyedRow, WatermarkReader, window_events
+from snapshots.initial import describe_one
+from snapshots.progress import Reporter
+from snapshots.reader import SnapshotTable, plan
+from snapshots.state import OFFSET_KEY, SnapshotState, now_ms
+from snapshots.watermark import HIGH, LOW, Watermarks, parse
+
+Marker = tuple[int, str, str, int]  # (index in batch, kind, payload, lsn)
+SIGNAL = "signal"
+
+
+def signal_prefix(pipeline: str) -> str:
+    """The logical-message prefix ``cdc snapshot`` writes requests under."""
+    return f"{pipeline}.signal"
+
+
+def watermark_prefix(pipeline: str) -> str:
+    return f"{pipeline}.wm"
+
+
+class StreamSnapshots:
+    """Watermark snapshots of one streaming session."""
+
+    def __init__(
+        self,
+        config: PostgresSourceConfig,
+        context: SourceContext,
+        inner: PostgresSource,
+        state: SnapshotState,
+        progress: Reporter,
+        logger: Logger,
+    ) -> None:
+        self._config, self._pipeline = config, context.pipeline
+        self._inner, self._state, self._progress = inner, state, progress
+        self._logger = logger
+        self._lock = threading.Lock()
+        self._windows: Watermarks[KeyedRow] = Watermarks()
+        self._markers: list[Marker] = []
+        self._published: set[str] = set()
+        self._db = ""
+        self._dsn = config.dsn.get_secret_value()
+        self._reader = WatermarkReader(
+            self._dsn,
+            config.connect_timeout_s,
+            watermark_prefix(self._pipeline),
+            self._windows,
+            self._lock,
+            logger,
+        )
+        inner.message_hooks[watermark_prefix(self._pipeline)] = self._on_watermark
+        inner.message_hooks[signal_prefix(self._pipeline)] = self._on_signal
+        self._pending_jobs = 0
+
+    def started(self, inner: PostgresSource) -> None:
+        """The stream is open: learn the database name for the events."""
+        catalog = self._catalog()
+        try:
+            self._db = catalog.database()
+        finally:
+            catalog.close()
+
+    @property
+    def idle(self) -> bool:
+        return self._pending_jobs == 0
+
+    # -- queueing work ---------------------------------------------------------------------
+
+    def resume_unfinished(self) -> None:
+        """Read the remaining chunks of every unfinished table with watermarks."""
+        for name, chunks in self._state.unfinished().items():
+            entry = self._state.table(name) or {}
+            where = entry.get("where")
+            self._logger.info("snapshot.resuming", table=name, chunks_left=len(chunks))
+
+            def planner(name: str = name, where: Any = where) -> list[ChunkJob]:
+                table = self._describe(name)
+                current = self._state.table(name) or {"chunks": [], "done": []}
+                chunks = [chunk_from_json(c) for c in current["chunks"]]
+                return [ChunkJob(table, c, where) for c in remaining(chunks, current["done"])]
+
+            self._submit(planner)
+
+    def request_all(self, reason: str) -> None:
+        """Queue every captured table (``always``, or a position that cannot be honoured)."""
+        for table in self._config.tables:
+            self._state.add_request({"id": uuid.uuid4().hex, "table": table, "where": None})
+        self._logger.warning("snapshot.requested_all", reason=reason)
+
+    def resume_requests(self) -> None:
+        """Plan and read every stored request not yet planned."""
+        for request in self._state.requests():
+            self._submit(self._request_planner(request))
+
+    def _request_planner(self, request: dict[str, Any]) -> Any:
+        def planner() -> list[ChunkJob]:
+            table = self._describe(request["table"])
+            with self._reader_plan_connection() as conn:
+                chunks = plan(conn, table, self._config.snapshot_chunk_rows)
+            method = "keyset" if table.chunk_key else "ctid"
+            self._state.plan_table(
+                table.name,
+                "incremental",
+                method,
+                chunks,
+                request=request["id"],
+                where=request.get("where"),
+            )
+            self._logger.info(
+                "snapshot.planned", table=table.name, chunks=len(chunks), request=request["id"]
+            )
+            return [ChunkJob(table, c, request.get("where")) for c in chunks]
+
+        return planner
+
+    def _submit(self, planner: Any) -> None:
+        def counted() -> list[ChunkJob]:
+            jobs: list[ChunkJob] = planner()
+            with self._lock:
+                self._pending_jobs += len(jobs) - 1
+            return jobs
+
+        with self._lock:
+            self._pending_jobs += 1
+        self._reader.submit(counted)
+
+    # -- hooks (called inside the inner poll) -----------------------------------------------
+
+    def _on_watermark(self, message: pg.LogicalMessage, lsn: int) -> None:
+        parsed = parse(message.content)
+        if parsed is not None:
+            self._markers.append((self._inner.pending_events, parsed[0], parsed[1], lsn))
+
+    def _on_signal(self, message: pg.LogicalMessage, lsn: int) -> None:
+        payload = message.content.decode("utf-8", "replace")
+        self._markers.append((self._inner.pending_events, SIGNAL, payload, lsn))
+
+    # -- poll ------------------------------------------------------------------------------
+
+    def poll(self, max_events: int, timeout_s: float) -> SourceBatch:
+        failure = self._reader.failure
+        if failure is not None:
+            raise failure
+        batch = self._inner.poll(max_events, timeout_s)
+        if batch.empty:
+            return batch
+        markers, self._markers = self._markers, []
+        events, schemas = list(batch.events), list(batch.schemas)
+        if markers or len(self._windows):
+            events = self._weave(events, markers, schemas)
+        offsets = batch.commit_offsets
+        if offsets is not None and self._state.dirty:
+            offsets = {**offsets, OFFSET_KEY: self._state.to_json()}
+        return SourceBatch(events, offsets, schemas, batch.dead_letters)
+
+    def _weave(
+        self, events: list[ChangeEvent], markers: Sequence[Marker], schemas: list[TableSchema]
+    ) -> list[ChangeEvent]:
+        out: list[ChangeEvent] = []
+        done = 0
+        for index, kind, payload, lsn in markers:
+            self._observe(events[done:index], out)
+            done = max(done, min(index, len(events)))
+            if kind == LOW:
+                with self._lock:
+                    self._windows.low(payload)
+            elif kind == HIGH:
+                out.extend(self._close_window(payload, lsn, schemas))
+            else:
+                self._signal(payload)
+        self._observe(events[done:], out)
+        return out
+
+    def _observe(self, events: Sequence[ChangeEvent], out: list[ChangeEvent]) -> None:
+        if len(self._windows):
+            with self._lock:
+                for event in events:
+                    if event.op is Op.TRUNCATE:
+                        self._windows.observe_truncate(event.table_id)
+                    else:
+                        self._windows.observe(event.table_id, encode_key(event.key))
+        out.extend(events)
+
+    def _close_window(self, wid: str, lsn: int, schemas: list[TableSchema]) -> list[ChangeEvent]:
+        with self._lock:
+            closed = self._windows.high(wid)
+            window = self._reader.open_windows.pop(wid, None)
+        if closed is None or window is None:
+            return []
+        table, rows = closed
+        job = window.job
+        events = window_events(job, rows, db=self._db, position=lsn, ts_ms=now_ms())
+        if table not in self._published:
+            self._published.add(table)
+            schemas.append(job.table.state.table_schema)
+        figures = self._state.chunk_done(table, job.chunk.index, len(rows))
+        self._progress.chunk_done(table, job.chunk.index, len(rows), figures)
+        with self._lock:
+            self._pending_jobs -= 1
+        window.done.set()
+        return events
+
+    def _signal(self, payload: str) -> None:
+        try:
+            request = orjson.loads(payload)
+            table = request["table"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            self._logger.warning("snapshot.signal_ignored", reason="not a request", payload=payload)
+            return
+        if table not in self._config.tables:
+            self._logger.warning(
+                "snapshot.signal_ignored", reason=f"{table} is not captured", payload=payload
+            )
+            return
+        request.setdefault("id", uuid.uuid4().hex)
+        self._state.add_request(request)
+        self._logger.info("snapshot.signal", table=table, request=request["id"])
+        self._submit(self._request_planner(request))
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _catalog(self) -> Catalog:
+        return Catalog(self._dsn, redact_url(self._dsn), self._config.connect_timeout_s)
+
+    def _describe(self, name: str) -> SnapshotTable:
+        catalog = self._catalog()
+        try:
+            schema, _, table = name.partition(".")
+            role = catalog.check_role()
+            info = catalog.table(schema, table, role)
+            return describe_one(
+                catalog, TypeRegistry(), self._config, self._pipeline, info, self._logger
+            )
+        finally:
+            catalog.close()
+
+    def _reader_plan_connection(self) -> psycopg.Connection[Any]:
+        conninfo = session_conninfo(self._dsn, self._config.connect_timeout_s)
+        return psycopg.connect(conninfo, autocommit=True)
+
+    def close(self) -> None:
+        self._reader.close()
