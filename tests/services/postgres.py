@@ -308,7 +308,7 @@ class LocalPostgres(_Admin, Service):
         """
         if self.running:
             self._running = False
-            self._pg_ctl("stop", "-m", mode)
+            self._pg_ctl_stop(mode)
 
     def kill(self) -> None:
         """Crashes the server: ``stop(mode="immediate")``, so the next start runs recovery."""
@@ -329,9 +329,18 @@ class LocalPostgres(_Admin, Service):
         return True
 
     def _stop(self) -> None:
-        self._pg_ctl("stop", "-m", "fast")
+        self._pg_ctl_stop("fast")
+
+    def _pg_ctl_stop(self, mode: StopMode) -> None:
+        try:
+            self._pg_ctl("stop", "-m", mode)
+        except ServiceError:
+            # Already down (e.g. a terminal's Ctrl-C reached it): nothing left to stop.
+            if (self.data_dir / "postmaster.pid").exists():
+                raise
 
     def _initdb(self) -> None:
+        self.socket_dir.mkdir(exist_ok=True)
         self._prepare_os_user()
         pwfile = self.workdir / "pwfile"
         pwfile.write_text(self.password + "\n")
@@ -368,8 +377,16 @@ class LocalPostgres(_Admin, Service):
 
     def _run(self, *argv: str | Path) -> None:
         cmd = [*self._as_os_user(), *map(str, argv)]
+        # A session of its own keeps the postmaster (forked by pg_ctl) out of the caller's
+        # terminal process group, so a Ctrl-C stops the script first, not the server under it.
         proc = subprocess.run(
-            cmd, cwd=self.workdir, capture_output=True, text=True, timeout=300, check=False
+            cmd,
+            cwd=self.workdir,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+            start_new_session=True,
         )
         if proc.returncode != 0:
             log = (
@@ -397,7 +414,6 @@ class LocalPostgres(_Admin, Service):
                 ["useradd", "--system", "--no-create-home", "--shell", "/bin/false", OS_USER],
                 check=True,
             )
-        self.socket_dir.mkdir(exist_ok=True)
         for path in (self.workdir, self.socket_dir):
             self._chown(path)
 
