@@ -4,6 +4,7 @@ Appends N records (~300 bytes: a ~15-byte JSON key, a ~285-byte Debezium-style J
 transactions of ``--batch`` records through :class:`cdc.log.embedded.EmbeddedLog`, then reads
 them all back through a consumer. The baseline, in the same run, is plain batched SQLite on the
 same table, indexes and pragmas: ``executemany`` per transaction, then ``SELECT`` by offset range.
+The two alternate batch by batch, so load from other processes hits both alike.
 
 Only the log's own work is timed: building the ``Record`` objects (the caller's input) happens
 outside the clock, as building the key and value bytes does for the baseline; the baseline's
@@ -15,6 +16,7 @@ Usage: ``python bench/log_throughput.py [--records N] [--batch B] [--partitions 
 from __future__ import annotations
 
 import argparse
+import os
 import sqlite3
 import tempfile
 import time
@@ -25,7 +27,7 @@ import orjson
 
 from cdc.log.base import Record
 from cdc.log.embedded import EmbeddedLog
-from cdc.log.embedded_store import INSERT_RECORD, SCHEMA, SELECT_RANGE, connect
+from cdc.log.embedded_store import INSERT_RECORD, SCHEMA, SELECT_RANGE, connect, now_ms
 
 TOPIC = "shop.public.customers"
 TARGET_APPEND = 100_000
@@ -67,62 +69,73 @@ def batches(records: int, batch: int) -> Iterator[tuple[list[bytes], list[bytes]
         yield [key(i) for i in ids], [value(i) for i in ids]
 
 
-def bench_log(directory: Path, records: int, batch: int, partitions: int) -> tuple[float, float]:
-    log = EmbeddedLog(directory, partitions=partitions)
+class Baseline:
+    """Plain SQLite: the same table, indexes and pragmas, one ``executemany`` per transaction."""
+
+    def __init__(self, path: Path) -> None:
+        self.conn = connect(path, "full")
+        for statement in SCHEMA:
+            self.conn.execute(statement)
+        self.offset = 0
+        self.position = 0
+
+    def append(self, keys: list[bytes], values: list[bytes]) -> None:
+        start, ts = self.offset, now_ms()
+        self.conn.execute("BEGIN IMMEDIATE")
+        rows = (
+            (1, 0, start + i, k, v, ts) for i, (k, v) in enumerate(zip(keys, values, strict=True))
+        )
+        self.conn.executemany(INSERT_RECORD, rows)
+        self.conn.execute("COMMIT")
+        self.offset += len(keys)
+
+    def read(self, max_records: int) -> int:
+        rows = self.conn.execute(SELECT_RANGE, (1, 0, self.position, max_records)).fetchall()
+        self.position = rows[-1][0] + 1
+        return len(rows)
+
+
+def bench(tmp: Path, args: argparse.Namespace) -> tuple[tuple[float, float], tuple[float, float]]:
+    """Rates of (log, baseline) for (append, read).
+
+    The two run interleaved, batch by batch, so that load from other processes on a shared
+    machine slows both alike and the ratios stay meaningful.
+    """
+    log = EmbeddedLog(tmp / "log", partitions=args.partitions)
     log.ensure_topics([TOPIC])
-    elapsed = 0.0
-    for number, (keys, values) in enumerate(batches(records, batch)):
+    base = Baseline(tmp / "baseline.sqlite3")
+    spent = [0.0, 0.0, 0.0, 0.0]
+    for number, (keys, values) in enumerate(batches(args.records, args.batch)):
         chunk = [Record(TOPIC, k, v) for k, v in zip(keys, values, strict=True)]
         started = time.perf_counter()
         with log.begin() as txn:
             txn.append(chunk)
             txn.store_offsets({"lsn": number})
-        elapsed += time.perf_counter() - started
-    append_rate = records / elapsed
-    consumer = log.consumer("bench", [TOPIC])
-    read = 0
-    started = time.perf_counter()
-    while read < records:
-        read += len(consumer.poll(batch, 1.0))
-    read_rate = read / (time.perf_counter() - started)
-    log.close()
-    return append_rate, read_rate
-
-
-def bench_sqlite(directory: Path, records: int, batch: int) -> tuple[float, float]:
-    directory.mkdir()
-    conn = connect(directory / "baseline.sqlite3", "full")
-    for statement in SCHEMA:
-        conn.execute(statement)
-    elapsed = 0.0
-    offset = 0
-    for keys, values in batches(records, batch):
+        spent[0] += time.perf_counter() - started
         started = time.perf_counter()
-        conn.execute("BEGIN IMMEDIATE")
-        rows = (
-            (1, 0, offset + i, k, v, 0) for i, (k, v) in enumerate(zip(keys, values, strict=True))
-        )
-        conn.executemany(INSERT_RECORD, rows)
-        conn.execute("COMMIT")
-        elapsed += time.perf_counter() - started
-        offset += len(keys)
-    append_rate = records / elapsed
-    read = position = 0
-    started = time.perf_counter()
-    while read < records:
-        rows_read = conn.execute(SELECT_RANGE, (1, 0, position, batch)).fetchall()
-        read += len(rows_read)
-        position = rows_read[-1][0] + 1
-    read_rate = read / (time.perf_counter() - started)
-    conn.close()
-    return append_rate, read_rate
+        base.append(keys, values)
+        spent[1] += time.perf_counter() - started
+    consumer = log.consumer("bench", [TOPIC])
+    read = [0, 0]
+    while read[0] < args.records:
+        started = time.perf_counter()
+        read[0] += len(consumer.poll(args.batch, 1.0))
+        spent[2] += time.perf_counter() - started
+        started = time.perf_counter()
+        read[1] += base.read(args.batch)
+        spent[3] += time.perf_counter() - started
+    log.close()
+    base.conn.close()
+    n = args.records
+    return (n / spent[0], read[0] / spent[2]), (n / spent[1], read[1] / spent[3])
 
 
 def report(ours: tuple[float, float], base: tuple[float, float], args: argparse.Namespace) -> None:
     size = len(key(0)) + len(value(0))
     print(
         f"{args.records:,} records of ~{size} bytes, {args.batch:,} per transaction, "
-        f"partitions={args.partitions}, synchronous=FULL, SQLite {sqlite3.sqlite_version}"
+        f"partitions={args.partitions}, synchronous=FULL, SQLite {sqlite3.sqlite_version}, "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}"
     )
     print(f"{'':8}{'embedded log':>16}{'plain sqlite':>16}{'ratio':>8}   target")
     append_ok = ours[0] >= TARGET_APPEND and ours[0] / base[0] >= TARGET_RATIO
@@ -144,8 +157,7 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=1)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="cdc-bench-") as tmp:
-        ours = bench_log(Path(tmp) / "log", args.records, args.batch, args.partitions)
-        base = bench_sqlite(Path(tmp) / "baseline", args.records, args.batch)
+        ours, base = bench(Path(tmp), args)
     report(ours, base, args)
 
 
