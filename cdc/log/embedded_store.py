@@ -35,7 +35,7 @@ Durability = Literal["full", "normal"]
 # consumer's range read is one sequential b-tree scan, and an append updates two b-trees
 # (records and the key index) instead of three. Measured with bench/log_throughput.py against a
 # rowid table with the same primary key: append and read rates were equal within the noise of
-# this 2-core machine (1M records: ~192k/s and ~600k/s either way), so the simpler one won.
+# this 2-core machine (1M records: ~192k/s and ~600k/s either way), so fewer b-trees won.
 SCHEMA = (
     """CREATE TABLE topics (
         id INTEGER PRIMARY KEY,
