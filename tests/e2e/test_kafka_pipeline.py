@@ -1,0 +1,265 @@
+"""Whole pipelines on a real Kafka broker through the CLI: the generator source, the jsonl sink,
+a third-party reader (kcat), a broker restart, a SIGKILLed source, and sink workers that share
+partitions.
+
+The generator's change ``n`` carries ``source.pos == [n // transaction_size, n %
+transaction_size]``, so "every change once" is checked exactly: the committed topics hold each
+``n`` of ``range(changes)`` once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+from confluent_kafka import IsolationLevel, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from cdc.config import KafkaLogConfig
+from cdc.log.base import StoredRecord
+from cdc.log.kafka import KafkaLog
+from tests.e2e.cli_helpers import cdc, start_run, stop, wait_for
+
+TABLES = ("public.customers", "public.orders")
+
+
+def write_pipeline(
+    tmp_path: Path,
+    bootstrap: str,
+    changes: int,
+    transaction_size: int = 20,
+    rate: int | None = None,
+    partitions: int = 3,
+) -> tuple[Path, str]:
+    name = f"k{uuid.uuid4().hex[:10]}"
+    rate_line = f"  rate: {rate}\n" if rate else ""
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(
+        f"version: 1\nname: {name}\nsource:\n  type: generator\n"
+        f"  tables: [{', '.join(TABLES)}]\n  changes: {changes}\n  keys: 200\n"
+        f"  transaction_size: {transaction_size}\n{rate_line}"
+        f"log:\n  type: kafka\n  bootstrap_servers: {bootstrap}\n  partitions: {partitions}\n"
+        "  session_timeout_ms: 6000\n"
+        "sinks:\n  - name: files\n    type: jsonl\n    path: ${OUT_DIR:-out/files}\n"
+    )
+    return path, name
+
+
+def status(tmp_path: Path, pipeline: Path) -> dict[str, Any]:
+    result = cdc("status", str(pipeline), "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report: dict[str, Any] = orjson.loads(result.stdout)
+    return report
+
+
+def done(tmp_path: Path, pipeline: Path, changes: int) -> bool:
+    """The source stored its last offset and the sink applied everything."""
+    report = status(tmp_path, pipeline)
+    stored = report["source"]["offsets"].get("generator", {}).get("next", 0)
+    return bool(stored == changes and report["sinks"][0]["lag"] == 0)
+
+
+def stored_next(tmp_path: Path, pipeline: Path) -> int:
+    offsets = status(tmp_path, pipeline)["source"]["offsets"]
+    return int(offsets.get("generator", {}).get("next", 0))
+
+
+def topic_records(bootstrap: str, name: str) -> dict[str, list[StoredRecord]]:
+    """Every committed record of each table topic (read_committed), by topic."""
+    log = KafkaLog(name, KafkaLogConfig(type="kafka", bootstrap_servers=bootstrap))
+    try:
+        out = {}
+        for table in TABLES:
+            topic = f"{name}.{table}"
+            out[topic] = [
+                record
+                for partition in sorted(log.end_offsets(topic))
+                for record in log.read(topic, partition, 0, 1_000_000)
+            ]
+        return out
+    finally:
+        log.close()
+
+
+def assert_every_change_once(bootstrap: str, name: str, changes: int, size: int) -> None:
+    numbers = []
+    for records in topic_records(bootstrap, name).values():
+        for record in records:
+            if record.value is not None:
+                pos = orjson.loads(record.value)["source"]["pos"]
+                numbers.append(pos[0] * size + pos[1])
+    assert len(numbers) == len(set(numbers)), "a change was committed twice"
+    assert sorted(numbers) == list(range(changes)), "a change is missing"
+
+
+def jsonl_positions(out_dir: Path) -> list[tuple[str, int, int]]:
+    lines = []
+    for file in out_dir.glob("*.jsonl"):
+        for line in file.read_bytes().splitlines():
+            row = orjson.loads(line)
+            lines.append((row["topic"], row["partition"], row["offset"]))
+    return lines
+
+
+def log_positions(bootstrap: str, name: str) -> set[tuple[str, int, int]]:
+    return {
+        (r.topic, r.partition, r.offset)
+        for records in topic_records(bootstrap, name).values()
+        for r in records
+    }
+
+
+def kcat_count(bootstrap: str, topic: str, isolation: str) -> int:
+    kcat = shutil.which("kcat") or shutil.which("kafkacat")
+    assert kcat, "install Debian's kafkacat package"
+    argv = [kcat, "-b", bootstrap, "-C", "-t", topic, "-e", "-q", "-f", "%o\\n"]
+    result = subprocess.run(
+        [*argv, "-X", f"isolation.level={isolation}"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    return len(result.stdout.splitlines())
+
+
+def open_transactions(admin: AdminClient, topics: list[str], partitions: int) -> bool:
+    """True while some partition has records past its last stable offset."""
+    tps = [TopicPartition(t, p) for t in topics for p in range(partitions)]
+    ends = {}
+    for level in (IsolationLevel.READ_UNCOMMITTED, IsolationLevel.READ_COMMITTED):
+        futures = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, isolation_level=level)
+        ends[level] = {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+    return ends[IsolationLevel.READ_UNCOMMITTED] != ends[IsolationLevel.READ_COMMITTED]
+
+
+def test_kcat_reads_envelopes_tombstones_follow_deletes_and_status_shows_lag(
+    kafka_server: Any, tmp_path: Path
+) -> None:
+    bootstrap = kafka_server.bootstrap_servers
+    pipeline, name = write_pipeline(tmp_path, bootstrap, changes=1500)
+    run = start_run(pipeline, tmp_path)
+    try:
+        wait_for(lambda: done(tmp_path, pipeline, 1500), timeout=90, interval=0.5)
+    finally:
+        code, _ = stop(run)
+    assert code == 0, (tmp_path / "run.log").read_text()
+    report = status(tmp_path, pipeline)
+    assert report["log"] == "kafka"
+    assert [t["lag"] for t in report["sinks"][0]["topics"]] == [0, 0]
+    assert_every_change_once(bootstrap, name, 1500, 20)
+
+    topic = f"{name}.public.customers"
+    deletes = 0
+    for records in [topic_records(bootstrap, name)[topic]]:
+        by_partition: dict[int, list[StoredRecord]] = {}
+        for record in records:
+            by_partition.setdefault(record.partition, []).append(record)
+        for rows in by_partition.values():
+            for this, following in zip(rows, [*rows[1:], None], strict=True):
+                if this.value is not None and orjson.loads(this.value)["op"] == "d":
+                    deletes += 1
+                    assert following is not None and following.value is None
+                    assert following.key == this.key
+    assert deletes > 0
+
+    kcat = shutil.which("kcat") or shutil.which("kafkacat")
+    assert kcat, "install Debian's kafkacat package"
+    argv = [kcat, "-b", bootstrap, "-C", "-t", topic, "-e", "-q", "-J"]
+    result = subprocess.run(
+        [*argv, "-X", "isolation.level=read_committed"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    messages = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(messages) == len(topic_records(bootstrap, name)[topic])
+    values = [json.loads(m["payload"]) for m in messages if m["payload"] is not None]
+    assert sum(1 for m in messages if m["payload"] is None) == deletes
+    assert all(set(json.loads(m["key"])) == {"id"} for m in messages)
+    assert all({"before", "after", "source", "op", "ts_ms"} <= set(v) for v in values)
+    assert {v["op"] for v in values} == {"c", "u", "d"}
+    assert all(v["source"]["connector"] == "generator" for v in values)
+
+
+def test_a_broker_restart_mid_workload_loses_nothing(kafka_server: Any, tmp_path: Path) -> None:
+    bootstrap = kafka_server.bootstrap_servers
+    pipeline, name = write_pipeline(tmp_path, bootstrap, changes=3000, rate=500)
+    run = start_run(pipeline, tmp_path)
+    try:
+        wait_for(lambda: stored_next(tmp_path, pipeline) >= 600, timeout=60, interval=0.2)
+        kafka_server.restart()
+        wait_for(lambda: done(tmp_path, pipeline, 3000), timeout=120, interval=0.5)
+    finally:
+        code, _ = stop(run)
+    assert code == 0, (tmp_path / "run.log").read_text()[-3000:]
+    assert_every_change_once(bootstrap, name, 3000, 20)
+    in_sink = jsonl_positions(tmp_path / "out" / "files")
+    assert len(in_sink) == len(set(in_sink))
+    assert set(in_sink) == log_positions(bootstrap, name)
+
+
+def test_sigkill_of_the_source_mid_transaction(kafka_server: Any, tmp_path: Path) -> None:
+    bootstrap = kafka_server.bootstrap_servers
+    pipeline, name = write_pipeline(tmp_path, bootstrap, changes=30_000, transaction_size=2000)
+    topics = [f"{name}.{table}" for table in TABLES]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    run = start_run(pipeline, tmp_path, None, "--role", "source")
+    try:
+        wait_for(lambda: stored_next(tmp_path, pipeline) >= 4000, timeout=60, interval=0.2)
+        wait_for(lambda: open_transactions(admin, topics, 3), timeout=30, interval=0)
+        run.send_signal(signal.SIGKILL)
+        run.wait(10)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    killed_at = stored_next(tmp_path, pipeline)
+    assert killed_at < 30_000
+    run = start_run(pipeline, tmp_path, None, "--role", "source")
+    try:
+        wait_for(lambda: stored_next(tmp_path, pipeline) == 30_000, timeout=90, interval=0.5)
+    finally:
+        code, _ = stop(run)
+    assert code == 0
+    assert_every_change_once(bootstrap, name, 30_000, 2000)
+    # The kill hit an open transaction: its records are in the log, aborted, unseen above.
+    committed = sum(len(r) for r in topic_records(bootstrap, name).values())
+    assert sum(kcat_count(bootstrap, t, "read_uncommitted") for t in topics) > committed
+
+
+def test_two_sink_workers_share_partitions_and_one_takes_over(
+    kafka_server: Any, tmp_path: Path
+) -> None:
+    bootstrap = kafka_server.bootstrap_servers
+    pipeline, name = write_pipeline(tmp_path, bootstrap, changes=4000, rate=400, partitions=4)
+    source = start_run(pipeline, tmp_path, None, "--role", "source")
+    first_dir, second_dir = tmp_path / "worker1", tmp_path / "worker2"
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "cdc.cli", "sink", str(pipeline), "files"],
+            cwd=tmp_path,
+            env={**os.environ, "OUT_DIR": str(out)},
+            stdout=(tmp_path / f"{out.name}.log").open("a"),
+            stderr=subprocess.STDOUT,
+        )
+        for out in (first_dir, second_dir)
+    ]
+    try:
+        wait_for(lambda: bool(jsonl_positions(first_dir)), timeout=60, interval=0.2)
+        wait_for(lambda: bool(jsonl_positions(second_dir)), timeout=60, interval=0.2)
+        split = {(t, p) for t, p, _ in jsonl_positions(first_dir)}
+        workers[0].send_signal(signal.SIGKILL)
+        workers[0].wait(10)
+        wait_for(lambda: done(tmp_path, pipeline, 4000), timeout=120, interval=0.5)
+    finally:
+        for process in [source, *workers]:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                process.wait(15)
+    second = jsonl_positions(second_dir)
+    assert len(second) == len(set(second)), "the surviving worker applied a record twice"
+    assert split <= {(t, p) for t, p, _ in second}, "the survivor took over every partition"
+    assert set(jsonl_positions(first_dir)) | set(second) == log_positions(bootstrap, name)
