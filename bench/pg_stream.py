@@ -68,13 +68,19 @@ def child(args: argparse.Namespace) -> None:
     rows, tx = 0, None
     latencies: list[float] = []
     deadline = time.monotonic() + args.timeout
+    spent = {"source": 0.0, "encode": 0.0, "log": 0.0}  # where the time goes
     while (rows < args.rows or tx is not None) and time.monotonic() < deadline:
+        t0 = time.perf_counter()
         batch = source.poll(5000, 0.2)
+        t1 = time.perf_counter()
+        spent["source"] += t1 - t0
         if batch.empty:
             continue
         tx = tx or log.begin()
         now_ms = int(time.time() * 1000)
         records = [r for e in batch.events for r in envelope.to_records(e, PIPELINE, now_ms)]
+        t2 = time.perf_counter()
+        spent["encode"] += t2 - t1
         if records:
             tx.append(records)
         rows += len(batch.events)
@@ -85,6 +91,7 @@ def child(args: argparse.Namespace) -> None:
             source.ack(batch.commit_offsets)
             done_ms = time.time() * 1000
             latencies.extend(done_ms - t for t in {e.source.ts_ms for e in batch.events})
+        spent["log"] += time.perf_counter() - t2
     seconds = time.perf_counter() - start
     source.close()
     log.close()
@@ -96,6 +103,7 @@ def child(args: argparse.Namespace) -> None:
                 "seconds": seconds,
                 "peak_rss_mb": peak_kb / 1024,
                 "latencies_ms": sorted(latencies),
+                "spent_s": spent,
             }
         )
     )
@@ -178,7 +186,8 @@ def compare(name: str, pg: Any, dsn: str, log_dir: Path, rows: int, slot: str) -
     print(
         f"{name:<28} ours {ours_rate:>9,.0f} rows/s ({ours['seconds']:.2f} s)   "
         f"pg_recvlogical {base_rate:>9,.0f} rows/s ({base_s:.2f} s)   "
-        f"ratio {ours_rate / base_rate:.2f}x   peak RSS {ours['peak_rss_mb']:.0f} MB"
+        f"ratio {ours_rate / base_rate:.2f}x   peak RSS {ours['peak_rss_mb']:.0f} MB   "
+        + " ".join(f"{k} {v:.1f}s" for k, v in ours["spent_s"].items())
     )
     return ours
 

@@ -1,0 +1,63 @@
+"""Protocol version 2: large transactions streamed before commit are spooled and emitted once,
+at commit, in commit order; aborted transactions and rolled-back savepoints emit nothing.
+Also the heartbeat, which moves the slot when nothing else writes."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+import psycopg
+
+from tests.integration.pg_source_kit import harness, query, slot_flush, sql
+
+# A tiny decoding memory makes the server stream any transaction past 64 kB.
+SMALL_MEMORY = "options=" + quote("-c logical_decoding_work_mem=64kB")
+
+
+def test_streamed_transactions_commit_abort_and_savepoints(pg_db: str, tmp_path: Path) -> None:
+    sql(pg_db, "CREATE TABLE s (id int PRIMARY KEY, pad text)")
+    dsn = f"{pg_db}?{SMALL_MEMORY}"
+    with harness(dsn, tmp_path / "log", ["public.s"], stream_in_progress=True) as h:
+        h.open()
+        with psycopg.connect(pg_db) as big, psycopg.connect(pg_db, autocommit=True) as small:
+            big.execute("INSERT INTO s SELECT g, repeat('p', 200) FROM generate_series(1, 3000) g")
+            big.execute("SAVEPOINT sp")
+            big.execute("INSERT INTO s SELECT g, 'gone' FROM generate_series(3001, 4000) g")
+            big.execute("ROLLBACK TO SAVEPOINT sp")
+            big.execute("INSERT INTO s SELECT g, 'kept' FROM generate_series(4001, 5000) g")
+            small.execute("INSERT INTO s VALUES (-1, 'committed first')")
+            for _ in range(20):  # let the server stream the big one while it is open
+                h.step(0.1)
+            assert [e.key["id"] for e in h.events] == [-1]
+            big.commit()
+        with psycopg.connect(pg_db) as aborted:
+            aborted.execute(
+                "INSERT INTO s SELECT g, repeat('a', 200) FROM generate_series(6001, 9000) g"
+            )
+            aborted.rollback()
+        sql(pg_db, "INSERT INTO s VALUES (-2, 'last')")
+        h.collect(4002)
+        ids = [e.key["id"] for e in h.events]
+        assert ids == [-1, *range(1, 3001), *range(4001, 5001), -2]
+        positions = [e.source.position for e in h.events]
+        assert positions == sorted(positions)
+        streamed = query(
+            pg_db, "SELECT stream_txns FROM pg_stat_replication_slots WHERE slot_name = 'pgt_slot'"
+        )
+        assert streamed and streamed[0][0] >= 2, "the server did not stream in progress"
+
+
+def test_heartbeat_moves_an_idle_slot(pg_db: str, tmp_path: Path) -> None:
+    sql(pg_db, "CREATE TABLE quiet (id int PRIMARY KEY)")
+    options = {"heartbeat_interval_s": 0.5, "status_interval_s": 0.5}
+    with harness(pg_db, tmp_path / "log", ["public.quiet"], **options) as h:
+        h.open()
+        h.run_until(lambda: True, settle_s=1.0)
+        start = slot_flush(pg_db)
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline and slot_flush(pg_db) <= start:
+            h.step(0.2)
+        assert slot_flush(pg_db) > start
+        assert not h.events, "heartbeat messages are not changes"
