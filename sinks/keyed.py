@@ -30,7 +30,13 @@ class Kind(Enum):
     TRUNCATE = "truncate"
 
 
-_KINDS = {"c": Kind.UPSERT, "u": Kind.UPSERT, "r": Kind.UPSERT, "d": Kind.DELETE}
+_KINDS = {
+    "c": Kind.UPSERT,
+    "u": Kind.UPSERT,
+    "r": Kind.UPSERT,
+    "d": Kind.DELETE,
+    "t": Kind.TRUNCATE,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,26 +91,21 @@ def classify(record: SinkRecord, tables: TopicTables) -> Change:
     if value is None:
         return Change(Kind.TOMBSTONE, table, key, None, record.offset, None, record)
     op = value.get("op")
-    kind = Kind.TRUNCATE if op == "t" else _KINDS.get(op) if isinstance(op, str) else None
+    kind = _KINDS.get(op) if isinstance(op, str) else None
     if kind is None:
         raise RecordError(f"unknown op {op!r} at offset {record.offset}", record)
-    pos = _pos(value, record)
-    row = value.get("after") if kind is Kind.UPSERT else None
-    if kind is Kind.UPSERT and not isinstance(row, dict):
+    try:
+        position, sequence = value["source"]["pos"]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RecordError(f"no source.pos at offset {record.offset}", record) from exc
+    if type(position) is not int or type(sequence) is not int or position < 0 or sequence < 0:
+        raise RecordError(f"source.pos is not two counts at offset {record.offset}", record)
+    if kind is not Kind.UPSERT:
+        return Change(kind, table, key, (position, sequence), record.offset, None, record)
+    row = value.get("after")
+    if not isinstance(row, dict):
         raise RecordError(f"op {op!r} without an 'after' row at offset {record.offset}", record)
-    return Change(kind, table, key, pos, record.offset, row, record)
-
-
-def _pos(value: Mapping[str, Any], record: SinkRecord) -> Pos:
-    source = value.get("source")
-    pos = source.get("pos") if isinstance(source, dict) else None
-    if (
-        not isinstance(pos, list)
-        or len(pos) != 2
-        or not all(isinstance(p, int) and p >= 0 for p in pos)
-    ):
-        raise RecordError(f"no source.pos [position, sequence] at offset {record.offset}", record)
-    return pos[0], pos[1]
+    return Change(kind, table, key, (position, sequence), record.offset, row, record)
 
 
 def key_suffix(key: Mapping[str, Any]) -> str:

@@ -19,31 +19,32 @@ comparison orders them exactly, past the 2^53 where Lua's doubles stop being exa
 
 from __future__ import annotations
 
+import orjson
+
 from cdc.sink import SinkRecord
 from sinks.keyed import Change, Kind, Pos, Table, key_suffix
 
 # One script, three modes (ARGV[1]), so there is one SHA to load and to reload on NOSCRIPT.
 #
 # apply: ttl_ms, offsets_key, rebuild_key, expect_offsets, n, <n offsets args>, t,
-#        <t x (value prefix, pos hash, truncated key)>, then 6 args a change: op, table#,
-#        field, pos, offset, value.
+#        <t x (value prefix, pos hash, truncated key)>, then the changes as one JSON array of
+#        [op, table#, field, pos, offset, value] (one argument, not six a change: encoding
+#        arguments one by one was most of the client's time).
 #        op: s (set), d (delete), x (tombstone). Returns how many changes were applied.
 # trunc: value prefix, pos hash, pos, fields...: deletes the rows older than pos.
 # floor: truncated key, pos: raises the table's truncate position.
 LUA = r"""
-local function mark_of(hash, field)
-  local mark = redis.call('HGET', hash, field)
-  if not mark then return '', -1 end
+local function split(mark)
   local c = string.find(mark, ':', 1, true)
-  return string.sub(mark, 1, c - 1), tonumber(string.sub(mark, c + 1))
+  return {string.sub(mark, 1, c - 1), tonumber(string.sub(mark, c + 1))}
 end
 
 local mode = ARGV[1]
 if mode == 'trunc' then
   local n = 0
   for i = 5, #ARGV do
-    local spos = mark_of(ARGV[3], ARGV[i])
-    if spos < ARGV[4] then
+    local mark = redis.call('HGET', ARGV[3], ARGV[i])
+    if not mark or split(mark)[1] < ARGV[4] then
       redis.call('DEL', ARGV[2] .. ARGV[i])
       redis.call('HDEL', ARGV[3], ARGV[i])
       n = n + 1
@@ -69,38 +70,76 @@ local i = 7 + n_off
 local tables = {}
 for t = 1, tonumber(ARGV[i]) do
   local b = i + (t - 1) * 3
-  tables[t] = {ARGV[b + 1], ARGV[b + 2], redis.call('GET', ARGV[b + 3]) or ''}
+  tables[t] = {rows = ARGV[b + 1], pos = ARGV[b + 2], floor = redis.call('GET', ARGV[b + 3]) or '',
+               marks = {}, fields = {}, values = {}, written = {}}
 end
-i = i + 1 + #tables * 3
+local changes = cjson.decode(ARGV[i + 1 + #tables * 3])
+
+-- Redis calls dominate a script's time: read the marks with one HMGET a table, keep them in
+-- Lua while deciding, then write rows and marks with a few variadic calls.
+for _, c in ipairs(changes) do
+  local f = tables[c[2]].fields
+  f[#f + 1] = c[3]
+end
+for _, t in ipairs(tables) do
+  if #t.fields > 0 then
+    local got = redis.call('HMGET', t.pos, unpack(t.fields))
+    for k = 1, #t.fields do
+      if got[k] then t.marks[t.fields[k]] = split(got[k]) end
+    end
+  end
+end
+
+local function mark(t, field, pos, off)
+  t.marks[field] = {pos, off}
+  t.written[field] = pos .. ':' .. off
+end
+
 local applied = 0
-for r = i, #ARGV, 6 do
-  local op, t, field, pos = ARGV[r], tables[tonumber(ARGV[r + 1])], ARGV[r + 2], ARGV[r + 3]
-  local off = tonumber(ARGV[r + 4])
-  local spos, soff = mark_of(t[2], field)
+for _, c in ipairs(changes) do
+  local op, t, field, pos, off = c[1], tables[c[2]], c[3], c[4], c[5]
+  local m = t.marks[field] or {'', -1}
   if op == 'x' then
     -- A tombstone has no position: it deletes only when nothing at or after it was applied.
-    if off > soff then
-      redis.call('DEL', t[1] .. field)
-      redis.call('HSET', t[2], field, spos .. ':' .. off)
+    if off > m[2] then
+      t.values[field] = false
+      mark(t, field, m[1], off)
       applied = applied + 1
     end
-  elseif pos > spos and pos > t[3] then
+  elseif pos > m[1] and pos > t.floor then
     if op == 's' then
-      if ttl > 0 then
-        redis.call('SET', t[1] .. field, ARGV[r + 5], 'PX', ttl)
-      else
-        redis.call('SET', t[1] .. field, ARGV[r + 5])
-      end
-      redis.call('HSET', t[2], field, pos .. ':' .. off)
+      t.values[field] = c[6]
+      mark(t, field, pos, off)
     else
-      redis.call('DEL', t[1] .. field)
+      t.values[field] = false
       -- off + 1: the delete's own tombstone follows it and must change nothing.
-      redis.call('HSET', t[2], field, pos .. ':' .. (off + 1))
+      mark(t, field, pos, off + 1)
     end
     applied = applied + 1
-  elseif op == 'd' and off + 1 > soff then
-    redis.call('HSET', t[2], field, spos .. ':' .. (off + 1))
+  elseif op == 'd' and off + 1 > m[2] then
+    mark(t, field, m[1], off + 1)
   end
+end
+
+for _, t in ipairs(tables) do
+  local sets, dels, marks = {}, {}, {}
+  for field, value in pairs(t.values) do
+    if not value then
+      dels[#dels + 1] = t.rows .. field
+    elseif ttl > 0 then
+      redis.call('SET', t.rows .. field, value, 'PX', ttl)
+    else
+      sets[#sets + 1] = t.rows .. field
+      sets[#sets + 1] = value
+    end
+  end
+  for field, value in pairs(t.written) do
+    marks[#marks + 1] = field
+    marks[#marks + 1] = value
+  end
+  if #sets > 0 then redis.call('MSET', unpack(sets)) end
+  if #dels > 0 then redis.call('DEL', unpack(dels)) end
+  if #marks > 0 then redis.call('HSET', t.pos, unpack(marks)) end
 end
 if n_off > 0 then
   redis.call('HSET', offsets_key, unpack(ARGV, 7, 6 + n_off))
@@ -146,22 +185,22 @@ class ApplyCall:
     def __init__(self, layout: Layout) -> None:
         self._layout = layout
         self._tables: dict[Table, int] = {}
-        self.changes: list[str | bytes] = []
-        self.count = 0
+        self.changes: list[tuple[str, int, str, str, int, str]] = []
 
-    def add(self, change: Change, value: bytes) -> None:
+    def add(self, change: Change, value: str) -> None:
         number = self._tables.get(change.table)
         if number is None:
             number = self._tables[change.table] = len(self._tables) + 1
-        self.changes += (
-            _OPS[change.kind],
-            str(number),
-            key_suffix(change.key),
-            encode_pos(change.pos),
-            str(change.offset),
-            value,
+        self.changes.append(
+            (
+                _OPS[change.kind],
+                number,
+                key_suffix(change.key),
+                encode_pos(change.pos),
+                change.offset,
+                value,
+            )
         )
-        self.count += 1
 
     def args(
         self, ttl_ms: int, sink_keys: tuple[str, str], expect: bool, offsets: list[str]
@@ -172,7 +211,8 @@ class ApplyCall:
         for table in self._tables:
             layout = self._layout
             head += (layout.rows(table), layout.positions(table), layout.truncated(table))
-        return head + self.changes
+        head.append(orjson.dumps(self.changes))
+        return head
 
 
 def offsets_args(records: list[SinkRecord]) -> list[str]:

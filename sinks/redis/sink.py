@@ -176,9 +176,10 @@ class RedisSink:
         calls = [ApplyCall(self._layout)]
         dumps = orjson.dumps
         for change in changes:
-            if calls[-1].count >= CHUNK:
+            if len(calls[-1].changes) >= CHUNK:
                 calls.append(ApplyCall(self._layout))
-            calls[-1].add(change, dumps(change.row) if change.kind is Kind.UPSERT else b"")
+            value = dumps(change.row).decode() if change.kind is Kind.UPSERT else ""
+            calls[-1].add(change, value)
         if not last and not changes:
             return
         pipe = client.pipeline(transaction=False)

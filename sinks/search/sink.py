@@ -122,18 +122,17 @@ class SearchSink:
         """Apply one table's changes in order under the guard."""
         index = self._index(table)
         pending = self._pending.setdefault(table, {})
-        keys = {orjson.dumps(c.key).decode() for c in changes if c.kind is not Kind.TRUNCATE}
-        marks = index.marks([k for k in keys if k not in pending])
+        keys = [orjson.dumps(c.key).decode() for c in changes]
+        marks = index.marks([k for k in set(keys) if k not in pending])
         marks.update(pending)
         columns = text_columns(self._context.schemas.get(*table))
-        for change in changes:
+        for change, key in zip(changes, keys, strict=True):
             if change.kind is Kind.TRUNCATE:
                 assert change.pos is not None
                 if index.floor is None or change.pos > index.floor:
                     index.truncate(change.pos)
                     marks = {k: m for k, m in marks.items() if m.pos >= change.pos}
                 continue
-            key = orjson.dumps(change.key).decode()
             mark = _decide(change, marks.get(key), index.floor)
             if mark is None:
                 continue
