@@ -6,6 +6,7 @@ Exit codes: 0 success, 1 runtime failure, 2 usage or config error.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -263,6 +264,61 @@ def search(file: str, table: str, query: str, sink_name: str | None, limit: int)
     with _runtime_errors():
         for hit in plugin.search(config, schema_name, table_name, query, limit):
             click.echo(orjson.dumps(hit).decode())
+
+
+@main.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--table", "table", required=True, help="The table to re-snapshot (schema.table).")
+@click.option(
+    "--where",
+    default=None,
+    help="Only rows matching this SQL expression (trusted: the operator's own SQL).",
+)
+@click.option("--wait", is_flag=True, help="Wait until the snapshot is done, printing progress.")
+@click.option("--timeout-s", type=click.FloatRange(min=0), default=None, help="Give up waiting.")
+def snapshot(file: str, table: str, where: str | None, wait: bool, timeout_s: float | None) -> None:
+    """Re-snapshot TABLE while `cdc run` keeps streaming (watermark-based, never pauses it)."""
+    from cdc.snapshot_report import request_finished, snapshot_report
+
+    pipeline = _load(file)
+    plugin = plugins.load(plugins.SOURCE_GROUP, pipeline.source.type)
+    requester = getattr(plugin, "request_snapshot", None)
+    if requester is None:
+        click.echo(
+            f"error: source type {pipeline.source.type!r} cannot snapshot on request", err=True
+        )
+        sys.exit(EXIT_CONFIG)
+    try:
+        with _runtime_errors():
+            request = requester(pipeline.source, pipeline.name, table, where)
+    except ConfigError as exc:
+        for where_, message in exc.problems:
+            click.echo(f"error: {where_}: {message}", err=True)
+        sys.exit(EXIT_CONFIG)
+    click.echo(f"requested snapshot {request['id']} of {table} (signal at {request['lsn']})")
+    if not wait:
+        return
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    last = ""
+    with _opened_log(pipeline) as log:
+        while True:
+            offsets = log.source_offsets()
+            rows = [r for r in snapshot_report(offsets) if r.get("request") == request["id"]]
+            line = ", ".join(
+                f"{r['table']}: {r.get('chunks_done', 0)}/{r.get('chunks_total', '?')} chunks, "
+                f"{r.get('rows', 0):,} rows"
+                for r in rows
+            )
+            if line and line != last:
+                click.echo(line)
+                last = line
+            if request_finished(offsets, request["id"]):
+                click.echo(f"snapshot {request['id']} done")
+                return
+            if deadline is not None and time.monotonic() > deadline:
+                click.echo("error: timed out waiting for the snapshot", err=True)
+                sys.exit(EXIT_RUNTIME)
+            time.sleep(0.5)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from cdc.config import Pipeline
 from cdc.log.base import Log, TopicPartition
 from cdc.runtime.pipeline import sink_topics
 from cdc.runtime.sink_task import group_name
+from cdc.snapshot_report import print_snapshots, snapshot_report
 
 
 def topics_report(log: Log, pipeline: Pipeline) -> list[dict[str, Any]]:
@@ -62,10 +63,12 @@ def source_report(log: Log, pipeline: Pipeline) -> dict[str, Any]:
 
 
 def status_report(log: Log, pipeline: Pipeline) -> dict[str, Any]:
+    source = source_report(log, pipeline)
     return {
         "pipeline": pipeline.name,
         "log": pipeline.log.type,
-        "source": source_report(log, pipeline),
+        "source": source,
+        "snapshot": snapshot_report(source["offsets"]),
         "topics": topics_report(log, pipeline),
         "sinks": sink_report(log, pipeline),
     }
@@ -90,8 +93,11 @@ def print_status(report: dict[str, Any]) -> None:
     source = report["source"]
     console.print(f"[bold]source[/bold] {source['type']}")
     for key, value in source.items():
+        if key == "offsets":  # snapshot progress gets its own table below
+            value = {k: v for k, v in value.items() if k != "snapshot"}
         if key != "type":
             console.print(f"  {key}: {value}")
+    print_snapshots(report.get("snapshot") or [], console)
     print_topics(report["topics"])
     sinks = Table("sink", "type", "topic", "committed", "end", "lag")
     for sink in report["sinks"]:
