@@ -151,3 +151,12 @@ def test_drop_replication_objects(pg_db: str, tmp_path: Path) -> None:
     assert query(pg_db, "SELECT count(*) FROM pg_publication") == [(0,)]
     assert lifecycle.drop_replication_objects(h.config, PIPELINE) == []
     h.log.close()
+
+
+def test_wal_level_below_logical_is_a_clear_error(tmp_path: Path) -> None:
+    from tests.services.postgres import LocalPostgres
+
+    with LocalPostgres(settings={"wal_level": "replica"}) as server:
+        dsn = server.dsn_for()
+        message = _open_fails(dsn, tmp_path, ["public.a"])
+    assert "wal_level is 'replica'" in message and "wal_level = logical" in message
