@@ -118,7 +118,12 @@ def start(pipeline: Pipeline, role: str = "all", sinks: list[str] | None = None)
     if role in ("all", "source"):
         logger = base.bind(source=pipeline.source.type)
         run.source_task = SourceTask(
-            pipeline.name, log, build_source(pipeline, log, logger), run.stop_event, logger
+            pipeline.name,
+            log,
+            build_source(pipeline, log, logger),
+            run.stop_event,
+            logger,
+            bad_records=pipeline.file.bad_records,
         )
         _spawn(run, "source", run.source_task.run)
     if role in ("all", "sinks"):

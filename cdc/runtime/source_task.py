@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from cdc import envelope
-from cdc.errors import CdcError, SourceFatal
+from cdc.errors import CdcError, RecordTooLarge, SourceFatal
 from cdc.events import topic_name
 from cdc.log.base import Log, LogTransaction, Record
 from cdc.logging import Logger
@@ -44,6 +44,8 @@ class SourceTask:
         logger: bound to pipeline and source.
         max_events: most events per poll (bounds memory for huge transactions).
         poll_timeout_s: longest a poll blocks, which bounds how fast a stop is noticed.
+        bad_records: the pipeline's policy; under ``dead_letter`` a record the log refuses for
+            its size is replaced by a dead letter instead of stopping the pipeline.
     """
 
     def __init__(
@@ -55,8 +57,10 @@ class SourceTask:
         logger: Logger,
         max_events: int = 5000,
         poll_timeout_s: float = 0.2,
+        bad_records: str = "fail",
     ) -> None:
         self._pipeline = pipeline
+        self._bad_records = bad_records
         self._log = log
         self._factory = factory
         self._stop = stop
@@ -131,8 +135,28 @@ class SourceTask:
             records.extend(envelope.to_records(event, pipeline, now_ms))
         records.extend(self._dead_letter(d) for d in batch.dead_letters)
         if records:
-            tx.append(records)
+            self._append_records(tx, records)
         self.events_appended += len(batch.events)
+
+    def _append_records(self, tx: LogTransaction, records: list[Record]) -> None:
+        try:
+            tx.append(records)
+        except RecordTooLarge:
+            if self._bad_records != "dead_letter":
+                raise
+            # The log refuses a batch before writing any of it, so retrying record by record
+            # appends nothing twice and finds the offenders.
+            for record in records:
+                try:
+                    tx.append([record])
+                except RecordTooLarge as exc:
+                    tx.append([self._too_large(record, exc)])
+
+    def _too_large(self, record: Record, exc: RecordTooLarge) -> Record:
+        self._logger.warning("record.dead_lettered", topic=record.topic, reason=str(exc))
+        key = None if record.key is None else envelope.decode(record.key)
+        payload = {"topic": record.topic, "bytes": len(record.value or b"")}
+        return dead_letter_record(self._pipeline, "source", record.topic, key, str(exc), payload)
 
     def _dead_letter(self, letter: DeadLetter) -> Record:
         self._logger.warning("record.dead_lettered", table=letter.table, reason=letter.reason)

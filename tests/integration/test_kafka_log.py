@@ -11,15 +11,22 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import orjson
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from cdc.config import KafkaLogConfig
 from cdc.errors import LogFatal, LogUnavailable, RecordTooLarge
+from cdc.events import topic_name
 from cdc.log.base import Record
 from cdc.log.kafka import KafkaLog
+from cdc.logging import get_logger
 from cdc.partitioner import partition_for
+from cdc.runtime.source_task import BadRecordStop, SourceTask
+from cdc.schema import dead_letter_topic
+from cdc.source import SourceBatch
+from cdc.testing import ScriptedSource, make_event
 from tests.services.ports import free_port
 from tests.unit.log_suite import LogSuite, append, key, new_topic, read_all
 
@@ -239,3 +246,48 @@ def test_an_unreachable_broker_is_a_clear_error_within_30_s() -> None:
     with pytest.raises(LogUnavailable, match=address):
         KafkaLog("nowhere", kafka_config(address, connect_timeout_s=5))
     assert time.monotonic() - started < 30
+
+
+def run_source_task(log: KafkaLog, source: ScriptedSource, bad_records: str) -> Exception | None:
+    stop = threading.Event()
+    task = SourceTask(
+        log.pipeline, log, lambda: source, stop, get_logger(), 5000, 0.05, bad_records
+    )
+    errors: list[Exception] = []
+
+    def body() -> None:
+        try:
+            task.run()
+        except Exception as exc:
+            errors.append(exc)
+        finally:
+            source.drained.set()
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    source.drained.wait(30)
+    stop.set()
+    thread.join(30)
+    return errors[0] if errors else None
+
+
+@pytest.mark.parametrize("policy", ["dead_letter", "fail"])
+def test_the_source_task_applies_the_policy_to_a_record_too_large(
+    log_factory: KafkaFactory, policy: str
+) -> None:
+    log = log_factory(topic_properties={"max.message.bytes": "20000"})
+    huge = make_event(2, position=1, sequence=1, note="x" * 30_000)
+    batch = SourceBatch(events=[make_event(1), huge, make_event(3)], commit_offsets={"n": 3})
+    error = run_source_task(log, ScriptedSource([batch]), policy)
+    table = read_all(log, topic_name(log.pipeline, "public", "items"))
+    if policy == "fail":
+        assert isinstance(error, BadRecordStop)
+        assert "public.items" in str(error) and '{"id":2}' in str(error)
+        assert table == [] and log.source_offsets() == {}
+        return
+    assert error is None
+    assert [orjson.loads(r.key or b"") for r in table] == [{"id": 1}, {"id": 3}]
+    assert log.source_offsets() == {"n": 3}
+    (letter,) = read_all(log, dead_letter_topic(log.pipeline))
+    value = orjson.loads(letter.value or b"")
+    assert value["key"] == {"id": 2} and "over the limit" in value["reason"]
