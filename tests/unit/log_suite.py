@@ -82,7 +82,9 @@ class LogSuite:
             used.add(records[0].partition)
         assert len(used) > 1, "20 keys over 4 partitions should not all hash alike"
 
-    def test_offsets_are_dense_and_monotonic_across_reopen(self, log_factory: LogFactory) -> None:
+    def test_offsets_grow_across_reopen(self, log_factory: LogFactory) -> None:
+        # Only growth is required: Kafka's transaction markers take offsets too, so offsets
+        # are dense in the embedded log alone (its own tests check that).
         topic = new_topic()
         log = log_factory()
         log.ensure_topics([topic])
@@ -91,11 +93,13 @@ class LogSuite:
         log = log_factory()
         append(log, [Record(topic, key(i), b"b") for i in range(5)])
         records = log.read(topic, 0, 0, 100)
-        assert [r.offset for r in records] == list(range(10))
+        offsets = [r.offset for r in records]
+        assert offsets == sorted(set(offsets)) and len(offsets) == 10
         assert [r.value for r in records] == [b"a"] * 5 + [b"b"] * 5
-        assert log.end_offsets(topic) == {0: 10}
-        assert [r.offset for r in log.read(topic, 0, 7, 2)] == [7, 8]
-        assert log.read(topic, 0, 10, 100) == []
+        end = log.end_offsets(topic)[0]
+        assert end > offsets[-1]
+        assert [r.offset for r in log.read(topic, 0, offsets[7], 2)] == offsets[7:9]
+        assert log.read(topic, 0, end, 100) == []
 
     def test_a_transaction_spans_many_appends(self, log_factory: LogFactory) -> None:
         log = log_factory()
@@ -106,7 +110,8 @@ class LogSuite:
             txn.append([Record(topic, key(batch * 50 + i), b"v") for i in range(50)])
         txn.store_offsets({"lsn": 1000})
         txn.commit()
-        assert log.end_offsets(topic) == {0: 1000}
+        records = read_all(log, topic)
+        assert [r.key for r in records] == [key(i) for i in range(1000)]
         assert log.source_offsets()["lsn"] == 1000
 
     def test_nothing_of_an_open_transaction_is_visible(self, log_factory: LogFactory) -> None:
@@ -269,7 +274,8 @@ class LogSuite:
         info = next(t for t in log.topics() if t.name == topic)
         assert info.partitions == 2
         assert info.config.get("cleanup.policy") == "compact"
-        assert info.record_count == 12
-        assert sum(info.end_offsets.values()) == 12
+        assert len(read_all(log, topic)) == 12
+        assert info.record_count >= 12  # Kafka's count is an estimate that includes markers
+        assert sum(info.end_offsets.values()) >= 12
         assert set(info.start_offsets.values()) == {0}
         assert info.end_offsets == log.end_offsets(topic)

@@ -45,6 +45,16 @@ def values(log: EmbeddedLog, topic: str = TOPIC) -> list[tuple[int, bytes | None
     return [(r.offset, r.key, r.value) for r in read_all(log, topic)]
 
 
+def test_offsets_are_dense_and_counts_exact(log_factory: Callable[..., EmbeddedLog]) -> None:
+    log = log_factory(partitions=2)
+    for round_ in range(3):
+        append(log, [Record(TOPIC, key(i), b"%d" % round_) for i in range(10)])
+    for partition, end in log.end_offsets(TOPIC).items():
+        assert [r.offset for r in log.read(TOPIC, partition, 0, 100)] == list(range(end))
+    info = log.topics()[0]
+    assert info.record_count == 30 and sum(info.end_offsets.values()) == 30
+
+
 def test_the_database_is_a_wal_mode_sqlite_file(tmp_path: Path) -> None:
     EmbeddedLog(tmp_path / "a" / "b").close()
     conn = sqlite3.connect(tmp_path / "a" / "b" / "log.sqlite3")
