@@ -21,7 +21,7 @@ import orjson
 from pydantic import Field
 
 from cdc.config import SinkConfig
-from cdc.errors import CdcError, SinkFatal, SinkUnavailable
+from cdc.errors import CdcError, RecordError, SinkFatal, SinkUnavailable
 from cdc.log.base import TopicPartition
 from cdc.sink import SinkContext, SinkRecord, sink_offsets
 from sinks.keyed import Change, Kind, Pos, Table, TopicTables, classify
@@ -141,7 +141,10 @@ class SearchSink:
                 document = row_document(key, mark.pos, mark.offset, mark.row, text)
             else:
                 document = marker_document(key, "gone", mark.pos, mark.offset)
-            index.replace(key, document, key in marks)
+            try:
+                index.replace(key, document, key in marks)
+            except ValueError as exc:
+                raise RecordError(f"search: cannot index the row: {exc}", change.record) from exc
             marks[key] = mark
         pending.clear()
         pending.update(marks)
@@ -200,8 +203,9 @@ def _translate(exc: Exception, doing: str) -> CdcError:
     text = str(exc)
     if "LockBusy" in text or "lock" in text.lower():
         return SinkUnavailable(f"search: {doing}: another writer holds the index lock ({text})")
-    if isinstance(exc, OSError) and exc.errno is not None:
-        return SinkUnavailable(f"search: {doing}: {exc.strerror}")
+    if (isinstance(exc, OSError) and exc.errno is not None) or "(os error" in text:
+        # I/O trouble (a full disk, say) may pass: the runner retries the batch.
+        return SinkUnavailable(f"search: {doing}: {text}")
     return SinkFatal(f"search: {doing}: {text}")
 
 
