@@ -8,7 +8,9 @@ key has it, in this order of preference:
    changes a row twice), kept in a small cache of recent images;
 3. the log's latest committed value of the key (the compacted topic holds it);
 4. a read of the row from the table. That reflects a later state than the change, so the event
-   records which columns were read (``toast_fallback`` in its ``source`` block).
+   records which columns were read (``toast_fallback`` in its ``source`` block). When the row is
+   gone too (deleted since), the columns are null and ``toast_unavailable`` names them: a later
+   delete of that key supersedes the event anyway, and the decision is logged.
 
 Step 3 is wrong for a key changed earlier in the uncommitted range whose image left the cache;
 a Bloom filter of the keys touched in that range sends those to step 4 instead, in constant
