@@ -23,23 +23,14 @@ never fence the pipeline's source on another host.
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
 import orjson
-from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, KafkaError, KafkaException
-from confluent_kafka import TopicPartition as KafkaPartition
-from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, untyped
-    AdminClient,
-    ConfigResource,
-    NewTopic,
-    OffsetSpec,
-)
 
 from cdc.config import KafkaLogConfig
-from cdc.errors import LogError, LogUnavailable, RecordTooLarge
+from cdc.errors import LogError, RecordTooLarge
 from cdc.log.base import (
     PartitionsCallback,
     Record,
@@ -48,7 +39,8 @@ from cdc.log.base import (
     TopicInfo,
     TopicPartition,
 )
-from cdc.log.kafka_common import client_config, error_of, translate, translated
+from cdc.log.kafka_admin import EARLIEST, LATEST, KafkaAdmin
+from cdc.log.kafka_common import client_config, translated
 from cdc.log.kafka_consumer import KafkaConsumer, PartitionReader
 from cdc.log.kafka_txn import KafkaTransaction, TransactionalWriter
 from cdc.partitioner import partition_for
@@ -57,10 +49,6 @@ from cdc.partitioner import partition_for
 CLIENT_MAX_BYTES = 1_000_000
 #: Room for the record batch's own header and the record's framing.
 _FRAMING_BYTES = 128
-_ADMIN_TIMEOUT_S = 15.0
-_VISIBLE_WAIT_S = 5.0
-_EARLIEST = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
-_LATEST = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 
 Prepared = tuple[str, int, bytes | None, bytes | None]
 
@@ -81,8 +69,7 @@ class KafkaLog:
         self.config = config
         self.servers = config.bootstrap_servers
         self.offsets_topic = f"{pipeline}.__offsets"
-        self._admin = AdminClient(client_config(config))
-        self._known: dict[str, int] = {}  # topic -> partitions, from the last metadata
+        self._admin = KafkaAdmin(config)
         self._topics: dict[str, tuple[int, int]] = {}  # topic -> (partitions, max message bytes)
         self._lock = threading.Lock()
         self._source_thread: int | None = None
@@ -90,19 +77,17 @@ class KafkaLog:
         self._reader: PartitionReader | None = None
         self._offsets_topic_ready = False
         self.closed = False
-        self._check_reachable()
 
     # -- writing -------------------------------------------------------------------------------
 
     def ensure_topics(self, names: Sequence[str]) -> None:
         """Create missing topics compacted, with the configured partitions and replicas."""
-        missing = [n for n in dict.fromkeys(names) if n not in self._metadata(refresh=True)]
-        self._create(missing, self.config.partitions)
+        known = self._admin.partitions(refresh=True)
+        self._create([n for n in dict.fromkeys(names) if n not in known], self.config.partitions)
 
     def partition_for(self, topic: str, key: bytes | None) -> int:
         """``murmur2(key) % partitions`` of the topic (not created yet: the configured count)."""
-        count = self._metadata().get(topic) or self._metadata(refresh=True).get(topic)
-        return partition_for(key, count or self.config.partitions)
+        return partition_for(key, self._admin.count(topic) or self.config.partitions)
 
     def begin(self) -> KafkaTransaction:
         """Start a transaction (waits while another thread's transaction holds the producer)."""
@@ -166,10 +151,10 @@ class KafkaLog:
 
     def end_offsets(self, topic: str) -> dict[int, int]:
         """Each partition's last stable offset: the next offset a read_committed reader gets."""
-        count = self._metadata().get(topic) or self._metadata(refresh=True).get(topic)
+        count = self._admin.count(topic)
         if count is None:
             raise LogError(f"kafka log: unknown topic {topic!r}")
-        return self._list_offsets({topic: count}, _LATEST)[topic]
+        return self._admin.offsets({topic: count}, LATEST)[topic]
 
     def topics(self) -> list[TopicInfo]:
         """Every topic but Kafka's internal ones, with configs and offsets.
@@ -179,14 +164,14 @@ class KafkaLog:
         """
         counts = {
             name: count
-            for name, count in self._metadata(refresh=True).items()
+            for name, count in self._admin.partitions(refresh=True).items()
             if not name.startswith("__")
         }
         if not counts:
             return []
-        configs = self._describe_configs(list(counts))
-        starts = self._list_offsets(counts, _EARLIEST)
-        ends = self._list_offsets(counts, _LATEST)
+        configs = self._admin.configs(list(counts))
+        starts = self._admin.offsets(counts, EARLIEST)
+        ends = self._admin.offsets(counts, LATEST)
         return [
             TopicInfo(
                 name,
@@ -201,23 +186,11 @@ class KafkaLog:
 
     def committed_offsets(self, group: str) -> dict[TopicPartition, int]:
         """The group's committed next offsets (partitions without a commit are left out)."""
-        request = [ConsumerGroupTopicPartitions(group)]
-        with translated(f"reading the offsets of group {group}", self.servers):
-            futures = self._admin.list_consumer_group_offsets(
-                request, request_timeout=_ADMIN_TIMEOUT_S
-            )
-            result = futures[group].result()
-        return {
-            TopicPartition(p.topic, p.partition): p.offset
-            for p in result.topic_partitions or []
-            if p.offset >= 0
-        }
+        return self._admin.committed(group)
 
     def groups(self) -> list[str]:
         """Every consumer group the cluster knows, sorted."""
-        with translated("listing consumer groups", self.servers):
-            result = self._admin.list_consumer_groups(request_timeout=_ADMIN_TIMEOUT_S).result()
-        return sorted(g.group_id for g in result.valid)
+        return self._admin.groups()
 
     def latest_value(self, topic: str, key: bytes) -> bytes | None:
         """Kafka cannot look keys up.
@@ -273,38 +246,7 @@ class KafkaLog:
             )
         return out
 
-    def _wait_visible(self, last: dict[tuple[str, int], int]) -> None:
-        """Wait (briefly) until read_committed readers get past each partition's ``last`` offset."""
-        pending = dict(last)
-        deadline = time.monotonic() + _VISIBLE_WAIT_S
-        while pending and time.monotonic() < deadline:
-            request = {KafkaPartition(t, p): _LATEST for t, p in pending}
-            try:
-                futures = self._admin.list_offsets(
-                    request,
-                    isolation_level=IsolationLevel.READ_COMMITTED,
-                    request_timeout=_VISIBLE_WAIT_S,
-                )
-                for tp, future in futures.items():
-                    if future.result().offset > pending[tp.topic, tp.partition]:
-                        del pending[tp.topic, tp.partition]
-            except KafkaException:
-                return  # the commit is durable; only its visibility is late
-            if pending:
-                time.sleep(0.002)
-
     # -- internals -----------------------------------------------------------------------------
-
-    def _check_reachable(self) -> None:
-        timeout = self.config.connect_timeout_s
-        try:
-            metadata = self._admin.list_topics(timeout=timeout)
-        except KafkaException as exc:
-            raise LogUnavailable(
-                f"kafka log: cannot reach the brokers at {self.servers} within {timeout:.0f} s "
-                f"({error_of(exc) or exc}); check log.bootstrap_servers and that Kafka is up"
-            ) from exc
-        self._remember(metadata)
 
     def _writer(self, role: str) -> TransactionalWriter:
         with self._lock:
@@ -376,45 +318,16 @@ class KafkaLog:
 
     def _ensure_offsets_topic(self) -> None:
         if not self._offsets_topic_ready:
-            if self.offsets_topic not in self._metadata(refresh=True):
+            if self.offsets_topic not in self._admin.partitions(refresh=True):
                 self._create([self.offsets_topic], 1)
             self._offsets_topic_ready = True
 
     def _create(self, names: list[str], partitions: int) -> None:
-        if not names:
-            return
-        config = self._topic_config()
         rf = self.config.replication_factor
-        new = [NewTopic(name, partitions, rf, config=config) for name in names]
-        with translated(f"creating topics {', '.join(names)}", self.servers):
-            futures = self._admin.create_topics(new, request_timeout=_ADMIN_TIMEOUT_S)
-        for name, future in futures.items():
-            try:
-                future.result()
-            except KafkaException as exc:
-                err = error_of(exc)
-                if err is None or err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise translate(exc, f"creating topic {name}", self.servers) from exc
-        self._wait_for_leaders(names)
+        self._admin.create(names, partitions, rf, self._topic_config())
 
-    def _wait_for_leaders(self, names: list[str]) -> None:
-        """Wait until every partition of ``names`` has a leader: until then, requests fail."""
-        deadline = time.monotonic() + _ADMIN_TIMEOUT_S
-        while True:
-            with translated("reading cluster metadata", self.servers):
-                metadata = self._admin.list_topics(timeout=_ADMIN_TIMEOUT_S)
-            self._remember(metadata)
-            topics = [metadata.topics.get(name) for name in names]
-            if all(
-                t is not None
-                and t.error is None
-                and all(p.leader >= 0 for p in t.partitions.values())
-                for t in topics
-            ):
-                return
-            if time.monotonic() > deadline:
-                raise LogUnavailable(f"kafka log ({self.servers}): topics {names} have no leader")
-            time.sleep(0.05)
+    def _wait_visible(self, last: dict[tuple[str, int], int]) -> None:
+        self._admin.wait_visible(last)
 
     def _topic_config(self) -> dict[str, str]:
         config = {
@@ -429,56 +342,11 @@ class KafkaLog:
     def _topic_meta(self, topic: str) -> tuple[int, int]:
         meta = self._topics.get(topic)
         if meta is None:
-            if topic not in self._metadata(refresh=True):
+            if topic not in self._admin.partitions(refresh=True):
                 self.ensure_topics([topic])  # as in the embedded log, appending creates a topic
-            partitions = self._metadata()[topic]
-            max_bytes = int(self._describe_configs([topic])[topic].get("max.message.bytes", 0))
+            partitions = self._admin.partitions()[topic]
+            max_bytes = int(self._admin.configs([topic])[topic].get("max.message.bytes", 0))
             meta = (partitions, max_bytes or CLIENT_MAX_BYTES)
             with self._lock:
                 self._topics[topic] = meta
         return meta
-
-    def _metadata(self, refresh: bool = False) -> dict[str, int]:
-        if refresh:
-            with translated("reading cluster metadata", self.servers):
-                self._remember(self._admin.list_topics(timeout=_ADMIN_TIMEOUT_S))
-        return self._known
-
-    def _remember(self, metadata: Any) -> None:
-        self._known = {
-            name: len(topic.partitions)
-            for name, topic in metadata.topics.items()
-            if topic.error is None
-        }
-
-    def _describe_configs(self, topics: list[str]) -> dict[str, dict[str, str]]:
-        resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in topics]
-        with translated("describing topic configs", self.servers):
-            futures = self._admin.describe_configs(resources, request_timeout=_ADMIN_TIMEOUT_S)
-            return {
-                resource.name: {
-                    k: v.value for k, v in future.result().items() if v.value is not None
-                }
-                for resource, future in futures.items()
-            }
-
-    def _list_offsets(self, counts: dict[str, int], spec: Any) -> dict[str, dict[int, int]]:
-        request = {KafkaPartition(t, p): spec for t, n in counts.items() for p in range(n)}
-        deadline = time.monotonic() + _ADMIN_TIMEOUT_S
-        while True:
-            out: dict[str, dict[int, int]] = {topic: {} for topic in counts}
-            try:
-                futures = self._admin.list_offsets(
-                    request,
-                    isolation_level=IsolationLevel.READ_COMMITTED,
-                    request_timeout=_ADMIN_TIMEOUT_S,
-                )
-                for tp, future in futures.items():
-                    out[tp.topic][tp.partition] = future.result().offset
-                return out
-            except KafkaException as exc:
-                # A leader moving (new topic, broker restart) fails this briefly: try again.
-                err = error_of(exc)
-                if err is None or err.fatal() or time.monotonic() > deadline:
-                    raise translate(exc, "listing offsets", self.servers) from exc
-                time.sleep(0.1)

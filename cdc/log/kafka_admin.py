@@ -1,0 +1,175 @@
+"""The Kafka log's cluster operations through the AdminClient: metadata, topic creation and
+configs, offsets (read_committed), consumer groups.
+
+Requests that fail while a leader moves (a topic just created, a broker restarting) are tried
+again for a few seconds before the failure is reported.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, KafkaError, KafkaException
+from confluent_kafka import TopicPartition as KafkaPartition
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, untyped
+    AdminClient,
+    ConfigResource,
+    NewTopic,
+    OffsetSpec,
+)
+
+from cdc.config import KafkaLogConfig
+from cdc.errors import LogUnavailable
+from cdc.log.base import TopicPartition
+from cdc.log.kafka_common import client_config, error_of, translate, translated
+
+TIMEOUT_S = 15.0
+_VISIBLE_WAIT_S = 5.0
+EARLIEST = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+LATEST = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+
+
+class KafkaAdmin:
+    """An AdminClient with the framework's errors and a cache of topic partition counts.
+
+    Raises:
+        LogUnavailable: no broker answered within ``config.connect_timeout_s``.
+    """
+
+    def __init__(self, config: KafkaLogConfig) -> None:
+        self.servers = config.bootstrap_servers
+        self._admin = AdminClient(client_config(config))
+        self._known: dict[str, int] = {}  # topic -> partitions, from the last metadata
+        timeout = config.connect_timeout_s
+        try:
+            self._remember(self._admin.list_topics(timeout=timeout))
+        except KafkaException as exc:
+            raise LogUnavailable(
+                f"kafka log: cannot reach the brokers at {self.servers} within {timeout:.0f} s "
+                f"({error_of(exc) or exc}); check log.bootstrap_servers and that Kafka is up"
+            ) from exc
+
+    def partitions(self, refresh: bool = False) -> dict[str, int]:
+        """Partition count of every topic (``refresh``: ask the cluster, else the cache)."""
+        if refresh:
+            with translated("reading cluster metadata", self.servers):
+                self._remember(self._admin.list_topics(timeout=TIMEOUT_S))
+        return self._known
+
+    def count(self, topic: str) -> int | None:
+        """The topic's partition count, ``None`` if it does not exist."""
+        return self._known.get(topic) or self.partitions(refresh=True).get(topic)
+
+    def create(self, names: list[str], partitions: int, rf: int, config: dict[str, str]) -> None:
+        """Create topics (one that exists meanwhile is fine), then wait for their leaders."""
+        if not names:
+            return
+        new = [NewTopic(name, partitions, rf, config=config) for name in names]
+        with translated(f"creating topics {', '.join(names)}", self.servers):
+            futures = self._admin.create_topics(new, request_timeout=TIMEOUT_S)
+        for name, future in futures.items():
+            try:
+                future.result()
+            except KafkaException as exc:
+                err = error_of(exc)
+                if err is None or err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise translate(exc, f"creating topic {name}", self.servers) from exc
+        self._wait_for_leaders(names)
+
+    def configs(self, topics: list[str]) -> dict[str, dict[str, str]]:
+        """Each topic's effective configuration."""
+        resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in topics]
+        with translated("describing topic configs", self.servers):
+            futures = self._admin.describe_configs(resources, request_timeout=TIMEOUT_S)
+            return {
+                resource.name: {
+                    k: v.value for k, v in future.result().items() if v.value is not None
+                }
+                for resource, future in futures.items()
+            }
+
+    def offsets(self, counts: dict[str, int], spec: Any) -> dict[str, dict[int, int]]:
+        """``EARLIEST`` or ``LATEST`` (last stable) offset of every partition of ``counts``."""
+        request = {KafkaPartition(t, p): spec for t, n in counts.items() for p in range(n)}
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            out: dict[str, dict[int, int]] = {topic: {} for topic in counts}
+            try:
+                for tp, future in self._list_offsets(request, TIMEOUT_S).items():
+                    out[tp.topic][tp.partition] = future.result().offset
+                return out
+            except KafkaException as exc:
+                err = error_of(exc)
+                if err is None or err.fatal() or time.monotonic() > deadline:
+                    raise translate(exc, "listing offsets", self.servers) from exc
+                time.sleep(0.1)
+
+    def wait_visible(self, last: dict[tuple[str, int], int]) -> None:
+        """Wait (briefly) until read_committed readers get past each partition's ``last`` offset.
+
+        The broker writes a transaction's markers after answering the commit; waiting for them
+        gives "visible on return", as the embedded log has.
+        """
+        pending = dict(last)
+        deadline = time.monotonic() + _VISIBLE_WAIT_S
+        while pending and time.monotonic() < deadline:
+            request = {KafkaPartition(t, p): LATEST for t, p in pending}
+            try:
+                for tp, future in self._list_offsets(request, _VISIBLE_WAIT_S).items():
+                    if future.result().offset > pending[tp.topic, tp.partition]:
+                        del pending[tp.topic, tp.partition]
+            except KafkaException:
+                return  # the commit is durable; only its visibility is late
+            if pending:
+                time.sleep(0.002)
+
+    def committed(self, group: str) -> dict[TopicPartition, int]:
+        """The group's committed next offsets (partitions without a commit are left out)."""
+        request = [ConsumerGroupTopicPartitions(group)]
+        with translated(f"reading the offsets of group {group}", self.servers):
+            futures = self._admin.list_consumer_group_offsets(request, request_timeout=TIMEOUT_S)
+            result = futures[group].result()
+        return {
+            TopicPartition(p.topic, p.partition): p.offset
+            for p in result.topic_partitions or []
+            if p.offset >= 0
+        }
+
+    def groups(self) -> list[str]:
+        """Every consumer group the cluster knows, sorted."""
+        with translated("listing consumer groups", self.servers):
+            result = self._admin.list_consumer_groups(request_timeout=TIMEOUT_S).result()
+        return sorted(g.group_id for g in result.valid)
+
+    def _list_offsets(self, request: dict[Any, Any], timeout_s: float) -> dict[Any, Any]:
+        futures: dict[Any, Any] = self._admin.list_offsets(
+            request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout_s
+        )
+        return futures
+
+    def _wait_for_leaders(self, names: list[str]) -> None:
+        """Wait until every partition of ``names`` has a leader: until then, requests fail."""
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            with translated("reading cluster metadata", self.servers):
+                metadata = self._admin.list_topics(timeout=TIMEOUT_S)
+            self._remember(metadata)
+            topics = [metadata.topics.get(name) for name in names]
+            if all(
+                t is not None
+                and t.error is None
+                and all(p.leader >= 0 for p in t.partitions.values())
+                for t in topics
+            ):
+                return
+            if time.monotonic() > deadline:
+                raise LogUnavailable(f"kafka log ({self.servers}): topics {names} have no leader")
+            time.sleep(0.05)
+
+    def _remember(self, metadata: Any) -> None:
+        self._known = {
+            name: len(topic.partitions)
+            for name, topic in metadata.topics.items()
+            if topic.error is None
+        }
