@@ -55,7 +55,10 @@ def child(args: argparse.Namespace) -> None:
     from cdc.source import SourceContext
     from connectors.postgres import PostgresSource, PostgresSourceConfig
 
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
+    structlog.configure(  # warnings and up, on stderr: stdout carries the figures
+        wrapper_class=structlog.make_filtering_bound_logger(30),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+    )
     log = EmbeddedLog(Path(args.log))
     config = PostgresSourceConfig.model_validate(
         {"type": "postgres", "dsn": args.dsn, "tables": [TABLE], "max_batch_events": 5000}
@@ -65,6 +68,7 @@ def child(args: argparse.Namespace) -> None:
     start = time.perf_counter()
     source.open(log.source_offsets())
     log.ensure_topics([f"{PIPELINE}.{TABLE}"])
+    print("ready", flush=True)
     rows, tx = 0, None
     latencies: list[float] = []
     deadline = time.monotonic() + args.timeout
@@ -90,7 +94,8 @@ def child(args: argparse.Namespace) -> None:
             tx = None
             source.ack(batch.commit_offsets)
             done_ms = time.time() * 1000
-            latencies.extend(done_ms - t for t in {e.source.ts_ms for e in batch.events})
+            commits = {e.source.position: e.source.ts_ms for e in batch.events}
+            latencies.extend(done_ms - t for t in commits.values())
         spent["log"] += time.perf_counter() - t2
     seconds = time.perf_counter() - start
     source.close()
@@ -109,27 +114,22 @@ def child(args: argparse.Namespace) -> None:
     )
 
 
-def run_child(dsn: str, log_dir: Path, rows: int, timeout: float = 600) -> dict[str, Any]:
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.pg_stream",
-            "child",
-            "--dsn",
-            dsn,
-            "--log",
-            str(log_dir),
-            "--rows",
-            str(rows),
-            "--timeout",
-            str(timeout),
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+def run_child(
+    dsn: str, log_dir: Path, rows: int, timeout: float = 600, on_ready: Any = None
+) -> dict[str, Any]:
+    """Run one streaming child; ``on_ready()`` runs once the child is streaming."""
+    argv = [sys.executable, "-m", "bench.pg_stream", "child", "--dsn", dsn]
+    argv += ["--log", str(log_dir), "--rows", str(rows), "--timeout", str(timeout)]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as child_process:
+        assert child_process.stdout is not None
+        ready = child_process.stdout.readline()
+        assert ready.strip() == "ready", ready
+        if on_ready is not None:
+            on_ready()
+        out = child_process.stdout.read()
+    if child_process.returncode != 0:
+        raise RuntimeError(f"bench child failed with exit code {child_process.returncode}")
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     return result
 
 
@@ -195,21 +195,21 @@ def compare(name: str, pg: Any, dsn: str, log_dir: Path, rows: int, slot: str) -
 def steady(dsn: str, log_dir: Path, seconds: float, rate: int = 5000, per_tx: int = 100) -> None:
     """Latency at a steady write rate while the source streams live."""
     total = int(seconds * rate)
-    result: dict[str, Any] = {}
-    runner = threading.Thread(
-        target=lambda: result.update(run_child(dsn, log_dir, total, timeout=seconds + 60))
-    )
-    runner.start()
-    time.sleep(2.0)  # let the child connect before the first commit
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        base = 10_000_000
-        interval = per_tx / rate
-        next_at = time.monotonic()
-        for start in range(base, base + total, per_tx):
-            conn.execute(INSERT, (start, start + per_tx - 1))
-            next_at += interval
-            time.sleep(max(0.0, next_at - time.monotonic()))
-    runner.join()
+
+    def write() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            base = 10_000_000
+            interval = per_tx / rate
+            next_at = time.monotonic()
+            for start in range(base, base + total, per_tx):
+                conn.execute(INSERT, (start, start + per_tx - 1))
+                next_at += interval
+                time.sleep(max(0.0, next_at - time.monotonic()))
+
+    writer = threading.Thread(target=write)
+    # The writer starts once the child streams: startup is not commit-to-log latency.
+    result = run_child(dsn, log_dir, total, timeout=seconds + 60, on_ready=writer.start)
+    writer.join()
     lat = result["latencies_ms"]
     p50, p99 = lat[len(lat) // 2], lat[min(len(lat) - 1, int(len(lat) * 0.99))]
     print(
