@@ -1,5 +1,6 @@
 # One command sets up a fresh Debian 12 machine and runs every check: `make test`.
-# Recipes run as one bash script each (.ONESHELL), failing on the first error.
+# Recipes run as one bash script each (.ONESHELL), failing on the first error. Tools run as
+# `python -m TOOL`: a freshly pip-installed script may not be on PATH yet (pyenv shims).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
@@ -29,6 +30,7 @@ apt:
 	command -v mvn >/dev/null || missing+=(maven)
 	# Maven compiles the Mongo server's main class, so a JRE alone is not enough.
 	command -v javac >/dev/null || missing+=(openjdk-17-jdk-headless)
+	$(PYTHON) -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 	if [ $${#missing[@]} -eq 0 ]; then echo "apt: nothing missing"; exit 0; fi
 	sudo=""; [ "$$(id -u)" -eq 0 ] || sudo="sudo"
 	echo "apt: installing $${missing[*]}"
@@ -67,12 +69,12 @@ test: install
 
 lint:
 	@rc=0
-	ruff check . || rc=1
-	ruff format --check . || rc=1
+	$(PYTHON) -m ruff check . || rc=1
+	$(PYTHON) -m ruff format --check . || rc=1
 	exit $$rc
 
 typecheck:
-	mypy
+	$(PYTHON) -m mypy
 
 pytest:
 	@# Exit 5 means no test ran: a broken collection, never a pass.
