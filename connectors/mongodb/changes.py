@@ -1,0 +1,167 @@
+"""Change-stream events to :class:`ChangeEvent`, as pure functions over the event documents.
+
+Operation types:
+
+* ``insert`` -> ``c``; ``update`` and ``replace`` -> ``u``; ``delete`` -> ``d``. ``after`` is
+  ``fullDocument`` (``updateLookup``: the document when the change was read; ``required``: the
+  exact post-image). ``before`` is ``fullDocumentBeforeChange`` when pre-images are on; a delete
+  without one carries the key as ``before``, as Debezium does.
+* An ``update`` whose looked-up document is gone (deleted since) has no ``after``: it is left
+  out and logged, because the ``delete`` that removed the document follows in the stream.
+* ``drop`` of a captured collection, and ``rename`` away from one, become a truncate (``t``) of
+  its topic, so sinks empty the table as the collection is now empty. Debezium emits nothing
+  for these and leaves sinks stale; an explicit truncate keeps ``cdc verify`` honest.
+* ``rename`` *into* a captured collection brings documents the stream never saw inserted: it
+  is logged with the advice to re-snapshot the collection.
+* ``dropDatabase`` is logged (the server sends a ``drop`` for each collection before it).
+* ``invalidate`` ends the stream; the source resumes with ``startAfter`` its token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cdc.events import ChangeEvent, Op, SourceInfo
+from connectors.mongodb.convert import document, key_of, to_json
+from connectors.mongodb.positions import position
+
+CONNECTOR = "mongodb"
+_DATA_OPS = {"insert": Op.CREATE, "update": Op.UPDATE, "replace": Op.UPDATE, "delete": Op.DELETE}
+Collection = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one change-stream event means for the source.
+
+    Attributes:
+        events: change events to publish (possibly none).
+        control: ``invalidate`` when the stream ended; else ``None``.
+        notice: ``(log event name, fields)`` to log, for the operations worth a line.
+    """
+
+    events: list[ChangeEvent] = field(default_factory=list)
+    control: str | None = None
+    notice: tuple[str, dict[str, Any]] | None = None
+
+
+class BadChange(ValueError):
+    """A data change the converter cannot make sense of (no key, no document...)."""
+
+
+def namespace(change: Mapping[str, Any], field_name: str = "ns") -> Collection | None:
+    ns = change.get(field_name)
+    if not isinstance(ns, Mapping) or "db" not in ns:
+        return None
+    return str(ns["db"]), str(ns.get("coll", ""))
+
+
+def source_info(
+    change: Mapping[str, Any], coll: Collection, sequence: int, snapshot: str = "false"
+) -> SourceInfo:
+    """The ``source`` block: position from ``clusterTime``, transaction fields when present."""
+    cluster_time = change["clusterTime"]
+    extra: dict[str, Any] = {"ord": cluster_time.inc, "collection": coll[1]}
+    txn = change.get("txnNumber")
+    if txn is not None:
+        extra["txnNumber"] = int(txn)
+        extra["lsid"] = to_json(change.get("lsid"))
+    wall = change.get("wallTime")
+    ts_ms = int(wall.timestamp() * 1000) if wall is not None else cluster_time.time * 1000
+    return SourceInfo(
+        connector=CONNECTOR,
+        db=coll[0],
+        schema=coll[0],
+        table=coll[1],
+        ts_ms=ts_ms,
+        position=position(cluster_time),
+        sequence=sequence,
+        snapshot=snapshot,
+        tx_id=None if txn is None else int(txn),
+        extra=extra,
+    )
+
+
+def convert(change: Mapping[str, Any], captured: set[Collection], sequence: int) -> Outcome:
+    """The outcome of one change-stream event.
+
+    Args:
+        change: the event as pymongo decodes it.
+        captured: the configured collections.
+        sequence: the event's index among the stream's events of the same ``clusterTime``.
+
+    Raises:
+        BadChange: a data change without the fields every such event has.
+    """
+    kind = str(change.get("operationType"))
+    coll = namespace(change)
+    if kind in _DATA_OPS:
+        if coll is None or coll not in captured:
+            return Outcome()
+        return _data_change(change, kind, coll, sequence)
+    if kind == "invalidate":
+        return Outcome(control="invalidate", notice=("stream.invalidated", {}))
+    if kind == "drop":
+        return _dropped(change, coll, captured, sequence)
+    if kind == "rename":
+        return _renamed(change, coll, captured, sequence)
+    if kind == "dropDatabase":
+        db = coll[0] if coll else None
+        return Outcome(notice=("database.dropped", {"db": db}))
+    return Outcome(notice=("stream.event_ignored", {"operation": kind}))
+
+
+def _data_change(change: Mapping[str, Any], kind: str, coll: Collection, sequence: int) -> Outcome:
+    try:
+        key = key_of(change["documentKey"])
+        info = source_info(change, coll, sequence)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise BadChange(f"{kind} event without {exc}") from exc
+    pre = change.get("fullDocumentBeforeChange")
+    before = document(pre) if isinstance(pre, Mapping) else None
+    full = change.get("fullDocument")
+    after = document(full) if isinstance(full, Mapping) else None
+    op = _DATA_OPS[kind]
+    if op is Op.DELETE:
+        return Outcome([ChangeEvent(op, key, before or dict(key), None, info)])
+    if after is None:
+        if kind == "update":
+            notice = ("update.skipped_document_gone", {"table": f"{coll[0]}.{coll[1]}", "key": key})
+            return Outcome(notice=notice)
+        raise BadChange(f"{kind} event without fullDocument")
+    return Outcome([ChangeEvent(op, key, before, after, info)])
+
+
+def _truncate(change: Mapping[str, Any], coll: Collection, sequence: int) -> ChangeEvent:
+    return ChangeEvent(Op.TRUNCATE, {}, None, None, source_info(change, coll, sequence))
+
+
+def _dropped(
+    change: Mapping[str, Any], coll: Collection | None, captured: set[Collection], sequence: int
+) -> Outcome:
+    if coll is None or coll not in captured:
+        return Outcome()
+    notice = ("collection.dropped", {"table": f"{coll[0]}.{coll[1]}", "emitted": "truncate"})
+    return Outcome([_truncate(change, coll, sequence)], notice=notice)
+
+
+def _renamed(
+    change: Mapping[str, Any], coll: Collection | None, captured: set[Collection], sequence: int
+) -> Outcome:
+    target = namespace(change, "to")
+    fields: dict[str, Any] = {
+        "from": None if coll is None else f"{coll[0]}.{coll[1]}",
+        "to": None if target is None else f"{target[0]}.{target[1]}",
+    }
+    events = []
+    if coll is not None and coll in captured:
+        events.append(_truncate(change, coll, sequence))
+        fields["emitted"] = "truncate"
+    if target is not None and target in captured:
+        fields["advice"] = (
+            f"documents renamed into {fields['to']} were never streamed as inserts; re-snapshot "
+            f"it with `cdc snapshot FILE --table {fields['to']}`"
+        )
+    return Outcome(events, notice=("collection.renamed", fields))

@@ -1,0 +1,193 @@
+"""The snapshot: collections read in ``_id`` ranges by worker threads, handed to ``poll``.
+
+State (stored under ``mongodb.snapshot`` with every batch's records, so a restart resumes each
+range after its last committed ``_id``)::
+
+    {"id": "...", "position": 7310..., "reason": "...", "started_ms": ...,
+     "collections": {"db.coll": {"ranges": [{"lo", "hi", "last", "done"}, ...],
+                                 "rows": 12000, "rows_per_s": ..., "eta_s": ...}}}
+
+Workers only read; the poll thread alone updates the state, after it handed a batch on, so the
+stored state never runs ahead of the stored records. The queue between them is bounded: memory
+stays at about ``2 * workers`` batches whatever the collection's size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pymongo import MongoClient
+from pymongo import errors as px
+
+from connectors.mongodb import ranges
+
+Doc = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Documents of one range, in ``_id`` order; ``done`` when the range has no more."""
+
+    table: str
+    index: int
+    docs: list[Doc]
+    done: bool
+
+
+def plan_collection(client: MongoClient[Doc], table: str, range_docs: int) -> list[Doc]:
+    """Ranges of ``table`` from one walk over its ``_id`` index (ids only, never documents)."""
+    db, coll = table.split(".", 1)
+    bounds: list[Any] = []
+    cursor = client[db][coll].find({}, {"_id": 1}).sort("_id", 1).batch_size(10_000)
+    previous: Any = None
+    for count, doc in enumerate(cursor, 1):
+        if count % range_docs == 0:
+            bounds.append(doc["_id"])
+        previous = doc["_id"]
+    if bounds and bounds[-1] == previous:
+        bounds.pop()  # the last range would be empty
+    return ranges.plan(bounds)
+
+
+def new_state(snapshot_id: str, position: int, reason: str, planned: dict[str, list[Doc]]) -> Doc:
+    """A fresh snapshot's stored state."""
+    now = int(time.time() * 1000)
+    return {
+        "id": snapshot_id,
+        "position": position,
+        "reason": reason,
+        "started_ms": now,
+        "collections": {
+            table: {"ranges": plan, "rows": 0, "started_ms": now, "rows_per_s": 0.0}
+            for table, plan in planned.items()
+        },
+    }
+
+
+def pending(state: Doc) -> list[tuple[str, int, Doc]]:
+    """``(table, index, range)`` of every range not yet done."""
+    return [
+        (table, i, entry)
+        for table, info in state["collections"].items()
+        for i, entry in enumerate(info["ranges"])
+        if not entry["done"]
+    ]
+
+
+def record(state: Doc, batch: Batch) -> dict[str, Any]:
+    """Mark ``batch`` handed on; returns the table's progress figures."""
+    info = state["collections"][batch.table]
+    entry = info["ranges"][batch.index]
+    if batch.docs:
+        entry["last"] = ranges.encode(batch.docs[-1]["_id"])
+    entry["done"] = entry["done"] or batch.done
+    info["rows"] += len(batch.docs)
+    elapsed = max(time.time() - info["started_ms"] / 1000, 1e-3)
+    info["rows_per_s"] = round(info["rows"] / elapsed, 1)
+    done = sum(1 for r in info["ranges"] if r["done"])
+    total = len(info["ranges"])
+    eta = None if done == 0 else round(elapsed * (total - done) / done, 1)
+    info["eta_s"] = eta
+    return {
+        "chunks_done": done,
+        "chunks_total": total,
+        "rows": info["rows"],
+        "rows_per_s": info["rows_per_s"],
+        "eta_s": eta,
+        "kind": "initial",
+    }
+
+
+class Scanner:
+    """Worker threads reading the pending ranges of a snapshot state into a bounded queue."""
+
+    def __init__(self, client: MongoClient[Doc], state: Doc, workers: int, batch: int) -> None:
+        self._client = client
+        self._work = pending(state)
+        self._batch = batch
+        self._queue: queue.Queue[Batch | BaseException] = queue.Queue(maxsize=2 * workers)
+        self._stop = threading.Event()
+        self._next = 0
+        self._lock = threading.Lock()
+        self._threads = [
+            threading.Thread(target=self._run, name=f"mongo-snapshot-{n}", daemon=True)
+            for n in range(min(workers, len(self._work)))
+        ]
+        self.remaining = len(self._work)
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def take(self, timeout_s: float) -> Batch | None:
+        """The next batch, ``None`` after ``timeout_s`` without one.
+
+        Raises:
+            pymongo.errors.PyMongoError: a worker's read failed (the caller translates it).
+        """
+        try:
+            item = self._queue.get(timeout=timeout_s)
+        except queue.Empty:
+            return None
+        if isinstance(item, BaseException):
+            raise item
+        if item.done:
+            self.remaining -= 1
+        return item
+
+    def close(self) -> None:
+        self._stop.set()
+        while any(t.is_alive() for t in self._threads):
+            with contextlib.suppress(queue.Empty):  # unblock a worker waiting on a full queue
+                self._queue.get(timeout=0.05)
+
+    def _claim(self) -> tuple[str, int, Doc] | None:
+        with self._lock:
+            if self._next >= len(self._work):
+                return None
+            self._next += 1
+            return self._work[self._next - 1]
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            work = self._claim()
+            if work is None:
+                return
+            try:
+                for batch in self._read(*work):
+                    if not self._put(batch):
+                        return
+            except px.PyMongoError as exc:
+                self._put(exc)
+                return
+
+    def _read(self, table: str, index: int, entry: Doc) -> Iterator[Batch]:
+        db, coll = table.split(".", 1)
+        cursor = (
+            self._client[db][coll]
+            .find(ranges.resume_filter(entry))
+            .sort("_id", 1)
+            .batch_size(self._batch)
+        )
+        docs: list[Doc] = []
+        for doc in cursor:
+            docs.append(doc)
+            if len(docs) >= self._batch:
+                yield Batch(table, index, docs, False)
+                docs = []
+        yield Batch(table, index, docs, True)
+
+    def _put(self, item: Batch | BaseException) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False

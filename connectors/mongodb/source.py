@@ -1,0 +1,328 @@
+"""The MongoDB source: an optional snapshot in ``_id`` ranges, then change streams.
+
+``open`` connects, checks every collection exists, and decides the snapshot (see
+:func:`decide`). A snapshot first records where the streams will start (their resume token or
+cluster time), then reads the collections in parallel; its rows carry a position just before that
+point, so any change streamed afterwards wins over them in the sinks' version guard, and changes
+that overlap the scan are harmless. The streams open once the snapshot is done.
+
+Every batch's ``commit_offsets`` hold the whole ``mongodb`` entry (stream points, snapshot
+progress, notes), stored by the runtime in the same log transaction as the batch's records:
+MongoDB keeps no state for a change stream, so the log is the only place a position lives, and
+``ack`` has nothing to release.
+
+History lost (the oplog no longer holds a stored point, error 286, or the server refuses the
+token): by default ``open`` fails and says how to recover; with ``snapshot: when_needed`` the
+collections of that stream are snapshotted again from a fresh start point, and a note is kept
+in the offsets (``history_lost``), which ``cdc status`` shows.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from pymongo import MongoClient
+from pymongo import errors as px
+
+from cdc.config import redact_url
+from cdc.events import ChangeEvent, Op, SourceInfo
+from cdc.source import SourceBatch, SourceContext
+from connectors.mongodb import changes, errors, positions, snapshot
+from connectors.mongodb.client import check_collections, connect, load_schemas
+from connectors.mongodb.config import MongoSourceConfig
+from connectors.mongodb.convert import document, key_of
+from connectors.mongodb.fields import FieldTracker
+from connectors.mongodb.plan import StreamSpec, plan_streams
+from connectors.mongodb.stream import StreamReader, start_point
+from connectors.mongodb.streaming import Collected, StreamSet
+from snapshots.progress import Reporter, reporter
+
+Doc = dict[str, Any]
+
+
+def decide(mode: str, entry: Mapping[str, Any]) -> str | None:
+    """The reason to start a new snapshot now, or ``None`` (pure; see the modes in the docs)."""
+    if entry.get("snapshot"):
+        return None  # an unfinished snapshot is resumed in every mode
+    if not entry.get("streams"):
+        return None if mode == "never" else "no stored position: the pipeline starts with one"
+    if mode == "always":
+        return "snapshot mode always"
+    return None
+
+
+class MongoSource:
+    """Captures the configured collections (see the module docstring)."""
+
+    def __init__(self, config: MongoSourceConfig, context: SourceContext) -> None:
+        self._config, self._context = config, context
+        self._where = redact_url(config.dsn.get_secret_value())
+        self._logger = context.logger.bind(source="mongodb", server=self._where)
+        self._collections = config.collections()
+        self._specs = plan_streams(self._collections, config.stream_scope)
+        self._tracker = FieldTracker(changes.CONNECTOR)
+        self._client: MongoClient[Doc] | None = None
+        self._entry: Doc = {}
+        self._scanner: snapshot.Scanner | None = None
+        self._reporter: Reporter | None = None
+        self._streams: StreamSet | None = None
+
+    def tables(self) -> list[tuple[str, str]]:
+        """``(db, collection)`` of every captured collection."""
+        return list(self._collections)
+
+    # -- open ------------------------------------------------------------------------------
+
+    def open(self, stored_offsets: Mapping[str, Any]) -> None:
+        """Connect, check, and resume the snapshot or the streams from ``stored_offsets``.
+
+        Raises:
+            SourceUnavailable: the server cannot be reached (the runtime retries).
+            SourceFatal: a standalone server, a missing collection, lost history (unless
+                ``snapshot: when_needed``), refused credentials.
+        """
+        self._entry = positions.stored(stored_offsets)
+        self._entry.setdefault("streams", {})
+        self._client = connect(self._config, self._where)
+        check_collections(self._client, self._config, self._where)
+        for schema in load_schemas(self._context.log, self._context.pipeline, self._collections):
+            self._tracker.restore(schema)
+        reason = decide(self._context.snapshot_mode, self._entry)
+        if reason is not None:
+            self._begin_snapshot(self._collections, reason)
+        elif not self._entry["streams"]:
+            self._record_start_points(self._specs)
+        if self._entry.get("snapshot"):
+            self._start_scanner()
+        else:
+            self._open_streams()
+
+    def _record_start_points(self, specs: list[StreamSpec]) -> None:
+        """Store where ``specs`` start streaming: now."""
+        for spec in specs:
+            self._entry["streams"][spec.id] = positions.stream_entry(*self._start_point(spec))
+
+    def _begin_snapshot(self, collections: list[tuple[str, str]], reason: str) -> None:
+        """Plan a snapshot of ``collections`` at the current start point of their streams.
+
+        Streams with a stored point keep it (``always`` re-reads while changes since that point
+        still stream, and lose to the newer rows); the others start from the point recorded now.
+        """
+        assert self._client is not None
+        specs = [s for s in self._specs if set(s.collections) & set(collections)]
+        stored, times = self._entry["streams"], []
+        for spec in specs:
+            token, when = self._start_point(spec)
+            if spec.id not in stored:
+                stored[spec.id] = positions.stream_entry(token, when)
+            if when is not None:
+                times.append(when)
+        # Without a cluster time from the server, the wall clock's second is still no later
+        # than anything the streams will deliver.
+        start = min(times) if times else int(time.time()) << 32
+        planned = {
+            f"{db}.{coll}": snapshot.plan_collection(
+                self._client, f"{db}.{coll}", self._config.snapshot_range_docs
+            )
+            for db, coll in collections
+        }
+        # One below the start point: a change streamed from that point wins over the rows.
+        state = snapshot.new_state(uuid.uuid4().hex, max(start - 1, 0), reason, planned)
+        self._entry["snapshot"] = state
+        self._logger.info(
+            "snapshot.started",
+            reason=reason,
+            tables=sorted(planned),
+            ranges=sum(len(p) for p in planned.values()),
+            position=state["position"],
+        )
+
+    def _start_point(self, spec: StreamSpec) -> tuple[Doc | None, int | None]:
+        assert self._client is not None
+        try:
+            return start_point(self._client, spec)
+        except px.PyMongoError as exc:
+            raise errors.translate(exc, self._where, "opening a change stream") from exc
+
+    def _start_scanner(self) -> None:
+        assert self._client is not None
+        state = self._entry["snapshot"]
+        todo = snapshot.pending(state)
+        self._logger.info("snapshot.resuming" if todo else "snapshot.empty", ranges=len(todo))
+        self._scanner = snapshot.Scanner(
+            self._client, state, self._config.snapshot_workers, self._config.snapshot_batch
+        )
+        self._reporter = reporter(self._logger)
+        self._scanner.start()
+
+    def _open_streams(self) -> None:
+        assert self._client is not None
+        readers: list[StreamReader] = []
+        lost: list[tuple[StreamSpec, px.OperationFailure]] = []
+        for spec in self._specs:
+            reader = StreamReader(self._client, spec, self._config)
+            entry = self._entry["streams"].get(spec.id) or self._fallback_entry(spec)
+            try:
+                reader.open(entry)
+            except px.OperationFailure as exc:
+                if not errors.cannot_resume(exc):
+                    raise errors.translate(exc, self._where, "opening a change stream") from exc
+                lost.append((spec, exc))
+                continue
+            except px.PyMongoError as exc:
+                raise errors.translate(exc, self._where, "opening a change stream") from exc
+            readers.append(reader)
+        if lost:
+            for reader in readers:
+                reader.close()
+            self._history_lost(lost)
+            return
+        self._streams = StreamSet(
+            readers,
+            set(self._collections),
+            self._tracker,
+            self._context.on_bad_record,
+            self._logger,
+            self._where,
+        )
+        self._logger.info("source.streaming", streams=[r.spec.id for r in readers])
+
+    def _fallback_entry(self, spec: StreamSpec) -> Doc:
+        """A stream with no stored point (its collections were added): start from the earliest
+        point stored for any other stream, so nothing after it is missed."""
+        times = [e.get("cluster_time") for e in self._entry["streams"].values()]
+        known = [t for t in times if isinstance(t, int)]
+        self._logger.warning("stream.no_stored_point", stream=spec.id)
+        return positions.stream_entry(None, min(known) if known else None)
+
+    def _history_lost(self, lost: list[tuple[StreamSpec, px.OperationFailure]]) -> None:
+        names = [f"{d}.{c}" for spec, _ in lost for d, c in spec.collections]
+        reasons = "; ".join(f"{spec.id}: {exc}" for spec, exc in lost)
+        if self._context.snapshot_mode != "when_needed":
+            raise errors.HistoryLost(
+                lost[0][0].id,
+                reasons,
+                f"MongoDB at {self._where}: the change stream cannot resume from the stored "
+                f"position of {', '.join(names)} ({reasons}). The oplog no longer holds the "
+                "changes since then (or the stored resume token is unusable), so changes may "
+                "have been missed. To recover, set `snapshot: when_needed` in the pipeline's "
+                "source section to re-snapshot the affected collections and continue, or delete "
+                "the pipeline's stored offsets (the log) to start over with an initial snapshot; "
+                "a larger oplog (replSetResizeOplog) keeps this from happening again.",
+            )
+        self._logger.warning(
+            "history.lost", tables=names, reason=reasons, action="re-snapshot (when_needed)"
+        )
+        note = {"at_ms": int(time.time() * 1000), "tables": names, "reason": reasons[:500]}
+        positions.add_history_lost(self._entry, note | {"action": "re-snapshot"})
+        for spec, _ in lost:
+            self._entry["streams"].pop(spec.id, None)
+        collections = [c for spec, _ in lost for c in spec.collections]
+        self._begin_snapshot(collections, "history lost: the oplog no longer holds the position")
+        self._start_scanner()
+
+    # -- poll ------------------------------------------------------------------------------
+
+    def poll(self, max_events: int, timeout_s: float) -> SourceBatch:
+        """Snapshot batches first, then stream changes (see the module docstring).
+
+        Raises:
+            SourceUnavailable: the server went away (the runtime reopens from the log).
+            SourceFatal: the stream cannot continue.
+        """
+        if self._scanner is not None:
+            return self._poll_snapshot(timeout_s)
+        if self._streams is None:
+            self._open_streams()
+            if self._streams is None:
+                return SourceBatch()
+        limit = max(1, min(max_events, self._config.max_batch_events))
+        collected = self._streams.poll(limit, self.offsets)
+        if collected is None:
+            return SourceBatch()
+        offsets = None if self._streams.in_transaction else self.offsets()
+        return self._batch(collected, offsets)
+
+    def _batch(self, collected: Collected, offsets: Doc | None) -> SourceBatch:
+        return SourceBatch(
+            events=collected.events,
+            commit_offsets=offsets,
+            schemas=list(collected.schemas.values()),
+            dead_letters=collected.dead_letters,
+        )
+
+    def _poll_snapshot(self, timeout_s: float) -> SourceBatch:
+        assert self._scanner is not None
+        try:
+            batch = self._scanner.take(timeout_s)
+        except px.PyMongoError as exc:
+            raise errors.translate(exc, self._where, "reading a snapshot") from exc
+        if batch is None:
+            return SourceBatch()
+        state = self._entry["snapshot"]
+        collected = Collected()
+        db, coll = batch.table.split(".", 1)
+        info = SourceInfo(
+            changes.CONNECTOR, db, db, coll, int(time.time() * 1000), state["position"], 0, "true"
+        )
+        for doc in batch.docs:
+            row = document(doc)
+            collected.events.append(ChangeEvent(Op.READ, key_of(doc), None, row, info))
+        schema = self._tracker.observe((db, coll), [e.after for e in collected.events])
+        if schema is not None:
+            collected.schemas[(db, coll)] = schema
+        figures = snapshot.record(state, batch)
+        if batch.done and self._reporter is not None:
+            self._reporter.chunk_done(batch.table, batch.index, len(batch.docs), figures)
+        if self._scanner.remaining == 0:
+            self._finish_snapshot(state)
+        return self._batch(collected, self.offsets())
+
+    def _finish_snapshot(self, state: Doc) -> None:
+        rows = {t: info["rows"] for t, info in state["collections"].items()}
+        elapsed = max(time.time() - state["started_ms"] / 1000, 1e-3)
+        self._entry.pop("snapshot", None)
+        self._entry["last_snapshot"] = {
+            "id": state["id"],
+            "reason": state["reason"],
+            "finished_ms": int(time.time() * 1000),
+            "rows": rows,
+            "seconds": round(elapsed, 1),
+        }
+        self._logger.info("snapshot.finished", rows=sum(rows.values()), seconds=round(elapsed, 1))
+        self._close_scanner()
+
+    def offsets(self) -> Doc:
+        """The whole ``mongodb`` entry as of what was handed on so far."""
+        entry = dict(self._entry)
+        streams = dict(entry.get("streams", {}))
+        if self._streams is not None:
+            streams.update((r.spec.id, r.entry()) for r in self._streams.readers)
+        entry["streams"] = streams
+        self._entry["streams"] = streams
+        return {positions.OFFSET_KEY: entry}
+
+    # -- ack, close ------------------------------------------------------------------------
+
+    def ack(self, offsets: Mapping[str, Any]) -> None:
+        """Nothing to release: the resume point lives only in the log."""
+
+    def _close_scanner(self) -> None:
+        if self._scanner is not None:
+            self._scanner.close()
+            self._scanner = None
+        if self._reporter is not None:
+            self._reporter.close()
+            self._reporter = None
+
+    def close(self) -> None:
+        self._close_scanner()
+        if self._streams is not None:
+            self._streams.close()
+            self._streams = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None

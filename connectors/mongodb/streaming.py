@@ -1,0 +1,159 @@
+"""The streaming phase: read every change stream in turn, cut batches at transaction ends.
+
+A batch ends a unit of work (``commit_offsets`` set) unless ``max_events`` was reached inside a
+MongoDB transaction (events carrying the same ``lsid`` and ``txnNumber``): then the batch is
+handed on without offsets and the next poll continues with the same stream, so a transaction's
+changes become visible in the log together. Events of one transaction come from the oplog's one
+``applyOps`` entry back to back, so an empty read means the transaction is complete.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from pymongo import errors as px
+
+from cdc.errors import RecordError, SourceUnavailable
+from cdc.events import ChangeEvent
+from cdc.logging import Logger
+from cdc.schema import TableSchema
+from cdc.source import DeadLetter
+from connectors.mongodb import changes, errors
+from connectors.mongodb.convert import to_json
+from connectors.mongodb.fields import FieldTracker
+from connectors.mongodb.stream import StreamReader
+
+IDLE_COMMIT_S = 5.0
+
+
+@dataclass
+class Collected:
+    """What one poll gathered."""
+
+    events: list[ChangeEvent] = field(default_factory=list)
+    schemas: dict[tuple[str, str], TableSchema] = field(default_factory=dict)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+
+
+def transaction_of(change: Mapping[str, Any]) -> bytes | None:
+    """An identity of the change's transaction, ``None`` outside one."""
+    txn = change.get("txnNumber")
+    if txn is None:
+        return None
+    return orjson.dumps([to_json(change.get("lsid")), int(txn)])
+
+
+class StreamSet:
+    """The open change streams of a source, polled round-robin."""
+
+    def __init__(
+        self,
+        readers: list[StreamReader],
+        captured: set[tuple[str, str]],
+        tracker: FieldTracker,
+        on_bad_record: str,
+        logger: Logger,
+        where: str,
+    ) -> None:
+        self.readers = readers
+        self._captured = captured
+        self._tracker = tracker
+        self._on_bad_record = on_bad_record
+        self._logger = logger
+        self._where = where
+        self._turn = 0
+        self._in_txn = False
+        self._last_commit = time.monotonic()
+
+    def poll(self, limit: int, offsets: Callable[[], dict[str, Any]]) -> Collected | None:
+        """Events of the streams, or ``None`` when nothing happened and nothing is due.
+
+        Returns a :class:`Collected` whose caller attaches ``offsets()`` unless
+        :attr:`in_transaction` is set.
+        """
+        out = Collected()
+        for _ in range(len(self.readers)):
+            reader = self.readers[self._turn]
+            self._in_txn = self._drain(reader, out, limit)
+            if self._in_txn or len(out.events) >= limit:
+                return out
+            self._turn = (self._turn + 1) % len(self.readers)
+        if out.events or out.dead_letters:
+            self._last_commit = time.monotonic()
+            return out
+        moved = [reader.idle_point() for reader in self.readers]
+        if any(moved) and time.monotonic() - self._last_commit >= IDLE_COMMIT_S:
+            self._last_commit = time.monotonic()
+            return out  # offsets only: a quiet stream's point keeps up with the oplog
+        return None
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._in_txn
+
+    def _drain(self, reader: StreamReader, out: Collected, limit: int) -> bool:
+        """Read ``reader`` until it is empty or ``limit``; ``True`` if cut inside a transaction."""
+        current: bytes | None = None
+        while True:
+            change = self._next(reader)
+            if change is None:
+                return False
+            txn = transaction_of(change)
+            if len(out.events) >= limit:
+                reader.push_back(change)
+                return txn is not None and txn == current
+            self._apply(reader, change, out)
+            current = txn
+
+    def _next(self, reader: StreamReader) -> dict[str, Any] | None:
+        try:
+            return reader.next()
+        except px.OperationFailure as exc:
+            if errors.cannot_resume(exc):
+                # Reopen from the stored point: ``open`` decides between failing and a
+                # re-snapshot with the whole picture, and nothing read since is half-handled.
+                raise SourceUnavailable(
+                    f"change stream {reader.spec.id} lost its resume point: {exc}"
+                ) from exc
+            raise errors.translate(exc, self._where, "reading a change stream") from exc
+        except px.PyMongoError as exc:
+            raise errors.translate(exc, self._where, "reading a change stream") from exc
+
+    def _apply(self, reader: StreamReader, change: dict[str, Any], out: Collected) -> None:
+        sequence = reader.advance(change)
+        try:
+            outcome = changes.convert(change, self._captured, sequence)
+        except changes.BadChange as exc:
+            self._bad(change, str(exc), out)
+            return
+        if outcome.notice is not None:
+            name, fields = outcome.notice
+            self._logger.warning(name, stream=reader.spec.id, **fields)
+        for event in outcome.events:
+            table = (event.source.schema, event.source.table)
+            schema = self._tracker.observe(table, [event.after, event.before])
+            if schema is not None:
+                out.schemas[table] = schema
+            out.events.append(event)
+        if outcome.control == "invalidate":
+            try:
+                reader.restart_after_invalidate(change)
+            except px.PyMongoError as exc:
+                raise errors.translate(exc, self._where, "reopening after invalidate") from exc
+
+    def _bad(self, change: dict[str, Any], reason: str, out: Collected) -> None:
+        ns = changes.namespace(change)
+        table = f"{ns[0]}.{ns[1]}" if ns else "?"
+        key = change.get("documentKey")
+        key_json = to_json(key) if key is not None else None
+        if self._on_bad_record != "dead_letter":
+            raise RecordError(f"MongoDB change on {table} (key {key_json}): {reason}")
+        out.dead_letters.append(DeadLetter(table, key_json, reason, to_json(change)))
+
+    def close(self) -> None:
+        for reader in self.readers:
+            reader.close()
