@@ -53,7 +53,6 @@ BASE_SETTINGS: dict[str, str] = {
     "broker.session.timeout.ms": "3000",
     "log.cleaner.backoff.ms": "100",
     "log.cleaner.dedupe.buffer.size": "33554432",
-    "log.flush.interval.messages": "9223372036854775807",
 }
 
 LOG4J2 = """\
@@ -243,7 +242,10 @@ class ContainerKafka(ExternalKafka):
 
     def __init__(self) -> None:
         """Starts the container."""
-        from testcontainers.kafka import KafkaContainer
+        try:
+            from testcontainers.community.kafka import KafkaContainer
+        except ImportError:  # testcontainers before the "community" namespace
+            from testcontainers.kafka import KafkaContainer
 
         self._container = KafkaContainer("confluentinc/cp-kafka:7.6.0").with_kraft()
         self._container.start()

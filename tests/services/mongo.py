@@ -27,6 +27,7 @@ from tests.services.common import (
     ServiceError,
     ServiceUnavailableError,
     docker_available,
+    wait_until,
 )
 from tests.services.jvm import ensure_jars, find_java
 from tests.services.ports import LOOPBACK, free_port, port_open
@@ -156,22 +157,36 @@ class ExternalMongo(ExternalService):
 
 
 class ContainerMongo(ExternalMongo):
-    """A one-member MongoDB replica set in a testcontainers container (Docker engine needed)."""
+    """A one-member MongoDB replica set in a testcontainers container (Docker engine needed).
+
+    A plain container rather than testcontainers' MongoDbContainer: that one always enables
+    authentication, and a replica set with authentication needs a key file.
+    """
 
     def __init__(self) -> None:
         """Starts the container and initiates the replica set (change streams need one)."""
-        from testcontainers.mongodb import MongoDbContainer
+        from testcontainers.core.container import DockerContainer
 
-        self._container = MongoDbContainer("mongo:7").with_command("--replSet rs0 --bind_ip_all")
+        self._container = (
+            DockerContainer("mongo:7")
+            .with_command("--replSet rs0 --bind_ip_all")
+            .with_exposed_ports(27017)
+        )
         self._container.start()
         host = self._container.get_container_host_ip()
         port = int(self._container.get_exposed_port(27017))
         uri = f"mongodb://{host}:{port}/?directConnection=true"
+        wait_until(lambda: _pings(uri), timeout=60, what="mongod in its container")
         client: pymongo.MongoClient[dict[str, object]] = pymongo.MongoClient(uri)
         try:
             client.admin.command(
                 "replSetInitiate",
                 {"_id": "rs0", "members": [{"_id": 0, "host": "localhost:27017"}]},
+            )
+            wait_until(
+                lambda: bool(client.admin.command("hello").get("isWritablePrimary")),
+                timeout=60,
+                what="the replica set to elect a primary",
             )
         finally:
             client.close()

@@ -472,7 +472,10 @@ class ContainerPostgres(ExternalPostgres):
 
     def __init__(self) -> None:
         """Starts the container with logical decoding enabled."""
-        from testcontainers.postgres import PostgresContainer
+        try:
+            from testcontainers.community.postgres import PostgresContainer
+        except ImportError:  # testcontainers before the "community" namespace
+            from testcontainers.postgres import PostgresContainer
 
         self._container = PostgresContainer("postgres:15", username=SUPERUSER, password="postgres")
         self._container.with_command(

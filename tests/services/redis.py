@@ -152,7 +152,10 @@ class ContainerRedis(ExternalRedis):
 
     def __init__(self) -> None:
         """Starts the container."""
-        from testcontainers.redis import RedisContainer
+        try:
+            from testcontainers.community.redis import RedisContainer
+        except ImportError:  # testcontainers before the "community" namespace
+            from testcontainers.redis import RedisContainer
 
         self._container = RedisContainer("redis:7")
         self._container.start()
