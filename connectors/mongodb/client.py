@@ -9,7 +9,7 @@ from bson.codec_options import DatetimeConversion
 from pymongo import MongoClient
 from pymongo import errors as px
 
-from cdc.errors import SourceFatal
+from cdc.errors import LogError, SourceFatal
 from cdc.log.base import Log
 from cdc.runtime.schemas import SchemaCatalog
 from cdc.schema import TableSchema
@@ -107,5 +107,8 @@ def check_collections(client: MongoClient[Doc], config: MongoSourceConfig, where
 def load_schemas(log: Log, pipeline: str, tables: Sequence[tuple[str, str]]) -> list[TableSchema]:
     """The schemas this pipeline already published for ``tables``."""
     catalog = SchemaCatalog(log, pipeline)
-    found = [catalog.get(db, coll) for db, coll in tables]
+    try:
+        found = [catalog.get(db, coll) for db, coll in tables]
+    except LogError:
+        return []  # a first start: the schema topic is created after ``open``
     return [schema for schema in found if schema is not None]
