@@ -13,8 +13,9 @@ from typing import Any, Final
 
 from sinks.duckdb.catalog import POSITION, SEQUENCE, TableState, quote, save_watermark
 from sinks.duckdb.plan import Truncate
-from sinks.duckdb.stage import OP, STAGE
+from sinks.duckdb.stage import OP, Staged, run_staged, select_staged
 
+STAGE: Final = "__cdc_stage"
 WINNERS: Final = "__cdc_win"
 LATEST: Final = "__cdc_latest"
 
@@ -44,43 +45,71 @@ def apply_truncate(con: Any, state: TableState, truncate: Truncate) -> bool:
     return True
 
 
-def select_winners(con: Any, state: TableState) -> None:
-    """``__cdc_win``: staged changes newer than the row, the deleted key and the watermark."""
+def select_winners(con: Any, state: TableState, staged: Staged, newest_only: bool) -> None:
+    """``__cdc_win``: staged changes newer than the row, the deleted key and the watermark.
+
+    With ``newest_only`` (current-state mode) only the newest change of each key is kept;
+    SQL picks it only when Python could not (a window over the batch costs DuckDB more than
+    the join does).
+
+    Raises:
+        StageFailed: a staged value could not be converted.
+    """
+    # Two statements: DuckDB plans the join better over a materialised stage than over the
+    # unnested JSON (measured: about a third faster).
+    run_staged(con, staged, f"CREATE OR REPLACE TEMP TABLE {STAGE} AS {select_staged(staged)}")
+    newest = _newest(state, "s.") if newest_only and not staged.unique else ""
     con.execute(
         f"CREATE OR REPLACE TEMP TABLE {WINNERS} AS SELECT s.* FROM {STAGE} s "
         f"LEFT JOIN {state.target} t ON {same_key(state, 't', 's')} "
         f"LEFT JOIN {state.deleted} d ON {same_key(state, 'd', 's')} "
         f"WHERE {newer('s', 't')} AND {newer('s', 'd')} "
-        f"AND (s.{POSITION}, s.{SEQUENCE}) > (?, ?)",
+        f"AND (s.{POSITION}, s.{SEQUENCE}) > (?, ?) {newest}",
         list(state.watermark),
     )
 
 
+def _newest(state: TableState, prefix: str = "") -> str:
+    keys = ", ".join(prefix + quote(c.name) for c in state.keys)
+    order = f"{prefix}{POSITION} DESC, {prefix}{SEQUENCE} DESC"
+    return f"QUALIFY row_number() OVER (PARTITION BY {keys} ORDER BY {order}) = 1"
+
+
 def select_latest(con: Any, state: TableState) -> str:
-    """``__cdc_latest``: the newest winner per key (history mode stages every change)."""
-    keys = ", ".join(quote(c.name) for c in state.keys)
+    """``__cdc_latest``: the newest winner per key, when ``__cdc_win`` holds every change."""
     con.execute(
-        f"CREATE OR REPLACE TEMP TABLE {LATEST} AS SELECT * FROM {WINNERS} QUALIFY "
-        f"row_number() OVER (PARTITION BY {keys} ORDER BY {POSITION} DESC, {SEQUENCE} DESC) = 1"
+        f"CREATE OR REPLACE TEMP TABLE {LATEST} AS SELECT * FROM {WINNERS} {_newest(state)}"
     )
     return LATEST
 
 
-def merge_current(con: Any, state: TableState, latest: str) -> None:
-    """Replace the rows of the winning keys and remember the winning deletes."""
+def merge_current(
+    con: Any, state: TableState, latest: str, upserts: bool = True, deletes: bool = True
+) -> None:
+    """Replace the rows of the winning keys and remember the winning deletes.
+
+    A deleted key's entry stays when the key comes back: the new row's position is newer, so
+    the guard holds, and the next delete replaces the entry. That saves a statement per batch
+    without deletes (``deletes=False``); ``upserts=False`` says the batch has only deletes.
+    """
     columns = ", ".join(quote(c.name) for c in state.columns)
     keys = ", ".join(quote(c.name) for c in state.keys)
     positions = f"{POSITION}, {SEQUENCE}"
-    for table in (state.target, state.deleted):
+    con.execute(
+        f"DELETE FROM {state.target} AS t WHERE EXISTS "
+        f"(SELECT 1 FROM {latest} w WHERE {same_key(state, 't', 'w')})"
+    )
+    if upserts:
         con.execute(
-            f"DELETE FROM {table} AS t WHERE EXISTS "
-            f"(SELECT 1 FROM {latest} w WHERE {same_key(state, 't', 'w')})"
+            f"INSERT INTO {state.target} ({columns}, {positions}) "
+            f"SELECT {columns}, {positions} FROM {latest} WHERE {OP} <> 'd'"
         )
-    con.execute(
-        f"INSERT INTO {state.target} ({columns}, {positions}) "
-        f"SELECT {columns}, {positions} FROM {latest} WHERE {OP} <> 'd'"
-    )
-    con.execute(
-        f"INSERT INTO {state.deleted} ({keys}, {positions}) "
-        f"SELECT {keys}, {positions} FROM {latest} WHERE {OP} = 'd'"
-    )
+    if deletes:
+        con.execute(
+            f"DELETE FROM {state.deleted} AS t WHERE EXISTS (SELECT 1 FROM {latest} w "
+            f"WHERE w.{OP} = 'd' AND {same_key(state, 't', 'w')})"
+        )
+        con.execute(
+            f"INSERT INTO {state.deleted} ({keys}, {positions}) "
+            f"SELECT {keys}, {positions} FROM {latest} WHERE {OP} = 'd'"
+        )

@@ -24,7 +24,7 @@ from sinks.duckdb.config import DuckDBSinkConfig
 from sinks.duckdb.connection import connect, translate
 from sinks.duckdb.evolve import prepare
 from sinks.duckdb.plan import TableBatch, plan
-from sinks.duckdb.stage import StageFailed, encode, find_bad_value, stage
+from sinks.duckdb.stage import StageFailed, encode, find_bad_value
 
 
 class DuckDBSink:
@@ -76,7 +76,7 @@ class DuckDBSink:
             return
         if self._con is None:
             raise SinkFatal("DuckDB sink: flush before open")
-        batches, offsets = plan(records, self._offsets, keep_all=self._history)
+        batches, offsets = plan(records, self._offsets)
         try:
             self._transaction(batches, offsets)
         except StageFailed as failed:
@@ -116,14 +116,13 @@ class DuckDBSink:
         self._con.execute("BEGIN TRANSACTION")
         for batch in batches.values():
             self._apply(batch)
-        self._con.executemany(
-            f"INSERT OR REPLACE INTO {catalog.META}.offsets VALUES (?, ?, ?)",
-            [[tp.topic, tp.partition, offset] for tp, offset in offsets.items()],
-        )
+        rows = ", ".join("(?, ?, ?)" for _ in offsets)
+        params = [v for tp, offset in offsets.items() for v in (tp.topic, tp.partition, offset)]
+        self._con.execute(f"INSERT OR REPLACE INTO {catalog.META}.offsets VALUES {rows}", params)
         self._con.execute("COMMIT")
 
     def _apply(self, batch: TableBatch) -> None:
-        changes = batch.rows()
+        changes = batch.changes
         key_names = list(changes[0].key) if changes else []
         published = self._context.schemas.get(*batch.table)
         state = prepare(self._con, self._states, batch.table, published, key_names, self._history)
@@ -133,10 +132,11 @@ class DuckDBSink:
             history.close_truncated(self._con, state, truncate)
         if not changes:
             return
-        stage(self._con, encode(state, changes))
-        merge.select_winners(self._con, state)
+        staged = encode(state, changes, newest_only=not self._history)
+        merge.select_winners(self._con, state, staged, newest_only=not self._history)
         latest = merge.select_latest(self._con, state) if self._history else merge.WINNERS
-        merge.merge_current(self._con, state, latest)
+        ops = {c.op for c in changes}
+        merge.merge_current(self._con, state, latest, upserts=ops != {"d"}, deletes="d" in ops)
         if self._history:
             history.append_versions(self._con, state)
 

@@ -1,9 +1,10 @@
-"""Stage a table's changes in bulk: one JSON document, parsed and cast by DuckDB.
+"""Stage a table's changes in bulk: one JSON document, parsed and typed by DuckDB.
 
-The batch is encoded once with orjson and handed to DuckDB as a single parameter; ``from_json``
-splits it into columns of text (or JSON) and each column is cast to its type in SQL. This keeps
-Python out of the per-value work and needs neither pandas nor pyarrow. A value DuckDB cannot
-cast fails the whole statement, so :func:`find_bad_value` re-runs the casts with ``TRY`` to name
+The batch goes to DuckDB as a single parameter, laid out by column (``{"c0": [v, v, ...],
+...}``), encoded once with orjson. ``from_json_strict`` parses every column straight into its
+type and fails on a value it cannot convert; ``unnest`` turns the columns back into rows. This
+keeps Python out of the per-value work and needs neither pandas nor pyarrow. After a failure,
+:func:`find_bad_value` re-reads the values as text and tries each cast with ``TRY`` to name
 the record and column to blame.
 """
 
@@ -19,25 +20,28 @@ from sinks.duckdb.catalog import POSITION, SEQUENCE, ColumnInfo, TableState, quo
 from sinks.duckdb.plan import Change
 from sinks.duckdb.types import Conversion, conversion, document_key
 
-STAGE: Final = "__cdc_stage"
 OP: Final = "__cdc_op"
 TS: Final = "__cdc_ts"
-INDEX: Final = "__cdc_i"
+_META_SPEC: Final = {"p": ["HUGEINT"], "s": ["BIGINT"], "o": ["VARCHAR"], "t": ["BIGINT"]}
 
 
 @dataclass(frozen=True, slots=True)
 class Staged:
-    """A table's batch as DuckDB will read it."""
+    """A table's batch as DuckDB will read it.
+
+    Attributes:
+        unique: every key occurs once (so SQL need not pick the newest change per key).
+    """
 
     payload: str
-    spec: str
     columns: list[ColumnInfo]
     conversions: list[Conversion]
     changes: list[Change]
+    unique: bool
 
 
 class StageFailed(Exception):
-    """DuckDB refused to cast the staged batch; diagnose after the rollback."""
+    """DuckDB refused a staged value; diagnose after the rollback."""
 
     def __init__(self, staged: Staged, cause: Exception) -> None:
         super().__init__(str(cause))
@@ -45,92 +49,146 @@ class StageFailed(Exception):
         self.cause = cause
 
 
-def encode(state: TableState, changes: list[Change]) -> Staged:
-    """The changes of one table as one JSON document, checked against the table's columns.
+def encode(state: TableState, changes: list[Change], newest_only: bool) -> Staged:
+    """The changes of one table as one JSON document of columns.
+
+    With ``newest_only``, only the newest change of each key is staged.
 
     Raises:
         RecordError: a change with a column the table does not know, or a value that a
             Python-side conversion refuses.
     """
-    columns = state.columns
-    conversions = [conversion(c.duck_type) for c in columns]
-    spec: dict[str, str] = {"i": "BIGINT", "p": "HUGEINT", "s": "BIGINT", "o": "VARCHAR"}
-    spec["t"] = "BIGINT"
-    spec.update({f"c{n}": conv.stage for n, conv in enumerate(conversions)})
-    extract = _document_values if state.layout == "document" else _typed_values(state)
-    fix = [(n, conv.python) for n, conv in enumerate(conversions) if conv.python is not None]
-    rows = []
-    for index, change in enumerate(changes):
-        values = extract(change)
-        for n, convert in fix:
-            if values[n] is not None:
-                values[n] = convert(values[n])
-        row = dict(zip(spec, (index, *change.pos, change.op, change.ts_ms, *values), strict=True))
-        rows.append(row)
-    payload = orjson.dumps(rows).decode()
-    return Staged(payload, orjson.dumps([spec]).decode(), columns, conversions, changes)
+    conversions = [conversion(c.duck_type) for c in state.columns]
+    unique = False
+    if newest_only:
+        changes, unique = newest_per_key(state, changes)
+    if state.layout == "document":
+        values = _document_columns(changes)
+    else:
+        values = _typed_columns(state, changes)
+    for n, conv in enumerate(conversions):
+        if conv.python is not None:
+            values[n] = _python(conv, values[n], changes)
+    doc: dict[str, Any] = {
+        "p": [c.pos[0] for c in changes],
+        "s": [c.pos[1] for c in changes],
+        "o": [c.op for c in changes],
+        "t": [c.ts_ms for c in changes],
+    }
+    doc.update((f"c{n}", column) for n, column in enumerate(values))
+    return Staged(orjson.dumps(doc).decode(), state.columns, conversions, changes, unique)
 
 
-def _typed_values(state: TableState) -> Any:
+def newest_per_key(state: TableState, changes: list[Change]) -> tuple[list[Change], bool]:
+    """The newest change of each key, in batch order, and whether that could be decided.
+
+    Checking that keys are unique costs one ``set`` over the key values; only a batch that
+    repeats keys pays for picking the newest. Keys Python cannot hash are left to SQL.
+    """
+    if state.layout == "document":
+        idents: list[Any] = [document_key(c.key) for c in changes]
+    else:
+        names = [c.name for c in state.keys]
+        columns = [[c.row.get(name) for c in changes] for name in names]
+        idents = columns[0] if len(columns) == 1 else list(zip(*columns, strict=True))
+    try:
+        if len(set(idents)) == len(idents):
+            return changes, True
+        best: dict[Any, int] = {}
+        for n, ident in enumerate(idents):
+            known = best.get(ident)
+            if known is None or changes[n].pos > changes[known].pos:
+                best[ident] = n
+    except TypeError:
+        return changes, False
+    return [changes[n] for n in sorted(best.values())], True
+
+
+def _typed_columns(state: TableState, changes: list[Change]) -> list[list[Any]]:
+    rows = [c.row for c in changes]
     names = [c.name for c in state.columns]
-    known = frozenset(names)
-    keys = [c.name for c in state.keys]
-    where = f"{state.schema}.{state.table}"
-
-    def values(change: Change) -> list[Any]:
-        row = change.row
-        if not known.issuperset(row):
-            unknown = sorted(set(row) - known)
-            raise RecordError(
-                f"{where}: columns {unknown} are not in the published schema", change.record
-            )
-        if change.op == "d":
-            row = {**row, **{k: change.key[k] for k in keys if k in change.key}}
-        return [row.get(name) for name in names]
-
-    return values
+    unknown = set().union(*rows).difference(names)
+    if unknown:
+        first = next(c for c in changes if not unknown.isdisjoint(c.row))
+        raise RecordError(
+            f"{state.schema}.{state.table}: columns {sorted(unknown)} are not in the published "
+            "schema",
+            first.record,
+        )
+    return [[row.get(name) for row in rows] for name in names]
 
 
-def _document_values(change: Change) -> list[Any]:
+def _document_columns(changes: list[Change]) -> list[list[Any]]:
     # The key as canonical JSON (sorted names), so equal keys are equal text in DuckDB.
-    key = orjson.Fragment(document_key(change.key))
-    return [key, None if change.op == "d" else change.row]
+    keys = [orjson.Fragment(document_key(c.key)) for c in changes]
+    return [keys, [None if c.op == "d" else c.row for c in changes]]
 
 
-def stage(con: Any, staged: Staged) -> None:
-    """Create temp table ``__cdc_stage`` with typed columns from ``staged``.
+def _python(conv: Conversion, column: list[Any], changes: list[Change]) -> list[Any]:
+    convert = conv.python
+    assert convert is not None
+    out = []
+    for change, value in zip(changes, column, strict=True):
+        try:
+            out.append(None if value is None else convert(value))
+        except (TypeError, ValueError) as exc:
+            raise RecordError(f"value {value!r} cannot be converted: {exc}", change.record) from exc
+    return out
 
-    Raises:
-        StageFailed: a value could not be cast (the transaction is now aborted).
+
+def _spec(staged: Staged, check: bool) -> str:
+    spec: dict[str, Any] = dict(_META_SPEC)
+    for n, conv in enumerate(staged.conversions):
+        spec[f"c{n}"] = [conv.check_stage if check else conv.stage]
+    return orjson.dumps(spec).decode().replace("'", "''")
+
+
+def _rows(staged: Staged, check: bool) -> str:
+    """SQL for the staged rows: ``p, s, o, t, c0, c1...`` (``i`` too when checking)."""
+    function = "from_json" if check else "from_json_strict"
+    names = ["p", "s", "o", "t", *(f"c{n}" for n in range(len(staged.conversions)))]
+    columns = ", ".join(f"unnest(j.{name}) AS {name}" for name in names)
+    index = ", unnest(range(len(j.p))) AS i" if check else ""
+    return f"(SELECT {columns}{index} FROM (SELECT {function}(?, '{_spec(staged, check)}') AS j))"
+
+
+def select_staged(staged: Staged) -> str:
+    """SQL selecting the staged rows, typed: positions, op, commit time, then the columns.
+
+    It reads one parameter, the payload: run it with :func:`run_staged`.
     """
     casts = ", ".join(
         f"{conv.expr.format(c=f'c{n}')} AS {quote(col.name)}"
         for n, (col, conv) in enumerate(zip(staged.columns, staged.conversions, strict=True))
     )
-    sql = (
-        f"CREATE OR REPLACE TEMP TABLE {STAGE} AS SELECT i AS {INDEX}, p AS {POSITION}, "
-        f"s AS {SEQUENCE}, o AS {OP}, t AS {TS}, {casts} FROM {_source(staged)}"
+    return (
+        f"SELECT p AS {POSITION}, s AS {SEQUENCE}, o AS {OP}, t AS {TS}, {casts} "
+        f"FROM {_rows(staged, check=False)}"
     )
+
+
+def run_staged(con: Any, staged: Staged, sql: str) -> None:
+    """Run ``sql`` (built around :func:`select_staged`) with the payload.
+
+    Raises:
+        StageFailed: DuckDB failed, most likely on a value it could not convert; the
+            transaction is now aborted, so diagnose after the rollback.
+    """
     try:
         con.execute(sql, [staged.payload])
     except Exception as exc:
         raise StageFailed(staged, exc) from exc
 
 
-def _source(staged: Staged) -> str:
-    spec = staged.spec.replace("'", "''")
-    return f"(SELECT unnest(from_json(?, '{spec}'), recursive := true))"
-
-
 def find_bad_value(con: Any, failed: StageFailed) -> RecordError | None:
-    """The record and column whose value DuckDB cannot cast, as a ``RecordError``."""
+    """The record and column whose value DuckDB cannot convert, as a ``RecordError``."""
     staged = failed.staged
     checks = [
-        f"CASE WHEN c{n} IS NOT NULL AND TRY({conv.expr.format(c=f'c{n}')}) IS NULL THEN {n} END"
+        f"CASE WHEN c{n} IS NOT NULL AND TRY({conv.check.format(c=f'c{n}')}) IS NULL THEN {n} END"
         for n, conv in enumerate(staged.conversions)
     ]
     sql = (
-        f"SELECT i, coalesce({', '.join(checks)}) AS bad FROM {_source(staged)} "
+        f"SELECT i, coalesce({', '.join(checks)}) AS bad FROM {_rows(staged, check=True)} "
         "WHERE bad IS NOT NULL ORDER BY i LIMIT 1"
     )
     found = con.execute(sql, [staged.payload]).fetchone()
@@ -138,15 +196,10 @@ def find_bad_value(con: Any, failed: StageFailed) -> RecordError | None:
         return None
     change = staged.changes[int(found[0])]
     column = staged.columns[int(found[1])]
-    value = _raw_value(change, column)
+    value = change.row.get(column.name)
+    shown = repr(value) if len(repr(value)) <= 200 else repr(value)[:200] + "..."
     reason = (
-        f"column {column.name} ({column.source_type or 'json'}): value {value!r} cannot be "
-        f"stored as DuckDB {column.duck_type}: {str(failed.cause).splitlines()[0]}"
+        f"{column.name} ({column.source_type or 'json'}): value {shown} cannot be stored as "
+        f"DuckDB {column.duck_type}: {str(failed.cause).strip().splitlines()[0]}"
     )
-    return RecordError(reason, change.record)
-
-
-def _raw_value(change: Change, column: ColumnInfo) -> Any:
-    value = change.row.get(column.name) if isinstance(change.row, dict) else None
-    text = repr(value)
-    return value if len(text) <= 200 else text[:200] + "..."
+    return RecordError(f"column {reason}", change.record)

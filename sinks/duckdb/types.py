@@ -71,6 +71,8 @@ def duckdb_type(source_type: str) -> str:
         dims = 0
         while element.endswith("[]"):
             element, dims = element[:-2].rstrip(), dims + 1
+        if dims > 1 and element == "bytea":
+            return "JSON"  # nested base64 lists: decoding them in SQL is not worth it
         return duckdb_type(element) + "[]" * dims
     if name in _SIMPLE:
         return _SIMPLE[name]
@@ -111,17 +113,25 @@ PyConvert = Callable[[Any], Any]
 
 @dataclass(frozen=True, slots=True)
 class Conversion:
-    """How one column's JSON value becomes a DuckDB value.
+    """How one column's JSON values become DuckDB values.
+
+    The fast path parses each column straight into its type with ``from_json_strict`` (which
+    fails on any value it cannot convert, where ``from_json`` would quietly give NULL). After a
+    failure, the check path re-reads the values as text and tries each cast on its own, to name
+    the value to blame.
 
     Attributes:
-        stage: the type ``from_json`` extracts (``VARCHAR`` keeps scalars as text, ``JSON``
-            keeps nested values).
-        expr: SQL turning the staged column ``{c}`` into the column type; casts fail loudly.
+        stage: ``from_json_strict`` structure of one value (a type name, or ``[...]`` for lists).
+        expr: SQL turning the staged value ``{c}`` into the column's type.
+        check_stage: structure for the check path (text or JSON).
+        check: SQL casting the check path's ``{c}``; ``TRY`` of it is NULL for a bad value.
         python: a conversion applied in Python first, for the few formats DuckDB cannot parse.
     """
 
-    stage: str
+    stage: Any
     expr: str
+    check_stage: str
+    check: str
     python: PyConvert | None = None
 
 
@@ -129,24 +139,25 @@ def conversion(duck_type: str) -> Conversion:
     """How to stage and cast values of ``duck_type``."""
     if duck_type.endswith("[]"):
         return _list_conversion(duck_type)
-    if duck_type == "VARCHAR":
-        return Conversion("VARCHAR", "{c}")
-    if duck_type == "JSON":
-        return Conversion("JSON", "{c}")
+    if duck_type in ("VARCHAR", "JSON"):
+        return Conversion(duck_type, "{c}", duck_type, "{c}")
     if duck_type == "BLOB":
-        return Conversion("VARCHAR", "from_base64({c})")
-    if duck_type == "INTERVAL":
-        return Conversion("VARCHAR", "CAST({c} AS INTERVAL)", _interval_value)
-    return Conversion("VARCHAR", f"CAST({{c}} AS {duck_type})")
+        return Conversion("VARCHAR", "from_base64({c})", "VARCHAR", "from_base64({c})")
+    python = _interval_value if duck_type == "INTERVAL" else None
+    return Conversion(duck_type, "{c}", "VARCHAR", f"CAST({{c}} AS {duck_type})", python)
 
 
 def _list_conversion(duck_type: str) -> Conversion:
-    element = duck_type.split("[", 1)[0]
-    if element == "BLOB" and duck_type == "BLOB[]":
-        return Conversion("JSON", "list_transform(CAST({c} AS VARCHAR[]), x -> from_base64(x))")
-    if element == "INTERVAL":
-        return Conversion("JSON", f"CAST({{c}} AS {duck_type})", _interval_value)
-    return Conversion("JSON", f"CAST({{c}} AS {duck_type})")
+    element, dims = duck_type.split("[", 1)[0], duck_type.count("[]")
+    python = _interval_value if element == "INTERVAL" else None
+    if element == "BLOB":
+        blobs = "list_transform({c}, x -> from_base64(x))"
+        check = "list_transform(CAST({c} AS VARCHAR[]), x -> from_base64(x))"
+        return Conversion(["VARCHAR"], blobs, "JSON", check)
+    stage: Any = element
+    for _ in range(dims):
+        stage = [stage]
+    return Conversion(stage, "{c}", "JSON", f"CAST({{c}} AS {duck_type})", python)
 
 
 def document_key(key: Any) -> str:

@@ -1,0 +1,242 @@
+"""DuckDB sink throughput against DuckDB's own bulk insert of the same rows.
+
+Appends N changes of a 6-column table (``bigint`` key, ``text``, ``integer``, ``numeric(12,2)``,
+``timestamptz``, ``boolean``) to a real :class:`~cdc.log.embedded.EmbeddedLog`: about 80%
+inserts, 15% updates and 5% deletes (each delete followed by its tombstone), with the table's
+schema on the schema topic. Then the real :class:`~cdc.runtime.sink_task.SinkTask` applies them
+to a DuckDB file (poll, decode, write, flush in one transaction with the offsets, commit the
+consumer offsets), timed from start to the last committed offset.
+
+The baseline, in the same run: every change's row bulk-inserted by DuckDB into a plain typed
+table through its fastest plain path found here (no pandas or pyarrow installed):
+``read_json`` over a newline-delimited file with the column types given, timed including
+writing the file. Also shown: the same rows through ``from_json`` on one in-memory parameter
+(the path the sink stages with).
+
+Usage: ``python bench/sinks_duckdb.py [--changes N] [--batch B]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import orjson
+
+from cdc import envelope
+from cdc.events import ChangeEvent, Op, SourceInfo, topic_name
+from cdc.log.embedded import EmbeddedLog
+from cdc.logging import configure, get_logger
+from cdc.runtime.schemas import SchemaCatalog
+from cdc.runtime.sink_task import SinkTask, group_name
+from cdc.schema import Column, TableSchema, schema_record
+from cdc.sink import SinkContext
+from sinks.duckdb import DuckDBSink, DuckDBSinkConfig
+
+PIPELINE = "bench"
+TABLE = ("public", "orders")
+TOPIC = topic_name(PIPELINE, *TABLE)
+TARGET = 50_000
+SCHEMA = TableSchema(
+    "postgresql",
+    *TABLE,
+    columns=(
+        Column("id", "bigint", key=True, nullable=False),
+        Column("customer", "text"),
+        Column("qty", "integer"),
+        Column("amount", "numeric(12,2)"),
+        Column("updated_at", "timestamp with time zone"),
+        Column("paid", "boolean"),
+    ),
+)
+BASELINE_DDL = (
+    "CREATE TABLE orders (id BIGINT, customer VARCHAR, qty INTEGER, amount DECIMAL(12,2), "
+    "updated_at TIMESTAMPTZ, paid BOOLEAN)"
+)
+BASELINE_COLUMNS = (
+    "{id: 'BIGINT', customer: 'VARCHAR', qty: 'INTEGER', amount: 'DECIMAL(12,2)', "
+    "updated_at: 'TIMESTAMPTZ', paid: 'BOOLEAN'}"
+)
+
+
+def changes(n: int, seed: int = 7) -> list[ChangeEvent]:
+    """``n`` changes: mostly inserts of new keys, some updates and deletes of live keys."""
+    rng = random.Random(seed)
+    live: list[int] = []
+    out = []
+    for i in range(n):
+        roll = rng.random()
+        pos = 1_000_000 + i
+        if live and roll < 0.05:
+            key = live.pop(rng.randrange(len(live)))
+            out.append(_event(Op.DELETE, key, None, pos))
+            continue
+        if live and roll < 0.20:
+            key, op = live[rng.randrange(len(live))], Op.UPDATE
+        else:
+            key, op = i + 1, Op.CREATE
+            live.append(key)
+        out.append(_event(op, key, _row(key, i, rng), pos))
+    return out
+
+
+def _row(key: int, i: int, rng: random.Random) -> dict[str, Any]:
+    return {
+        "id": key,
+        "customer": f"customer {rng.randrange(10_000)}",
+        "qty": rng.randrange(1, 100),
+        "amount": f"{rng.randrange(100_000)}.{rng.randrange(100):02d}",
+        "updated_at": f"2024-03-{1 + i % 28:02d}T12:{i % 60:02d}:00.{i % 1000:03d}Z",
+        "paid": i % 3 == 0,
+    }
+
+
+def _event(op: Op, key: int, row: dict[str, Any] | None, pos: int) -> ChangeEvent:
+    source = SourceInfo("postgresql", "bench", *TABLE, 1_700_000_000_000 + pos, pos, 0)
+    before = {"id": key} if op is Op.DELETE else None
+    return ChangeEvent(op, {"id": key}, before, row, source)
+
+
+def fill_log(log: EmbeddedLog, events: list[ChangeEvent], chunk: int = 20_000) -> int:
+    """Append the events (and the schema) in transactions of ``chunk``; returns records."""
+    log.ensure_topics([TOPIC])
+    tx = log.begin()
+    tx.append([schema_record(PIPELINE, SCHEMA)])
+    tx.commit()
+    total = 0
+    for start in range(0, len(events), chunk):
+        records = [
+            r for e in events[start : start + chunk] for r in envelope.to_records(e, PIPELINE, 0)
+        ]
+        tx = log.begin()
+        tx.append(records)
+        tx.commit()
+        total += len(records)
+    return total
+
+
+def run_sink(log: EmbeddedLog, path: Path, records: int, batch: int) -> float:
+    """Seconds the real sink task takes to apply and commit ``records`` records."""
+    context = SinkContext(PIPELINE, "wh", [TABLE], SchemaCatalog(log, PIPELINE), get_logger())
+    config = DuckDBSinkConfig(name="wh", path=str(path))
+    stop = threading.Event()
+    task = SinkTask(
+        PIPELINE,
+        "wh",
+        log,
+        lambda: DuckDBSink(config, context),
+        [TOPIC],
+        stop,
+        get_logger(),
+        max_records=batch,
+        poll_timeout_s=0.05,
+    )
+    group = group_name(PIPELINE, "wh")
+    started = time.perf_counter()
+    thread = threading.Thread(target=task.run)
+    thread.start()
+    while sum(log.committed_offsets(group).values()) < records:
+        time.sleep(0.005)
+    elapsed = time.perf_counter() - started
+    stop.set()
+    thread.join()
+    return elapsed
+
+
+def baseline(events: list[ChangeEvent], directory: Path) -> dict[str, float]:
+    """Seconds DuckDB takes to bulk-insert every change's row, by two plain paths."""
+    rows = [e.after or e.key for e in events]
+    con = duckdb.connect(str(directory / "baseline.duckdb"))
+    con.execute(BASELINE_DDL)
+    started = time.perf_counter()
+    ndjson = directory / "rows.ndjson"
+    ndjson.write_bytes(b"\n".join(orjson.dumps(r) for r in rows))
+    con.execute(
+        f"INSERT INTO orders SELECT * FROM read_json('{ndjson}', format = 'newline_delimited', "
+        f"columns = {BASELINE_COLUMNS})"
+    )
+    read_json_s = time.perf_counter() - started
+    con.execute("DELETE FROM orders")
+    started = time.perf_counter()
+    con.execute(
+        f"INSERT INTO orders SELECT * FROM (SELECT unnest(from_json(?, '[{_spec()}]'), "
+        "recursive := true))",
+        [orjson.dumps(rows).decode()],
+    )
+    from_json_s = time.perf_counter() - started
+    con.close()
+    return {"read_json_s": read_json_s, "from_json_s": from_json_s}
+
+
+def _spec() -> str:
+    return (
+        BASELINE_COLUMNS.replace("'", '"')
+        .replace("{", '{"')
+        .replace(", ", ', "')
+        .replace(": ", '": ')
+    )
+
+
+def bench_duckdb(n: int = 500_000, batch: int = 5000) -> dict[str, Any]:
+    """Apply ``n`` changes through the sink task and the baseline; returns the figures."""
+    events = changes(n)
+    with tempfile.TemporaryDirectory(prefix="bench-duckdb-") as tmp:
+        directory = Path(tmp)
+        log = EmbeddedLog(directory / "log", durability="normal")
+        records = fill_log(log, events)
+        base = baseline(events, directory)
+        # The sink runs in a process that does not hold N events: a sink runner's heap holds one
+        # batch, and the garbage collector's full passes scale with everything alive.
+        del events
+        gc.collect()
+        sink_s = run_sink(log, directory / "wh.duckdb", records, batch)
+        log.close()
+    best = min(base.values())
+    result = {
+        "sink": "duckdb",
+        "changes": n,
+        "records": records,
+        "batch": batch,
+        "sink_s": round(sink_s, 2),
+        "sink_rows_per_s": round(n / sink_s),
+        "baseline_rows_per_s": round(n / best),
+        "baseline_read_json_rows_per_s": round(n / base["read_json_s"]),
+        "baseline_from_json_rows_per_s": round(n / base["from_json_s"]),
+        "target_rows_per_s": TARGET,
+    }
+    result["ratio_to_baseline"] = round(
+        result["sink_rows_per_s"] / result["baseline_rows_per_s"], 3
+    )
+    result["target_met"] = result["sink_rows_per_s"] >= TARGET
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--changes", type=int, default=500_000)
+    parser.add_argument("--batch", type=int, default=5000, help="sink task max_records")
+    args = parser.parse_args()
+    configure(level="warning")
+    r = bench_duckdb(args.changes, args.batch)
+    print(
+        f"DuckDB sink: {r['changes']:,} changes ({r['records']:,} records) in {r['sink_s']} s "
+        f"through the sink task, batches of {r['batch']}: {r['sink_rows_per_s']:,} rows/s "
+        f"(target {TARGET:,}: {'met' if r['target_met'] else 'NOT met'})"
+    )
+    print(
+        f"baseline, DuckDB bulk insert of the same rows: {r['baseline_rows_per_s']:,} rows/s "
+        f"(read_json file {r['baseline_read_json_rows_per_s']:,}, from_json "
+        f"{r['baseline_from_json_rows_per_s']:,})"
+    )
+    print(f"ratio sink/baseline: {r['ratio_to_baseline']}")
+
+
+if __name__ == "__main__":
+    main()
