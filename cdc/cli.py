@@ -289,12 +289,14 @@ def snapshot(file: str, table: str, where: str | None, wait: bool, timeout_s: fl
         )
         sys.exit(EXIT_CONFIG)
     try:
-        with _runtime_errors():
-            request = requester(pipeline.source, pipeline.name, table, where)
+        request = requester(pipeline.source, pipeline.name, table, where)
     except ConfigError as exc:
         for where_, message in exc.problems:
             click.echo(f"error: {where_}: {message}", err=True)
         sys.exit(EXIT_CONFIG)
+    except CdcError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_RUNTIME)
     click.echo(f"requested snapshot {request['id']} of {table} (signal at {request['lsn']})")
     if not wait:
         return

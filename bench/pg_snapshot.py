@@ -1,0 +1,148 @@
+"""Initial snapshot throughput: a 1,000,000-row table into the embedded log, against COPY.
+
+A throwaway PostgreSQL 15 cluster (``tests.services.postgres.LocalPostgres``) gets a table with an
+int key and six mixed columns (text, numeric, timestamptz, jsonb, bool, int). The snapshot runs
+through the real runtime: :class:`cdc.runtime.source_task.SourceTask` polls the snapshotting
+PostgreSQL source and appends to :class:`cdc.log.embedded.EmbeddedLog`, committing each piece
+with its progress. The clock runs from the task's start until every chunk is stored.
+
+Baseline, in the same run: ``psql -c "COPY t TO STDOUT" > /dev/null``, the server's own limit for
+reading the table out. Peak RSS is this process's (``resource.getrusage``), which holds the
+source, the runtime and the log.
+
+Usage: ``python bench/pg_snapshot.py [--rows N] [--workers W] [--chunk-rows C]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+import structlog
+
+from cdc.log.embedded import EmbeddedLog
+from cdc.logging import configure
+from cdc.runtime.source_task import SourceTask
+from cdc.source import SourceContext
+from connectors.postgres import PostgresSourceConfig, drop_replication_objects
+from snapshots.postgres import SnapshottingPostgresSource
+from tests.services.postgres import LocalPostgres
+
+PIPELINE = "bench"
+TARGET_RATE = 150_000
+TARGET_RSS_MB = 400
+
+SCHEMA = """
+CREATE TABLE t (
+    id int PRIMARY KEY,
+    name text NOT NULL,
+    amount numeric(12, 2),
+    created timestamptz,
+    doc jsonb,
+    active bool,
+    qty int
+)
+"""
+FILL = """
+INSERT INTO t
+SELECT g, 'customer ' || g, (g %% 100000) / 7.0, '2024-01-01'::timestamptz + g * interval '1 s',
+       jsonb_build_object('k', g %% 10, 'tag', 't' || (g %% 7)), g %% 2 = 0, g %% 1000
+FROM generate_series(1, %s) AS g
+"""
+
+
+def copy_baseline(pg: LocalPostgres, dsn: str) -> float:
+    """Seconds ``psql -c "COPY t TO STDOUT" > /dev/null`` takes."""
+    psql = shutil.which("psql") or str(pg.bin_dir / "psql")
+    started = time.perf_counter()
+    subprocess.run(
+        [psql, dsn, "-X", "-q", "-c", "COPY t TO STDOUT"],
+        stdout=subprocess.DEVNULL,
+        check=True,
+    )
+    return time.perf_counter() - started
+
+
+def snapshot(dsn: str, workers: int, chunk_rows: int) -> tuple[float, int]:
+    """Seconds the snapshot takes through the runtime, and the rows it stored."""
+    directory = Path(tempfile.mkdtemp(prefix="cdc-bench-snapshot-"))
+    log = EmbeddedLog(directory / "log")
+    config = PostgresSourceConfig.model_validate(
+        {
+            "type": "postgres",
+            "dsn": dsn,
+            "tables": ["public.t"],
+            "snapshot_workers": workers,
+            "snapshot_chunk_rows": chunk_rows,
+        }
+    )
+    logger = structlog.get_logger()
+    context = SourceContext(pipeline=PIPELINE, log=log, logger=logger)
+    stop = threading.Event()
+    task = SourceTask(
+        PIPELINE, log, lambda: SnapshottingPostgresSource(config, context), stop, logger
+    )
+    thread = threading.Thread(target=task.run, daemon=True)
+    started = time.perf_counter()
+    thread.start()
+    try:
+        while not _done(log):
+            if not thread.is_alive():
+                raise SystemExit("the source task stopped before the snapshot finished")
+            time.sleep(0.02)
+        took = time.perf_counter() - started
+        rows = int(log.source_offsets()["snapshot"]["tables"]["public.t"]["rows"])
+    finally:
+        stop.set()
+        thread.join(30)
+        drop_replication_objects(config, PIPELINE)
+        log.close()
+        shutil.rmtree(directory, ignore_errors=True)
+    return took, rows
+
+
+def _done(log: EmbeddedLog) -> bool:
+    entry = (log.source_offsets().get("snapshot") or {}).get("tables", {}).get("public.t")
+    if not entry:
+        return False
+    return sum(b - a + 1 for a, b in entry["done"]) == entry["chunks_total"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--chunk-rows", type=int, default=50_000)
+    args = parser.parse_args()
+    configure("warning", json=True)
+    with LocalPostgres(settings={"shared_buffers": "256MB"}) as pg:
+        dsn = pg.dsn_for(dbname=pg.create_database("bench"))
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(SCHEMA)
+            conn.execute(FILL, (args.rows,))  # type: ignore[arg-type]
+            conn.execute("VACUUM ANALYZE t")
+        copy_s = min(copy_baseline(pg, dsn) for _ in range(2))
+        took, rows = snapshot(dsn, args.workers, args.chunk_rows)
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rate, copy_rate = rows / took, args.rows / copy_s
+    print(f"{rows:,} rows, {args.workers} workers, {args.chunk_rows:,} rows per chunk, cpus={os.cpu_count()}")
+    print(f"{'':<28}{'rows/s':>12}{'seconds':>10}")
+    print(f"{'snapshot into embedded log':<28}{rate:>12,.0f}{took:>10.2f}")
+    print(f"{'psql COPY t TO STDOUT':<28}{copy_rate:>12,.0f}{copy_s:>10.2f}")
+    print(f"ratio to COPY: {rate / copy_rate:.2f}x")
+    verdict = "ok" if rate >= TARGET_RATE else "MISSED"
+    print(f"target >= {TARGET_RATE:,} rows/s: {verdict}")
+    verdict = "ok" if rss_mb < TARGET_RSS_MB else "MISSED"
+    print(f"peak RSS {rss_mb:,.0f} MB (target < {TARGET_RSS_MB} MB): {verdict}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""Helpers of the snapshot end-to-end tests: a pipeline file, a paced concurrent writer, and the
+per-key state of the log read back from another process."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import psycopg
+
+from cdc.log.embedded import EmbeddedLog
+
+PIPELINE = "snp"
+TOPIC = f"{PIPELINE}.public.t"
+
+
+def write_pipeline(tmp_path: Path, dsn: str, **source: Any) -> Path:
+    """A pipeline of ``public.t`` into the embedded log at ``tmp_path/log``, no sinks."""
+    lines = [
+        "version: 1",
+        f"name: {PIPELINE}",
+        "source:",
+        "  type: postgres",
+        f"  dsn: '{dsn}'",
+        "  tables: [public.t]",
+        *(f"  {k}: {v}" for k, v in source.items()),
+        "log:",
+        "  type: embedded",
+        f"  path: {tmp_path / 'log'}",
+    ]
+    path = tmp_path / "pipeline.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def create_table(dsn: str, rows: int) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text NOT NULL, n int NOT NULL)")
+        conn.execute(
+            "INSERT INTO t SELECT g, md5(g::text), 0 FROM generate_series(1, %s) g", (rows,)
+        )
+
+
+class Writer:
+    """Inserts, updates and deletes random keys of ``t`` at about ``rate`` changes per second,
+    a few changes per transaction, until stopped."""
+
+    def __init__(self, dsn: str, max_id: int, rate: int = 1000) -> None:
+        self.dsn, self.next_id, self.rate = dsn, max_id + 1, rate
+        self.changes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.error: BaseException | None = None
+
+    def __enter__(self) -> Writer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        if self.error is not None:
+            raise self.error
+
+    def _run(self) -> None:
+        try:
+            rng = random.Random(7)
+            started = time.monotonic()
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                while not self._stop.is_set():
+                    due = int((time.monotonic() - started) * self.rate) - self.changes
+                    if due <= 0:
+                        time.sleep(0.005)
+                        continue
+                    with conn.transaction():
+                        for _ in range(min(due, 20)):
+                            self._change(conn, rng)
+        except BaseException as exc:
+            self.error = exc
+
+    def _change(self, conn: psycopg.Connection[Any], rng: random.Random) -> None:
+        roll = rng.random()
+        key = rng.randint(1, self.next_id)
+        if roll < 0.45:
+            conn.execute("UPDATE t SET n = n + 1, v = md5(random()::text) WHERE id = %s", (key,))
+        elif roll < 0.7:
+            conn.execute("DELETE FROM t WHERE id = %s", (key,))
+        else:
+            conn.execute("INSERT INTO t VALUES (%s, 'new', 0)", (self.next_id,))
+            self.next_id += 1
+        self.changes += 1
+
+
+def marker_lsn(dsn: str) -> int:
+    """Commit a transactional logical message and return its LSN: once the stored position is
+    past it, everything committed before it is in the log."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT (pg_logical_emit_message(true, 'test.marker', 'x') - '0/0')::int8"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def offsets(log_dir: Path) -> dict[str, Any]:
+    log = EmbeddedLog(log_dir)
+    try:
+        return log.source_offsets()
+    finally:
+        log.close()
+
+
+def stored_lsn(log_dir: Path) -> int:
+    if not log_dir.exists():
+        return 0
+    return int((offsets(log_dir).get("postgres") or {}).get("lsn", 0))
+
+
+def snapshot_tables(log_dir: Path) -> dict[str, Any]:
+    if not log_dir.exists():
+        return {}
+    return dict((offsets(log_dir).get("snapshot") or {}).get("tables") or {})
+
+
+def chunks_done(entry: dict[str, Any]) -> set[int]:
+    return {i for a, b in entry.get("done", []) for i in range(a, b + 1)}
+
+
+def topic_state(log_dir: Path, topic: str = TOPIC) -> dict[int, dict[str, Any]]:
+    """Latest ``after`` per key in ``topic``, tombstones removing keys."""
+    log = EmbeddedLog(log_dir)
+    state: dict[int, dict[str, Any]] = {}
+    try:
+        for partition in sorted(log.end_offsets(topic)):
+            offset = 0
+            while records := log.read(topic, partition, offset, 20_000):
+                for record in records:
+                    key = orjson.loads(record.key or b"{}")["id"]
+                    if record.value is None:
+                        state.pop(key, None)
+                    else:
+                        state[key] = orjson.loads(record.value)["after"]
+                offset = records[-1].offset + 1
+    finally:
+        log.close()
+    return state
+
+
+def table_state(dsn: str) -> dict[int, dict[str, Any]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute("SELECT id, v, n FROM t").fetchall()
+    return {i: {"id": i, "v": v, "n": n} for i, v, n in rows}
+
+
+def run_log_events(cwd: Path, name: str) -> list[dict[str, Any]]:
+    """JSON log lines of ``cdc run`` (``cwd/run.log``) with event ``name``."""
+    found = []
+    for line in (cwd / "run.log").read_text().splitlines():
+        if line.startswith("{") and f'"{name}"' in line:
+            found.append(orjson.loads(line))
+    return found
+
+
+def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.25) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(interval)
