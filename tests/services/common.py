@@ -10,7 +10,6 @@ import signal
 import subprocess
 import tempfile
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -156,7 +155,8 @@ class ManagedProcess:
             os.killpg(self.popen.pid, sig)
 
 
-_LIVE: weakref.WeakSet[Service] = weakref.WeakSet()
+# Strong references: a server whose object a script dropped must still be stopped at exit.
+_LIVE: set[Service] = set()
 
 
 class Service:
@@ -233,6 +233,7 @@ class Service:
             self.stop()
         finally:
             self._closed = True
+            _LIVE.discard(self)
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     def kill(self) -> None:
