@@ -180,27 +180,22 @@ class Layout:
 
 
 class ApplyCall:
-    """The arguments of one ``apply`` call, built change by change."""
+    """The arguments of one ``apply`` call."""
 
-    def __init__(self, layout: Layout) -> None:
+    def __init__(self, layout: Layout, changes: list[Change]) -> None:
         self._layout = layout
         self._tables: dict[Table, int] = {}
-        self.changes: list[tuple[str, int, str, str, int, str]] = []
+        self.changes = [self._entry(change) for change in changes]
 
-    def add(self, change: Change, value: str) -> None:
+    def _entry(self, change: Change) -> tuple[str, int, str, str, int, str]:
         number = self._tables.get(change.table)
         if number is None:
             number = self._tables[change.table] = len(self._tables) + 1
-        self.changes.append(
-            (
-                _OPS[change.kind],
-                number,
-                key_suffix(change.key),
-                encode_pos(change.pos),
-                change.offset,
-                value,
-            )
-        )
+        value = orjson.dumps(change.row).decode() if change.row is not None else ""
+        pos = change.pos
+        encoded = "" if pos is None else f"{pos[0]:020d}{pos[1]:010d}"
+        kind = change.kind
+        return (_OPS[kind], number, key_suffix(change.key), encoded, change.offset, value)
 
     def args(
         self, ttl_ms: int, sink_keys: tuple[str, str], expect: bool, offsets: list[str]

@@ -172,22 +172,39 @@ class RedisSink:
         self._send(client, segment, last=True)
 
     def _send(self, client: redis.Redis, changes: list[Change], last: bool) -> None:
-        """One round trip: the changes in chunks, the offsets with the last chunk of a batch."""
-        calls = [ApplyCall(self._layout)]
-        dumps = orjson.dumps
-        for change in changes:
-            if len(calls[-1].changes) >= CHUNK:
-                calls.append(ApplyCall(self._layout))
-            value = dumps(change.row).decode() if change.kind is Kind.UPSERT else ""
-            calls[-1].add(change, value)
+        """One round trip: the changes in chunks, the offsets with the last chunk of a batch.
+
+        Each chunk is sent as soon as it is built and the replies are read at the end, so
+        Redis runs one chunk's script while the next chunk is being encoded here.
+        """
         if not last and not changes:
             return
-        pipe = client.pipeline(transaction=False)
-        for number, call in enumerate(calls, 1):
-            offsets = offsets_args(self._pending_records) if last and number == len(calls) else []
-            args = call.args(self._ttl_ms, self._sink_keys, self._expect_offsets, offsets)
-            pipe.evalsha(self._sha, 0, *args)
-        pipe.execute()
+        chunks = range(0, max(1, len(changes)), CHUNK)
+        conn = client.connection_pool.get_connection()
+        try:
+            for start in chunks:
+                offsets = (
+                    offsets_args(self._pending_records) if last and start == chunks[-1] else []
+                )
+                call = ApplyCall(self._layout, changes[start : start + CHUNK])
+                args = call.args(self._ttl_ms, self._sink_keys, self._expect_offsets, offsets)
+                # redis-py leaves its connection methods unannotated.
+                packed = conn.pack_command("EVALSHA", self._sha, 0, *args)  # type: ignore[no-untyped-call]
+                conn.send_packed_command(packed)  # type: ignore[no-untyped-call]
+            errors = []
+            for _ in chunks:
+                try:
+                    conn.read_response()
+                except rx.ResponseError as exc:  # read every reply before raising
+                    errors.append(exc)
+            if errors:
+                raise errors[0]
+        except BaseException:
+            # Replies may be left unread: never reuse this connection.
+            conn.disconnect()  # type: ignore[no-untyped-call]
+            raise
+        finally:
+            client.connection_pool.release(conn)
 
     def _truncate(self, client: redis.Redis, change: Change) -> None:
         """Delete the table's rows older than the truncate, then raise the table's floor.

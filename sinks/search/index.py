@@ -43,8 +43,9 @@ def build_schema() -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
     builder.add_text_field("_key", stored=True, tokenizer_name="raw", index_option="basic")
     builder.add_text_field("_kind", stored=True, tokenizer_name="raw", index_option="basic")
-    builder.add_unsigned_field("_lsn", stored=True, indexed=True, fast=True)
-    builder.add_unsigned_field("_seq", stored=True, indexed=True, fast=True)
+    # Fast fields only: the truncate's range query reads them column-wise; no postings needed.
+    builder.add_unsigned_field("_lsn", stored=True, fast=True)
+    builder.add_unsigned_field("_seq", stored=True, fast=True)
     builder.add_unsigned_field("_off", stored=True)
     builder.add_bytes_field("_source", stored=True)
     # Positions only in ``text`` (phrases); per-column queries match terms, which keeps
@@ -107,7 +108,7 @@ def before(pos: Pos) -> tantivy.Query:
     """Documents whose position is older than ``pos``."""
     unsigned = tantivy.FieldType.Unsigned
     older_lsn = tantivy.Query.range_query(SCHEMA, "_lsn", unsigned, None, pos[0], True, False)
-    same_lsn = tantivy.Query.term_query(SCHEMA, "_lsn", pos[0])
+    same_lsn = tantivy.Query.range_query(SCHEMA, "_lsn", unsigned, pos[0], pos[0])
     older_seq = tantivy.Query.range_query(SCHEMA, "_seq", unsigned, None, pos[1], True, False)
     same_older = tantivy.Query.boolean_query(
         [(tantivy.Occur.Must, same_lsn), (tantivy.Occur.Must, older_seq)]
