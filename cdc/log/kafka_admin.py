@@ -22,7 +22,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 from cdc.config import KafkaLogConfig
 from cdc.errors import LogUnavailable
 from cdc.log.base import TopicPartition
-from cdc.log.kafka_common import client_config, error_of, translate, translated
+from cdc.log.kafka_common import client_config, describe, error_of, translate, translated
 
 TIMEOUT_S = 15.0
 _VISIBLE_WAIT_S = 5.0
@@ -47,7 +47,8 @@ class KafkaAdmin:
         except KafkaException as exc:
             raise LogUnavailable(
                 f"kafka log: cannot reach the brokers at {self.servers} within {timeout:.0f} s "
-                f"({error_of(exc) or exc}); check log.bootstrap_servers and that Kafka is up"
+                f"({describe(error_of(exc), exc)}); check log.bootstrap_servers and that Kafka "
+                "is up"
             ) from exc
 
     def partitions(self, refresh: bool = False) -> dict[str, int]:
