@@ -143,13 +143,14 @@ def conversion(duck_type: str) -> Conversion:
         return Conversion(duck_type, "{c}", duck_type, "{c}")
     if duck_type == "BLOB":
         return Conversion("VARCHAR", "from_base64({c})", "VARCHAR", "from_base64({c})")
-    python = _interval_value if duck_type == "INTERVAL" else None
-    return Conversion(duck_type, "{c}", "VARCHAR", f"CAST({{c}} AS {duck_type})", python)
+    return Conversion(
+        duck_type, "{c}", "VARCHAR", f"CAST({{c}} AS {duck_type})", _PYTHON.get(duck_type)
+    )
 
 
 def _list_conversion(duck_type: str) -> Conversion:
     element, dims = duck_type.split("[", 1)[0], duck_type.count("[]")
-    python = _interval_value if element == "INTERVAL" else None
+    python = _PYTHON.get(element)
     if element == "BLOB":
         blobs = "list_transform({c}, x -> from_base64(x))"
         check = "list_transform(CAST({c} AS VARCHAR[]), x -> from_base64(x))"
@@ -180,6 +181,23 @@ def _interval_value(value: Any) -> Any:
     return value
 
 
+def _bc_value(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_bc_value(v) for v in value]
+    if isinstance(value, str) and value.endswith(" BC"):
+        return bc_to_duckdb(value)
+    return value
+
+
+def bc_to_duckdb(text: str) -> str:
+    """PostgreSQL's ``'0044-03-15 12:00:00 BC'`` as DuckDB reads it: ``'0044-03-15 (BC) 12:00:00'``.
+
+    DuckDB would otherwise take the trailing ``BC`` for noise and store the year AD.
+    """
+    day, space, clock = text[:-3].partition(" ")
+    return f"{day} (BC){space}{clock}"
+
+
 def iso_duration_to_duckdb(text: str) -> str:
     """``'P1Y2M3DT4H5M6.5S'`` -> ``'1 years 2 months 3 days 4 hours 5 minutes 6.5 seconds'``.
 
@@ -196,6 +214,13 @@ def iso_duration_to_duckdb(text: str) -> str:
             parts.append(f"{'-' if negate else ''}{value} {unit}".replace("--", ""))
     return " ".join(parts) or "0 seconds"
 
+
+_PYTHON: Final[dict[str, PyConvert]] = {
+    "INTERVAL": _interval_value,
+    "DATE": _bc_value,
+    "TIMESTAMP": _bc_value,
+    "TIMESTAMPTZ": _bc_value,
+}
 
 # -- schema evolution ----------------------------------------------------------------------------
 

@@ -255,18 +255,35 @@ def test_every_type_is_stored_faithfully_and_nulls_stay_null(wh: Harness) -> Non
     assert parts == [(14, 3, 6_500_000)]
 
 
-def test_infinite_dates_and_timestamps_are_kept(wh: Harness) -> None:
+BC_TSTZ = "0044-03-15 (BC) 12:00:00+00"
+
+
+def test_infinite_and_bc_dates_and_timestamps_are_kept(wh: Harness) -> None:
     wh.schemas.publish(
-        "inf",
+        "dates",
         Column("id", "bigint", key=True),
         Column("d", "date"),
-        Column("ts", "timestamp with time zone"),
+        Column("ts", "timestamp without time zone"),
+        Column("tstz", "timestamp with time zone"),
     )
+    inf = {"id": 1, "d": "infinity", "ts": "infinity", "tstz": "-infinity"}
+    # BC values come as PostgreSQL's text (ISO-8601 has no BC); DuckDB must not read them AD.
+    bc = {
+        "id": 2,
+        "d": "0044-03-15 BC",
+        "ts": "0044-03-15 12:00:00 BC",
+        "tstz": "0044-03-15 12:00:00+00 BC",
+    }
     wh.apply(
-        event(Op.CREATE, {"id": 1}, {"id": 1, "d": "infinity", "ts": "-infinity"}, 5, table="inf")
+        event(Op.CREATE, {"id": 1}, inf, 5, table="dates"),
+        event(Op.CREATE, {"id": 2}, bc, 6, table="dates"),
     )
-    assert wh.sql("SELECT isinf(d), ts = '-infinity'::TIMESTAMPTZ FROM public.inf") == [
-        (True, True)
+    assert wh.sql(
+        "SELECT id, isinf(d), isinf(ts), tstz = '-infinity'::TIMESTAMPTZ, year(d), d::VARCHAR, "
+        f"ts::VARCHAR, tstz = '{BC_TSTZ}'::TIMESTAMPTZ FROM public.dates ORDER BY id"
+    ) == [
+        (1, True, True, True, None, "infinity", "infinity", False),
+        (2, False, False, False, -43, "0044-03-15 (BC)", "0044-03-15 (BC) 12:00:00", True),
     ]
 
 
