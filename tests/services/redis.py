@@ -52,6 +52,9 @@ def _ping(url: str) -> bool:
 class LocalRedis(Service):
     """A private ``redis-server``.
 
+    Without ``appendonly`` nothing is persisted: after ``stop()``/``restart()`` or ``kill()`` the
+    server comes back empty (tests rely on that to simulate a cache that lost its data).
+
     Attributes:
         appendonly: Whether the append-only file is on (``appendfsync always``), so a restart,
             even after SIGKILL, keeps every acknowledged write.
