@@ -133,7 +133,9 @@ def main() -> None:
         took, rows = snapshot(dsn, args.workers, args.chunk_rows)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     rate, copy_rate = rows / took, args.rows / copy_s
-    print(f"{rows:,} rows, {args.workers} workers, {args.chunk_rows:,} rows per chunk, cpus={os.cpu_count()}")
+    print(
+        f"{rows:,} rows, {args.workers} workers, {args.chunk_rows:,} rows per chunk, cpus={os.cpu_count()}"
+    )
     print(f"{'':<28}{'rows/s':>12}{'seconds':>10}")
     print(f"{'snapshot into embedded log':<28}{rate:>12,.0f}{took:>10.2f}")
     print(f"{'psql COPY t TO STDOUT':<28}{copy_rate:>12,.0f}{copy_s:>10.2f}")

@@ -49,6 +49,7 @@ class SnapshottingPostgresSource:
         self._schemas_due: list[Any] = []
         self._reporter: Reporter | None = None
         self.chunks_read = 0  # chunks whose rows this session handed to the log (tests, bench)
+        self.streaming = False  # the stream is open (after any exported snapshot)
 
     def tables(self) -> list[tuple[str, str]]:
         return self._inner.tables()
@@ -127,6 +128,7 @@ class SnapshottingPostgresSource:
         )
         self._inner.open(stored_offsets)
         self._stream.started(self._inner)
+        self.streaming = True
 
     # -- poll ------------------------------------------------------------------------------
 
