@@ -192,10 +192,8 @@ class ApplyCall:
         if number is None:
             number = self._tables[change.table] = len(self._tables) + 1
         value = orjson.dumps(change.row).decode() if change.row is not None else ""
-        pos = change.pos
-        encoded = "" if pos is None else f"{pos[0]:020d}{pos[1]:010d}"
-        kind = change.kind
-        return (_OPS[kind], number, key_suffix(change.key), encoded, change.offset, value)
+        suffix, pos = key_suffix(change.key), encode_pos(change.pos)
+        return (_OPS[change.kind], number, suffix, pos, change.offset, value)
 
     def args(
         self, ttl_ms: int, sink_keys: tuple[str, str], expect: bool, offsets: list[str]

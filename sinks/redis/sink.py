@@ -83,10 +83,8 @@ class RedisSink:
     def __init__(self, config: RedisSinkConfig, context: SinkContext) -> None:
         self._config = config
         self._layout = Layout(config.key_prefix or context.pipeline)
-        self._sink_keys = (
-            self._layout.offsets(context.sink_name),
-            self._layout.rebuild(context.sink_name),
-        )
+        # config.name (the context's sink name too): read_rows finds the offsets by it.
+        self._sink_keys = (self._layout.offsets(config.name), self._layout.rebuild(config.name))
         self._tables = TopicTables(context.pipeline, context.tables)
         self._topics = list(self._tables_topics(context))
         self._ttl_ms = (config.ttl_s or 0) * 1000
@@ -236,21 +234,22 @@ def read_rows(
         config: the sink's config.
         schema: schema of the table.
         table: table name.
-        pipeline: the pipeline name, the key prefix when ``config.key_prefix`` is unset.
+        pipeline: the pipeline name, the key prefix when ``config.key_prefix`` is unset; when
+            neither is given, the prefix is found from the sink's offsets hash.
         key_columns: build each key from these columns of the row; when ``None`` the key is
             ``{"key": "<key values joined by ':'>"}``, as in the Redis key.
 
     Raises:
-        SinkFatal: neither ``config.key_prefix`` nor ``pipeline`` is given.
+        SinkFatal: the prefix is not given and several prefixes hold this sink's offsets.
         SinkUnavailable: Redis cannot be reached.
     """
-    prefix = config.key_prefix or pipeline
-    if not prefix:
-        raise SinkFatal("redis read_rows: pass the pipeline name (the default key prefix)")
-    layout = Layout(prefix)
-    rows, positions = layout.rows((schema, table)), layout.positions((schema, table))
     client = connect(config)
     try:
+        prefix = config.key_prefix or pipeline or _find_prefix(client, config.name)
+        if prefix is None:
+            return  # the sink never stored a batch: it holds no rows
+        layout = Layout(prefix)
+        rows, positions = layout.rows((schema, table)), layout.positions((schema, table))
         for suffixes in _scan_fields(client, positions):
             for suffix, value in zip(
                 suffixes, client.mget([rows + s for s in suffixes]), strict=True
@@ -267,6 +266,25 @@ def read_rows(
         raise translate(exc, config) from exc
     finally:
         client.close()
+
+
+def _find_prefix(client: redis.Redis, sink_name: str) -> str | None:
+    """The key prefix whose offsets hash belongs to ``sink_name`` (a keyspace ``SCAN``)."""
+    marker = Layout("").offsets(sink_name)  # ":__offsets:<sink name>"
+    found = {
+        _text(key).removesuffix(marker)
+        for key in client.scan_iter(match="*" + _glob_escape(marker), count=SCAN_COUNT)
+    }
+    if len(found) > 1:
+        raise SinkFatal(
+            f"redis: sink {sink_name!r} has offsets under several key prefixes "
+            f"({', '.join(sorted(found))}); set key_prefix"
+        )
+    return found.pop() if found else None
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
 def _scan_fields(client: redis.Redis, key: str) -> Iterator[list[str]]:
