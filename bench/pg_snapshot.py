@@ -71,8 +71,9 @@ def copy_baseline(pg: LocalPostgres, dsn: str) -> float:
     return time.perf_counter() - started
 
 
-def snapshot(dsn: str, workers: int, chunk_rows: int) -> tuple[float, int]:
-    """Seconds the snapshot takes through the runtime, and the rows it stored."""
+def snapshot(dsn: str, workers: int, chunk_rows: int) -> tuple[float, float, int]:
+    """Seconds the snapshot takes through the runtime, the CPU seconds this process spent on
+    it (all threads), and the rows it stored."""
     directory = Path(tempfile.mkdtemp(prefix="cdc-bench-snapshot-"))
     log = EmbeddedLog(directory / "log")
     config = PostgresSourceConfig.model_validate(
@@ -92,6 +93,7 @@ def snapshot(dsn: str, workers: int, chunk_rows: int) -> tuple[float, int]:
     )
     thread = threading.Thread(target=task.run, daemon=True)
     started = time.perf_counter()
+    cpu_started = time.process_time()
     thread.start()
     try:
         while not _done(log):
@@ -99,6 +101,7 @@ def snapshot(dsn: str, workers: int, chunk_rows: int) -> tuple[float, int]:
                 raise SystemExit("the source task stopped before the snapshot finished")
             time.sleep(0.02)
         took = time.perf_counter() - started
+        cpu = time.process_time() - cpu_started
         rows = int(log.source_offsets()["snapshot"]["tables"]["public.t"]["rows"])
     finally:
         stop.set()
@@ -106,7 +109,7 @@ def snapshot(dsn: str, workers: int, chunk_rows: int) -> tuple[float, int]:
         drop_replication_objects(config, PIPELINE)
         log.close()
         shutil.rmtree(directory, ignore_errors=True)
-    return took, rows
+    return took, cpu, rows
 
 
 def _done(log: EmbeddedLog) -> bool:
@@ -130,16 +133,19 @@ def main() -> None:
             conn.execute(FILL, (args.rows,))  # type: ignore[arg-type]
             conn.execute("VACUUM ANALYZE t")
         copy_s = min(copy_baseline(pg, dsn) for _ in range(2))
-        took, rows = snapshot(dsn, args.workers, args.chunk_rows)
+        took, cpu, rows = snapshot(dsn, args.workers, args.chunk_rows)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     rate, copy_rate = rows / took, args.rows / copy_s
     print(
-        f"{rows:,} rows, {args.workers} workers, {args.chunk_rows:,} rows per chunk, cpus={os.cpu_count()}"
+        f"{rows:,} rows, {args.workers} workers, {args.chunk_rows:,} rows per chunk, "
+        f"cpus={os.cpu_count()}"
     )
     print(f"{'':<28}{'rows/s':>12}{'seconds':>10}")
     print(f"{'snapshot into embedded log':<28}{rate:>12,.0f}{took:>10.2f}")
     print(f"{'psql COPY t TO STDOUT':<28}{copy_rate:>12,.0f}{copy_s:>10.2f}")
     print(f"ratio to COPY: {rate / copy_rate:.2f}x")
+    load = os.getloadavg()[0]
+    print(f"CPU of this process: {cpu:.2f} s, {cpu / rows * 1e6:.1f} us per row; load {load:.1f}")
     verdict = "ok" if rate >= TARGET_RATE else "MISSED"
     print(f"target >= {TARGET_RATE:,} rows/s: {verdict}")
     verdict = "ok" if rss_mb < TARGET_RSS_MB else "MISSED"

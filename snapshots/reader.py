@@ -171,14 +171,18 @@ def read_rows(
 ) -> Iterator[list[Values]]:
     """The chunk's rows as text values, in pieces of at most ``piece_rows``."""
     piece: list[Values] = []
+    append = piece.append
     with conn.cursor() as cur, cur.copy(query) as copy:
         for block in copy:
-            text = bytes(block).decode()
-            for line in text.split("\n"):
-                if line:
-                    piece.append(split_row(line))
+            # libpq hands COPY OUT data over one row at a time, newline included.
+            text = str(block, "utf-8")
+            if text.count("\n") == 1:
+                append(split_row(text[:-1]))
+            else:
+                piece.extend(split_row(line) for line in text.split("\n") if line)
             if len(piece) >= piece_rows:
                 yield piece
                 piece = []
+                append = piece.append
     if piece:
         yield piece
