@@ -66,6 +66,8 @@ def test_sigkill_mid_workload_then_restart(
     pipeline, env = _pipeline(tmp_path), {"PGE_DSN": pg_db}
     run = start_run(pipeline, tmp_path, env)
     try:
+        # snapshot: never streams from the slot's creation on: write only once it exists.
+        wait_for(lambda: "source.opened" in (tmp_path / "run.log").read_text(), timeout=60)
         writer = threading.Thread(target=_workload, args=(pg_db, time.monotonic() + 8, 7))
         writer.start()
         time.sleep(3)
@@ -79,7 +81,19 @@ def test_sigkill_mid_workload_then_restart(
         def caught_up() -> bool:
             return latest_per_key(tail_all(pipeline, TOPIC, tmp_path)) == expected
 
-        wait_for(caught_up, timeout=60, interval=0.5)
+        try:
+            wait_for(caught_up, timeout=60, interval=0.5)
+        except AssertionError:
+            state = latest_per_key(tail_all(pipeline, TOPIC, tmp_path))
+            diff = {
+                k: (state.get(k), expected.get(k))
+                for k in set(state) | set(expected)
+                if state.get(k) != expected.get(k)
+            }
+            log = (tmp_path / "run.log").read_text()[-4000:]
+            raise AssertionError(
+                f"topic differs from table (topic, table): {diff}\n{log}"
+            ) from None
         code, _ = stop(run)
         assert code == 0, (tmp_path / "run.log").read_text()
     finally:
