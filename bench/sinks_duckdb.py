@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import random
 import tempfile
 import threading
@@ -122,8 +123,8 @@ def fill_log(log: EmbeddedLog, events: list[ChangeEvent], chunk: int = 20_000) -
     return total
 
 
-def run_sink(log: EmbeddedLog, path: Path, records: int, batch: int) -> float:
-    """Seconds the real sink task takes to apply and commit ``records`` records."""
+def run_sink(log: EmbeddedLog, path: Path, records: int, batch: int) -> tuple[float, float]:
+    """Seconds (wall, and CPU of this process) the sink task takes to apply ``records``."""
     context = SinkContext(PIPELINE, "wh", [TABLE], SchemaCatalog(log, PIPELINE), get_logger())
     config = DuckDBSinkConfig(name="wh", path=str(path))
     stop = threading.Event()
@@ -139,15 +140,17 @@ def run_sink(log: EmbeddedLog, path: Path, records: int, batch: int) -> float:
         poll_timeout_s=0.05,
     )
     group = group_name(PIPELINE, "wh")
+    cpu = time.process_time()
     started = time.perf_counter()
     thread = threading.Thread(target=task.run)
     thread.start()
     while sum(log.committed_offsets(group).values()) < records:
         time.sleep(0.005)
     elapsed = time.perf_counter() - started
+    cpu = time.process_time() - cpu
     stop.set()
     thread.join()
-    return elapsed
+    return elapsed, cpu
 
 
 def baseline(events: list[ChangeEvent], directory: Path) -> dict[str, float]:
@@ -196,7 +199,7 @@ def bench_duckdb(n: int = 500_000, batch: int = 5000) -> dict[str, Any]:
         # batch, and the garbage collector's full passes scale with everything alive.
         del events
         gc.collect()
-        sink_s = run_sink(log, directory / "wh.duckdb", records, batch)
+        sink_s, sink_cpu_s = run_sink(log, directory / "wh.duckdb", records, batch)
         log.close()
     best = min(base.values())
     result = {
@@ -206,10 +209,14 @@ def bench_duckdb(n: int = 500_000, batch: int = 5000) -> dict[str, Any]:
         "batch": batch,
         "sink_s": round(sink_s, 2),
         "sink_rows_per_s": round(n / sink_s),
+        "sink_cpu_s": round(sink_cpu_s, 2),
+        "sink_rows_per_cpu_s": round(n / sink_cpu_s),
         "baseline_rows_per_s": round(n / best),
         "baseline_read_json_rows_per_s": round(n / base["read_json_s"]),
         "baseline_from_json_rows_per_s": round(n / base["from_json_s"]),
         "target_rows_per_s": TARGET,
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "cpus": os.cpu_count(),
     }
     result["ratio_to_baseline"] = round(
         result["sink_rows_per_s"] / result["baseline_rows_per_s"], 3
@@ -236,6 +243,7 @@ def main() -> None:
         f"{r['baseline_from_json_rows_per_s']:,})"
     )
     print(f"ratio sink/baseline: {r['ratio_to_baseline']}")
+    print(f"(machine: {r['cpus']} CPUs, load average {r['load_average_1m']} at the end of the run)")
 
 
 if __name__ == "__main__":

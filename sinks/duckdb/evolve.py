@@ -37,6 +37,7 @@ def prepare(
         state = _create(con, table, published, list(key_names))
         states[table] = state
     elif state.layout == "typed" and published is not None:
+        _check_keys(state, published)
         for column in published.columns:
             _follow(con, state, column)
     if history and not state.history:
@@ -58,6 +59,16 @@ def _create(
             )
     catalog.create_table(con, state)
     return state
+
+
+def _check_keys(state: TableState, published: TableSchema) -> None:
+    keys = [c.name for c in state.keys]
+    if published.key_columns and published.key_columns != keys:
+        raise SinkFatal(
+            f"table {state.schema}.{state.table}: key columns changed from {keys} to "
+            f"{published.key_columns}; rows upserted by the old key cannot be matched by the new "
+            "one (rebuild the table from a fresh snapshot)"
+        )
 
 
 def _follow(con: Any, state: TableState, column: Column) -> None:

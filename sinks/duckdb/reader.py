@@ -82,13 +82,11 @@ def open_for_reading(path: Path, lock_wait_s: float = 2.0) -> Iterator[Any]:
     deadline = time.monotonic() + lock_wait_s
     while True:
         try:
-            con = duckdb.connect(str(path), read_only=True)
-        except duckdb.ConnectionException:
-            con = duckdb.connect(str(path))  # this process writes it: share its instance
+            con = _connect(path)
         except duckdb.Error as exc:
-            if not is_lock_conflict(exc):
+            if not is_lock_conflict(exc) and not isinstance(exc, duckdb.ConnectionException):
                 raise SinkFatal(f"DuckDB sink: cannot read {path}: {first_line(exc)}") from exc
-            if time.monotonic() < deadline:
+            if is_lock_conflict(exc) and time.monotonic() < deadline:
                 time.sleep(0.1)
                 continue
             with _snapshot(path) as copy:
@@ -99,6 +97,16 @@ def open_for_reading(path: Path, lock_wait_s: float = 2.0) -> Iterator[Any]:
         finally:
             con.close()
         return
+
+
+def _connect(path: Path) -> Any:
+    try:
+        return duckdb.connect(str(path), read_only=True)
+    except duckdb.ConnectionException:
+        # This process writes the file: share the writer's database instance (DuckDB refuses
+        # a second instance of one file in a process). A writer opened with other settings
+        # refuses this too, and the caller falls back to a copy.
+        return duckdb.connect(str(path))
 
 
 @contextmanager

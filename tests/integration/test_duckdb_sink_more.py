@@ -20,6 +20,8 @@ from cdc.log.embedded import EmbeddedLog
 from cdc.logging import get_logger
 from cdc.runtime.sink_task import SinkTask, group_name
 from cdc.schema import Column, dead_letter_topic
+from cdc.sink import SinkContext
+from sinks.duckdb import DuckDBSink, DuckDBSinkConfig, read_rows
 from tests.integration.test_duckdb_sink import ITEM_COLUMNS, PIPELINE, TOPIC, Harness, event, item
 
 ITEMS = "public.items"
@@ -268,3 +270,26 @@ def test_through_the_sink_task_with_dead_letters(wh: Harness, tmp_path: Path) ->
     dead = log.read(dead_letter_topic(PIPELINE), 0, 0, 10)
     assert len(dead) == 1 and "NaN" in orjson.loads(dead[0].value or b"{}")["reason"]
     log.close()
+
+
+def test_changed_key_columns_stop_the_sink(wh: Harness) -> None:
+    wh.apply(item(Op.CREATE, 1, 10, "a", 1))
+    wh.schemas.publish("items", ITEM_COLUMNS[0], Column("name", "text", key=True), ITEM_COLUMNS[2])
+    with pytest.raises(SinkFatal, match="key columns changed"):
+        wh.apply(item(Op.CREATE, 2, 11, "b", 2))
+
+
+def test_read_rows_beside_a_writer_with_other_settings(tmp_path: Path) -> None:
+    h = Harness(tmp_path / "wh.duckdb")
+    h.sink.close()
+    config = DuckDBSinkConfig(name="wh", path=str(h.path), threads=1)
+    sink = DuckDBSink(config, SinkContext(PIPELINE, "wh", [], h.schemas, get_logger()))
+    sink.open()
+    h.sink = sink
+    h.apply(item(Op.CREATE, 1, 10, "a", 1))
+    # DuckDB refuses a second instance with other settings in one process: read a copy.
+    assert list(read_rows(h.path, "public", "items")) == [
+        ({"id": 1}, {"id": 1, "name": "a", "qty": 1})
+    ]
+    h.apply(item(Op.UPDATE, 1, 11, "b", 1))
+    sink.close()
