@@ -180,6 +180,11 @@ class PostgresSource:
         # Never report a flush position below the slot's: PostgreSQL 15 would move it back.
         self._acked = self._received = start
         self._last_status = self._last_heartbeat = time.monotonic()
+        # Nothing of an earlier session carries over: the server resends from ``start``.
+        self._decoder, self._replay = pg.Decoder(), None
+        self._wal_end = self._idle_offered = 0
+        self._reply_wanted = False
+        self._toast.committed()
 
     # -- poll ------------------------------------------------------------------------------
 
@@ -328,6 +333,7 @@ class PostgresSource:
             repl.close()
         if self._streams is not None:
             self._streams.close()
+            self._streams = None
         if self._catalog is not None:
             self._catalog.close()
             self._catalog = None
