@@ -76,9 +76,13 @@ lint:
 typecheck:
 	$(PYTHON) -m mypy
 
+# importlib import mode: test files may share a basename across tests/unit, tests/integration
+# and tests/e2e whether or not those folders have an __init__.py.
 pytest:
 	@# Exit 5 means no test ran: a broken collection, never a pass.
-	rc=0; $(PYTHON) -m pytest -q -p no:cacheprovider -ra --durations=20 $(PYTEST_ARGS) || rc=$$?
+	rc=0
+	$(PYTHON) -m pytest -q -p no:cacheprovider --import-mode=importlib -ra --durations=20 \
+	  $(PYTEST_ARGS) || rc=$$?
 	if [ $$rc -eq 5 ]; then echo "pytest: no tests were collected" >&2; fi
 	exit $$rc
 
