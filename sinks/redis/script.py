@@ -95,10 +95,10 @@ local function mark(t, field, pos, off)
   t.written[field] = pos .. ':' .. off
 end
 
-local applied = 0
+local applied, none = 0, {'', -1}
 for _, c in ipairs(changes) do
   local op, t, field, pos, off = c[1], tables[c[2]], c[3], c[4], c[5]
-  local m = t.marks[field] or {'', -1}
+  local m = t.marks[field] or none
   if op == 'x' then
     -- A tombstone has no position: it deletes only when nothing at or after it was applied.
     if off > m[2] then
