@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -18,8 +19,9 @@ from cdc.log.embedded_store import (
 if TYPE_CHECKING:
     from cdc.log.embedded import EmbeddedLog
 
-# Another process's commit cannot signal this one, so an idle poll re-reads at this interval.
+# Another process's commit cannot signal this one, so an idle poll re-checks at this interval.
 POLL_INTERVAL_S = 0.02
+DATA_VERSION = "PRAGMA data_version"
 
 
 class EmbeddedConsumer:
@@ -55,6 +57,10 @@ class EmbeddedConsumer:
         self._positions = self._initial_positions(start_offsets)
         self._turn = 0
         self._closed = False
+        # (connection, PRAGMA data_version, the log's commit count) when a fetch last found every
+        # partition read to its end: while all stay the same, an idle poll skips the partition
+        # reads. data_version moves on other connections' commits, the count on this process's.
+        self._caught_up_at: tuple[int, int, int] | None = None
 
     def _initial_positions(self, start_offsets: StartOffsets | None) -> dict[TopicPartition, int]:
         committed = self._log.committed_offsets(self._group)
@@ -106,20 +112,30 @@ class EmbeddedConsumer:
             self._closed = True
 
     def _fetch(self, max_records: int) -> list[StoredRecord]:
-        out: list[StoredRecord] = []
         conn = self._log._conn()
-        count = len(self._plan)
         with translated("reading records"):
-            for i in range(count):
-                want = max_records - len(out)
-                if want <= 0:
-                    break
-                tp, tid = self._plan[(self._turn + i) % count]
-                rows = conn.execute(SELECT_RANGE, (tid, tp.partition, self._positions[tp], want))
-                batch = rows.fetchall()
-                if batch:
-                    self._positions[tp] = batch[-1][0] + 1
-                    out += stored_records(tp.topic, tp.partition, batch)
+            # Read before the fetch, so a commit that lands during it changes the version.
+            version = (id(conn), conn.execute(DATA_VERSION).fetchone()[0], self._log._generation)
+            if version == self._caught_up_at:
+                return []  # nothing committed since every partition was read to its end
+            out = self._fetch_partitions(conn, max_records)
+        if len(out) < max_records:
+            self._caught_up_at = version
+        return out
+
+    def _fetch_partitions(self, conn: sqlite3.Connection, max_records: int) -> list[StoredRecord]:
+        out: list[StoredRecord] = []
+        count = len(self._plan)
+        for i in range(count):
+            want = max_records - len(out)
+            if want <= 0:
+                break
+            tp, tid = self._plan[(self._turn + i) % count]
+            rows = conn.execute(SELECT_RANGE, (tid, tp.partition, self._positions[tp], want))
+            batch = rows.fetchall()
+            if batch:
+                self._positions[tp] = batch[-1][0] + 1
+                out += stored_records(tp.topic, tp.partition, batch)
         self._turn = (self._turn + 1) % max(count, 1)
         return out
 
