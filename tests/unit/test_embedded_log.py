@@ -325,3 +325,37 @@ def test_stored_records_equal_the_dataclass_built_normally(
     built = embedded_store.stored_records("t", 2, rows)
     assert built == [StoredRecord("t", 2, 5, b"k", b"v", 7), StoredRecord("t", 2, 6, None, None, 8)]
     assert embedded_store._SETTERS is None or not fast or len(embedded_store._SETTERS) == 6
+
+
+def test_sink_threads_read_while_one_thread_appends(
+    log_factory: Callable[..., EmbeddedLog],
+) -> None:
+    log = log_factory(partitions=2)
+    log.ensure_topics([TOPIC])
+    total = 40 * 25
+    seen: dict[str, list[tuple[int, int]]] = {}
+
+    def sink(name: str) -> None:
+        consumer = log.consumer(name, [TOPIC])
+        got: list[tuple[int, int]] = []
+        deadline = time.monotonic() + 30
+        while len(got) < total and time.monotonic() < deadline:
+            got += [(r.partition, r.offset) for r in consumer.poll(100, 0.5)]
+        seen[name] = got
+        consumer.close()
+
+    readers = [threading.Thread(target=sink, args=(f"sink{n}",)) for n in range(3)]
+    for reader in readers:
+        reader.start()
+    for txn in range(40):
+        append(log, [Record(TOPIC, key(i), b"%d" % txn) for i in range(25)])
+    for reader in readers:
+        reader.join(60)
+    expected = sorted((r.partition, r.offset) for r in read_all(log, TOPIC))
+    assert len(expected) == total
+    for got in seen.values():
+        assert sorted(got) == expected  # each record exactly once
+        for partition in (0, 1):
+            offsets = [o for p, o in got if p == partition]
+            assert offsets == sorted(offsets)
+    assert len(seen) == 3
