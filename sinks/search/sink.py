@@ -62,7 +62,7 @@ class SearchSink:
         self._config = config
         self._context = context
         self._tables = TopicTables(context.pipeline, context.tables)
-        self._offsets_file = Path(config.path) / f"_offsets.{context.sink_name}.json"
+        self._offsets_file = Path(config.path) / f"_offsets.{config.name}.json"
         self._indexes: dict[Table, TableIndex] = {}
         self._pending: dict[Table, dict[str, Mark]] = {}
         self._offsets: dict[TopicPartition, int] = {}

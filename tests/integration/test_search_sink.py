@@ -242,7 +242,7 @@ def test_crash_between_commit_and_offsets_replays_harmlessly(
     task = TaskThread(log, lambda: SearchSink(cfg, context()))
     task.wait_committed(100)
     task.close()
-    offsets = Path(cfg.path) / "_offsets.s1.json"
+    offsets = Path(cfg.path) / f"_offsets.{cfg.name}.json"
     saved = offsets.read_bytes()
     history = [item(Op.UPDATE, k, 1000 + k, name=f"b{k}") for k in range(1, 101, 2)]
     history += [item(Op.DELETE, k, 2000 + k) for k in range(2, 101, 10)]
