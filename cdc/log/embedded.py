@@ -26,7 +26,7 @@ from typing import Any, cast
 
 import orjson
 
-from cdc.errors import LogError, LogFatal
+from cdc.errors import LogError, LogFatal, LogUnavailable
 from cdc.log import embedded_compaction, embedded_store
 from cdc.log.base import PartitionsCallback, StartOffsets, StoredRecord, TopicInfo, TopicPartition
 from cdc.log.embedded_consumer import EmbeddedConsumer
@@ -247,12 +247,18 @@ class EmbeddedLog:
     def maybe_compact(self, now_ms: int | None = None) -> dict[str, int] | None:
         """Compact if enough was appended since the last pass; a cheap no-op otherwise.
 
+        A pass that finds the write lock held past the busy timeout (a long ``cdc snapshot``
+        transaction) stops quietly: the chunks done so far stay done, and the next call resumes.
+
         Returns:
-            What :meth:`compact` removed, or ``None`` when no pass was due.
+            What :meth:`compact` removed, or ``None`` when no pass was due or it was cut short.
         """
         if not embedded_compaction.needs_compaction(self._conn()):
             return None
-        return self.compact(now_ms)
+        try:
+            return self.compact(now_ms)
+        except LogUnavailable:
+            return None  # compaction can always wait; the writer holding the lock cannot
 
     # -- lifecycle -----------------------------------------------------------------------------
 

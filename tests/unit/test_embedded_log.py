@@ -359,3 +359,20 @@ def test_sink_threads_read_while_one_thread_appends(
             offsets = [o for p, o in got if p == partition]
             assert offsets == sorted(offsets)
     assert len(seen) == 3
+
+
+def test_maybe_compact_gives_way_to_a_writer_holding_the_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(embedded_compaction, "MIN_DIRTY", 5)
+    log = EmbeddedLog(tmp_path, busy_timeout_ms=100)
+    append(log, [Record(TOPIC, key(1), b"%d" % i) for i in range(10)])
+    other = sqlite3.connect(tmp_path / "log.sqlite3", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    assert log.maybe_compact() is None
+    with pytest.raises(LogUnavailable):
+        log.compact()
+    other.execute("ROLLBACK")
+    other.close()
+    assert log.maybe_compact() == {"superseded": 9, "tombstones": 0}
+    log.close()
