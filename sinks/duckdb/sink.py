@@ -16,7 +16,7 @@ from typing import Any
 
 import duckdb
 
-from cdc.errors import CdcError, SinkFatal
+from cdc.errors import CdcError, RecordError, SinkFatal
 from cdc.log.base import TopicPartition
 from cdc.sink import SinkContext, SinkRecord
 from sinks.duckdb import catalog, history, merge
@@ -81,7 +81,7 @@ class DuckDBSink:
             self._transaction(batches, offsets)
         except StageFailed as failed:
             self._rollback()
-            bad = find_bad_value(self._con, failed)
+            bad = self._diagnose(failed)
             if bad is None:
                 raise translate(failed.cause, "staging a batch") from failed.cause
             raise bad from failed.cause
@@ -139,6 +139,12 @@ class DuckDBSink:
         merge.merge_current(self._con, state, latest, upserts=ops != {"d"}, deletes="d" in ops)
         if self._history:
             history.append_versions(self._con, state)
+
+    def _diagnose(self, failed: StageFailed) -> RecordError | None:
+        try:
+            return find_bad_value(self._con, failed)
+        except duckdb.Error:
+            return None  # not a value's fault: the original error is reported
 
     def _rollback(self) -> None:
         """Undo the open transaction and forget in-memory table state it changed."""

@@ -20,9 +20,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+import duckdb
 import orjson
 
 MAX_DECIMAL_PRECISION: Final = 38
+
+
+def _lambda_syntax() -> str:
+    """DuckDB 1.3 brought ``lambda x: ...``; 2.0 refuses the older ``x -> ...``."""
+    major, minor = (int(part) for part in duckdb.__version__.split(".")[:2])
+    return "lambda x: from_base64(x)" if (major, minor) >= (1, 3) else "x -> from_base64(x)"
+
+
+_FROM_BASE64: Final = _lambda_syntax()
 
 _SIMPLE: Final[dict[str, str]] = {
     "smallint": "SMALLINT",
@@ -152,8 +162,8 @@ def _list_conversion(duck_type: str) -> Conversion:
     element, dims = duck_type.split("[", 1)[0], duck_type.count("[]")
     python = _PYTHON.get(element)
     if element == "BLOB":
-        blobs = "list_transform({c}, x -> from_base64(x))"
-        check = "list_transform(CAST({c} AS VARCHAR[]), x -> from_base64(x))"
+        blobs = f"list_transform({{c}}, {_FROM_BASE64})"
+        check = f"list_transform(CAST({{c}} AS VARCHAR[]), {_FROM_BASE64})"
         return Conversion(["VARCHAR"], blobs, "JSON", check)
     stage: Any = element
     for _ in range(dims):

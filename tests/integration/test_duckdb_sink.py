@@ -193,6 +193,15 @@ ALL_TYPES = (
     ("atz", "timestamp with time zone[]", "TIMESTAMP WITH TIME ZONE[]", ["2024-01-01T00:00:00Z"]),
     ("mood", "mood", "VARCHAR", "happy"),
     ("dom", "posint", "VARCHAR", 42),
+    ("ajb", "jsonb[]", "JSON[]", [{"a": 1}, None, [1, 2]]),
+    ("aby", "bytea[]", "BLOB[]", ["AAH/", None]),
+    ("au", "uuid[]", "UUID[]", ["a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"]),
+    ("aiv", "interval[]", "INTERVAL[]", ["P1D", "PT1.5S"]),
+    ("ad", "date[]", "DATE[]", ["2024-01-01", None]),
+    ("ai2", "integer[][]", "INTEGER[][]", [[1, 2], [3, None]]),
+    ("amood", "mood[]", "VARCHAR[]", ["sad", "ok"]),
+    ("money", "money", "VARCHAR", "$1,234.56"),
+    ("inet", "inet", "VARCHAR", "192.168.0.1/24"),
 )
 
 EXPECTED = {
@@ -224,6 +233,15 @@ EXPECTED = {
     "atz": [datetime(2024, 1, 1, tzinfo=UTC)],
     "mood": "happy",
     "dom": "42",
+    "ajb": [{"a": 1}, None, [1, 2]],
+    "aby": [b"\x00\x01\xff", None],
+    "au": [uuid.UUID("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11")],
+    "aiv": [timedelta(days=1), timedelta(seconds=1.5)],
+    "ad": [date(2024, 1, 1), None],
+    "ai2": [[1, 2], [3, None]],
+    "amood": ["sad", "ok"],
+    "money": "$1,234.56",
+    "inet": "192.168.0.1/24",
 }
 
 
@@ -299,6 +317,32 @@ def test_a_value_that_does_not_fit_is_a_record_error_naming_it(wh: Harness) -> N
     assert wh.sink.stored_offsets() == {}
     wh.write([records[0]])  # what the runner does after dead-lettering the bad one
     assert wh.rows("prices") == {1: {"id": 1, "p": Decimal("12.50")}}
+
+
+@pytest.mark.parametrize(
+    ("source_type", "bad"),
+    [
+        ("integer", "x"),
+        ("smallint", 70000),
+        ("integer[]", [[1, 2]]),
+        ("bytea", "not base64!"),
+        ("bytea[]", ["not base64!"]),
+        ("uuid", "nope"),
+        ("interval", "infinity"),
+        ("timestamp with time zone", "yesterday-ish"),
+        ("date[]", ["2024-13-01"]),
+    ],
+)
+def test_each_kind_of_bad_value_names_its_record(wh: Harness, source_type: str, bad: Any) -> None:
+    wh.schemas.publish("bad", Column("id", "bigint", key=True), Column("v", source_type))
+    records = wh.records(
+        event(Op.CREATE, {"id": 1}, {"id": 1, "v": None}, 5, table="bad"),
+        event(Op.CREATE, {"id": 2}, {"id": 2, "v": bad}, 6, table="bad"),
+    )
+    with pytest.raises(RecordError) as caught:
+        wh.write(records)
+    assert caught.value.record is records[1]
+    assert caught.value.reason.startswith("column v")
 
 
 def test_a_column_missing_from_the_schema_is_a_record_error(wh: Harness) -> None:
