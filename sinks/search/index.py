@@ -127,9 +127,12 @@ class TableIndex:
         self.index = tantivy.Index(SCHEMA, path=str(path), reuse=True)
         self.writer = self.index.writer(heap_size=heap_bytes, num_threads=1)
         self.searcher = self.index.searcher()
-        self.floor: Pos | None = None
+        self.floor = self._committed_floor()
+
+    def _committed_floor(self) -> Pos | None:
+        """The position of the table's last committed truncate."""
         found = self.marks([TRUNCATE_KEY]).get(TRUNCATE_KEY)
-        self.floor = found.pos if found else None
+        return found.pos if found else None
 
     def marks(self, keys: list[str]) -> dict[str, Mark]:
         """The committed mark of each key the index holds (rows and deletion markers)."""
@@ -165,8 +168,7 @@ class TableIndex:
 
     def rollback(self) -> None:
         self.writer.rollback()
-        found = self.marks([TRUNCATE_KEY]).get(TRUNCATE_KEY)
-        self.floor = found.pos if found else None
+        self.floor = self._committed_floor()
 
     def close(self) -> None:
         self.writer.wait_merging_threads()
