@@ -1,0 +1,72 @@
+"""Classifying records for the key-value sinks (Redis, search): pure, no server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cdc.errors import RecordError
+from cdc.events import Op
+from cdc.sink import SinkRecord
+from sinks.keyed import Kind, TopicTables, classify, key_suffix
+from sinks.redis.script import encode_pos
+from tests.integration.keyed_records import ITEMS, ORDERS, Records, event, item
+
+TABLES = TopicTables("shop", [ITEMS, ORDERS])
+
+
+def test_ops_become_kinds_with_positions_and_rows() -> None:
+    records = Records()(
+        item(Op.CREATE, 1, 10, name="a"),
+        item(Op.UPDATE, 1, 11, name="b"),
+        item(Op.READ, 2, 12),
+        item(Op.DELETE, 1, 13),
+        event(Op.TRUNCATE, {}, 14, ITEMS),
+    )
+    changes = [classify(r, TABLES) for r in records]
+    kinds = [c.kind for c in changes]
+    assert kinds == [Kind.UPSERT] * 3 + [Kind.DELETE, Kind.TOMBSTONE, Kind.TRUNCATE]
+    assert [c.pos for c in changes] == [(10, 0), (11, 0), (12, 0), (13, 0), None, (14, 0)]
+    assert changes[1].row == {"id": 1, "name": "b"} and changes[3].row is None
+    assert changes[4].offset == 4 and changes[4].key == {"id": 1}
+    assert {c.table for c in changes} == {ITEMS}
+
+
+def test_a_topic_not_configured_is_read_from_its_name() -> None:
+    record = SinkRecord("shop.sales.refunds", 0, 0, {"id": 1}, None)
+    assert classify(record, TABLES).table == ("sales", "refunds")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"op": "x", "source": {"pos": [1, 0]}, "after": {}},
+        {"op": ["c"], "source": {"pos": [1, 0]}, "after": {}},
+        {"op": "c", "after": {"id": 1}},
+        {"op": "c", "source": {"pos": [1]}, "after": {"id": 1}},
+        {"op": "c", "source": {"pos": ["1", 0]}, "after": {"id": 1}},
+        {"op": "c", "source": {"pos": [-1, 0]}, "after": {"id": 1}},
+        {"op": "u", "source": {"pos": [1, 0]}, "after": None},
+    ],
+)
+def test_records_that_are_not_envelopes_are_record_errors(value: dict[str, Any]) -> None:
+    record = SinkRecord("shop.public.items", 0, 7, {"id": 1}, value)
+    with pytest.raises(RecordError) as caught:
+        classify(record, TABLES)
+    assert caught.value.record is record and "offset 7" in caught.value.reason
+
+
+def test_key_suffix_joins_values_in_key_order() -> None:
+    assert key_suffix({"id": 42}) == "42"
+    assert key_suffix({"region": "eu", "no": 7}) == "eu:7"
+    assert key_suffix({"no": 7, "region": "eu"}) == "7:eu"
+    assert key_suffix({"flag": True}) == "true"
+    assert key_suffix({"a": None, "b": 1.5}) == "null:1.5"
+    assert key_suffix({"id": "x:y"}) == "x:y"
+
+
+def test_encoded_positions_order_as_positions_do() -> None:
+    positions = [(0, 0), (0, 9), (1, 0), (2**53 + 1, 0), (2**53 + 1, 1), (2**64 - 1, 5)]
+    encoded = [encode_pos(p) for p in positions]
+    assert sorted(encoded) == encoded and len(set(map(len, encoded))) == 1
