@@ -108,19 +108,7 @@ def start_exported(
     dsn = config.dsn.get_secret_value()
     where = redact_url(dsn)
     slot = config.slot_name(pipeline)
-    catalog = Catalog(dsn, where, config.connect_timeout_s)
-    try:
-        catalog.check_server()
-        role = catalog.check_role()
-        tables = describe_tables(catalog, config, pipeline, role, logger)
-        infos = [t.info for t in tables]
-        ensure_publication(catalog, config.publication_name(pipeline), infos, role, logger)
-        database = catalog.database()
-        if slot_exists and check_slot(catalog, slot, database) is not None:
-            catalog.rows(sql.SQL("SELECT pg_drop_replication_slot(%s)::text"), (slot,))
-            logger.warning("slot.dropped_for_snapshot", slot=slot)
-    finally:
-        catalog.close()
+    tables, database = _prepare(config, pipeline, logger, slot_exists)
     repl = ReplicationConnection(dsn, where, config.connect_timeout_s)
     try:
         created = create_slot(repl, slot, logger, snapshot="export")
@@ -133,6 +121,28 @@ def start_exported(
     return ExportedSnapshot(
         repl, point, created.snapshot_name, database, tables, work, ts_ms=now_ms()
     )
+
+
+def _prepare(
+    config: PostgresSourceConfig, pipeline: str, logger: Logger, slot_exists: bool
+) -> tuple[list[SnapshotTable], str]:
+    """Check the server, describe the tables, ensure the publication, drop a useless slot."""
+    dsn = config.dsn.get_secret_value()
+    catalog = Catalog(dsn, redact_url(dsn), config.connect_timeout_s)
+    try:
+        catalog.check_server()
+        role = catalog.check_role()
+        tables = describe_tables(catalog, config, pipeline, role, logger)
+        infos = [t.info for t in tables]
+        ensure_publication(catalog, config.publication_name(pipeline), infos, role, logger)
+        database = catalog.database()
+        slot = config.slot_name(pipeline)
+        if slot_exists and check_slot(catalog, slot, database) is not None:
+            catalog.rows(sql.SQL("SELECT pg_drop_replication_slot(%s)::text"), (slot,))
+            logger.warning("slot.dropped_for_snapshot", slot=slot)
+    finally:
+        catalog.close()
+    return tables, database
 
 
 def _plan_all(

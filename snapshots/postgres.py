@@ -33,6 +33,9 @@ from snapshots.progress import Reporter, reporter
 from snapshots.state import OFFSET_KEY, SnapshotState
 from snapshots.streaming import StreamSnapshots
 
+#: Most snapshot pieces (of up to 5,000 rows) in one log transaction.
+COMMIT_EVERY_PIECES = 10
+
 
 class SnapshottingPostgresSource:
     """A :class:`PostgresSource` that snapshots as the pipeline's ``snapshot`` mode asks."""
@@ -50,6 +53,7 @@ class SnapshottingPostgresSource:
         self._reporter: Reporter | None = None
         self.chunks_read = 0  # chunks whose rows this session handed to the log (tests, bench)
         self.streaming = False  # the stream is open (after any exported snapshot)
+        self._uncommitted = 0  # snapshot pieces appended since the last commit
 
     def tables(self) -> list[tuple[str, str]]:
         return self._inner.tables()
@@ -154,8 +158,14 @@ class SnapshottingPostgresSource:
             self.chunks_read += 1
             assert self._reporter is not None
             self._reporter.chunk_done(piece.table, piece.chunk, piece.rows, figures)
-        offsets = {**offsets_for(exported.consistent_point), OFFSET_KEY: self._state.to_json()}
         events = piece.events if piece is not None else []
+        self._uncommitted += 1
+        # A commit per finished chunk (and per first batch, and every few pieces to bound the log
+        # transaction): fewer fsyncs than one per piece, and progress moves only at a commit.
+        if not (schemas or self._uncommitted >= COMMIT_EVERY_PIECES or (piece and piece.last)):
+            return SourceBatch(events=events, schemas=schemas)
+        self._uncommitted = 0
+        offsets = {**offsets_for(exported.consistent_point), OFFSET_KEY: self._state.to_json()}
         return SourceBatch(events=events, commit_offsets=offsets, schemas=schemas)
 
     def _finish_exported(self, exported: ExportedSnapshot) -> SourceBatch:
