@@ -38,6 +38,21 @@ KeyedRow = tuple[dict[str, Any], dict[str, Any]]
 HIGH_WATERMARK_WAIT_S = 600.0
 
 
+#: Transactions in progress right after the low watermark (``%s``), still running in this
+#: transaction's snapshot, yet finished in the commit log: committed before the watermark
+#: possibly, but not visible yet. The first statement of a transaction takes its snapshot.
+_RACING = sql.SQL(
+    "SELECT count(*) FROM pg_snapshot_xip(%s::pg_snapshot) AS l(x)"
+    " WHERE l.x IN (SELECT pg_snapshot_xip(pg_current_snapshot()))"
+    " AND pg_xact_status(l.x) <> 'in progress'"
+)
+RACE_RETRIES = 2500  # 2 ms apart: about five seconds
+
+
+class _Racing(Exception):
+    """The read's snapshot misses a transaction that committed before the low watermark."""
+
+
 @dataclass(frozen=True, slots=True)
 class ChunkJob:
     """One chunk to read between watermarks."""
@@ -152,7 +167,7 @@ class WatermarkReader:
             self.open_windows[wid] = OpenWindow(job, done)
         conn = self._connection()
         self._emit(conn, LOW, wid)
-        rows = self._rows(conn, job)
+        rows = self._rows(conn, job, self._snapshot_text(conn))
         with self._lock:
             self._windows.deliver(wid, rows)
         self._emit(conn, HIGH, wid)
@@ -164,7 +179,37 @@ class WatermarkReader:
                 raise SourceFatal(f"high watermark {wid} never came back through the stream")
         return True
 
-    def _rows(self, conn: psycopg.Connection[Any], job: ChunkJob) -> dict[bytes, KeyedRow]:
+    @staticmethod
+    def _snapshot_text(conn: psycopg.Connection[Any]) -> str:
+        row = conn.execute(sql.SQL("SELECT pg_current_snapshot()::text")).fetchone()
+        assert row is not None
+        return str(row[0])
+
+    def _rows(
+        self, conn: psycopg.Connection[Any], job: ChunkJob, after_low: str
+    ) -> dict[bytes, KeyedRow]:
+        """The chunk's rows, read in a snapshot that sees every transaction the stream shows
+        before the low watermark.
+
+        Why the check: a transaction whose commit record precedes the low watermark's may still
+        be leaving the process array when a new snapshot is taken, which would hide it from the
+        read although the stream shows it before the window. Such a transaction is in progress
+        in the snapshot taken right after the low watermark (``after_low``) and already finished
+        in the commit log; the read waits (briefly) until none is left.
+        """
+        for _ in range(RACE_RETRIES):
+            try:
+                with conn.transaction():
+                    conn.execute(sql.SQL("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
+                    [(racing,)] = conn.execute(_RACING, (after_low,)).fetchall()
+                    if racing:
+                        raise _Racing
+                    return self._read(conn, job)
+            except _Racing:
+                time.sleep(0.002)
+        raise SourceFatal(f"transactions before watermark of {job.table.name} stay invisible")
+
+    def _read(self, conn: psycopg.Connection[Any], job: ChunkJob) -> dict[bytes, KeyedRow]:
         convert, key_names = job.table.state.convert, job.table.state.key
         rows: dict[bytes, KeyedRow] = {}
         for piece in read_rows(conn, chunk_query(job.table, job.chunk, job.where), 5000):
