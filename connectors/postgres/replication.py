@@ -142,8 +142,8 @@ class ReplicationConnection:
             if size > 0:
                 return data
             if size == 0:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self._wait(remaining):
+                # A zero wait still polls the socket: whatever arrived meanwhile is read.
+                if not self._wait(max(0.0, deadline - time.monotonic())):
                     return None
                 self._consume()
                 continue

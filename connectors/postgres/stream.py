@@ -108,6 +108,11 @@ class Assembler:
         return len(self._events)
 
     @property
+    def events(self) -> list[ChangeEvent]:
+        """The current batch's events (a new list after each ``take``)."""
+        return self._events
+
+    @property
     def has_output(self) -> bool:
         return bool(self._events or self._schemas or self._dead or self._commit_lsn)
 
