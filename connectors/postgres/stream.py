@@ -1,5 +1,11 @@
 """Turn decoded pgoutput messages into change events, in commit order, in bounded batches.
 
+Positions: an event's ``source.position`` is its transaction's commit LSN (``Begin.final_lsn``,
+the start of the commit record), known from the transaction's first message, so the events of
+a large transaction delivered in several batches all carry it. The offsets stored at commit are
+the commit record's *end* LSN: ``START_REPLICATION`` from there skips that transaction. Both
+order transactions identically.
+
 The assembler has no I/O of its own: the source feeds it messages and hands it a
 :class:`CatalogReader` for the rare lookups (types, NOT NULL flags, TOAST fallback reads).
 """

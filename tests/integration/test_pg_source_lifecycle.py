@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
@@ -160,3 +161,23 @@ def test_wal_level_below_logical_is_a_clear_error(tmp_path: Path) -> None:
         dsn = server.dsn_for()
         message = _open_fails(dsn, tmp_path, ["public.a"])
     assert "wal_level is 'replica'" in message and "wal_level = logical" in message
+
+
+def test_create_slot_exporting_a_snapshot(pg_db: str) -> None:
+    """For the snapshot: the exported snapshot reads the database as of the consistent point,
+    as long as the creating connection stays idle."""
+    from connectors.postgres.replication import ReplicationConnection
+
+    sql(pg_db, "CREATE TABLE a (id int PRIMARY KEY)", "INSERT INTO a VALUES (1)")
+    repl = ReplicationConnection(pg_db, "test", 10)
+    try:
+        created = repl.create_slot("export_test", "export")
+        assert created.snapshot_name and "/" in created.consistent_point
+        sql(pg_db, "INSERT INTO a VALUES (2)")  # after the consistent point
+        with psycopg.connect(pg_db) as conn:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            conn.execute(f"SET TRANSACTION SNAPSHOT '{created.snapshot_name}'")
+            assert conn.execute("SELECT id FROM a").fetchall() == [(1,)]
+    finally:
+        repl.close()
+        sql(pg_db, "SELECT pg_drop_replication_slot('export_test')")
