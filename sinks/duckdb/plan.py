@@ -100,7 +100,7 @@ def _change(record: SinkRecord) -> tuple[TableId, Change]:
             raise RecordError(f"op {op!r} without an 'after' image", record)
     elif op == "d":
         before = value.get("before")
-        row = {**before, **key} if before else dict(key)
+        row = {**before, **key} if isinstance(before, dict) else dict(key)
     elif op != "t":
         raise RecordError(f"unknown op {op!r}", record)
     else:
