@@ -45,14 +45,17 @@ def plan_collection(client: MongoClient[Doc], table: str, range_docs: int) -> li
     db, coll = table.split(".", 1)
     bounds: list[Any] = []
     cursor = client[db][coll].find({}, {"_id": 1}).sort("_id", 1).batch_size(10_000)
+    first: Any = None
     previous: Any = None
     for count, doc in enumerate(cursor, 1):
+        if count == 1:
+            first = doc["_id"]
         if count % range_docs == 0:
             bounds.append(doc["_id"])
         previous = doc["_id"]
     if bounds and bounds[-1] == previous:
         bounds.pop()  # the last range would be empty
-    return ranges.plan(bounds)
+    return ranges.plan(bounds, one_type=ranges.bracket(first) == ranges.bracket(previous))
 
 
 def new_state(snapshot_id: str, position: int, reason: str, planned: dict[str, list[Doc]]) -> Doc:
