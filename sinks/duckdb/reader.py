@@ -38,7 +38,10 @@ def read_rows(
     columns parsed. A schemaless table yields its ``_key`` and ``doc`` documents.
     """
     with open_for_reading(path, lock_wait_s) as con:
-        state = load_states(con).get((schema, table))
+        try:
+            state = load_states(con).get((schema, table))
+        except duckdb.CatalogException as exc:
+            raise SinkFatal(f"DuckDB sink: {path} was not written by this sink (no _cdc)") from exc
         if state is None:
             return
         columns = state.columns

@@ -496,3 +496,12 @@ def test_plugin_is_registered() -> None:
 
     assert plugins.load(plugins.SINK_GROUP, "duckdb") is DuckDBSinkPlugin
     assert duckdb.__version__
+
+
+def test_read_rows_of_a_foreign_file_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "other.duckdb"
+    duckdb.connect(str(path)).close()
+    with pytest.raises(SinkFatal, match="not written by this sink"):
+        list(read_rows(path, "public", "items"))
+    with pytest.raises(SinkFatal, match="no database file"):
+        list(read_rows(tmp_path / "missing.duckdb", "public", "items"))
