@@ -43,6 +43,27 @@ def scope(server: Any) -> str:
     return "auto" if is_real(server) else "collection"
 
 
+@contextmanager
+def private_server(shared: Any) -> Iterator[Any]:
+    """A server of the test's own when the shared one is mongo-java-server.
+
+    mongo-java-server repairs each change event with a scan of its whole oplog, which it never
+    trims, so a test writing tens of thousands of documents would slow every later test down.
+    A real server (``CDC_TEST_MONGO_URI``) is used as it is.
+    """
+    if is_real(shared):
+        yield shared
+        return
+    from tests.services.mongo import LocalMongo
+
+    server = LocalMongo()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
 def new_db() -> str:
     return f"t_{uuid.uuid4().hex[:10]}"
 

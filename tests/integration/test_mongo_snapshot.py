@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 
 from cdc.events import topic_name
 from connectors.mongodb import MongoSourcePlugin
-from tests.integration.mongo_kit import PIPELINE, database, harness, scope
+from tests.integration.mongo_kit import PIPELINE, database, harness, private_server, scope
 
 DOCS = 50_000
 pytestmark = pytest.mark.timeout(240)
@@ -51,9 +52,16 @@ def _topic_state(log: Any, topic: str) -> dict[bytes, Any]:
     return state
 
 
+@pytest.fixture
+def own_server(mongo_server: Any) -> Iterator[Any]:
+    with private_server(mongo_server) as server:
+        yield server
+
+
 def test_snapshot_under_concurrent_writes_equals_the_collection(
-    mongo_server: Any, tmp_path: Path
+    own_server: Any, tmp_path: Path
 ) -> None:
+    mongo_server = own_server
     with database(mongo_server.uri) as db:
         db.big.insert_many(
             [{"_id": i, "v": float(i), "name": f"doc {i}", "tags": ["a", i]} for i in range(DOCS)]
