@@ -71,8 +71,9 @@ def test_initial_snapshot_of_300k_rows_under_1000_changes_per_second(
             process = start_run(pipeline, tmp_path)
             runs.append(process)
             wait_for(lambda: snapshot_finished(log_dir), 240, "the snapshot")
-            wait_for(lambda: writer.changes > 3000, 30, "more changes after the snapshot")
-        assert writer.changes > 3000
+            during = writer.changes
+            wait_for(lambda: writer.changes > during + 2000, 30, "changes after the snapshot")
+        assert during > 1000  # the writer ran while the snapshot was read
         settle_and_stop(process, pg_db, log_dir)
         in_topic, in_table = topic_state(log_dir), table_state(pg_db)
         assert in_topic.keys() == in_table.keys()
@@ -87,16 +88,16 @@ def test_initial_snapshot_of_300k_rows_under_1000_changes_per_second(
 def test_sigkill_mid_snapshot_resumes_without_rereading_finished_chunks(
     pg_db: str, tmp_path: Path
 ) -> None:
-    create_table(pg_db, 60_000)
+    create_table(pg_db, 100_000)
     pipeline = write_pipeline(tmp_path, pg_db, snapshot_chunk_rows=2_500, snapshot_workers=1)
     log_dir = tmp_path / "log"
     runs: list[subprocess.Popen[str]] = []
     try:
-        with Writer(pg_db, 60_000, rate=300):
+        with Writer(pg_db, 100_000, rate=300):
             process = start_run(pipeline, tmp_path)
             runs.append(process)
             wait_for(
-                lambda: len(chunks_done(snapshot_tables(log_dir).get("public.t", {}))) >= 4,
+                lambda: len(chunks_done(snapshot_tables(log_dir).get("public.t", {}))) >= 2,
                 120,
                 "some chunks",
                 interval=0.05,
