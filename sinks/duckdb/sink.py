@@ -122,20 +122,19 @@ class DuckDBSink:
         self._con.execute("COMMIT")
 
     def _apply(self, batch: TableBatch) -> None:
-        changes = batch.changes
-        key_names = list(changes[0].key) if changes else []
+        key_names = list(batch.keys[0]) if len(batch) else []
         published = self._context.schemas.get(*batch.table)
         state = prepare(self._con, self._states, batch.table, published, key_names, self._history)
         truncate = batch.truncate
         applied = truncate is not None and merge.apply_truncate(self._con, state, truncate)
         if applied and truncate is not None and self._history:
             history.close_truncated(self._con, state, truncate)
-        if not changes:
+        if not len(batch):
             return
-        staged = encode(state, changes, newest_only=not self._history)
+        staged = encode(state, batch, newest_only=not self._history)
         merge.select_winners(self._con, state, staged, newest_only=not self._history)
         latest = merge.select_latest(self._con, state) if self._history else merge.WINNERS
-        ops = {c.op for c in changes}
+        ops = set(staged.batch.ops)
         merge.merge_current(self._con, state, latest, upserts=ops != {"d"}, deletes="d" in ops)
         if self._history:
             history.append_versions(self._con, state)

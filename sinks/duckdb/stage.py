@@ -17,7 +17,7 @@ import orjson
 
 from cdc.errors import RecordError
 from sinks.duckdb.catalog import POSITION, SEQUENCE, ColumnInfo, TableState, quote
-from sinks.duckdb.plan import Change
+from sinks.duckdb.plan import TableBatch
 from sinks.duckdb.types import Conversion, conversion, document_key
 
 OP: Final = "__cdc_op"
@@ -36,7 +36,7 @@ class Staged:
     payload: str
     columns: list[ColumnInfo]
     conversions: list[Conversion]
-    changes: list[Change]
+    batch: TableBatch
     unique: bool
 
 
@@ -49,91 +49,75 @@ class StageFailed(Exception):
         self.cause = cause
 
 
-def encode(state: TableState, changes: list[Change], newest_only: bool) -> Staged:
+def encode(state: TableState, batch: TableBatch, newest_only: bool) -> Staged:
     """The changes of one table as one JSON document of columns.
 
     With ``newest_only``, only the newest change of each key is staged.
 
     Raises:
-        RecordError: a change with a column the table does not know, or a value that a
-            Python-side conversion refuses.
+        RecordError: a change with a column the table does not know.
     """
     conversions = [conversion(c.duck_type) for c in state.columns]
     unique = False
     if newest_only:
-        changes, unique = newest_per_key(state, changes)
+        batch, unique = newest_per_key(state, batch)
     if state.layout == "document":
-        values = _document_columns(changes)
+        values = _document_columns(batch)
     else:
-        values = _typed_columns(state, changes)
+        values = _typed_columns(state, batch)
     for n, conv in enumerate(conversions):
         if conv.python is not None:
-            values[n] = _python(conv, values[n], changes)
-    doc: dict[str, Any] = {
-        "p": [c.pos[0] for c in changes],
-        "s": [c.pos[1] for c in changes],
-        "o": [c.op for c in changes],
-        "t": [c.ts_ms for c in changes],
-    }
+            values[n] = conv.python(values[n])
+    doc: dict[str, Any] = {"p": batch.positions, "s": batch.sequences, "o": batch.ops}
+    doc["t"] = batch.times
     doc.update((f"c{n}", column) for n, column in enumerate(values))
-    return Staged(orjson.dumps(doc).decode(), state.columns, conversions, changes, unique)
+    return Staged(orjson.dumps(doc).decode(), state.columns, conversions, batch, unique)
 
 
-def newest_per_key(state: TableState, changes: list[Change]) -> tuple[list[Change], bool]:
+def newest_per_key(state: TableState, batch: TableBatch) -> tuple[TableBatch, bool]:
     """The newest change of each key, in batch order, and whether that could be decided.
 
     Checking that keys are unique costs one ``set`` over the key values; only a batch that
     repeats keys pays for picking the newest. Keys Python cannot hash are left to SQL.
     """
     if state.layout == "document":
-        idents: list[Any] = [document_key(c.key) for c in changes]
+        idents: list[Any] = [document_key(key) for key in batch.keys]
     else:
         names = [c.name for c in state.keys]
-        columns = [[c.row.get(name) for c in changes] for name in names]
+        columns = [[row.get(name) for row in batch.rows] for name in names]
         idents = columns[0] if len(columns) == 1 else list(zip(*columns, strict=True))
     try:
         if len(set(idents)) == len(idents):
-            return changes, True
+            return batch, True
         best: dict[Any, int] = {}
         for n, ident in enumerate(idents):
             known = best.get(ident)
-            if known is None or changes[n].pos > changes[known].pos:
+            if known is None or batch.pos(n) > batch.pos(known):
                 best[ident] = n
     except TypeError:
-        return changes, False
-    return [changes[n] for n in sorted(best.values())], True
+        return batch, False
+    return batch.subset(sorted(best.values())), True
 
 
-def _typed_columns(state: TableState, changes: list[Change]) -> list[list[Any]]:
-    rows = [c.row for c in changes]
+def _typed_columns(state: TableState, batch: TableBatch) -> list[list[Any]]:
+    rows = batch.rows
     names = [c.name for c in state.columns]
     unknown = set().union(*rows).difference(names)
     if unknown:
-        first = next(c for c in changes if not unknown.isdisjoint(c.row))
+        first = next(n for n, row in enumerate(rows) if not unknown.isdisjoint(row))
         raise RecordError(
             f"{state.schema}.{state.table}: columns {sorted(unknown)} are not in the published "
             "schema",
-            first.record,
+            batch.records[first],
         )
     return [[row.get(name) for row in rows] for name in names]
 
 
-def _document_columns(changes: list[Change]) -> list[list[Any]]:
+def _document_columns(batch: TableBatch) -> list[list[Any]]:
     # The key as canonical JSON (sorted names), so equal keys are equal text in DuckDB.
-    keys = [orjson.Fragment(document_key(c.key)) for c in changes]
-    return [keys, [None if c.op == "d" else c.row for c in changes]]
-
-
-def _python(conv: Conversion, column: list[Any], changes: list[Change]) -> list[Any]:
-    convert = conv.python
-    assert convert is not None
-    out = []
-    for change, value in zip(changes, column, strict=True):
-        try:
-            out.append(None if value is None else convert(value))
-        except (TypeError, ValueError) as exc:
-            raise RecordError(f"value {value!r} cannot be converted: {exc}", change.record) from exc
-    return out
+    keys = [orjson.Fragment(document_key(key)) for key in batch.keys]
+    docs = [None if op == "d" else row for op, row in zip(batch.ops, batch.rows, strict=True)]
+    return [keys, docs]
 
 
 def _spec(staged: Staged, check: bool) -> str:
@@ -194,12 +178,12 @@ def find_bad_value(con: Any, failed: StageFailed) -> RecordError | None:
     found = con.execute(sql, [staged.payload]).fetchone()
     if found is None:
         return None
-    change = staged.changes[int(found[0])]
+    index = int(found[0])
     column = staged.columns[int(found[1])]
-    value = change.row.get(column.name)
+    value = staged.batch.rows[index].get(column.name)
     shown = repr(value) if len(repr(value)) <= 200 else repr(value)[:200] + "..."
     reason = (
         f"{column.name} ({column.source_type or 'json'}): value {shown} cannot be stored as "
         f"DuckDB {column.duck_type}: {str(failed.cause).strip().splitlines()[0]}"
     )
-    return RecordError(f"column {reason}", change.record)
+    return RecordError(f"column {reason}", staged.batch.records[index])

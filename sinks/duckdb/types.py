@@ -118,7 +118,7 @@ def _temporal(match: re.Match[str]) -> str:
 
 # -- staging -------------------------------------------------------------------------------------
 
-PyConvert = Callable[[Any], Any]
+PyConvert = Callable[[list[Any]], list[Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +135,8 @@ class Conversion:
         expr: SQL turning the staged value ``{c}`` into the column's type.
         check_stage: structure for the check path (text or JSON).
         check: SQL casting the check path's ``{c}``; ``TRY`` of it is NULL for a bad value.
-        python: a conversion applied in Python first, for the few formats DuckDB cannot parse.
+        python: a conversion of a whole column applied in Python first, for the few formats
+            DuckDB cannot parse (a column at a time: a call per value shows on the hot path).
     """
 
     stage: Any
@@ -225,11 +226,23 @@ def iso_duration_to_duckdb(text: str) -> str:
     return " ".join(parts) or "0 seconds"
 
 
+def _intervals(column: list[Any]) -> list[Any]:
+    return [None if v is None else _interval_value(v) for v in column]
+
+
+def _bc_dates(column: list[Any]) -> list[Any]:
+    # Nearly every value is a plain string that does not end in BC: keep that path inline.
+    return [
+        (bc_to_duckdb(v) if v.endswith(" BC") else v) if v.__class__ is str else _bc_value(v)
+        for v in column
+    ]
+
+
 _PYTHON: Final[dict[str, PyConvert]] = {
-    "INTERVAL": _interval_value,
-    "DATE": _bc_value,
-    "TIMESTAMP": _bc_value,
-    "TIMESTAMPTZ": _bc_value,
+    "INTERVAL": _intervals,
+    "DATE": _bc_dates,
+    "TIMESTAMP": _bc_dates,
+    "TIMESTAMPTZ": _bc_dates,
 }
 
 # -- schema evolution ----------------------------------------------------------------------------

@@ -129,4 +129,4 @@ def test_plan_skips_applied_offsets_tombstones_and_what_a_truncate_covers() -> N
     batch = batches[("public", "t")]
     assert offsets == {TopicPartition("p.public.t", 0): len(records)}
     assert batch.truncate is not None and batch.truncate.pos == (20, 0)
-    assert [(c.op, c.row["id"]) for c in batch.changes] == [("c", 3)]
+    assert list(zip(batch.ops, [row["id"] for row in batch.rows], strict=True)) == [("c", 3)]
