@@ -5,7 +5,8 @@ Layout, for pipeline (key prefix) ``shop`` and table ``public.orders``:
 - ``shop:public.orders:<k1>:<k2>`` -- a string, the row's JSON (the DESIGN.md contract).
 - ``shop:__pos:public.orders`` -- a hash, field ``<k1>:<k2>`` -> ``<pos>:<offset>``: the source
   position of the last change applied to the key, and the offset up to which its records are
-  done. Deletes keep their field, so a replayed older create cannot bring a deleted row back.
+  done (``%015d``). Deletes keep their field, so a replayed older create cannot bring a
+  deleted row back.
 - ``shop:__truncated:public.orders`` -- a string, the position of the table's last truncate: no
   change older than it is applied.
 - ``shop:__offsets:<sink name>`` -- a hash, ``<topic>|<partition>`` -> next offset to read, written
@@ -28,15 +29,16 @@ from sinks.keyed import Change, Kind, Pos, Table, key_suffix
 #
 # apply: ttl_ms, offsets_key, rebuild_key, expect_offsets, n, <n offsets args>, t,
 #        <t x (value prefix, pos hash, truncated key)>, then the changes as one JSON array of
-#        [op, table#, field, pos, offset, value] (one argument, not six a change: encoding
-#        arguments one by one was most of the client's time).
+#        [op, table#, field, pos, offset, extra] (one argument, not six a change: encoding
+#        arguments one by one was most of the client's time); extra is the row's JSON for
+#        a set, offset + 1 for a delete.
 #        op: s (set), d (delete), x (tombstone). Returns how many changes were applied.
 # trunc: value prefix, pos hash, pos, fields...: deletes the rows older than pos.
 # floor: truncated key, pos: raises the table's truncate position.
 LUA = r"""
 local function split(mark)
   local c = string.find(mark, ':', 1, true)
-  return {string.sub(mark, 1, c - 1), tonumber(string.sub(mark, c + 1))}
+  return string.sub(mark, 1, c - 1), string.sub(mark, c + 1)
 end
 
 local mode = ARGV[1]
@@ -44,7 +46,7 @@ if mode == 'trunc' then
   local n = 0
   for i = 5, #ARGV do
     local mark = redis.call('HGET', ARGV[3], ARGV[i])
-    if not mark or split(mark)[1] < ARGV[4] then
+    if not mark or split(mark) < ARGV[4] then
       redis.call('DEL', ARGV[2] .. ARGV[i])
       redis.call('HDEL', ARGV[3], ARGV[i])
       n = n + 1
@@ -71,7 +73,7 @@ local tables = {}
 for t = 1, tonumber(ARGV[i]) do
   local b = i + (t - 1) * 3
   tables[t] = {rows = ARGV[b + 1], pos = ARGV[b + 2], floor = redis.call('GET', ARGV[b + 3]) or '',
-               marks = {}, fields = {}, values = {}, written = {}}
+               spos = {}, soff = {}, fields = {}, values = {}, marks = {}}
 end
 local changes = cjson.decode(ARGV[i + 1 + #tables * 3])
 
@@ -85,44 +87,47 @@ for _, t in ipairs(tables) do
   if #t.fields > 0 then
     local got = redis.call('HMGET', t.pos, unpack(t.fields))
     for k = 1, #t.fields do
-      if got[k] then t.marks[t.fields[k]] = split(got[k]) end
+      if got[k] then t.spos[t.fields[k]], t.soff[t.fields[k]] = split(got[k]) end
     end
   end
 end
 
 local function mark(t, field, pos, off)
-  t.marks[field] = {pos, off}
-  t.written[field] = pos .. ':' .. off
+  t.spos[field], t.soff[field] = pos, off
+  local m = t.marks
+  m[#m + 1] = field
+  m[#m + 1] = pos .. ':' .. off  -- a repeated field: HSET keeps the last
 end
 
-local applied, none = 0, {'', -1}
+-- Positions and offsets are fixed-width digit strings: compared as strings, no numbers.
+local applied = 0
 for _, c in ipairs(changes) do
   local op, t, field, pos, off = c[1], tables[c[2]], c[3], c[4], c[5]
-  local m = t.marks[field] or none
+  local spos, soff = t.spos[field] or '', t.soff[field] or ''
   if op == 'x' then
     -- A tombstone has no position: it deletes only when nothing at or after it was applied.
-    if off > m[2] then
+    if off > soff then
       t.values[field] = false
-      mark(t, field, m[1], off)
+      mark(t, field, spos, off)
       applied = applied + 1
     end
-  elseif pos > m[1] and pos > t.floor then
+  elseif pos > spos and pos > t.floor then
     if op == 's' then
       t.values[field] = c[6]
       mark(t, field, pos, off)
     else
       t.values[field] = false
-      -- off + 1: the delete's own tombstone follows it and must change nothing.
-      mark(t, field, pos, off + 1)
+      -- c[6] is offset + 1: the delete's own tombstone follows it and must change nothing.
+      mark(t, field, pos, c[6])
     end
     applied = applied + 1
-  elseif op == 'd' and off + 1 > m[2] then
-    mark(t, field, m[1], off + 1)
+  elseif op == 'd' and c[6] > soff then
+    mark(t, field, spos, c[6])
   end
 end
 
 for _, t in ipairs(tables) do
-  local sets, dels, marks = {}, {}, {}
+  local sets, dels = {}, {}
   for field, value in pairs(t.values) do
     if not value then
       dels[#dels + 1] = t.rows .. field
@@ -133,13 +138,9 @@ for _, t in ipairs(tables) do
       sets[#sets + 1] = value
     end
   end
-  for field, value in pairs(t.written) do
-    marks[#marks + 1] = field
-    marks[#marks + 1] = value
-  end
   if #sets > 0 then redis.call('MSET', unpack(sets)) end
   if #dels > 0 then redis.call('DEL', unpack(dels)) end
-  if #marks > 0 then redis.call('HSET', t.pos, unpack(marks)) end
+  if #t.marks > 0 then redis.call('HSET', t.pos, unpack(t.marks)) end
 end
 if n_off > 0 then
   redis.call('HSET', offsets_key, unpack(ARGV, 7, 6 + n_off))
@@ -154,6 +155,11 @@ _OPS = {Kind.UPSERT: "s", Kind.DELETE: "d", Kind.TOMBSTONE: "x"}
 def encode_pos(pos: Pos | None) -> str:
     """Fixed-width digits, ordered as ``(position, sequence)`` is."""
     return "" if pos is None else f"{pos[0]:020d}{pos[1]:010d}"
+
+
+def encode_offset(offset: int) -> str:
+    """Fixed-width digits: Lua compares them as strings, and never formats a number."""
+    return f"{offset:015d}"
 
 
 class Layout:
@@ -187,13 +193,17 @@ class ApplyCall:
         self._tables: dict[Table, int] = {}
         self.changes = [self._entry(change) for change in changes]
 
-    def _entry(self, change: Change) -> tuple[str, int, str, str, int, str]:
+    def _entry(self, change: Change) -> tuple[str, int, str, str, str, str]:
         number = self._tables.get(change.table)
         if number is None:
             number = self._tables[change.table] = len(self._tables) + 1
-        value = orjson.dumps(change.row).decode() if change.row is not None else ""
+        kind, offset = change.kind, change.offset
+        if kind is Kind.UPSERT:
+            extra = orjson.dumps(change.row).decode()
+        else:
+            extra = encode_offset(offset + 1) if kind is Kind.DELETE else ""
         suffix, pos = key_suffix(change.key), encode_pos(change.pos)
-        return (_OPS[change.kind], number, suffix, pos, change.offset, value)
+        return (_OPS[kind], number, suffix, pos, encode_offset(offset), extra)
 
     def args(
         self, ttl_ms: int, sink_keys: tuple[str, str], expect: bool, offsets: list[str]
