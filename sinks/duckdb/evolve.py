@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from cdc.errors import SinkFatal
+from cdc.logging import Logger
 from cdc.schema import Column, TableSchema
 from sinks.duckdb import catalog
 from sinks.duckdb.catalog import HISTORY_COLUMNS, ColumnInfo, TableState, quote
@@ -25,8 +26,12 @@ def prepare(
     published: TableSchema | None,
     key_names: Sequence[str],
     history: bool,
+    logger: Logger,
 ) -> TableState:
     """The table's state after creating or evolving it to match ``published``.
+
+    Changes are logged (``duckdb.table_created``, ``duckdb.column_added``,
+    ``duckdb.column_widened``); they take effect when the flush commits.
 
     Raises:
         SinkFatal: an incompatible type change, a table without key, or a history column
@@ -36,10 +41,11 @@ def prepare(
     if state is None:
         state = _create(con, table, published, list(key_names))
         states[table] = state
+        logger.info("duckdb.table_created", table=state.target, layout=state.layout)
     elif state.layout == "typed" and published is not None:
         _check_keys(state, published)
         for column in published.columns:
-            _follow(con, state, column)
+            _follow(con, state, column, logger)
     if history and not state.history:
         _check_history_names(state, [c.name for c in state.columns])
         catalog.create_history(con, state)
@@ -71,12 +77,21 @@ def _check_keys(state: TableState, published: TableSchema) -> None:
         )
 
 
-def _follow(con: Any, state: TableState, column: Column) -> None:
+def _follow(con: Any, state: TableState, column: Column, logger: Logger) -> None:
     known = state.column(column.name)
     if known is None:
         _add(con, state, ColumnInfo(column.name, column.type, duckdb_type(column.type)))
+        logger.info("duckdb.column_added", table=state.target, column=column.name, type=column.type)
     elif normalize(known.source_type) != normalize(column.type):
+        old = known.source_type
         _change_type(con, state, known, column.type)
+        logger.info(
+            "duckdb.column_widened",
+            table=state.target,
+            column=column.name,
+            old=old,
+            new=column.type,
+        )
 
 
 def _add(con: Any, state: TableState, column: ColumnInfo) -> None:

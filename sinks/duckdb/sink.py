@@ -38,6 +38,7 @@ class DuckDBSink:
         self._states: dict[tuple[str, str], catalog.TableState] = {}
         self._offsets: dict[TopicPartition, int] = {}
         self._pending: list[SinkRecord] = []
+        self._log = context.logger
 
     def open(self) -> None:
         """Open (or create) the file and read back the offsets stored with the data.
@@ -124,9 +125,13 @@ class DuckDBSink:
     def _apply(self, batch: TableBatch) -> None:
         key_names = list(batch.keys[0]) if len(batch) else []
         published = self._context.schemas.get(*batch.table)
-        state = prepare(self._con, self._states, batch.table, published, key_names, self._history)
+        state = prepare(
+            self._con, self._states, batch.table, published, key_names, self._history, self._log
+        )
         truncate = batch.truncate
         applied = truncate is not None and merge.apply_truncate(self._con, state, truncate)
+        if applied:
+            self._log.info("duckdb.truncated", table=state.target, pos=list(state.watermark))
         if applied and truncate is not None and self._history:
             history.close_truncated(self._con, state, truncate)
         if not len(batch):
