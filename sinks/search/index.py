@@ -149,9 +149,14 @@ class TableIndex:
             found[_first(doc, "_key")] = Mark(pos, _first(doc, "_off"), row)
         return found
 
-    def replace(self, key: str, document: str, existed: bool) -> None:
-        if existed:  # deletes apply to every earlier add, the uncommitted ones too
-            self.writer.delete_documents_by_term("_key", key)
+    def delete_keys(self, keys: list[str]) -> None:
+        """Delete the documents of ``keys``: every one added before, uncommitted ones too."""
+        if keys:
+            self.writer.delete_documents_by_query(
+                tantivy.Query.term_set_query(SCHEMA, "_key", keys)
+            )
+
+    def add(self, document: str) -> None:
         self.writer.add_json(document)
 
     def truncate(self, pos: Pos) -> None:

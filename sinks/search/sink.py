@@ -119,35 +119,58 @@ class SearchSink:
         return index
 
     def _apply(self, table: Table, changes: list[Change]) -> None:
-        """Apply one table's changes in order under the guard."""
+        """Apply one table's changes in order under the guard, truncate by truncate."""
         index = self._index(table)
         pending = self._pending.setdefault(table, {})
         keys = [orjson.dumps(c.key).decode() for c in changes]
         marks = index.marks([k for k in set(keys) if k not in pending])
         marks.update(pending)
         columns = text_columns(self._context.schemas.get(*table))
+        start = 0
+        for number, change in enumerate(changes):
+            if change.kind is not Kind.TRUNCATE:
+                continue
+            self._write(index, changes[start:number], keys[start:number], marks, columns)
+            start = number + 1
+            assert change.pos is not None
+            if index.floor is None or change.pos > index.floor:
+                index.truncate(change.pos)
+                marks = {k: m for k, m in marks.items() if m.pos >= change.pos}
+        self._write(index, changes[start:], keys[start:], marks, columns)
+        pending.clear()
+        pending.update(marks)
+
+    @staticmethod
+    def _write(
+        index: TableIndex,
+        changes: list[Change],
+        keys: list[str],
+        marks: dict[str, Mark],
+        columns: frozenset[str] | None,
+    ) -> None:
+        """Index the final state of each key ``changes`` (no truncate among them) touch.
+
+        Only the last applied change of a key makes a document, and the replaced documents go
+        in one delete query: a delete per key costs more than the document it replaces.
+        """
+        final: dict[str, tuple[Mark, Change]] = {}
         for change, key in zip(changes, keys, strict=True):
-            if change.kind is Kind.TRUNCATE:
-                assert change.pos is not None
-                if index.floor is None or change.pos > index.floor:
-                    index.truncate(change.pos)
-                    marks = {k: m for k, m in marks.items() if m.pos >= change.pos}
-                continue
-            mark = _decide(change, marks.get(key), index.floor)
-            if mark is None:
-                continue
+            known = final.get(key)
+            mark = _decide(change, known[0] if known else marks.get(key), index.floor)
+            if mark is not None:
+                final[key] = (mark, change)
+        index.delete_keys([key for key in final if key in marks])
+        for key, (mark, change) in final.items():
             if mark.row is not None:
                 text = row_text(mark.row, columns)
                 document = row_document(key, mark.pos, mark.offset, mark.row, text)
             else:
                 document = marker_document(key, "gone", mark.pos, mark.offset)
             try:
-                index.replace(key, document, key in marks)
+                index.add(document)
             except ValueError as exc:
                 raise RecordError(f"search: cannot index the row: {exc}", change.record) from exc
             marks[key] = mark
-        pending.clear()
-        pending.update(marks)
 
     def _rollback(self) -> None:
         for table in self._pending:
