@@ -131,7 +131,7 @@ class SnapshottingPostgresSource:
             self._config, self._context, self._inner, self._state, self._reporter, self._logger
         )
         self._inner.open(stored_offsets)
-        self._stream.started(self._inner)
+        self._stream.started()
         self.streaming = True
 
     # -- poll ------------------------------------------------------------------------------

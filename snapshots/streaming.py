@@ -33,7 +33,7 @@ from connectors.postgres.replication import session_conninfo
 from connectors.postgres.source import PostgresSource
 from connectors.postgres.types import TypeRegistry
 from snapshots.chunks import chunk_from_json, remaining
-from snapshots.incremental import ChunkJob, KeyedRow, WatermarkReader, window_events
+from snapshots.incremental import ChunkJob, KeyedRow, Planner, WatermarkReader, window_events
 from snapshots.initial import describe_one
 from snapshots.progress import Reporter
 from snapshots.reader import SnapshotTable, plan
@@ -84,19 +84,14 @@ class StreamSnapshots:
         )
         inner.message_hooks[watermark_prefix(self._pipeline)] = self._on_watermark
         inner.message_hooks[signal_prefix(self._pipeline)] = self._on_signal
-        self._pending_jobs = 0
 
-    def started(self, inner: PostgresSource) -> None:
+    def started(self) -> None:
         """The stream is open: learn the database name for the events."""
         catalog = self._catalog()
         try:
             self._db = catalog.database()
         finally:
             catalog.close()
-
-    @property
-    def idle(self) -> bool:
-        return self._pending_jobs == 0
 
     # -- queueing work ---------------------------------------------------------------------
 
@@ -126,7 +121,7 @@ class StreamSnapshots:
         for request in self._state.requests():
             self._submit(self._request_planner(request))
 
-    def _request_planner(self, request: dict[str, Any]) -> Any:
+    def _request_planner(self, request: dict[str, Any]) -> Planner:
         def planner() -> list[ChunkJob]:
             table = self._describe(request["table"])
             with self._reader_plan_connection() as conn:
@@ -147,16 +142,8 @@ class StreamSnapshots:
 
         return planner
 
-    def _submit(self, planner: Any) -> None:
-        def counted() -> list[ChunkJob]:
-            jobs: list[ChunkJob] = planner()
-            with self._lock:
-                self._pending_jobs += len(jobs) - 1
-            return jobs
-
-        with self._lock:
-            self._pending_jobs += 1
-        self._reader.submit(counted)
+    def _submit(self, planner: Planner) -> None:
+        self._reader.submit(planner)
 
     # -- hooks (called inside the inner poll) -----------------------------------------------
 
@@ -229,8 +216,6 @@ class StreamSnapshots:
             schemas.append(job.table.state.table_schema)
         figures = self._state.chunk_done(table, job.chunk.index, len(rows))
         self._progress.chunk_done(table, job.chunk.index, len(rows), figures)
-        with self._lock:
-            self._pending_jobs -= 1
         window.done.set()
         return events
 
