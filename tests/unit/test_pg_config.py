@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from cdc.config import ConfigError, parse
+from cdc.config import parse
+from cdc.errors import ConfigError
 from connectors.postgres import PostgresSourceConfig
 
 
