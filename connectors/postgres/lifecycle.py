@@ -118,6 +118,9 @@ def create_slot(
     repl: ReplicationConnection, slot: str, logger: Logger, snapshot: str = "nothing"
 ) -> CreatedSlot:
     """Create the slot; the caller decides whether a missing slot may be re-created."""
+    # The server waits for transactions running now to finish before the slot is consistent:
+    # say so, or a long-running transaction elsewhere looks like a hang.
+    logger.info("slot.creating", slot=slot)
     try:
         created = repl.create_slot(slot, "export" if snapshot == "export" else "nothing")
     except ReplicationCommandError as exc:
