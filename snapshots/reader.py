@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from cdc.errors import SourceFatal
 from connectors.postgres.catalog import Catalog, TableInfo
 from connectors.postgres.pgoutput import Relation, RelationColumn
 from connectors.postgres.relations import RelationState, build_state
@@ -83,8 +84,27 @@ def describe(
     relation = Relation(info.oid, info.schema, info.table, identity, columns)
     not_null = {str(r[0]) for r in rows if r[3]}
     state = build_state(pipeline, info, relation, registry, key_columns, not_null, 0)
+    if chunk_columns:
+        _check_chunk_columns(info.name, chunk_columns, {c.name for c in columns}, not_null)
     chunk_key = tuple(chunk_columns or info.primary_key)
     return SnapshotTable(info, state, chunk_key)
+
+
+def _check_chunk_columns(
+    table: str, chunk_columns: Sequence[str], names: set[str], not_null: set[str]
+) -> None:
+    """Keyset chunks skip rows whose chunk key is NULL: refuse such columns up front.
+
+    Raises:
+        SourceFatal: a configured column is missing or nullable.
+    """
+    missing = [c for c in chunk_columns if c not in names]
+    nullable = [c for c in chunk_columns if c in names and c not in not_null]
+    if missing or nullable:
+        raise SourceFatal(
+            f"snapshot_key_columns of {table} must name existing NOT NULL columns "
+            f"(missing: {missing}, nullable: {nullable})"
+        )
 
 
 def _is_key(identity: str, name: str, primary_key: tuple[str, ...], in_index: bool) -> bool:

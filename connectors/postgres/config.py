@@ -63,6 +63,9 @@ class PostgresSourceConfig(SourceConfig):
         unknown = sorted(set(self.key_columns) - set(self.tables))
         if unknown:
             raise ValueError(f"key_columns names tables that are not captured: {unknown}")
+        unknown = sorted(set(self.snapshot_key_columns) - set(self.tables))
+        if unknown:
+            raise ValueError(f"snapshot_key_columns names tables that are not captured: {unknown}")
         return self
 
     def slot_name(self, pipeline: str) -> str:

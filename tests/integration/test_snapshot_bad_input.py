@@ -61,6 +61,17 @@ def test_configured_snapshot_key_columns_give_keyset_chunks(pg_db: str, tmp_path
         assert sorted(p.topic_state("public.nokey")) == list(range(1, 1001))
 
 
+def test_nullable_snapshot_key_columns_are_a_clear_error(pg_db: str, tmp_path: Path) -> None:
+    execute(pg_db, "CREATE TABLE t (id int PRIMARY KEY, code int)", "INSERT INTO t VALUES (1, 1)")
+    options = {"snapshot_key_columns": {"public.t": ["code"]}}
+    with pipeline(pg_db, tmp_path / "log", ["public.t"], **options) as p:
+        p.start()
+        with pytest.raises(
+            AssertionError, match=r"must name existing NOT NULL.*nullable: \['code'\]"
+        ):
+            p.wait(lambda: False, 20)
+
+
 def test_a_table_that_cannot_be_keyed_is_a_clear_error(pg_db: str, tmp_path: Path) -> None:
     execute(pg_db, "CREATE TABLE nokey (id int, v text)", "INSERT INTO nokey VALUES (1, 'a')")
     with pipeline(pg_db, tmp_path / "log", ["public.nokey"]) as p:
