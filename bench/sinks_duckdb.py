@@ -145,7 +145,7 @@ def run_sink(log: EmbeddedLog, path: Path, records: int, batch: int) -> tuple[fl
     thread = threading.Thread(target=task.run)
     thread.start()
     while sum(log.committed_offsets(group).values()) < records:
-        time.sleep(0.005)
+        time.sleep(0.02)
     elapsed = time.perf_counter() - started
     cpu = time.process_time() - cpu
     stop.set()

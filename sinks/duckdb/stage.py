@@ -22,7 +22,7 @@ from sinks.duckdb.types import Conversion, conversion, document_key
 
 OP: Final = "__cdc_op"
 TS: Final = "__cdc_ts"
-_META_SPEC: Final = {"p": ["HUGEINT"], "s": ["BIGINT"], "o": ["VARCHAR"], "t": ["BIGINT"]}
+_META_SPEC: Final = {"p": ["HUGEINT"], "s": ["BIGINT"], "o": ["VARCHAR"]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +31,7 @@ class Staged:
 
     Attributes:
         unique: every key occurs once (so SQL need not pick the newest change per key).
+        times: commit times are staged (history mode needs them; current state does not).
     """
 
     payload: str
@@ -38,6 +39,7 @@ class Staged:
     conversions: list[Conversion]
     batch: TableBatch
     unique: bool
+    times: bool
 
 
 class StageFailed(Exception):
@@ -69,9 +71,11 @@ def encode(state: TableState, batch: TableBatch, newest_only: bool) -> Staged:
         if conv.python is not None:
             values[n] = conv.python(values[n])
     doc: dict[str, Any] = {"p": batch.positions, "s": batch.sequences, "o": batch.ops}
-    doc["t"] = batch.times
+    if not newest_only:
+        doc["t"] = batch.times
     doc.update((f"c{n}", column) for n, column in enumerate(values))
-    return Staged(orjson.dumps(doc).decode(), state.columns, conversions, batch, unique)
+    payload = orjson.dumps(doc).decode()
+    return Staged(payload, state.columns, conversions, batch, unique, times=not newest_only)
 
 
 def newest_per_key(state: TableState, batch: TableBatch) -> tuple[TableBatch, bool]:
@@ -122,6 +126,8 @@ def _document_columns(batch: TableBatch) -> list[list[Any]]:
 
 def _spec(staged: Staged, check: bool) -> str:
     spec: dict[str, Any] = dict(_META_SPEC)
+    if staged.times:
+        spec["t"] = ["BIGINT"]
     for n, conv in enumerate(staged.conversions):
         spec[f"c{n}"] = [conv.check_stage if check else conv.stage]
     return orjson.dumps(spec).decode().replace("'", "''")
@@ -130,7 +136,8 @@ def _spec(staged: Staged, check: bool) -> str:
 def _rows(staged: Staged, check: bool) -> str:
     """SQL for the staged rows: ``p, s, o, t, c0, c1...`` (``i`` too when checking)."""
     function = "from_json" if check else "from_json_strict"
-    names = ["p", "s", "o", "t", *(f"c{n}" for n in range(len(staged.conversions)))]
+    names = ["p", "s", "o", *(["t"] if staged.times else [])]
+    names += [f"c{n}" for n in range(len(staged.conversions))]
     columns = ", ".join(f"unnest(j.{name}) AS {name}" for name in names)
     index = ", unnest(range(len(j.p))) AS i" if check else ""
     return f"(SELECT {columns}{index} FROM (SELECT {function}(?, '{_spec(staged, check)}') AS j))"
@@ -146,7 +153,8 @@ def select_staged(staged: Staged) -> str:
         for n, (col, conv) in enumerate(zip(staged.columns, staged.conversions, strict=True))
     )
     return (
-        f"SELECT p AS {POSITION}, s AS {SEQUENCE}, o AS {OP}, t AS {TS}, {casts} "
+        f"SELECT p AS {POSITION}, s AS {SEQUENCE}, o AS {OP}, "
+        f"{f't AS {TS}, ' if staged.times else ''}{casts} "
         f"FROM {_rows(staged, check=False)}"
     )
 
