@@ -39,6 +39,7 @@ class TableInfo:
 
     @property
     def name(self) -> str:
+        """``schema.table``."""
         return f"{self.schema}.{self.table}"
 
 
@@ -204,6 +205,7 @@ class Catalog:
         self.rows(sql.SQL("SELECT pg_logical_emit_message(false, %s, %s)::text"), (prefix, content))
 
     def close(self) -> None:
+        """Close the connection."""
         self.conn.close()
 
 

@@ -84,6 +84,7 @@ class StreamedTransactions:
         yield end, commit.commit_lsn
 
     def close(self) -> None:
+        """Discard every spool (a reconnect streams those transactions again)."""
         for spool in self._spools.values():
             spool.close()
         self._spools.clear()

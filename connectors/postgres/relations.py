@@ -42,10 +42,12 @@ class RelationState:
 
     @property
     def schema(self) -> str:
+        """The table's schema."""
         return self.info.schema
 
     @property
     def table(self) -> str:
+        """The table's name."""
         return self.info.table
 
     def identity(self, values: TupleData) -> tuple[int, tuple[Any, ...]]:

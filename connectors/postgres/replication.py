@@ -78,10 +78,12 @@ class ReplicationConnection:
 
     @property
     def server_version(self) -> int:
+        """``server_version_num`` of the server, e.g. 150004."""
         return self._pg.server_version
 
     @property
     def backend_pid(self) -> int:
+        """The walsender's process id."""
         return self._pg.backend_pid
 
     def command(self, command: bytes) -> list[tuple[str | None, ...]]:

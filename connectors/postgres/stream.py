@@ -33,13 +33,19 @@ MessageHook = Callable[[pg.LogicalMessage, int], None]
 class CatalogReader(Protocol):
     """The catalog lookups the assembler needs."""
 
-    def load_types(self, registry: TypeRegistry, oids: Sequence[int]) -> None: ...
+    def load_types(self, registry: TypeRegistry, oids: Sequence[int]) -> None:
+        """Add the types ``oids`` (and what they build on) to ``registry``."""
+        ...
 
-    def not_null(self, oid: int) -> set[str]: ...
+    def not_null(self, oid: int) -> set[str]:
+        """The NOT NULL columns of table ``oid``."""
+        ...
 
     def read_row(
         self, schema: str, table: str, columns: Sequence[str], key: dict[str, str | None]
-    ) -> tuple[str | None, ...] | None: ...
+    ) -> tuple[str | None, ...] | None:
+        """The current text of ``columns`` of the row with ``key``, or ``None``."""
+        ...
 
 
 def offsets_for(lsn: int) -> dict[str, Any]:
@@ -120,6 +126,7 @@ class Assembler:
 
     @property
     def has_output(self) -> bool:
+        """The current batch has something to return (events, schemas, letters, a commit)."""
         return bool(self._events or self._schemas or self._dead or self._commit_lsn)
 
     def take(self) -> SourceBatch:
