@@ -189,7 +189,10 @@ class Catalog:
                 for k, v in key.items()
             ),
         )
-        found = self.rows(query, [_Untyped(v) for v in key.values() if v is not None])
+        try:
+            found = self.rows(query, [_Untyped(v) for v in key.values() if v is not None])
+        except (psycopg.errors.UndefinedColumn, psycopg.errors.UndefinedTable):
+            return None  # altered or dropped since the change: the row's value is gone too
         return tuple(found[0]) if found else None
 
     def load_types(self, registry: TypeRegistry, oids: Sequence[int]) -> None:
