@@ -27,15 +27,18 @@ from sinks.duckdb.catalog import ColumnInfo, load_states, quote
 from sinks.duckdb.connection import first_line, is_lock_conflict
 
 _COPY_ATTEMPTS = 20
+_TEMPORAL = frozenset({"DATE", "TIMESTAMP", "TIMESTAMPTZ"})
 
 
 def read_rows(
-    path: Path, schema: str, table: str, lock_wait_s: float = 2.0
+    path: Path, schema: str, table: str, lock_wait_s: float = 0.5
 ) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
     """Yield ``(key, row)`` for every row of ``schema.table``; nothing if the table is absent.
 
     Values are what DuckDB returns (``Decimal``, ``datetime``, lists, ``bytes``...), JSON
-    columns parsed. A schemaless table yields its ``_key`` and ``doc`` documents.
+    columns parsed. Dates and timestamps Python cannot hold come back in the source's text:
+    ``'infinity'``, ``'-infinity'``, and BC values such as ``'0044-03-15 12:00:00 BC'``. A
+    schemaless table yields its ``_key`` and ``doc`` documents.
     """
     with open_for_reading(path, lock_wait_s) as con:
         try:
@@ -46,24 +49,54 @@ def read_rows(
             return
         columns = state.columns
         select = ", ".join(quote(c.name) for c in columns)
-        cursor = con.execute(f"SELECT {select} FROM {state.target}")
+        cursor = con.execute(f"SELECT {select}, {_infinities(columns)} FROM {state.target}")
         while rows := cursor.fetchmany(2000):
             for values in rows:
-                row = {c.name: _value(c, v) for c, v in zip(columns, values, strict=True)}
+                width = len(columns)
+                row = {
+                    c.name: infinite or _value(c, v)
+                    for c, v, infinite in zip(columns, values[:width], values[width:], strict=True)
+                }
                 if state.layout == "document":
                     yield row["_key"], row["doc"]
                 else:
                     yield {c.name: row[c.name] for c in columns if c.key}, row
 
 
+def _infinities(columns: list[ColumnInfo]) -> str:
+    """One more column per column: ``'infinity'``/``'-infinity'`` for an infinite value.
+
+    Python's datetime stops at years 1 and 9999, so DuckDB hands infinities over as those
+    limits, which are also real values: SQL must name them.
+    """
+    flags = []
+    for column in columns:
+        name = quote(column.name)
+        if column.duck_type in _TEMPORAL:
+            flags.append(
+                f"CASE WHEN isinf({name}) THEN CASE WHEN {name} > "
+                f"'2000-01-01'::{column.duck_type} THEN 'infinity' ELSE '-infinity' END END"
+            )
+        else:
+            flags.append("NULL")
+    return ", ".join(flags)
+
+
 def _value(column: ColumnInfo, value: Any) -> Any:
     if value is None:
         return None
+    if column.duck_type in _TEMPORAL and isinstance(value, str) and " (BC)" in value:
+        return duckdb_bc_to_source(value)
     if column.duck_type == "JSON":
         return json.loads(value)
     if column.duck_type.startswith("JSON["):
         return _loads_nested(value)
     return value
+
+
+def duckdb_bc_to_source(text: str) -> str:
+    """DuckDB's ``'0044-03-15 (BC) 12:00:00'`` as PostgreSQL writes it: ``'... 12:00:00 BC'``."""
+    return text.replace(" (BC)", "", 1) + " BC"
 
 
 def _loads_nested(value: Any) -> Any:
@@ -73,7 +106,7 @@ def _loads_nested(value: Any) -> Any:
 
 
 @contextmanager
-def open_for_reading(path: Path, lock_wait_s: float = 2.0) -> Iterator[Any]:
+def open_for_reading(path: Path, lock_wait_s: float = 0.5) -> Iterator[Any]:
     """A connection that can read ``path`` now, even while a pipeline writes it.
 
     Raises:
