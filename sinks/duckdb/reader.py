@@ -23,7 +23,7 @@ from typing import Any
 import duckdb
 
 from cdc.errors import SinkFatal, SinkUnavailable
-from sinks.duckdb.catalog import ColumnInfo, load_states, quote
+from sinks.duckdb.catalog import DOCUMENT_BODY, DOCUMENT_KEY, ColumnInfo, load_states, quote
 from sinks.duckdb.connection import first_line, is_lock_conflict
 
 _COPY_ATTEMPTS = 20
@@ -58,7 +58,7 @@ def read_rows(
                     for c, v, infinite in zip(columns, values[:width], values[width:], strict=True)
                 }
                 if state.layout == "document":
-                    yield row["_key"], row["doc"]
+                    yield row[DOCUMENT_KEY], row[DOCUMENT_BODY]
                 else:
                     yield {c.name: row[c.name] for c in columns if c.key}, row
 
