@@ -25,6 +25,7 @@ from cdc.events import ChangeEvent, Op, SourceInfo
 from cdc.logging import Logger
 from connectors.postgres.relations import CONNECTOR
 from connectors.postgres.replication import session_conninfo
+from snapshots.channel import WATERMARK, Channel
 from snapshots.chunks import Chunk
 from snapshots.parallel import ChunkFailed
 from snapshots.reader import SnapshotTable, chunk_query, read_rows
@@ -79,7 +80,7 @@ class WatermarkReader:
     Args:
         dsn: the user's DSN (secret).
         connect_timeout_s: connection timeout.
-        prefix: the logical-message prefix of watermarks (``<pipeline>.wm``).
+        channel: where watermarks are written (logical messages or the signal table).
         windows: shared with the poll thread, guarded by ``lock``.
         lock: guards ``windows`` and ``open_windows``.
         logger: bound logger.
@@ -90,7 +91,7 @@ class WatermarkReader:
         self,
         dsn: str,
         connect_timeout_s: float,
-        prefix: str,
+        channel: Channel,
         windows: Watermarks[KeyedRow],
         lock: threading.Lock,
         logger: Logger,
@@ -98,7 +99,7 @@ class WatermarkReader:
         backoff_s: float = 0.5,
     ) -> None:
         self._conninfo = session_conninfo(dsn, connect_timeout_s, application_name="cdc-snapshot")
-        self._prefix, self._windows, self._lock = prefix, windows, lock
+        self._channel, self._windows, self._lock = channel, windows, lock
         self._logger, self._retries, self._backoff_s = logger, retries, backoff_s
         self.open_windows: dict[str, OpenWindow] = {}
         self._work: queue.SimpleQueue[Planner | None] = queue.SimpleQueue()
@@ -177,6 +178,7 @@ class WatermarkReader:
                 return False
             if time.monotonic() > deadline:
                 raise SourceFatal(f"high watermark {wid} never came back through the stream")
+        self._channel.clean(conn, [render(LOW, wid), render(HIGH, wid)])
         return True
 
     @staticmethod
@@ -220,16 +222,7 @@ class WatermarkReader:
         return rows
 
     def _emit(self, conn: psycopg.Connection[Any], kind: str, wid: str) -> None:
-        try:
-            conn.execute(
-                sql.SQL("SELECT pg_logical_emit_message(true, %s, %s)::text"),
-                (self._prefix, render(kind, wid)),
-            )
-        except psycopg.errors.InsufficientPrivilege as exc:
-            raise SourceFatal(
-                f"the role may not write snapshot watermarks ({exc.diag.message_primary}); "
-                "grant EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text)"
-            ) from exc
+        self._channel.write(conn, WATERMARK, render(kind, wid))
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:

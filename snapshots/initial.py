@@ -94,12 +94,14 @@ def start_exported(
     state: SnapshotState,
     logger: Logger,
     slot_exists: bool,
+    signal_table: tuple[str, str] | None = None,
 ) -> ExportedSnapshot:
     """Create the slot with an exported snapshot and plan every table inside it.
 
     Args:
         slot_exists: the slot exists but cannot serve (no position stored): it is dropped and
             created again, as only a new slot exports a snapshot.
+        signal_table: a signal table to publish along with the captured tables.
 
     Raises:
         SourceFatal: a problem a human must fix (named in the message).
@@ -108,7 +110,7 @@ def start_exported(
     dsn = config.dsn.get_secret_value()
     where = redact_url(dsn)
     slot = config.slot_name(pipeline)
-    tables, database = _prepare(config, pipeline, logger, slot_exists)
+    tables, database = _prepare(config, pipeline, logger, slot_exists, signal_table)
     repl = ReplicationConnection(dsn, where, config.connect_timeout_s)
     try:
         created = create_slot(repl, slot, logger, snapshot="export")
@@ -124,7 +126,11 @@ def start_exported(
 
 
 def _prepare(
-    config: PostgresSourceConfig, pipeline: str, logger: Logger, slot_exists: bool
+    config: PostgresSourceConfig,
+    pipeline: str,
+    logger: Logger,
+    slot_exists: bool,
+    signal_table: tuple[str, str] | None,
 ) -> tuple[list[SnapshotTable], str]:
     """Check the server, describe the tables, ensure the publication, drop a useless slot."""
     dsn = config.dsn.get_secret_value()
@@ -134,6 +140,8 @@ def _prepare(
         role = catalog.check_role()
         tables = describe_tables(catalog, config, pipeline, role, logger)
         infos = [t.info for t in tables]
+        if signal_table is not None:
+            infos.append(catalog.table(*signal_table, role))
         ensure_publication(catalog, config.publication_name(pipeline), infos, role, logger)
         database = catalog.database()
         slot = config.slot_name(pipeline)

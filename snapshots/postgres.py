@@ -26,6 +26,7 @@ from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.protocol import str_to_lsn
 from connectors.postgres.source import PostgresSource, stored_lsn
 from connectors.postgres.stream import offsets_for
+from snapshots.channel import Channel, choose, ensure_table
 from snapshots.initial import ExportedSnapshot, start_exported
 from snapshots.modes import Action, StartState, decide
 from snapshots.parallel import ExportedSnapshotReader, ReadSettings
@@ -45,6 +46,7 @@ class SnapshottingPostgresSource:
         self._dsn = config.dsn.get_secret_value()
         self._logger = context.logger.bind(snapshot_mode=config.snapshot)
         self._inner = PostgresSource(config, context)
+        self._channel = Channel(context.pipeline)
         self._state = SnapshotState()
         self._exported: ExportedSnapshot | None = None
         self._reader: ExportedSnapshotReader | None = None
@@ -56,7 +58,7 @@ class SnapshottingPostgresSource:
         self._uncommitted = 0  # snapshot pieces appended since the last commit
 
     def tables(self) -> list[tuple[str, str]]:
-        return self._inner.tables()
+        return self._config.table_pairs()
 
     # -- open ------------------------------------------------------------------------------
 
@@ -87,6 +89,8 @@ class SnapshottingPostgresSource:
         catalog = Catalog(self._dsn, redact_url(self._dsn), self._config.connect_timeout_s)
         try:
             slot = catalog.slot(self._config.slot_name(self._context.pipeline))
+            self._channel = choose(catalog.conn, self._config, self._context.pipeline)
+            self._use_channel(catalog)
         finally:
             catalog.close()
         confirmed = None
@@ -96,9 +100,23 @@ class SnapshottingPostgresSource:
             stored_lsn(stored_offsets), slot is not None, confirmed, bool(self._state.unfinished())
         )
 
+    def _use_channel(self, catalog: Catalog) -> None:
+        """With a signal table, create it and stream it too (its rows never reach a topic)."""
+        table_id = self._channel.table_id
+        if table_id is None:
+            return
+        ensure_table(catalog.conn, self._channel)
+        self._logger.info("snapshot.signal_table", table=table_id)
+        if table_id not in self._config.tables:
+            tables = [*self._config.tables, table_id]
+            inner_config = self._config.model_copy(update={"tables": tables})
+            self._inner = PostgresSource(inner_config, self._context)
+
     def _open_exported(self, slot_exists: bool) -> None:
         pipeline = self._context.pipeline
-        exported = start_exported(self._config, pipeline, self._state, self._logger, slot_exists)
+        exported = start_exported(
+            self._config, pipeline, self._state, self._logger, slot_exists, self._channel.table
+        )
         self._exported = exported
         settings = ReadSettings(
             dsn=self._dsn,
@@ -128,7 +146,13 @@ class SnapshottingPostgresSource:
     def _open_stream(self, stored_offsets: Mapping[str, Any]) -> None:
         assert self._reporter is not None
         self._stream = StreamSnapshots(
-            self._config, self._context, self._inner, self._state, self._reporter, self._logger
+            self._config,
+            self._context,
+            self._inner,
+            self._state,
+            self._reporter,
+            self._logger,
+            self._channel,
         )
         self._inner.open(stored_offsets)
         self._stream.started()

@@ -1,6 +1,7 @@
 """``cdc snapshot``: ask a running pipeline to re-snapshot a table, through the change stream.
 
-The request is a transactional logical message (prefix ``<pipeline>.signal``) written on an
+The request is a transactional logical message (prefix ``<pipeline>.signal``), or a row in the
+signal table for a role that may not emit messages (:mod:`snapshots.channel`), written on an
 ordinary connection. The pipeline's source sees it in commit order, stores it with the batch that
 carried it, and then reads the table in chunks between watermarks while it keeps streaming, as
 Debezium's signalling does. A pipeline that is not running picks the request up when it starts.
@@ -24,8 +25,8 @@ from cdc.errors import ConfigError, SourceFatal
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.errors import connect_error
 from connectors.postgres.replication import session_conninfo
+from snapshots.channel import SIGNAL, choose
 from snapshots.state import OFFSET_KEY
-from snapshots.streaming import signal_prefix
 
 _FORBIDDEN = (";", "--", "/*")
 
@@ -82,11 +83,14 @@ def request_snapshot(
     with conn:
         if where is not None:
             _check_where_on_server(conn, table, where)
+        channel = choose(conn, config, pipeline)
         try:
-            [(lsn,)] = conn.execute(
-                sql.SQL("SELECT pg_logical_emit_message(true, %s, %s)::text"),
-                (signal_prefix(pipeline), orjson.dumps(request).decode()),
-            ).fetchall()
+            lsn = channel.write(conn, SIGNAL, orjson.dumps(request).decode())
+        except psycopg.errors.UndefinedTable as exc:
+            raise SourceFatal(
+                f"signal table {channel.table_id} does not exist yet: start `cdc run` once, "
+                "it creates it"
+            ) from exc
         except psycopg.Error as exc:
             raise SourceFatal(f"cannot write the snapshot request: {exc}") from exc
     return {**request, "lsn": lsn}

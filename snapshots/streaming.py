@@ -32,6 +32,7 @@ from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.replication import session_conninfo
 from connectors.postgres.source import PostgresSource
 from connectors.postgres.types import TypeRegistry
+from snapshots.channel import SIGNAL, WATERMARK, Channel
 from snapshots.chunks import chunk_from_json, remaining
 from snapshots.incremental import ChunkJob, KeyedRow, Planner, WatermarkReader, window_events
 from snapshots.initial import describe_one
@@ -41,16 +42,6 @@ from snapshots.state import OFFSET_KEY, SnapshotState, now_ms
 from snapshots.watermark import HIGH, LOW, Watermarks, parse
 
 Marker = tuple[int, str, str, int]  # (index in batch, kind, payload, lsn)
-SIGNAL = "signal"
-
-
-def signal_prefix(pipeline: str) -> str:
-    """The logical-message prefix ``cdc snapshot`` writes requests under."""
-    return f"{pipeline}.signal"
-
-
-def watermark_prefix(pipeline: str) -> str:
-    return f"{pipeline}.wm"
 
 
 class StreamSnapshots:
@@ -64,6 +55,7 @@ class StreamSnapshots:
         state: SnapshotState,
         progress: Reporter,
         logger: Logger,
+        channel: Channel,
     ) -> None:
         self._config, self._pipeline = config, context.pipeline
         self._inner, self._state, self._progress = inner, state, progress
@@ -74,16 +66,12 @@ class StreamSnapshots:
         self._published: set[str] = set()
         self._db = ""
         self._dsn = config.dsn.get_secret_value()
+        self._signal_table = channel.table_id
         self._reader = WatermarkReader(
-            self._dsn,
-            config.connect_timeout_s,
-            watermark_prefix(self._pipeline),
-            self._windows,
-            self._lock,
-            logger,
+            self._dsn, config.connect_timeout_s, channel, self._windows, self._lock, logger
         )
-        inner.message_hooks[watermark_prefix(self._pipeline)] = self._on_watermark
-        inner.message_hooks[signal_prefix(self._pipeline)] = self._on_signal
+        inner.message_hooks[channel.prefix(WATERMARK)] = self._on_watermark
+        inner.message_hooks[channel.prefix(SIGNAL)] = self._on_signal
 
     def started(self) -> None:
         """The stream is open: learn the database name for the events."""
@@ -167,12 +155,36 @@ class StreamSnapshots:
             return batch
         markers, self._markers = self._markers, []
         events, schemas = list(batch.events), list(batch.schemas)
+        if self._signal_table is not None:
+            events, markers = self._signal_rows(events, markers)
+            schemas = [s for s in schemas if f"{s.schema}.{s.table}" != self._signal_table]
         if markers or len(self._windows):
             events = self._weave(events, markers, schemas)
         offsets = batch.commit_offsets
         if offsets is not None and self._state.dirty:
             offsets = {**offsets, OFFSET_KEY: self._state.to_json()}
         return SourceBatch(events, offsets, schemas, batch.dead_letters)
+
+    def _signal_rows(
+        self, events: list[ChangeEvent], markers: list[Marker]
+    ) -> tuple[list[ChangeEvent], list[Marker]]:
+        """Take the signal table's rows out of the batch, as markers where they were."""
+        kept: list[ChangeEvent] = []
+        for event in events:
+            if event.table_id != self._signal_table:
+                kept.append(event)
+                continue
+            if event.op is not Op.CREATE or event.after is None:
+                continue  # the reader's clean-up deletes
+            kind, payload = event.after.get("kind"), str(event.after.get("payload"))
+            position = event.source.position
+            parsed = parse(payload.encode()) if kind == WATERMARK else None
+            if parsed is not None:
+                markers.append((len(kept), parsed[0], parsed[1], position))
+            elif kind == SIGNAL:
+                markers.append((len(kept), SIGNAL, payload, position))
+        markers.sort(key=lambda m: m[0])
+        return kept, markers
 
     def _weave(
         self, events: list[ChangeEvent], markers: Sequence[Marker], schemas: list[TableSchema]

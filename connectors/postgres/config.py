@@ -12,6 +12,7 @@ from cdc.config import SourceConfig
 #: place inside a replication command.
 SLOT_PATTERN = r"^[a-z0-9_]{1,63}$"
 PUBLICATION_PATTERN = r"^[a-z_][a-z0-9_]{0,62}$"
+SIGNAL_TABLE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$"
 
 
 class PostgresSourceConfig(SourceConfig):
@@ -34,6 +35,10 @@ class PostgresSourceConfig(SourceConfig):
         snapshot_chunk_rows: rows per snapshot chunk (the unit of progress and of a retry).
         snapshot_key_columns: per ``schema.table``, unique NOT NULL columns to chunk the
             snapshot by when the table has no primary key (else ``ctid`` page ranges are used).
+        snapshot_signal_table: ``schema.table`` of a table that carries snapshot watermarks
+            and ``cdc snapshot`` requests instead of logical messages; by default one
+            (``<schema>.<pipeline>_cdc_signal``) is used only when the role may not run
+            ``pg_logical_emit_message``.
     """
 
     type: Literal["postgres"] = "postgres"
@@ -49,6 +54,7 @@ class PostgresSourceConfig(SourceConfig):
     snapshot_workers: int = Field(default=2, ge=1, le=64)
     snapshot_chunk_rows: int = Field(default=50_000, ge=1)
     snapshot_key_columns: dict[str, list[str]] = Field(default_factory=dict)
+    snapshot_signal_table: str | None = Field(default=None, pattern=SIGNAL_TABLE_PATTERN)
 
     @field_validator("key_columns")
     @classmethod

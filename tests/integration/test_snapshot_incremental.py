@@ -3,14 +3,17 @@ does, against a real PostgreSQL 15."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from structlog.testing import capture_logs
 
+from snapshots.channel import Channel
 from snapshots.signal import request_snapshot
-from snapshots.streaming import signal_prefix
 from tests.integration.snapshot_kit import PIPELINE, execute, pipeline
 
 
@@ -51,7 +54,7 @@ def test_a_request_for_a_table_not_captured_is_ignored_with_a_warning(
             with psycopg.connect(pg_db, autocommit=True) as conn:
                 conn.execute(
                     "SELECT pg_logical_emit_message(true, %s, %s)",
-                    (signal_prefix(PIPELINE), '{"id": "x", "table": "public.other"}'),
+                    (Channel(PIPELINE).prefix("signal"), '{"id": "x", "table": "public.other"}'),
                 )
             p.wait(lambda: any(e["event"] == "snapshot.signal_ignored" for e in logs))
         [ignored] = [e for e in logs if e["event"] == "snapshot.signal_ignored"]
@@ -74,3 +77,46 @@ def test_a_failing_watermark_chunk_is_retried_then_stops_the_run(
             p.wait(lambda: False, 60)
         entry = p.snapshot_state()["tables"]["public.t"]
         assert entry["done"] == [[0, 1]]
+
+
+@pytest.fixture
+def role_without_messages(pg_db: str) -> Iterator[str]:
+    """A DSN of a non-superuser that owns ``t`` and may not run ``pg_logical_emit_message``
+    (revoked in this database only), so watermarks and signals must use the signal table."""
+    role = f"snap_{uuid.uuid4().hex[:8]}"
+    database = conninfo_to_dict(pg_db)["dbname"]
+    make_table(pg_db)
+    execute(
+        pg_db,
+        f"CREATE ROLE {role} LOGIN REPLICATION PASSWORD 'pw'",
+        f'GRANT CREATE ON DATABASE "{database}" TO {role}',
+        f"GRANT CREATE ON SCHEMA public TO {role}",
+        f"ALTER TABLE t OWNER TO {role}",
+        "REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) FROM PUBLIC",
+    )
+    try:
+        yield make_conninfo(pg_db, user=role, password="pw")
+    finally:
+        execute(pg_db, f"DROP OWNED BY {role} CASCADE")
+        execute(make_conninfo(pg_db, dbname="postgres"), f"DROP ROLE {role}")
+
+
+def test_a_role_without_logical_messages_uses_the_signal_table(
+    role_without_messages: str, pg_db: str, tmp_path: Path
+) -> None:
+    dsn = role_without_messages
+    options = {"snapshot": "never", "snapshot_chunk_rows": 500}
+    with pipeline(dsn, tmp_path / "log", ["public.t"], **options) as p:
+        p.start()
+        p.wait(lambda: bool(p.sources) and p.sources[0].streaming)
+        execute(pg_db, "UPDATE t SET v = 'streamed' WHERE id = 3", "DELETE FROM t WHERE id = 4")
+        request = request_snapshot(p.config, PIPELINE, "public.t", None)
+        p.wait(lambda: request["id"] in (p.snapshot_state().get("finished") or []))
+        p.wait(lambda: p.matches("public.t"))
+        assert p.topic_state("public.t")[3]["v"] == "streamed"
+        topics = {t.name for t in p.log.topics()}
+        assert f"{PIPELINE}.public.{PIPELINE}_cdc_signal" not in topics
+    with psycopg.connect(pg_db, autocommit=True) as conn:
+        query = f"SELECT array_agg(DISTINCT kind) FROM {PIPELINE}_cdc_signal"
+        [(kinds,)] = conn.execute(query).fetchall()  # type: ignore[call-overload]
+    assert kinds == ["signal"]  # watermark rows are cleaned up once delivered

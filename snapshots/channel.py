@@ -1,0 +1,123 @@
+"""How snapshot watermarks and ``cdc snapshot`` requests reach the change stream.
+
+Two channels, chosen the same way by the running source and by ``cdc snapshot`` (same role,
+same answer):
+
+* **logical messages** (the default): ``pg_logical_emit_message(true, '<pipeline>.wm' or
+  '<pipeline>.signal', payload)``, transactional, so the stream delivers them in commit order;
+* **a signal table**, when the role may not run ``pg_logical_emit_message`` (or
+  ``source.snapshot_signal_table`` names one): rows ``(kind, payload)`` inserted into a small
+  table in the publication. The stream delivers the inserts in commit order like any change; the
+  source takes them out of the batches before they reach a topic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from cdc.errors import SourceFatal
+from connectors.postgres.config import PostgresSourceConfig
+
+WATERMARK = "wm"
+SIGNAL = "signal"
+
+_MAY_EMIT = sql.SQL(
+    "SELECT has_function_privilege('pg_logical_emit_message(boolean, text, text)', 'EXECUTE')"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Channel:
+    """Where a pipeline's watermarks and signals go.
+
+    Attributes:
+        pipeline: the pipeline name (message prefixes).
+        table: ``(schema, table)`` of the signal table, or ``None`` for logical messages.
+    """
+
+    pipeline: str
+    table: tuple[str, str] | None = None
+
+    @property
+    def table_id(self) -> str | None:
+        return None if self.table is None else ".".join(self.table)
+
+    def prefix(self, kind: str) -> str:
+        """The logical-message prefix of ``kind`` (``wm`` or ``signal``)."""
+        return f"{self.pipeline}.{kind}"
+
+    def write(self, conn: psycopg.Connection[Any], kind: str, payload: str) -> str:
+        """Write one watermark or signal in its own transaction (``conn`` is autocommit);
+        returns the WAL position written, for messages.
+
+        Raises:
+            SourceFatal: the role may not write it.
+        """
+        try:
+            if self.table is None:
+                row = conn.execute(
+                    sql.SQL("SELECT pg_logical_emit_message(true, %s, %s)::text"),
+                    (self.prefix(kind), payload),
+                ).fetchone()
+            else:
+                row = conn.execute(
+                    sql.SQL(
+                        "INSERT INTO {} (kind, payload) VALUES (%s, %s)"
+                        " RETURNING pg_current_wal_insert_lsn()::text"
+                    ).format(sql.Identifier(*self.table)),
+                    (kind, payload),
+                ).fetchone()
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise SourceFatal(
+                f"cannot write a snapshot {kind}: {exc.diag.message_primary}"
+            ) from exc
+        return str(row[0]) if row else ""
+
+    def clean(self, conn: psycopg.Connection[Any], payloads: list[str]) -> None:
+        """Delete watermark rows the stream has delivered (no-op for messages)."""
+        if self.table is not None and payloads:
+            conn.execute(
+                sql.SQL("DELETE FROM {} WHERE kind = %s AND payload = ANY(%s)").format(
+                    sql.Identifier(*self.table)
+                ),
+                (WATERMARK, payloads),
+            )
+
+
+def choose(conn: psycopg.Connection[Any], config: PostgresSourceConfig, pipeline: str) -> Channel:
+    """The channel for this role: the configured signal table, else messages when the role may
+    emit them, else the default signal table ``<first schema>.<pipeline>_cdc_signal``."""
+    if config.snapshot_signal_table:
+        schema, _, name = config.snapshot_signal_table.partition(".")
+        return Channel(pipeline, (schema, name))
+    row = conn.execute(_MAY_EMIT).fetchone()
+    if row is not None and row[0]:
+        return Channel(pipeline)
+    return Channel(pipeline, (config.table_pairs()[0][0], f"{pipeline}_cdc_signal"))
+
+
+def ensure_table(conn: psycopg.Connection[Any], channel: Channel) -> None:
+    """Create the signal table when missing.
+
+    Raises:
+        SourceFatal: the role may not create it; the message gives the statement to run.
+    """
+    if channel.table is None:
+        return
+    statement = sql.SQL(
+        "CREATE TABLE IF NOT EXISTS {} (id bigserial PRIMARY KEY, kind text NOT NULL,"
+        " payload text NOT NULL, created timestamptz NOT NULL DEFAULT now())"
+    ).format(sql.Identifier(*channel.table))
+    try:
+        conn.execute(statement)
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise SourceFatal(
+            f"the role may not emit logical messages nor create the snapshot signal table "
+            f"({exc.diag.message_primary}); a DBA must run: {statement.as_string(conn)}; "
+            f"and GRANT SELECT, INSERT, DELETE on it (or GRANT EXECUTE ON FUNCTION "
+            "pg_logical_emit_message(boolean, text, text))"
+        ) from exc
