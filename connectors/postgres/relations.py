@@ -50,10 +50,6 @@ class RelationState:
         """The table's name."""
         return self.info.table
 
-    def identity(self, values: TupleData) -> tuple[int, tuple[Any, ...]]:
-        """The relation and the key's raw values: a cheap hashable name for one row."""
-        return self.relation.oid, tuple([values[i] for i in self.key_index])
-
     def key_text(self, values: TupleData) -> dict[str, str | None]:
         """The key's values in text form from a raw tuple (for a fallback read)."""
         names = self.key

@@ -24,7 +24,7 @@ from connectors.postgres import pgoutput as pg
 from connectors.postgres.catalog import TableInfo
 from connectors.postgres.protocol import lsn_to_str, pg_time_to_unix_ms
 from connectors.postgres.relations import CONNECTOR, RelationState, build_state
-from connectors.postgres.toast import ToastFiller, fill_from, missing_columns
+from connectors.postgres.toast import ToastFiller, fill_from, key_identity, missing_columns
 from connectors.postgres.types import ConversionError, TypeRegistry
 
 MessageHook = Callable[[pg.LogicalMessage, int], None]
@@ -138,6 +138,14 @@ class Assembler:
             schemas=self._schemas,
             dead_letters=tuple(self._dead),
         )
+        if self.in_tx and self._events:
+            # Appended but not committed until the transaction ends: the log's images of
+            # these keys are stale until then.
+            self._toast.mark(
+                key_identity(e.source.schema, e.source.table, e.key)
+                for e in self._events
+                if e.op is not Op.TRUNCATE
+            )
         self._events, self._schemas, self._dead = [], self._next_schemas, []
         self._next_schemas = []
         self.cut = False
@@ -235,7 +243,6 @@ class Assembler:
         before: Row | None,
         after: Row | None,
         lsn: int,
-        raw: pg.TupleData,
         extra: dict[str, Any] | None = None,
     ) -> None:
         info = {"lsn": lsn or self._final_lsn}
@@ -255,8 +262,6 @@ class Assembler:
         )
         self._seq += 1
         self._events.append(ChangeEvent(op, key, before, after, source))
-        if op is not Op.TRUNCATE:
-            self._toast.remember(rel.identity(raw), after)
 
     def _insert(self, msg: pg.Insert, lsn: int) -> None:
         rel = self._state(msg.relation_oid)
@@ -268,9 +273,9 @@ class Assembler:
         except ConversionError as exc:
             self._bad(rel, new, "c", lsn, exc)
             return
-        extra = self._fill(rel, after, None, after, new, new) if pg.UNCHANGED in new else None
+        extra = self._fill(rel, after, None, after, new) if pg.UNCHANGED in new else None
         key = {k: after[k] for k in rel.key}
-        self._emit(Op.CREATE, rel, key, None, after, lsn, new, extra)
+        self._emit(Op.CREATE, rel, key, None, after, lsn, extra)
 
     def _update(self, msg: pg.Update, lsn: int) -> None:
         rel = self._state(msg.relation_oid)
@@ -282,19 +287,18 @@ class Assembler:
             return
         key = {k: after[k] for k in rel.key}
         old_key = key if old is None else {k: old[k] for k in rel.key}
-        old_raw = msg.new if msg.old is None else msg.old
         extra = None
         if pg.UNCHANGED in msg.new:
             image = old if msg.old_kind == "O" else None
-            extra = self._fill(rel, after, image, old_key, old_raw, msg.new)
+            extra = self._fill(rel, after, image, old_key, msg.new)
         if old_key != key:
             # A key change: the old key's record must disappear, the new one appear.
             before = old if msg.old_kind == "O" else old_key
-            self._emit(Op.DELETE, rel, old_key, before, None, lsn, old_raw)
-            self._emit(Op.CREATE, rel, key, None, after, lsn, msg.new, extra)
+            self._emit(Op.DELETE, rel, old_key, before, None, lsn)
+            self._emit(Op.CREATE, rel, key, None, after, lsn, extra)
             return
         before = old if msg.old_kind == "O" else None
-        self._emit(Op.UPDATE, rel, key, before, after, lsn, msg.new, extra)
+        self._emit(Op.UPDATE, rel, key, before, after, lsn, extra)
 
     def _delete(self, msg: pg.Delete, lsn: int) -> None:
         rel = self._state(msg.relation_oid)
@@ -307,13 +311,13 @@ class Assembler:
         before = old if msg.old_kind == "O" else key
         if msg.old_kind == "O" and pg.UNCHANGED in msg.old:
             before = {k: v for k, v in old.items() if v is not pg.UNCHANGED}
-        self._emit(Op.DELETE, rel, key, before, None, lsn, msg.old)
+        self._emit(Op.DELETE, rel, key, before, None, lsn)
 
     def _truncate(self, msg: pg.Truncate, lsn: int) -> None:
         for oid in msg.relation_oids:
             rel = self._state(oid)
             if rel is not None:
-                self._emit(Op.TRUNCATE, rel, {}, None, None, lsn, ())
+                self._emit(Op.TRUNCATE, rel, {}, None, None, lsn)
 
     def _convert(self, rel: RelationState, values: pg.TupleData, op: str, lsn: int) -> Row | None:
         try:
@@ -355,25 +359,35 @@ class Assembler:
 
     # -- TOAST -----------------------------------------------------------------------------
 
+    def _recent(self, rel: RelationState, key: Row) -> tuple[bool, Row | None]:
+        """The key's latest image in the batch being built, if the batch changed it."""
+        schema, table = rel.schema, rel.table
+        for event in reversed(self._events):
+            source = event.source
+            if event.key == key and source.table == table and source.schema == schema:
+                return True, event.after
+        return False, None
+
     def _fill(
         self,
         rel: RelationState,
         row: Row,
         image: Row | None,
         lookup_key: Row,
-        lookup_raw: pg.TupleData,
         raw: pg.TupleData,
     ) -> dict[str, Any] | None:
         """Fill unchanged TOAST values of ``row``; the extra ``source`` fields to record.
 
-        ``lookup_key``/``lookup_raw`` name the key the previous image is stored under (the old
-        key when the update changes it); ``raw`` is the new tuple, whose key the row has now.
+        ``lookup_key`` is the key the previous image is stored under (the old key when the
+        update changes it); ``raw`` is the new tuple, whose key the row has now.
         """
         missing = fill_from(row, image, missing_columns(row))
         if missing:
-            identity = rel.identity(lookup_raw)
-            previous = self._toast.previous(identity, rel.topic, encode_key(lookup_key))
-            missing = fill_from(row, previous, missing)
+            found, recent = self._recent(rel, lookup_key)
+            if not found:
+                identity = key_identity(rel.schema, rel.table, lookup_key)
+                recent = self._toast.previous(identity, rel.topic, encode_key(lookup_key))
+            missing = fill_from(row, recent, missing)
         if not missing:
             return None
         text = self._catalog.read_row(rel.schema, rel.table, missing, rel.key_text(raw))
