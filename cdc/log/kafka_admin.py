@@ -8,9 +8,10 @@ again for a few seconds before the failure is reported.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, KafkaError, KafkaException
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, untyped
     AdminClient,
@@ -25,6 +26,7 @@ from cdc.log.base import TopicPartition
 from cdc.log.kafka_common import client_config, describe, error_of, translate, translated
 
 TIMEOUT_S = 15.0
+_GROUP_OFFSETS_TOPIC = "__consumer_offsets"
 _VISIBLE_WAIT_S = 5.0
 EARLIEST = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
 LATEST = OffsetSpec.latest()  # type: ignore[no-untyped-call]
@@ -39,6 +41,7 @@ class KafkaAdmin:
 
     def __init__(self, config: KafkaLogConfig) -> None:
         self.servers = config.bootstrap_servers
+        self._config = config
         self._admin = AdminClient(client_config(config))
         self._known: dict[str, int] = {}  # topic -> partitions, from the last metadata
         timeout = config.connect_timeout_s
@@ -93,18 +96,18 @@ class KafkaAdmin:
     def offsets(self, counts: dict[str, int], spec: Any) -> dict[str, dict[int, int]]:
         """``EARLIEST`` or ``LATEST`` (last stable) offset of every partition of ``counts``."""
         request = {KafkaPartition(t, p): spec for t, n in counts.items() for p in range(n)}
-        deadline = time.monotonic() + TIMEOUT_S
-        while True:
+
+        def attempt() -> dict[str, dict[int, int]]:
             out: dict[str, dict[int, int]] = {topic: {} for topic in counts}
-            try:
-                for tp, future in self._list_offsets(request, TIMEOUT_S).items():
-                    out[tp.topic][tp.partition] = future.result().offset
-                return out
-            except KafkaException as exc:
-                err = error_of(exc)
-                if err is None or err.fatal() or time.monotonic() > deadline:
-                    raise translate(exc, "listing offsets", self.servers) from exc
-                time.sleep(0.1)
+            for tp, future in self._list_offsets(request, TIMEOUT_S).items():
+                out[tp.topic][tp.partition] = future.result().offset
+            return out
+
+        try:
+            result: dict[str, dict[int, int]] = self._retrying(attempt)
+        except KafkaException as exc:
+            raise translate(exc, "listing offsets", self.servers) from exc
+        return result
 
     def wait_visible(self, last: dict[tuple[str, int], int]) -> None:
         """Wait (briefly) until read_committed readers get past each partition's ``last`` offset.
@@ -126,16 +129,39 @@ class KafkaAdmin:
                 time.sleep(0.002)
 
     def committed(self, group: str) -> dict[TopicPartition, int]:
-        """The group's committed next offsets (partitions without a commit are left out)."""
-        request = [ConsumerGroupTopicPartitions(group)]
-        with translated(f"reading the offsets of group {group}", self.servers):
-            futures = self._admin.list_consumer_group_offsets(request, request_timeout=TIMEOUT_S)
-            result = futures[group].result()
-        return {
-            TopicPartition(p.topic, p.partition): p.offset
-            for p in result.topic_partitions or []
-            if p.offset >= 0
-        }
+        """The group's committed next offsets (partitions without a commit are left out).
+
+        Asked through a consumer that never joins the group, not the AdminClient: its
+        ``list_consumer_group_offsets`` crashes (SIGSEGV, confluent-kafka 2.16) while a new
+        broker's group coordinator is still loading, where the consumer simply waits.
+        """
+        counts = {t: n for t, n in self.partitions(refresh=True).items() if not t.startswith("__")}
+        if _GROUP_OFFSETS_TOPIC not in self._known or not counts:
+            return {}  # no group ever committed anything
+        partitions = [KafkaPartition(t, p) for t, n in counts.items() for p in range(n)]
+        consumer = Consumer(
+            client_config(self._config, **{"group.id": group, "enable.auto.commit": False})
+        )
+        try:
+            found = self._retrying(lambda: consumer.committed(partitions, timeout=TIMEOUT_S))
+        except KafkaException as exc:
+            raise translate(exc, f"reading the offsets of group {group}", self.servers) from exc
+        finally:
+            consumer.close()
+        return {TopicPartition(p.topic, p.partition): p.offset for p in found if p.offset >= 0}
+
+    @staticmethod
+    def _retrying(request: Callable[[], Any]) -> Any:
+        """``request()``, again while it fails for a moving leader or coordinator."""
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            try:
+                return request()
+            except KafkaException as exc:
+                err = error_of(exc)
+                if err is None or err.fatal() or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
 
     def groups(self) -> list[str]:
         """Every consumer group the cluster knows, sorted."""
