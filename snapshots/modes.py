@@ -41,7 +41,8 @@ class StartState:
         stored_lsn: the position stored in the log, if any.
         slot_exists: the replication slot exists.
         confirmed_lsn: the slot's ``confirmed_flush_lsn`` (when it exists).
-        unfinished: the log holds a snapshot with chunks not yet read.
+        unfinished: the log holds a snapshot with chunks not yet read, or requests not yet
+            planned.
     """
 
     stored_lsn: int | None

@@ -96,9 +96,8 @@ class SnapshottingPostgresSource:
         confirmed = None
         if slot is not None and slot.confirmed_flush:
             confirmed = str_to_lsn(slot.confirmed_flush)
-        return StartState(
-            stored_lsn(stored_offsets), slot is not None, confirmed, bool(self._state.unfinished())
-        )
+        unfinished = bool(self._state.unfinished() or self._state.requests())
+        return StartState(stored_lsn(stored_offsets), slot is not None, confirmed, unfinished)
 
     def _use_channel(self, catalog: Catalog) -> None:
         """With a signal table, create it and stream it too (its rows never reach a topic)."""
