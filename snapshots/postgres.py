@@ -6,10 +6,11 @@ It wraps :class:`connectors.postgres.source.PostgresSource`:
   initial snapshot it creates the slot with an exported snapshot and starts the parallel readers;
   otherwise it opens the stream at once and queues any watermark work (a resumed snapshot's
   remaining chunks, ``snapshot: always``, ``cdc snapshot`` requests).
-* ``poll`` first returns snapshot pieces, each committed with the chunk progress and the
-  position ``{"postgres": {"lsn": consistent_point}}``; when every chunk is in the log it
-  releases the exported snapshot and streams from that point. While streaming it weaves the rows
-  of closed watermark windows into the stream's batches, at their high watermark.
+* ``poll`` first returns snapshot pieces; the log commits when a chunk is complete, storing the
+  chunk progress and the position ``{"postgres": {"lsn": consistent_point}}``. When every chunk
+  is in the log it releases the exported snapshot and streams from that point. While streaming
+  it weaves the rows of closed watermark windows into the stream's batches, at their high
+  watermark.
 * ``ack`` goes to the stream once it runs; snapshot commits need no acknowledgement.
 """
 
@@ -20,6 +21,7 @@ from typing import Any
 
 from cdc.config import redact_url
 from cdc.errors import SourceUnavailable
+from cdc.schema import TableSchema
 from cdc.source import SourceBatch, SourceContext
 from connectors.postgres.catalog import Catalog
 from connectors.postgres.config import PostgresSourceConfig
@@ -51,7 +53,7 @@ class SnapshottingPostgresSource:
         self._exported: ExportedSnapshot | None = None
         self._reader: ExportedSnapshotReader | None = None
         self._stream: StreamSnapshots | None = None
-        self._schemas_due: list[Any] = []
+        self._schemas_due: list[TableSchema] = []
         self._reporter: Reporter | None = None
         self.chunks_read = 0  # chunks whose rows this session handed to the log (tests, bench)
         self.streaming = False  # the stream is open (after any exported snapshot)
