@@ -87,17 +87,20 @@ def up_to(value: Any) -> dict[str, Any]:
     return {"$or": [{"_id": {"$lte": value}}, {"_id": {"$type": earlier}}]}
 
 
-def range_filter(lo: Any | None, hi: Any | None, one_type: bool = False) -> dict[str, Any]:
-    """Filter of ``lo < _id <= hi``; ``None`` leaves that side open.
+def range_filter(
+    lo: tuple[bool, Any], hi: tuple[bool, Any], one_type: bool = False
+) -> dict[str, Any]:
+    """Filter of ``lo < _id <= hi``; each side is ``(present, value)`` (absent: open).
 
     ``one_type``: every ``_id`` the range must find has the type of ``lo`` and ``hi``, so plain
     ``$gt``/``$lte`` do (the servers' fast path: an index range, no ``$or``).
     """
     if one_type:
         bounds = {"$gt": lo, "$lte": hi}
-        wanted = {op: v for op, v in bounds.items() if v is not None}
+        wanted = {op: side[1] for op, side in bounds.items() if side[0]}
         return {"_id": wanted} if wanted else {}
-    parts = [f for f in (None if lo is None else after(lo), None if hi is None else up_to(hi)) if f]
+    parts = [after(lo[1])] if lo[0] else []
+    parts += [up_to(hi[1])] if hi[0] else []
     if not parts:
         return {}
     return parts[0] if len(parts) == 1 else {"$and": parts}
@@ -123,8 +126,8 @@ def plan(bounds: list[Any], one_type: bool = False) -> list[dict[str, Any]]:
     edges: list[Any] = [None, *bounds, None]
     return [
         {
-            "lo": encode(edges[i]),
-            "hi": encode(edges[i + 1]),
+            "lo": None if i == 0 else encode(edges[i]),
+            "hi": None if i == len(edges) - 2 else encode(edges[i + 1]),
             "last": None,
             "done": False,
             "one_type": one_type,
@@ -133,22 +136,26 @@ def plan(bounds: list[Any], one_type: bool = False) -> list[dict[str, Any]]:
     ]
 
 
-def encode(value: Any) -> Any:
-    """An ``_id`` as canonical Extended JSON (``None`` stays ``None``: an open side)."""
-    if value is None:
-        return None
+def encode(value: Any) -> dict[str, Any]:
+    """An ``_id`` as stored: ``{"v": <canonical Extended JSON>}``.
+
+    Wrapped, because ``None`` stands for an open side while ``null`` is a valid ``_id``.
+    """
     text = json_util.dumps({"v": value}, json_options=json_util.CANONICAL_JSON_OPTIONS)
-    return orjson.loads(text)["v"]
+    stored: dict[str, Any] = orjson.loads(text)
+    return stored
 
 
-def decode(stored: Any) -> Any:
+def decode(stored: dict[str, Any]) -> Any:
     """The inverse of :func:`encode`."""
-    if stored is None:
-        return None
-    return json_util.loads(orjson.dumps({"v": stored}))["v"]
+    return json_util.loads(orjson.dumps(stored))["v"]
+
+
+def _bound(stored: dict[str, Any] | None) -> tuple[bool, Any]:
+    return (False, None) if stored is None else (True, decode(stored))
 
 
 def resume_filter(entry: dict[str, Any]) -> dict[str, Any]:
     """Filter of what a stored range still has to read."""
     start = entry["last"] if entry["last"] is not None else entry["lo"]
-    return range_filter(decode(start), decode(entry["hi"]), bool(entry.get("one_type")))
+    return range_filter(_bound(start), _bound(entry["hi"]), bool(entry.get("one_type")))

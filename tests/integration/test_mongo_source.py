@@ -240,3 +240,19 @@ def test_read_rows_matches_the_after_images(mongo_server: Any, tmp_path: Path) -
             rows = list(MongoSourcePlugin.read_rows(h.config, db.name, "v"))
     assert sorted(orjson.dumps(r) for _, r in rows) == sorted(orjson.dumps(e.after) for e in events)
     assert [k for k, _ in rows] == [{"_id": {"$oid": str(d["_id"])}} for d in docs]
+
+
+def test_snapshot_of_mixed_id_types_reads_each_document_once(
+    mongo_server: Any, tmp_path: Path
+) -> None:
+    ids: list[Any] = [None, -1, 2.5, Int64(3), "a", "b", {"k": 1}, ObjectId(), ObjectId(), True]
+    ids.append(dt.datetime(2020, 1, 1, tzinfo=dt.UTC))
+    with database(mongo_server.uri) as db:
+        db.mixed.insert_many([{"_id": i, "n": n} for n, i in enumerate(ids)])
+        table = f"{db.name}.mixed"
+        opts = {"stream_scope": scope(mongo_server), "snapshot_range_docs": 2}
+        with harness(mongo_server.uri, tmp_path, [table], snapshot="initial", **opts) as h:
+            h.open()
+            h.run_until(lambda: "last_snapshot" in h.stored())
+    snapshot = [e for e in h.events if e.op is Op.READ]
+    assert sorted(e.after["n"] for e in snapshot if e.after) == list(range(len(ids)))
