@@ -251,7 +251,7 @@ WRITER = textwrap.dedent(
 
 
 def test_writer_processes_get_distinct_dense_offsets(tmp_path: Path) -> None:
-    EmbeddedLog(tmp_path, partitions=2).close()
+    # No process created the log beforehand: they race to create the schema and the topic too.
     writers = [
         subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), f"w{n}", "15", "40"])
         for n in range(3)
