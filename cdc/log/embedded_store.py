@@ -1,4 +1,4 @@
-"""The embedded log's SQLite layer: schema, connection settings and error translation.
+"""The embedded log's SQLite layer: schema, connections, error translation, row decoding.
 
 Everything that knows SQL text for the schema, pragmas and error codes lives here, so the log,
 transaction, consumer and compaction modules only run prepared statements. The statements are
