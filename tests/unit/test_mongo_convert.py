@@ -264,3 +264,17 @@ def test_errors_are_classified() -> None:
     denied = errors.translate(OperationFailure("auth failed", 18), where, "connecting")
     assert isinstance(denied, SourceFatal)
     assert re.search("refused access", str(denied))
+
+
+def test_decimal128_digits_match_the_driver() -> None:
+    import random
+
+    rng = random.Random(5)
+    values = ["0", "-0", "0E+10", "1E-6176", "-1.50", "NaN", "-Infinity", "123E-3"]
+    values.append("9.999999999999999999999999999999999E+6144")
+    for _ in range(2000):
+        digits = rng.randrange(10 ** rng.randrange(1, 35))
+        values.append(f"{rng.choice(['', '-'])}{digits}E{rng.randrange(-6000, 6000)}")
+    for text in values:
+        value = Decimal128(text)
+        assert to_json(value) == {"$numberDecimal": str(value)}, text
