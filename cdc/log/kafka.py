@@ -319,12 +319,18 @@ class KafkaLog:
     def _ensure_offsets_topic(self) -> None:
         if not self._offsets_topic_ready:
             if self.offsets_topic not in self._admin.partitions(refresh=True):
-                self._create([self.offsets_topic], 1)
+                # Every commit adds a record here and a restart reads them all: small segments
+                # let the cleaner compact all but the newest hour (the active segment never is).
+                small = {"segment.ms": "3600000", "segment.bytes": str(16 << 20)}
+                self._create([self.offsets_topic], 1, small)
             self._offsets_topic_ready = True
 
-    def _create(self, names: list[str], partitions: int) -> None:
+    def _create(
+        self, names: list[str], partitions: int, defaults: dict[str, str] | None = None
+    ) -> None:
         rf = self.config.replication_factor
-        self._admin.create(names, partitions, rf, self._topic_config())
+        config = {**(defaults or {}), **self._topic_config()}
+        self._admin.create(names, partitions, rf, config)
 
     def _wait_visible(self, last: dict[tuple[str, int], int]) -> None:
         self._admin.wait_visible(last)

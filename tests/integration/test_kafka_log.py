@@ -115,7 +115,9 @@ def test_topics_are_created_compacted_and_existing_ones_are_left_alone(
     assert topic_configs(bootstrap, existing)["cleanup.policy"] == "delete"
     assert log.end_offsets(existing).keys() == {0, 1}
     log.source_offsets()
-    assert topic_configs(bootstrap, log.offsets_topic)["cleanup.policy"] == "compact"
+    offsets_topic = topic_configs(bootstrap, log.offsets_topic)
+    assert offsets_topic["cleanup.policy"] == "compact"
+    assert offsets_topic["segment.bytes"] == str(16 << 20)  # so compaction keeps restarts fast
 
 
 def test_a_plain_murmur2_producer_agrees_on_partitions(
