@@ -240,7 +240,7 @@ class MongoSource:
             if self._streams is None:
                 return SourceBatch()
         limit = max(1, min(max_events, self._config.max_batch_events))
-        collected = self._streams.poll(limit, self.offsets)
+        collected = self._streams.poll(limit)
         if collected is None:
             return SourceBatch()
         offsets = None if self._streams.in_transaction else self.offsets()

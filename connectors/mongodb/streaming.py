@@ -10,7 +10,7 @@ changes become visible in the log together. Events of one transaction come from 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,11 +69,11 @@ class StreamSet:
         self._in_txn = False
         self._last_commit = time.monotonic()
 
-    def poll(self, limit: int, offsets: Callable[[], dict[str, Any]]) -> Collected | None:
+    def poll(self, limit: int) -> Collected | None:
         """Events of the streams, or ``None`` when nothing happened and nothing is due.
 
-        Returns a :class:`Collected` whose caller attaches ``offsets()`` unless
-        :attr:`in_transaction` is set.
+        The caller attaches the offsets to what is returned unless :attr:`in_transaction` is
+        set (an empty :class:`Collected` is an idle commit of the streams' points).
         """
         out = Collected()
         for _ in range(len(self.readers)):

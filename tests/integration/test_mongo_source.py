@@ -5,6 +5,7 @@ meeting; resume without loss; bad input. See ``mongo_kit`` for where the fake se
 from __future__ import annotations
 
 import datetime as dt
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -256,3 +257,52 @@ def test_snapshot_of_mixed_id_types_reads_each_document_once(
             h.run_until(lambda: "last_snapshot" in h.stored())
     snapshot = [e for e in h.events if e.op is Op.READ]
     assert sorted(e.after["n"] for e in snapshot if e.after) == list(range(len(ids)))
+
+
+def test_an_interrupted_snapshot_resumes_after_the_last_committed_id(
+    mongo_server: Any, tmp_path: Path
+) -> None:
+    with database(mongo_server.uri) as db:
+        db.s.insert_many([{"_id": i} for i in range(1000)])
+        table = f"{db.name}.s"
+        opts = {
+            "stream_scope": scope(mongo_server),
+            "snapshot_range_docs": 200,
+            "snapshot_batch": 50,
+            "snapshot_workers": 2,
+        }
+        with harness(mongo_server.uri, tmp_path, [table], snapshot="initial", **opts) as h:
+            h.open()
+            h.run_until(lambda: len(h.events) >= 300)
+            first = len(h.events)
+            progress = MongoSourcePlugin.status(h.config, "mgt", h.log.source_offsets())
+            h.close()  # as after a crash: only committed batches count
+            h.open()
+            h.run_until(lambda: "last_snapshot" in h.stored())
+            stored = h.stored()
+    keys = [e.key["_id"] for e in h.events if e.op is Op.READ]
+    assert sorted(keys) == list(range(1000))  # each document exactly once over both runs
+    assert first >= 300 and progress["snapshot"][table]["rows"] == first
+    assert progress["snapshot"][table]["ranges"] == 5
+    assert stored["last_snapshot"]["rows"] == {table: 1000}  # counted over both runs
+
+
+def test_snapshot_modes_never_and_always(mongo_server: Any, tmp_path: Path) -> None:
+    with database(mongo_server.uri) as db:
+        db.m.insert_many([{"_id": i} for i in range(20)])
+        table = f"{db.name}.m"
+        opts = {"stream_scope": scope(mongo_server)}
+        with harness(mongo_server.uri, tmp_path / "n", [table], snapshot="never", **opts) as h:
+            h.open()
+            time.sleep(1.1)  # mongo-java-server starts streams at a whole second
+            db.m.insert_one({"_id": 20})
+            h.run_until(lambda: any(e.key == {"_id": 20} for e in h.events))
+            assert not any(e.op is Op.READ for e in h.events)
+        with harness(mongo_server.uri, tmp_path / "a", [table], snapshot="always", **opts) as h:
+            h.open()
+            h.collect(21)
+            h.close()
+            h.events.clear()
+            h.open()  # a stored position, and still a snapshot
+            h.collect(21)
+            assert sorted(e.key["_id"] for e in h.events if e.op is Op.READ) == list(range(21))

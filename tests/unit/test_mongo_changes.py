@@ -234,12 +234,12 @@ def txn_insert(n: int, txn: int) -> dict[str, Any]:
 def test_a_transaction_is_not_cut_by_the_batch_limit() -> None:
     events = [txn_insert(n, 1) for n in range(5)] + [txn_insert(n, 2) for n in range(5, 7)]
     streams, _ = stream_set(events)
-    first = streams.poll(3, dict)
+    first = streams.poll(3)
     assert first is not None and len(first.events) == 3 and streams.in_transaction
-    second = streams.poll(3, dict)
+    second = streams.poll(3)
     assert second is not None and [e.key["_id"] for e in second.events] == [3, 4, 5]
     assert streams.in_transaction  # transaction 2 goes on: no offsets yet
-    third = streams.poll(3, dict)
+    third = streams.poll(3)
     assert third is not None and [e.key["_id"] for e in third.events] == [6]
     assert not streams.in_transaction  # both ended: these offsets may be stored
     sequences = [e.source.sequence for e in first.events + second.events + third.events]
@@ -251,7 +251,7 @@ def test_changes_outside_transactions_are_cut_anywhere() -> None:
         event("insert", n + 1, fullDocument={"_id": n}, documentKey={"_id": n}) for n in range(5)
     ]
     streams, _ = stream_set(events)
-    first = streams.poll(2, dict)
+    first = streams.poll(2)
     assert first is not None and len(first.events) == 2 and not streams.in_transaction
     assert len(first.schemas) == 1
 
@@ -260,9 +260,9 @@ def test_a_bad_change_fails_or_is_dead_lettered() -> None:
     bad = {k: v for k, v in INSERT.items() if k != "documentKey"}
     streams, _ = stream_set([bad])
     with pytest.raises(RecordError, match=r"engineering\.users"):
-        streams.poll(10, dict)
+        streams.poll(10)
     streams, _ = stream_set([bad, INSERT], on_bad="dead_letter")
-    collected = streams.poll(10, dict)
+    collected = streams.poll(10)
     assert collected is not None and len(collected.dead_letters) == 1 and len(collected.events) == 1
     assert collected.dead_letters[0].payload["operationType"] == "insert"
 
