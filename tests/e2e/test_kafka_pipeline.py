@@ -15,18 +15,22 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import orjson
+import psycopg
+import pytest
 from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from cdc.config import KafkaLogConfig
 from cdc.log.base import StoredRecord
 from cdc.log.kafka import KafkaLog
-from tests.e2e.cli_helpers import cdc, start_run, stop, wait_for
+from tests.e2e.cli_helpers import cdc, latest_per_key, start_run, stop, tail_all, wait_for
 
 TABLES = ("public.customers", "public.orders")
 
@@ -263,3 +267,45 @@ def test_two_sink_workers_share_partitions_and_one_takes_over(
     assert len(second) == len(set(second)), "the surviving worker applied a record twice"
     assert split <= {(t, p) for t, p, _ in second}, "the survivor took over every partition"
     assert set(jsonl_positions(first_dir)) | set(second) == log_positions(bootstrap, name)
+
+
+def test_postgres_to_kafka_survives_a_sigkill(
+    pg_db: str, kafka_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The PostgreSQL source on Kafka: SIGKILL mid-workload, restart; the topic's final state
+    per key equals the table."""
+    from tests.e2e.test_pg_pipeline import _table, _workload
+
+    name = f"pgk{uuid.uuid4().hex[:8]}"
+    pipeline = tmp_path / "pgk.yaml"
+    pipeline.write_text(
+        f"version: 1\nname: {name}\nsource:\n  type: postgres\n  dsn: ${{PGK_DSN}}\n"
+        "  tables: [public.accounts]\n  snapshot: never\n  status_interval_s: 1\n"
+        f"log:\n  type: kafka\n  bootstrap_servers: {kafka_server.bootstrap_servers}\n"
+    )
+    env = {"PGK_DSN": pg_db}
+    monkeypatch.setenv("PGK_DSN", pg_db)  # cdc tail and cdc drop read the file too
+    with psycopg.connect(pg_db, autocommit=True) as conn:
+        conn.execute("CREATE TABLE accounts (id int PRIMARY KEY, note text, balance int)")
+    run = start_run(pipeline, tmp_path, env)
+    try:
+        wait_for(lambda: "source.opened" in (tmp_path / "run.log").read_text(), timeout=60)
+        writer = threading.Thread(target=_workload, args=(pg_db, time.monotonic() + 6, 11))
+        writer.start()
+        time.sleep(2.5)
+        stop(run, signal.SIGKILL)
+        run = start_run(pipeline, tmp_path, env)
+        writer.join()
+        expected = _table(pg_db)
+        topic = f"{name}.public.accounts"
+        wait_for(
+            lambda: latest_per_key(tail_all(pipeline, topic, tmp_path)) == expected,
+            timeout=60,
+            interval=0.5,
+        )
+        code, _ = stop(run)
+        assert code == 0, (tmp_path / "run.log").read_text()[-3000:]
+    finally:
+        if run.poll() is None:
+            stop(run, signal.SIGKILL)
+        cdc("drop", str(pipeline), "--yes", cwd=tmp_path, env=env)
