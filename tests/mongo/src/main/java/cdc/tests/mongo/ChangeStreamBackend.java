@@ -4,6 +4,7 @@ import de.bwaldvogel.mongo.backend.memory.MemoryBackend;
 import de.bwaldvogel.mongo.bson.BsonTimestamp;
 import de.bwaldvogel.mongo.bson.Document;
 import io.netty.channel.Channel;
+import io.netty.channel.embedded.EmbeddedChannel;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -23,6 +24,20 @@ final class ChangeStreamBackend extends MemoryBackend {
 
   /** Open change-stream cursors, each with whether it asked for updateLookup. */
   private final Map<Long, Boolean> changeStreamCursors = new ConcurrentHashMap<>();
+
+  /**
+   * Indexes the oplog by timestamp. Each repaired event looks its oplog entry up by {@code ts};
+   * without the (unique) index that is a full scan, and streaming n events costs O(n^2).
+   */
+  void indexOplogTimestamps() {
+    Document index = new Document("key", new Document("ts", 1));
+    index.put("name", "ts_1");
+    index.put("unique", true);
+    Document command = new Document("createIndexes", "oplog.rs");
+    command.put("indexes", List.of(index));
+    // The backend keys per-connection state by channel; a detached one stands in for a client.
+    super.handleCommand(new EmbeddedChannel(), "local", "createIndexes", command);
+  }
 
   @Override
   public Document handleCommand(Channel channel, String db, String command, Document query) {

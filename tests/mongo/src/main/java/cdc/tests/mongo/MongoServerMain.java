@@ -41,10 +41,11 @@ public final class MongoServerMain {
     int port = Integer.parseInt(args[0]);
     String host = args.length > 1 ? args[1] : "127.0.0.1";
 
-    MemoryBackend backend = new ChangeStreamBackend();
+    ChangeStreamBackend backend = new ChangeStreamBackend();
     backend.version(REPORTED_VERSION);
     MongoServer server = new MongoServer(backend);
     server.enableOplog();
+    backend.indexOplogTimestamps();
     server.bind(host, port);
 
     CountDownLatch stopped = new CountDownLatch(1);
