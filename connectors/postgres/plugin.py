@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from cdc.source import Source, SourceContext
@@ -33,6 +34,15 @@ class PostgresSourcePlugin:
         from snapshots.signal import request_snapshot
 
         return request_snapshot(config, pipeline_name, table, where)
+
+    @staticmethod
+    def read_rows(
+        config: PostgresSourceConfig, schema: str, table: str
+    ) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+        """Every current row of ``schema.table`` as the stream shapes it (``cdc verify``)."""
+        from snapshots.table_rows import table_rows
+
+        return table_rows(config, schema, table)
 
     @staticmethod
     def drop(config: PostgresSourceConfig, pipeline_name: str) -> list[str]:

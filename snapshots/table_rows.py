@@ -1,0 +1,53 @@
+"""Read a whole table's current rows in the stream's value form, for ``cdc verify``.
+
+Values go through the same text converters as the stream and the snapshot, so a row read here
+equals the ``after`` image a sink received for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from cdc.config import redact_url
+from connectors.postgres.catalog import Catalog
+from connectors.postgres.config import PostgresSourceConfig
+from connectors.postgres.replication import session_conninfo
+from connectors.postgres.types import TypeRegistry
+from snapshots.reader import describe, read_rows
+
+PIECE_ROWS = 5000
+
+
+def table_rows(
+    config: PostgresSourceConfig, schema: str, table: str
+) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """``(key, row)`` for every row of ``schema.table``, as of one consistent read."""
+    dsn = config.dsn.get_secret_value()
+    catalog = Catalog(dsn, redact_url(dsn), config.connect_timeout_s)
+    try:
+        info = catalog.table(schema, table, catalog.check_role())
+        described = describe(
+            catalog,
+            TypeRegistry(),
+            "verify",
+            info,
+            config.key_columns.get(f"{schema}.{table}"),
+            None,
+        )
+    finally:
+        catalog.close()
+    query = sql.SQL("COPY (SELECT {} FROM {}) TO STDOUT").format(
+        sql.SQL(", ").join(sql.Identifier(c) for c in described.columns),
+        sql.Identifier(schema, table),
+    )
+    convert, key_names = described.state.convert, described.state.key
+    conninfo = session_conninfo(dsn, config.connect_timeout_s, application_name="cdc-verify")
+    with psycopg.connect(conninfo) as conn:
+        for piece in read_rows(conn, query, PIECE_ROWS):
+            for values in piece:
+                row = convert(values)
+                yield {k: row[k] for k in key_names}, row
