@@ -1,0 +1,95 @@
+"""A MongoDB document too large for the log (a Kafka topic with ``max.message.bytes``) follows
+the pipeline's ``bad_records`` choice: a dead-letter entry and the other documents flow on, or a
+stop that names the collection and the key. Runs the runtime's source task on a real broker."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from structlog import get_logger
+
+from cdc.config import KafkaLogConfig
+from cdc.events import topic_name
+from cdc.log.kafka import KafkaLog
+from cdc.runtime.source_task import BadRecordStop, SourceTask
+from cdc.schema import dead_letter_topic
+from cdc.source import SourceContext
+from connectors.mongodb import MongoSource, MongoSourceConfig
+from tests.integration.mongo_kit import database, scope
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _read(log: KafkaLog, topic: str) -> list[Any]:
+    out = []
+    for partition in log.end_offsets(topic):
+        out.extend(log.read(topic, partition, 0, 1000))
+    return out
+
+
+@pytest.mark.parametrize("policy", ["dead_letter", "fail"])
+def test_a_document_too_large_for_the_log_follows_the_policy(
+    mongo_server: Any, kafka_server: Any, tmp_path: Path, policy: str
+) -> None:
+    pipeline = f"mk{uuid.uuid4().hex[:8]}"
+    config = KafkaLogConfig(
+        type="kafka",
+        bootstrap_servers=kafka_server.bootstrap_servers,
+        partitions=1,
+        session_timeout_ms=6000,
+        topic_properties={"max.message.bytes": "20000"},
+    )
+    log = KafkaLog(pipeline, config)
+    with database(mongo_server.uri) as db:
+        db.docs.insert_many(
+            [{"_id": 1, "v": "small"}, {"_id": 2, "v": "x" * 30_000}, {"_id": 3, "v": "ok"}]
+        )
+        table = f"{db.name}.docs"
+        source_config = MongoSourceConfig.model_validate(
+            {"dsn": mongo_server.uri, "tables": [table], "stream_scope": scope(mongo_server)}
+        )
+        context = SourceContext(pipeline, log, get_logger(), policy, "initial")
+        stop = threading.Event()
+        task = SourceTask(
+            pipeline,
+            log,
+            lambda: MongoSource(source_config, context),
+            stop,
+            get_logger(),
+            bad_records=policy,
+        )
+        errors: list[Exception] = []
+
+        def run() -> None:
+            try:
+                task.run()
+            except Exception as exc:
+                errors.append(exc)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not errors:
+            if "last_snapshot" in log.source_offsets().get("mongodb", {}):
+                break
+            time.sleep(0.2)
+        stop.set()
+        thread.join(30)
+        records = _read(log, topic_name(pipeline, db.name, "docs"))
+        letters = _read(log, dead_letter_topic(pipeline))
+    log.close()
+    if policy == "fail":
+        assert len(errors) == 1 and isinstance(errors[0], BadRecordStop)
+        assert table in str(errors[0]) and '{"_id":2}' in str(errors[0])
+        assert records == []
+        return
+    assert errors == []
+    assert sorted(orjson.loads(r.key)["_id"] for r in records) == [1, 3]
+    (letter,) = letters
+    assert orjson.loads(letter.value)["key"] == {"_id": 2}
