@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator
 
 from cdc.config import SourceConfig
 
@@ -44,11 +44,12 @@ class MongoSourceConfig(SourceConfig):
     server_selection_timeout_ms: int = Field(default=10_000, ge=100)
     max_batch_events: int = Field(default=5000, ge=1)
 
-    @model_validator(mode="after")
-    def _dsn_scheme(self) -> MongoSourceConfig:
-        if not self.dsn.get_secret_value().startswith(("mongodb://", "mongodb+srv://")):
-            raise ValueError("dsn must be a mongodb:// or mongodb+srv:// URI")
-        return self
+    @field_validator("dsn")
+    @classmethod
+    def _dsn_scheme(cls, dsn: SecretStr) -> SecretStr:
+        if not dsn.get_secret_value().startswith(("mongodb://", "mongodb+srv://")):
+            raise ValueError("must be a mongodb:// or mongodb+srv:// URI")
+        return dsn
 
     def collections(self) -> list[tuple[str, str]]:
         """``(db, collection)`` of every captured collection, in configuration order."""

@@ -278,3 +278,23 @@ def test_decimal128_digits_match_the_driver() -> None:
     for text in values:
         value = Decimal128(text)
         assert to_json(value) == {"$numberDecimal": str(value)}, text
+
+
+def test_pipeline_file_errors_are_reported_together_with_their_paths() -> None:
+    from cdc.config import parse
+    from cdc.errors import ConfigError
+
+    text = (
+        "version: 1\nname: bad\nsource:\n  type: mongodb\n  dsn: http://user:pw@x/\n"
+        "  tables: [nodot]\n  full_document: whenever\n  snapshot_workers: 0\n"
+    )
+    with pytest.raises(ConfigError) as failure:
+        parse(text, env={})
+    paths = [path for path, _ in failure.value.problems]
+    assert paths == [
+        "source.tables",
+        "source.dsn",
+        "source.full_document",
+        "source.snapshot_workers",
+    ]
+    assert "pw" not in str(failure.value)
