@@ -57,6 +57,7 @@ def error_of(exc: BaseException) -> KafkaError | None:
 
 
 def describe(err: KafkaError | None, exc: BaseException) -> str:
+    """``NAME: message`` of a librdkafka error, for messages people read."""
     return f"{err.name()}: {err.str()}" if err is not None else str(exc)
 
 

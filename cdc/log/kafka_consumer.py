@@ -267,6 +267,7 @@ class PartitionReader:
         return out[:max_records]
 
     def close(self) -> None:
+        """Close the reader's consumer (it never joined a group: nothing to leave)."""
         with self._lock:
             try:
                 self._consumer.close()

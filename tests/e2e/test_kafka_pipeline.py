@@ -142,6 +142,21 @@ def open_transactions(admin: AdminClient, topics: list[str], partitions: int) ->
     return ends[IsolationLevel.READ_UNCOMMITTED] != ends[IsolationLevel.READ_COMMITTED]
 
 
+def count_deletes_followed_by_tombstones(records: list[StoredRecord]) -> int:
+    """Deletes in ``records``, each checked to be followed by its key's tombstone."""
+    by_partition: dict[int, list[StoredRecord]] = {}
+    for record in records:
+        by_partition.setdefault(record.partition, []).append(record)
+    deletes = 0
+    for rows in by_partition.values():
+        for this, following in zip(rows, [*rows[1:], None], strict=True):
+            if this.value is not None and orjson.loads(this.value)["op"] == "d":
+                deletes += 1
+                assert following is not None and following.value is None
+                assert following.key == this.key
+    return deletes
+
+
 def test_kcat_reads_envelopes_tombstones_follow_deletes_and_status_shows_lag(
     kafka_server: Any, tmp_path: Path
 ) -> None:
@@ -159,17 +174,7 @@ def test_kcat_reads_envelopes_tombstones_follow_deletes_and_status_shows_lag(
     assert_every_change_once(bootstrap, name, 1500, 20)
 
     topic = f"{name}.public.customers"
-    deletes = 0
-    for records in [topic_records(bootstrap, name)[topic]]:
-        by_partition: dict[int, list[StoredRecord]] = {}
-        for record in records:
-            by_partition.setdefault(record.partition, []).append(record)
-        for rows in by_partition.values():
-            for this, following in zip(rows, [*rows[1:], None], strict=True):
-                if this.value is not None and orjson.loads(this.value)["op"] == "d":
-                    deletes += 1
-                    assert following is not None and following.value is None
-                    assert following.key == this.key
+    deletes = count_deletes_followed_by_tombstones(topic_records(bootstrap, name)[topic])
     assert deletes > 0
 
     kcat = shutil.which("kcat") or shutil.which("kafkacat")
