@@ -8,7 +8,7 @@ records it covers)::
     {"mongodb": {
         "streams": {"<stream id>": {"resume_token": {...}, "start_after": false,
                                     "cluster_time": 7310..., "at": "2026-11-29T23:51:17Z"}},
-        "snapshot": {...},            # an unfinished snapshot (see snapshot_state)
+        "snapshot": {...},            # an unfinished snapshot (see :mod:`.snapshot`)
         "last_snapshot": {...},       # the figures of the last finished one
         "history_lost": [{...}]}}     # the last few times the oplog no longer held a position
 

@@ -107,6 +107,38 @@ def record(state: Doc, batch: Batch) -> dict[str, Any]:
     }
 
 
+def status_view(entry: Doc) -> Doc | None:
+    """The snapshot as ``cdc status`` reads any source's progress (top-level ``"snapshot"``
+    offsets: per table ``chunks_total``, ``done`` intervals, ``rows``, rows/s, ETA), derived from
+    the running snapshot, else the last finished one; ``None`` before any snapshot."""
+    now = int(time.time() * 1000)
+    running = entry.get("snapshot")
+    tables: Doc = {}
+    if running:
+        for table, info in running["collections"].items():
+            done = [i for i, r in enumerate(info["ranges"]) if r["done"]]
+            tables[table] = _view(len(info["ranges"]), done, info, now)
+    elif entry.get("last_snapshot"):
+        last = entry["last_snapshot"]
+        for table, rows in last["rows"].items():
+            tables[table] = _view(1, [0], {"rows": rows, "rows_per_s": None}, now)
+    return {"tables": tables, "requests": [], "finished": []} if tables else None
+
+
+def _view(total: int, done: list[int], info: Doc, now: int) -> Doc:
+    return {
+        "kind": "initial",
+        "method": "_id ranges",
+        "chunks_total": total,
+        "done": [[i, i] for i in done],
+        "rows": info["rows"],
+        "rows_per_s": info.get("rows_per_s"),
+        "eta_s": info.get("eta_s"),
+        "updated_ms": now,
+        "request": None,
+    }
+
+
 class Scanner:
     """Worker threads reading the pending ranges of a snapshot state into a bounded queue."""
 

@@ -303,7 +303,11 @@ class MongoSource:
             streams.update((r.spec.id, r.entry()) for r in self._streams.readers)
         entry["streams"] = streams
         self._entry["streams"] = streams
-        return {positions.OFFSET_KEY: entry}
+        offsets: Doc = {positions.OFFSET_KEY: entry}
+        view = snapshot.status_view(entry)
+        if view is not None:
+            offsets["snapshot"] = view  # a read-only mirror for `cdc status`; never read back
+        return offsets
 
     # -- ack, close ------------------------------------------------------------------------
 

@@ -104,6 +104,8 @@ def test_duckdb_and_redis_sinks_fed_from_mongodb_pass_verify(
     source = report["source"]
     assert source["last_snapshot"]["rows"] == {tables[0]: 300, tables[1]: 1}
     assert set(source["streams"]) == {s.id for s in _specs(pipeline)}
+    progress = {row["table"]: (row["state"], row["rows"]) for row in report["snapshot"]}
+    assert progress == {tables[0]: ("done", 300), tables[1]: ("done", 1)}
 
 
 def _specs(pipeline: Path) -> list[Any]:
