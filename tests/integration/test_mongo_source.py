@@ -146,21 +146,22 @@ def test_restart_resumes_after_the_stored_token(mongo_server: Any, tmp_path: Pat
     assert [e.key["_id"] for e in events] == list(range(10, 26))  # no gap, no replay
 
 
-def _spoil_token(h: Any, token: dict[str, Any]) -> None:
+def _spoil_position(h: Any, server: Any) -> None:
+    """Store a resume point the server cannot resume from.
+
+    A real server keeps a bounded oplog: a cluster time of 1970 lies before it, so it answers
+    286 ChangeStreamHistoryLost. mongo-java-server keeps its oplog forever and resumes from any
+    well-formed point, and only refuses a token it cannot parse: that stands in for it there.
+    """
     offsets = h.log.source_offsets()
     for entry in offsets["mongodb"]["streams"].values():
-        entry["resume_token"] = token
+        if getattr(server, "is_real_mongod", False):
+            entry.update(resume_token=None, cluster_time=(1 << 32) | 1)
+        else:
+            entry["resume_token"] = {"_data": "not-a-resume-token"}
     tx = h.log.begin()
     tx.store_offsets(offsets)
     tx.commit()
-
-
-def _stale_token(server: Any) -> dict[str, Any]:
-    # A real server reports a token from before its oplog as history lost (286);
-    # mongo-java-server keeps its oplog forever and only refuses a token it cannot parse.
-    if getattr(server, "is_real_mongod", False):
-        return {"_data": "8200000001000000012B0229296E04"}
-    return {"_data": "not-a-resume-token"}
 
 
 def test_history_lost_fails_with_advice(mongo_server: Any, tmp_path: Path) -> None:
@@ -172,7 +173,7 @@ def test_history_lost_fails_with_advice(mongo_server: Any, tmp_path: Path) -> No
             db.c.insert_one({"_id": 1})
             h.collect(1)
             h.close()
-            _spoil_token(h, _stale_token(mongo_server))
+            _spoil_position(h, mongo_server)
             with pytest.raises(SourceFatal, match="snapshot: when_needed") as failure:
                 h.open()
     assert table in str(failure.value) and "cannot resume" in str(failure.value)
@@ -187,7 +188,7 @@ def test_history_lost_when_needed_snapshots_again(mongo_server: Any, tmp_path: P
             h.open()
             h.collect(5)
             h.close()
-            _spoil_token(h, _stale_token(mongo_server))
+            _spoil_position(h, mongo_server)
             db.c.delete_one({"_id": 0})
             db.c.insert_one({"_id": 9})
             h.events.clear()
