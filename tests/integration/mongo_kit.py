@@ -6,7 +6,7 @@ Where mongo-java-server (the default test server) differs from a real replica se
 
 * only collection-level ``watch()`` delivers events: :func:`scope` picks ``collection`` there;
 * it keeps its oplog forever and accepts any well-formed token, so "history lost" is forced with
-  an unparsable token there, and with a token from before the oplog on a real server;
+  an unparsable token there, and with a 1970 cluster time (before the oplog) on a real server;
 * it reports no ``drop``/``rename``/``invalidate`` the way mongod does, and has no transactions.
 """
 
