@@ -30,6 +30,9 @@ def client_for(config: MongoSourceConfig) -> MongoClient[Doc]:
         config.dsn.get_secret_value(),
         serverSelectionTimeoutMS=timeout,
         connectTimeoutMS=min(timeout, 10_000),
+        # A read on a server that vanished without closing the connection must end (then the
+        # runtime reconnects); it must also outlast a change stream's awaited getMore.
+        socketTimeoutMS=max(60_000, 3 * config.max_await_ms),
         appname="cdc",
         tz_aware=True,
         datetime_conversion=DatetimeConversion.DATETIME_AUTO,

@@ -176,9 +176,12 @@ class Scanner:
             self.remaining -= 1
         return item
 
-    def close(self) -> None:
+    def close(self, wait_s: float = 5.0) -> None:
+        """Stop the workers; a worker still blocked in a read after ``wait_s`` is left behind
+        (a daemon thread that only reads; closing the client ends its read)."""
         self._stop.set()
-        while any(t.is_alive() for t in self._threads):
+        deadline = time.monotonic() + wait_s
+        while any(t.is_alive() for t in self._threads) and time.monotonic() < deadline:
             with contextlib.suppress(queue.Empty):  # unblock a worker waiting on a full queue
                 self._queue.get(timeout=0.05)
 
