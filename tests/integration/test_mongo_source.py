@@ -17,7 +17,7 @@ from bson import Binary, Decimal128, Int64, ObjectId, json_util
 from cdc.errors import SourceFatal, SourceUnavailable
 from cdc.events import Op
 from connectors.mongodb import MongoSourcePlugin
-from tests.integration.mongo_kit import database, harness, scope
+from tests.integration.mongo_kit import database, harness, is_real, private_server, scope
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -307,3 +307,20 @@ def test_snapshot_modes_never_and_always(mongo_server: Any, tmp_path: Path) -> N
             h.open()  # a stored position, and still a snapshot
             h.collect(21)
             assert sorted(e.key["_id"] for e in h.events if e.op is Op.READ) == list(range(21))
+
+
+def test_a_server_gone_mid_stream_is_retriable(mongo_server: Any, tmp_path: Path) -> None:
+    if is_real(mongo_server):
+        pytest.skip("stops the server: only the test's own mongo-java-server can be stopped")
+    with private_server(mongo_server) as server, database(server.uri) as db:
+        db.create_collection("c")
+        table = f"{db.name}.c"
+        opts = {"stream_scope": "collection", "server_selection_timeout_ms": 500}
+        with harness(server.uri, tmp_path, [table], **opts) as h:
+            h.open()
+            db.c.insert_one({"_id": 1})
+            h.collect(1)
+            server.stop()
+            with pytest.raises(SourceUnavailable, match="unreachable"):
+                h.run_until(lambda: False, timeout_s=20)
+            server.start()  # in memory: it comes back empty, for the teardown to drop
