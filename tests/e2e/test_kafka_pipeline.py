@@ -33,6 +33,13 @@ from cdc.log.kafka import KafkaLog
 from tests.e2e.cli_helpers import cdc, latest_per_key, start_run, stop, tail_all, wait_for
 
 TABLES = ("public.customers", "public.orders")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def this_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``cdc`` subprocesses import this checkout, whatever the editable install points at."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
 
 
 def write_pipeline(
