@@ -31,6 +31,9 @@ class MongoSourceConfig(SourceConfig):
         server_selection_timeout_ms: how long to wait for a reachable server before the source
             reports it unavailable (and the runtime retries with backoff).
         max_batch_events: most events one poll returns.
+        signal_collection: ``db.collection`` the source watches for requests (``cdc snapshot
+            --table``): an inserted ``{"type": "snapshot", "table": ..., "pipeline": ...}``
+            makes it re-read that collection at that point of the stream. Off when omitted.
     """
 
     type: Literal["mongodb"] = "mongodb"
@@ -43,6 +46,7 @@ class MongoSourceConfig(SourceConfig):
     max_await_ms: int = Field(default=500, ge=1, le=60_000)
     server_selection_timeout_ms: int = Field(default=10_000, ge=100)
     max_batch_events: int = Field(default=5000, ge=1)
+    signal_collection: str | None = None
 
     @field_validator("dsn")
     @classmethod
@@ -50,6 +54,26 @@ class MongoSourceConfig(SourceConfig):
         if not dsn.get_secret_value().startswith(("mongodb://", "mongodb+srv://")):
             raise ValueError("must be a mongodb:// or mongodb+srv:// URI")
         return dsn
+
+    @field_validator("signal_collection")
+    @classmethod
+    def _signal_qualified(cls, name: str | None) -> str | None:
+        if name is not None and len([p for p in name.split(".", 1) if p]) != 2:
+            raise ValueError(f"{name!r} must be qualified as db.collection")
+        return name
+
+    def signal(self) -> tuple[str, str] | None:
+        """``(db, collection)`` of the signal collection, if one is configured."""
+        if self.signal_collection is None:
+            return None
+        db, _, coll = self.signal_collection.partition(".")
+        return db, coll
+
+    def watched(self) -> list[tuple[str, str]]:
+        """The captured collections plus the signal collection: what the streams cover."""
+        signal = self.signal()
+        extra = [signal] if signal is not None and signal not in self.collections() else []
+        return self.collections() + extra
 
     def collections(self) -> list[tuple[str, str]]:
         """``(db, collection)`` of every captured collection, in configuration order."""

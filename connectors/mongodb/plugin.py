@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
+import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from pymongo import errors as px
 
 from cdc.config import redact_url
+from cdc.errors import ConfigError
 from cdc.source import SourceContext
 from connectors.mongodb import errors, positions
 from connectors.mongodb.client import client_for
@@ -25,6 +28,46 @@ class MongoSourcePlugin:
     def create(config: MongoSourceConfig, context: SourceContext) -> MongoSource:
         """A source for ``config``; nothing connects before ``open``."""
         return MongoSource(config, context)
+
+    @staticmethod
+    def request_snapshot(
+        config: MongoSourceConfig, pipeline_name: str, table: str, where: str | None
+    ) -> dict[str, Any]:
+        """Ask the running pipeline to re-read ``table`` (``cdc snapshot``), through the signal
+        collection its streams watch.
+
+        Raises:
+            ConfigError: no signal collection, a table not captured, or a ``--where`` filter.
+            SourceUnavailable: the server cannot be reached.
+        """
+        signal = config.signal()
+        problems = []
+        if signal is None:
+            problems.append(("source.signal_collection", "set one to request snapshots"))
+        if table not in config.tables:
+            problems.append(("--table", f"{table!r} is not a captured collection"))
+        if where is not None:
+            problems.append(("--where", "not supported by the MongoDB source"))
+        if problems or signal is None:
+            raise ConfigError(problems)
+        now = time.time()
+        request = {
+            "_id": uuid.uuid4().hex,
+            "type": "snapshot",
+            "table": table,
+            "pipeline": pipeline_name,
+            "requested_ms": int(now * 1000),
+        }
+        where_ = redact_url(config.dsn.get_secret_value())
+        client = client_for(config)
+        try:
+            client[signal[0]][signal[1]].insert_one(request)
+        except px.PyMongoError as exc:
+            raise errors.translate(exc, where_, "writing a snapshot request") from exc
+        finally:
+            client.close()
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
+        return {"id": request["_id"], "lsn": f"{config.signal_collection} {at}"}
 
     @staticmethod
     def read_rows(

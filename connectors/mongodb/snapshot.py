@@ -58,11 +58,18 @@ def plan_collection(client: MongoClient[Doc], table: str, range_docs: int) -> li
     return ranges.plan(bounds, one_type=ranges.bracket(first) == ranges.bracket(previous))
 
 
-def new_state(snapshot_id: str, position: int, reason: str, planned: dict[str, list[Doc]]) -> Doc:
-    """A fresh snapshot's stored state."""
+def new_state(
+    snapshot_id: str,
+    position: int,
+    reason: str,
+    planned: dict[str, list[Doc]],
+    request: str | None = None,
+) -> Doc:
+    """A fresh snapshot's stored state (``request``: the id of a ``cdc snapshot`` request)."""
     now = int(time.time() * 1000)
     return {
         "id": snapshot_id,
+        "request": request,
         "position": position,
         "reason": reason,
         "started_ms": now,
@@ -115,19 +122,22 @@ def status_view(entry: Doc) -> Doc | None:
     running = entry.get("snapshot")
     tables: Doc = {}
     if running:
+        request = running.get("request")
         for table, info in running["collections"].items():
             done = [i for i, r in enumerate(info["ranges"]) if r["done"]]
-            tables[table] = _view(len(info["ranges"]), done, info, now)
+            tables[table] = _view(len(info["ranges"]), done, info, now, request)
     elif entry.get("last_snapshot"):
         last = entry["last_snapshot"]
         for table, rows in last["rows"].items():
-            tables[table] = _view(1, [0], {"rows": rows, "rows_per_s": None}, now)
-    return {"tables": tables, "requests": [], "finished": []} if tables else None
+            info = {"rows": rows, "rows_per_s": None}
+            tables[table] = _view(1, [0], info, now, last.get("request"))
+    finished = list(entry.get("finished_requests", []))
+    return {"tables": tables, "requests": [], "finished": finished} if tables else None
 
 
-def _view(total: int, done: list[int], info: Doc, now: int) -> Doc:
+def _view(total: int, done: list[int], info: Doc, now: int, request: str | None) -> Doc:
     return {
-        "kind": "initial",
+        "kind": "initial" if request is None else "blocking",
         "method": "_id ranges",
         "chunks_total": total,
         "done": [[i, i] for i in done],
@@ -135,7 +145,7 @@ def _view(total: int, done: list[int], info: Doc, now: int) -> Doc:
         "rows_per_s": info.get("rows_per_s"),
         "eta_s": info.get("eta_s"),
         "updated_ms": now,
-        "request": None,
+        "request": request,
     }
 
 

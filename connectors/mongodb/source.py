@@ -62,13 +62,14 @@ class MongoSource:
         self._where = redact_url(config.dsn.get_secret_value())
         self._logger = context.logger.bind(source="mongodb", server=self._where)
         self._collections = config.collections()
-        self._specs = plan_streams(self._collections, config.stream_scope)
+        self._specs = plan_streams(config.watched(), config.stream_scope)
         self._tracker = FieldTracker(changes.CONNECTOR)
         self._client: MongoClient[Doc] | None = None
         self._entry: Doc = {}
         self._scanner: snapshot.Scanner | None = None
         self._reporter: Reporter | None = None
         self._streams: StreamSet | None = None
+        self._unsaved = False
 
     def tables(self) -> list[tuple[str, str]]:
         """``(db, collection)`` of every captured collection."""
@@ -95,6 +96,9 @@ class MongoSource:
             self._begin_snapshot(self._collections, reason)
         elif not self._entry["streams"]:
             self._record_start_points(self._specs)
+            # Stored at the first poll: a restart before any change must resume from here,
+            # not from a later "now" that would skip the changes in between.
+            self._unsaved = True
         if self._entry.get("snapshot"):
             self._start_scanner()
         else:
@@ -187,6 +191,8 @@ class MongoSource:
             self._context.on_bad_record,
             self._logger,
             self._where,
+            self._config.signal(),
+            self._context.pipeline,
         )
         self._logger.info("source.streaming", streams=[r.spec.id for r in readers])
 
@@ -239,12 +245,40 @@ class MongoSource:
             self._open_streams()
             if self._streams is None:
                 return SourceBatch()
+        if self._unsaved:
+            self._unsaved = False
+            return SourceBatch(commit_offsets=self.offsets())
         limit = max(1, min(max_events, self._config.max_batch_events))
         collected = self._streams.poll(limit)
         if collected is None:
             return SourceBatch()
-        offsets = None if self._streams.in_transaction else self.offsets()
+        if self._streams.signals:
+            self.offsets()  # the streams' points, up to and including the request
+            self._requested(*self._streams.signals[0])
+        offsets = None if self._streams and self._streams.in_transaction else self.offsets()
         return self._batch(collected, offsets)
+
+    def _requested(self, request: Doc, position: int) -> None:
+        """Re-read a collection now (``cdc snapshot``): pause the streams, scan, resume.
+
+        The rows get the request's own position: newer than every change streamed before it,
+        older than every change after it, which streams again once the scan is done.
+        """
+        table, request_id = str(request.get("table")), str(request.get("_id"))
+        if table not in self._config.tables:
+            self._logger.warning("signal.ignored", table=table, reason="not a captured table")
+            return
+        assert self._client is not None and self._streams is not None
+        self._streams.close()
+        self._streams = None
+        planned = {
+            table: snapshot.plan_collection(self._client, table, self._config.snapshot_range_docs)
+        }
+        reason = f"requested by cdc snapshot ({request_id})"
+        state = snapshot.new_state(uuid.uuid4().hex, position, reason, planned, request_id)
+        self._entry["snapshot"] = state
+        self._logger.info("snapshot.started", reason=reason, tables=[table], position=position)
+        self._start_scanner()
 
     def _batch(self, collected: Collected, offsets: Doc | None) -> SourceBatch:
         return SourceBatch(
@@ -285,8 +319,14 @@ class MongoSource:
         rows = {t: info["rows"] for t, info in state["collections"].items()}
         elapsed = max(time.time() - state["started_ms"] / 1000, 1e-3)
         self._entry.pop("snapshot", None)
+        request = state.get("request")
+        if request is not None:
+            done = [*self._entry.get("finished_requests", []), request]
+            self._entry["finished_requests"] = done[-20:]
         self._entry["last_snapshot"] = {
             "id": state["id"],
+            "request": request,
+            "position": state["position"],
             "reason": state["reason"],
             "finished_ms": int(time.time() * 1000),
             "rows": rows,

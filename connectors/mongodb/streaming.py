@@ -22,7 +22,7 @@ from cdc.events import ChangeEvent
 from cdc.logging import Logger
 from cdc.schema import TableSchema
 from cdc.source import DeadLetter
-from connectors.mongodb import changes, errors
+from connectors.mongodb import changes, errors, positions
 from connectors.mongodb.convert import to_json
 from connectors.mongodb.fields import FieldTracker
 from connectors.mongodb.stream import StreamReader
@@ -58,8 +58,14 @@ class StreamSet:
         on_bad_record: str,
         logger: Logger,
         where: str,
+        signal: tuple[str, str] | None = None,
+        pipeline: str = "",
     ) -> None:
         self.readers = readers
+        self._signal = signal
+        self._pipeline = pipeline
+        #: Snapshot requests read from the signal collection: ``(request document, position)``.
+        self.signals: list[tuple[dict[str, Any], int]] = []
         self._captured = captured
         self._tracker = tracker
         self._on_bad_record = on_bad_record
@@ -79,7 +85,7 @@ class StreamSet:
         for _ in range(len(self.readers)):
             reader = self.readers[self._turn]
             self._in_txn = self._drain(reader, out, limit)
-            if self._in_txn or len(out.events) >= limit:
+            if self._in_txn or len(out.events) >= limit or self.signals:
                 return out
             self._turn = (self._turn + 1) % len(self.readers)
         if out.events or out.dead_letters:
@@ -108,6 +114,8 @@ class StreamSet:
                 return txn is not None and txn == current
             self._apply(reader, change, out)
             current = txn
+            if self.signals:
+                return False  # the batch ends at a request: the source acts on it first
 
     def _next(self, reader: StreamReader) -> dict[str, Any] | None:
         try:
@@ -125,6 +133,9 @@ class StreamSet:
 
     def _apply(self, reader: StreamReader, change: dict[str, Any], out: Collected) -> None:
         sequence = reader.advance(change)
+        if self._signal is not None and changes.namespace(change) == self._signal:
+            self._take_signal(change)
+            return
         try:
             outcome = changes.convert(change, self._captured, sequence)
         except changes.BadChange as exc:
@@ -144,6 +155,15 @@ class StreamSet:
                 reader.restart_after_invalidate(change)
             except px.PyMongoError as exc:
                 raise errors.translate(exc, self._where, "reopening after invalidate") from exc
+
+    def _take_signal(self, change: dict[str, Any]) -> None:
+        request = change.get("fullDocument")
+        if change.get("operationType") != "insert" or not isinstance(request, dict):
+            return
+        if request.get("pipeline") not in (None, self._pipeline):
+            return  # another pipeline's request in a shared signal collection
+        self._logger.info("signal.received", request=to_json(request))
+        self.signals.append((request, positions.position(change["clusterTime"])))
 
     def _bad(self, change: dict[str, Any], reason: str, out: Collected) -> None:
         ns = changes.namespace(change)

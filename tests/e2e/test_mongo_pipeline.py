@@ -182,3 +182,36 @@ def test_sigkill_mid_stream_then_restart_loses_nothing(mongo_server: Any, tmp_pa
     assert set(inserted[killed_at:]) <= created
     assert len(inserted) - killed_at > 20
     assert "source.opened" in (tmp_path / "run.log").read_text()
+
+
+def test_cdc_snapshot_rereads_a_collection_while_the_pipeline_runs(
+    mongo_server: Any, tmp_path: Path
+) -> None:
+    with database(mongo_server.uri) as db:
+        db.items.insert_many([{"_id": n, "v": n} for n in range(50)])
+        table = f"{db.name}.items"
+        path = write_pipeline(tmp_path, mongo_server.uri, [table], scope(mongo_server))
+        text = path.read_text().replace(
+            "  snapshot_range_docs: 400\n",
+            f"  snapshot_range_docs: 20\n  snapshot: never\n"
+            f"  signal_collection: {db.name}.cdc_signals\n",
+        )
+        path.write_text(text)
+        process = start_run(path, tmp_path)
+        try:
+            stored = lambda: status(tmp_path, path)["source"]["offsets"]  # noqa: E731
+            wait_for(lambda: "mongodb" in stored(), timeout=30)
+            result = cdc(
+                "snapshot", str(path), "--table", table, "--wait", "--timeout-s", "60", cwd=tmp_path
+            )
+            db.items.insert_one({"_id": 50, "v": 50})
+            topic = f"mg.{table}"
+            wait_for(lambda: len(latest_per_key(tail_all(path, topic, tmp_path))) == 51, 30)
+        finally:
+            assert stop(process)[0] == 0, (tmp_path / "run.log").read_text()[-3000:]
+    assert result.returncode == 0, result.stderr
+    assert "requested snapshot" in result.stdout and "done" in result.stdout.splitlines()[-1]
+    report = status(tmp_path, path)
+    assert [(r["table"], r["state"], r["rows"]) for r in report["snapshot"]] == [
+        (table, "done", 50)
+    ]

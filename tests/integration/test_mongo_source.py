@@ -14,7 +14,7 @@ import orjson
 import pytest
 from bson import Binary, Decimal128, Int64, ObjectId, json_util
 
-from cdc.errors import SourceFatal, SourceUnavailable
+from cdc.errors import ConfigError, SourceFatal, SourceUnavailable
 from cdc.events import Op
 from connectors.mongodb import MongoSourcePlugin
 from tests.integration.mongo_kit import database, harness, is_real, private_server, scope
@@ -324,3 +324,51 @@ def test_a_server_gone_mid_stream_is_retriable(mongo_server: Any, tmp_path: Path
             with pytest.raises(SourceUnavailable, match="unreachable"):
                 h.run_until(lambda: False, timeout_s=20)
             server.start()  # in memory: it comes back empty, for the teardown to drop
+
+
+def test_a_requested_snapshot_rereads_a_collection_between_streamed_changes(
+    mongo_server: Any, tmp_path: Path
+) -> None:
+    with database(mongo_server.uri) as db:
+        db.c.insert_many([{"_id": i, "v": i} for i in range(100)])
+        table = f"{db.name}.c"
+        opts = {
+            "stream_scope": scope(mongo_server),
+            "signal_collection": f"{db.name}.cdc_signals",
+            "snapshot_range_docs": 30,
+        }
+        with harness(mongo_server.uri, tmp_path, [table], **opts) as h:
+            h.open()
+            time.sleep(1.1)  # mongo-java-server starts streams at a whole second
+            db.c.update_one({"_id": 1}, {"$set": {"v": -1}})
+            h.collect(1)
+            with pytest.raises(ConfigError, match="--where"):
+                MongoSourcePlugin.request_snapshot(h.config, "mgt", table, "v > 1")
+            request = MongoSourcePlugin.request_snapshot(h.config, "mgt", table, None)
+            h.run_until(lambda: request["id"] in str(h.stored().get("finished_requests")))
+            db.c.insert_one({"_id": 100, "v": 100})
+            h.run_until(lambda: h.events[-1].key == {"_id": 100})
+            offsets = h.log.source_offsets()
+    rows = [e for e in h.events if e.op is Op.READ]
+    assert sorted(e.key["_id"] for e in rows) == list(range(100))
+    assert {e.source.position for e in rows} == {offsets["mongodb"]["last_snapshot"]["position"]}
+    assert h.events[0].source.position < rows[0].source.position < h.events[-1].source.position
+    assert offsets["snapshot"]["finished"] == [request["id"]]
+    assert offsets["snapshot"]["tables"][table]["kind"] == "blocking"
+
+
+def test_the_first_start_point_is_stored_before_any_change(
+    mongo_server: Any, tmp_path: Path
+) -> None:
+    with database(mongo_server.uri) as db:
+        db.create_collection("c")
+        table = f"{db.name}.c"
+        with harness(mongo_server.uri, tmp_path, [table], stream_scope=scope(mongo_server)) as h:
+            h.open()
+            h.step()
+            assert h.stored()["streams"]  # stored although nothing changed yet
+            h.close()
+            db.c.insert_one({"_id": "while down"})
+            h.open()
+            h.collect(1)
+    assert h.events[0].key == {"_id": "while down"}
