@@ -271,3 +271,26 @@ def test_transaction_identity() -> None:
     assert transaction_of(INSERT) is None
     assert transaction_of(txn_insert(1, 4)) == transaction_of(txn_insert(2, 4))
     assert transaction_of(txn_insert(1, 4)) != transaction_of(txn_insert(1, 5))
+
+
+def test_a_snapshot_request_in_the_signal_collection_ends_the_batch() -> None:
+    signals_ns = {"db": "engineering", "coll": "signals"}
+    mine = event("insert", 20, ns=signals_ns, documentKey={"_id": "r1"})
+    mine["fullDocument"] = {"_id": "r1", "type": "snapshot", "table": "engineering.users"}
+    theirs = event("insert", 21, ns=signals_ns, documentKey={"_id": "r2"})
+    theirs["fullDocument"] = {"_id": "r2", "pipeline": "other"}
+    reader = FakeReader([theirs, INSERT, mine, UPDATE])
+    streams = StreamSet(
+        [reader],  # type: ignore[list-item]
+        CAPTURED,
+        FieldTracker("mongodb"),
+        "fail",
+        structlog.get_logger(),
+        "mongodb://h/",
+        ("engineering", "signals"),
+        "mine",
+    )
+    collected = streams.poll(10)
+    assert collected is not None and [e.op for e in collected.events] == [Op.CREATE]
+    assert streams.signals == [(mine["fullDocument"], (1625478000 << 32) | 20)]
+    assert reader.token == mine["_id"]  # the request itself is covered by the batch's offsets
