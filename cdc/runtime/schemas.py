@@ -8,6 +8,7 @@ change, the matching schema is readable here.
 from __future__ import annotations
 
 import threading
+import time
 
 import orjson
 
@@ -18,18 +19,29 @@ from cdc.schema import TableSchema, schema_topic
 class SchemaCatalog:
     """Latest schema per ``(schema, table)``, refreshed from the schema topic on demand."""
 
-    def __init__(self, log: Log, pipeline: str) -> None:
+    def __init__(self, log: Log, pipeline: str, wait_s: float = 5.0) -> None:
         self._log = log
+        self._wait_s = wait_s
         self._topic = schema_topic(pipeline)
         self._next: dict[int, int] = {}
         self._schemas: dict[tuple[str, str], TableSchema] = {}
         self._lock = threading.Lock()
 
     def get(self, schema: str, table: str) -> TableSchema | None:
-        """The newest known schema of ``schema.table``, or ``None`` if none was published."""
-        with self._lock:
-            self._refresh()
-            return self._schemas.get((schema, table))
+        """The newest known schema of ``schema.table``, or ``None`` if none was published.
+
+        Sources publish a table's schema in the same log transaction as, and before, its first
+        change; but Kafka makes a transaction visible partition by partition, so a sink can see
+        the change a moment before the schema. A missing schema is therefore waited for, briefly.
+        """
+        deadline = time.monotonic() + self._wait_s
+        while True:
+            with self._lock:
+                self._refresh()
+                found = self._schemas.get((schema, table))
+            if found is not None or time.monotonic() >= deadline:
+                return found
+            time.sleep(0.05)
 
     def _refresh(self) -> None:
         for partition, end in self._log.end_offsets(self._topic).items():

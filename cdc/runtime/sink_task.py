@@ -110,7 +110,13 @@ class SinkTask:
             return 0
         batch = decode_records(stored)
         self._apply(batch)
-        self._consumer.commit(sink_offsets(batch))
+        offsets = sink_offsets(batch)
+        consumer = self._consumer
+        # The batch is durable in the sink; a commit that fails (broker away) is retried until
+        # it lands or the task stops, in which case the batch is replayed harmlessly.
+        retry_until_stopped(
+            lambda: consumer.commit(offsets), self._stop, self._logger, "sink.commit_retrying"
+        )
         self.records_applied += len(batch)
         return len(batch)
 
