@@ -27,7 +27,7 @@ from sinks.keyed import Change, Kind, TopicTables, classify
 from sinks.redis.script import LUA, ApplyCall, Layout, encode_pos, offsets_args
 
 T = TypeVar("T")
-CHUNK = 2000  # changes per script call: long scripts block every other Redis client
+CHUNK = 500  # changes per script call: long scripts block every other Redis client
 SCAN_COUNT = 1000
 # Partitions assumed when Redis holds no offsets: start every one from 0 (a full rebuild).
 ASSUMED_PARTITIONS = 1024
