@@ -33,10 +33,10 @@ def append_versions(con: Any, state: TableState) -> None:
     keys = ", ".join(quote(c.name) for c in state.keys)
     order = f"{POSITION}, {SEQUENCE}"
     con.execute(
-        f"UPDATE {state.history_table} AS h SET valid_to = f.first_from FROM "
+        f"UPDATE {state.history_table} AS __cdc_h SET valid_to = __cdc_f.first_from FROM "
         f"(SELECT {keys}, first({_VALID_FROM} ORDER BY {order}) AS first_from "
-        f"FROM {WINNERS} GROUP BY {keys}) AS f "
-        f"WHERE {same_key(state, 'h', 'f')} AND h.valid_to IS NULL"
+        f"FROM {WINNERS} GROUP BY {keys}) AS __cdc_f "
+        f"WHERE {same_key(state, '__cdc_h', '__cdc_f')} AND __cdc_h.valid_to IS NULL"
     )
     columns = ", ".join(quote(c.name) for c in state.columns)
     con.execute(

@@ -18,6 +18,12 @@ from sinks.duckdb.stage import OP, Staged, run_staged, select_staged
 STAGE: Final = "__cdc_stage"
 WINNERS: Final = "__cdc_win"
 LATEST: Final = "__cdc_latest"
+# Table aliases no user column can shadow: DuckDB resolves ``t.x`` to a struct field of a
+# column named ``t`` before an alias ``t``, so short aliases broke the key match.
+_S: Final = "__cdc_s"
+_T: Final = "__cdc_t"
+_D: Final = "__cdc_d"
+_W: Final = "__cdc_w"
 
 
 def same_key(state: TableState, left: str, right: str) -> str:
@@ -58,13 +64,13 @@ def select_winners(con: Any, state: TableState, staged: Staged, newest_only: boo
     # Two statements: DuckDB plans the join better over a materialised stage than over the
     # unnested JSON (measured: about a third faster).
     run_staged(con, staged, f"CREATE OR REPLACE TEMP TABLE {STAGE} AS {select_staged(staged)}")
-    newest = _newest(state, "s.") if newest_only and not staged.unique else ""
+    newest = _newest(state, f"{_S}.") if newest_only and not staged.unique else ""
     con.execute(
-        f"CREATE OR REPLACE TEMP TABLE {WINNERS} AS SELECT s.* FROM {STAGE} s "
-        f"LEFT JOIN {state.target} t ON {same_key(state, 't', 's')} "
-        f"LEFT JOIN {state.deleted} d ON {same_key(state, 'd', 's')} "
-        f"WHERE {newer('s', 't')} AND {newer('s', 'd')} "
-        f"AND (s.{POSITION}, s.{SEQUENCE}) > (?, ?) {newest}",
+        f"CREATE OR REPLACE TEMP TABLE {WINNERS} AS SELECT {_S}.* FROM {STAGE} {_S} "
+        f"LEFT JOIN {state.target} {_T} ON {same_key(state, _T, _S)} "
+        f"LEFT JOIN {state.deleted} {_D} ON {same_key(state, _D, _S)} "
+        f"WHERE {newer(_S, _T)} AND {newer(_S, _D)} "
+        f"AND ({_S}.{POSITION}, {_S}.{SEQUENCE}) > (?, ?) {newest}",
         list(state.watermark),
     )
 
@@ -96,8 +102,8 @@ def merge_current(
     keys = ", ".join(quote(c.name) for c in state.keys)
     positions = f"{POSITION}, {SEQUENCE}"
     con.execute(
-        f"DELETE FROM {state.target} AS t WHERE EXISTS "
-        f"(SELECT 1 FROM {latest} w WHERE {same_key(state, 't', 'w')})"
+        f"DELETE FROM {state.target} AS {_T} WHERE EXISTS "
+        f"(SELECT 1 FROM {latest} {_W} WHERE {same_key(state, _T, _W)})"
     )
     if upserts:
         con.execute(
@@ -106,8 +112,8 @@ def merge_current(
         )
     if deletes:
         con.execute(
-            f"DELETE FROM {state.deleted} AS t WHERE EXISTS (SELECT 1 FROM {latest} w "
-            f"WHERE w.{OP} = 'd' AND {same_key(state, 't', 'w')})"
+            f"DELETE FROM {state.deleted} AS {_T} WHERE EXISTS (SELECT 1 FROM {latest} {_W} "
+            f"WHERE {_W}.{OP} = 'd' AND {same_key(state, _T, _W)})"
         )
         con.execute(
             f"INSERT INTO {state.deleted} ({keys}, {positions}) "

@@ -1,15 +1,14 @@
 """MongoDB documents often have one-letter fields (``t``, ``s``, ``d``, ``w``). The DuckDB sink's
 merge SQL uses those letters as table aliases, and DuckDB then reads ``t._id`` inside
 ``EXISTS (SELECT 1 FROM __cdc_win w WHERE t._id = w._id)`` as a field of the *column* ``t`` of
-``__cdc_win``: the old row is not deleted and the key ends up twice. Marked ``xfail(strict)``
-until the sink's aliases are renamed (``__cdc_t``...); it then passes and the mark must go."""
+``__cdc_win``: the old row was not deleted and the key ended up twice. The sink's aliases are
+now ``__cdc_``-prefixed; this guards against a regression."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-import pytest
 import structlog
 
 from cdc.schema import Column, TableSchema
@@ -32,7 +31,6 @@ def record(offset: int, op: str, row: dict[str, Any], pos: int) -> SinkRecord:
     return SinkRecord("mg.shop.orders", 0, offset, {"_id": row["_id"]}, value)
 
 
-@pytest.mark.xfail(strict=True, reason="DuckDB sink: column named like a merge alias (t)")
 def test_a_field_named_t_does_not_duplicate_keys(tmp_path: Path) -> None:
     config = DuckDBSinkConfig(name="wh", type="duckdb", path=str(tmp_path / "x.duckdb"))
     context = SinkContext("mg", "wh", [("shop", "orders")], Schemas(), structlog.get_logger())
