@@ -83,7 +83,9 @@ def describe(
         catalog.load_types(registry, missing)
     relation = Relation(info.oid, info.schema, info.table, identity, columns)
     not_null = {str(r[0]) for r in rows if r[3]}
-    state = build_state(pipeline, info, relation, registry, key_columns, not_null, 0)
+    state = build_state(
+        pipeline, info, relation, registry, key_columns, not_null, 0, catalog.array_dims(info.oid)
+    )
     if chunk_columns:
         _check_chunk_columns(info.name, chunk_columns, {c.name for c in columns}, not_null)
     chunk_key = tuple(chunk_columns or info.primary_key)

@@ -174,6 +174,21 @@ class Catalog:
         )
         return {r[0] for r in rows}
 
+    def array_dims(self, oid: int) -> dict[str, int]:
+        """Declared dimensions of a table's multi-dimensional array columns (``int[][]`` -> 2).
+
+        pgoutput's Relation message names only the array type, which is the same for any
+        number of dimensions; sinks with fixed nesting (DuckDB lists) need the declared one.
+        """
+        rows = self.rows(
+            sql.SQL(
+                "SELECT attname::text, attndims FROM pg_attribute WHERE attrelid = %s"
+                " AND attnum > 0 AND NOT attisdropped AND attndims > 1"
+            ),
+            (oid,),
+        )
+        return {str(r[0]): int(r[1]) for r in rows}
+
     def read_row(
         self, schema: str, table: str, columns: Sequence[str], key: dict[str, str | None]
     ) -> tuple[str | None, ...] | None:

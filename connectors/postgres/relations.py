@@ -108,14 +108,21 @@ def build_state(
     configured_key: Sequence[str] | None,
     not_null: set[str],
     position: int,
+    array_dims: Mapping[str, int] | None = None,
 ) -> RelationState:
-    """The relation's state after a ``Relation`` message (types must already be loaded)."""
+    """The relation's state after a ``Relation`` message (types must already be loaded).
+
+    ``array_dims`` gives the declared dimensions of multi-dimensional array columns, published
+    as ``integer[][]`` so sinks with fixed nesting can type them.
+    """
+    dims = array_dims or {}
     key = resolve_key(info, relation, configured_key)
     index = {c.name: i for i, c in enumerate(relation.columns)}
     columns = tuple(
         Column(
             name=c.name,
-            type=type_name(c.type_oid, c.type_modifier, registry),
+            type=type_name(c.type_oid, c.type_modifier, registry)
+            + "[]" * max(0, dims.get(c.name, 1) - 1),
             key=c.name in key,
             nullable=c.name not in not_null,
         )

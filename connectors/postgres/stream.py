@@ -41,6 +41,10 @@ class CatalogReader(Protocol):
         """The NOT NULL columns of table ``oid``."""
         ...
 
+    def array_dims(self, oid: int) -> dict[str, int]:
+        """Declared dimensions of the multi-dimensional array columns of table ``oid``."""
+        ...
+
     def read_row(
         self, schema: str, table: str, columns: Sequence[str], key: dict[str, str | None]
     ) -> tuple[str | None, ...] | None:
@@ -210,6 +214,7 @@ class Assembler:
             self._key_columns.get(info.name),
             self._catalog.not_null(info.oid),
             self._final_lsn,
+            self._catalog.array_dims(info.oid),
         )
         self._relations[msg.oid] = state
         self._skipped.discard(msg.oid)

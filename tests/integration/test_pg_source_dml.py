@@ -53,7 +53,9 @@ def test_every_type_and_nulls(pg_db: str, tmp_path: Path) -> None:
             envelope.encode_value(event, "pgt")
         [schema] = [s for s in h.schemas if s.table == "everything"]
         types = {c.name: c.type for c in schema.columns}
-        assert types["n"] == "numeric(12,3)" and types["a2"] == "integer[]"
+        assert (
+            types["n"] == "numeric(12,3)" and types["a2"] == "integer[][]"
+        )  # declared dimensions are published
         assert types["vc"] == "character varying(10)" and schema.key_columns == ["id"]
 
 

@@ -36,6 +36,9 @@ class FakeCatalog:
     def not_null(self, oid: int) -> set[str]:
         return {"id"}
 
+    def array_dims(self, oid: int) -> dict[str, int]:
+        return {}
+
     def read_row(
         self, schema: str, table: str, columns: Sequence[str], key: dict[str, str | None]
     ) -> tuple[str | None, ...] | None:
