@@ -12,6 +12,14 @@ from typing import Any
 
 import orjson
 
+# Subprocesses import this checkout's code, whatever an editable install elsewhere points at.
+REPO_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def _env(extra: dict[str, str] | None) -> dict[str, str]:
+    path = os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, **(extra or {}), "PYTHONPATH": path}
+
 
 def cdc(
     *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120
@@ -23,7 +31,7 @@ def cdc(
         text=True,
         capture_output=True,
         timeout=timeout,
-        env={**os.environ, **(env or {})},
+        env=_env(env),
     )
 
 
@@ -38,7 +46,7 @@ def start_run(
         text=True,
         stdout=log,
         stderr=subprocess.STDOUT,
-        env={**os.environ, **(env or {})},
+        env=_env(env),
     )
 
 
