@@ -241,6 +241,12 @@ def verify(file: str, as_json: bool, attempts: int, wait_s: float, limit: int) -
             ):
                 if keys:
                     click.echo(f"    {label}: {', '.join(map(str, keys))}")
+            for detail in r.details:
+                for column, values in detail["columns"].items():
+                    click.echo(
+                        f"    {detail['key']} {column}: source {values['source']!r}, "
+                        f"sink {values['sink']!r}"
+                    )
     sys.exit(0 if all(r.ok for r in results) else EXIT_RUNTIME)
 
 

@@ -39,6 +39,7 @@ class TableComparison:
     missing: list[Any] = field(default_factory=list)  # in the source, not in the sink
     extra: list[Any] = field(default_factory=list)  # in the sink, not in the source
     different: list[Any] = field(default_factory=list)
+    details: list[dict[str, Any]] = field(default_factory=list)  # columns of a few differences
     skipped: str | None = None
 
     @property
@@ -55,6 +56,7 @@ class TableComparison:
             "missing_in_sink": self.missing,
             "extra_in_sink": self.extra,
             "different": self.different,
+            "details": self.details,
             "skipped": self.skipped,
         }
 
@@ -122,7 +124,25 @@ def compare_table(
     result.missing, result.extra, result.different = (
         [orjson.loads(k) for k in sorted(keys)[:limit]] for keys in persistent
     )
+    result.details = [
+        _column_differences(k, source_state[k], sink_state[k])
+        for k in sorted(persistent[2])[:DETAILED_DIFFERENCES]
+    ]
     return result
+
+
+DETAILED_DIFFERENCES = 5
+
+
+def _column_differences(key: bytes, source_row: bytes, sink_row: bytes) -> dict[str, Any]:
+    """Which columns of one key differ, with both canonical values."""
+    source, sink = orjson.loads(source_row), orjson.loads(sink_row)
+    columns = {
+        name: {"source": source.get(name), "sink": sink.get(name)}
+        for name in source.keys() | sink.keys()
+        if source.get(name) != sink.get(name)
+    }
+    return {"key": orjson.loads(key), "columns": columns}
 
 
 def verify_pipeline(

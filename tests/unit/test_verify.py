@@ -91,6 +91,9 @@ def test_mismatches_name_the_keys() -> None:
     assert result.missing == [{"id": 9}]
     assert result.extra == [{"id": 42}]
     assert result.different == [{"id": 3}]
+    assert result.details == [
+        {"key": {"id": 3}, "columns": {"amount": {"source": "3.1", "sink": "99"}}}
+    ]
     assert result.source_checksum != result.sink_checksum
 
 
