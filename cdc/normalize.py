@@ -168,6 +168,8 @@ _CONVERTERS: dict[str, Any] = {
     "date": _date,
     "time without time zone": _time,
     "time": _time,
+    "time with time zone": _time,
+    "timetz": _time,
     "interval": interval_micros,
     "json": _json,
     "jsonb": _json,

@@ -42,6 +42,7 @@ def test_source_and_sink_forms_of_equal_values_are_equal() -> None:
         ("integer[]", [1, None, 3], [1, None, 3]),
         ("interval", "P1DT2H", timedelta(days=1, hours=2)),
         ("boolean", True, True),
+        ("time with time zone", "12:34:56.789+05:30", "12:34:56.789000+05:30"),
     ]
     for type_name, from_source, from_sink in pairs:
         assert canonical(from_source, type_name) == canonical(from_sink, type_name), type_name
