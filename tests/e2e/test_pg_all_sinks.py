@@ -7,6 +7,8 @@ Redis stopped for 20 s mid-run (no loss, the other sinks unaffected).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 import signal
 import time
@@ -74,8 +76,8 @@ def _lsn(text: str) -> int:
     return (int(high, 16) << 32) + int(low, 16)
 
 
-def source_rows(pipeline_path: Path) -> dict[Any, dict[str, Any]]:
-    pipeline = load(pipeline_path)
+def source_rows(pipeline_path: Path, env: dict[str, str]) -> dict[Any, dict[str, Any]]:
+    pipeline = load(pipeline_path, {**os.environ, **env})
     return {k["id"]: r for k, r in PostgresSourcePlugin.read_rows(pipeline.source, *TABLE)}
 
 
@@ -116,14 +118,14 @@ def assert_duckdb_equals_table(dsn: str, path: Path) -> None:
 
 
 def assert_json_sink_equals_table(
-    pipeline_path: Path, plugin: Any, sink: str, catalog: SchemaCatalog
+    pipeline_path: Path, env: dict[str, str], plugin: Any, sink: str, catalog: SchemaCatalog
 ) -> None:
     """Redis and search hand rows back as JSON: compare them normalised by column type."""
-    pipeline = load(pipeline_path)
+    pipeline = load(pipeline_path, {**os.environ, **env})
     schema = catalog.get(*TABLE)
     assert schema is not None
-    expected = source_rows(pipeline_path)
-    got = {k["id"]: r for k, r in plugin.read_rows(pipeline.sink(sink), *TABLE)}
+    expected = source_rows(pipeline_path, env)
+    got = {r["id"]: r for _, r in plugin.read_rows(pipeline.sink(sink), *TABLE)}
     assert got.keys() == expected.keys()
     for key, row in expected.items():
         for column in schema.columns:
@@ -132,22 +134,34 @@ def assert_json_sink_equals_table(
             ), (sink, key, column.name)
 
 
-def verify_and_compare(tmp_path: Path, pipeline: Path, env: dict[str, str], dsn: str) -> None:
+def verify(tmp_path: Path, pipeline: Path, env: dict[str, str]) -> None:
+    """``cdc verify`` passes for every sink (run while the pipeline still runs)."""
     result = cdc("verify", str(pipeline), "--json", cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     report = orjson.loads(result.stdout)
     assert {r["sink"] for r in report} == {"warehouse", "cache", "search"}
     assert all(r["ok"] and not r["skipped"] for r in report)
+
+
+def compare_row_by_row(tmp_path: Path, pipeline: Path, env: dict[str, str], dsn: str) -> None:
+    """Each sink against the table (after ``cdc run`` stopped: DuckDB allows one process)."""
     assert_duckdb_equals_table(dsn, tmp_path / "out" / "shop.duckdb")
     from cdc.log.embedded import EmbeddedLog
 
     log = EmbeddedLog(tmp_path / ".cdc" / "shop")
     try:
         catalog = SchemaCatalog(log, "shop")
-        assert_json_sink_equals_table(pipeline, RedisSinkPlugin, "cache", catalog)
-        assert_json_sink_equals_table(pipeline, SearchSinkPlugin, "search", catalog)
+        with contextlib.chdir(tmp_path):  # sink paths in the file are relative to it
+            assert_json_sink_equals_table(pipeline, env, RedisSinkPlugin, "cache", catalog)
+            assert_json_sink_equals_table(pipeline, env, SearchSinkPlugin, "search", catalog)
     finally:
         log.close()
+
+
+def finish(process: Any, tmp_path: Path, pipeline: Path, env: dict[str, str], dsn: str) -> None:
+    verify(tmp_path, pipeline, env)
+    assert stop(process)[0] == 0, (tmp_path / "run.log").read_text()[-3000:]
+    compare_row_by_row(tmp_path, pipeline, env, dsn)
 
 
 @pytest.fixture
@@ -174,8 +188,7 @@ def test_all_sinks_equal_the_table_after_a_random_workload(
     workload.stop()
     assert workload.count > 100
     wait_for(lambda: caught_up(tmp_path, pipeline, env, dsn), timeout=180, interval=1)
-    verify_and_compare(tmp_path, pipeline, env, dsn)
-    assert stop(process)[0] == 0, (tmp_path / "run.log").read_text()[-3000:]
+    finish(process, tmp_path, pipeline, env, dsn)
 
 
 def test_three_sigkills_then_exact_state_and_no_history_duplicates(
@@ -194,8 +207,7 @@ def test_three_sigkills_then_exact_state_and_no_history_duplicates(
     time.sleep(3)
     workload.stop()
     wait_for(lambda: caught_up(tmp_path, pipeline, env, dsn), timeout=240, interval=1)
-    verify_and_compare(tmp_path, pipeline, env, dsn)
-    assert stop(process)[0] == 0
+    finish(process, tmp_path, pipeline, env, dsn)
     with duckdb.connect(str(tmp_path / "out" / "shop.duckdb"), read_only=True) as db:
         duplicates = db.execute(
             "SELECT count(*) FROM (SELECT id, __cdc_position, __cdc_sequence, count(*) AS n "
@@ -230,5 +242,4 @@ def test_redis_down_for_20_s_loses_nothing_and_others_keep_going(
     assert lag(later, "cache") > lag(during, "cache") > 0  # the cache falls behind...
     assert lag(later, "warehouse") < 200 and lag(later, "search") < 200  # ...the others do not
     wait_for(lambda: caught_up(tmp_path, pipeline, env, dsn), timeout=180, interval=1)
-    verify_and_compare(tmp_path, pipeline, env, dsn)
-    assert stop(process)[0] == 0
+    finish(process, tmp_path, pipeline, env, dsn)
