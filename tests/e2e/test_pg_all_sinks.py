@@ -12,6 +12,7 @@ import os
 import random
 import signal
 import time
+import uuid
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import psycopg
 import pytest
 
 from cdc.config import load
+from cdc.log.factory import open_log
 from cdc.normalize import canonical
 from cdc.runtime.schemas import SchemaCatalog
 from connectors.postgres import PostgresSourcePlugin
@@ -34,11 +36,16 @@ from tests.services.redis import LocalRedis
 TABLE = ("public", "everything")
 
 
-def write_pipeline(tmp_path: Path, mode: str = "current") -> Path:
+KAFKA_LOG = "log:\n  type: kafka\n  bootstrap_servers: ${KAFKA}\n  partitions: 3\n"
+
+
+def write_pipeline(tmp_path: Path, mode: str = "current", log: str = "") -> Path:
+    """The pipeline file; its name is ``$PIPE`` (default ``shop``), the log embedded or ``log``."""
     path = tmp_path / "shop.yaml"
     path.write_text(
-        "version: 1\nname: shop\nsource:\n  type: postgres\n  dsn: ${PG_DSN}\n"
+        "version: 1\nname: ${PIPE:-shop}\nsource:\n  type: postgres\n  dsn: ${PG_DSN}\n"
         "  tables: [public.everything]\n  snapshot: initial\n"
+        f"{log}"
         "sinks:\n"
         f"  - name: warehouse\n    type: duckdb\n    path: out/shop.duckdb\n    mode: {mode}\n"
         "  - name: cache\n    type: redis\n    url: ${REDIS_URL}\n"
@@ -63,7 +70,8 @@ def caught_up(tmp_path: Path, pipeline: Path, env: dict[str, str], dsn: str) -> 
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute(
             "SELECT confirmed_flush_lsn, pg_current_wal_lsn() FROM "
-            "pg_replication_slots WHERE slot_name = 'shop_slot'"
+            "pg_replication_slots WHERE slot_name = %s",
+            (env.get("PIPE", "shop") + "_slot",),
         ).fetchone()
     if row is None or row[0] is None:
         return False
@@ -147,11 +155,11 @@ def verify(tmp_path: Path, pipeline: Path, env: dict[str, str]) -> None:
 def compare_row_by_row(tmp_path: Path, pipeline: Path, env: dict[str, str], dsn: str) -> None:
     """Each sink against the table (after ``cdc run`` stopped: DuckDB allows one process)."""
     assert_duckdb_equals_table(dsn, tmp_path / "out" / "shop.duckdb")
-    from cdc.log.embedded import EmbeddedLog
-
-    log = EmbeddedLog(tmp_path / ".cdc" / "shop")
+    with contextlib.chdir(tmp_path):
+        config = load(pipeline, {**os.environ, **env})
+        log = open_log(config)
     try:
-        catalog = SchemaCatalog(log, "shop")
+        catalog = SchemaCatalog(log, config.name)
         with contextlib.chdir(tmp_path):  # sink paths in the file are relative to it
             assert_json_sink_equals_table(pipeline, env, RedisSinkPlugin, "cache", catalog)
             assert_json_sink_equals_table(pipeline, env, SearchSinkPlugin, "search", catalog)
@@ -190,6 +198,23 @@ def test_all_sinks_equal_the_table_after_a_random_workload(
     assert workload.count > 100
     wait_for(lambda: caught_up(tmp_path, pipeline, env, dsn), timeout=180, interval=1)
     finish(process, tmp_path, pipeline, env, dsn)
+
+
+def test_all_sinks_equal_the_table_on_kafka(
+    shop: tuple[str, dict[str, str]], kafka_server: Any, tmp_path: Path
+) -> None:
+    dsn, env = shop
+    # Topics are per pipeline name: a fresh name keeps this run apart from others on the broker.
+    env = {**env, "PIPE": f"shop_{uuid.uuid4().hex[:8]}", "KAFKA": kafka_server.bootstrap_servers}
+    pipeline = write_pipeline(tmp_path, log=KAFKA_LOG)
+    process = start_run(pipeline, tmp_path, env)
+    workload = Workload(dsn)
+    workload.start()
+    time.sleep(8)
+    workload.stop()
+    wait_for(lambda: caught_up(tmp_path, pipeline, env, dsn), timeout=240, interval=1)
+    finish(process, tmp_path, pipeline, env, dsn)
+    cdc("drop", str(pipeline), "--yes", cwd=tmp_path, env=env)
 
 
 def test_three_sigkills_then_exact_state_and_no_history_duplicates(
