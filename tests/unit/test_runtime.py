@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-from cdc.log.embedded import EmbeddedLog
 
 from cdc.errors import RecordError, SinkFatal, SourceFatal, SourceUnavailable
 from cdc.events import Op, topic_name
 from cdc.log.base import TopicPartition
+from cdc.log.embedded import EmbeddedLog
 from cdc.logging import get_logger
 from cdc.runtime.sink_task import SinkTask, group_name
 from cdc.runtime.source_task import BadRecordStop, SourceTask
