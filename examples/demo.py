@@ -17,10 +17,12 @@ import duckdb
 import orjson
 import psycopg
 
-from tests.services.postgres import LocalPostgres
-from tests.services.redis import LocalRedis
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the throwaway servers come from the test harness
+
+from tests.services.postgres import LocalPostgres  # noqa: E402
+from tests.services.redis import LocalRedis  # noqa: E402
+
 WORK = ROOT / "demo-out"
 PIPELINE = """\
 version: 1
