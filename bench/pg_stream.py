@@ -20,7 +20,9 @@ Usage: ``python -m bench.pg_stream [--rows 500000] [--big 1000000] [--steady-s 2
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -51,7 +53,6 @@ INSERT = (
 def child(args: argparse.Namespace) -> None:
     """Stream until ``args.rows`` events are committed to the log; print JSON figures."""
     from cdc import envelope
-    from cdc.log.embedded import EmbeddedLog
     from cdc.source import SourceContext
     from connectors.postgres import PostgresSource, PostgresSourceConfig
 
@@ -59,7 +60,7 @@ def child(args: argparse.Namespace) -> None:
         wrapper_class=structlog.make_filtering_bound_logger(30),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
     )
-    log = EmbeddedLog(Path(args.log))
+    log = open_bench_log(args.log)
     config = PostgresSourceConfig.model_validate(
         {"type": "postgres", "dsn": args.dsn, "tables": [TABLE], "max_batch_events": 5000}
     )
@@ -125,8 +126,24 @@ def child(args: argparse.Namespace) -> None:
     )
 
 
+KAFKA_SCHEME = "kafka://"
+
+
+def open_bench_log(target: str) -> Any:
+    """The log a child appends to: an embedded log directory, or ``kafka://host:port``."""
+    if target.startswith(KAFKA_SCHEME):
+        from cdc.config import KafkaLogConfig
+        from cdc.log.kafka import KafkaLog
+
+        config = KafkaLogConfig(type="kafka", bootstrap_servers=target[len(KAFKA_SCHEME) :])
+        return KafkaLog(f"{PIPELINE}_{os.getpid()}", config)
+    from cdc.log.embedded import EmbeddedLog
+
+    return EmbeddedLog(Path(target))
+
+
 def run_child(
-    dsn: str, log_dir: Path, rows: int, timeout: float = 600, on_ready: Any = None
+    dsn: str, log_dir: Path | str, rows: int, timeout: float = 600, on_ready: Any = None
 ) -> dict[str, Any]:
     """Run one streaming child; ``on_ready()`` runs once the child is streaming."""
     argv = [sys.executable, "-m", "bench.pg_stream", "child", "--dsn", dsn]
@@ -188,7 +205,9 @@ def execute(dsn: str, statement: str, params: tuple[Any, ...] = ()) -> None:
         conn.execute(statement, params)
 
 
-def compare(name: str, pg: Any, dsn: str, log_dir: Path, rows: int, slot: str) -> dict[str, Any]:
+def compare(
+    name: str, pg: Any, dsn: str, log_dir: Path | str, rows: int, slot: str
+) -> dict[str, Any]:
     """Our rate and pg_recvlogical's over the changes just written."""
     end = current_lsn(dsn)
     base_s = recvlogical(pg.bin_dir, dsn, slot, end)
@@ -207,7 +226,9 @@ def compare(name: str, pg: Any, dsn: str, log_dir: Path, rows: int, slot: str) -
     return ours
 
 
-def steady(dsn: str, log_dir: Path, seconds: float, rate: int = 5000, per_tx: int = 100) -> None:
+def steady(
+    dsn: str, log_dir: Path | str, seconds: float, rate: int = 5000, per_tx: int = 100
+) -> None:
     """Latency at a steady write rate while the source streams live."""
     total = int(seconds * rate)
 
@@ -242,12 +263,17 @@ def main(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.services.postgres import LocalPostgres
 
-    with (
-        LocalPostgres(settings={"synchronous_commit": "on"}) as pg,
-        tempfile.TemporaryDirectory(prefix="cdc-bench-") as tmp,
-    ):
+    with contextlib.ExitStack() as stack:
+        pg = stack.enter_context(LocalPostgres(settings={"synchronous_commit": "on"}))
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="cdc-bench-"))
         dsn = pg.dsn_for(dbname=pg.create_database("bench"))
-        log_dir = Path(tmp) / "log"
+        log_dir: Path | str = Path(tmp) / "log"
+        if args.log == "kafka":
+            from tests.services.kafka import LocalKafka
+
+            kafka = stack.enter_context(LocalKafka())
+            log_dir = KAFKA_SCHEME + kafka.bootstrap_servers
+        print(f"log: {args.log}")
         execute(dsn, DDL)
         execute(dsn, f"CREATE PUBLICATION {PIPELINE}_pub FOR TABLE bench")
         execute(dsn, f"SELECT pg_create_logical_replication_slot('{PIPELINE}_slot', 'pgoutput')")
@@ -282,6 +308,7 @@ def parse() -> argparse.Namespace:
     c.add_argument("--log", required=True)
     c.add_argument("--rows", type=int, required=True)
     c.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--log", choices=["embedded", "kafka"], default="embedded")
     parser.add_argument("--rows", type=int, default=500_000)
     parser.add_argument("--big", type=int, default=1_000_000)
     parser.add_argument("--steady-s", type=float, default=20.0)

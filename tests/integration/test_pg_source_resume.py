@@ -53,7 +53,7 @@ def test_idle_pipeline_flush_follows_other_tables(pg_db: str, tmp_path: Path) ->
         h.run_until(lambda: True, settle_s=1.5)
         start = slot_flush(pg_db)
         samples = []
-        deadline = time.monotonic() + 12
+        deadline = time.monotonic() + 60  # the issue's check: a minute of other tables' WAL
         while time.monotonic() < deadline:
             sql(pg_db, "INSERT INTO other SELECT repeat('x', 100) FROM generate_series(1, 200)")
             end = time.monotonic() + 0.5
