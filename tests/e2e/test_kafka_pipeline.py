@@ -219,8 +219,10 @@ def test_a_broker_restart_mid_workload_loses_nothing(kafka_server: Any, tmp_path
 
 
 def test_sigkill_of_the_source_mid_transaction(kafka_server: Any, tmp_path: Path) -> None:
+    # Enough changes that the kill lands before the end on a fast, quiet machine too.
+    changes = 120_000
     bootstrap = kafka_server.bootstrap_servers
-    pipeline, name = write_pipeline(tmp_path, bootstrap, changes=30_000, transaction_size=2000)
+    pipeline, name = write_pipeline(tmp_path, bootstrap, changes=changes, transaction_size=2000)
     topics = [f"{name}.{table}" for table in TABLES]
     admin = AdminClient({"bootstrap.servers": bootstrap})
     run = start_run(pipeline, tmp_path, None, "--role", "source")
@@ -233,14 +235,14 @@ def test_sigkill_of_the_source_mid_transaction(kafka_server: Any, tmp_path: Path
         if run.poll() is None:
             run.kill()
     killed_at = stored_next(tmp_path, pipeline)
-    assert killed_at < 30_000
+    assert killed_at < changes
     run = start_run(pipeline, tmp_path, None, "--role", "source")
     try:
-        wait_for(lambda: stored_next(tmp_path, pipeline) == 30_000, timeout=90, interval=0.5)
+        wait_for(lambda: stored_next(tmp_path, pipeline) == changes, timeout=180, interval=0.5)
     finally:
         code, _ = stop(run)
     assert code == 0
-    assert_every_change_once(bootstrap, name, 30_000, 2000)
+    assert_every_change_once(bootstrap, name, changes, 2000)
     # The kill hit an open transaction: its records are in the log, aborted, unseen above.
     committed = sum(len(r) for r in topic_records(bootstrap, name).values())
     assert sum(kcat_count(bootstrap, t, "read_uncommitted") for t in topics) > committed
