@@ -22,6 +22,7 @@ import argparse
 import gc
 import os
 import random
+import sys
 import tempfile
 import threading
 import time
@@ -30,6 +31,10 @@ from typing import Any
 
 import duckdb
 import orjson
+
+# Run as a script, this folder comes first on sys.path, and bench/sinks.py would shadow the
+# sinks package: the repository root goes first.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cdc import envelope
 from cdc.events import ChangeEvent, Op, SourceInfo, topic_name

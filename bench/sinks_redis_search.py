@@ -29,6 +29,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -41,6 +42,10 @@ import orjson
 import redis
 import tantivy
 from sinks_duckdb import PIPELINE, TABLE, TOPIC, changes, fill_log
+
+# Run as a script, this folder comes first on sys.path, and bench/sinks.py would shadow the
+# sinks package: the repository root goes first.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cdc.events import ChangeEvent, Op
 from cdc.log.embedded import EmbeddedLog
