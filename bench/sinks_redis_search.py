@@ -41,12 +41,12 @@ from typing import Any
 import orjson
 import redis
 import tantivy
-from sinks_duckdb import PIPELINE, TABLE, TOPIC, changes, fill_log
 
 # Run as a script, this folder comes first on sys.path, and bench/sinks.py would shadow the
 # sinks package: the repository root goes first.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.sinks_duckdb import PIPELINE, TABLE, TOPIC, changes, fill_log
 from cdc.events import ChangeEvent, Op
 from cdc.log.embedded import EmbeddedLog
 from cdc.logging import configure, get_logger

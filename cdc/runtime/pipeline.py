@@ -7,6 +7,7 @@ fatal error in any task stops the others too, and the process exits 1 with that 
 
 from __future__ import annotations
 
+import gc
 import signal
 import threading
 import time
@@ -27,6 +28,10 @@ from cdc.runtime.source_task import SourceTask
 from cdc.sink import Sink, SinkContext
 from cdc.source import Source, SourceContext
 
+# The hot path allocates a container per decoded value and row, nearly all freed at once by
+# reference counting; the default gen-0 threshold (700) runs the cycle collector thousands of
+# times a second for nothing. Measured on the Redis sink bench: +20-40% rows/s.
+GC_THRESHOLDS = (50_000, 20, 100)
 STOP_GRACE_S = 8.0  # under the 10 s a supervisor waits before SIGKILL
 COMPACTION_INTERVAL_S = 60.0
 
@@ -112,6 +117,7 @@ def start(pipeline: Pipeline, role: str = "all", sinks: list[str] | None = None)
         role: ``all``, ``source`` (only the source task) or ``sinks`` (only sink tasks).
         sinks: with role ``sinks``, only these sinks (default: all).
     """
+    gc.set_threshold(*GC_THRESHOLDS)
     log = open_log(pipeline)
     run = PipelineRun(pipeline=pipeline, log=log)
     base = get_logger(pipeline=pipeline.name)
