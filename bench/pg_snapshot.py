@@ -16,10 +16,12 @@ Usage: ``python bench/pg_snapshot.py [--rows N] [--workers W] [--chunk-rows C]``
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import resource
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -28,8 +30,11 @@ from pathlib import Path
 import psycopg
 import structlog
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
+
 from cdc.log.embedded import EmbeddedLog
 from cdc.logging import configure
+from cdc.runtime.pipeline import GC_THRESHOLDS
 from cdc.runtime.source_task import SourceTask
 from cdc.source import SourceContext
 from connectors.postgres import PostgresSourceConfig, drop_replication_objects
@@ -120,6 +125,7 @@ def _done(log: EmbeddedLog) -> bool:
 
 
 def main() -> None:
+    gc.set_threshold(*GC_THRESHOLDS)  # as `cdc run` does
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--workers", type=int, default=2)

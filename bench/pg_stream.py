@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import resource
@@ -52,6 +53,9 @@ INSERT = (
 
 def child(args: argparse.Namespace) -> None:
     """Stream until ``args.rows`` events are committed to the log; print JSON figures."""
+    from cdc.runtime.pipeline import GC_THRESHOLDS
+
+    gc.set_threshold(*GC_THRESHOLDS)  # as `cdc run` does
     from cdc import envelope
     from cdc.source import SourceContext
     from connectors.postgres import PostgresSource, PostgresSourceConfig

@@ -9,6 +9,7 @@ bulk add), the ratio, and the target. Usage: ``python bench/sinks.py [--changes 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.sinks_duckdb import bench_duckdb
 from bench.sinks_redis_search import bench_redis, bench_search
+from cdc.runtime.pipeline import GC_THRESHOLDS
 
 
 def row(result: dict[str, Any], baseline: str) -> str:
@@ -30,6 +32,7 @@ def row(result: dict[str, Any], baseline: str) -> str:
 
 
 def main() -> None:
+    gc.set_threshold(*GC_THRESHOLDS)  # as `cdc run` does
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--changes", type=int, default=500_000)
     args = parser.parse_args()
