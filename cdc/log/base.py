@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from types import TracebackType
+from typing import Any, NamedTuple, Protocol, Self
 
 
 class TopicPartition(NamedTuple):
@@ -69,6 +70,33 @@ class LogTransaction(Protocol):
         ...
 
     def abort(self) -> None: ...
+
+
+class TransactionContext:
+    """Mixin for transaction classes: ``with log.begin() as tx:`` commits when the body ends
+    normally with the transaction still open, and aborts otherwise."""
+
+    _state: str
+
+    def commit(self) -> None:
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None and self._state == "open":
+            self.commit()
+        else:
+            self.abort()
 
 
 PartitionsCallback = Callable[[list[TopicPartition]], None]

@@ -5,13 +5,12 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from cdc.errors import LogError
-from cdc.log.base import Record
+from cdc.log.base import Record, TransactionContext
 from cdc.log.embedded_store import (
     ADVANCE_PARTITION,
     DELETE_SOURCE_OFFSET,
@@ -30,7 +29,7 @@ if TYPE_CHECKING:
 Row = tuple[int, int, int, bytes | None, bytes | None, int]
 
 
-class EmbeddedTransaction:
+class EmbeddedTransaction(TransactionContext):
     """One ``BEGIN IMMEDIATE`` transaction on the calling thread's connection.
 
     Holding SQLite's write lock from ``begin`` to ``commit`` is what keeps offsets right when
@@ -121,20 +120,6 @@ class EmbeddedTransaction:
         if self._conn.in_transaction:
             with translated("aborting"):
                 self._conn.execute("ROLLBACK")
-
-    def __enter__(self) -> EmbeddedTransaction:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc_type is None and self._state == "open":
-            self.commit()
-        else:
-            self.abort()
 
     def _check_open(self) -> None:
         if self._state != "open":

@@ -18,14 +18,13 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import orjson
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from cdc.errors import LogError, LogFatal, LogUnavailable, RecordTooLarge
-from cdc.log.base import Record
+from cdc.log.base import Record, TransactionContext
 from cdc.log.kafka_common import FENCED, describe, error_of, translate
 
 if TYPE_CHECKING:
@@ -94,7 +93,7 @@ class TransactionalWriter:
         return translate(exc, doing, self.servers)
 
 
-class KafkaTransaction:
+class KafkaTransaction(TransactionContext):
     """One Kafka transaction: appended records and stored offsets commit or abort together.
 
     As a context manager it commits on success and aborts on an exception.
@@ -187,20 +186,6 @@ class KafkaTransaction:
             self._writer.discard()
         finally:
             self._release()
-
-    def __enter__(self) -> KafkaTransaction:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc_type is None and self._state == "open":
-            self.commit()
-        else:
-            self.abort()
 
     # -- internals -----------------------------------------------------------------------------
 
