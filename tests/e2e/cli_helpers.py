@@ -79,9 +79,29 @@ def latest_per_key(records: list[dict[str, Any]]) -> dict[str, Any]:
     return state
 
 
-def wait_for(predicate: Any, timeout: float = 60, interval: float = 0.1) -> None:
+def wait_for(
+    predicate: Any,
+    timeout: float = 60,
+    interval: float = 0.1,
+    process: subprocess.Popen[str] | None = None,
+    log: Path | None = None,
+    last_seen: dict[str, Any] | None = None,
+) -> None:
+    """Wait until ``predicate()`` holds; fail at once if ``process`` (``cdc run``) has exited.
+
+    On failure the message carries what the predicate last saw (``last_seen``, which it fills)
+    and the tail of ``log``: a CI run leaves nothing else behind.
+    """
     deadline = time.monotonic() + timeout
     while not predicate():
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"cdc run exited with {process.returncode}{_tail(log)}")
         if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
+            raise AssertionError(f"not met in {timeout} s; last seen {last_seen}{_tail(log)}")
         time.sleep(interval)
+
+
+def _tail(log: Path | None, size: int = 6000) -> str:
+    if log is None or not log.exists():
+        return ""
+    return "\n--- end of " + str(log) + " ---\n" + log.read_text()[-size:]
