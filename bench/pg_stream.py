@@ -71,6 +71,7 @@ def child(args: argparse.Namespace) -> None:
     context = SourceContext(pipeline=PIPELINE, log=log, logger=structlog.get_logger())
     source = PostgresSource(config, context)
     start, cpu_start = time.perf_counter(), time.process_time()
+    log.claim_source()  # as the runtime's source task does, before the offsets
     source.open(log.source_offsets())
     log.ensure_topics([f"{PIPELINE}.{TABLE}"])
     print("ready", flush=True)

@@ -130,6 +130,16 @@ class Log(Protocol):
 
     def begin(self) -> LogTransaction: ...
 
+    def claim_source(self) -> None:
+        """Make the calling thread the pipeline's one source writer, before it reads offsets.
+
+        A log that fences writers (Kafka) fences any older instance of this pipeline's source
+        here, so that no zombie can commit after :meth:`source_offsets` was read, and so the
+        first transaction does not pay for the set-up. Read-only callers (``cdc status``) must
+        not call it.
+        """
+        ...
+
     def source_offsets(self) -> dict[str, Any]:
         """Every source offset stored so far (the last value of each key)."""
         ...

@@ -193,6 +193,9 @@ class EmbeddedLog:
             live += record_count
         return TopicInfo(name, count, orjson.loads(config), start, end, live)
 
+    def claim_source(self) -> None:
+        """Nothing to claim: SQLite serialises writers, and one process owns the file."""
+
     def source_offsets(self) -> dict[str, Any]:
         """Every source offset stored so far, decoded from JSON."""
         with translated("reading source offsets"):

@@ -95,6 +95,21 @@ class KafkaLog:
         source = threading.get_ident() == self._source_thread
         return KafkaTransaction(self, self._writer("source" if source else "other"))
 
+    def claim_source(self) -> None:
+        """The calling thread becomes the source writer, and its ``init_transactions`` runs now.
+
+        That fences an older instance of this pipeline's source (a zombie's open transaction
+        is aborted, its later commits fail) before the offsets are read, and keeps the set-up,
+        which can take seconds, out of the first transaction's latency.
+
+        Raises:
+            LogFatal: the broker refused the transactional id.
+            LogUnavailable: no broker answered in time.
+        """
+        self._source_thread = threading.get_ident()
+        self._ensure_offsets_topic()
+        self._writer("source").producer()
+
     def source_offsets(self) -> dict[str, Any]:
         """The last value of each key of the offsets topic, read to its end (read_committed).
 

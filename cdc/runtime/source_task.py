@@ -101,6 +101,7 @@ class SourceTask:
         source = self._factory()
         tx: LogTransaction | None = None
         try:
+            self._log.claim_source()  # fences an older writer before the offsets are read
             source.open(self._log.source_offsets())
             self._log.ensure_topics(self._topics(source.tables()))
             self._logger.info("source.opened")

@@ -181,6 +181,28 @@ def test_a_second_instance_fences_the_first(log_factory: KafkaFactory) -> None:
     assert second.source_offsets()["pos"] == 2
 
 
+def test_claiming_the_source_fences_a_zombie_before_offsets_are_read(
+    log_factory: KafkaFactory,
+) -> None:
+    """A new instance claims first, then reads offsets: an older instance's open transaction
+    is aborted and it can commit nothing after the read, so the offsets it sees are final."""
+    zombie = log_factory()
+    topic = new_topic()
+    zombie.ensure_topics([topic])
+    zombie.claim_source()
+    append(zombie, [Record(topic, key(1), b"committed")], {"pos": 1})
+    open_tx = zombie.begin()
+    open_tx.append([Record(topic, key(2), b"never committed")])
+    successor = log_factory()
+    successor.claim_source()
+    assert successor.source_offsets() == {"pos": 1}
+    open_tx.store_offsets({"pos": 2})
+    with pytest.raises(LogFatal, match="fenced"):
+        open_tx.commit()
+    assert successor.source_offsets() == {"pos": 1}
+    assert [r.value for r in read_all(successor, topic)] == [b"committed"]
+
+
 def test_other_threads_do_not_fence_the_source(log_factory: KafkaFactory) -> None:
     """A sink worker's dead letters (another thread, another process) use their own id."""
     source = log_factory()
