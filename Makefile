@@ -8,6 +8,8 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := test
 
 PYTHON ?= python3
+# rustup installs cargo here; pip needs it to build the optional native row encoder.
+export PATH := $(HOME)/.cargo/bin:$(PATH)
 MVN ?= mvn -B -q --no-transfer-progress -Dstyle.color=never
 PYTEST_ARGS ?=
 STAMPS := build/stamps
@@ -41,10 +43,13 @@ apt:
 	fi
 	DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q --no-install-recommends "$${missing[@]}"
 
-## pip: the project in editable mode with its dev tools (again only when pyproject.toml changed).
+## pip: the project in editable mode with its dev tools, and the native row encoder when a Rust
+## toolchain is present (again only when pyproject.toml or the encoder changed).
+NATIVE_SOURCES := $(wildcard connectors/postgres/native/src/*.rs) connectors/postgres/native/Cargo.toml
 pip: $(STAMPS)/pip
-$(STAMPS)/pip: pyproject.toml
+$(STAMPS)/pip: pyproject.toml $(NATIVE_SOURCES)
 	PIP_ROOT_USER_ACTION=ignore $(PYTHON) -m pip install -q -e '.[dev]'
+	$(PYTHON) -c 'from connectors.postgres import fast; print("native row encoder:", "built" if fast.available() else "not built (no Rust toolchain): the pure-Python path runs")'
 	mkdir -p $(STAMPS) && touch $@
 
 ## jars: Kafka 4 and mongo-java-server with their dependencies, from Maven Central.

@@ -17,13 +17,15 @@ from typing import Any
 
 import orjson
 
-from cdc.events import ChangeEvent, Op, topic_name
+from cdc.events import ChangeEvent, EncodedRow, Op, topic_name
 from cdc.log.base import Record
 
 CONNECTOR_VERSION = "0.1.0"
 
 
 def _default(value: Any) -> Any:
+    if value.__class__ is EncodedRow:  # the source wrote its JSON already
+        return orjson.Fragment(value.json)
     if isinstance(value, Decimal):
         return str(value)
     if isinstance(value, bytes | bytearray | memoryview):

@@ -21,7 +21,7 @@ from psycopg import sql
 
 from cdc.envelope import encode_key
 from cdc.errors import CdcError, SourceFatal
-from cdc.events import ChangeEvent, Op, SourceInfo
+from cdc.events import ChangeEvent, EncodedRow, Op, SourceInfo
 from cdc.logging import Logger
 from connectors.postgres.relations import CONNECTOR
 from connectors.postgres.replication import session_conninfo
@@ -29,11 +29,11 @@ from snapshots.channel import WATERMARK, Channel
 from snapshots.chunks import Chunk
 from snapshots.parallel import ChunkFailed
 from snapshots.reader import SnapshotTable, chunk_query, read_rows
-from snapshots.rows import SEQUENCE_SHIFT
+from snapshots.rows import SEQUENCE_SHIFT, keyed_row
 from snapshots.watermark import HIGH, LOW, Watermarks, render
 
 #: A chunk row: its key and its converted image.
-KeyedRow = tuple[dict[str, Any], dict[str, Any]]
+KeyedRow = tuple[dict[str, Any], dict[str, Any] | EncodedRow]
 
 #: How long a reader waits for its high watermark to come back through the stream.
 HIGH_WATERMARK_WAIT_S = 600.0
@@ -212,12 +212,11 @@ class WatermarkReader:
         raise SourceFatal(f"transactions before watermark of {job.table.name} stay invisible")
 
     def _read(self, conn: psycopg.Connection[Any], job: ChunkJob) -> dict[bytes, KeyedRow]:
-        convert, key_names = job.table.state.convert, job.table.state.key
+        state = job.table.state
         rows: dict[bytes, KeyedRow] = {}
         for piece in read_rows(conn, chunk_query(job.table, job.chunk, job.where), 5000):
             for values in piece:
-                after = convert(values)
-                key = {k: after[k] for k in key_names}
+                key, after = keyed_row(state, values)
                 rows[encode_key(key)] = (key, after)
         return rows
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from cdc.events import ChangeEvent, Op, SourceInfo
-from connectors.postgres.relations import CONNECTOR
+from cdc.events import ChangeEvent, EncodedRow, Op, Row, SourceInfo
+from connectors.postgres.relations import CONNECTOR, RelationState
 from snapshots.reader import SnapshotTable, Values
 
 SEQUENCE_SHIFT = 32
@@ -38,18 +38,40 @@ def to_events(
         ConversionError: a value cannot be converted (the snapshot has no dead-letter path:
             a row that cannot be read is a reason to stop, not to skip).
     """
-    convert = table.state.convert
-    key_names = table.state.key
+    state = table.state
     schema, name = table.info.schema, table.info.table
     extra: dict[str, Any] = {"lsn": position}
     base = (chunk << SEQUENCE_SHIFT) + first_row
     read = Op.READ
     events = []
     for offset, values in enumerate(rows):
-        after = convert(values)
-        key = {k: after[k] for k in key_names}
+        key, after = keyed_row(state, values)
         source = SourceInfo(
             CONNECTOR, db, schema, name, ts_ms, position, base + offset, flag, None, extra
         )
         events.append(ChangeEvent(read, key, None, after, source))
     return events
+
+
+def keyed_row(state: RelationState, values: Values) -> tuple[Row, Row | EncodedRow]:
+    """The key and the row of one snapshot row's text values.
+
+    The relation's native encoder writes the row's JSON when it is built (see
+    :mod:`connectors.postgres.fast`); otherwise, or for a row it declines, the converters run.
+
+    Raises:
+        ConversionError: a value cannot be converted.
+    """
+    encoder = state.encoder
+    if encoder is not None:
+        try:
+            encoded = encoder.encode_values(values)
+        except Exception:  # a converter rejected a value: the Python path reports it
+            encoded = None
+        if encoded is not None:
+            row, key_values = encoded
+            return dict(zip(state.key, key_values, strict=True)), EncodedRow(
+                row, values, state.convert
+            )
+    after = state.convert(values)
+    return {k: after[k] for k in state.key}, after

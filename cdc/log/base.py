@@ -19,7 +19,7 @@ class TopicPartition(NamedTuple):
     partition: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built once per change, see cdc/events.py
 class Record:
     """A record to append; the log picks its partition from the key."""
 

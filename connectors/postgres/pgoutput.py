@@ -47,6 +47,7 @@ __all__ = [
     "Unchanged",
     "Update",
     "decode",
+    "tuple_at",
 ]
 
 
@@ -308,6 +309,14 @@ def _tuple(data: bytes, pos: int) -> tuple[TupleData, int]:
     if pos > len(data):
         raise ProtocolError("tuple data runs past the end of the message")
     return tuple(values), pos
+
+
+def tuple_at(data: bytes, pos: int) -> TupleData:
+    """The TupleData at ``data[pos:]`` (see :func:`decode` for the errors)."""
+    try:
+        return _tuple(data, pos)[0]
+    except (struct.error, IndexError, ValueError) as exc:
+        raise ProtocolError(f"malformed tuple data: {exc}") from exc
 
 
 def _xid(data: bytes, streaming: bool) -> tuple[int | None, int]:

@@ -14,10 +14,14 @@ from cdc.errors import SourceFatal
 from cdc.events import topic_name
 from cdc.schema import Column, TableSchema
 from connectors.postgres.catalog import TableInfo
-from connectors.postgres.pgoutput import Relation, TupleData
+from connectors.postgres.fast import RowEncoder, row_encoder
+from connectors.postgres.pgoutput import Relation, TupleData, tuple_at
 from connectors.postgres.types import TypeRegistry, row_converter, type_name
 
 CONNECTOR = "postgresql"
+# Where the new tuple starts in an Insert, and in an Update without an old tuple: the tag, the
+# relation OID (4 bytes), then 'N'.
+NEW_TUPLE_AT = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +33,7 @@ class RelationState:
         key_index: their positions in a tuple.
         convert: tuple -> row dict (``UNCHANGED`` passes through).
         index: column name -> position in a tuple.
+        encoder: the native row encoder (:mod:`connectors.postgres.fast`), when built.
     """
 
     relation: Relation
@@ -39,6 +44,7 @@ class RelationState:
     convert: Callable[[TupleData], dict[str, Any]]
     index: Mapping[str, int]
     table_schema: TableSchema
+    encoder: RowEncoder | None = None
 
     @property
     def schema(self) -> str:
@@ -49,6 +55,11 @@ class RelationState:
     def table(self) -> str:
         """The table's name."""
         return self.info.table
+
+    def decode_new(self, message: bytes) -> dict[str, Any]:
+        """The row of an Insert, or an Update without an old tuple, from its message bytes
+        (what an :class:`~cdc.events.EncodedRow` of the native path decodes on demand)."""
+        return self.convert(tuple_at(message, NEW_TUPLE_AT))
 
     def key_text(self, values: TupleData) -> dict[str, str | None]:
         """The key's values in text form from a raw tuple (for a fallback read)."""
@@ -128,13 +139,15 @@ def build_state(
         )
         for c in relation.columns
     )
+    key_index = tuple(index[k] for k in key)
     return RelationState(
         relation=relation,
         info=info,
         topic=topic_name(pipeline, info.schema, info.table),
         key=key,
-        key_index=tuple(index[k] for k in key),
+        key_index=key_index,
         convert=row_converter(relation.columns, registry),
         index=index,
         table_schema=TableSchema(CONNECTOR, info.schema, info.table, columns, position),
+        encoder=row_encoder(relation.columns, registry, key_index),
     )

@@ -223,6 +223,7 @@ class PostgresSource:
         if self._streams is not None or self._repl is None:
             return self._drain_slowly(asm, limit)
         read, decode, handle = self._repl.read, self._decoder, asm.handle
+        fast = asm.fast_change
         events = asm.events
         handled = 0
         while not asm.cut and len(events) < limit:
@@ -237,7 +238,9 @@ class PostgresSource:
             lsn = _WAL_START(data, 1)[0]
             if lsn > self._received:
                 self._received = lsn
-            handle(decode(data[_XLOG_HEADER_SIZE:]), lsn)
+            payload = bytes(data[_XLOG_HEADER_SIZE:])
+            if not fast(payload, lsn):
+                handle(decode(payload), lsn)
             handled += 1
         return handled
 

@@ -12,18 +12,19 @@ The assembler has no I/O of its own: the source feeds it messages and hands it a
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from cdc.envelope import encode_key
-from cdc.events import ChangeEvent, Op, Row, SourceInfo
+from cdc.events import ChangeEvent, EncodedRow, Op, Row, SourceInfo
 from cdc.logging import Logger
 from cdc.schema import TableSchema
 from cdc.source import DeadLetter, SourceBatch
 from connectors.postgres import pgoutput as pg
 from connectors.postgres.catalog import TableInfo
 from connectors.postgres.protocol import lsn_to_str, pg_time_to_unix_ms
-from connectors.postgres.relations import CONNECTOR, RelationState, build_state
+from connectors.postgres.relations import CONNECTOR, NEW_TUPLE_AT, RelationState, build_state
 from connectors.postgres.toast import ToastFiller, fill_from, key_identity, missing_columns
 from connectors.postgres.types import ConversionError, TypeRegistry
 
@@ -145,11 +146,7 @@ class Assembler:
         if self.in_tx and self._events:
             # Appended but not committed until the transaction ends: the log's images of
             # these keys are stale until then.
-            self._toast.mark(
-                key_identity(e.source.schema, e.source.table, e.key)
-                for e in self._events
-                if e.op is not Op.TRUNCATE
-            )
+            self._toast.mark_events(self._events)
         self._events, self._schemas, self._dead = [], self._next_schemas, []
         self._next_schemas = []
         self.cut = False
@@ -246,7 +243,7 @@ class Assembler:
         rel: RelationState,
         key: Row,
         before: Row | None,
-        after: Row | None,
+        after: Row | EncodedRow | None,
         lsn: int,
         extra: dict[str, Any] | None = None,
     ) -> None:
@@ -267,6 +264,34 @@ class Assembler:
         )
         self._seq += 1
         self._events.append(ChangeEvent(op, key, before, after, source))
+
+    def fast_change(self, message: bytes, lsn: int) -> bool:
+        """Apply an Insert, or an Update without an old tuple, through the relation's native
+        encoder; ``False`` when it is not such a message or the encoder declines, and the
+        caller then decodes the message for the Python path, which gives the same event.
+
+        Both paths keep the same order and sequence numbers; only the row's JSON is written
+        natively (see :mod:`connectors.postgres.fast`).
+        """
+        tag = message[0]
+        if (tag != _INSERT and tag != _UPDATE) or message[NEW_TUPLE_AT - 1] != _NEW:
+            return False
+        rel = self._relations.get(_U32(message, 1)[0])
+        encoder = None if rel is None else rel.encoder
+        if encoder is None:
+            return False
+        assert rel is not None
+        try:
+            encoded = encoder.encode_tuple(message, NEW_TUPLE_AT)
+        except Exception:  # a converter rejected a value: the Python path reports it
+            return False
+        if encoded is None:
+            return False
+        row, key_values = encoded
+        key = dict(zip(rel.key, key_values, strict=True))
+        after = EncodedRow(row, message, rel.decode_new)
+        self._emit(Op.CREATE if tag == _INSERT else Op.UPDATE, rel, key, None, after, lsn)
+        return True
 
     def _insert(self, msg: pg.Insert, lsn: int) -> None:
         rel = self._state(msg.relation_oid)
@@ -370,7 +395,8 @@ class Assembler:
         for event in reversed(self._events):
             source = event.source
             if event.key == key and source.table == table and source.schema == schema:
-                return True, event.after
+                after = event.after
+                return True, after.values_dict() if isinstance(after, EncodedRow) else after
         return False, None
 
     def _fill(
@@ -409,6 +435,10 @@ class Assembler:
             row[name] = read[name]
         self._logger.info("toast.fallback_read", table=rel.info.name, columns=missing)
         return {"toast_fallback": True, "toast_fallback_columns": missing}
+
+
+_INSERT, _UPDATE, _NEW = ord("I"), ord("U"), ord("N")
+_U32 = struct.Struct(">I").unpack_from
 
 
 def _ignore(message: Any, lsn: int) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from cdc.envelope import encode_key
+from cdc.events import ChangeEvent, Op
 from cdc.log.base import Log
 from cdc.logging import Logger
 from connectors.postgres.pgoutput import UNCHANGED
@@ -61,11 +62,22 @@ class ToastFiller:
         self._bloom_dirty = False
         self._log_lookups = True
 
-    def mark(self, identities: Iterable[Hashable]) -> None:
-        """Note keys changed in a batch handed out before its transaction committed."""
+    def mark_events(self, events: Iterable[ChangeEvent]) -> None:
+        """Note the keys of ``events`` (truncates have none), a batch handed out before its
+        transaction committed.
+
+        The hot path of a large transaction: :func:`key_identity` inlined, the same hash.
+        """
         bloom, size = self._bloom, len(self._bloom)
-        for identity in identities:
-            h = hash(identity)
+        truncate = Op.TRUNCATE
+        for event in events:
+            if event.op is truncate:
+                continue
+            source = event.source
+            try:
+                h = hash((source.schema, source.table, tuple(event.key.values())))
+            except TypeError:  # a JSON or array key column
+                h = hash(key_identity(source.schema, source.table, event.key))
             bloom[(h >> 3) % size] |= 1 << (h & 7)
             self._bloom_dirty = True
 

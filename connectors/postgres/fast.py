@@ -1,0 +1,113 @@
+"""The optional native row encoder: a relation's text values straight to their row JSON.
+
+``connectors.postgres._native`` (Rust, ``connectors/postgres/native``) is built by ``pip install``
+when a Rust toolchain is present. It writes the JSON that ``orjson.dumps`` would write for the
+row :func:`~connectors.postgres.types.row_converter` returns, without building the Python
+values: the common types take native fast paths, the rest call their Python converter. Without
+it, or for any tuple it declines (unchanged TOAST values, binary values, a value a converter
+rejects), the pure-Python path runs, so behaviour never depends on whether it was built;
+``tests/unit/test_pg_fast.py`` holds the two paths to the same bytes.
+
+Set ``CDC_NATIVE=0`` to turn it off (to compare, or to rule it out).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any, Final, Protocol
+
+import orjson
+
+from cdc import envelope
+from connectors.postgres import types as t
+from connectors.postgres.pgoutput import RelationColumn
+
+# Kind codes of native/src/lib.rs.
+TEXT, INT, BOOL, TIMESTAMPTZ, TIMESTAMP, DATE, TIME, PYTHON = range(8)
+
+_KIND_OF_CONVERTER: Final[dict[Callable[[str], Any], int]] = {
+    t._identity: TEXT,
+    int: INT,
+    t._bool: BOOL,
+    t._timestamptz: TIMESTAMPTZ,
+    t._timestamp: TIMESTAMP,
+    t._date: DATE,
+    t._time: TIME,
+}
+_ARRAY_ELEMENT_KINDS: Final = frozenset({TEXT, INT, BOOL})
+
+
+class RowEncoder(Protocol):
+    """``connectors.postgres._native.RowEncoder``."""
+
+    def encode_tuple(self, data: bytes, pos: int) -> tuple[bytes, tuple[Any, ...]] | None:
+        """Row JSON and key values of the TupleData at ``data[pos:]``; ``None``: use Python."""
+        ...
+
+    def encode_values(self, values: Sequence[str | None]) -> tuple[bytes, tuple[Any, ...]] | None:
+        """Row JSON and key values of text values; ``None``: use Python."""
+        ...
+
+
+def _load() -> Any:
+    if os.environ.get("CDC_NATIVE", "1") == "0":
+        return None
+    try:
+        from connectors.postgres import _native  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _native.RowEncoder
+
+
+_NATIVE: Final = _load()
+
+
+def available() -> bool:
+    """Whether the native encoder was built and is enabled."""
+    return _NATIVE is not None
+
+
+def row_encoder(
+    columns: Sequence[RelationColumn],
+    registry: t.TypeRegistry,
+    key_index: Sequence[int],
+) -> RowEncoder | None:
+    """The native encoder of a relation's rows, or ``None`` without the native module."""
+    if _NATIVE is None:
+        return None
+    plan = []
+    for column in columns:
+        kind, delimiter = _kind(registry, column.type_oid)
+        convert = registry.raw_converter(column.type_oid)
+        plan.append(
+            (
+                orjson.dumps(column.name),
+                kind,
+                delimiter,
+                None if convert is t._identity else convert,
+            )
+        )
+    encoder: RowEncoder = _NATIVE(plan, list(key_index), envelope.dumps)
+    return encoder
+
+
+def _kind(registry: t.TypeRegistry, oid: int) -> tuple[int, str | None]:
+    """The native kind of a type and, for a flat-array fast path, its delimiter.
+
+    Mirrors ``TypeRegistry._build``: domains are their base type; an array takes the fast path
+    when its elements do, else its whole text goes to the Python converter.
+    """
+    entry = registry.get(oid)
+    for _ in range(16):  # domains over domains; the registry bounds the depth the same way
+        if entry is None or entry.kind != "domain":
+            break
+        entry = registry.get(entry.base_oid)
+    if entry is not None and entry.kind == "array":
+        element = registry.get(entry.element_oid)
+        kind = _KIND_OF_CONVERTER.get(registry.raw_converter(entry.element_oid), PYTHON)
+        if kind in _ARRAY_ELEMENT_KINDS:
+            return kind, element.delimiter if element is not None else ","
+        return PYTHON, None
+    kind = _KIND_OF_CONVERTER.get(registry.raw_converter(oid), PYTHON)
+    return kind, None

@@ -1,0 +1,398 @@
+//! Optional accelerator of the PostgreSQL source: a row of text values to its JSON object.
+//!
+//! The Python converters (`connectors/postgres/types.py`) define every value's JSON form; this
+//! module reproduces them byte for byte for the common shapes (text, integers, booleans, ISO
+//! timestamps and dates, flat arrays of those) and calls the Python converter for anything
+//! else, so its output always equals `orjson.dumps(row_converter(...)(values))`. Whenever it is
+//! not sure (an unchanged TOAST value, a binary value, bad UTF-8, a converter that raises), it
+//! answers `None` or raises, and the caller takes the pure-Python path, which produces the
+//! value or the precise error.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyString, PyTuple};
+
+/// How a column's text becomes JSON: the codes `connectors/postgres/fast.py` passes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Text = 0,
+    Int = 1,
+    Bool = 2,
+    Timestamptz = 3,
+    Timestamp = 4,
+    Date = 5,
+    Time = 6,
+    Python = 7,
+}
+
+impl Kind {
+    fn from_code(code: u8) -> PyResult<Kind> {
+        Ok(match code {
+            0 => Kind::Text,
+            1 => Kind::Int,
+            2 => Kind::Bool,
+            3 => Kind::Timestamptz,
+            4 => Kind::Timestamp,
+            5 => Kind::Date,
+            6 => Kind::Time,
+            7 => Kind::Python,
+            _ => {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "unknown column kind {code}"
+                )))
+            }
+        })
+    }
+}
+
+struct Column {
+    /// `"name":`, with a leading comma for every column but the first.
+    prefix: Vec<u8>,
+    kind: Kind,
+    /// The array delimiter when the column is an array of `kind` elements.
+    delimiter: Option<u8>,
+    /// The Python converter (`str -> value`); `None` for text passed through.
+    convert: Option<PyObject>,
+}
+
+/// Encodes the rows of one relation (one column layout).
+#[pyclass(frozen, module = "connectors.postgres._native")]
+struct RowEncoder {
+    columns: Vec<Column>,
+    key_index: Vec<usize>,
+    /// `value -> bytes`: the envelope's JSON encoder, for values a Python converter made.
+    dumps: PyObject,
+}
+
+enum Cell<'a> {
+    Null,
+    Text(&'a str),
+}
+
+#[pymethods]
+impl RowEncoder {
+    /// `columns`: `(name JSON bytes, kind code, array delimiter or None, converter or None)`
+    /// per column; `key_index`: the key columns' positions; `dumps`: value -> JSON bytes.
+    #[new]
+    fn new(
+        columns: Vec<(Vec<u8>, u8, Option<String>, Option<PyObject>)>,
+        key_index: Vec<usize>,
+        dumps: PyObject,
+    ) -> PyResult<Self> {
+        let mut built = Vec::with_capacity(columns.len());
+        for (i, (name_json, code, delimiter, convert)) in columns.into_iter().enumerate() {
+            let mut prefix = Vec::with_capacity(name_json.len() + 2);
+            if i > 0 {
+                prefix.push(b',');
+            }
+            prefix.extend_from_slice(&name_json);
+            prefix.push(b':');
+            let kind = Kind::from_code(code)?;
+            if kind == Kind::Python && convert.is_none() {
+                return Err(pyo3::exceptions::PyValueError::new_err(
+                    "a Python-converted column needs its converter",
+                ));
+            }
+            let delimiter = match delimiter {
+                Some(d) if d.len() == 1 => Some(d.as_bytes()[0]),
+                Some(_) => {
+                    return Err(pyo3::exceptions::PyValueError::new_err(
+                        "an array delimiter is one ASCII character",
+                    ))
+                }
+                None => None,
+            };
+            built.push(Column { prefix, kind, delimiter, convert });
+        }
+        if key_index.iter().any(|&i| i >= built.len()) {
+            return Err(pyo3::exceptions::PyValueError::new_err("key index out of range"));
+        }
+        Ok(RowEncoder { columns: built, key_index, dumps })
+    }
+
+    /// The row JSON and key values of the pgoutput TupleData at `data[pos..]`, or `None` when
+    /// the tuple holds something only the Python path handles (unchanged TOAST, binary values,
+    /// another column count, bad UTF-8, a truncated message).
+    fn encode_tuple<'py>(
+        &self,
+        py: Python<'py>,
+        data: &[u8],
+        pos: usize,
+    ) -> PyResult<Option<(Bound<'py, PyBytes>, Bound<'py, PyTuple>)>> {
+        let cells = match parse_tuple(data, pos, self.columns.len()) {
+            Some(cells) => cells,
+            None => return Ok(None),
+        };
+        self.encode(py, &cells)
+    }
+
+    /// The row JSON and key values of text values (`None` for NULL), as a COPY row splits into.
+    fn encode_values<'py>(
+        &self,
+        py: Python<'py>,
+        values: Vec<Option<Bound<'py, PyString>>>,
+    ) -> PyResult<Option<(Bound<'py, PyBytes>, Bound<'py, PyTuple>)>> {
+        if values.len() != self.columns.len() {
+            return Ok(None);
+        }
+        let mut cells = Vec::with_capacity(values.len());
+        for value in &values {
+            cells.push(match value {
+                None => Cell::Null,
+                Some(text) => Cell::Text(text.to_str()?),
+            });
+        }
+        self.encode(py, &cells)
+    }
+}
+
+impl RowEncoder {
+    fn encode<'py>(
+        &self,
+        py: Python<'py>,
+        cells: &[Cell<'_>],
+    ) -> PyResult<Option<(Bound<'py, PyBytes>, Bound<'py, PyTuple>)>> {
+        let mut out = Vec::with_capacity(64 + cells.len() * 24);
+        out.push(b'{');
+        for (column, cell) in self.columns.iter().zip(cells) {
+            out.extend_from_slice(&column.prefix);
+            match cell {
+                Cell::Null => out.extend_from_slice(b"null"),
+                Cell::Text(text) => self.value(py, column, text, &mut out)?,
+            }
+        }
+        out.push(b'}');
+        let mut key = Vec::with_capacity(self.key_index.len());
+        for &i in &self.key_index {
+            key.push(key_value(py, &self.columns[i], &cells[i])?);
+        }
+        Ok(Some((PyBytes::new(py, &out), PyTuple::new(py, key)?)))
+    }
+
+    fn value(&self, py: Python<'_>, column: &Column, text: &str, out: &mut Vec<u8>) -> PyResult<()> {
+        let done = match column.delimiter {
+            Some(delimiter) => flat_array(column.kind, delimiter, text, out),
+            None => scalar(column.kind, text, out),
+        };
+        if done {
+            return Ok(());
+        }
+        // Not a shape the fast paths know: the Python converter decides (or raises).
+        let value = match &column.convert {
+            Some(convert) => convert.call1(py, (text,))?,
+            None => PyString::new(py, text).into_any().unbind(),
+        };
+        let encoded = self.dumps.call1(py, (value,))?;
+        out.extend_from_slice(encoded.downcast_bound::<PyBytes>(py)?.as_bytes());
+        Ok(())
+    }
+}
+
+fn key_value(py: Python<'_>, column: &Column, cell: &Cell<'_>) -> PyResult<PyObject> {
+    let text = match cell {
+        Cell::Null => return Ok(py.None()),
+        Cell::Text(text) => *text,
+    };
+    if column.delimiter.is_none() {
+        if column.kind == Kind::Int && plain_int(text.as_bytes()) {
+            if let Ok(number) = text.parse::<i64>() {
+                return Ok(number.into_pyobject(py)?.into_any().unbind());
+            }
+        }
+        if column.kind == Kind::Text {
+            return Ok(PyString::new(py, text).into_any().unbind());
+        }
+    }
+    match &column.convert {
+        Some(convert) => convert.call1(py, (text,)),
+        None => Ok(PyString::new(py, text).into_any().unbind()),
+    }
+}
+
+/// Text values of a TupleData; `None` for anything the fast path leaves to Python.
+fn parse_tuple(data: &[u8], mut pos: usize, expected: usize) -> Option<Vec<Cell<'_>>> {
+    let count = u16::from_be_bytes(data.get(pos..pos + 2)?.try_into().ok()?) as usize;
+    if count != expected {
+        return None;
+    }
+    pos += 2;
+    let mut cells = Vec::with_capacity(count);
+    for _ in 0..count {
+        match *data.get(pos)? {
+            b't' => {
+                let length = u32::from_be_bytes(data.get(pos + 1..pos + 5)?.try_into().ok()?);
+                let start = pos + 5;
+                let end = start.checked_add(length as usize)?;
+                cells.push(Cell::Text(std::str::from_utf8(data.get(start..end)?).ok()?));
+                pos = end;
+            }
+            b'n' => {
+                cells.push(Cell::Null);
+                pos += 1;
+            }
+            _ => return None, // 'u' (unchanged TOAST), 'b' (binary), or malformed
+        }
+    }
+    Some(cells)
+}
+
+/// Writes the JSON of a scalar if `text` has the shape the kind's fast path handles.
+fn scalar(kind: Kind, text: &str, out: &mut Vec<u8>) -> bool {
+    let bytes = text.as_bytes();
+    match kind {
+        Kind::Text => {
+            json_string(text, out);
+            true
+        }
+        Kind::Int => {
+            if !plain_int(bytes) {
+                return false;
+            }
+            out.extend_from_slice(bytes);
+            true
+        }
+        Kind::Bool => match bytes {
+            b"t" => {
+                out.extend_from_slice(b"true");
+                true
+            }
+            b"f" => {
+                out.extend_from_slice(b"false");
+                true
+            }
+            _ => false,
+        },
+        // types.py's _timestamptz: 'YYYY-MM-DD HH:MM:SS[.f]+00' -> 'YYYY-MM-DDTHH:MM:SS[.f]Z'
+        Kind::Timestamptz => {
+            if !(plain_ascii(bytes) && iso_stamp(bytes) && bytes.ends_with(b"+00")) {
+                return false;
+            }
+            out.push(b'"');
+            out.extend_from_slice(&bytes[..10]);
+            out.push(b'T');
+            out.extend_from_slice(&bytes[11..bytes.len() - 3]);
+            out.extend_from_slice(b"Z\"");
+            true
+        }
+        // types.py's _timestamp: the space becomes 'T' unless the value is BC.
+        Kind::Timestamp => {
+            if !(plain_ascii(bytes) && iso_stamp(bytes) && !bytes.ends_with(b"C")) {
+                return false;
+            }
+            out.push(b'"');
+            out.extend_from_slice(&bytes[..10]);
+            out.push(b'T');
+            out.extend_from_slice(&bytes[11..]);
+            out.push(b'"');
+            true
+        }
+        // types.py's _plain_date and _plain_time: the text unchanged.
+        Kind::Date => {
+            let plain = bytes.len() == 10 && bytes[4] == b'-' && bytes[7] == b'-';
+            plain && plain_ascii(bytes) && quoted(bytes, out)
+        }
+        Kind::Time => {
+            let plain = (8..=15).contains(&bytes.len()) && bytes[2] == b':' && bytes[5] == b':';
+            plain && plain_ascii(bytes) && quoted(bytes, out)
+        }
+        Kind::Python => false,
+    }
+}
+
+/// types.py's `_flat`: a one-dimensional array without quoted elements, split on the delimiter.
+fn flat_array(kind: Kind, delimiter: u8, text: &str, out: &mut Vec<u8>) -> bool {
+    let bytes = text.as_bytes();
+    let simple = bytes.len() >= 2
+        && bytes[0] == b'{'
+        && bytes[bytes.len() - 1] == b'}'
+        && !bytes.contains(&b'"')
+        && !bytes[1..].contains(&b'{');
+    if !simple || !matches!(kind, Kind::Text | Kind::Int | Kind::Bool) {
+        return false;
+    }
+    let mark = out.len();
+    out.push(b'[');
+    let inner = &text[1..text.len() - 1];
+    if !inner.is_empty() {
+        for (i, item) in inner.split(delimiter as char).enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            if item == "NULL" {
+                out.extend_from_slice(b"null");
+            } else if !scalar(kind, item, out) {
+                out.truncate(mark);
+                return false;
+            }
+        }
+    }
+    out.push(b']');
+    true
+}
+
+/// `-?[1-9][0-9]{0,17}` or `0`: an integer whose text Python's `int` and orjson leave as is.
+fn plain_int(bytes: &[u8]) -> bool {
+    let digits = match bytes.first() {
+        Some(b'-') => &bytes[1..],
+        _ => bytes,
+    };
+    if digits.is_empty() || digits.len() > 18 || !digits.iter().all(u8::is_ascii_digit) {
+        return false;
+    }
+    digits == b"0" && bytes.len() == 1 || digits[0] != b'0'
+}
+
+/// types.py's `_is_iso_stamp`: 'YYYY-MM-DD HH:MM:SS...' with a four-digit year.
+fn iso_stamp(bytes: &[u8]) -> bool {
+    bytes.len() >= 19 && bytes[4] == b'-' && bytes[10] == b' ' && bytes[13] == b':'
+}
+
+/// Printable ASCII without a quote or backslash: its JSON string is the text in quotes.
+fn plain_ascii(bytes: &[u8]) -> bool {
+    bytes.iter().all(|&b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+}
+
+fn quoted(bytes: &[u8], out: &mut Vec<u8>) -> bool {
+    out.push(b'"');
+    out.extend_from_slice(bytes);
+    out.push(b'"');
+    true
+}
+
+/// A JSON string as orjson writes it: short escapes for \b \t \n \f \r, `\u00xx` for other
+/// control characters, everything else (including non-ASCII) as UTF-8.
+fn json_string(text: &str, out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push(b'"');
+    let bytes = text.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let escape: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            0x08 => b"\\b",
+            b'\t' => b"\\t",
+            b'\n' => b"\\n",
+            0x0c => b"\\f",
+            b'\r' => b"\\r",
+            0x00..=0x1f => b"",
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[start..i]);
+        if escape.is_empty() {
+            out.extend_from_slice(b"\\u00");
+            out.push(HEX[(b >> 4) as usize]);
+            out.push(HEX[(b & 0xf) as usize]);
+        } else {
+            out.extend_from_slice(escape);
+        }
+        start = i + 1;
+    }
+    out.extend_from_slice(&bytes[start..]);
+    out.push(b'"');
+}
+
+#[pymodule]
+fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_class::<RowEncoder>()?;
+    Ok(())
+}
