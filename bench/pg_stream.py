@@ -78,6 +78,7 @@ def child(args: argparse.Namespace) -> None:
     rows, tx = 0, None
     latencies: list[float] = []
     commit_ms: list[float] = []  # the log's commit (fsync) alone
+    slowest: list[tuple[float, float]] = []  # (commit ms, seconds after start): warm-up or not
     delivered: list[float] = []
     deadline = time.monotonic() + args.timeout
     spent = {"source": 0.0, "encode": 0.0, "log": 0.0}  # where the time goes
@@ -105,6 +106,7 @@ def child(args: argparse.Namespace) -> None:
             t3 = time.perf_counter()
             tx.commit()
             commit_ms.append((time.perf_counter() - t3) * 1000)
+            slowest.append((commit_ms[-1], t3 - start))
             tx = None
             source.ack(batch.commit_offsets)
             done_ms = time.time() * 1000
@@ -126,6 +128,7 @@ def child(args: argparse.Namespace) -> None:
                 "spent_s": spent,
                 "commit_ms": sorted(commit_ms),
                 "delivered_ms": sorted(delivered),
+                "slowest_commits": sorted(slowest, reverse=True)[:5],
             }
         )
     )
@@ -256,7 +259,9 @@ def steady(
         f"{'steady 5,000 rows/s':<28} commit-to-log latency p50 {_pct(lat, 0.5):.1f} ms  "
         f"p99 {_pct(lat, 0.99):.1f} ms  max {lat[-1]:.1f} ms over {len(lat)} transactions; "
         f"commit-to-poll p50 {_pct(out, 0.5):.1f} ms  p99 {_pct(out, 0.99):.1f} ms; "
-        f"log commit alone p50 {_pct(commits, 0.5):.1f} ms  p99 {_pct(commits, 0.99):.1f} ms"
+        f"log commit alone p50 {_pct(commits, 0.5):.1f} ms  p99 {_pct(commits, 0.99):.1f} ms; "
+        "slowest commits (ms @ s after start) "
+        + ", ".join(f"{ms:.0f} @ {at:.1f}" for ms, at in result["slowest_commits"])
     )
 
 
