@@ -51,6 +51,7 @@ CLIENT_MAX_BYTES = 1_000_000
 _FRAMING_BYTES = 128
 
 Prepared = tuple[str, int, bytes | None, bytes | None]
+UNASSIGNED = -1  # librdkafka's RD_KAFKA_PARTITION_UA: its configured partitioner decides
 
 
 class KafkaLog:
@@ -239,7 +240,9 @@ class KafkaLog:
     # -- for the transaction module ------------------------------------------------------------
 
     def _prepare(self, records: Sequence[Record]) -> list[Prepared]:
-        """Partition each record and check its size, before any of them is produced.
+        """Check each record's size before any of them is produced, and pick its partition:
+        0, or :data:`UNASSIGNED` for the producer's murmur2 partitioner (which
+        ``tests/integration/test_kafka_log.py`` holds to :func:`cdc.partitioner.partition_for`).
 
         Raises:
             RecordTooLarge: a record exceeds the client's or its topic's size limit.
@@ -256,9 +259,11 @@ class KafkaLog:
                     f"{min(client_max, topic_max) - _FRAMING_BYTES} (message.max.bytes of the "
                     "client, max.message.bytes of the topic)"
                 )
-            out.append(
-                (record.topic, partition_for(record.key, partitions), record.key, record.value)
-            )
+            key = record.key
+            # A keyed record of a multi-partition topic: the producer's murmur2_random
+            # partitioner (C, Java-compatible, the same partition_for computes) places it.
+            partition = UNASSIGNED if key is not None and partitions > 1 else 0
+            out.append((record.topic, partition, key, record.value))
         return out
 
     # -- internals -----------------------------------------------------------------------------

@@ -140,6 +140,20 @@ def test_a_plain_murmur2_producer_agrees_on_partitions(
     assert all(p == log.partition_for(topic, k) == partition_for(k, 5) for k, p in placed.items())
 
 
+def test_appended_records_land_on_the_partition_partition_for_names(
+    log_factory: KafkaFactory,
+) -> None:
+    """The log leaves placement to the producer's murmur2 partitioner: it must agree."""
+    log = log_factory(partitions=5)
+    topic = new_topic()
+    log.ensure_topics([topic])
+    log.claim_source()
+    append(log, [Record(topic, key(i), b"v") for i in range(60)], {"pos": 1})
+    stored = read_all(log, topic)
+    assert len(stored) == 60 and len({r.partition for r in stored}) == 5
+    assert all(r.partition == partition_for(r.key, 5) for r in stored)
+
+
 def test_compaction_keeps_the_latest_per_key_and_drops_deleted_keys(
     log_factory: KafkaFactory,
 ) -> None:
