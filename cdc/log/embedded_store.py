@@ -25,6 +25,10 @@ BUSY_TIMEOUT_MS = 60_000
 # Per connection; also where a large uncommitted transaction spills to the WAL file, so it bounds
 # the memory a 1,000,000-row source transaction takes.
 CACHE_KIB = 32 * 1024
+# 16 KiB pages: appends of ~300-byte records with the key index cost 6.3 instead of 9.5 us a
+# record with random keys (4.7 instead of 5.0 with sequential ones), range reads are ~15% faster,
+# and a one-record commit takes 0.22 instead of 0.18 ms (measured here, SQLite 3.40, WAL, FULL).
+PAGE_SIZE = 16 * 1024
 # A checkpointed WAL file is truncated back to this size, so one large transaction does not leave
 # a huge file behind for good.
 JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
@@ -218,6 +222,9 @@ def connect(
         )
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            # Only a new, empty database takes it (before WAL mode writes the header); an
+            # existing log keeps the page size it was created with.
+            conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
             _enable_wal(conn)
             sync = "FULL" if durability == "full" else "NORMAL"
             conn.execute(f"PRAGMA synchronous = {sync}")

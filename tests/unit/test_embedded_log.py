@@ -60,6 +60,21 @@ def test_the_database_is_a_wal_mode_sqlite_file(tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / "a" / "b" / "log.sqlite3")
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert conn.execute("PRAGMA page_size").fetchone()[0] == 16384
+    conn.close()
+
+
+def test_an_existing_log_keeps_its_page_size(tmp_path: Path) -> None:
+    (tmp_path / "log").mkdir()
+    old = sqlite3.connect(tmp_path / "log" / "log.sqlite3")
+    old.execute("PRAGMA page_size = 4096")
+    old.execute("CREATE TABLE before_us (x)")  # a log created by an earlier version
+    old.close()
+    with EmbeddedLog(tmp_path / "log") as log:
+        append(log, [Record(TOPIC, key(1), b"v")])
+        assert [r.value for r in log.read(TOPIC, 0, 0, 10)] == [b"v"]
+    conn = sqlite3.connect(tmp_path / "log" / "log.sqlite3")
+    assert conn.execute("PRAGMA page_size").fetchone()[0] == 4096
     conn.close()
 
 
