@@ -11,13 +11,14 @@ does not serialise itself, keeping decimals exact and bytes readable.
 from __future__ import annotations
 
 import base64
+import functools
 import time
 from decimal import Decimal
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
-from cdc.events import ChangeEvent, EncodedRow, Op, topic_name
+from cdc.events import ChangeEvent, EncodedRow, Op, SourceInfo, topic_name
 from cdc.log.base import Record
 
 CONNECTOR_VERSION = "0.1.0"
@@ -70,7 +71,58 @@ def source_block(event: ChangeEvent, pipeline: str) -> dict[str, Any]:
 
 
 def encode_value(event: ChangeEvent, pipeline: str, now_ms: int | None = None) -> bytes:
-    """The record value: the Debezium change-event envelope."""
+    """The record value: the Debezium change-event envelope.
+
+    The bytes are those of ``orjson.dumps`` of the envelope dict (:func:`encode_value_dict`,
+    which ``tests/unit/test_envelope_fast.py`` holds this to), put together from pieces: the
+    ``source`` block's head is the same for every change of a transaction, so it is encoded once
+    per transaction and table rather than rebuilt as a dict per change, and a row the source
+    already encoded (:class:`~cdc.events.EncodedRow`) is copied in as it is.
+    """
+    global _last_head
+    src = event.source
+    position, sequence, extra = src.position, src.sequence, src.extra
+    if (
+        position.__class__ is not int
+        or sequence.__class__ is not int
+        or (extra and not _BASE_KEYS.isdisjoint(extra))
+    ):
+        return encode_value_dict(event, pipeline, now_ms)
+    ident = (
+        pipeline,
+        src.connector,
+        src.db,
+        src.schema,
+        src.table,
+        src.ts_ms,
+        src.snapshot,
+        src.tx_id,
+    )
+    cached = _last_head  # one read: another thread may replace it, never half of it
+    if cached[0] == ident:
+        head = cached[1]
+    else:
+        head = _source_head(src, pipeline)
+        _last_head = (ident, head)
+    tail = b"]}" if not extra else b"]," + orjson.dumps(extra, default=_default)[1:]
+    return b"".join(
+        (
+            b'{"before":',
+            _row_json(event.before),
+            b',"after":',
+            _row_json(event.after),
+            b',"source":',
+            head,
+            b"%d,%d" % (position, sequence),
+            tail,
+            _OP_PARTS[event.op],
+            b"%d}" % (now_ms if now_ms is not None else int(time.time() * 1000)),
+        )
+    )
+
+
+def encode_value_dict(event: ChangeEvent, pipeline: str, now_ms: int | None = None) -> bytes:
+    """:func:`encode_value` from the envelope as a dict: the reference, and the general case."""
     return orjson.dumps(
         {
             "before": event.before,
@@ -83,19 +135,57 @@ def encode_value(event: ChangeEvent, pipeline: str, now_ms: int | None = None) -
     )
 
 
+_BASE_KEYS: Final = frozenset(
+    ("version", "connector", "name", "ts_ms", "snapshot", "db", "schema", "table", "txId", "pos")
+)
+_OP_PARTS: Final = {op: b',"op":"' + op.value.encode() + b'","ts_ms":' for op in Op}
+_last_head: tuple[tuple[Any, ...], bytes] = ((), b"")
+
+
+def _source_head(src: SourceInfo, pipeline: str) -> bytes:
+    """The ``source`` block up to the position: ``{"version":...,"txId":...,"pos":[``."""
+    fields = {
+        "version": CONNECTOR_VERSION,
+        "connector": src.connector,
+        "name": pipeline,
+        "ts_ms": src.ts_ms,
+        "snapshot": src.snapshot,
+        "db": src.db,
+        "schema": src.schema,
+        "table": src.table,
+        "txId": src.tx_id,
+    }
+    return orjson.dumps(fields, default=_default)[:-1] + b',"pos":['
+
+
+def _row_json(row: Any) -> bytes:
+    if row is None:
+        return b"null"
+    if row.__class__ is EncodedRow:
+        json: bytes = row.json
+        return json
+    return orjson.dumps(row, default=_default)
+
+
 def to_records(event: ChangeEvent, pipeline: str, now_ms: int | None = None) -> list[Record]:
     """The records one event becomes: the change, plus a tombstone after a delete.
 
     A truncate has no key of its own; it is keyed by the table so it stays in order with the
     table's changes on partition of that key, and compaction keeps the last one.
     """
-    topic = topic_name(pipeline, event.source.schema, event.source.table)
+    src = event.source
+    topic = _topic(pipeline, src.schema, src.table)
     key = encode_key(event.key)
     value = encode_value(event, pipeline, now_ms)
-    records = [Record(topic=topic, key=key, value=value)]
+    records = [Record(topic, key, value)]
     if event.op is Op.DELETE:
-        records.append(Record(topic=topic, key=key, value=None))
+        records.append(Record(topic, key, None))
     return records
+
+
+@functools.lru_cache(maxsize=1024)
+def _topic(pipeline: str, schema: str, table: str) -> str:
+    return topic_name(pipeline, schema, table)
 
 
 def decode(data: bytes | None) -> Any:
