@@ -15,7 +15,7 @@ from cdc.events import ChangeEvent, EncodedRow, Op, SourceInfo
 ROWS: list[Any] = [
     None,
     {},
-    {"id": 1, "name": "ünïcödé ✓ \"q\" \\ \n", "n": Decimal("1.50"), "b": b"\x00\xff"},
+    {"id": 1, "name": 'ünïcödé ✓ "q" \\ \n', "n": Decimal("1.50"), "b": b"\x00\xff"},
     {"nested": {"list": [1, "two", None, 2.5]}, "big": orjson.Fragment(b"12345678901234567890")},
     EncodedRow(b'{"id":7,"t":"x"}', None, lambda raw: {"id": 7, "t": "x"}),
 ]
@@ -41,9 +41,7 @@ def _event(rng: random.Random) -> ChangeEvent:
         tx_id=rng.choice([None, 777]),
         extra=dict(rng.choice(EXTRAS)),
     )
-    return ChangeEvent(
-        rng.choice(list(Op)), {"id": 1}, rng.choice(ROWS), rng.choice(ROWS), source
-    )
+    return ChangeEvent(rng.choice(list(Op)), {"id": 1}, rng.choice(ROWS), rng.choice(ROWS), source)
 
 
 def test_pieces_equal_the_dict_encoding() -> None:
