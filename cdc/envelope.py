@@ -53,7 +53,16 @@ def source_block(event: ChangeEvent, pipeline: str) -> dict[str, Any]:
     skip any record whose ``pos`` is not newer than what it holds.
     """
     src = event.source
-    block: dict[str, Any] = {
+    block = _source_fields(src, pipeline)
+    block["pos"] = [src.position, src.sequence]
+    if src.extra:
+        block.update(src.extra)
+    return block
+
+
+def _source_fields(src: SourceInfo, pipeline: str) -> dict[str, Any]:
+    """The ``source`` block's fields before ``pos``, in the envelope's order."""
+    return {
         "version": CONNECTOR_VERSION,
         "connector": src.connector,
         "name": pipeline,
@@ -63,11 +72,7 @@ def source_block(event: ChangeEvent, pipeline: str) -> dict[str, Any]:
         "schema": src.schema,
         "table": src.table,
         "txId": src.tx_id,
-        "pos": [src.position, src.sequence],
     }
-    if src.extra:
-        block.update(src.extra)
-    return block
 
 
 def encode_value(event: ChangeEvent, pipeline: str, now_ms: int | None = None) -> bytes:
@@ -144,18 +149,7 @@ _last_head: tuple[tuple[Any, ...], bytes] = ((), b"")
 
 def _source_head(src: SourceInfo, pipeline: str) -> bytes:
     """The ``source`` block up to the position: ``{"version":...,"txId":...,"pos":[``."""
-    fields = {
-        "version": CONNECTOR_VERSION,
-        "connector": src.connector,
-        "name": pipeline,
-        "ts_ms": src.ts_ms,
-        "snapshot": src.snapshot,
-        "db": src.db,
-        "schema": src.schema,
-        "table": src.table,
-        "txId": src.tx_id,
-    }
-    return orjson.dumps(fields, default=_default)[:-1] + b',"pos":['
+    return orjson.dumps(_source_fields(src, pipeline), default=_default)[:-1] + b',"pos":['
 
 
 def _row_json(row: Any) -> bytes:
