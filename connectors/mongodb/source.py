@@ -222,11 +222,18 @@ class MongoSource:
         self._logger.warning(
             "history.lost", tables=names, reason=reasons, action="re-snapshot (when_needed)"
         )
+        # The signal collection shares streams but is never snapshotted: its requests are not rows.
+        captured = set(self._collections)
+        collections = [c for spec, _ in lost for c in spec.collections if c in captured]
+        action = "re-snapshot" if collections else "restart from now"
         note = {"at_ms": int(time.time() * 1000), "tables": names, "reason": reasons[:500]}
-        positions.add_history_lost(self._entry, note | {"action": "re-snapshot"})
+        positions.add_history_lost(self._entry, note | {"action": action})
         for spec, _ in lost:
             self._entry["streams"].pop(spec.id, None)
-        collections = [c for spec, _ in lost for c in spec.collections]
+        if not collections:  # only the signal collection's stream
+            self._record_start_points([spec for spec, _ in lost])
+            self._unsaved = True
+            return
         self._begin_snapshot(collections, "history lost: the oplog no longer holds the position")
         self._start_scanner()
 
@@ -254,7 +261,8 @@ class MongoSource:
             return SourceBatch()
         if self._streams.signals:
             self.offsets()  # the streams' points, up to and including the request
-            self._requested(*self._streams.signals[0])
+            # Taken off the list: a request that is ignored must not be acted on at every poll.
+            self._requested(*self._streams.signals.pop(0))
         offsets = None if self._streams and self._streams.in_transaction else self.offsets()
         return self._batch(collected, offsets)
 

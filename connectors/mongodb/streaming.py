@@ -160,6 +160,10 @@ class StreamSet:
         request = change.get("fullDocument")
         if change.get("operationType") != "insert" or not isinstance(request, dict):
             return
+        if request.get("type") != "snapshot":
+            reason = "not a snapshot request"
+            self._logger.warning("signal.ignored", request=to_json(request), reason=reason)
+            return
         if request.get("pipeline") not in (None, self._pipeline):
             return  # another pipeline's request in a shared signal collection
         self._logger.info("signal.received", request=to_json(request))

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 import pytest
 from bson import Binary, Decimal128, Int64, ObjectId, json_util
+from structlog.testing import capture_logs
 
 from cdc.errors import ConfigError, SourceFatal, SourceUnavailable
 from cdc.events import Op
@@ -146,7 +147,7 @@ def test_restart_resumes_after_the_stored_token(mongo_server: Any, tmp_path: Pat
     assert [e.key["_id"] for e in events] == list(range(10, 26))  # no gap, no replay
 
 
-def _spoil_position(h: Any, server: Any) -> None:
+def _spoil_position(h: Any, server: Any, only: str | None = None) -> None:
     """Store a resume point the server cannot resume from.
 
     A real server keeps a bounded oplog: a cluster time of 1970 lies before it, so it answers
@@ -154,7 +155,9 @@ def _spoil_position(h: Any, server: Any) -> None:
     well-formed point, and only refuses a token it cannot parse: that stands in for it there.
     """
     offsets = h.log.source_offsets()
-    for entry in offsets["mongodb"]["streams"].values():
+    for stream, entry in offsets["mongodb"]["streams"].items():
+        if only is not None and stream != only:
+            continue
         if getattr(server, "is_real_mongod", False):
             entry.update(resume_token=None, cluster_time=(1 << 32) | 1)
         else:
@@ -206,6 +209,35 @@ def test_history_lost_when_needed_snapshots_again(mongo_server: Any, tmp_path: P
     assert note["tables"] == [table] and note["action"] == "re-snapshot"
     assert report["history_lost"][-1]["tables"] == [table]
     assert stored["last_snapshot"]["reason"].startswith("history lost")
+
+
+def test_history_lost_by_the_signal_stream_alone_restarts_it_without_a_snapshot(
+    mongo_server: Any, tmp_path: Path
+) -> None:
+    with database(mongo_server.uri) as db:
+        db.create_collection("c")
+        signals = f"{db.name}.cdc_signals"
+        db.cdc_signals.insert_one({"type": "snapshot", "table": f"{db.name}.gone"})
+        table = f"{db.name}.c"
+        # One stream per collection, on any server, so that only the signals' stream is lost.
+        opts = {"stream_scope": "collection", "signal_collection": signals}
+        with harness(mongo_server.uri, tmp_path, [table], snapshot="when_needed", **opts) as h:
+            h.open()
+            db.c.insert_one({"_id": 1})
+            h.collect(1)
+            h.close()
+            offsets = h.log.source_offsets()
+            assert set(offsets["mongodb"]["streams"]) == {table, signals}
+            initial = h.stored()["last_snapshot"]  # when_needed's first start: an empty c
+            _spoil_position(h, mongo_server, only=signals)
+            h.open()
+            db.c.insert_one({"_id": 2})
+            h.run_until(lambda: h.events[-1].key == {"_id": 2})
+            stored = h.stored()
+    assert not any(e.op is Op.READ for e in h.events)
+    assert "snapshot" not in stored and stored["last_snapshot"] == initial
+    note = stored["history_lost"][-1]
+    assert note["tables"] == [signals] and note["action"] == "restart from now"
 
 
 def test_unreachable_server_is_retried_and_the_password_hidden(tmp_path: Path) -> None:
@@ -357,6 +389,28 @@ def test_a_requested_snapshot_rereads_a_collection_between_streamed_changes(
     assert h.events[0].source.position < rows[0].source.position < h.events[-1].source.position
     assert offsets["snapshot"]["finished"] == [request["id"]]
     assert offsets["snapshot"]["tables"][table]["kind"] == "blocking"
+
+
+def test_a_request_for_a_collection_not_captured_is_ignored_once(
+    mongo_server: Any, tmp_path: Path
+) -> None:
+    with database(mongo_server.uri) as db:
+        db.create_collection("c")
+        table = f"{db.name}.c"
+        opts = {"stream_scope": scope(mongo_server), "signal_collection": f"{db.name}.cdc_signals"}
+        with harness(mongo_server.uri, tmp_path, [table], **opts) as h, capture_logs() as logs:
+            h.open()
+            time.sleep(1.1)  # mongo-java-server starts streams at a whole second
+            other = f"{db.name}.other"
+            db.cdc_signals.insert_one({"type": "snapshot", "table": other, "pipeline": "mgt"})
+            db.c.insert_many([{"_id": i} for i in range(5)])
+            h.collect(5)
+            for _ in range(5):
+                h.step(0.1)
+    ignored = [entry for entry in logs if entry["event"] == "signal.ignored"]
+    assert [entry["table"] for entry in ignored] == [other]
+    assert [e.key["_id"] for e in h.events] == list(range(5))
+    assert not any(e.op is Op.READ for e in h.events)
 
 
 def test_the_first_start_point_is_stored_before_any_change(
