@@ -274,15 +274,15 @@ class Assembler:
         natively (see :mod:`connectors.postgres.fast`).
         """
         tag = message[0]
-        if (tag != _INSERT and tag != _UPDATE) or message[NEW_TUPLE_AT - 1] != _NEW:
+        if (tag != _INSERT and tag != _UPDATE) or len(message) <= NEW_TUPLE_AT:
+            return False
+        if message[NEW_TUPLE_AT - 1] != _NEW:
             return False
         rel = self._relations.get(_U32(message, 1)[0])
-        encoder = None if rel is None else rel.encoder
-        if encoder is None:
+        if rel is None or rel.encoder is None:
             return False
-        assert rel is not None
         try:
-            encoded = encoder.encode_tuple(message, NEW_TUPLE_AT)
+            encoded = rel.encoder.encode_tuple(message, NEW_TUPLE_AT)
         except Exception:  # a converter rejected a value: the Python path reports it
             return False
         if encoded is None:
