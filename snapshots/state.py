@@ -37,7 +37,7 @@ from snapshots.chunks import (
 )
 
 OFFSET_KEY = "snapshot"
-_FINISHED_KEPT = 20
+FINISHED_KEPT = 20  # finished request ids kept, newest last
 
 
 def now_ms() -> int:
@@ -164,7 +164,7 @@ class SnapshotState:
             for e in self._data["tables"].values()
         )
         if not pending:
-            self._data["finished"] = [*self._data["finished"], request][-_FINISHED_KEPT:]
+            self._data["finished"] = [*self._data["finished"], request][-FINISHED_KEPT:]
 
     def finished(self, request: str) -> bool:
         with self._lock:

@@ -16,17 +16,7 @@ _TRANSIENT_LABELS = ("ResumableChangeStreamError", "RetryableWriteError")
 
 
 class HistoryLost(SourceFatal):
-    """The stored resume point cannot be resumed from (it left the oplog, or is unusable).
-
-    Attributes:
-        stream: the stream id.
-        reason: what the server said.
-    """
-
-    def __init__(self, stream: str, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.stream = stream
-        self.reason = reason
+    """The stored resume point cannot be resumed from (it left the oplog, or is unusable)."""
 
 
 def cannot_resume(exc: px.OperationFailure) -> bool:

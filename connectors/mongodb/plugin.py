@@ -15,7 +15,7 @@ from cdc.source import SourceContext
 from connectors.mongodb import errors, positions
 from connectors.mongodb.client import client_for
 from connectors.mongodb.config import MongoSourceConfig
-from connectors.mongodb.convert import document, key_of
+from connectors.mongodb.convert import document
 from connectors.mongodb.source import MongoSource
 
 
@@ -83,7 +83,8 @@ class MongoSourcePlugin:
         client = client_for(config)
         try:
             for doc in client[schema][table].find().batch_size(5000):
-                yield key_of(doc), document(doc)
+                row = document(doc)
+                yield {"_id": row["_id"]}, row
         except px.PyMongoError as exc:
             raise errors.translate(exc, where, f"reading {schema}.{table}") from exc
         finally:

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from pymongo import MongoClient
-from pymongo import errors as px
 
 from connectors.mongodb import ranges
+from snapshots.chunks import rate_and_eta, to_ranges
+from snapshots.state import now_ms
 
 Doc = dict[str, Any]
 
@@ -66,7 +67,7 @@ def new_state(
     request: str | None = None,
 ) -> Doc:
     """A fresh snapshot's stored state (``request``: the id of a ``cdc snapshot`` request)."""
-    now = int(time.time() * 1000)
+    now = now_ms()
     return {
         "id": snapshot_id,
         "request": request,
@@ -99,11 +100,11 @@ def record(state: Doc, batch: Batch) -> dict[str, Any]:
     entry["done"] = entry["done"] or batch.done
     info["rows"] += len(batch.docs)
     elapsed = max(time.time() - info["started_ms"] / 1000, 1e-3)
-    info["rows_per_s"] = round(info["rows"] / elapsed, 1)
     done = sum(1 for r in info["ranges"] if r["done"])
     total = len(info["ranges"])
-    eta = None if done == 0 else round(elapsed * (total - done) / done, 1)
-    info["eta_s"] = eta
+    rate, eta_s = rate_and_eta(info["rows"], elapsed, done, total)
+    info["rows_per_s"] = round(rate, 1)
+    eta = info["eta_s"] = None if eta_s is None else round(eta_s, 1)
     return {
         "chunks_done": done,
         "chunks_total": total,
@@ -118,7 +119,7 @@ def status_view(entry: Doc) -> Doc | None:
     """The snapshot as ``cdc status`` reads any source's progress (top-level ``"snapshot"``
     offsets: per table ``chunks_total``, ``done`` intervals, ``rows``, rows/s, ETA), derived from
     the running snapshot, else the last finished one; ``None`` before any snapshot."""
-    now = int(time.time() * 1000)
+    now = now_ms()
     running = entry.get("snapshot")
     tables: Doc = {}
     if running:
@@ -140,7 +141,7 @@ def _view(total: int, done: list[int], info: Doc, now: int, request: str | None)
         "kind": "initial" if request is None else "blocking",
         "method": "_id ranges",
         "chunks_total": total,
-        "done": [[i, i] for i in done],
+        "done": to_ranges(done),
         "rows": info["rows"],
         "rows_per_s": info.get("rows_per_s"),
         "eta_s": info.get("eta_s"),
@@ -211,7 +212,7 @@ class Scanner:
                 for batch in self._read(*work):
                     if not self._put(batch):
                         return
-            except px.PyMongoError as exc:
+            except Exception as exc:  # any failure ends the scan through take(), never a hang
                 self._put(exc)
                 return
 

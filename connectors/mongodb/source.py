@@ -33,12 +33,13 @@ from cdc.source import SourceBatch, SourceContext
 from connectors.mongodb import changes, errors, positions, snapshot
 from connectors.mongodb.client import check_collections, connect, load_schemas
 from connectors.mongodb.config import MongoSourceConfig
-from connectors.mongodb.convert import document, key_of
+from connectors.mongodb.convert import document
 from connectors.mongodb.fields import FieldTracker
 from connectors.mongodb.plan import StreamSpec, plan_streams
 from connectors.mongodb.stream import StreamReader, start_point
 from connectors.mongodb.streaming import Collected, StreamSet
 from snapshots.progress import Reporter, reporter
+from snapshots.state import FINISHED_KEPT, now_ms
 
 Doc = dict[str, Any]
 
@@ -209,8 +210,6 @@ class MongoSource:
         reasons = "; ".join(f"{spec.id}: {exc}" for spec, exc in lost)
         if self._context.snapshot_mode != "when_needed":
             raise errors.HistoryLost(
-                lost[0][0].id,
-                reasons,
                 f"MongoDB at {self._where}: the change stream cannot resume from the stored "
                 f"position of {', '.join(names)} ({reasons}). The oplog no longer holds the "
                 "changes since then (or the stored resume token is unusable), so changes may "
@@ -226,7 +225,7 @@ class MongoSource:
         captured = set(self._collections)
         collections = [c for spec, _ in lost for c in spec.collections if c in captured]
         action = "re-snapshot" if collections else "restart from now"
-        note = {"at_ms": int(time.time() * 1000), "tables": names, "reason": reasons[:500]}
+        note = {"at_ms": now_ms(), "tables": names, "reason": reasons[:500]}
         positions.add_history_lost(self._entry, note | {"action": action})
         for spec, _ in lost:
             self._entry["streams"].pop(spec.id, None)
@@ -307,12 +306,10 @@ class MongoSource:
         state = self._entry["snapshot"]
         collected = Collected()
         db, coll = batch.table.split(".", 1)
-        info = SourceInfo(
-            changes.CONNECTOR, db, db, coll, int(time.time() * 1000), state["position"], 0, "true"
-        )
+        info = SourceInfo(changes.CONNECTOR, db, db, coll, now_ms(), state["position"], 0, "true")
         for doc in batch.docs:
-            row = document(doc)
-            collected.events.append(ChangeEvent(Op.READ, key_of(doc), None, row, info))
+            row = document(doc)  # converts _id too: the key reuses it
+            collected.events.append(ChangeEvent(Op.READ, {"_id": row["_id"]}, None, row, info))
         schema = self._tracker.observe((db, coll), [e.after for e in collected.events])
         if schema is not None:
             collected.schemas[(db, coll)] = schema
@@ -330,13 +327,13 @@ class MongoSource:
         request = state.get("request")
         if request is not None:
             done = [*self._entry.get("finished_requests", []), request]
-            self._entry["finished_requests"] = done[-20:]
+            self._entry["finished_requests"] = done[-FINISHED_KEPT:]
         self._entry["last_snapshot"] = {
             "id": state["id"],
             "request": request,
             "position": state["position"],
             "reason": state["reason"],
-            "finished_ms": int(time.time() * 1000),
+            "finished_ms": now_ms(),
             "rows": rows,
             "seconds": round(elapsed, 1),
         }
