@@ -99,7 +99,7 @@ def main() -> int:
         log = KafkaLog(f"bench_{uuid.uuid4().hex[:8]}", config)
         topic = f"{log.pipeline}.public.customers"
         log.ensure_topics([topic])
-        log.source_offsets()  # this thread is the source writer, as in the runtime
+        log.claim_source()  # this thread is the source writer, as in the runtime
         try:
             size = len(key(1)) + len(value(1))
             appended = append(log, topic, args.records, args.batch)

@@ -5,16 +5,17 @@ Same semantics as the embedded log, with Kafka's mechanisms:
 - Topics are created compacted (``cleanup.policy=compact``, ``min.compaction.lag.ms``,
   ``delete.retention.ms``) with the configured partitions and replication factor; existing
   topics are left as they are.
-- Records of one key go to ``murmur2(key) % partitions`` (Java's default partitioner). The
-  partition is passed explicitly and the producer's ``partitioner`` is ``murmur2_random`` too,
-  so both agree; a record without a key goes to partition 0, as in the embedded log.
+- Records of one key go to ``murmur2(key) % partitions`` (Java's default partitioner): the
+  producer's ``partitioner`` is ``murmur2_random``, which a user's ``properties`` cannot
+  override, and :func:`cdc.partitioner.partition_for` computes the same; a record without a key
+  goes to partition 0, as in the embedded log.
 - Records and source offsets commit in one Kafka transaction. Source offsets are JSON records
   of the compacted topic ``<pipeline>.__offsets`` (one partition), as in Kafka Connect.
 - Readers use ``read_committed``. Offsets are Kafka's: transaction markers take offsets too,
   so a partition's offsets have gaps, and ``record_count`` counts markers (an estimate).
 
-Which producer a transaction uses: the thread that reads the source offsets (the runtime's
-source task, before every session) writes with ``transactional.id = cdc-<pipeline>``, so a
+Which producer a transaction uses: the thread that calls :meth:`KafkaLog.claim_source` (the
+runtime's source task, before every session) writes with ``transactional.id = cdc-<pipeline>``, so a
 second, zombie instance of the source is fenced. Transactions begun on other threads (a sink
 worker's dead letters, tools) use an id unique to this log instance: a sinks-only worker must
 never fence the pipeline's source on another host.
@@ -112,11 +113,7 @@ class KafkaLog:
         self._writer("source").producer()
 
     def source_offsets(self) -> dict[str, Any]:
-        """The last value of each key of the offsets topic, read to its end (read_committed).
-
-        The calling thread becomes the source writer (see the module docstring).
-        """
-        self._source_thread = threading.get_ident()
+        """The last value of each key of the offsets topic, read to its end (read_committed)."""
         self._ensure_offsets_topic()
         offsets: dict[str, Any] = {}
         for record in self._read_to_end(self.offsets_topic, 0):
@@ -285,12 +282,11 @@ class KafkaLog:
 
     def _producer_config(self) -> dict[str, Any]:
         timeout_ms = self.config.transaction_timeout_ms
-        return client_config(
+        config = client_config(
             self.config,
             **{
                 "enable.idempotence": True,
                 "acks": "all",
-                "partitioner": "murmur2_random",
                 "transaction.timeout.ms": timeout_ms,
                 # A delivery may not outlive its transaction (librdkafka insists).
                 "message.timeout.ms": timeout_ms,
@@ -301,6 +297,8 @@ class KafkaLog:
                 "queue.buffering.max.messages": 100_000,
             },
         )
+        # After the user's properties: placement is a contract (partition_for, Java clients).
+        return {**config, "partitioner": "murmur2_random"}
 
     def _partition_reader(self) -> PartitionReader:
         with self._lock:

@@ -143,8 +143,9 @@ def test_a_plain_murmur2_producer_agrees_on_partitions(
 def test_appended_records_land_on_the_partition_partition_for_names(
     log_factory: KafkaFactory,
 ) -> None:
-    """The log leaves placement to the producer's murmur2 partitioner: it must agree."""
-    log = log_factory(partitions=5)
+    """The log leaves placement to the producer's murmur2 partitioner: it must agree, whatever
+    partitioner the user's properties name."""
+    log = log_factory(partitions=5, properties={"partitioner": "consistent_random"})
     topic = new_topic()
     log.ensure_topics([topic])
     log.claim_source()
@@ -184,10 +185,10 @@ def test_a_second_instance_fences_the_first(log_factory: KafkaFactory) -> None:
     first = log_factory()
     topic = new_topic()
     first.ensure_topics([topic])
-    first.source_offsets()  # the runtime's source task does this first, on its thread
+    first.claim_source()  # the runtime's source task does this first, on its thread
     append(first, [Record(topic, key(1), b"from the first")], {"pos": 1})
     second = log_factory()
-    second.source_offsets()
+    second.claim_source()
     append(second, [Record(topic, key(2), b"from the second")], {"pos": 2})
     with pytest.raises(LogFatal, match="fenced"):
         append(first, [Record(topic, key(3), b"zombie")], {"pos": 3})
@@ -222,7 +223,7 @@ def test_other_threads_do_not_fence_the_source(log_factory: KafkaFactory) -> Non
     source = log_factory()
     topic = new_topic()
     source.ensure_topics([topic])
-    source.source_offsets()
+    source.claim_source()
     worker = log_factory()
     done = threading.Event()
 
