@@ -13,7 +13,7 @@ The assembler has no I/O of its own: the source feeds it messages and hands it a
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Protocol
 
 from cdc.envelope import encode_key
@@ -99,6 +99,9 @@ class Assembler:
         self.in_tx = False
         self._xid = self._final_lsn = self._ts_ms = self._seq = 0
         self._events: list[ChangeEvent] = []
+        # The batch's latest event per key, built only when a TOAST fill asks (see _recent).
+        self._recent_index: dict[Hashable, ChangeEvent] = {}
+        self._indexed = 0
         self._schemas: list[TableSchema] = []
         self._next_schemas: list[TableSchema] = []
         self._dead: list[DeadLetter] = []
@@ -148,6 +151,8 @@ class Assembler:
             # these keys are stale until then.
             self._toast.mark_events(self._events)
         self._events, self._schemas, self._dead = [], self._next_schemas, []
+        self._recent_index.clear()
+        self._indexed = 0
         self._next_schemas = []
         self.cut = False
         if committed is not None:
@@ -390,14 +395,23 @@ class Assembler:
     # -- TOAST -----------------------------------------------------------------------------
 
     def _recent(self, rel: RelationState, key: Row) -> tuple[bool, Row | None]:
-        """The key's latest image in the batch being built, if the batch changed it."""
-        schema, table = rel.schema, rel.table
-        for event in reversed(self._events):
-            source = event.source
-            if event.key == key and source.table == table and source.schema == schema:
-                after = event.after
-                return True, after.values_dict() if isinstance(after, EncodedRow) else after
-        return False, None
+        """The key's latest image in the batch being built, if the batch changed it.
+
+        The batch's events are indexed by key on the first call, and only the new ones on each
+        later call: a bulk update of a TOASTed table asks once per row, and a scan per call
+        would cost the square of the batch size.
+        """
+        events, index = self._events, self._recent_index
+        for event in events[self._indexed :]:
+            if event.op is not Op.TRUNCATE:
+                source = event.source
+                index[key_identity(source.schema, source.table, event.key)] = event
+        self._indexed = len(events)
+        latest = index.get(key_identity(rel.schema, rel.table, key))
+        if latest is None:
+            return False, None
+        after = latest.after
+        return True, after.values_dict() if isinstance(after, EncodedRow) else after
 
     def _fill(
         self,
