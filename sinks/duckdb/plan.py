@@ -122,9 +122,14 @@ def _envelope(record: SinkRecord, value: dict[str, Any]) -> tuple[TableId, str, 
         source = value["source"]
         position, sequence = source["pos"]
         ts_ms = source.get("ts_ms") or value.get("ts_ms") or 0
-        return (source["schema"], source["table"]), value["op"], position, sequence, ts_ms
+        table, op = (source["schema"], source["table"]), value["op"]
     except (KeyError, TypeError, ValueError) as exc:
         raise RecordError(f"not a change envelope with source.pos: {exc!r}", record) from exc
+    # Checked here, per record, so a bad one follows the bad-records policy instead of failing
+    # the whole staged batch inside DuckDB.
+    if type(position) is not int or type(sequence) is not int or type(ts_ms) is not int:
+        raise RecordError(f"source.pos and ts_ms must be integers: {source['pos']!r}", record)
+    return table, op, position, sequence, ts_ms
 
 
 def _image(record: SinkRecord, value: dict[str, Any], op: str, key: dict[str, Any]) -> Any:

@@ -347,6 +347,17 @@ def test_each_kind_of_bad_value_names_its_record(wh: Harness, source_type: str, 
     assert caught.value.reason.startswith("column v")
 
 
+@pytest.mark.parametrize("pos", [["x", 0], [1, "0"], [1.5, 0]])
+def test_a_position_that_is_not_two_integers_is_a_record_error(wh: Harness, pos: Any) -> None:
+    records = wh.records(item(Op.CREATE, 1, 5, "a", 1), item(Op.CREATE, 2, 6, "b", 2))
+    records[1].value["source"]["pos"] = pos  # type: ignore[index]
+    with pytest.raises(RecordError, match="must be integers") as caught:
+        wh.write(records)
+    assert caught.value.record is records[1]
+    wh.write([records[0]])  # what the runner does after dead-lettering the bad one
+    assert set(wh.rows("items")) == {1}
+
+
 def test_a_column_missing_from_the_schema_is_a_record_error(wh: Harness) -> None:
     records = wh.records(item(Op.CREATE, 1, 5, "a", 1, surprise=1))
     with pytest.raises(RecordError, match="surprise"):
