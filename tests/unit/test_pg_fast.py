@@ -20,9 +20,12 @@ from cdc.events import ChangeEvent, EncodedRow, Op, SourceInfo
 from connectors.postgres import fast
 from connectors.postgres.pgoutput import Insert, RelationColumn, decode
 from connectors.postgres.types import TypeEntry, TypeRegistry, row_converter
+from tests.services.common import in_ci
 
+# Outside CI a machine without Rust runs the pure-Python path only; in CI the encoder must exist.
 pytestmark = pytest.mark.skipif(
-    not fast.available(), reason="the native encoder is not built (no Rust toolchain)"
+    not fast.available() and not in_ci(),
+    reason="the native encoder is not built (no Rust toolchain)",
 )
 
 ENUM_OID, DOMAIN_OID, DOMAIN_ARRAY_OID = 90001, 90002, 90003
