@@ -11,7 +11,6 @@ does not serialise itself, keeping decimals exact and bytes readable.
 from __future__ import annotations
 
 import base64
-import functools
 import time
 from decimal import Decimal
 from typing import Any, Final
@@ -168,18 +167,13 @@ def to_records(event: ChangeEvent, pipeline: str, now_ms: int | None = None) -> 
     table's changes on partition of that key, and compaction keeps the last one.
     """
     src = event.source
-    topic = _topic(pipeline, src.schema, src.table)
+    topic = topic_name(pipeline, src.schema, src.table)
     key = encode_key(event.key)
     value = encode_value(event, pipeline, now_ms)
     records = [Record(topic, key, value)]
     if event.op is Op.DELETE:
         records.append(Record(topic, key, None))
     return records
-
-
-@functools.lru_cache(maxsize=1024)
-def _topic(pipeline: str, schema: str, table: str) -> str:
-    return topic_name(pipeline, schema, table)
 
 
 def decode(data: bytes | None) -> Any:

@@ -62,16 +62,8 @@ def keyed_row(state: RelationState, values: Values) -> tuple[Row, Row | EncodedR
     Raises:
         ConversionError: a value cannot be converted.
     """
-    encoder = state.encoder
-    if encoder is not None:
-        try:
-            encoded = encoder.encode_values(values)
-        except Exception:  # a converter rejected a value: the Python path reports it
-            encoded = None
-        if encoded is not None:
-            row, key_values = encoded
-            return dict(zip(state.key, key_values, strict=True)), EncodedRow(
-                row, values, state.convert
-            )
+    encoded = state.encoded_values(values)
+    if encoded is not None:
+        return encoded
     after = state.convert(values)
     return {k: after[k] for k in state.key}, after

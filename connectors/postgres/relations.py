@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdc.errors import SourceFatal
-from cdc.events import topic_name
+from cdc.events import EncodedRow, Row, topic_name
 from cdc.schema import Column, TableSchema
 from connectors.postgres.catalog import TableInfo
 from connectors.postgres.fast import RowEncoder, row_encoder
@@ -55,6 +55,37 @@ class RelationState:
     def table(self) -> str:
         """The table's name."""
         return self.info.table
+
+    def encoded_tuple(self, message: bytes) -> tuple[Row, EncodedRow] | None:
+        """Key and row of the new tuple of an Insert (or an Update without an old tuple),
+        written by the native encoder; ``None``: the Python path must handle the message."""
+        if self.encoder is None:
+            return None
+        return self._keyed(
+            self.encoder.encode_tuple, (message, NEW_TUPLE_AT), message, self.decode_new
+        )
+
+    def encoded_values(self, values: TupleData) -> tuple[Row, EncodedRow] | None:
+        """Key and row of text values (a snapshot's COPY row), as :meth:`encoded_tuple`."""
+        if self.encoder is None:
+            return None
+        return self._keyed(self.encoder.encode_values, (values,), values, self.convert)
+
+    def _keyed(
+        self,
+        encode: Callable[..., Any],
+        args: tuple[Any, ...],
+        raw: Any,
+        decode: Callable[[Any], Row],
+    ) -> tuple[Row, EncodedRow] | None:
+        try:
+            encoded = encode(*args)
+        except Exception:  # a converter rejected a value: the Python path reports it
+            return None
+        if encoded is None:
+            return None
+        row, key_values = encoded
+        return dict(zip(self.key, key_values, strict=True)), EncodedRow(row, raw, decode)
 
     def decode_new(self, message: bytes) -> dict[str, Any]:
         """The row of an Insert, or an Update without an old tuple, from its message bytes

@@ -284,17 +284,11 @@ class Assembler:
         if message[NEW_TUPLE_AT - 1] != _NEW:
             return False
         rel = self._relations.get(_U32(message, 1)[0])
-        if rel is None or rel.encoder is None:
-            return False
-        try:
-            encoded = rel.encoder.encode_tuple(message, NEW_TUPLE_AT)
-        except Exception:  # a converter rejected a value: the Python path reports it
-            return False
+        encoded = None if rel is None else rel.encoded_tuple(message)
         if encoded is None:
             return False
-        row, key_values = encoded
-        key = dict(zip(rel.key, key_values, strict=True))
-        after = EncodedRow(row, message, rel.decode_new)
+        assert rel is not None
+        key, after = encoded
         self._emit(Op.CREATE if tag == _INSERT else Op.UPDATE, rel, key, None, after, lsn)
         return True
 
