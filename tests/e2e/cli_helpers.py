@@ -16,7 +16,8 @@ import orjson
 REPO_ROOT = str(Path(__file__).resolve().parents[2])
 
 
-def _env(extra: dict[str, str] | None) -> dict[str, str]:
+def cdc_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a ``cdc`` subprocess: this checkout first on ``PYTHONPATH``."""
     path = os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, **(extra or {}), "PYTHONPATH": path}
 
@@ -31,7 +32,7 @@ def cdc(
         text=True,
         capture_output=True,
         timeout=timeout,
-        env=_env(env),
+        env=cdc_env(env),
     )
 
 
@@ -46,7 +47,7 @@ def start_run(
         text=True,
         stdout=log,
         stderr=subprocess.STDOUT,
-        env=_env(env),
+        env=cdc_env(env),
     )
 
 

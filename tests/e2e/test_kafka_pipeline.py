@@ -10,7 +10,6 @@ transaction_size]``, so "every change once" is checked exactly: the committed to
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -30,16 +29,17 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from cdc.config import KafkaLogConfig
 from cdc.log.base import StoredRecord
 from cdc.log.kafka import KafkaLog
-from tests.e2e.cli_helpers import cdc, latest_per_key, start_run, stop, tail_all, wait_for
+from tests.e2e.cli_helpers import (
+    cdc,
+    cdc_env,
+    latest_per_key,
+    start_run,
+    stop,
+    tail_all,
+    wait_for,
+)
 
 TABLES = ("public.customers", "public.orders")
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(autouse=True)
-def this_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``cdc`` subprocesses import this checkout, whatever the editable install points at."""
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
 
 
 def write_pipeline(
@@ -266,7 +266,7 @@ def test_two_sink_workers_share_partitions_and_one_takes_over(
         subprocess.Popen(
             [sys.executable, "-m", "cdc.cli", "sink", str(pipeline), "files"],
             cwd=tmp_path,
-            env={**os.environ, "OUT_DIR": str(out)},
+            env=cdc_env({"OUT_DIR": str(out)}),
             stdout=(tmp_path / f"{out.name}.log").open("a"),
             stderr=subprocess.STDOUT,
         )

@@ -24,13 +24,6 @@ from tests.e2e.cli_helpers import cdc, latest_per_key, start_run, stop, tail_all
 from tests.integration.mongo_kit import database, private_server, scope
 
 pytestmark = pytest.mark.timeout(180)
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(autouse=True)
-def this_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``cdc`` subprocesses import this checkout, whatever the editable install points at."""
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
 
 
 def write_pipeline(

@@ -27,6 +27,7 @@ from cdc.log.factory import open_log
 from cdc.normalize import canonical
 from cdc.runtime.schemas import SchemaCatalog
 from connectors.postgres import PostgresSourcePlugin
+from connectors.postgres.protocol import str_to_lsn
 from sinks.redis import RedisSinkPlugin
 from sinks.search import SearchSinkPlugin
 from tests.e2e.cli_helpers import cdc, start_run, stop, wait_for
@@ -88,7 +89,7 @@ def caught_up(tmp_path: Path, pipeline: Path, env: dict[str, str], dsn: str, tar
     report = status(tmp_path, pipeline, env)
     LAST_SEEN["status"] = report
     sinks_done = all(s["lag"] == 0 for s in report["sinks"])
-    return sinks_done and _lsn(row[0]) >= target - 10_000  # only idle WAL left
+    return sinks_done and str_to_lsn(row[0]) >= target - 10_000  # only idle WAL left
 
 
 def wait_caught_up(
@@ -98,7 +99,7 @@ def wait_caught_up(
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
     assert row is not None
-    target = _lsn(row[0])
+    target = str_to_lsn(row[0])
     LAST_SEEN.clear()
     wait_for(
         lambda: caught_up(tmp_path, pipeline, env, dsn, target),
@@ -108,11 +109,6 @@ def wait_caught_up(
         log=tmp_path / "run.log",
         last_seen=LAST_SEEN,
     )
-
-
-def _lsn(text: str) -> int:
-    high, low = str(text).split("/")
-    return (int(high, 16) << 32) + int(low, 16)
 
 
 def source_rows(pipeline_path: Path, env: dict[str, str]) -> dict[Any, dict[str, Any]]:
