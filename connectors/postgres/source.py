@@ -226,7 +226,9 @@ class PostgresSource:
         fast = asm.fast_change
         events = asm.events
         handled = 0
-        while not asm.cut and len(events) < limit:
+        # Bounded by messages too: a long run that makes no event (keepalives, other tables'
+        # changes) must still return to poll's housekeeping (status updates, heartbeats).
+        while not asm.cut and len(events) < limit and handled < limit:
             data = read(0.0)
             if data is None:
                 break
