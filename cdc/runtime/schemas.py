@@ -25,6 +25,9 @@ class SchemaCatalog:
         self._topic = schema_topic(pipeline)
         self._next: dict[int, int] = {}
         self._schemas: dict[tuple[str, str], TableSchema] = {}
+        # Tables already waited for in vain: asked again (every batch), they are looked up once,
+        # not waited for again, or a table without a schema would stall each batch.
+        self._waited: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
 
     def get(self, schema: str, table: str) -> TableSchema | None:
@@ -34,12 +37,15 @@ class SchemaCatalog:
         change; but Kafka makes a transaction visible partition by partition, so a sink can see
         the change a moment before the schema. A missing schema is therefore waited for, briefly.
         """
-        deadline = time.monotonic() + self._wait_s
+        name = (schema, table)
+        deadline = time.monotonic() + (0.0 if name in self._waited else self._wait_s)
         while True:
             with self._lock:
                 self._refresh()
-                found = self._schemas.get((schema, table))
+                found = self._schemas.get(name)
             if found is not None or time.monotonic() >= deadline:
+                if found is None:
+                    self._waited.add(name)
                 return found
             time.sleep(0.05)
 
