@@ -97,7 +97,7 @@ def child(args: argparse.Namespace) -> None:
             continue
         tx = tx or log.begin()
         now_ms = int(time.time() * 1000)
-        records = [r for e in batch.events for r in envelope.to_records(e, PIPELINE, now_ms)]
+        records = envelope.batch_records(batch.events, PIPELINE, now_ms)
         t2 = time.perf_counter()
         spent["encode"] += t2 - t1
         if records:

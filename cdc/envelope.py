@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import time
+from collections.abc import Iterable
 from decimal import Decimal
 from typing import Any, Final
 
@@ -106,7 +107,7 @@ def encode_value(event: ChangeEvent, pipeline: str, now_ms: int | None = None) -
     if cached[0] == ident:
         head = cached[1]
     else:
-        head = _source_head(src, pipeline)
+        head = source_head(src, pipeline)
         _last_head = (ident, head)
     tail = b"]}" if not extra else b"]," + orjson.dumps(extra, default=_default)[1:]
     return b"".join(
@@ -139,16 +140,34 @@ def encode_value_dict(event: ChangeEvent, pipeline: str, now_ms: int | None = No
     )
 
 
+def source_head(src: SourceInfo, pipeline: str) -> bytes:
+    """The ``source`` block up to its position: ``{"version":...,"txId":...,"pos":[``.
+
+    The same for every change of one transaction (or snapshot chunk) and table, so a source
+    that writes records itself (:func:`value_head`) encodes it once per transaction and table.
+    """
+    return orjson.dumps(_source_fields(src, pipeline), default=_default)[:-1] + b',"pos":['
+
+
+def value_head(op: Op, head: bytes, after: bytes, position: int, sequence: int, lsn: int) -> bytes:
+    """A record value up to the number of its top-level ``ts_ms``, for :attr:`ChangeEvent.encoded`.
+
+    For an event without a ``before`` image whose ``source`` extra is exactly ``{"lsn": lsn}``
+    (what the PostgreSQL source's inserts, updates and snapshot rows carry): ``head`` is
+    :func:`source_head` of its source, ``after`` its row's JSON. :func:`to_records` appends the
+    timestamp; the bytes equal :func:`encode_value_dict`'s (``tests/unit/test_envelope_fast.py``).
+    """
+    return _VALUE_HEADS[op] % (after, head, position, sequence, lsn)
+
+
 _BASE_KEYS: Final = frozenset(
     ("version", "connector", "name", "ts_ms", "snapshot", "db", "schema", "table", "txId", "pos")
 )
 _OP_PARTS: Final = {op: b',"op":"' + op.value.encode() + b'","ts_ms":' for op in Op}
+_VALUE_HEADS: Final = {
+    op: b'{"before":null,"after":%b,"source":%b%d,%d],"lsn":%d}' + _OP_PARTS[op] for op in Op
+}
 _last_head: tuple[tuple[Any, ...], bytes] = ((), b"")
-
-
-def _source_head(src: SourceInfo, pipeline: str) -> bytes:
-    """The ``source`` block up to the position: ``{"version":...,"txId":...,"pos":[``."""
-    return orjson.dumps(_source_fields(src, pipeline), default=_default)[:-1] + b',"pos":['
 
 
 def _row_json(row: Any) -> bytes:
@@ -165,7 +184,14 @@ def to_records(event: ChangeEvent, pipeline: str, now_ms: int | None = None) -> 
 
     A truncate has no key of its own; it is keyed by the table so it stays in order with the
     table's changes on partition of that key, and compaction keeps the last one.
+
+    An event the source already encoded for this pipeline (:attr:`ChangeEvent.encoded`, never
+    a delete) only gets its timestamp: the same bytes, without building them again.
     """
+    encoded = event.encoded
+    if encoded is not None and encoded[0] == pipeline:
+        ts = now_ms if now_ms is not None else int(time.time() * 1000)
+        return [Record(encoded[1], encoded[2], b"%b%d}" % (encoded[3], ts))]
     src = event.source
     topic = topic_name(pipeline, src.schema, src.table)
     key = encode_key(event.key)
@@ -173,6 +199,19 @@ def to_records(event: ChangeEvent, pipeline: str, now_ms: int | None = None) -> 
     records = [Record(topic, key, value)]
     if event.op is Op.DELETE:
         records.append(Record(topic, key, None))
+    return records
+
+
+def batch_records(events: Iterable[ChangeEvent], pipeline: str, now_ms: int) -> list[Record]:
+    """The records of a batch of events, in order: :func:`to_records` of each, in one loop."""
+    records: list[Record] = []
+    append, extend = records.append, records.extend
+    for event in events:
+        encoded = event.encoded
+        if encoded is not None and encoded[0] == pipeline:
+            append(Record(encoded[1], encoded[2], b"%b%d}" % (encoded[3], now_ms)))
+        else:
+            extend(to_records(event, pipeline, now_ms))
     return records
 
 

@@ -104,6 +104,8 @@ class ChangeEvent:
 
     ``key`` holds the primary-key columns in key order. ``before`` is the old image where the
     source has it (deletes, updates with a full replica identity); ``after`` the new image.
+    ``encoded`` is the record a source already wrote for the event, when it did (see
+    :func:`cdc.envelope.to_records`): ``(pipeline, topic, key JSON, value head)``.
     """
 
     op: Op
@@ -111,6 +113,7 @@ class ChangeEvent:
     before: Row | None
     after: Row | EncodedRow | None
     source: SourceInfo
+    encoded: tuple[str, str, bytes, bytes] | None = None
 
     @property
     def table_id(self) -> str:

@@ -55,6 +55,7 @@ class ReadSettings:
 
     dsn: str
     connect_timeout_s: float
+    pipeline: str
     db: str
     position: int
     ts_ms: int
@@ -215,6 +216,7 @@ class ExportedSnapshotReader:
             events = to_events(
                 table,
                 rows,
+                pipeline=settings.pipeline,
                 db=settings.db,
                 position=settings.position,
                 chunk=chunk.index,

@@ -122,6 +122,7 @@ class SnapshottingPostgresSource:
         settings = ReadSettings(
             dsn=self._dsn,
             connect_timeout_s=self._config.connect_timeout_s,
+            pipeline=pipeline,
             db=exported.database,
             position=exported.consistent_point - 1,  # see snapshots.rows: streams sort after
             ts_ms=exported.ts_ms,

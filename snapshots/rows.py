@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from cdc.envelope import source_head, value_head
 from cdc.events import ChangeEvent, EncodedRow, Op, Row, SourceInfo
 from connectors.postgres.relations import CONNECTOR, RelationState
 from snapshots.reader import SnapshotTable, Values
@@ -25,6 +26,7 @@ def to_events(
     table: SnapshotTable,
     rows: Sequence[Values],
     *,
+    pipeline: str,
     db: str,
     position: int,
     chunk: int,
@@ -34,22 +36,33 @@ def to_events(
 ) -> list[ChangeEvent]:
     """``r`` events for ``rows`` (text values in the table's column order).
 
+    A row the native encoder wrote gets its record written too (:attr:`ChangeEvent.encoded`),
+    with the chunk's ``source`` head encoded once.
+
     Raises:
         ConversionError: a value cannot be converted (the snapshot has no dead-letter path:
             a row that cannot be read is a reason to stop, not to skip).
     """
     state = table.state
-    schema, name = table.info.schema, table.info.table
+    schema, name, topic = table.info.schema, table.info.table, state.topic
     extra: dict[str, Any] = {"lsn": position}
     base = (chunk << SEQUENCE_SHIFT) + first_row
     read = Op.READ
+    head = source_head(SourceInfo(CONNECTOR, db, schema, name, ts_ms, position, 0, flag), pipeline)
     events = []
-    for offset, values in enumerate(rows):
-        key, after = keyed_row(state, values)
+    for sequence, values in enumerate(rows, base):
         source = SourceInfo(
-            CONNECTOR, db, schema, name, ts_ms, position, base + offset, flag, None, extra
+            CONNECTOR, db, schema, name, ts_ms, position, sequence, flag, None, extra
         )
-        events.append(ChangeEvent(read, key, None, after, source))
+        encoded = state.encoded_values(values)
+        if encoded is None:
+            key, after = python_row(state, values)
+            events.append(ChangeEvent(read, key, None, after, source))
+            continue
+        key, row, key_json = encoded
+        value = value_head(read, head, row.json, position, sequence, position)
+        record = (pipeline, topic, key_json, value)
+        events.append(ChangeEvent(read, key, None, row, source, record))
     return events
 
 
@@ -64,6 +77,11 @@ def keyed_row(state: RelationState, values: Values) -> tuple[Row, Row | EncodedR
     """
     encoded = state.encoded_values(values)
     if encoded is not None:
-        return encoded
+        return encoded[0], encoded[1]
+    return python_row(state, values)
+
+
+def python_row(state: RelationState, values: Values) -> tuple[Row, Row]:
+    """The key and the row of text values, through the Python converters."""
     after = state.convert(values)
     return {k: after[k] for k in state.key}, after

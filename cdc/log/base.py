@@ -177,7 +177,12 @@ class Log(Protocol):
         ...
 
     def latest_value(self, topic: str, key: bytes) -> bytes | None:
-        """The newest committed value of ``key`` (``None`` if absent or tombstoned).
+        """The newest value of ``key`` (``None`` if absent or tombstoned) that the calling
+        thread sees: committed, or appended by the transaction it has open.
+
+        The PostgreSQL source relies on the second part: it asks from the thread that appends
+        its batches, in the middle of a large transaction, and needs the image an earlier,
+        uncommitted batch of that transaction appended (``connectors/postgres/toast.py``).
 
         Raises:
             NotImplementedError: where the log cannot look keys up (Kafka).

@@ -203,7 +203,8 @@ class EmbeddedLog:
         return {key: orjson.loads(value) for key, value in rows}
 
     def latest_value(self, topic: str, key: bytes) -> bytes | None:
-        """The newest committed value of ``key`` (``None`` if absent or tombstoned)."""
+        """The newest value of ``key`` (``None`` if absent or tombstoned): committed, or
+        appended by this thread's open transaction, which runs on the same connection."""
         meta = self._lookup(self._conn(), topic)
         if meta is None:
             return None

@@ -130,10 +130,7 @@ class SourceTask:
 
     def _append(self, tx: LogTransaction, batch: SourceBatch) -> None:
         records: list[Record] = [schema_record(self._pipeline, s) for s in batch.schemas]
-        now_ms = int(time.time() * 1000)
-        pipeline = self._pipeline
-        for event in batch.events:
-            records.extend(envelope.to_records(event, pipeline, now_ms))
+        records += envelope.batch_records(batch.events, self._pipeline, int(time.time() * 1000))
         records.extend(self._dead_letter(d) for d in batch.dead_letters)
         if records:
             self._append_records(tx, records)

@@ -38,15 +38,20 @@ _KIND_OF_CONVERTER: Final[dict[Callable[[str], Any], int]] = {
 _ARRAY_ELEMENT_KINDS: Final = frozenset({TEXT, INT, BOOL})
 
 
+#: What the encoder returns for a row: its JSON, its key (the key columns' values by name, in
+#: key order) and the key's JSON, each exactly what ``orjson.dumps`` and the converters give.
+Encoded = tuple[bytes, dict[str, Any], bytes]
+
+
 class RowEncoder(Protocol):
     """``connectors.postgres._native.RowEncoder``."""
 
-    def encode_tuple(self, data: bytes, pos: int) -> tuple[bytes, tuple[Any, ...]] | None:
-        """Row JSON and key values of the TupleData at ``data[pos:]``; ``None``: use Python."""
+    def encode_tuple(self, data: bytes, pos: int) -> Encoded | None:
+        """The TupleData at ``data[pos:]``; ``None``: use the Python path."""
         ...
 
-    def encode_values(self, values: Sequence[str | None]) -> tuple[bytes, tuple[Any, ...]] | None:
-        """Row JSON and key values of text values; ``None``: use Python."""
+    def encode_values(self, values: Sequence[str | None]) -> Encoded | None:
+        """Text values (a COPY row); ``None``: use the Python path."""
         ...
 
 
@@ -88,7 +93,8 @@ def row_encoder(
                 None if convert is t._identity else convert,
             )
         )
-    encoder: RowEncoder = _NATIVE(plan, list(key_index), envelope.dumps)
+    key_names = [columns[i].name for i in key_index]
+    encoder: RowEncoder = _NATIVE(plan, list(key_index), key_names, envelope.dumps)
     return encoder
 
 

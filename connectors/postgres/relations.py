@@ -19,6 +19,8 @@ from connectors.postgres.pgoutput import Relation, TupleData, tuple_at
 from connectors.postgres.types import TypeRegistry, row_converter, type_name
 
 CONNECTOR = "postgresql"
+#: A row the native encoder wrote: its key, the row, and the key's JSON (the record key).
+Keyed = tuple[Row, EncodedRow, bytes]
 # Where the new tuple starts in an Insert, and in an Update without an old tuple: the tag, the
 # relation OID (4 bytes), then 'N'.
 NEW_TUPLE_AT = 6
@@ -56,16 +58,16 @@ class RelationState:
         """The table's name."""
         return self.info.table
 
-    def encoded_tuple(self, message: bytes) -> tuple[Row, EncodedRow] | None:
-        """Key and row of the new tuple of an Insert (or an Update without an old tuple),
-        written by the native encoder; ``None``: the Python path must handle the message."""
+    def encoded_tuple(self, message: bytes) -> Keyed | None:
+        """Key, row and key JSON of the new tuple of an Insert (or an Update without an old
+        tuple), written by the native encoder; ``None``: the Python path must handle it."""
         if self.encoder is None:
             return None
         return self._keyed(
             self.encoder.encode_tuple, (message, NEW_TUPLE_AT), message, self.decode_new
         )
 
-    def encoded_values(self, values: TupleData) -> tuple[Row, EncodedRow] | None:
+    def encoded_values(self, values: TupleData) -> Keyed | None:
         """Key and row of text values (a snapshot's COPY row), as :meth:`encoded_tuple`."""
         if self.encoder is None:
             return None
@@ -77,15 +79,15 @@ class RelationState:
         args: tuple[Any, ...],
         raw: Any,
         decode: Callable[[Any], Row],
-    ) -> tuple[Row, EncodedRow] | None:
+    ) -> Keyed | None:
         try:
             encoded = encode(*args)
         except Exception:  # a converter rejected a value: the Python path reports it
             return None
         if encoded is None:
             return None
-        row, key_values = encoded
-        return dict(zip(self.key, key_values, strict=True)), EncodedRow(row, raw, decode)
+        row, key, key_json = encoded
+        return key, EncodedRow(row, raw, decode), key_json
 
     def decode_new(self, message: bytes) -> dict[str, Any]:
         """The row of an Insert, or an Update without an old tuple, from its message bytes

@@ -184,7 +184,6 @@ class PostgresSource:
         self._decoder, self._replay = pg.Decoder(), None
         self._wal_end = self._idle_offered = 0
         self._reply_wanted = False
-        self._toast.committed()
 
     # -- poll ------------------------------------------------------------------------------
 
@@ -327,7 +326,6 @@ class PostgresSource:
             if self._reply_wanted:
                 self._reply_wanted = False
                 self._send_status()
-        self._toast.committed()
 
     def _housekeeping(self) -> None:
         now = time.monotonic()

@@ -16,7 +16,7 @@ import struct
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Protocol
 
-from cdc.envelope import encode_key
+from cdc.envelope import encode_key, source_head, value_head
 from cdc.events import ChangeEvent, EncodedRow, Op, Row, SourceInfo
 from cdc.logging import Logger
 from cdc.schema import TableSchema
@@ -106,6 +106,8 @@ class Assembler:
         self._next_schemas: list[TableSchema] = []
         self._dead: list[DeadLetter] = []
         self._commit_lsn: int | None = None
+        # The transaction's envelope ``source`` head per topic (see fast_change).
+        self._heads: dict[str, bytes] = {}
         self.cut = False  # the batch must end before the next event (a shape change)
         self._handlers: dict[type, Callable[[Any, int], None]] = {
             pg.Begin: self._begin,
@@ -146,10 +148,6 @@ class Assembler:
             schemas=self._schemas,
             dead_letters=tuple(self._dead),
         )
-        if self.in_tx and self._events:
-            # Appended but not committed until the transaction ends: the log's images of
-            # these keys are stale until then.
-            self._toast.mark_events(self._events)
         self._events, self._schemas, self._dead = [], self._next_schemas, []
         self._recent_index.clear()
         self._indexed = 0
@@ -173,6 +171,7 @@ class Assembler:
         self._xid, self._final_lsn = msg.xid, msg.final_lsn
         self._ts_ms = pg_time_to_unix_ms(msg.commit_ts_us)
         self._seq = 0
+        self._heads.clear()
 
     def begin_streamed(self, xid: int, commit_lsn: int, commit_ts_us: int) -> None:
         """Start replaying a transaction the server streamed before its commit."""
@@ -275,8 +274,9 @@ class Assembler:
         encoder; ``False`` when it is not such a message or the encoder declines, and the
         caller then decodes the message for the Python path, which gives the same event.
 
-        Both paths keep the same order and sequence numbers; only the row's JSON is written
-        natively (see :mod:`connectors.postgres.fast`).
+        Both paths keep the same order and sequence numbers. This one also writes the event's
+        record (:attr:`ChangeEvent.encoded`) from the native row and key JSON and the
+        transaction's ``source`` head, encoded once per transaction and table.
         """
         tag = message[0]
         if (tag != _INSERT and tag != _UPDATE) or len(message) <= NEW_TUPLE_AT:
@@ -288,8 +288,29 @@ class Assembler:
         if encoded is None:
             return False
         assert rel is not None
-        key, after = encoded
-        self._emit(Op.CREATE if tag == _INSERT else Op.UPDATE, rel, key, None, after, lsn)
+        key, after, key_json = encoded
+        op = Op.CREATE if tag == _INSERT else Op.UPDATE
+        position, seq, lsn = self._final_lsn, self._seq, lsn or self._final_lsn
+        source = SourceInfo(
+            CONNECTOR,
+            self._db,
+            rel.info.schema,
+            rel.info.table,
+            self._ts_ms,
+            position,
+            seq,
+            "false",
+            self._xid,
+            {"lsn": lsn},
+        )
+        self._seq = seq + 1
+        topic = rel.topic
+        head = self._heads.get(topic)
+        if head is None:
+            head = self._heads[topic] = source_head(source, self._pipeline)
+        value = value_head(op, head, after.json, position, seq, lsn)
+        record = (self._pipeline, topic, key_json, value)
+        self._events.append(ChangeEvent(op, key, None, after, source, record))
         return True
 
     def _insert(self, msg: pg.Insert, lsn: int) -> None:
@@ -424,8 +445,7 @@ class Assembler:
         if missing:
             found, recent = self._recent(rel, lookup_key)
             if not found:
-                identity = key_identity(rel.schema, rel.table, lookup_key)
-                recent = self._toast.previous(identity, rel.topic, encode_key(lookup_key))
+                recent = self._toast.previous(rel.topic, encode_key(lookup_key))
             missing = fill_from(row, recent, missing)
         if not missing:
             return None

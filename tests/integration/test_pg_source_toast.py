@@ -3,6 +3,7 @@ in the log, from earlier in the same transaction, or by reading the row (flagged
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from cdc.events import Op
@@ -65,3 +66,41 @@ def test_unchanged_toast_after_a_change_in_the_same_transaction(pg_db: str, tmp_
         assert first.after is not None and second.after is not None
         assert second.after["big"] == first.after["big"] == _big(pg_db, 1)
         assert "toast_fallback" not in second.source.extra
+
+
+def test_unchanged_toast_after_an_uncommitted_batch_of_the_same_transaction(
+    pg_db: str, tmp_path: Path
+) -> None:
+    # The transaction is cut into batches of 10 events: when the last update arrives, the
+    # batch with the first one is appended to the log but not committed. The log's committed
+    # image is stale; the fill must come from the open transaction, without reading the row.
+    sql(
+        pg_db,
+        "CREATE TABLE docs (id int PRIMARY KEY, title text, big text)",
+        "CREATE TABLE filler (id int PRIMARY KEY)",
+        f"INSERT INTO docs VALUES (1, 't', {BIG})",
+    )
+    with harness(pg_db, tmp_path / "log", ["public.docs", "public.filler"]) as h:
+        h.open()
+        sql(pg_db, "UPDATE docs SET title = 't1' WHERE id = 1")  # a fallback read: the log has it
+        [first] = h.collect(1)
+        assert first.after is not None
+        stale = first.after["big"]
+        sql(
+            pg_db,
+            f"BEGIN; UPDATE docs SET big = {BIG} WHERE id = 1;"
+            " INSERT INTO filler SELECT generate_series(1, 50);"
+            " UPDATE docs SET title = 't3' WHERE id = 1; COMMIT",
+        )
+        uncommitted_pieces = 0
+        deadline = time.monotonic() + 30
+        while len(h.events) < 53 or len(h.commits) < 2:
+            assert time.monotonic() < deadline, f"{len(h.events)} events so far"
+            if h.step(max_events=10) and not h.commits[1:]:
+                uncommitted_pieces += 1
+        assert uncommitted_pieces >= 5
+        changed, last = h.events[1], h.events[-1]
+        assert changed.after is not None and last.after is not None
+        assert last.after["title"] == "t3"
+        assert last.after["big"] == changed.after["big"] == _big(pg_db, 1) != stale
+        assert "toast_fallback" not in last.source.extra

@@ -194,6 +194,26 @@ class LogSuite:
         assert log.latest_value(topic, key(4)) is None
         assert log.latest_value(topic, key(99)) is None
 
+    def test_latest_value_sees_the_callers_open_transaction(self, log_factory: LogFactory) -> None:
+        # The PostgreSQL source fills unchanged TOAST values from an earlier, uncommitted batch
+        # of a large transaction this way (connectors/postgres/toast.py).
+        log = log_factory(partitions=3)
+        topic = new_topic()
+        log.ensure_topics([topic])
+        append(log, [Record(topic, key(1), b"committed"), Record(topic, key(2), b"kept")])
+        tx = log.begin()
+        tx.append([Record(topic, key(1), b"appended"), Record(topic, key(2), None)])
+        try:
+            assert log.latest_value(topic, key(1)) == b"appended"
+        except NotImplementedError:
+            tx.abort()
+            pytest.skip("this log cannot look keys up")
+        assert log.latest_value(topic, key(2)) is None
+        assert in_thread(lambda: log.latest_value(topic, key(1))) == b"committed"
+        tx.abort()
+        assert log.latest_value(topic, key(1)) == b"committed"
+        assert log.latest_value(topic, key(2)) == b"kept"
+
     def test_committed_offsets_survive_reopen(self, log_factory: LogFactory) -> None:
         log = log_factory()
         topic = new_topic()

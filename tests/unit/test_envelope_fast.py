@@ -73,3 +73,55 @@ def test_records_of_a_delete_are_the_change_and_a_tombstone() -> None:
     assert [(r.topic, r.key) for r in records] == [(topic, b'{"id":1}')] * 2
     assert records[0].value == envelope.encode_value_dict(event, "shop", 1)
     assert records[1].value is None
+
+
+def _pre_encoded(event: ChangeEvent, pipeline: str) -> ChangeEvent:
+    """``event`` with the record a source writes itself (what the PostgreSQL source does)."""
+    src = event.source
+    after = event.after
+    row = after.json if isinstance(after, EncodedRow) else envelope.dumps(after)
+    head = envelope.source_head(src, pipeline)
+    value = envelope.value_head(event.op, head, row, src.position, src.sequence, src.extra["lsn"])
+    topic = f"{pipeline}.{src.schema}.{src.table}"
+    record = (pipeline, topic, envelope.encode_key(event.key), value)
+    return ChangeEvent(event.op, event.key, None, event.after, src, record)
+
+
+def test_a_record_written_by_the_source_equals_the_dict_encoding() -> None:
+    rng = random.Random(23)
+    checked = 0
+    for _ in range(3000):
+        event = _event(rng)
+        event.before, event.source.extra = None, {"lsn": rng.choice([0, 5, 2**63])}
+        event.op = rng.choice([Op.CREATE, Op.UPDATE, Op.READ])
+        event.source.position = rng.choice([0, 7, 2**63])
+        if event.after is None:
+            continue
+        pipeline = rng.choice(["shop", "p2"])
+        now = rng.choice([0, 1_700_000_000_123])
+        encoded = _pre_encoded(event, pipeline)
+        [record] = envelope.to_records(encoded, pipeline, now)
+        assert record.key == envelope.encode_key(event.key)
+        assert record.value == envelope.encode_value_dict(event, pipeline, now), event
+        assert envelope.batch_records([encoded], pipeline, now) == [record]
+        checked += 1
+    assert checked > 1000
+
+
+def test_a_record_written_for_another_pipeline_is_encoded_again() -> None:
+    rng = random.Random(29)
+    event = _event(rng)
+    event.op, event.before, event.after = Op.CREATE, None, {"id": 1}
+    event.source.extra, event.source.position = {"lsn": 1}, 2
+    encoded = _pre_encoded(event, "shop")
+    [record] = envelope.to_records(encoded, "other", 5)
+    assert record.topic.startswith("other.")
+    assert record.value == envelope.encode_value_dict(event, "other", 5)
+    assert envelope.batch_records([encoded], "other", 5) == [record]
+
+
+def test_batch_records_equal_each_events_records() -> None:
+    rng = random.Random(31)
+    events = [_event(rng) for _ in range(200)]
+    expected = [r for e in events for r in envelope.to_records(e, "shop", 3)]
+    assert envelope.batch_records(events, "shop", 3) == expected

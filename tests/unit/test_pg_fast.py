@@ -14,13 +14,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 
 from cdc import envelope
 from cdc.events import ChangeEvent, EncodedRow, Op, SourceInfo
 from connectors.postgres import fast
-from connectors.postgres.pgoutput import Insert, RelationColumn, decode
+from connectors.postgres.catalog import TableInfo
+from connectors.postgres.pgoutput import Insert, Relation, RelationColumn, decode
+from connectors.postgres.protocol import str_to_lsn
+from connectors.postgres.relations import build_state
+from connectors.postgres.stream import Assembler
+from connectors.postgres.toast import ToastFiller
 from connectors.postgres.types import TypeEntry, TypeRegistry, row_converter
+from snapshots.reader import SnapshotTable
+from snapshots.rows import to_events
 from tests.services.common import in_ci
+from tests.unit.test_pg_stream import FakeCatalog, FakeLog
 
 # Outside CI a machine without Rust runs the pure-Python path only; in CI the encoder must exist.
 pytestmark = pytest.mark.skipif(
@@ -89,7 +98,8 @@ def _columns() -> list[RelationColumn]:
 def _python(columns: list[RelationColumn], registry: TypeRegistry, values: tuple[Any, ...]) -> Any:
     try:
         row = row_converter(columns, registry)(values)
-        return envelope.dumps(row), (row[columns[0].name],)
+        key = {columns[0].name: row[columns[0].name]}
+        return envelope.dumps(row), key, envelope.encode_key(key)
     except Exception as exc:  # the native path must then decline too
         return type(exc)
 
@@ -163,8 +173,10 @@ def test_key_values_keep_their_python_types() -> None:
     assert encoder is not None
     result = encoder.encode_values(("-12", "x", "2024-01-01 00:00:00+00", "1.50", "NaN"))
     assert result is not None
-    row, key = result
-    assert key == ("1.50", -12, "2024-01-01T00:00:00Z", "x")
+    row, key, key_json = result
+    assert key == {"d": "1.50", "a": -12, "c": "2024-01-01T00:00:00Z", "b": "x"}
+    assert list(key) == ["d", "a", "c", "b"]  # key order, not column order
+    assert key_json == envelope.encode_key(key)
     assert json.loads(row) == {
         "a": -12,
         "b": "x",
@@ -185,7 +197,7 @@ def test_declines_what_only_python_handles() -> None:
     assert encoder.encode_tuple(head + b"b\x00\x00\x00\x01x", 6) is None  # binary value
     assert encoder.encode_tuple(head + b"t\x00\x00\x00\x02\xff\xfe", 6) is None  # bad UTF-8
     assert encoder.encode_tuple(head + b"t\x00\x00\x00\x09short", 6) is None  # truncated
-    assert encoder.encode_tuple(head + b"n", 6) == (b'{"id":1,"t":null}', (1,))
+    assert encoder.encode_tuple(head + b"n", 6) == (b'{"id":1,"t":null}', {"id": 1}, b'{"id":1}')
     with pytest.raises(ValueError):
         encoder.encode_values(("x", "a"))  # int('x'): the Python converter's error
 
@@ -222,8 +234,76 @@ def test_an_encoded_row_makes_the_same_envelope_as_its_dict() -> None:
     encoded = encoder.encode_values(values)
     assert encoded is not None
     row = EncodedRow(encoded[0], values, convert)
+    assert encoded[1:] == ({"id": 7}, b'{"id":7}')
     source = SourceInfo("postgresql", "db", "public", "t", 1, 2, 3, "false", 4, {"lsn": 5})
     with_bytes = ChangeEvent(Op.CREATE, {"id": 7}, None, row, source)
     with_dict = ChangeEvent(Op.CREATE, {"id": 7}, None, convert(values), source)
     assert envelope.encode_value(with_bytes, "p", 9) == envelope.encode_value(with_dict, "p", 9)
     assert row == convert(values)  # and it reads back as the same mapping
+
+
+def _captured_run(fast_path: bool) -> list[ChangeEvent]:
+    """The events of the captured session, through the fast path where it applies or not."""
+    fixture = Path(__file__).parent / "data" / "pgoutput" / "v1.json"
+    messages = [
+        (str_to_lsn(at), bytes.fromhex(h))
+        for at, _, h in json.loads(fixture.read_text())["messages"]
+    ]
+    tables = {}
+    for _, data in messages:
+        message = decode(data)
+        if isinstance(message, Relation):
+            keys = tuple(c.name for c in message.columns if c.is_key)
+            pk = keys if message.replica_identity == "d" else ()
+            tables[(message.namespace, message.name)] = TableInfo(
+                message.namespace, message.name, message.oid, message.replica_identity, pk
+            )
+    logger = structlog.get_logger()
+    toast = ToastFiller(FakeLog(), logger)  # type: ignore[arg-type]
+    asm = Assembler("p", "db", tables, {}, FakeCatalog(), toast, "fail", logger)
+    events: list[ChangeEvent] = []
+    for lsn, data in messages:
+        if not (fast_path and asm.fast_change(data, lsn)):
+            asm.handle(decode(data), lsn)
+        events += asm.take().events
+    return events
+
+
+def test_the_fast_path_writes_the_records_of_the_python_path() -> None:
+    fast_events, python_events = _captured_run(True), _captured_run(False)
+    assert len(fast_events) == len(python_events)
+    assert sum(e.encoded is not None for e in fast_events) >= 200
+    assert all(e.encoded is None for e in python_events)
+    for fast_event, python_event in zip(fast_events, python_events, strict=True):
+        assert (fast_event.op, fast_event.key, fast_event.source) == (
+            python_event.op,
+            python_event.key,
+            python_event.source,
+        )
+        after = None if fast_event.after is None else dict(fast_event.after)  # decoded again
+        assert envelope.dumps(after) == envelope.dumps(python_event.after)  # (Fragments)
+        assert envelope.to_records(fast_event, "p", 5) == envelope.to_records(python_event, "p", 5)
+
+
+def test_snapshot_rows_written_natively_equal_the_python_records() -> None:
+    registry = _registry()
+    columns = _columns()
+    relation = Relation(7, "public", "t", "d", tuple(columns))
+    info = TableInfo("public", "t", 7, "d", ("id",))
+    state = build_state("p", info, relation, registry, None, set(), 0)
+    table = SnapshotTable(info, state, ("id",))
+    rng = random.Random(41)
+    rows = []
+    while len(rows) < 500:
+        values = (
+            str(len(rows)),
+            *(None if rng.random() < 0.2 else rng.choice(CASES[oid]) for oid in CASES),
+        )
+        if not isinstance(_python(columns, registry, values), type):  # only rows that convert
+            rows.append(values)
+    options: dict[str, Any] = dict(pipeline="p", db="db", position=99, chunk=3, flag="true")
+    events = to_events(table, rows, first_row=10, ts_ms=1, **options)
+    assert sum(e.encoded is not None for e in events) >= 100
+    for event, values in zip(events, rows, strict=True):
+        reference = ChangeEvent(event.op, event.key, None, state.convert(values), event.source)
+        assert envelope.to_records(event, "p", 5) == envelope.to_records(reference, "p", 5)

@@ -126,21 +126,6 @@ def test_toast_fill_prefers_old_image_then_batch_then_log_then_table() -> None:
     assert catalog.reads == [["big"]]
 
 
-def test_toast_never_trusts_the_log_for_a_key_changed_in_the_open_range() -> None:
-    catalog, log = FakeCatalog(), FakeLog()
-    asm = _assembler(catalog, log)
-    log.values[(TOPIC, encode_key({"id": 1}))] = orjson.dumps({"after": {"big": "stale"}})
-    catalog.rows[("1",)] = ("current",)
-    asm.handle(pg.Begin(100, 0, 7), 0)
-    asm.handle(_relation("id", "v", "big"), 0)
-    asm.handle(pg.Update(1, None, None, ("1", "a", "new")), 101)
-    first = asm.take()  # a piece of a large transaction: appended, not committed
-    assert first.commit_offsets is None
-    asm.handle(pg.Update(1, None, None, ("1", "b", U)), 102)
-    assert asm.events[-1].after == {"id": 1, "v": "b", "big": "current"}
-    assert catalog.reads == [["big"]]
-
-
 def test_shape_change_cuts_the_batch_before_the_new_schema() -> None:
     asm = _assembler(FakeCatalog(), FakeLog())
     asm.handle(pg.Begin(100, 0, 7), 0)

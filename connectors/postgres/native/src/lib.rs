@@ -9,7 +9,7 @@
 //! value or the precise error.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyString};
 
 /// How a column's text becomes JSON: the codes `connectors/postgres/fast.py` passes.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -47,6 +47,8 @@ impl Kind {
 struct Column {
     /// `"name":`, with a leading comma for every column but the first.
     prefix: Vec<u8>,
+    /// `"name"`, for the record key's JSON.
+    name_json: Vec<u8>,
     kind: Kind,
     /// The array delimiter when the column is an array of `kind` elements.
     delimiter: Option<u8>,
@@ -59,9 +61,15 @@ struct Column {
 struct RowEncoder {
     columns: Vec<Column>,
     key_index: Vec<usize>,
+    /// The key columns' names, in key order (the key dict's keys).
+    key_names: Vec<Py<PyString>>,
     /// `value -> bytes`: the envelope's JSON encoder, for values a Python converter made.
     dumps: PyObject,
 }
+
+/// Row JSON, key dict and key JSON: `orjson.dumps(row)`, `{name: value}` of the key columns in
+/// key order, and `orjson.dumps(key)`.
+type Encoded<'py> = (Bound<'py, PyBytes>, Bound<'py, PyDict>, Bound<'py, PyBytes>);
 
 enum Cell<'a> {
     Null,
@@ -71,11 +79,14 @@ enum Cell<'a> {
 #[pymethods]
 impl RowEncoder {
     /// `columns`: `(name JSON bytes, kind code, array delimiter or None, converter or None)`
-    /// per column; `key_index`: the key columns' positions; `dumps`: value -> JSON bytes.
+    /// per column; `key_index`: the key columns' positions, in key order; `key_names`: their
+    /// names; `dumps`: value -> JSON bytes.
     #[new]
     fn new(
+        py: Python<'_>,
         columns: Vec<(Vec<u8>, u8, Option<String>, Option<PyObject>)>,
         key_index: Vec<usize>,
+        key_names: Vec<String>,
         dumps: PyObject,
     ) -> PyResult<Self> {
         let mut built = Vec::with_capacity(columns.len());
@@ -101,15 +112,19 @@ impl RowEncoder {
                 }
                 None => None,
             };
-            built.push(Column { prefix, kind, delimiter, convert });
+            built.push(Column { prefix, name_json, kind, delimiter, convert });
         }
         if key_index.iter().any(|&i| i >= built.len()) {
             return Err(pyo3::exceptions::PyValueError::new_err("key index out of range"));
         }
-        Ok(RowEncoder { columns: built, key_index, dumps })
+        if key_names.len() != key_index.len() {
+            return Err(pyo3::exceptions::PyValueError::new_err("one name per key column"));
+        }
+        let key_names = key_names.iter().map(|n| PyString::intern(py, n).unbind()).collect();
+        Ok(RowEncoder { columns: built, key_index, key_names, dumps })
     }
 
-    /// The row JSON and key values of the pgoutput TupleData at `data[pos..]`, or `None` when
+    /// The row JSON, key and key JSON of the pgoutput TupleData at `data[pos..]`, or `None` when
     /// the tuple holds something only the Python path handles (unchanged TOAST, binary values,
     /// another column count, bad UTF-8, a truncated message).
     fn encode_tuple<'py>(
@@ -117,7 +132,7 @@ impl RowEncoder {
         py: Python<'py>,
         data: &[u8],
         pos: usize,
-    ) -> PyResult<Option<(Bound<'py, PyBytes>, Bound<'py, PyTuple>)>> {
+    ) -> PyResult<Option<Encoded<'py>>> {
         let cells = match parse_tuple(data, pos, self.columns.len()) {
             Some(cells) => cells,
             None => return Ok(None),
@@ -125,12 +140,12 @@ impl RowEncoder {
         self.encode(py, &cells)
     }
 
-    /// The row JSON and key values of text values (`None` for NULL), as a COPY row splits into.
+    /// The row JSON, key and key JSON of text values (`None` for NULL), as a COPY row splits into.
     fn encode_values<'py>(
         &self,
         py: Python<'py>,
         values: Vec<Option<Bound<'py, PyString>>>,
-    ) -> PyResult<Option<(Bound<'py, PyBytes>, Bound<'py, PyTuple>)>> {
+    ) -> PyResult<Option<Encoded<'py>>> {
         if values.len() != self.columns.len() {
             return Ok(None);
         }
@@ -146,26 +161,36 @@ impl RowEncoder {
 }
 
 impl RowEncoder {
-    fn encode<'py>(
-        &self,
-        py: Python<'py>,
-        cells: &[Cell<'_>],
-    ) -> PyResult<Option<(Bound<'py, PyBytes>, Bound<'py, PyTuple>)>> {
+    fn encode<'py>(&self, py: Python<'py>, cells: &[Cell<'_>]) -> PyResult<Option<Encoded<'py>>> {
         let mut out = Vec::with_capacity(64 + cells.len() * 24);
+        // Where each column's value JSON lies in `out`: the key JSON reuses the key columns'.
+        let mut spans = Vec::with_capacity(cells.len());
         out.push(b'{');
         for (column, cell) in self.columns.iter().zip(cells) {
             out.extend_from_slice(&column.prefix);
+            let start = out.len();
             match cell {
                 Cell::Null => out.extend_from_slice(b"null"),
                 Cell::Text(text) => self.value(py, column, text, &mut out)?,
             }
+            spans.push((start, out.len()));
         }
         out.push(b'}');
-        let mut key = Vec::with_capacity(self.key_index.len());
-        for &i in &self.key_index {
-            key.push(key_value(py, &self.columns[i], &cells[i])?);
+        let key = PyDict::new(py);
+        let mut key_json = Vec::with_capacity(16 * self.key_index.len() + 2);
+        key_json.push(b'{');
+        for (n, (&i, name)) in self.key_index.iter().zip(&self.key_names).enumerate() {
+            key.set_item(name.bind(py), key_value(py, &self.columns[i], &cells[i])?)?;
+            if n > 0 {
+                key_json.push(b',');
+            }
+            key_json.extend_from_slice(&self.columns[i].name_json);
+            key_json.push(b':');
+            let (start, end) = spans[i];
+            key_json.extend_from_slice(&out[start..end]);
         }
-        Ok(Some((PyBytes::new(py, &out), PyTuple::new(py, key)?)))
+        key_json.push(b'}');
+        Ok(Some((PyBytes::new(py, &out), key, PyBytes::new(py, &key_json))))
     }
 
     fn value(&self, py: Python<'_>, column: &Column, text: &str, out: &mut Vec<u8>) -> PyResult<()> {
