@@ -66,7 +66,7 @@ def child(args: argparse.Namespace) -> None:
     )
     log = open_bench_log(args.log)
     config = PostgresSourceConfig.model_validate(
-        {"type": "postgres", "dsn": args.dsn, "tables": [TABLE], "max_batch_events": 5000}
+        {"type": "postgres", "dsn": args.dsn, "tables": [TABLE]}  # cdc run's defaults
     )
     context = SourceContext(pipeline=PIPELINE, log=log, logger=structlog.get_logger())
     source = PostgresSource(config, context)

@@ -49,7 +49,9 @@ class PostgresSourceConfig(SourceConfig):
     stream_in_progress: bool = False
     heartbeat_interval_s: float | None = Field(default=None, gt=0)
     status_interval_s: float = Field(default=10.0, gt=0)
-    max_batch_events: int = Field(default=5000, ge=1)
+    # 2,000 rather than 5,000: a batch's events, records and rows then stay in the CPU caches,
+    # which made bench/pg_stream.py's insert ~5% faster here (3 runs each, 2-core EPYC).
+    max_batch_events: int = Field(default=2000, ge=1)
     connect_timeout_s: float = Field(default=10.0, gt=0)
     snapshot_workers: int = Field(default=2, ge=1, le=64)
     snapshot_chunk_rows: int = Field(default=50_000, ge=1)
