@@ -55,6 +55,33 @@ def test_offsets_are_dense_and_counts_exact(log_factory: Callable[..., EmbeddedL
     assert info.record_count == 30 and sum(info.end_offsets.values()) == 30
 
 
+def test_every_byte_null_and_empty_value_is_stored(log_factory: Callable[..., EmbeddedLog]) -> None:
+    log = log_factory()
+    odd = [b"", None, b"\x00\xff" * 40, b"0000000012", bytes(range(256))]
+    records = [Record(TOPIC, k, v) for k in odd for v in odd]
+    records += [Record(TOPIC, key(i), b"v%d" % i * (i % 7)) for i in range(300)]
+    append(log, records[:7])
+    append(log, records[7:])
+    assert values(log) == [(i, r.key, r.value) for i, r in enumerate(records)]
+
+
+def test_a_batch_of_several_partitions_and_topics(
+    log_factory: Callable[..., EmbeddedLog],
+) -> None:
+    log = log_factory(partitions=3)
+    other = "shop.public.orders"
+    records = [Record(TOPIC if i % 4 else other, key(i % 50), b"%d" % i) for i in range(400)]
+    append(log, records)
+    for topic in (TOPIC, other):
+        expected = [(r.key, r.value) for r in records if r.topic == topic]
+        got = sorted(read_all(log, topic), key=lambda r: int(r.value or b"0"))
+        assert [(r.key, r.value) for r in got] == expected
+        for partition, end in log.end_offsets(topic).items():
+            stored = log.read(topic, partition, 0, 1000)
+            assert [r.offset for r in stored] == list(range(end))
+            assert all(log.partition_for(topic, r.key) == partition for r in stored)
+
+
 def test_the_database_is_a_wal_mode_sqlite_file(tmp_path: Path) -> None:
     EmbeddedLog(tmp_path / "a" / "b").close()
     conn = sqlite3.connect(tmp_path / "a" / "b" / "log.sqlite3")
