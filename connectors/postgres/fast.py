@@ -24,7 +24,8 @@ from connectors.postgres import types as t
 from connectors.postgres.pgoutput import RelationColumn
 
 # Kind codes of native/src/lib.rs.
-TEXT, INT, BOOL, TIMESTAMPTZ, TIMESTAMP, DATE, TIME, PYTHON = range(8)
+TEXT, INT, BOOL, TIMESTAMPTZ, TIMESTAMP, DATE, TIME, PYTHON, JSONB = range(9)
+_JSONB_OID: Final = 3802
 
 _KIND_OF_CONVERTER: Final[dict[Callable[[str], Any], int]] = {
     t._identity: TEXT,
@@ -115,5 +116,7 @@ def _kind(registry: t.TypeRegistry, oid: int) -> tuple[int, str | None]:
         if kind in _ARRAY_ELEMENT_KINDS:
             return kind, element.delimiter if element is not None else ","
         return PYTHON, None
+    if entry is not None and entry.oid == _JSONB_OID:
+        return JSONB, None  # not json: its text keeps duplicate keys and any escapes
     kind = _KIND_OF_CONVERTER.get(registry.raw_converter(oid), PYTHON)
     return kind, None

@@ -94,6 +94,18 @@ class TestKafkaLogConformance(LogSuite):
         with pytest.raises(NotImplementedError):
             log.latest_value(new_topic(), key(1))
 
+    def test_latest_value_sees_the_callers_open_transaction(
+        self, log_factory: KafkaFactory
+    ) -> None:
+        # Kafka cannot look keys up at all (the PostgreSQL source then reads the row instead).
+        log = log_factory()
+        tx = log.begin()
+        try:
+            with pytest.raises(NotImplementedError):
+                log.latest_value(new_topic(), key(1))
+        finally:
+            tx.abort()
+
 
 def test_topics_are_created_compacted_and_existing_ones_are_left_alone(
     kafka_server: Any, log_factory: KafkaFactory

@@ -22,6 +22,7 @@ enum Kind {
     Date = 5,
     Time = 6,
     Python = 7,
+    Jsonb = 8,
 }
 
 impl Kind {
@@ -35,6 +36,7 @@ impl Kind {
             5 => Kind::Date,
             6 => Kind::Time,
             7 => Kind::Python,
+            8 => Kind::Jsonb,
             _ => {
                 return Err(pyo3::exceptions::PyValueError::new_err(format!(
                     "unknown column kind {code}"
@@ -319,8 +321,75 @@ fn scalar(kind: Kind, text: &str, out: &mut Vec<u8>) -> bool {
             let plain = (8..=15).contains(&bytes.len()) && bytes[2] == b':' && bytes[5] == b':';
             plain && plain_ascii(bytes) && quoted(bytes, out)
         }
+        Kind::Jsonb => jsonb_compact(bytes, out),
         Kind::Python => false,
     }
+}
+
+/// types.py's `parse_json` then orjson, for `jsonb` text whose numbers are all plain integers
+/// and whose strings hold no escape: PostgreSQL writes jsonb with a space after each `,` and `:`
+/// and each key once, and orjson writes the same values without the spaces. A string with an
+/// escape, or a number with a fraction or an exponent (Python's float reformats it), goes to the
+/// Python converter instead.
+fn jsonb_compact(bytes: &[u8], out: &mut Vec<u8>) -> bool {
+    let mark = out.len();
+    let mut i = 0;
+    while i < bytes.len() {
+        let start = i;
+        let done = match bytes[i] {
+            b' ' | b'\n' | b'\t' | b'\r' => {
+                i += 1;
+                true
+            }
+            b'{' | b'}' | b'[' | b']' | b',' | b':' => {
+                out.push(bytes[i]);
+                i += 1;
+                true
+            }
+            b'"' => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' && bytes[i] != b'\\' && bytes[i] >= 0x20 {
+                    i += 1;
+                }
+                let closed = i < bytes.len() && bytes[i] == b'"';
+                if closed {
+                    i += 1;
+                    out.extend_from_slice(&bytes[start..i]);
+                }
+                closed
+            }
+            b't' | b'f' | b'n' => {
+                let word: &[u8] = match bytes[i] {
+                    b't' => b"true",
+                    b'f' => b"false",
+                    _ => b"null",
+                };
+                let found = bytes[i..].starts_with(word);
+                if found {
+                    out.extend_from_slice(word);
+                    i += word.len();
+                }
+                found
+            }
+            b'-' | b'0'..=b'9' => {
+                i += 1;
+                while i < bytes.len() && matches!(bytes[i], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-') {
+                    i += 1;
+                }
+                let number = &bytes[start..i];
+                if plain_int(number) {
+                    out.extend_from_slice(number);
+                }
+                plain_int(number)
+            }
+            _ => false,
+        };
+        if !done {
+            out.truncate(mark);
+            return false;
+        }
+    }
+    true
 }
 
 /// types.py's `_flat`: a one-dimensional array without quoted elements, split on the delimiter.
