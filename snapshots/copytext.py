@@ -55,6 +55,12 @@ def split_row(line: str) -> tuple[str | None, ...]:
     return tuple(unescape(f) if "\\" in f else f for f in line.split("\t"))
 
 
+def split_line(line: bytes) -> tuple[str | None, ...]:
+    """The values of one line of the stream as it arrives (UTF-8, its newline optional)."""
+    text = str(line, "utf-8")
+    return split_row(text[:-1] if text.endswith("\n") else text)
+
+
 def split_block(block: str) -> list[tuple[str | None, ...]]:
     """The rows of a block of whole lines (each ending in a newline)."""
     lines = block.split("\n")

@@ -27,7 +27,7 @@ from cdc.events import ChangeEvent
 from cdc.logging import Logger
 from connectors.postgres.replication import session_conninfo
 from snapshots.chunks import Chunk
-from snapshots.reader import SnapshotTable, chunk_query, read_rows
+from snapshots.reader import SnapshotTable, chunk_query, read_lines
 from snapshots.rows import to_events
 
 RETRIES = 3
@@ -212,7 +212,7 @@ class ExportedSnapshotReader:
         settings = self._settings
         query = chunk_query(table, chunk, None)
         count = 0
-        for rows in read_rows(conn, query, settings.piece_rows):
+        for rows in read_lines(conn, query, settings.piece_rows):
             events = to_events(
                 table,
                 rows,

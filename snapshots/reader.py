@@ -188,6 +188,33 @@ def _row(values: Sequence[str]) -> sql.Composable:
     return sql.SQL("ROW({})").format(sql.SQL(", ").join(sql.Literal(v) for v in values))
 
 
+def read_lines(
+    conn: psycopg.Connection[Any], query: sql.Composed, piece_rows: int
+) -> Iterator[list[bytes]]:
+    """The chunk's rows as lines of COPY text (newline included or not), in pieces of at most
+    ``piece_rows``: the native encoder reads them without splitting them in Python first
+    (:func:`snapshots.rows.to_events`)."""
+    piece: list[bytes] = []
+    append = piece.append
+    with conn.cursor() as cur, cur.copy(query) as copy:
+        for block in copy:
+            data = bytes(block)
+            # libpq hands COPY OUT data over one row at a time, newline included.
+            if data.count(b"\n") == 1:
+                append(data)
+            else:
+                lines = data.split(b"\n")
+                if lines and lines[-1] == b"":
+                    lines.pop()
+                piece.extend(lines)
+            if len(piece) >= piece_rows:
+                yield piece
+                piece = []
+                append = piece.append
+    if piece:
+        yield piece
+
+
 def read_rows(
     conn: psycopg.Connection[Any], query: sql.Composed, piece_rows: int
 ) -> Iterator[list[Values]]:

@@ -12,11 +12,13 @@ no two rows of a table share one.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from cdc.envelope import source_head, value_head
 from cdc.events import ChangeEvent, EncodedRow, Op, Row, SourceInfo
 from connectors.postgres.relations import CONNECTOR, RelationState
+from snapshots.copytext import split_line
 from snapshots.reader import SnapshotTable, Values
 
 SEQUENCE_SHIFT = 32
@@ -24,7 +26,7 @@ SEQUENCE_SHIFT = 32
 
 def to_events(
     table: SnapshotTable,
-    rows: Sequence[Values],
+    lines: Sequence[bytes],
     *,
     pipeline: str,
     db: str,
@@ -34,10 +36,11 @@ def to_events(
     flag: str,
     ts_ms: int,
 ) -> list[ChangeEvent]:
-    """``r`` events for ``rows`` (text values in the table's column order).
+    """``r`` events for ``lines`` of ``COPY ... TO STDOUT`` text (the table's columns in order).
 
-    A row the native encoder wrote gets its record written too (:attr:`ChangeEvent.encoded`),
-    with the chunk's ``source`` head encoded once.
+    The native encoder reads a line as it is, and the event gets its record written too
+    (:attr:`ChangeEvent.encoded`), with the chunk's ``source`` head encoded once; a line it
+    declines (an escape, no encoder) is split and converted in Python.
 
     Raises:
         ConversionError: a value cannot be converted (the snapshot has no dead-letter path:
@@ -49,14 +52,15 @@ def to_events(
     base = (chunk << SEQUENCE_SHIFT) + first_row
     read = Op.READ
     head = source_head(SourceInfo(CONNECTOR, db, schema, name, ts_ms, position, 0, flag), pipeline)
+    decode = partial(_convert_line, state)
     events = []
-    for sequence, values in enumerate(rows, base):
+    for sequence, line in enumerate(lines, base):
         source = SourceInfo(
             CONNECTOR, db, schema, name, ts_ms, position, sequence, flag, None, extra
         )
-        encoded = state.encoded_values(values)
+        encoded = state.encoded_copy(line, decode)
         if encoded is None:
-            key, after = python_row(state, values)
+            key, after = python_row(state, split_line(line))
             events.append(ChangeEvent(read, key, None, after, source))
             continue
         key, row, key_json = encoded
@@ -79,6 +83,10 @@ def keyed_row(state: RelationState, values: Values) -> tuple[Row, Row | EncodedR
     if encoded is not None:
         return encoded[0], encoded[1]
     return python_row(state, values)
+
+
+def _convert_line(state: RelationState, line: bytes) -> Row:
+    return state.convert(split_line(line))
 
 
 def python_row(state: RelationState, values: Values) -> tuple[Row, Row]:

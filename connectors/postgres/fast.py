@@ -52,7 +52,11 @@ class RowEncoder(Protocol):
         ...
 
     def encode_values(self, values: Sequence[str | None]) -> Encoded | None:
-        """Text values (a COPY row); ``None``: use the Python path."""
+        """Text values; ``None``: use the Python path."""
+        ...
+
+    def encode_copy(self, line: bytes) -> Encoded | None:
+        """A line of ``COPY ... TO STDOUT`` text; ``None``: use the Python path."""
         ...
 
 

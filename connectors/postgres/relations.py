@@ -73,6 +73,13 @@ class RelationState:
             return None
         return self._keyed(self.encoder.encode_values, (values,), values, self.convert)
 
+    def encoded_copy(self, line: bytes, decode: Callable[[bytes], Row]) -> Keyed | None:
+        """Key, row and key JSON of a line of ``COPY ... TO STDOUT`` text (a snapshot row), as
+        :meth:`encoded_tuple`; ``decode`` turns the line into the row if it is ever read."""
+        if self.encoder is None:
+            return None
+        return self._keyed(self.encoder.encode_copy, (line,), line, decode)
+
     def _keyed(
         self,
         encode: Callable[..., Any],

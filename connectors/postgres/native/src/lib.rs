@@ -142,6 +142,31 @@ impl RowEncoder {
         self.encode(py, &cells)
     }
 
+    /// The row JSON, key and key JSON of one line of `COPY ... TO STDOUT` text (its newline
+    /// optional), or `None` when a field holds an escape other than NULL's `\\N` (the Python
+    /// path unescapes it), the column count differs, or the line is not UTF-8.
+    fn encode_copy<'py>(&self, py: Python<'py>, line: &[u8]) -> PyResult<Option<Encoded<'py>>> {
+        let line = line.strip_suffix(b"\n").unwrap_or(line);
+        let text = match std::str::from_utf8(line) {
+            Ok(text) => text,
+            Err(_) => return Ok(None),
+        };
+        let mut cells = Vec::with_capacity(self.columns.len());
+        for field in text.split('\t') {
+            if field == "\\N" {
+                cells.push(Cell::Null);
+            } else if field.contains('\\') {
+                return Ok(None);
+            } else {
+                cells.push(Cell::Text(field));
+            }
+        }
+        if cells.len() != self.columns.len() {
+            return Ok(None);
+        }
+        self.encode(py, &cells)
+    }
+
     /// The row JSON, key and key JSON of text values (`None` for NULL), as a COPY row splits into.
     fn encode_values<'py>(
         &self,
