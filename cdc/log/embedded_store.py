@@ -163,10 +163,15 @@ def translate(exc: sqlite3.Error, doing: str) -> LogError:
     """
     code = getattr(exc, "sqlite_errorcode", None)
     name = getattr(exc, "sqlite_errorname", type(exc).__name__)
-    message = f"embedded log: {doing} failed: {exc} ({name})"
-    if code is not None and code & 0xFF in _UNAVAILABLE:
-        return LogUnavailable(message)
     if code is None and "locked" in str(exc):
+        return LogUnavailable(f"embedded log: {doing} failed: {exc} ({name})")
+    return translate_code(code, f"{exc} ({name})", doing)
+
+
+def translate_code(code: int | None, detail: str, doing: str) -> LogError:
+    """:func:`translate` for a SQLite result code and its message (the native appender's)."""
+    message = f"embedded log: {doing} failed: {detail}"
+    if code is not None and code & 0xFF in _UNAVAILABLE:
         return LogUnavailable(message)
     return LogFatal(message)
 

@@ -11,14 +11,17 @@ import orjson
 
 from cdc.errors import LogError
 from cdc.log.base import Record, TransactionContext
+from cdc.log.embedded_native import appender
 from cdc.log.embedded_store import (
     ADVANCE_PARTITION,
+    DB_FILE,
     DELETE_SOURCE_OFFSET,
     INSERT_RECORD,
     SELECT_NEXT_OFFSET,
     UPSERT_SOURCE_OFFSET,
     TopicMeta,
     now_ms,
+    translate_code,
     translated,
 )
 from cdc.partitioner import partition_for
@@ -26,7 +29,8 @@ from cdc.partitioner import partition_for
 if TYPE_CHECKING:
     from cdc.log.embedded import EmbeddedLog
 
-Row = tuple[int, int, int, bytes | None, bytes | None, int]
+#: Each ``(topic id, partition)``'s first new offset and its records, in order.
+Placed = dict[tuple[int, int], tuple[int, list[Record]]]
 
 
 class EmbeddedTransaction(TransactionContext):
@@ -46,6 +50,7 @@ class EmbeddedTransaction(TransactionContext):
     def __init__(self, log: EmbeddedLog, conn: sqlite3.Connection) -> None:
         self._log = log
         self._conn = conn
+        self._native = appender(conn, log.path / DB_FILE)
         self._next: dict[tuple[int, int], int] = {}
         self._first: dict[tuple[int, int], int] = {}
         self._topics: dict[str, TopicMeta] = {}  # created by this transaction, cached on commit
@@ -69,9 +74,9 @@ class EmbeddedTransaction(TransactionContext):
         if not records:
             return
         try:
-            rows = self._rows(records, now_ms())
-            with translated("appending records"):
-                self._conn.executemany(INSERT_RECORD, rows)
+            ts = now_ms()
+            for (tid, partition), (first, members) in self._by_partition(records).items():
+                self._insert(tid, partition, first, ts, members)
         except BaseException:
             self._state = "failed"
             raise
@@ -125,43 +130,47 @@ class EmbeddedTransaction(TransactionContext):
         if self._state != "open":
             raise LogError(f"embedded log: the transaction is {self._state}")
 
-    def _rows(self, records: Sequence[Record], ts: int) -> list[Row]:
+    def _insert(self, tid: int, partition: int, first: int, ts: int, records: list[Record]) -> None:
+        """One partition's records at consecutive offsets from ``first``."""
+        if self._native is not None:
+            try:
+                failed = self._native.append(INSERT_RECORD, tid, partition, first, ts, records)
+            except TypeError:
+                pass  # a key or value that is not bytes: executemany accepts it or says why
+            else:
+                if failed is None:
+                    return
+                code, detail = failed
+                raise translate_code(code, f"{detail} (code {code})", "appending records")
+        rows = [(tid, partition, first + i, r.key, r.value, ts) for i, r in enumerate(records)]
+        with translated("appending records"):
+            self._conn.executemany(INSERT_RECORD, rows)
+
+    def _by_partition(self, records: Sequence[Record]) -> Placed:
+        """The records of each ``(topic id, partition)``, in order, and the partition's first
+        new offset; the transaction's next offsets move past them."""
         topic = records[0].topic
-        if not all(r.topic == topic for r in records):
-            return [self._row(record, ts) for record in records]
-        meta = self._meta(topic)
-        if meta.partitions == 1:
-            return self._single_partition_rows(records, meta.id, ts)
-        return self._keyed_rows(records, meta, ts)
-
-    def _single_partition_rows(self, records: Sequence[Record], tid: int, ts: int) -> list[Row]:
-        # The common shape (one table's batch, one partition) takes no per-record lookups.
-        start = self._next_offset((tid, 0))
-        self._next[tid, 0] = start + len(records)
-        return [
-            (tid, 0, offset, r.key, r.value, ts)
-            for offset, r in enumerate(records, start)  # enumerate counts the offsets up
-        ]
-
-    def _keyed_rows(self, records: Sequence[Record], meta: TopicMeta, ts: int) -> list[Row]:
-        tid, count = meta.id, meta.partitions
-        partitions = [partition_for(r.key, count) for r in records]
-        nexts = {p: self._next_offset((tid, p)) for p in set(partitions)}
-        rows: list[Row] = []
-        append = rows.append
-        for p, r in zip(partitions, records, strict=True):
-            offset = nexts[p]
-            nexts[p] = offset + 1
-            append((tid, p, offset, r.key, r.value, ts))
-        self._next.update(((tid, p), offset) for p, offset in nexts.items())
-        return rows
-
-    def _row(self, record: Record, ts: int) -> Row:
-        meta = self._meta(record.topic)
-        tp = (meta.id, partition_for(record.key, meta.partitions))
-        offset = self._next_offset(tp)
-        self._next[tp] = offset + 1
-        return (tp[0], tp[1], offset, record.key, record.value, ts)
+        groups: dict[tuple[int, int], list[Record]] = {}
+        if all(r.topic == topic for r in records):
+            meta = self._meta(topic)
+            if meta.partitions == 1:  # the common shape: one table's batch, one partition
+                groups[meta.id, 0] = list(records)
+            else:
+                count = meta.partitions
+                for record in records:
+                    tp = (meta.id, partition_for(record.key, count))
+                    groups.setdefault(tp, []).append(record)
+        else:
+            for record in records:
+                meta = self._meta(record.topic)
+                tp = (meta.id, partition_for(record.key, meta.partitions))
+                groups.setdefault(tp, []).append(record)
+        placed: Placed = {}
+        for tp, members in groups.items():
+            first = self._next_offset(tp)
+            self._next[tp] = first + len(members)
+            placed[tp] = (first, members)
+        return placed
 
     def _next_offset(self, tp: tuple[int, int]) -> int:
         offset = self._next.get(tp)

@@ -14,9 +14,16 @@ from pathlib import Path
 import pytest
 
 from cdc.errors import LogError, LogFatal, LogUnavailable
-from cdc.log import embedded_compaction, embedded_consumer, embedded_store
+from cdc.log import (
+    embedded_compaction,
+    embedded_consumer,
+    embedded_native,
+    embedded_store,
+    embedded_txn,
+)
 from cdc.log.base import Record, StoredRecord, TopicPartition
 from cdc.log.embedded import EmbeddedLog
+from tests.services.common import in_ci
 from tests.unit.log_suite import LogSuite, append, key, read_all
 
 TOPIC = "shop.public.customers"
@@ -418,3 +425,76 @@ def test_maybe_compact_gives_way_to_a_writer_holding_the_lock(
     other.close()
     assert log.maybe_compact() == {"superseded": 9, "tombstones": 0}
     log.close()
+
+
+# -- the native appender (cdc/log/embedded_native.py) and executemany give the same log ---------
+
+both_paths = pytest.mark.parametrize("native", [True, False], ids=["native", "executemany"])
+
+
+def _use(native: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if native and not embedded_native.available():
+        if in_ci():
+            pytest.fail("the native log appender was not built")
+        pytest.skip("the native log appender is not built (no Rust toolchain)")
+    if not native:
+        monkeypatch.setattr(embedded_txn, "appender", lambda conn, path: None)
+
+
+@both_paths
+def test_both_append_paths_store_the_same_records(
+    native: bool, log_factory: Callable[..., EmbeddedLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _use(native, monkeypatch)
+    log = log_factory(partitions=3)
+    tx = log.begin()
+    assert (tx._native is not None) is native
+    odd = [b"", None, b"\x00\xff" * 40, bytearray(b"ba"), memoryview(b"mv"), bytes(range(256))]
+    records = [Record(TOPIC, k, v) for k in odd for v in odd]  # type: ignore[arg-type]
+    records += [Record("shop.public.orders", key(i), b"%d" % i) for i in range(100)]
+    tx.append(records)
+    tx.commit()
+    for topic in (TOPIC, "shop.public.orders"):
+        for partition, end in log.end_offsets(topic).items():
+            stored = log.read(topic, partition, 0, 1000)
+            assert [r.offset for r in stored] == list(range(end))
+            expected = [
+                (
+                    None if r.key is None else bytes(r.key),
+                    None if r.value is None else bytes(r.value),
+                )
+                for r in records
+                if r.topic == topic and log.partition_for(topic, r.key) == partition
+            ]
+            assert [(r.key, r.value) for r in stored] == expected
+
+
+@both_paths
+def test_an_append_that_sqlite_refuses_is_fatal_and_leaves_only_abort(
+    native: bool, log_factory: Callable[..., EmbeddedLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _use(native, monkeypatch)
+    log = log_factory()
+    log.ensure_topics([TOPIC])
+    # A row at the next offset that the partition's high-water mark does not know of.
+    with sqlite3.connect(log.path / embedded_store.DB_FILE) as other:
+        other.execute("INSERT INTO records VALUES (1, 0, 0, x'01', x'02', 0)")
+    other.close()
+    txn = log.begin()
+    with pytest.raises(LogFatal, match="UNIQUE constraint failed"):
+        txn.append([Record(TOPIC, key(1), b"v")])
+    with pytest.raises(LogError, match="failed"):
+        txn.commit()
+    txn.abort()
+
+
+def test_the_native_appender_only_takes_its_own_file(tmp_path: Path) -> None:
+    if not embedded_native.available():
+        if in_ci():
+            pytest.fail("the native log appender was not built")
+        pytest.skip("the native log appender is not built (no Rust toolchain)")
+    conn = sqlite3.connect(tmp_path / "a.db")
+    assert embedded_native.appender(conn, tmp_path / "a.db") is not None
+    assert embedded_native.appender(conn, tmp_path / "b.db") is None
+    conn.close()
+    assert embedded_native.appender(conn, tmp_path / "a.db") is None  # closed: no handle

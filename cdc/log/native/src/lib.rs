@@ -1,0 +1,212 @@
+//! Optional accelerator of the embedded log: one batch of records into SQLite with the
+//! interpreter lock released for the whole batch.
+//!
+//! Python's `executemany` binds each row from Python objects and drops and retakes the lock
+//! around every row's `sqlite3_step`, so the log's writer thread and the threads that prepare
+//! records (the snapshot's readers) convoy on the lock. Here the rows are bound and stepped in
+//! a loop that runs without it, on the caller's own connection, inside the transaction the
+//! caller opened, through the very SQLite library the `sqlite3` module uses: the symbols are
+//! looked up in the already loaded `libsqlite3.so.0` (`RTLD_NOLOAD`), never a second copy,
+//! which would break SQLite's POSIX locks (sqlite.org/howtocorrupt.html, 2.2.1).
+//! `cdc/log/embedded_native.py` finds the connection's handle and checks it before use.
+
+use pyo3::exceptions::PyOSError;
+use pyo3::prelude::*;
+use pyo3::intern;
+use pyo3::types::{PyBytes, PyList};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+
+extern "C" {
+    fn dlopen(filename: *const c_char, flag: c_int) -> *mut c_void;
+    fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
+}
+
+const RTLD_LAZY: c_int = 0x1;
+const RTLD_NOLOAD: c_int = 0x4;
+const SQLITE_DONE: c_int = 101;
+
+type Db = *mut c_void;
+type Stmt = *mut c_void;
+type Prepare = unsafe extern "C" fn(Db, *const c_char, c_int, *mut Stmt, *mut *const c_char) -> c_int;
+type BindInt64 = unsafe extern "C" fn(Stmt, c_int, i64) -> c_int;
+type BindBlob =
+    unsafe extern "C" fn(Stmt, c_int, *const c_void, c_int, Option<unsafe extern "C" fn(*mut c_void)>) -> c_int;
+type BindNull = unsafe extern "C" fn(Stmt, c_int) -> c_int;
+type StepFn = unsafe extern "C" fn(Stmt) -> c_int;
+type ErrCode = unsafe extern "C" fn(Db) -> c_int;
+type ErrMsg = unsafe extern "C" fn(Db) -> *const c_char;
+type DbFilename = unsafe extern "C" fn(Db, *const c_char) -> *const c_char;
+type LibVersion = unsafe extern "C" fn() -> c_int;
+
+/// The SQLite functions of the loaded library.
+#[pyclass(frozen, module = "cdc.log._native")]
+struct Sqlite {
+    prepare: Prepare,
+    bind_int64: BindInt64,
+    bind_blob: BindBlob,
+    bind_null: BindNull,
+    step: StepFn,
+    reset: StepFn,
+    finalize: StepFn,
+    extended_errcode: ErrCode,
+    errmsg: ErrMsg,
+    db_filename: DbFilename,
+    libversion_number: LibVersion,
+}
+
+/// One record's key and value as raw parts (NULL as a null pointer), valid while the caller
+/// holds the records.
+struct Part {
+    key: *const u8,
+    key_len: usize,
+    value: *const u8,
+    value_len: usize,
+}
+
+/// What the unlocked loop needs; the pointers stay valid because the caller keeps the records
+/// and the connection alive and uses neither until the call returns.
+struct Batch {
+    db: usize,
+    parts: Vec<Part>,
+}
+unsafe impl Send for Batch {}
+
+fn symbol<T: Copy>(handle: *mut c_void, name: &str) -> PyResult<T> {
+    let cname = CString::new(name).expect("no NUL in a symbol name");
+    let found = unsafe { dlsym(handle, cname.as_ptr()) };
+    if found.is_null() {
+        return Err(PyOSError::new_err(format!("{name} is not in the loaded SQLite library")));
+    }
+    // SAFETY: T is the function pointer type of `name` in sqlite3.h.
+    Ok(unsafe { std::mem::transmute_copy::<*mut c_void, T>(&found) })
+}
+
+#[pymethods]
+impl Sqlite {
+    /// The functions of `library` (`libsqlite3.so.0`) if this process loaded it already.
+    #[new]
+    fn new(library: &str) -> PyResult<Self> {
+        let cname = CString::new(library)?;
+        let handle = unsafe { dlopen(cname.as_ptr(), RTLD_LAZY | RTLD_NOLOAD) };
+        if handle.is_null() {
+            return Err(PyOSError::new_err(format!("{library} is not loaded in this process")));
+        }
+        Ok(Sqlite {
+            prepare: symbol(handle, "sqlite3_prepare_v2")?,
+            bind_int64: symbol(handle, "sqlite3_bind_int64")?,
+            bind_blob: symbol(handle, "sqlite3_bind_blob")?,
+            bind_null: symbol(handle, "sqlite3_bind_null")?,
+            step: symbol(handle, "sqlite3_step")?,
+            reset: symbol(handle, "sqlite3_reset")?,
+            finalize: symbol(handle, "sqlite3_finalize")?,
+            extended_errcode: symbol(handle, "sqlite3_extended_errcode")?,
+            errmsg: symbol(handle, "sqlite3_errmsg")?,
+            db_filename: symbol(handle, "sqlite3_db_filename")?,
+            libversion_number: symbol(handle, "sqlite3_libversion_number")?,
+        })
+    }
+
+    /// `sqlite3_libversion_number()` of the library.
+    fn version(&self) -> i32 {
+        unsafe { (self.libversion_number)() }
+    }
+
+    /// The file of connection `db`'s main database (`sqlite3_db_filename`).
+    fn filename(&self, db: usize) -> Option<String> {
+        let name = unsafe { (self.db_filename)(db as Db, c"main".as_ptr()) };
+        if name.is_null() {
+            return None;
+        }
+        Some(unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned())
+    }
+
+    /// Insert `records` (objects with `key` and `value`, each bytes or None) with `sql`, whose
+    /// parameters are topic id, partition, offset, key, value and timestamp; offsets count up
+    /// from `first`. Returns `None`, or SQLite's extended error code and message.
+    #[allow(clippy::too_many_arguments)]
+    fn append(
+        &self,
+        py: Python<'_>,
+        db: usize,
+        sql: &str,
+        topic_id: i64,
+        partition: i64,
+        first: i64,
+        ts_ms: i64,
+        records: &Bound<'_, PyList>,
+    ) -> PyResult<Option<(i32, String)>> {
+        let mut parts = Vec::with_capacity(records.len());
+        let (key_name, value_name) = (intern!(py, "key"), intern!(py, "value"));
+        for record in records.iter() {
+            let (key, key_len) = raw(&record.getattr(key_name)?)?;
+            let (value, value_len) = raw(&record.getattr(value_name)?)?;
+            parts.push(Part { key, key_len, value, value_len });
+        }
+        let sql = CString::new(sql)?;
+        let batch = Batch { db, parts };
+        let failed = py.allow_threads(move || self.insert(&batch, &sql, [topic_id, partition, first, ts_ms]));
+        Ok(failed)
+    }
+}
+
+impl Sqlite {
+    fn insert(&self, batch: &Batch, sql: &CStr, [topic_id, partition, first, ts_ms]: [i64; 4]) -> Option<(i32, String)> {
+        let db = batch.db as Db;
+        let mut stmt: Stmt = std::ptr::null_mut();
+        unsafe {
+            if (self.prepare)(db, sql.as_ptr(), -1, &mut stmt, std::ptr::null_mut()) != 0 {
+                return Some(self.error(db));
+            }
+            let mut failed = None;
+            for (i, part) in batch.parts.iter().enumerate() {
+                (self.bind_int64)(stmt, 1, topic_id);
+                (self.bind_int64)(stmt, 2, partition);
+                (self.bind_int64)(stmt, 3, first + i as i64);
+                self.bind(stmt, 4, part.key, part.key_len);
+                self.bind(stmt, 5, part.value, part.value_len);
+                (self.bind_int64)(stmt, 6, ts_ms);
+                let rc = (self.step)(stmt);
+                if rc != SQLITE_DONE {
+                    failed = Some(self.error(db));
+                    break;
+                }
+                (self.reset)(stmt);
+            }
+            (self.finalize)(stmt);
+            failed
+        }
+    }
+
+    unsafe fn bind(&self, stmt: Stmt, index: c_int, data: *const u8, len: usize) {
+        if data.is_null() {
+            (self.bind_null)(stmt, index);
+        } else {
+            // SQLITE_STATIC (None): the bytes outlive the step that reads them.
+            (self.bind_blob)(stmt, index, data as *const c_void, len as c_int, None);
+        }
+    }
+
+    unsafe fn error(&self, db: Db) -> (i32, String) {
+        let message = CStr::from_ptr((self.errmsg)(db)).to_string_lossy().into_owned();
+        ((self.extended_errcode)(db), message)
+    }
+}
+
+/// A bytes object's data, or a null pointer for None.
+fn raw(item: &Bound<'_, PyAny>) -> PyResult<(*const u8, usize)> {
+    if item.is_none() {
+        return Ok((std::ptr::null(), 0));
+    }
+    let bytes = item.downcast::<PyBytes>()?;
+    let data = bytes.as_bytes();
+    if data.len() > i32::MAX as usize {
+        return Err(pyo3::exceptions::PyValueError::new_err("a record over 2 GiB"));
+    }
+    Ok((data.as_ptr(), data.len()))
+}
+
+#[pymodule]
+fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_class::<Sqlite>()?;
+    Ok(())
+}
