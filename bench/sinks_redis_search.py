@@ -31,7 +31,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -46,13 +45,10 @@ import tantivy
 # sinks package: the repository root goes first.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.sinks_duckdb import PIPELINE, TABLE, TOPIC, changes, fill_log
+from bench.sinks_duckdb import TABLE, changes, fill_log, run_sink
 from cdc.events import ChangeEvent, Op
 from cdc.log.embedded import EmbeddedLog
-from cdc.logging import configure, get_logger
-from cdc.runtime.schemas import SchemaCatalog
-from cdc.runtime.sink_task import SinkTask, group_name
-from cdc.sink import Sink, SinkContext
+from cdc.logging import configure
 from sinks.keyed import key_suffix
 from sinks.redis import RedisSink, RedisSinkConfig
 from sinks.search import SearchSink, SearchSinkConfig
@@ -112,49 +108,6 @@ def filled_log(n: int) -> Iterator[tuple[EmbeddedLog, int, Path]]:
             yield log, records, Path(tmp)
         finally:
             log.close()
-
-
-def run_sink(
-    log: EmbeddedLog,
-    name: str,
-    make: Callable[[SinkContext], Sink],
-    records: int,
-    batch: int,
-    cpu: Callable[[], float] = time.process_time,
-) -> tuple[float, float]:
-    """Wall and CPU seconds the real sink task takes to apply and commit ``records`` records."""
-    context = SinkContext(PIPELINE, name, [TABLE], SchemaCatalog(log, PIPELINE), get_logger())
-    stop = threading.Event()
-    task = SinkTask(
-        PIPELINE,
-        name,
-        log,
-        lambda: make(context),
-        [TOPIC],
-        stop,
-        get_logger(),
-        max_records=batch,
-        poll_timeout_s=0.05,
-    )
-    errors: list[BaseException] = []
-
-    def body() -> None:
-        try:
-            task.run()
-        except BaseException as exc:
-            errors.append(exc)
-
-    started, cpu_started = time.perf_counter(), cpu()
-    thread = threading.Thread(target=body)
-    thread.start()
-    while sum(log.committed_offsets(group_name(PIPELINE, name)).values()) < records:
-        if errors:
-            raise errors[0]
-        time.sleep(0.005)
-    elapsed, cpu_s = time.perf_counter() - started, cpu() - cpu_started
-    stop.set()
-    thread.join()
-    return elapsed, cpu_s
 
 
 def redis_cpu(url: str) -> Callable[[], float]:
