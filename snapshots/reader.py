@@ -203,16 +203,22 @@ def read_lines(
             if data.count(b"\n") == 1:
                 append(data)
             else:
-                lines = data.split(b"\n")
-                if lines and lines[-1] == b"":
-                    lines.pop()
-                piece.extend(lines)
+                piece.extend(lines_of(data))
             if len(piece) >= piece_rows:
                 yield piece
                 piece = []
                 append = piece.append
     if piece:
         yield piece
+
+
+def lines_of(block: bytes) -> list[bytes]:
+    """The lines of a block of whole COPY lines, without their newlines (an empty line is a
+    row too: one empty text column)."""
+    lines = block.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    return lines
 
 
 def read_rows(

@@ -9,10 +9,12 @@ the same SQLite library the :mod:`sqlite3` module loaded (a second copy of SQLit
 would break its file locks; the Rust side only looks symbols up in the loaded one).
 
 The connection's ``sqlite3 *`` is read from CPython's connection object, where it is the first
-field after the object header (``Modules/_sqlite/connection.h``, 3.11 to 3.13). It is used only
-on those versions, only when the library's version equals :data:`sqlite3.sqlite_version_info`,
-and only when ``sqlite3_db_filename`` of the handle names the log's own file. Anything else, no
-Rust toolchain at install, or ``CDC_NATIVE=0``: ``executemany`` runs, with the same result.
+field after the object header (``Modules/_sqlite/connection.h``, 3.11 to 3.13), at every append
+(it is NULL once the connection is closed). It is used only on those versions, only when the
+``_sqlite3`` module resolves SQLite to the loaded ``libsqlite3.so.0`` (not a copy linked into
+it) of :data:`sqlite3.sqlite_version_info`, and only when ``sqlite3_db_filename`` of the handle
+names the log's own file. Anything else, no Rust toolchain at install, or ``CDC_NATIVE=0``:
+``executemany`` runs, with the same result.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import ctypes
 import os
 import sqlite3
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -38,10 +39,12 @@ def _load() -> Any:
     if sys.implementation.name != "cpython" or sys.version_info[:2] not in _KNOWN_LAYOUT:
         return None
     try:
+        import _sqlite3
+
         from cdc.log import _native  # type: ignore[attr-defined]
 
-        library = _native.Sqlite(_LIBRARY)
-    except (ImportError, OSError):
+        library = _native.Sqlite(_LIBRARY, _sqlite3.__file__)
+    except (ImportError, OSError, AttributeError):  # no extension, or not the same SQLite
         return None
     major, minor, patch = sqlite3.sqlite_version_info
     if library.version() != major * 1_000_000 + minor * 1000 + patch:
@@ -58,10 +61,10 @@ def available() -> bool:
 
 
 class NativeAppender:
-    """Appends through one connection's handle; see :func:`appender`."""
+    """Appends through one connection; see :func:`appender`."""
 
-    def __init__(self, handle: int) -> None:
-        self._handle = handle
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
 
     def append(
         self,
@@ -70,13 +73,21 @@ class NativeAppender:
         partition: int,
         first: int,
         ts_ms: int,
-        records: Sequence[Record],
+        records: list[Record],
     ) -> tuple[int, str] | None:
         """Insert ``records`` with ``sql`` (parameters: topic id, partition, offset, key, value,
         timestamp), offsets from ``first``; ``None``, or SQLite's extended error code and
-        message. Keys and values must be bytes or ``None`` (``TypeError`` otherwise)."""
+        message.
+
+        Raises:
+            TypeError: a key or value that is not bytes or ``None``, or the connection is
+                closed: nothing was inserted, and ``executemany`` may take over.
+        """
+        handle = _handle(self._conn)  # read again each time: a closed connection has none
+        if not handle:
+            raise TypeError("the connection is closed")
         result: tuple[int, str] | None = _SQLITE.append(
-            self._handle, sql, topic_id, partition, first, ts_ms, records
+            handle, sql, topic_id, partition, first, ts_ms, records
         )
         return result
 
@@ -85,7 +96,13 @@ def appender(conn: sqlite3.Connection, database: Path) -> NativeAppender | None:
     """The native appender of ``conn``, an open connection to ``database``, or ``None``."""
     if _SQLITE is None:
         return None
-    handle = ctypes.c_void_p.from_address(id(conn) + object.__basicsize__).value
+    handle = _handle(conn)
     if not handle or _SQLITE.filename(handle) != str(database.resolve()):
         return None
-    return NativeAppender(handle)
+    return NativeAppender(conn)
+
+
+def _handle(conn: sqlite3.Connection) -> int | None:
+    # CPython's pysqlite_Connection: the object header, then ``sqlite3 *db`` (NULL once closed).
+    handle: int | None = ctypes.c_void_p.from_address(id(conn) + object.__basicsize__).value
+    return handle

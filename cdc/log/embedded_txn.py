@@ -136,7 +136,7 @@ class EmbeddedTransaction(TransactionContext):
             try:
                 failed = self._native.append(INSERT_RECORD, tid, partition, first, ts, records)
             except TypeError:
-                pass  # a key or value that is not bytes: executemany accepts it or says why
+                pass  # not bytes, or closed: executemany accepts it or says why
             else:
                 if failed is None:
                     return

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -441,32 +442,85 @@ def _use(native: bool, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(embedded_txn, "appender", lambda conn, path: None)
 
 
+def _count_native_appends(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    original = embedded_native.NativeAppender.append
+
+    def counted(self: embedded_native.NativeAppender, *args: Any) -> Any:
+        result = original(self, *args)
+        calls.append(len(args[-1]))
+        return result
+
+    monkeypatch.setattr(embedded_native.NativeAppender, "append", counted)
+    return calls
+
+
 @both_paths
 def test_both_append_paths_store_the_same_records(
     native: bool, log_factory: Callable[..., EmbeddedLog], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _use(native, monkeypatch)
+    calls = _count_native_appends(monkeypatch)
     log = log_factory(partitions=3)
     tx = log.begin()
     assert (tx._native is not None) is native
-    odd = [b"", None, b"\x00\xff" * 40, bytearray(b"ba"), memoryview(b"mv"), bytes(range(256))]
-    records = [Record(TOPIC, k, v) for k in odd for v in odd]  # type: ignore[arg-type]
+    odd = [b"", None, b"\x00\xff" * 40, b"0000000012", bytes(range(256))]
+    records = [Record(TOPIC, k, v) for k in odd for v in odd]
     records += [Record("shop.public.orders", key(i), b"%d" % i) for i in range(100)]
     tx.append(records)
     tx.commit()
+    assert sum(calls) == (len(records) if native else 0)  # every record, natively or not at all
     for topic in (TOPIC, "shop.public.orders"):
         for partition, end in log.end_offsets(topic).items():
             stored = log.read(topic, partition, 0, 1000)
             assert [r.offset for r in stored] == list(range(end))
             expected = [
-                (
-                    None if r.key is None else bytes(r.key),
-                    None if r.value is None else bytes(r.value),
-                )
+                (r.key, r.value)
                 for r in records
                 if r.topic == topic and log.partition_for(topic, r.key) == partition
             ]
             assert [(r.key, r.value) for r in stored] == expected
+
+
+@both_paths
+def test_bytes_like_keys_and_values_are_stored_as_bytes(
+    native: bool, log_factory: Callable[..., EmbeddedLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The native appender takes bytes only; executemany takes over for the rest.
+    _use(native, monkeypatch)
+    log = log_factory()
+    records = [Record(TOPIC, bytearray(b"k"), memoryview(b"v")), Record(TOPIC, b"k2", b"v2")]
+    append(log, records)  # type: ignore[arg-type]
+    assert values(log) == [(0, b"k", b"v"), (1, b"k2", b"v2")]
+
+
+@both_paths
+def test_a_value_over_sqlites_length_limit_is_fatal_never_a_tombstone(
+    native: bool, log_factory: Callable[..., EmbeddedLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _use(native, monkeypatch)
+    log = log_factory()
+    log.ensure_topics([TOPIC])
+    txn = log.begin()
+    log._conn().setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 100)
+    with pytest.raises(LogFatal, match="too big"):
+        txn.append([Record(TOPIC, key(1), b"x" * 200)])
+    txn.abort()
+    assert values(log) == []
+
+
+@both_paths
+def test_an_append_after_the_log_closed_is_an_error(
+    native: bool, log_factory: Callable[..., EmbeddedLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _use(native, monkeypatch)
+    log = log_factory()
+    log.ensure_topics([TOPIC])
+    txn = log.begin()
+    txn.append([Record(TOPIC, key(1), b"v")])
+    log.close()  # the runtime may close the log under a source thread that did not stop
+    with pytest.raises(LogError):
+        txn.append([Record(TOPIC, key(2), b"v")])
 
 
 @both_paths

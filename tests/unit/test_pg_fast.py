@@ -26,7 +26,7 @@ from connectors.postgres.relations import build_state
 from connectors.postgres.stream import Assembler
 from connectors.postgres.toast import ToastFiller
 from connectors.postgres.types import TypeEntry, TypeRegistry, row_converter
-from snapshots.reader import SnapshotTable
+from snapshots.reader import SnapshotTable, lines_of
 from snapshots.rows import to_events
 from tests.services.common import in_ci
 from tests.unit.test_pg_stream import FakeCatalog, FakeLog
@@ -82,6 +82,8 @@ CASES: dict[int, list[str]] = {
         "-12",
         "true",
         "null",
+        "[" * 200 + "]" * 200,  # deeper than the native path writes: Python's converter does
+        '{"a": ' * 300 + "1" + "}" * 300,  # deeper than orjson writes: an error either way
     ],
     1007: ["{1,NULL,3}", "{}", "{{1,2},{3,4}}", "[0:1]={1,2}", "{007}", "{-0}"],
     1009: ['{x,NULL,"y,z","q\\"t"}', "{a,b}", "{}", '{""}', "{ünï,✓}", "{NULL}"],
@@ -361,3 +363,9 @@ def test_snapshot_rows_written_natively_equal_the_python_records() -> None:
         reference = ChangeEvent(event.op, event.key, None, state.convert(values), event.source)
         assert envelope.to_records(event, "p", 5) == envelope.to_records(reference, "p", 5)
         assert envelope.dumps(dict(event.after or {})) == envelope.dumps(reference.after)
+
+
+def test_blocks_of_several_copy_lines_split_into_rows() -> None:
+    assert lines_of(b"1\ta\n\n2\t\\N\n") == [b"1\ta", b"", b"2\t\\N"]
+    assert lines_of(b"\n") == [b""]  # one row of one empty text column
+    assert lines_of(b"") == []

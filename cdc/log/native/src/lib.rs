@@ -11,8 +11,8 @@
 //! `cdc/log/embedded_native.py` finds the connection's handle and checks it before use.
 
 use pyo3::exceptions::PyOSError;
-use pyo3::prelude::*;
 use pyo3::intern;
+use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 
@@ -23,18 +23,26 @@ extern "C" {
 
 const RTLD_LAZY: c_int = 0x1;
 const RTLD_NOLOAD: c_int = 0x4;
+const SQLITE_OK: c_int = 0;
 const SQLITE_DONE: c_int = 101;
 
 type Db = *mut c_void;
 type Stmt = *mut c_void;
-type Prepare = unsafe extern "C" fn(Db, *const c_char, c_int, *mut Stmt, *mut *const c_char) -> c_int;
+type Prepare =
+    unsafe extern "C" fn(Db, *const c_char, c_int, *mut Stmt, *mut *const c_char) -> c_int;
 type BindInt64 = unsafe extern "C" fn(Stmt, c_int, i64) -> c_int;
-type BindBlob =
-    unsafe extern "C" fn(Stmt, c_int, *const c_void, c_int, Option<unsafe extern "C" fn(*mut c_void)>) -> c_int;
+type BindBlob = unsafe extern "C" fn(
+    Stmt,
+    c_int,
+    *const c_void,
+    c_int,
+    Option<unsafe extern "C" fn(*mut c_void)>,
+) -> c_int;
 type BindNull = unsafe extern "C" fn(Stmt, c_int) -> c_int;
 type StepFn = unsafe extern "C" fn(Stmt) -> c_int;
 type ErrCode = unsafe extern "C" fn(Db) -> c_int;
 type ErrMsg = unsafe extern "C" fn(Db) -> *const c_char;
+type ErrStr = unsafe extern "C" fn(c_int) -> *const c_char;
 type DbFilename = unsafe extern "C" fn(Db, *const c_char) -> *const c_char;
 type LibVersion = unsafe extern "C" fn() -> c_int;
 
@@ -50,6 +58,7 @@ struct Sqlite {
     finalize: StepFn,
     extended_errcode: ErrCode,
     errmsg: ErrMsg,
+    errstr: ErrStr,
     db_filename: DbFilename,
     libversion_number: LibVersion,
 }
@@ -63,19 +72,34 @@ struct Part {
     value_len: usize,
 }
 
-/// What the unlocked loop needs; the pointers stay valid because the caller keeps the records
-/// and the connection alive and uses neither until the call returns.
+/// What the unlocked loop needs: the connection, its prepared statement, and the parts, which
+/// stay valid because `append` holds their objects until the loop is done.
 struct Batch {
     db: usize,
+    stmt: usize,
     parts: Vec<Part>,
 }
 unsafe impl Send for Batch {}
+
+/// The handle of an object this process loaded already (never loads one).
+fn loaded(file: &str) -> PyResult<*mut c_void> {
+    let cname = CString::new(file)?;
+    let handle = unsafe { dlopen(cname.as_ptr(), RTLD_LAZY | RTLD_NOLOAD) };
+    if handle.is_null() {
+        return Err(PyOSError::new_err(format!(
+            "{file} is not loaded in this process"
+        )));
+    }
+    Ok(handle)
+}
 
 fn symbol<T: Copy>(handle: *mut c_void, name: &str) -> PyResult<T> {
     let cname = CString::new(name).expect("no NUL in a symbol name");
     let found = unsafe { dlsym(handle, cname.as_ptr()) };
     if found.is_null() {
-        return Err(PyOSError::new_err(format!("{name} is not in the loaded SQLite library")));
+        return Err(PyOSError::new_err(format!(
+            "{name} is not in the loaded SQLite library"
+        )));
     }
     // SAFETY: T is the function pointer type of `name` in sqlite3.h.
     Ok(unsafe { std::mem::transmute_copy::<*mut c_void, T>(&found) })
@@ -83,13 +107,18 @@ fn symbol<T: Copy>(handle: *mut c_void, name: &str) -> PyResult<T> {
 
 #[pymethods]
 impl Sqlite {
-    /// The functions of `library` (`libsqlite3.so.0`) if this process loaded it already.
+    /// The functions of `library` (`libsqlite3.so.0`), if this process loaded it already and
+    /// `module` (the `_sqlite3` extension's file) resolves SQLite to that very library, not to a
+    /// copy of its own.
     #[new]
-    fn new(library: &str) -> PyResult<Self> {
-        let cname = CString::new(library)?;
-        let handle = unsafe { dlopen(cname.as_ptr(), RTLD_LAZY | RTLD_NOLOAD) };
-        if handle.is_null() {
-            return Err(PyOSError::new_err(format!("{library} is not loaded in this process")));
+    fn new(library: &str, module: &str) -> PyResult<Self> {
+        let handle = loaded(library)?;
+        let step: *mut c_void = symbol(handle, "sqlite3_step")?;
+        let module_step: Option<*mut c_void> = symbol(loaded(module)?, "sqlite3_step").ok();
+        if module_step != Some(step) {
+            return Err(PyOSError::new_err(format!(
+                "{module} does not use {library}"
+            )));
         }
         Ok(Sqlite {
             prepare: symbol(handle, "sqlite3_prepare_v2")?,
@@ -101,6 +130,7 @@ impl Sqlite {
             finalize: symbol(handle, "sqlite3_finalize")?,
             extended_errcode: symbol(handle, "sqlite3_extended_errcode")?,
             errmsg: symbol(handle, "sqlite3_errmsg")?,
+            errstr: symbol(handle, "sqlite3_errstr")?,
             db_filename: symbol(handle, "sqlite3_db_filename")?,
             libversion_number: symbol(handle, "sqlite3_libversion_number")?,
         })
@@ -117,7 +147,11 @@ impl Sqlite {
         if name.is_null() {
             return None;
         }
-        Some(unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned())
+        Some(
+            unsafe { CStr::from_ptr(name) }
+                .to_string_lossy()
+                .into_owned(),
+        )
     }
 
     /// Insert `records` (objects with `key` and `value`, each bytes or None) with `sql`, whose
@@ -135,59 +169,95 @@ impl Sqlite {
         ts_ms: i64,
         records: &Bound<'_, PyList>,
     ) -> PyResult<Option<(i32, String)>> {
+        // The keys and values themselves are held until the call returns: the parts point
+        // into them, whatever happens to the records meanwhile.
+        let mut owners = Vec::with_capacity(2 * records.len());
         let mut parts = Vec::with_capacity(records.len());
         let (key_name, value_name) = (intern!(py, "key"), intern!(py, "value"));
         for record in records.iter() {
-            let (key, key_len) = raw(&record.getattr(key_name)?)?;
-            let (value, value_len) = raw(&record.getattr(value_name)?)?;
-            parts.push(Part { key, key_len, value, value_len });
+            let (key, value) = (record.getattr(key_name)?, record.getattr(value_name)?);
+            let ((key_ptr, key_len), (value_ptr, value_len)) = (raw(&key)?, raw(&value)?);
+            parts.push(Part {
+                key: key_ptr,
+                key_len,
+                value: value_ptr,
+                value_len,
+            });
+            owners.push(key);
+            owners.push(value);
         }
         let sql = CString::new(sql)?;
-        let batch = Batch { db, parts };
-        let failed = py.allow_threads(move || self.insert(&batch, &sql, [topic_id, partition, first, ts_ms]));
+        let handle = db as Db;
+        let mut stmt: Stmt = std::ptr::null_mut();
+        // Prepared while the lock is held: a live statement keeps the connection open
+        // (sqlite3_close_v2 waits for it) should another thread close it during the loop.
+        if unsafe { (self.prepare)(handle, sql.as_ptr(), -1, &mut stmt, std::ptr::null_mut()) } != 0
+        {
+            return Ok(Some(unsafe { self.error(handle) }));
+        }
+        let batch = Batch {
+            db,
+            stmt: stmt as usize,
+            parts,
+        };
+        let params = [topic_id, partition, first, ts_ms];
+        let failed = py.allow_threads(move || unsafe { self.insert(&batch, params) });
+        drop(owners);
         Ok(failed)
     }
 }
 
 impl Sqlite {
-    fn insert(&self, batch: &Batch, sql: &CStr, [topic_id, partition, first, ts_ms]: [i64; 4]) -> Option<(i32, String)> {
-        let db = batch.db as Db;
-        let mut stmt: Stmt = std::ptr::null_mut();
-        unsafe {
-            if (self.prepare)(db, sql.as_ptr(), -1, &mut stmt, std::ptr::null_mut()) != 0 {
-                return Some(self.error(db));
+    /// Binds and steps every part, then finalizes the statement (on every path).
+    unsafe fn insert(
+        &self,
+        batch: &Batch,
+        [topic_id, partition, first, ts_ms]: [i64; 4],
+    ) -> Option<(i32, String)> {
+        let (db, stmt) = (batch.db as Db, batch.stmt as Stmt);
+        let mut failed = None;
+        for (i, part) in batch.parts.iter().enumerate() {
+            let bound = [
+                (self.bind_int64)(stmt, 1, topic_id),
+                (self.bind_int64)(stmt, 2, partition),
+                (self.bind_int64)(stmt, 3, first + i as i64),
+                self.bind(stmt, 4, part.key, part.key_len),
+                self.bind(stmt, 5, part.value, part.value_len),
+                (self.bind_int64)(stmt, 6, ts_ms),
+            ];
+            // A refused bind (a blob over SQLite's length limit) leaves the parameter NULL:
+            // stepping then would store a tombstone instead of the value. It sets no error on
+            // the connection, so its own code is reported.
+            if let Some(&rc) = bound.iter().find(|&&rc| rc != SQLITE_OK) {
+                let message = CStr::from_ptr((self.errstr)(rc))
+                    .to_string_lossy()
+                    .into_owned();
+                failed = Some((rc, message));
+                break;
             }
-            let mut failed = None;
-            for (i, part) in batch.parts.iter().enumerate() {
-                (self.bind_int64)(stmt, 1, topic_id);
-                (self.bind_int64)(stmt, 2, partition);
-                (self.bind_int64)(stmt, 3, first + i as i64);
-                self.bind(stmt, 4, part.key, part.key_len);
-                self.bind(stmt, 5, part.value, part.value_len);
-                (self.bind_int64)(stmt, 6, ts_ms);
-                let rc = (self.step)(stmt);
-                if rc != SQLITE_DONE {
-                    failed = Some(self.error(db));
-                    break;
-                }
-                (self.reset)(stmt);
+            if (self.step)(stmt) != SQLITE_DONE {
+                failed = Some(self.error(db));
+                break;
             }
-            (self.finalize)(stmt);
-            failed
+            (self.reset)(stmt);
         }
+        (self.finalize)(stmt);
+        failed
     }
 
-    unsafe fn bind(&self, stmt: Stmt, index: c_int, data: *const u8, len: usize) {
+    unsafe fn bind(&self, stmt: Stmt, index: c_int, data: *const u8, len: usize) -> c_int {
         if data.is_null() {
-            (self.bind_null)(stmt, index);
+            (self.bind_null)(stmt, index)
         } else {
             // SQLITE_STATIC (None): the bytes outlive the step that reads them.
-            (self.bind_blob)(stmt, index, data as *const c_void, len as c_int, None);
+            (self.bind_blob)(stmt, index, data as *const c_void, len as c_int, None)
         }
     }
 
     unsafe fn error(&self, db: Db) -> (i32, String) {
-        let message = CStr::from_ptr((self.errmsg)(db)).to_string_lossy().into_owned();
+        let message = CStr::from_ptr((self.errmsg)(db))
+            .to_string_lossy()
+            .into_owned();
         ((self.extended_errcode)(db), message)
     }
 }
@@ -200,7 +270,9 @@ fn raw(item: &Bound<'_, PyAny>) -> PyResult<(*const u8, usize)> {
     let bytes = item.downcast::<PyBytes>()?;
     let data = bytes.as_bytes();
     if data.len() > i32::MAX as usize {
-        return Err(pyo3::exceptions::PyValueError::new_err("a record over 2 GiB"));
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "a record over 2 GiB",
+        ));
     }
     Ok((data.as_ptr(), data.len()))
 }

@@ -114,16 +114,34 @@ impl RowEncoder {
                 }
                 None => None,
             };
-            built.push(Column { prefix, name_json, kind, delimiter, convert });
+            built.push(Column {
+                prefix,
+                name_json,
+                kind,
+                delimiter,
+                convert,
+            });
         }
         if key_index.iter().any(|&i| i >= built.len()) {
-            return Err(pyo3::exceptions::PyValueError::new_err("key index out of range"));
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "key index out of range",
+            ));
         }
         if key_names.len() != key_index.len() {
-            return Err(pyo3::exceptions::PyValueError::new_err("one name per key column"));
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "one name per key column",
+            ));
         }
-        let key_names = key_names.iter().map(|n| PyString::intern(py, n).unbind()).collect();
-        Ok(RowEncoder { columns: built, key_index, key_names, dumps })
+        let key_names = key_names
+            .iter()
+            .map(|n| PyString::intern(py, n).unbind())
+            .collect();
+        Ok(RowEncoder {
+            columns: built,
+            key_index,
+            key_names,
+            dumps,
+        })
     }
 
     /// The row JSON, key and key JSON of the pgoutput TupleData at `data[pos..]`, or `None` when
@@ -217,10 +235,20 @@ impl RowEncoder {
             key_json.extend_from_slice(&out[start..end]);
         }
         key_json.push(b'}');
-        Ok(Some((PyBytes::new(py, &out), key, PyBytes::new(py, &key_json))))
+        Ok(Some((
+            PyBytes::new(py, &out),
+            key,
+            PyBytes::new(py, &key_json),
+        )))
     }
 
-    fn value(&self, py: Python<'_>, column: &Column, text: &str, out: &mut Vec<u8>) -> PyResult<()> {
+    fn value(
+        &self,
+        py: Python<'_>,
+        column: &Column,
+        text: &str,
+        out: &mut Vec<u8>,
+    ) -> PyResult<()> {
         let done = match column.delimiter {
             Some(delimiter) => flat_array(column.kind, delimiter, text, out),
             None => scalar(column.kind, text, out),
@@ -351,6 +379,9 @@ fn scalar(kind: Kind, text: &str, out: &mut Vec<u8>) -> bool {
     }
 }
 
+/// Deepest jsonb nesting the fast path writes (orjson refuses to write past 254 levels).
+const MAX_JSON_DEPTH: usize = 128;
+
 /// types.py's `parse_json` then orjson, for `jsonb` text whose numbers are all plain integers
 /// and whose strings hold no escape: PostgreSQL writes jsonb with a space after each `,` and `:`
 /// and each key once, and orjson writes the same values without the spaces. A string with an
@@ -358,7 +389,7 @@ fn scalar(kind: Kind, text: &str, out: &mut Vec<u8>) -> bool {
 /// Python converter instead.
 fn jsonb_compact(bytes: &[u8], out: &mut Vec<u8>) -> bool {
     let mark = out.len();
-    let mut i = 0;
+    let (mut i, mut depth) = (0, 0usize);
     while i < bytes.len() {
         let start = i;
         let done = match bytes[i] {
@@ -366,7 +397,15 @@ fn jsonb_compact(bytes: &[u8], out: &mut Vec<u8>) -> bool {
                 i += 1;
                 true
             }
-            b'{' | b'}' | b'[' | b']' | b',' | b':' => {
+            b'{' | b'[' => {
+                // Deep nesting goes to Python, whose encoder has its own limit (and error).
+                depth += 1;
+                out.push(bytes[i]);
+                i += 1;
+                depth <= MAX_JSON_DEPTH
+            }
+            b'}' | b']' | b',' | b':' => {
+                depth = depth.saturating_sub(usize::from(matches!(bytes[i], b'}' | b']')));
                 out.push(bytes[i]);
                 i += 1;
                 true
@@ -398,7 +437,9 @@ fn jsonb_compact(bytes: &[u8], out: &mut Vec<u8>) -> bool {
             }
             b'-' | b'0'..=b'9' => {
                 i += 1;
-                while i < bytes.len() && matches!(bytes[i], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-') {
+                while i < bytes.len()
+                    && matches!(bytes[i], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-')
+                {
                     i += 1;
                 }
                 let number = &bytes[start..i];
@@ -467,7 +508,9 @@ fn iso_stamp(bytes: &[u8]) -> bool {
 
 /// Printable ASCII without a quote or backslash: its JSON string is the text in quotes.
 fn plain_ascii(bytes: &[u8]) -> bool {
-    bytes.iter().all(|&b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+    bytes
+        .iter()
+        .all(|&b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
 }
 
 fn quoted(bytes: &[u8], out: &mut Vec<u8>) -> bool {
