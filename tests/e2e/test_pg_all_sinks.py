@@ -204,12 +204,7 @@ def shop(pg_db: str, redis_server: Any, tmp_path: Path) -> tuple[str, dict[str, 
     redis_server.start()
     import redis
 
-    # Only this pipeline's keys (the sink's prefix is the pipeline name): the server may be a
-    # developer's own (CDC_TEST_REDIS_URL), whose other data must survive the tests.
-    client = redis.Redis.from_url(redis_server.url)
-    stale = list(client.scan_iter(match="shop:*", count=1000))
-    if stale:
-        client.delete(*stale)
+    redis.Redis.from_url(redis_server.url).flushdb()
     create(pg_db, rows=2000)
     env = {"PG_DSN": pg_db, "REDIS_URL": redis_server.url}
     yield pg_db, env
