@@ -22,7 +22,7 @@ from connectors.postgres.pgoutput import Relation, RelationColumn
 from connectors.postgres.relations import RelationState, build_state
 from connectors.postgres.types import TypeRegistry
 from snapshots.chunks import Chunk, KeyChunk, PageChunk, key_chunks, page_chunks
-from snapshots.copytext import split_row
+from snapshots.copytext import split_line
 
 Values = tuple[str | None, ...]
 
@@ -225,19 +225,5 @@ def read_rows(
     conn: psycopg.Connection[Any], query: sql.Composed, piece_rows: int
 ) -> Iterator[list[Values]]:
     """The chunk's rows as text values, in pieces of at most ``piece_rows``."""
-    piece: list[Values] = []
-    append = piece.append
-    with conn.cursor() as cur, cur.copy(query) as copy:
-        for block in copy:
-            # libpq hands COPY OUT data over one row at a time, newline included.
-            text = str(block, "utf-8")
-            if text.count("\n") == 1:
-                append(split_row(text[:-1]))
-            else:
-                piece.extend(split_row(line) for line in text.split("\n") if line)
-            if len(piece) >= piece_rows:
-                yield piece
-                piece = []
-                append = piece.append
-    if piece:
-        yield piece
+    for lines in read_lines(conn, query, piece_rows):
+        yield [split_line(line) for line in lines]

@@ -251,23 +251,27 @@ class Assembler:
         lsn: int,
         extra: dict[str, Any] | None = None,
     ) -> None:
-        info = {"lsn": lsn or self._final_lsn}
+        source = self._next_source(rel, lsn)
         if extra:
-            info.update(extra)
-        source = SourceInfo(
+            source.extra.update(extra)
+        self._events.append(ChangeEvent(op, key, before, after, source))
+
+    def _next_source(self, rel: RelationState, lsn: int) -> SourceInfo:
+        """The ``source`` of the transaction's next change (it takes the next sequence)."""
+        seq = self._seq
+        self._seq = seq + 1
+        return SourceInfo(
             CONNECTOR,
             self._db,
             rel.info.schema,
             rel.info.table,
             self._ts_ms,
             self._final_lsn,
-            self._seq,
+            seq,
             "false",
             self._xid,
-            info,
+            {"lsn": lsn or self._final_lsn},
         )
-        self._seq += 1
-        self._events.append(ChangeEvent(op, key, before, after, source))
 
     def fast_change(self, message: bytes, lsn: int) -> bool:
         """Apply an Insert, or an Update without an old tuple, through the relation's native
@@ -290,25 +294,14 @@ class Assembler:
         assert rel is not None
         key, after, key_json = encoded
         op = Op.CREATE if tag == _INSERT else Op.UPDATE
-        position, seq, lsn = self._final_lsn, self._seq, lsn or self._final_lsn
-        source = SourceInfo(
-            CONNECTOR,
-            self._db,
-            rel.info.schema,
-            rel.info.table,
-            self._ts_ms,
-            position,
-            seq,
-            "false",
-            self._xid,
-            {"lsn": lsn},
-        )
-        self._seq = seq + 1
+        source = self._next_source(rel, lsn)
         topic = rel.topic
         head = self._heads.get(topic)
         if head is None:
             head = self._heads[topic] = source_head(source, self._pipeline)
-        value = value_head(op, head, after.json, position, seq, lsn)
+        value = value_head(
+            op, head, after.json, source.position, source.sequence, source.extra["lsn"]
+        )
         record = (self._pipeline, topic, key_json, value)
         self._events.append(ChangeEvent(op, key, None, after, source, record))
         return True

@@ -20,7 +20,7 @@ A log that cannot look keys up (Kafka) skips step 3.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable
 from typing import Any
 
 import orjson
@@ -29,9 +29,6 @@ from cdc.envelope import encode_key
 from cdc.log.base import Log
 from cdc.logging import Logger
 from connectors.postgres.pgoutput import UNCHANGED
-
-#: A row read back from the table: text values of the requested columns, or ``None``.
-RowReader = Callable[[Sequence[str]], tuple[str | None, ...] | None]
 
 
 def key_identity(schema: str, table: str, key: dict[str, Any]) -> Hashable:
