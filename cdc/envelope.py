@@ -14,7 +14,7 @@ import base64
 import time
 from collections.abc import Iterable
 from decimal import Decimal
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import orjson
 
@@ -160,12 +160,32 @@ def value_head(op: Op, head: bytes, after: bytes, position: int, sequence: int, 
     return _VALUE_HEADS[op] % (after, head, position, sequence, lsn)
 
 
+class RecordParts(NamedTuple):
+    """A record value around its row JSON and sequence: see :func:`record_parts`."""
+
+    prefix: bytes
+    middle: bytes
+    tail: bytes
+
+
+def record_parts(op: Op, head: bytes, position: int, lsn: int, now_ms: int) -> RecordParts:
+    """:func:`value_head` finished with its timestamp, split around the two things that vary
+    from row to row: ``prefix + row JSON + middle + b"%d" % sequence + tail`` is the value of
+    ``value_head(op, head, row JSON, position, sequence, lsn)`` finished with ``now_ms``.
+
+    For a source that writes a batch of records at once (the snapshot's native encoder).
+    """
+    middle = b',"source":%b%d,' % (head, position)
+    return RecordParts(_AFTER_AT, middle, b'],"lsn":%d}%b%d}' % (lsn, _OP_PARTS[op], now_ms))
+
+
 _BASE_KEYS: Final = frozenset(
     ("version", "connector", "name", "ts_ms", "snapshot", "db", "schema", "table", "txId", "pos")
 )
 _OP_PARTS: Final = {op: b',"op":"' + op.value.encode() + b'","ts_ms":' for op in Op}
+_AFTER_AT: Final = b'{"before":null,"after":'
 _VALUE_HEADS: Final = {
-    op: b'{"before":null,"after":%b,"source":%b%d,%d],"lsn":%d}' + _OP_PARTS[op] for op in Op
+    op: _AFTER_AT + b'%b,"source":%b%d,%d],"lsn":%d}' + _OP_PARTS[op] for op in Op
 }
 _last_head: tuple[tuple[Any, ...], bytes] = ((), b"")
 

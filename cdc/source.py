@@ -15,7 +15,7 @@ import structlog
 from pydantic import BaseModel
 
 from cdc.events import ChangeEvent
-from cdc.log.base import Log
+from cdc.log.base import Log, Record
 from cdc.schema import TableSchema
 
 
@@ -41,16 +41,20 @@ class SourceBatch:
             follows; its records are appended but not yet committed.
         schemas: table shapes to publish before ``events``.
         dead_letters: changes that could not be converted, under the ``dead_letter`` policy.
+        records: changes the source wrote as records itself, one record each, as
+            :func:`cdc.envelope.to_records` would have (a snapshot's rows, written in bulk by
+            its readers); appended after the records of ``events``.
     """
 
     events: Sequence[ChangeEvent] = ()
     commit_offsets: Mapping[str, Any] | None = None
     schemas: Sequence[TableSchema] = ()
     dead_letters: Sequence[DeadLetter] = field(default_factory=tuple)
+    records: Sequence[Record] = ()
 
     @property
     def empty(self) -> bool:
-        return not (self.events or self.schemas or self.dead_letters) and (
+        return not (self.events or self.records or self.schemas or self.dead_letters) and (
             self.commit_offsets is None
         )
 

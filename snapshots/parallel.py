@@ -23,12 +23,12 @@ import psycopg
 from psycopg import sql
 
 from cdc.errors import CdcError, SourceFatal
-from cdc.events import ChangeEvent
+from cdc.log.base import Record
 from cdc.logging import Logger
 from connectors.postgres.replication import session_conninfo
 from snapshots.chunks import Chunk
 from snapshots.reader import SnapshotTable, chunk_query, read_lines
-from snapshots.rows import to_events
+from snapshots.rows import to_records
 
 RETRIES = 3
 BACKOFF_S = 0.5
@@ -40,11 +40,11 @@ class ChunkFailed(SourceFatal):
 
 @dataclass(frozen=True, slots=True)
 class Piece:
-    """Part of a chunk's rows; ``last`` marks the chunk's final piece."""
+    """Part of a chunk's rows, as records; ``last`` marks the chunk's final piece."""
 
     table: str
     chunk: int
-    events: list[ChangeEvent]
+    records: list[Record]
     last: bool
     rows: int = 0
 
@@ -213,7 +213,7 @@ class ExportedSnapshotReader:
         query = chunk_query(table, chunk, None)
         count = 0
         for rows in read_lines(conn, query, settings.piece_rows):
-            events = to_events(
+            records = to_records(
                 table,
                 rows,
                 pipeline=settings.pipeline,
@@ -223,9 +223,10 @@ class ExportedSnapshotReader:
                 first_row=count,
                 flag=settings.flag,
                 ts_ms=settings.ts_ms,
+                now_ms=int(time.time() * 1000),
             )
             count += len(rows)
-            if not self._put(Piece(table.name, chunk.index, events, last=False)):
+            if not self._put(Piece(table.name, chunk.index, records, last=False)):
                 return
         self._put(Piece(table.name, chunk.index, [], last=True, rows=count))
 

@@ -184,15 +184,15 @@ class SnapshottingPostgresSource:
             self.chunks_read += 1
             assert self._reporter is not None
             self._reporter.chunk_done(piece.table, piece.chunk, piece.rows, figures)
-        events = piece.events if piece is not None else []
+        records = piece.records if piece is not None else []
         self._uncommitted += 1
         # A commit per finished chunk (and per first batch, and every few pieces to bound the log
         # transaction): fewer fsyncs than one per piece, and progress moves only at a commit.
         if not (schemas or self._uncommitted >= COMMIT_EVERY_PIECES or (piece and piece.last)):
-            return SourceBatch(events=events, schemas=schemas)
+            return SourceBatch(records=records, schemas=schemas)
         self._uncommitted = 0
         offsets = {**offsets_for(exported.consistent_point), OFFSET_KEY: self._state.to_json()}
-        return SourceBatch(events=events, commit_offsets=offsets, schemas=schemas)
+        return SourceBatch(records=records, commit_offsets=offsets, schemas=schemas)
 
     def _finish_exported(self, exported: ExportedSnapshot) -> SourceBatch:
         """Every chunk is in the log: release the snapshot and stream from its point."""

@@ -193,7 +193,7 @@ def read_lines(
 ) -> Iterator[list[bytes]]:
     """The chunk's rows as lines of COPY text (newline included or not), in pieces of at most
     ``piece_rows``: the native encoder reads them without splitting them in Python first
-    (:func:`snapshots.rows.to_events`)."""
+    (:func:`snapshots.rows.to_records`)."""
     piece: list[bytes] = []
     append = piece.append
     with conn.cursor() as cur, cur.copy(query) as copy:

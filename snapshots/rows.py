@@ -11,12 +11,10 @@ no two rows of a table share one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from functools import partial
-from typing import Any
-
-from cdc.envelope import source_head, value_head
+from cdc.envelope import record_parts, source_head
+from cdc.envelope import to_records as envelope_records
 from cdc.events import ChangeEvent, EncodedRow, Op, Row, SourceInfo
+from cdc.log.base import Record
 from connectors.postgres.relations import CONNECTOR, RelationState
 from snapshots.copytext import split_line
 from snapshots.reader import SnapshotTable, Values
@@ -24,9 +22,9 @@ from snapshots.reader import SnapshotTable, Values
 SEQUENCE_SHIFT = 32
 
 
-def to_events(
+def to_records(
     table: SnapshotTable,
-    lines: Sequence[bytes],
+    lines: list[bytes],
     *,
     pipeline: str,
     db: str,
@@ -35,12 +33,14 @@ def to_events(
     first_row: int,
     flag: str,
     ts_ms: int,
-) -> list[ChangeEvent]:
-    """``r`` events for ``lines`` of ``COPY ... TO STDOUT`` text (the table's columns in order).
+    now_ms: int,
+) -> list[Record]:
+    """The ``r`` records of ``lines`` of ``COPY ... TO STDOUT`` text (the table's columns in
+    order), as the runtime would write them for the rows' events at ``now_ms``.
 
-    The native encoder reads a line as it is, and the event gets its record written too
-    (:attr:`ChangeEvent.encoded`), with the chunk's ``source`` head encoded once; a line it
-    declines (an escape, no encoder) is split and converted in Python.
+    The native encoder writes a whole piece with the interpreter lock released, around the
+    chunk's ``source`` head encoded once; a line it declines (an escape, no encoder) becomes
+    its event and goes through :func:`cdc.envelope.to_records`.
 
     Raises:
         ConversionError: a value cannot be converted (the snapshot has no dead-letter path:
@@ -48,26 +48,24 @@ def to_events(
     """
     state = table.state
     schema, name, topic = table.info.schema, table.info.table, state.topic
-    extra: dict[str, Any] = {"lsn": position}
     base = (chunk << SEQUENCE_SHIFT) + first_row
-    read = Op.READ
     head = source_head(SourceInfo(CONNECTOR, db, schema, name, ts_ms, position, 0, flag), pipeline)
-    decode = partial(_convert_line, state)
-    events = []
-    for sequence, line in enumerate(lines, base):
-        source = SourceInfo(
-            CONNECTOR, db, schema, name, ts_ms, position, sequence, flag, None, extra
-        )
-        encoded = state.encoded_copy(line, decode)
-        if encoded is None:
-            key, after = python_row(state, split_line(line))
-            events.append(ChangeEvent(read, key, None, after, source))
+    parts = record_parts(Op.READ, head, position, position, now_ms)
+    written = state.copy_records(lines, parts, base)
+    if written is None:
+        written = [None] * len(lines)
+    records = []
+    for sequence, (line, record) in enumerate(zip(lines, written, strict=True), base):
+        if record is not None:
+            records.append(Record(topic, record[0], record[1]))
             continue
-        key, row, key_json = encoded
-        value = value_head(read, head, row.json, position, sequence, position)
-        record = (pipeline, topic, key_json, value)
-        events.append(ChangeEvent(read, key, None, row, source, record))
-    return events
+        source = SourceInfo(
+            CONNECTOR, db, schema, name, ts_ms, position, sequence, flag, None, {"lsn": position}
+        )
+        key, after = python_row(state, split_line(line))
+        event = ChangeEvent(Op.READ, key, None, after, source)
+        records.extend(envelope_records(event, pipeline, now_ms))
+    return records
 
 
 def keyed_row(state: RelationState, values: Values) -> tuple[Row, Row | EncodedRow]:
@@ -83,10 +81,6 @@ def keyed_row(state: RelationState, values: Values) -> tuple[Row, Row | EncodedR
     if encoded is not None:
         return encoded[0], encoded[1]
     return python_row(state, values)
-
-
-def _convert_line(state: RelationState, line: bytes) -> Row:
-    return state.convert(split_line(line))
 
 
 def python_row(state: RelationState, values: Values) -> tuple[Row, Row]:

@@ -131,10 +131,11 @@ class SourceTask:
     def _append(self, tx: LogTransaction, batch: SourceBatch) -> None:
         records: list[Record] = [schema_record(self._pipeline, s) for s in batch.schemas]
         records += envelope.batch_records(batch.events, self._pipeline, int(time.time() * 1000))
+        records += batch.records
         records.extend(self._dead_letter(d) for d in batch.dead_letters)
         if records:
             self._append_records(tx, records)
-        self.events_appended += len(batch.events)
+        self.events_appended += len(batch.events) + len(batch.records)
 
     def _append_records(self, tx: LogTransaction, records: list[Record]) -> None:
         try:

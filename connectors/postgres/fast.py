@@ -55,8 +55,11 @@ class RowEncoder(Protocol):
         """Text values; ``None``: use the Python path."""
         ...
 
-    def encode_copy(self, line: bytes) -> Encoded | None:
-        """A line of ``COPY ... TO STDOUT`` text; ``None``: use the Python path."""
+    def copy_records(
+        self, lines: list[bytes], prefix: bytes, middle: bytes, tail: bytes, first_sequence: int
+    ) -> list[tuple[bytes, bytes] | None]:
+        """Each line's record key and value (see :func:`cdc.envelope.record_parts`), written
+        with the interpreter lock released; ``None`` for a line the Python path must handle."""
         ...
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cdc.envelope import RecordParts
 from cdc.errors import SourceFatal
 from cdc.events import EncodedRow, Row, topic_name
 from cdc.schema import Column, TableSchema
@@ -73,12 +74,16 @@ class RelationState:
             return None
         return self._keyed(self.encoder.encode_values, (values,), values, self.convert)
 
-    def encoded_copy(self, line: bytes, decode: Callable[[bytes], Row]) -> Keyed | None:
-        """Key, row and key JSON of a line of ``COPY ... TO STDOUT`` text (a snapshot row), as
-        :meth:`encoded_tuple`; ``decode`` turns the line into the row if it is ever read."""
+    def copy_records(
+        self, lines: list[bytes], parts: RecordParts, first_sequence: int
+    ) -> list[tuple[bytes, bytes] | None] | None:
+        """The record key and value of each line of ``COPY ... TO STDOUT`` text, the value built
+        from ``parts`` around the row's JSON and the line's sequence (from ``first_sequence``);
+        ``None`` for a line the Python path must convert, and for all of them without the
+        native encoder."""
         if self.encoder is None:
             return None
-        return self._keyed(self.encoder.encode_copy, (line,), line, decode)
+        return self.encoder.copy_records(lines, *parts, first_sequence)
 
     def _keyed(
         self,

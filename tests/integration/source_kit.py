@@ -72,6 +72,7 @@ class SourceHarness(Generic[S]):
         records = [schema_record(self.pipeline, s) for s in batch.schemas]
         for event in batch.events:
             records.extend(envelope.to_records(event, self.pipeline))
+        records += batch.records
         if records:
             self._tx.append(records)
         self.events.extend(batch.events)

@@ -27,7 +27,7 @@ from connectors.postgres.stream import Assembler
 from connectors.postgres.toast import ToastFiller
 from connectors.postgres.types import TypeEntry, TypeRegistry, row_converter
 from snapshots.reader import SnapshotTable, lines_of
-from snapshots.rows import to_events
+from snapshots.rows import to_records
 from tests.services.common import in_ci
 from tests.unit.test_pg_stream import FakeCatalog, FakeLog
 
@@ -309,37 +309,42 @@ def _copy_line(values: tuple[str | None, ...]) -> bytes:
     return ("\t".join(fields) + "\n").encode()
 
 
-def test_copy_lines_give_the_python_bytes_or_are_declined() -> None:
+def test_copy_lines_give_the_python_records_or_are_declined() -> None:
     registry = _registry()
     columns = _columns()
     encoder = fast.row_encoder(columns, registry, [0])
     assert encoder is not None
     rng = random.Random(43)
-    native = 0
-    for _ in range(2000):
-        values = (
+    rows = [
+        (
             str(rng.randrange(10**9)),
             *(None if rng.random() < 0.8 else rng.choice(CASES[oid]) for oid in CASES),
         )
-        expected, line = _python(columns, registry, values), _copy_line(values)
-        try:
-            got = encoder.encode_copy(line)
-        except Exception as exc:
-            got = type(exc)
-        if got is None:  # an escape in the line: the Python path splits it
+        for _ in range(2000)
+    ]
+    lines = [_copy_line(values) for values in rows]
+    lines[7] = lines[7][:-1]  # the newline is optional
+    written = encoder.copy_records(lines, b"<", b"|", b">", 10)
+    native = 0
+    for sequence, (values, line, record) in enumerate(zip(rows, lines, written, strict=True), 10):
+        expected = _python(columns, registry, values)
+        if isinstance(expected, type):  # a converter raises: the Python path reports it
+            assert record is None
+        elif record is None:  # an escape in the line: the Python path splits it
             assert b"\\" in line.replace(b"\\N", b"")
-        elif isinstance(expected, type):
-            assert isinstance(got, type)
         else:
-            assert got == expected == encoder.encode_copy(line[:-1])  # newline optional
+            row_json, _, key_json = expected
+            assert record == (key_json, b"<%b|%d>" % (row_json, sequence))
             native += 1
     assert native > 200
-    assert encoder.encode_copy(b"1\tx\n") is None  # too few columns
-    assert encoder.encode_copy(_copy_line(("1",) + (None,) * len(CASES))) is not None
-    assert encoder.encode_copy(b"\xff" + _copy_line(("1",) + (None,) * len(CASES))) is None
+    some_row = _copy_line(("1",) + (None,) * len(CASES))
+    assert encoder.copy_records([b"1\tx\n"], b"", b"", b"", 0) == [None]  # too few columns
+    assert encoder.copy_records([b"\xff" + some_row], b"", b"", b"", 0) == [None]  # not UTF-8
+    assert encoder.copy_records([some_row], b"", b"", b"", 0)[0] is not None
+    assert encoder.copy_records([], b"", b"", b"", 0) == []
 
 
-def test_snapshot_rows_written_natively_equal_the_python_records() -> None:
+def test_snapshot_records_equal_the_python_records() -> None:
     registry = _registry()
     columns = _columns()
     relation = Relation(7, "public", "t", "d", tuple(columns))
@@ -355,14 +360,17 @@ def test_snapshot_rows_written_natively_equal_the_python_records() -> None:
         )
         if not isinstance(_python(columns, registry, values), type):  # only rows that convert
             rows.append(values)
+    lines = [_copy_line(v) for v in rows]
+    assert sum(b"\\" in line.replace(b"\\N", b"") for line in lines) >= 100  # declined
     options: dict[str, Any] = dict(pipeline="p", db="db", position=99, chunk=3, flag="true")
-    events = to_events(table, [_copy_line(v) for v in rows], first_row=10, ts_ms=1, **options)
-    assert sum(e.encoded is not None for e in events) >= 100
-    assert sum(e.encoded is None for e in events) >= 100  # lines with escapes
-    for event, values in zip(events, rows, strict=True):
-        reference = ChangeEvent(event.op, event.key, None, state.convert(values), event.source)
-        assert envelope.to_records(event, "p", 5) == envelope.to_records(reference, "p", 5)
-        assert envelope.dumps(dict(event.after or {})) == envelope.dumps(reference.after)
+    records = to_records(table, lines, first_row=10, ts_ms=1, now_ms=5, **options)
+    assert len(records) == len(rows)
+    for sequence, (record, values) in enumerate(zip(records, rows, strict=True), (3 << 32) + 10):
+        lsn = {"lsn": 99}
+        source = SourceInfo("postgresql", "db", "public", "t", 1, 99, sequence, "true", None, lsn)
+        key = {"id": int(values[0])}
+        reference = ChangeEvent(Op.READ, key, None, state.convert(values), source)
+        assert [record] == envelope.to_records(reference, "p", 5)
 
 
 def test_blocks_of_several_copy_lines_split_into_rows() -> None:

@@ -8,6 +8,8 @@
 //! answers `None` or raises, and the caller takes the pure-Python path, which produces the
 //! value or the precise error.
 
+use std::io::Write;
+
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
 
@@ -72,6 +74,9 @@ struct RowEncoder {
 /// Row JSON, key dict and key JSON: `orjson.dumps(row)`, `{name: value}` of the key columns in
 /// key order, and `orjson.dumps(key)`.
 type Encoded<'py> = (Bound<'py, PyBytes>, Bound<'py, PyDict>, Bound<'py, PyBytes>);
+
+/// A record's key JSON and value (`copy_records`).
+type KeyValue<'py> = (Bound<'py, PyBytes>, Bound<'py, PyBytes>);
 
 enum Cell<'a> {
     Null,
@@ -160,29 +165,42 @@ impl RowEncoder {
         self.encode(py, &cells)
     }
 
-    /// The row JSON, key and key JSON of one line of `COPY ... TO STDOUT` text (its newline
-    /// optional), or `None` when a field holds an escape other than NULL's `\\N` (the Python
-    /// path unescapes it), the column count differs, or the line is not UTF-8.
-    fn encode_copy<'py>(&self, py: Python<'py>, line: &[u8]) -> PyResult<Option<Encoded<'py>>> {
-        let line = line.strip_suffix(b"\n").unwrap_or(line);
-        let text = match std::str::from_utf8(line) {
-            Ok(text) => text,
-            Err(_) => return Ok(None),
-        };
-        let mut cells = Vec::with_capacity(self.columns.len());
-        for field in text.split('\t') {
-            if field == "\\N" {
-                cells.push(Cell::Null);
-            } else if field.contains('\\') {
-                return Ok(None);
-            } else {
-                cells.push(Cell::Text(field));
-            }
+    /// The records of lines of `COPY ... TO STDOUT` text (newlines optional), encoded with the
+    /// interpreter lock released: per line, `(key JSON, value)`, where the value is `head`, the
+    /// row's JSON, `middle`, the line's sequence (counting up from `first_sequence`) and `tail`.
+    /// `None` for a line the Python path must convert: an escape other than NULL's `\\N`,
+    /// another column count, bad UTF-8, or a Python converter that raises (to be reported).
+    ///
+    /// Why a batch: a snapshot reader encoding row by row holds the interpreter lock for most
+    /// of its time, and the log's writer thread waits for it; here a piece of rows costs the
+    /// lock only to make its result objects.
+    fn copy_records<'py>(
+        &self,
+        py: Python<'py>,
+        lines: Vec<Bound<'py, PyBytes>>,
+        head: &[u8],
+        middle: &[u8],
+        tail: &[u8],
+        first_sequence: i64,
+    ) -> PyResult<Vec<Option<KeyValue<'py>>>> {
+        let texts: Vec<&[u8]> = lines.iter().map(|line| line.as_bytes()).collect();
+        let parts = RecordParts { head, middle, tail };
+        let batch = py.allow_threads(|| self.encode_lines(&texts, &parts, first_sequence));
+        let mut records = Vec::with_capacity(texts.len());
+        for (i, (line, outcome)) in texts.iter().zip(&batch.outcomes).enumerate() {
+            records.push(match *outcome {
+                Outcome::Done { key, value } => Some((
+                    PyBytes::new(py, &batch.keys[key.0..key.1]),
+                    PyBytes::new(py, &batch.values[value.0..value.1]),
+                )),
+                Outcome::Declined => None,
+                Outcome::NeedsPython => {
+                    let sequence = first_sequence + i as i64;
+                    self.python_record(py, line, &parts, sequence)
+                }
+            });
         }
-        if cells.len() != self.columns.len() {
-            return Ok(None);
-        }
-        self.encode(py, &cells)
+        Ok(records)
     }
 
     /// The row JSON, key and key JSON of text values (`None` for NULL), as a COPY row splits into.
@@ -208,6 +226,28 @@ impl RowEncoder {
 impl RowEncoder {
     fn encode<'py>(&self, py: Python<'py>, cells: &[Cell<'_>]) -> PyResult<Option<Encoded<'py>>> {
         let mut out = Vec::with_capacity(64 + cells.len() * 24);
+        let mut key_json = Vec::with_capacity(16 * self.key_index.len() + 2);
+        self.write_row(Some(py), cells, &mut out, &mut key_json)?;
+        let key = PyDict::new(py);
+        for (&i, name) in self.key_index.iter().zip(&self.key_names) {
+            key.set_item(name.bind(py), key_value(py, &self.columns[i], &cells[i])?)?;
+        }
+        Ok(Some((
+            PyBytes::new(py, &out),
+            key,
+            PyBytes::new(py, &key_json),
+        )))
+    }
+
+    /// Appends the row's JSON to `out` and its key's JSON to `key_json`. Without `py`, a value
+    /// that needs a Python converter stops it with `false`, the buffers holding part of a row.
+    fn write_row(
+        &self,
+        py: Option<Python<'_>>,
+        cells: &[Cell<'_>],
+        out: &mut Vec<u8>,
+        key_json: &mut Vec<u8>,
+    ) -> PyResult<bool> {
         // Where each column's value JSON lies in `out`: the key JSON reuses the key columns'.
         let mut spans = Vec::with_capacity(cells.len());
         out.push(b'{');
@@ -216,16 +256,17 @@ impl RowEncoder {
             let start = out.len();
             match cell {
                 Cell::Null => out.extend_from_slice(b"null"),
-                Cell::Text(text) => self.value(py, column, text, &mut out)?,
+                Cell::Text(text) => {
+                    if !self.value(py, column, text, out)? {
+                        return Ok(false);
+                    }
+                }
             }
             spans.push((start, out.len()));
         }
         out.push(b'}');
-        let key = PyDict::new(py);
-        let mut key_json = Vec::with_capacity(16 * self.key_index.len() + 2);
         key_json.push(b'{');
-        for (n, (&i, name)) in self.key_index.iter().zip(&self.key_names).enumerate() {
-            key.set_item(name.bind(py), key_value(py, &self.columns[i], &cells[i])?)?;
+        for (n, &i) in self.key_index.iter().enumerate() {
             if n > 0 {
                 key_json.push(b',');
             }
@@ -235,27 +276,83 @@ impl RowEncoder {
             key_json.extend_from_slice(&out[start..end]);
         }
         key_json.push(b'}');
-        Ok(Some((
-            PyBytes::new(py, &out),
-            key,
-            PyBytes::new(py, &key_json),
-        )))
+        Ok(true)
     }
 
+    /// `copy_records` without the interpreter: every line's outcome, and the bytes of those done.
+    fn encode_lines(&self, lines: &[&[u8]], parts: &RecordParts<'_>, first_sequence: i64) -> Batch {
+        let room = parts.head.len() + parts.middle.len() + parts.tail.len() + 160;
+        let mut batch = Batch {
+            values: Vec::with_capacity(lines.len() * room),
+            keys: Vec::with_capacity(lines.len() * 16),
+            outcomes: Vec::with_capacity(lines.len()),
+        };
+        for (i, line) in lines.iter().enumerate() {
+            let cells = match copy_cells(line, self.columns.len()) {
+                Some(cells) => cells,
+                None => {
+                    batch.outcomes.push(Outcome::Declined);
+                    continue;
+                }
+            };
+            let (value_start, key_start) = (batch.values.len(), batch.keys.len());
+            batch.values.extend_from_slice(parts.head);
+            // Without the interpreter no converter runs, so no error can come back.
+            if !matches!(
+                self.write_row(None, &cells, &mut batch.values, &mut batch.keys),
+                Ok(true)
+            ) {
+                batch.values.truncate(value_start);
+                batch.keys.truncate(key_start);
+                batch.outcomes.push(Outcome::NeedsPython);
+                continue;
+            }
+            parts.finish(&mut batch.values, first_sequence + i as i64);
+            batch.outcomes.push(Outcome::Done {
+                key: (key_start, batch.keys.len()),
+                value: (value_start, batch.values.len()),
+            });
+        }
+        batch
+    }
+
+    /// The record of a line that needs a Python converter; `None` if one raises.
+    fn python_record<'py>(
+        &self,
+        py: Python<'py>,
+        line: &[u8],
+        parts: &RecordParts<'_>,
+        sequence: i64,
+    ) -> Option<KeyValue<'py>> {
+        let cells = copy_cells(line, self.columns.len())?;
+        let (mut value, mut key) = (parts.head.to_vec(), Vec::new());
+        match self.write_row(Some(py), &cells, &mut value, &mut key) {
+            Ok(true) => {}
+            _ => return None,
+        }
+        parts.finish(&mut value, sequence);
+        Some((PyBytes::new(py, &key), PyBytes::new(py, &value)))
+    }
+
+    /// Appends a value's JSON; `false` when it needs a Python converter and `py` is `None`.
     fn value(
         &self,
-        py: Python<'_>,
+        py: Option<Python<'_>>,
         column: &Column,
         text: &str,
         out: &mut Vec<u8>,
-    ) -> PyResult<()> {
+    ) -> PyResult<bool> {
         let done = match column.delimiter {
             Some(delimiter) => flat_array(column.kind, delimiter, text, out),
             None => scalar(column.kind, text, out),
         };
         if done {
-            return Ok(());
+            return Ok(true);
         }
+        let py = match py {
+            Some(py) => py,
+            None => return Ok(false),
+        };
         // Not a shape the fast paths know: the Python converter decides (or raises).
         let value = match &column.convert {
             Some(convert) => convert.call1(py, (text,))?,
@@ -263,8 +360,64 @@ impl RowEncoder {
         };
         let encoded = self.dumps.call1(py, (value,))?;
         out.extend_from_slice(encoded.downcast_bound::<PyBytes>(py)?.as_bytes());
-        Ok(())
+        Ok(true)
     }
+}
+
+/// The parts of a record value around its row JSON and sequence (`copy_records`).
+struct RecordParts<'a> {
+    head: &'a [u8],
+    middle: &'a [u8],
+    tail: &'a [u8],
+}
+
+impl RecordParts<'_> {
+    /// After the row's JSON: `middle`, the sequence in decimal, `tail`.
+    fn finish(&self, out: &mut Vec<u8>, sequence: i64) {
+        out.extend_from_slice(self.middle);
+        // Writing to a Vec cannot fail.
+        let _ = write!(out, "{sequence}");
+        out.extend_from_slice(self.tail);
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Outcome {
+    Done {
+        key: (usize, usize),
+        value: (usize, usize),
+    },
+    /// An escape, another column count, bad UTF-8: the Python path converts the line.
+    Declined,
+    /// A value needs its Python converter: encoded again with the interpreter.
+    NeedsPython,
+}
+
+struct Batch {
+    values: Vec<u8>,
+    keys: Vec<u8>,
+    outcomes: Vec<Outcome>,
+}
+
+/// The fields of a line of COPY text; `None` for an escape other than `\\N`, another column
+/// count, or bad UTF-8.
+fn copy_cells(line: &[u8], expected: usize) -> Option<Vec<Cell<'_>>> {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    let text = std::str::from_utf8(line).ok()?;
+    let mut cells = Vec::with_capacity(expected);
+    for field in text.split('\t') {
+        if field == "\\N" {
+            cells.push(Cell::Null);
+        } else if field.contains('\\') {
+            return None;
+        } else {
+            cells.push(Cell::Text(field));
+        }
+    }
+    if cells.len() != expected {
+        return None;
+    }
+    Some(cells)
 }
 
 fn key_value(py: Python<'_>, column: &Column, cell: &Cell<'_>) -> PyResult<PyObject> {
