@@ -7,6 +7,7 @@ cases included, plus random ones; and the Insert messages captured from a real s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import struct
@@ -371,6 +372,8 @@ def test_snapshot_records_equal_the_python_records() -> None:
         key = {"id": int(values[0])}
         reference = ChangeEvent(Op.READ, key, None, state.convert(values), source)
         assert [record] == envelope.to_records(reference, "p", 5)
+    python_only = SnapshotTable(info, dataclasses.replace(state, encoder=None), ("id",))
+    assert to_records(python_only, lines, first_row=10, ts_ms=1, now_ms=5, **options) == records
 
 
 def test_blocks_of_several_copy_lines_split_into_rows() -> None:

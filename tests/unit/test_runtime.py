@@ -14,7 +14,7 @@ import pytest
 
 from cdc.errors import RecordError, SinkFatal, SourceFatal, SourceUnavailable
 from cdc.events import Op, topic_name
-from cdc.log.base import TopicPartition
+from cdc.log.base import Record, TopicPartition
 from cdc.log.embedded import EmbeddedLog
 from cdc.logging import get_logger
 from cdc.runtime.sink_task import SinkTask, group_name
@@ -118,6 +118,30 @@ def test_dead_letters_are_appended_with_their_reason(log: EmbeddedLog) -> None:
     dead = all_records(log, dead_letter_topic("p"))
     assert len(dead) == 1
     assert b'"reason":"bad value"' in (dead[0][1] or b"")
+
+
+def test_records_a_source_wrote_itself_are_appended_after_its_events(tmp_path: Path) -> None:
+    log = EmbeddedLog(tmp_path / "one-partition", partitions=1)  # one order to read back
+    source = ScriptedSource(
+        [
+            SourceBatch(records=[Record(TOPIC, b'{"id":7}', b'{"written":7}')]),
+            SourceBatch(
+                events=[make_event(1)],
+                records=[Record(TOPIC, b'{"id":8}', b'{"written":8}')],
+                commit_offsets={"src": 1},
+            ),
+            SourceBatch(records=[Record(TOPIC, b'{"id":9}', b"{}")]),  # never committed
+        ]
+    )
+    try:
+        assert run_source(log, source) is None
+        assert log.source_offsets() == {"src": 1}
+        records = log.read(TOPIC, 0, 0, 100)
+    finally:
+        log.close()
+    assert [r.key for r in records] == [b'{"id":7}', b'{"id":1}', b'{"id":8}']
+    assert [records[0].value, records[2].value] == [b'{"written":7}', b'{"written":8}']
+    assert records[1].value is not None and records[1].value.startswith(b'{"before"')
 
 
 def fill(log: EmbeddedLog, keys: range) -> None:
