@@ -104,7 +104,9 @@ def snapshot(dsn: str, workers: int, chunk_rows: int) -> tuple[float, float, int
         while not _done(log):
             if not thread.is_alive():
                 raise SystemExit("the source task stopped before the snapshot finished")
-            time.sleep(0.25)  # the check reads the log: keep its CPU out of the figures
+            # The check is one small read of the log (microseconds); every 20 ms keeps the figure's
+            # resolution at 0.5% of a 4 s run without taking CPU from it.
+            time.sleep(0.02)
         took = time.perf_counter() - started
         cpu = time.process_time() - cpu_started
         rows = int(log.source_offsets()["snapshot"]["tables"]["public.t"]["rows"])
