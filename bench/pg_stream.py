@@ -271,6 +271,8 @@ def steady(
         "slowest commits (ms @ s after start) "
         + ", ".join(f"{ms:.0f} @ {at:.1f}" for ms, at in result["slowest_commits"])
     )
+    if not warm:  # a run no longer than the warm-up
+        return
     print(
         f"{'  after the first ' + str(WARMUP_S) + ' s':<28} commit-to-log latency p50 "
         f"{_pct(warm, 0.5):.1f} ms  p99 {_pct(warm, 0.99):.1f} ms  max {warm[-1]:.1f} ms over "
