@@ -93,10 +93,11 @@ def print_status(report: dict[str, Any]) -> None:
     source = report["source"]
     console.print(f"[bold]source[/bold] {source['type']}")
     for key, value in source.items():
-        if key == "offsets":  # snapshot progress gets its own table below
-            value = {k: v for k, v in value.items() if k != "snapshot"}
-        if key != "type":
-            console.print(f"  {key}: {value}")
+        if key in ("type", "snapshot"):  # snapshot progress gets its own table below
+            continue
+        if key == "offsets":
+            value = _without_snapshots(value)
+        console.print(f"  {key}: {value}")
     print_snapshots(report.get("snapshot") or [], console)
     print_topics(report["topics"])
     sinks = Table("sink", "type", "topic", "committed", "end", "lag")
@@ -111,6 +112,18 @@ def print_status(report: dict[str, Any]) -> None:
                 str(row["lag"]),
             )
     console.print(sinks)
+
+
+def _without_snapshots(offsets: dict[str, Any]) -> dict[str, Any]:
+    """The stored offsets without snapshot progress, top-level (the view every source writes)
+    or inside a source's own entry (MongoDB's running snapshot, range by range)."""
+    return {
+        key: {k: v for k, v in value.items() if k != "snapshot"}
+        if isinstance(value, dict)
+        else value
+        for key, value in offsets.items()
+        if key != "snapshot"
+    }
 
 
 def _offsets(offsets: dict[str, int]) -> str:
