@@ -66,7 +66,7 @@ class StreamSnapshots:
         self._published: set[str] = set()
         self._db = ""
         self._dsn = config.dsn.get_secret_value()
-        self._signal_table = channel.table_id
+        self._signal_table = channel.table  # (schema, table) or None
         self._reader = WatermarkReader(
             self._dsn, config.connect_timeout_s, channel, self._windows, self._lock, logger
         )
@@ -157,21 +157,24 @@ class StreamSnapshots:
         events, schemas = list(batch.events), list(batch.schemas)
         if self._signal_table is not None:
             events, markers = self._signal_rows(events, markers)
-            schemas = [s for s in schemas if f"{s.schema}.{s.table}" != self._signal_table]
+            schemas = [s for s in schemas if (s.schema, s.table) != self._signal_table]
         if markers or len(self._windows):
             events = self._weave(events, markers, schemas)
         offsets = batch.commit_offsets
         if offsets is not None and self._state.dirty:
             offsets = {**offsets, OFFSET_KEY: self._state.to_json()}
-        return SourceBatch(events, offsets, schemas, batch.dead_letters)
+        return SourceBatch(events, offsets, schemas, batch.dead_letters, batch.records)
 
     def _signal_rows(
         self, events: list[ChangeEvent], markers: list[Marker]
     ) -> tuple[list[ChangeEvent], list[Marker]]:
         """Take the signal table's rows out of the batch, as markers where they were."""
+        assert self._signal_table is not None
+        schema, table = self._signal_table  # compared as they are: no string built per event
         kept: list[ChangeEvent] = []
         for event in events:
-            if event.table_id != self._signal_table:
+            source = event.source
+            if source.table != table or source.schema != schema:
                 kept.append(event)
                 continue
             if event.op is not Op.CREATE or event.after is None:
