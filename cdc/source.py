@@ -43,7 +43,9 @@ class SourceBatch:
         dead_letters: changes that could not be converted, under the ``dead_letter`` policy.
         records: changes the source wrote as records itself, one record each, as
             :func:`cdc.envelope.to_records` would have (a snapshot's rows, written in bulk by
-            its readers); appended after the records of ``events``.
+            its readers); appended after the records of ``events``. Their top-level ``ts_ms``
+            is when the source wrote them, so with parallel readers it need not grow in log
+            order (Debezium's meaning too: when the connector processed the change).
     """
 
     events: Sequence[ChangeEvent] = ()

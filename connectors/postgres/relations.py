@@ -83,7 +83,10 @@ class RelationState:
         native encoder."""
         if self.encoder is None:
             return None
-        return self.encoder.copy_records(lines, *parts, first_sequence)
+        try:
+            return self.encoder.copy_records(lines, *parts, first_sequence)
+        except Exception:  # anything unexpected: the Python path converts the piece, or says why
+            return None
 
     def _keyed(
         self,

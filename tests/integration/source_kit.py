@@ -63,7 +63,8 @@ class SourceHarness(Generic[S]):
             self.source = None
 
     def step(self, timeout_s: float = 0.2, max_events: int = 5000) -> int:
-        """One poll, appended and committed like the runtime does; returns events seen."""
+        """One poll, appended and committed like the runtime does; returns the changes seen
+        (events, and records the source wrote itself, which ``self.events`` does not hold)."""
         assert self.source is not None
         batch = self.source.poll(max_events, timeout_s)
         if batch.empty:
@@ -84,7 +85,7 @@ class SourceHarness(Generic[S]):
             self._tx = None
             self.commits.append(dict(batch.commit_offsets))
             self.source.ack(batch.commit_offsets)
-        return len(batch.events)
+        return len(batch.events) + len(batch.records)
 
     def run_until(
         self, done: Callable[[], bool], timeout_s: float = 30.0, settle_s: float = 0.0

@@ -107,10 +107,16 @@ def _registry() -> TypeRegistry:
     return registry
 
 
-def _columns() -> list[RelationColumn]:
+def _columns(oids: list[int] | None = None) -> list[RelationColumn]:
     columns = [RelationColumn(True, "id", 20, -1)]
-    columns += [RelationColumn(False, f"c{oid}", oid, -1) for oid in CASES]
+    columns += [RelationColumn(False, f"c{oid}", oid, -1) for oid in oids or CASES]
     return columns
+
+
+def _native_oids() -> list[int]:
+    """The cases' types the encoder writes without a Python converter (most of their values)."""
+    registry = _registry()
+    return [oid for oid in CASES if fast._kind(registry, oid)[0] != fast.PYTHON]
 
 
 def _python(columns: list[RelationColumn], registry: TypeRegistry, values: tuple[Any, ...]) -> Any:
@@ -310,16 +316,19 @@ def _copy_line(values: tuple[str | None, ...]) -> bytes:
     return ("\t".join(fields) + "\n").encode()
 
 
-def test_copy_lines_give_the_python_records_or_are_declined() -> None:
+# With a column only Python converts, the encoder keeps the interpreter lock for the piece;
+# without one it releases it, and a value it cannot write alone is written again with the lock.
+@pytest.mark.parametrize("oids", [list(CASES), _native_oids()], ids=["with-python", "native"])
+def test_copy_lines_give_the_python_records_or_are_declined(oids: list[int]) -> None:
     registry = _registry()
-    columns = _columns()
+    columns = _columns(oids)
     encoder = fast.row_encoder(columns, registry, [0])
     assert encoder is not None
     rng = random.Random(43)
     rows = [
         (
             str(rng.randrange(10**9)),
-            *(None if rng.random() < 0.8 else rng.choice(CASES[oid]) for oid in CASES),
+            *(None if rng.random() < 0.8 else rng.choice(CASES[oid]) for oid in oids),
         )
         for _ in range(2000)
     ]
@@ -338,11 +347,12 @@ def test_copy_lines_give_the_python_records_or_are_declined() -> None:
             assert record == (key_json, b"<%b|%d>" % (row_json, sequence))
             native += 1
     assert native > 200
-    some_row = _copy_line(("1",) + (None,) * len(CASES))
+    some_row = _copy_line(("1",) + (None,) * len(oids))
     assert encoder.copy_records([b"1\tx\n"], b"", b"", b"", 0) == [None]  # too few columns
     assert encoder.copy_records([b"\xff" + some_row], b"", b"", b"", 0) == [None]  # not UTF-8
     assert encoder.copy_records([some_row], b"", b"", b"", 0)[0] is not None
     assert encoder.copy_records([], b"", b"", b"", 0) == []
+    assert encoder.copy_records([some_row, some_row], b"", b"", b"", 2**63 - 1)[1] is None
 
 
 def test_snapshot_records_equal_the_python_records() -> None:

@@ -69,11 +69,18 @@ struct RowEncoder {
     key_names: Vec<Py<PyString>>,
     /// `value -> bytes`: the envelope's JSON encoder, for values a Python converter made.
     dumps: PyObject,
+    /// A column only its Python converter writes: `copy_records` then keeps the lock rather
+    /// than encode most rows twice.
+    python_columns: bool,
 }
 
 /// Row JSON, key dict and key JSON: `orjson.dumps(row)`, `{name: value}` of the key columns in
 /// key order, and `orjson.dumps(key)`.
 type Encoded<'py> = (Bound<'py, PyBytes>, Bound<'py, PyDict>, Bound<'py, PyBytes>);
+
+/// A column as `connectors/postgres/fast.py` plans it: name JSON, kind code, array delimiter,
+/// converter.
+type ColumnPlan = (Vec<u8>, u8, Option<String>, Option<PyObject>);
 
 /// A record's key JSON and value (`copy_records`).
 type KeyValue<'py> = (Bound<'py, PyBytes>, Bound<'py, PyBytes>);
@@ -91,7 +98,7 @@ impl RowEncoder {
     #[new]
     fn new(
         py: Python<'_>,
-        columns: Vec<(Vec<u8>, u8, Option<String>, Option<PyObject>)>,
+        columns: Vec<ColumnPlan>,
         key_index: Vec<usize>,
         key_names: Vec<String>,
         dumps: PyObject,
@@ -141,11 +148,13 @@ impl RowEncoder {
             .iter()
             .map(|n| PyString::intern(py, n).unbind())
             .collect();
+        let python_columns = built.iter().any(|column| column.kind == Kind::Python);
         Ok(RowEncoder {
             columns: built,
             key_index,
             key_names,
             dumps,
+            python_columns,
         })
     }
 
@@ -166,38 +175,46 @@ impl RowEncoder {
     }
 
     /// The records of lines of `COPY ... TO STDOUT` text (newlines optional), encoded with the
-    /// interpreter lock released: per line, `(key JSON, value)`, where the value is `head`, the
-    /// row's JSON, `middle`, the line's sequence (counting up from `first_sequence`) and `tail`.
-    /// `None` for a line the Python path must convert: an escape other than NULL's `\\N`,
-    /// another column count, bad UTF-8, or a Python converter that raises (to be reported).
+    /// interpreter lock released: per line, `(key JSON, value)`, where the value is `prefix`,
+    /// the row's JSON, `middle`, the line's sequence (counting up from `first_sequence`) and
+    /// `tail`. `None` for a line the Python path must convert: an escape other than NULL's
+    /// `\\N`, another column count, bad UTF-8, or a Python converter that raises (to be
+    /// reported).
     ///
     /// Why a batch: a snapshot reader encoding row by row holds the interpreter lock for most
     /// of its time, and the log's writer thread waits for it; here a piece of rows costs the
-    /// lock only to make its result objects.
+    /// lock only to make its result objects. A table with a column only Python converts is
+    /// encoded with the lock held, as row by row.
     fn copy_records<'py>(
         &self,
         py: Python<'py>,
         lines: Vec<Bound<'py, PyBytes>>,
-        head: &[u8],
+        prefix: &[u8],
         middle: &[u8],
         tail: &[u8],
         first_sequence: i64,
     ) -> PyResult<Vec<Option<KeyValue<'py>>>> {
+        // Bytes are immutable, and `lines` holds a reference to each while the slices live.
         let texts: Vec<&[u8]> = lines.iter().map(|line| line.as_bytes()).collect();
-        let parts = RecordParts { head, middle, tail };
-        let batch = py.allow_threads(|| self.encode_lines(&texts, &parts, first_sequence));
+        let parts = RecordParts {
+            prefix,
+            middle,
+            tail,
+        };
+        let batch = if self.python_columns {
+            self.encode_lines(Some(py), &texts, &parts, first_sequence)
+        } else {
+            py.allow_threads(|| self.encode_lines(None, &texts, &parts, first_sequence))
+        };
         let mut records = Vec::with_capacity(texts.len());
-        for (i, (line, outcome)) in texts.iter().zip(&batch.outcomes).enumerate() {
+        for (line, outcome) in texts.iter().zip(&batch.outcomes) {
             records.push(match *outcome {
                 Outcome::Done { key, value } => Some((
                     PyBytes::new(py, &batch.keys[key.0..key.1]),
                     PyBytes::new(py, &batch.values[value.0..value.1]),
                 )),
                 Outcome::Declined => None,
-                Outcome::NeedsPython => {
-                    let sequence = first_sequence + i as i64;
-                    self.python_record(py, line, &parts, sequence)
-                }
+                Outcome::NeedsPython(sequence) => self.python_record(py, line, &parts, sequence),
             });
         }
         Ok(records)
@@ -279,35 +296,46 @@ impl RowEncoder {
         Ok(true)
     }
 
-    /// `copy_records` without the interpreter: every line's outcome, and the bytes of those done.
-    fn encode_lines(&self, lines: &[&[u8]], parts: &RecordParts<'_>, first_sequence: i64) -> Batch {
-        let room = parts.head.len() + parts.middle.len() + parts.tail.len() + 160;
+    /// `copy_records`' outcome for every line, and the bytes of those done. Without `py` (the
+    /// lock released) a value that needs its Python converter leaves its line to
+    /// `python_record`.
+    fn encode_lines(
+        &self,
+        py: Option<Python<'_>>,
+        lines: &[&[u8]],
+        parts: &RecordParts<'_>,
+        first_sequence: i64,
+    ) -> Batch {
+        let room = parts.prefix.len() + parts.middle.len() + parts.tail.len() + 160;
         let mut batch = Batch {
             values: Vec::with_capacity(lines.len() * room),
             keys: Vec::with_capacity(lines.len() * 16),
             outcomes: Vec::with_capacity(lines.len()),
         };
         for (i, line) in lines.iter().enumerate() {
-            let cells = match copy_cells(line, self.columns.len()) {
-                Some(cells) => cells,
-                None => {
+            let (cells, sequence) = match (
+                copy_cells(line, self.columns.len()),
+                first_sequence.checked_add(i as i64),
+            ) {
+                (Some(cells), Some(sequence)) => (cells, sequence),
+                _ => {
                     batch.outcomes.push(Outcome::Declined);
                     continue;
                 }
             };
             let (value_start, key_start) = (batch.values.len(), batch.keys.len());
-            batch.values.extend_from_slice(parts.head);
-            // Without the interpreter no converter runs, so no error can come back.
-            if !matches!(
-                self.write_row(None, &cells, &mut batch.values, &mut batch.keys),
-                Ok(true)
-            ) {
+            batch.values.extend_from_slice(parts.prefix);
+            let written = self.write_row(py, &cells, &mut batch.values, &mut batch.keys);
+            if !matches!(written, Ok(true)) {
                 batch.values.truncate(value_start);
                 batch.keys.truncate(key_start);
-                batch.outcomes.push(Outcome::NeedsPython);
+                batch.outcomes.push(match written {
+                    Ok(_) => Outcome::NeedsPython(sequence),
+                    Err(_) => Outcome::Declined, // a converter raised: Python reports it
+                });
                 continue;
             }
-            parts.finish(&mut batch.values, first_sequence + i as i64);
+            parts.finish(&mut batch.values, sequence);
             batch.outcomes.push(Outcome::Done {
                 key: (key_start, batch.keys.len()),
                 value: (value_start, batch.values.len()),
@@ -325,7 +353,7 @@ impl RowEncoder {
         sequence: i64,
     ) -> Option<KeyValue<'py>> {
         let cells = copy_cells(line, self.columns.len())?;
-        let (mut value, mut key) = (parts.head.to_vec(), Vec::new());
+        let (mut value, mut key) = (parts.prefix.to_vec(), Vec::new());
         match self.write_row(Some(py), &cells, &mut value, &mut key) {
             Ok(true) => {}
             _ => return None,
@@ -366,7 +394,7 @@ impl RowEncoder {
 
 /// The parts of a record value around its row JSON and sequence (`copy_records`).
 struct RecordParts<'a> {
-    head: &'a [u8],
+    prefix: &'a [u8],
     middle: &'a [u8],
     tail: &'a [u8],
 }
@@ -389,8 +417,9 @@ enum Outcome {
     },
     /// An escape, another column count, bad UTF-8: the Python path converts the line.
     Declined,
-    /// A value needs its Python converter: encoded again with the interpreter.
-    NeedsPython,
+    /// A value needs its Python converter: encoded again with the interpreter, at this
+    /// sequence.
+    NeedsPython(i64),
 }
 
 struct Batch {
