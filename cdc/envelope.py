@@ -43,7 +43,17 @@ def dumps(value: Any) -> bytes:
 
 def encode_key(key: dict[str, Any]) -> bytes:
     """The record key: a JSON object of the primary-key columns, in key order."""
-    return orjson.dumps(key, default=_default)
+    return exact(orjson.dumps(key, default=_default))
+
+
+def exact(data: bytes) -> bytes:
+    """``data`` in a bytes object of its own size.
+
+    orjson (3.12 and later) hands back even a 10-byte document in a 4 KiB buffer. That is
+    harmless for a value used once, but record keys and values wait in batches, and a watermark
+    window keeps its chunk's keys, so a 50,000-row chunk held 400 MB more than its data.
+    """
+    return memoryview(data).tobytes()
 
 
 def source_block(event: ChangeEvent, pipeline: str) -> dict[str, Any]:
@@ -128,15 +138,17 @@ def encode_value(event: ChangeEvent, pipeline: str, now_ms: int | None = None) -
 
 def encode_value_dict(event: ChangeEvent, pipeline: str, now_ms: int | None = None) -> bytes:
     """:func:`encode_value` from the envelope as a dict: the reference, and the general case."""
-    return orjson.dumps(
-        {
-            "before": event.before,
-            "after": event.after,
-            "source": source_block(event, pipeline),
-            "op": event.op.value,
-            "ts_ms": now_ms if now_ms is not None else int(time.time() * 1000),
-        },
-        default=_default,
+    return exact(
+        orjson.dumps(
+            {
+                "before": event.before,
+                "after": event.after,
+                "source": source_block(event, pipeline),
+                "op": event.op.value,
+                "ts_ms": now_ms if now_ms is not None else int(time.time() * 1000),
+            },
+            default=_default,
+        )
     )
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from cdc.envelope import exact
 from cdc.normalize import canonical_row
 from cdc.schema import TableSchema
 
@@ -69,9 +70,9 @@ def _state(
     for key, row in rows:
         canonical = canonical_row(row, schema)
         key_part = {c: canonical.get(c, key.get(c)) for c in key_columns} if key_columns else key
-        state[orjson.dumps(key_part, option=orjson.OPT_SORT_KEYS)] = orjson.dumps(
-            canonical, option=orjson.OPT_SORT_KEYS
-        )
+        # Exact-size copies: the state holds a whole table, and orjson's own buffers are 4 KiB+.
+        key_json = exact(orjson.dumps(key_part, option=orjson.OPT_SORT_KEYS))
+        state[key_json] = exact(orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS))
     return state
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from cdc.envelope import encode_key
+from cdc.envelope import source_head, value_head
 from cdc.errors import CdcError, SourceFatal
 from cdc.events import ChangeEvent, EncodedRow, Op, SourceInfo
 from cdc.logging import Logger
@@ -29,11 +29,8 @@ from snapshots.channel import WATERMARK, Channel
 from snapshots.chunks import Chunk
 from snapshots.parallel import ChunkFailed
 from snapshots.reader import SnapshotTable, chunk_query, read_rows
-from snapshots.rows import SEQUENCE_SHIFT, keyed_row
+from snapshots.rows import SEQUENCE_SHIFT, KeyedRow, keyed_row
 from snapshots.watermark import HIGH, LOW, Watermarks, render
-
-#: A chunk row: its key and its converted image.
-KeyedRow = tuple[dict[str, Any], dict[str, Any] | EncodedRow]
 
 #: How long a reader waits for its high watermark to come back through the stream.
 HIGH_WATERMARK_WAIT_S = 600.0
@@ -171,6 +168,7 @@ class WatermarkReader:
         rows = self._rows(conn, job, self._snapshot_text(conn))
         with self._lock:
             self._windows.deliver(wid, rows)
+        del rows  # the window owns the chunk now: it goes once the window closes
         self._emit(conn, HIGH, wid)
         deadline = time.monotonic() + HIGH_WATERMARK_WAIT_S
         while not done.wait(0.2):
@@ -216,8 +214,8 @@ class WatermarkReader:
         rows: dict[bytes, KeyedRow] = {}
         for piece in read_rows(conn, chunk_query(job.table, job.chunk, job.where), 5000):
             for values in piece:
-                key, after = keyed_row(state, values)
-                rows[encode_key(key)] = (key, after)
+                row = keyed_row(state, values)
+                rows[row[2]] = row
         return rows
 
     def _emit(self, conn: psycopg.Connection[Any], kind: str, wid: str) -> None:
@@ -235,30 +233,28 @@ class WatermarkReader:
 
 
 def window_events(
-    job: ChunkJob, rows: list[KeyedRow], *, db: str, position: int, ts_ms: int
+    job: ChunkJob, rows: list[KeyedRow], *, pipeline: str, db: str, position: int, ts_ms: int
 ) -> list[ChangeEvent]:
-    """The ``r`` events of a closed window, at the high watermark's position."""
-    info = job.table.info
+    """The ``r`` events of a closed window, at the high watermark's position.
+
+    A row the native encoder wrote gets its record written too (:attr:`ChangeEvent.encoded`),
+    around the window's ``source`` head encoded once.
+    """
+    info, topic = job.table.info, job.table.state.topic
     extra: dict[str, Any] = {"lsn": position}
     base = job.chunk.index << SEQUENCE_SHIFT
-    return [
-        ChangeEvent(
-            Op.READ,
-            key,
-            None,
-            after,
-            SourceInfo(
-                CONNECTOR,
-                db,
-                info.schema,
-                info.table,
-                ts_ms,
-                position,
-                base + i,
-                "incremental",
-                None,
-                extra,
-            ),
+    flag = "incremental"
+    head = source_head(
+        SourceInfo(CONNECTOR, db, info.schema, info.table, ts_ms, position, 0, flag), pipeline
+    )
+    events = []
+    for sequence, (key, after, key_json) in enumerate(rows, base):
+        source = SourceInfo(
+            CONNECTOR, db, info.schema, info.table, ts_ms, position, sequence, flag, None, extra
         )
-        for i, (key, after) in enumerate(rows)
-    ]
+        record = None
+        if isinstance(after, EncodedRow):
+            value = value_head(Op.READ, head, after.json, position, sequence, position)
+            record = (pipeline, topic, key_json, value)
+        events.append(ChangeEvent(Op.READ, key, None, after, source, record))
+    return events

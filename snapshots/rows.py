@@ -11,7 +11,7 @@ no two rows of a table share one.
 
 from __future__ import annotations
 
-from cdc.envelope import record_parts, source_head
+from cdc.envelope import encode_key, record_parts, source_head
 from cdc.envelope import to_records as envelope_records
 from cdc.events import ChangeEvent, EncodedRow, Op, Row, SourceInfo
 from cdc.log.base import Record
@@ -20,6 +20,8 @@ from snapshots.copytext import split_line
 from snapshots.reader import SnapshotTable, Values
 
 SEQUENCE_SHIFT = 32
+#: A snapshot row: its key, its row (written natively, or converted), and the key's JSON.
+KeyedRow = tuple[Row, Row | EncodedRow, bytes]
 
 
 def to_records(
@@ -68,10 +70,10 @@ def to_records(
     return records
 
 
-def keyed_row(state: RelationState, values: Values) -> tuple[Row, Row | EncodedRow]:
-    """The key and the row of one snapshot row's text values.
+def keyed_row(state: RelationState, values: Values) -> KeyedRow:
+    """The key, the row and the key's JSON (the record key) of one snapshot row's text values.
 
-    The relation's native encoder writes the row's JSON when it is built (see
+    The relation's native encoder writes the row's and the key's JSON when it is built (see
     :mod:`connectors.postgres.fast`); otherwise, or for a row it declines, the converters run.
 
     Raises:
@@ -79,8 +81,9 @@ def keyed_row(state: RelationState, values: Values) -> tuple[Row, Row | EncodedR
     """
     encoded = state.encoded_values(values)
     if encoded is not None:
-        return encoded[0], encoded[1]
-    return python_row(state, values)
+        return encoded
+    key, after = python_row(state, values)
+    return key, after, encode_key(key)
 
 
 def python_row(state: RelationState, values: Values) -> tuple[Row, Row]:

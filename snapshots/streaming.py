@@ -34,10 +34,11 @@ from connectors.postgres.source import PostgresSource
 from connectors.postgres.types import TypeRegistry
 from snapshots.channel import SIGNAL, WATERMARK, Channel
 from snapshots.chunks import chunk_from_json, remaining
-from snapshots.incremental import ChunkJob, KeyedRow, Planner, WatermarkReader, window_events
+from snapshots.incremental import ChunkJob, Planner, WatermarkReader, window_events
 from snapshots.initial import describe_one
 from snapshots.progress import Reporter
 from snapshots.reader import SnapshotTable, plan
+from snapshots.rows import KeyedRow
 from snapshots.state import OFFSET_KEY, SnapshotState, now_ms
 from snapshots.watermark import HIGH, LOW, Watermarks, parse
 
@@ -214,7 +215,7 @@ class StreamSnapshots:
                     if event.op is Op.TRUNCATE:
                         self._windows.observe_truncate(event.table_id)
                     else:
-                        self._windows.observe(event.table_id, encode_key(event.key))
+                        self._windows.observe(event.table_id, _key_json(event))
         out.extend(events)
 
     def _close_window(self, wid: str, lsn: int, schemas: list[TableSchema]) -> list[ChangeEvent]:
@@ -225,7 +226,9 @@ class StreamSnapshots:
             return []
         table, rows = closed
         job = window.job
-        events = window_events(job, rows, db=self._db, position=lsn, ts_ms=now_ms())
+        events = window_events(
+            job, rows, pipeline=self._pipeline, db=self._db, position=lsn, ts_ms=now_ms()
+        )
         if table not in self._published:
             self._published.add(table)
             schemas.append(job.table.state.table_schema)
@@ -274,3 +277,10 @@ class StreamSnapshots:
 
     def close(self) -> None:
         self._reader.close()
+
+
+def _key_json(event: ChangeEvent) -> bytes:
+    """The event's record key: the one its source wrote (byte for byte ``encode_key``'s, see
+    ``tests/unit/test_pg_fast.py``), else encoded now."""
+    encoded = event.encoded
+    return encode_key(event.key) if encoded is None else encoded[2]
