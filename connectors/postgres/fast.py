@@ -109,14 +109,11 @@ def row_encoder(
 def _kind(registry: t.TypeRegistry, oid: int) -> tuple[int, str | None]:
     """The native kind of a type and, for a flat-array fast path, its delimiter.
 
-    Mirrors ``TypeRegistry._build``: domains are their base type; an array takes the fast path
-    when its elements do, else its whole text goes to the Python converter.
+    Follows ``TypeRegistry._build``: a domain is its base type (``TypeRegistry.resolved``); an
+    array takes the fast path when its elements do, else its whole text goes to the Python
+    converter.
     """
-    entry = registry.get(oid)
-    for _ in range(16):  # domains over domains; the registry bounds the depth the same way
-        if entry is None or entry.kind != "domain":
-            break
-        entry = registry.get(entry.base_oid)
+    entry = registry.resolved(oid)
     if entry is not None and entry.kind == "array":
         element = registry.get(entry.element_oid)
         kind = _KIND_OF_CONVERTER.get(registry.raw_converter(entry.element_oid), PYTHON)

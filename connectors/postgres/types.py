@@ -741,18 +741,26 @@ class TypeRegistry:
             self._guarded[oid] = conv
         return conv
 
-    def _build(self, oid: int, depth: int) -> Converter:
+    def resolved(self, oid: int) -> TypeEntry | None:
+        """The entry of ``oid`` with domains followed to their base type; ``None`` when unknown,
+        or past 16 domains (a corrupt catalog must not loop forever)."""
         entry = self._types.get(oid)
-        if entry is None or depth > 16:  # depth: a corrupt catalog must not loop forever
+        for _ in range(16):
+            if entry is None or entry.kind != "domain":
+                return entry
+            entry = self._types.get(entry.base_oid)
+        return None
+
+    def _build(self, oid: int, depth: int) -> Converter:
+        entry = self.resolved(oid)
+        if entry is None or depth > 16:  # depth: arrays of arrays of a corrupt catalog
             return _identity
-        if entry.kind == "domain":
-            return self._build(entry.base_oid, depth + 1)
         if entry.kind == "array":
             element = self._types.get(entry.element_oid)
             delimiter = element.delimiter if element is not None else ","
             return _array_parser(self._build(entry.element_oid, depth + 1), delimiter)
         if entry.kind == "base":
-            return _BUILTIN_CONVERTERS.get(oid, _identity)
+            return _BUILTIN_CONVERTERS.get(entry.oid, _identity)
         return _identity
 
 

@@ -504,3 +504,16 @@ def test_session_settings_and_query() -> None:
     assert TEXT_FORMAT_SETTINGS["IntervalStyle"] == "postgres"
     assert TYPE_QUERY.count("%s") == 1
     assert "typdelim" in TYPE_QUERY and "WITH RECURSIVE" in TYPE_QUERY
+
+
+def test_domains_resolve_to_their_base_and_a_cycle_does_not_loop() -> None:
+    registry = TypeRegistry()
+    registry.add(TypeEntry(70_100, "outer", "domain", base_oid=70_101))
+    registry.add(TypeEntry(70_101, "inner", "domain", base_oid=20))  # int8
+    registry.add(TypeEntry(70_102, "loop", "domain", base_oid=70_102))  # a corrupt catalog
+    resolved = registry.resolved(70_100)
+    assert resolved is not None and resolved.oid == 20
+    assert registry.converter(70_100)("42") == 42
+    assert registry.resolved(70_102) is None
+    assert registry.converter(70_102)("x") == "x"  # its text, unchanged
+    assert registry.resolved(99_999) is None
