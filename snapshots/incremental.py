@@ -28,8 +28,8 @@ from connectors.postgres.replication import session_conninfo
 from snapshots.channel import WATERMARK, Channel
 from snapshots.chunks import Chunk
 from snapshots.parallel import ChunkFailed
-from snapshots.reader import SnapshotTable, chunk_query, read_rows
-from snapshots.rows import SEQUENCE_SHIFT, KeyedRow, keyed_row
+from snapshots.reader import SnapshotTable, chunk_query, read_lines
+from snapshots.rows import SEQUENCE_SHIFT, KeyedRow, keyed_lines
 from snapshots.watermark import HIGH, LOW, Watermarks, render
 
 #: How long a reader waits for its high watermark to come back through the stream.
@@ -212,9 +212,8 @@ class WatermarkReader:
     def _read(self, conn: psycopg.Connection[Any], job: ChunkJob) -> dict[bytes, KeyedRow]:
         state = job.table.state
         rows: dict[bytes, KeyedRow] = {}
-        for piece in read_rows(conn, chunk_query(job.table, job.chunk, job.where), 5000):
-            for values in piece:
-                row = keyed_row(state, values)
+        for lines in read_lines(conn, chunk_query(job.table, job.chunk, job.where), 5000):
+            for row in keyed_lines(state, lines):
                 rows[row[2]] = row
         return rows
 

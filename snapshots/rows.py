@@ -11,6 +11,10 @@ no two rows of a table share one.
 
 from __future__ import annotations
 
+from functools import partial
+
+import orjson
+
 from cdc.envelope import encode_key, record_parts, source_head
 from cdc.envelope import to_records as envelope_records
 from cdc.events import ChangeEvent, EncodedRow, Op, Row, SourceInfo
@@ -70,20 +74,34 @@ def to_records(
     return records
 
 
-def keyed_row(state: RelationState, values: Values) -> KeyedRow:
-    """The key, the row and the key's JSON (the record key) of one snapshot row's text values.
+def keyed_lines(state: RelationState, lines: list[bytes]) -> list[KeyedRow]:
+    """The key, the row and the key's JSON (the record key) of each line of ``COPY ... TO
+    STDOUT`` text.
 
-    The relation's native encoder writes the row's and the key's JSON when it is built (see
-    :mod:`connectors.postgres.fast`); otherwise, or for a row it declines, the converters run.
+    The native encoder writes a piece's row and key JSON with the interpreter lock released; the
+    key's values are read back from its JSON (the same JSON values the converters give), and the
+    row's only if something asks for them. A line it declines takes the Python path.
 
     Raises:
         ConversionError: a value cannot be converted.
     """
-    encoded = state.encoded_values(values)
-    if encoded is not None:
-        return encoded
-    key, after = python_row(state, values)
-    return key, after, encode_key(key)
+    written = state.copy_rows(lines)
+    if written is None:
+        written = [None] * len(lines)
+    decode = partial(_convert_line, state)
+    rows: list[KeyedRow] = []
+    for line, pair in zip(lines, written, strict=True):
+        if pair is None:
+            key, after = python_row(state, split_line(line))
+            rows.append((key, after, encode_key(key)))
+        else:
+            key_json, row_json = pair
+            rows.append((orjson.loads(key_json), EncodedRow(row_json, line, decode), key_json))
+    return rows
+
+
+def _convert_line(state: RelationState, line: bytes) -> Row:
+    return state.convert(split_line(line))
 
 
 def python_row(state: RelationState, values: Values) -> tuple[Row, Row]:

@@ -62,6 +62,10 @@ class RowEncoder(Protocol):
         with the interpreter lock released; ``None`` for a line the Python path must handle."""
         ...
 
+    def copy_rows(self, lines: list[bytes]) -> list[tuple[bytes, bytes] | None]:
+        """Each line's key JSON and row JSON, as :meth:`copy_records` writes them."""
+        ...
+
 
 def _load() -> Any:
     if os.environ.get("CDC_NATIVE", "1") == "0":

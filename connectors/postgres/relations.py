@@ -68,12 +68,6 @@ class RelationState:
             self.encoder.encode_tuple, (message, NEW_TUPLE_AT), message, self.decode_new
         )
 
-    def encoded_values(self, values: TupleData) -> Keyed | None:
-        """Key and row of text values (a snapshot's COPY row), as :meth:`encoded_tuple`."""
-        if self.encoder is None:
-            return None
-        return self._keyed(self.encoder.encode_values, (values,), values, self.convert)
-
     def copy_records(
         self, lines: list[bytes], parts: RecordParts, first_sequence: int
     ) -> list[tuple[bytes, bytes] | None] | None:
@@ -85,6 +79,16 @@ class RelationState:
             return None
         try:
             return self.encoder.copy_records(lines, *parts, first_sequence)
+        except Exception:  # anything unexpected: the Python path converts the piece, or says why
+            return None
+
+    def copy_rows(self, lines: list[bytes]) -> list[tuple[bytes, bytes] | None] | None:
+        """The key JSON and row JSON of each line of ``COPY ... TO STDOUT`` text, as
+        :meth:`copy_records` writes them; ``None`` as there."""
+        if self.encoder is None:
+            return None
+        try:
+            return self.encoder.copy_rows(lines)
         except Exception:  # anything unexpected: the Python path converts the piece, or says why
             return None
 

@@ -31,7 +31,7 @@ from connectors.postgres.types import TypeEntry, TypeRegistry, row_converter
 from snapshots.chunks import KeyChunk
 from snapshots.incremental import ChunkJob, window_events
 from snapshots.reader import SnapshotTable, lines_of
-from snapshots.rows import keyed_row, to_records
+from snapshots.rows import keyed_lines, to_records
 from tests.services.common import in_ci
 from tests.unit.test_pg_stream import FakeCatalog, FakeLog
 
@@ -397,15 +397,24 @@ def test_watermark_window_records_equal_the_python_records() -> None:
     state = build_state("p", info, relation, registry, None, set(), 0)
     job = ChunkJob(SnapshotTable(info, state, ("id",)), KeyChunk(2, None, None), None)
     rng = random.Random(47)
-    rows = []
-    while len(rows) < 300:
+    values_of_rows: list[tuple[str | None, ...]] = []
+    while len(values_of_rows) < 300:
         values = (
-            str(len(rows)),
+            str(len(values_of_rows)),
             *(None if rng.random() < 0.8 else rng.choice(CASES[oid]) for oid in CASES),
         )
         if not isinstance(_python(columns, registry, values), type):  # only rows that convert
-            rows.append(keyed_row(state, values))
-    assert all(key_json == envelope.encode_key(key) for key, _, key_json in rows)
+            values_of_rows.append(values)
+    lines = [_copy_line(values) for values in values_of_rows]
+    rows = keyed_lines(state, lines)
+    python_rows = keyed_lines(dataclasses.replace(state, encoder=None), lines)
+    assert sum(isinstance(after, EncodedRow) for _, after, _ in rows) >= 100  # written natively
+    for (key, after, key_json), (python_key, python_after, python_key_json) in zip(
+        rows, python_rows, strict=True
+    ):
+        assert (key, key_json) == (python_key, python_key_json)
+        assert key_json == envelope.encode_key(key)
+        assert envelope.dumps(dict(after)) == envelope.dumps(python_after)  # decoded on demand
     events = window_events(job, rows, pipeline="p", db="db", position=77, ts_ms=3)
     assert sum(e.encoded is not None for e in events) >= 100  # written natively
     for event in events:

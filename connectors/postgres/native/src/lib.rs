@@ -193,31 +193,24 @@ impl RowEncoder {
         middle: &[u8],
         tail: &[u8],
         first_sequence: i64,
-    ) -> PyResult<Vec<Option<KeyValue<'py>>>> {
-        // Bytes are immutable, and `lines` holds a reference to each while the slices live.
-        let texts: Vec<&[u8]> = lines.iter().map(|line| line.as_bytes()).collect();
+    ) -> Vec<Option<KeyValue<'py>>> {
         let parts = RecordParts {
             prefix,
             middle,
             tail,
         };
-        let batch = if self.python_columns {
-            self.encode_lines(Some(py), &texts, &parts, first_sequence)
-        } else {
-            py.allow_threads(|| self.encode_lines(None, &texts, &parts, first_sequence))
-        };
-        let mut records = Vec::with_capacity(texts.len());
-        for (line, outcome) in texts.iter().zip(&batch.outcomes) {
-            records.push(match *outcome {
-                Outcome::Done { key, value } => Some((
-                    PyBytes::new(py, &batch.keys[key.0..key.1]),
-                    PyBytes::new(py, &batch.values[value.0..value.1]),
-                )),
-                Outcome::Declined => None,
-                Outcome::NeedsPython(sequence) => self.python_record(py, line, &parts, sequence),
-            });
-        }
-        Ok(records)
+        self.copy_lines(py, &lines, Some(&parts), first_sequence)
+    }
+
+    /// `(key JSON, row JSON)` of each line of `COPY ... TO STDOUT` text, as `copy_records`
+    /// writes them (lock released, the same lines declined), for rows whose record is
+    /// finished later (a watermark window's, once its high watermark's position is known).
+    fn copy_rows<'py>(
+        &self,
+        py: Python<'py>,
+        lines: Vec<Bound<'py, PyBytes>>,
+    ) -> Vec<Option<KeyValue<'py>>> {
+        self.copy_lines(py, &lines, None, 0)
     }
 
     /// The row JSON, key and key JSON of text values (`None` for NULL), as a COPY row splits into.
@@ -296,6 +289,35 @@ impl RowEncoder {
         Ok(true)
     }
 
+    /// `copy_records` (with `parts`) or `copy_rows` (without: the value is the row's JSON).
+    fn copy_lines<'py>(
+        &self,
+        py: Python<'py>,
+        lines: &[Bound<'py, PyBytes>],
+        parts: Option<&RecordParts<'_>>,
+        first_sequence: i64,
+    ) -> Vec<Option<KeyValue<'py>>> {
+        // Bytes are immutable, and `lines` holds a reference to each while the slices live.
+        let texts: Vec<&[u8]> = lines.iter().map(|line| line.as_bytes()).collect();
+        let batch = if self.python_columns {
+            self.encode_lines(Some(py), &texts, parts, first_sequence)
+        } else {
+            py.allow_threads(|| self.encode_lines(None, &texts, parts, first_sequence))
+        };
+        let mut out = Vec::with_capacity(texts.len());
+        for (line, outcome) in texts.iter().zip(&batch.outcomes) {
+            out.push(match *outcome {
+                Outcome::Done { key, value } => Some((
+                    PyBytes::new(py, &batch.keys[key.0..key.1]),
+                    PyBytes::new(py, &batch.values[value.0..value.1]),
+                )),
+                Outcome::Declined => None,
+                Outcome::NeedsPython(sequence) => self.python_record(py, line, parts, sequence),
+            });
+        }
+        out
+    }
+
     /// `copy_records`' outcome for every line, and the bytes of those done. Without `py` (the
     /// lock released) a value that needs its Python converter leaves its line to
     /// `python_record`.
@@ -303,10 +325,10 @@ impl RowEncoder {
         &self,
         py: Option<Python<'_>>,
         lines: &[&[u8]],
-        parts: &RecordParts<'_>,
+        parts: Option<&RecordParts<'_>>,
         first_sequence: i64,
     ) -> Batch {
-        let room = parts.prefix.len() + parts.middle.len() + parts.tail.len() + 160;
+        let room = parts.map_or(0, RecordParts::len) + 160;
         let mut batch = Batch {
             values: Vec::with_capacity(lines.len() * room),
             keys: Vec::with_capacity(lines.len() * 16),
@@ -324,7 +346,9 @@ impl RowEncoder {
                 }
             };
             let (value_start, key_start) = (batch.values.len(), batch.keys.len());
-            batch.values.extend_from_slice(parts.prefix);
+            if let Some(parts) = parts {
+                batch.values.extend_from_slice(parts.prefix);
+            }
             let written = self.write_row(py, &cells, &mut batch.values, &mut batch.keys);
             if !matches!(written, Ok(true)) {
                 batch.values.truncate(value_start);
@@ -335,7 +359,9 @@ impl RowEncoder {
                 });
                 continue;
             }
-            parts.finish(&mut batch.values, sequence);
+            if let Some(parts) = parts {
+                parts.finish(&mut batch.values, sequence);
+            }
             batch.outcomes.push(Outcome::Done {
                 key: (key_start, batch.keys.len()),
                 value: (value_start, batch.values.len()),
@@ -344,21 +370,24 @@ impl RowEncoder {
         batch
     }
 
-    /// The record of a line that needs a Python converter; `None` if one raises.
+    /// `copy_lines`' result for a line that needs a Python converter; `None` if one raises.
     fn python_record<'py>(
         &self,
         py: Python<'py>,
         line: &[u8],
-        parts: &RecordParts<'_>,
+        parts: Option<&RecordParts<'_>>,
         sequence: i64,
     ) -> Option<KeyValue<'py>> {
         let cells = copy_cells(line, self.columns.len())?;
-        let (mut value, mut key) = (parts.prefix.to_vec(), Vec::new());
+        let mut value = parts.map_or_else(Vec::new, |parts| parts.prefix.to_vec());
+        let mut key = Vec::new();
         match self.write_row(Some(py), &cells, &mut value, &mut key) {
             Ok(true) => {}
             _ => return None,
         }
-        parts.finish(&mut value, sequence);
+        if let Some(parts) = parts {
+            parts.finish(&mut value, sequence);
+        }
         Some((PyBytes::new(py, &key), PyBytes::new(py, &value)))
     }
 
@@ -400,6 +429,11 @@ struct RecordParts<'a> {
 }
 
 impl RecordParts<'_> {
+    /// The bytes a record adds around its row's JSON, but for the sequence.
+    fn len(&self) -> usize {
+        self.prefix.len() + self.middle.len() + self.tail.len()
+    }
+
     /// After the row's JSON: `middle`, the sequence in decimal, `tail`.
     fn finish(&self, out: &mut Vec<u8>, sequence: i64) {
         out.extend_from_slice(self.middle);
