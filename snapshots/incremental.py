@@ -19,9 +19,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from cdc.envelope import source_head, value_head
+from cdc.envelope import record_parts, source_head, to_records
 from cdc.errors import CdcError, SourceFatal
 from cdc.events import ChangeEvent, EncodedRow, Op, SourceInfo
+from cdc.log.base import Record
 from cdc.logging import Logger
 from connectors.postgres.relations import CONNECTOR
 from connectors.postgres.replication import session_conninfo
@@ -231,29 +232,38 @@ class WatermarkReader:
             self._conn = None
 
 
-def window_events(
-    job: ChunkJob, rows: list[KeyedRow], *, pipeline: str, db: str, position: int, ts_ms: int
-) -> list[ChangeEvent]:
-    """The ``r`` events of a closed window, at the high watermark's position.
+def window_records(
+    job: ChunkJob,
+    rows: list[KeyedRow],
+    *,
+    pipeline: str,
+    db: str,
+    position: int,
+    ts_ms: int,
+    now_ms: int,
+) -> list[Record]:
+    """The ``r`` records of a closed window, at the high watermark's position.
 
-    A row the native encoder wrote gets its record written too (:attr:`ChangeEvent.encoded`),
-    around the window's ``source`` head encoded once.
+    A row the native encoder wrote is put in its envelope around the window's ``source`` head,
+    encoded once; any other becomes its event and goes through :func:`cdc.envelope.to_records`.
     """
     info, topic = job.table.info, job.table.state.topic
-    extra: dict[str, Any] = {"lsn": position}
     base = job.chunk.index << SEQUENCE_SHIFT
     flag = "incremental"
     head = source_head(
         SourceInfo(CONNECTOR, db, info.schema, info.table, ts_ms, position, 0, flag), pipeline
     )
-    events = []
+    prefix, middle, tail = record_parts(Op.READ, head, position, position, now_ms)
+    records = []
     for sequence, (key, after, key_json) in enumerate(rows, base):
+        if isinstance(after, EncodedRow):
+            value = b"%b%b%b%d%b" % (prefix, after.json, middle, sequence, tail)
+            records.append(Record(topic, key_json, value))
+            continue
+        extra = {"lsn": position}
         source = SourceInfo(
             CONNECTOR, db, info.schema, info.table, ts_ms, position, sequence, flag, None, extra
         )
-        record = None
-        if isinstance(after, EncodedRow):
-            value = value_head(Op.READ, head, after.json, position, sequence, position)
-            record = (pipeline, topic, key_json, value)
-        events.append(ChangeEvent(Op.READ, key, None, after, source, record))
-    return events
+        event = ChangeEvent(Op.READ, key, None, after, source)
+        records.extend(to_records(event, pipeline, now_ms))
+    return records

@@ -5,6 +5,11 @@ the batch its message fell (:attr:`PostgresSource.pending_events`). When ``poll`
 it replays events and markers in stream order: events feed the open windows, a high watermark
 closes its window and its rows join the batch right there, a signal queues a table.
 
+A closed window's rows are written as records at once (:attr:`SourceBatch.records`, which the
+runtime appends after the batch's events), so the batch is cut at the high watermark: what the
+stream brought after it is handed on by the next ``poll``, before anything new, and only that
+last part carries the commit offsets, so the runtime commits both parts in one transaction.
+
 Progress rides on the batch's commit: the stored ``"snapshot"`` state changes only together with
 the records it describes (a signal with the transaction that carried it, a chunk's ``done`` with
 its rows), so after a crash neither a request nor a chunk is lost or claimed without its rows.
@@ -14,7 +19,8 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -23,9 +29,10 @@ import psycopg
 from cdc.config import redact_url
 from cdc.envelope import encode_key
 from cdc.events import ChangeEvent, Op
+from cdc.log.base import Record
 from cdc.logging import Logger
 from cdc.schema import TableSchema
-from cdc.source import SourceBatch, SourceContext
+from cdc.source import DeadLetter, SourceBatch, SourceContext
 from connectors.postgres import pgoutput as pg
 from connectors.postgres.catalog import Catalog
 from connectors.postgres.config import PostgresSourceConfig
@@ -34,7 +41,7 @@ from connectors.postgres.source import PostgresSource
 from connectors.postgres.types import TypeRegistry
 from snapshots.channel import SIGNAL, WATERMARK, Channel
 from snapshots.chunks import chunk_from_json, remaining
-from snapshots.incremental import ChunkJob, Planner, WatermarkReader, window_events
+from snapshots.incremental import ChunkJob, Planner, WatermarkReader, window_records
 from snapshots.initial import describe_one
 from snapshots.progress import Reporter
 from snapshots.reader import SnapshotTable, plan
@@ -43,6 +50,26 @@ from snapshots.state import OFFSET_KEY, SnapshotState, now_ms
 from snapshots.watermark import HIGH, LOW, Watermarks, parse
 
 Marker = tuple[int, str, str, int]  # (index in batch, kind, payload, lsn)
+
+
+@dataclass
+class _Rest:
+    """What a batch cut at a closed window still holds: its events after the high watermark,
+    their markers (indexes into ``events``) and the batch's commit offsets."""
+
+    events: list[ChangeEvent]
+    markers: list[Marker]
+    offsets: Mapping[str, Any] | None
+
+
+@dataclass
+class _Woven:
+    """A batch after its markers: the events up to a closed window, the window's records, and
+    what follows it (``None`` when nothing does)."""
+
+    events: list[ChangeEvent]
+    records: list[Record] = field(default_factory=list)
+    rest: tuple[list[ChangeEvent], list[Marker]] | None = None
 
 
 class StreamSnapshots:
@@ -64,6 +91,7 @@ class StreamSnapshots:
         self._lock = threading.Lock()
         self._windows: Watermarks[KeyedRow] = Watermarks()
         self._markers: list[Marker] = []
+        self._rest: _Rest | None = None  # a batch cut at a closed window, to hand on next
         self._published: set[str] = set()
         self._db = ""
         self._dsn = config.dsn.get_secret_value()
@@ -151,6 +179,9 @@ class StreamSnapshots:
         failure = self._reader.failure
         if failure is not None:
             raise failure
+        rest, self._rest = self._rest, None
+        if rest is not None:  # the part of a batch after a closed window goes first
+            return self._woven(rest.events, rest.markers, [], rest.offsets, (), ())
         batch = self._inner.poll(max_events, timeout_s)
         if batch.empty:
             return batch
@@ -159,12 +190,28 @@ class StreamSnapshots:
         if self._signal_table is not None:
             events, markers = self._signal_rows(events, markers)
             schemas = [s for s in schemas if (s.schema, s.table) != self._signal_table]
-        if markers or len(self._windows):
-            events = self._weave(events, markers, schemas)
         offsets = batch.commit_offsets
+        return self._woven(events, markers, schemas, offsets, batch.dead_letters, batch.records)
+
+    def _woven(
+        self,
+        events: list[ChangeEvent],
+        markers: list[Marker],
+        schemas: list[TableSchema],
+        offsets: Mapping[str, Any] | None,
+        dead_letters: Sequence[DeadLetter],
+        records: Sequence[Record],
+    ) -> SourceBatch:
+        """The batch to hand on, with its markers applied; cut after a closed window."""
+        if markers or len(self._windows):
+            woven = self._weave(events, markers, schemas)
+            events, records = woven.events, [*records, *woven.records]
+            if woven.rest is not None:
+                self._rest = _Rest(*woven.rest, offsets)
+                offsets = None  # more of the same log transaction follows
         if offsets is not None and self._state.dirty:
             offsets = {**offsets, OFFSET_KEY: self._state.to_json()}
-        return SourceBatch(events, offsets, schemas, batch.dead_letters, batch.records)
+        return SourceBatch(events, offsets, schemas, dead_letters, records)
 
     def _signal_rows(
         self, events: list[ChangeEvent], markers: list[Marker]
@@ -192,21 +239,26 @@ class StreamSnapshots:
 
     def _weave(
         self, events: list[ChangeEvent], markers: Sequence[Marker], schemas: list[TableSchema]
-    ) -> list[ChangeEvent]:
+    ) -> _Woven:
         out: list[ChangeEvent] = []
         done = 0
-        for index, kind, payload, lsn in markers:
+        for n, (index, kind, payload, lsn) in enumerate(markers):
             self._observe(events[done:index], out)
             done = max(done, min(index, len(events)))
             if kind == LOW:
                 with self._lock:
                     self._windows.low(payload)
             elif kind == HIGH:
-                out.extend(self._close_window(payload, lsn, schemas))
+                records = self._close_window(payload, lsn, schemas)
+                if records:  # they follow every event before the mark, and precede the rest
+                    after = [(i - done, k, p, at) for i, k, p, at in markers[n + 1 :]]
+                    if done < len(events) or after:
+                        return _Woven(out, records, (events[done:], after))
+                    return _Woven(out, records)
             else:
                 self._signal(payload)
         self._observe(events[done:], out)
-        return out
+        return _Woven(out)
 
     def _observe(self, events: Sequence[ChangeEvent], out: list[ChangeEvent]) -> None:
         if len(self._windows):
@@ -218,7 +270,7 @@ class StreamSnapshots:
                         self._windows.observe(event.table_id, _key_json(event))
         out.extend(events)
 
-    def _close_window(self, wid: str, lsn: int, schemas: list[TableSchema]) -> list[ChangeEvent]:
+    def _close_window(self, wid: str, lsn: int, schemas: list[TableSchema]) -> list[Record]:
         with self._lock:
             closed = self._windows.high(wid)
             window = self._reader.open_windows.pop(wid, None)
@@ -226,8 +278,9 @@ class StreamSnapshots:
             return []
         table, rows = closed
         job = window.job
-        events = window_events(
-            job, rows, pipeline=self._pipeline, db=self._db, position=lsn, ts_ms=now_ms()
+        now = now_ms()
+        records = window_records(
+            job, rows, pipeline=self._pipeline, db=self._db, position=lsn, ts_ms=now, now_ms=now
         )
         if table not in self._published:
             self._published.add(table)
@@ -235,7 +288,7 @@ class StreamSnapshots:
         figures = self._state.chunk_done(table, job.chunk.index, len(rows))
         self._progress.chunk_done(table, job.chunk.index, len(rows), figures)
         window.done.set()
-        return events
+        return records
 
     def _signal(self, payload: str) -> None:
         try:

@@ -29,7 +29,7 @@ from connectors.postgres.stream import Assembler
 from connectors.postgres.toast import ToastFiller
 from connectors.postgres.types import TypeEntry, TypeRegistry, row_converter
 from snapshots.chunks import KeyChunk
-from snapshots.incremental import ChunkJob, window_events
+from snapshots.incremental import ChunkJob, window_records
 from snapshots.reader import SnapshotTable, lines_of
 from snapshots.rows import keyed_lines, to_records
 from tests.services.common import in_ci
@@ -415,12 +415,18 @@ def test_watermark_window_records_equal_the_python_records() -> None:
         assert (key, key_json) == (python_key, python_key_json)
         assert key_json == envelope.encode_key(key)
         assert envelope.dumps(dict(after)) == envelope.dumps(python_after)  # decoded on demand
-    events = window_events(job, rows, pipeline="p", db="db", position=77, ts_ms=3)
-    assert sum(e.encoded is not None for e in events) >= 100  # written natively
-    for event in events:
-        python_event = dataclasses.replace(event, encoded=None)
-        assert envelope.to_records(event, "p", 5) == envelope.to_records(python_event, "p", 5)
-    assert [e.source.sequence for e in events] == list(range(2 << 32, (2 << 32) + 300))
+    records = window_records(job, rows, pipeline="p", db="db", position=77, ts_ms=3, now_ms=5)
+    python_records = window_records(
+        job, python_rows, pipeline="p", db="db", position=77, ts_ms=3, now_ms=5
+    )
+    assert records == python_records
+    for sequence, (record, (key, after, _)) in enumerate(zip(records, rows, strict=True), 2 << 32):
+        lsn = {"lsn": 77}
+        source = SourceInfo(
+            "postgresql", "db", "public", "t", 3, 77, sequence, "incremental", None, lsn
+        )
+        reference = ChangeEvent(Op.READ, key, None, dict(after), source)
+        assert [record] == envelope.to_records(reference, "p", 5)
 
 
 def test_record_keys_and_values_take_their_own_size_in_memory() -> None:
