@@ -215,7 +215,7 @@ class WatermarkReader:
         rows: dict[bytes, KeyedRow] = {}
         for lines in read_lines(conn, chunk_query(job.table, job.chunk, job.where), 5000):
             for row in keyed_lines(state, lines):
-                rows[row[2]] = row
+                rows[row[1]] = row
         return rows
 
     def _emit(self, conn: psycopg.Connection[Any], kind: str, wid: str) -> None:
@@ -254,12 +254,14 @@ def window_records(
         SourceInfo(CONNECTOR, db, info.schema, info.table, ts_ms, position, 0, flag), pipeline
     )
     prefix, middle, tail = record_parts(Op.READ, head, position, position, now_ms)
+    key_columns = job.table.state.key
     records = []
-    for sequence, (key, after, key_json) in enumerate(rows, base):
+    for sequence, (after, key_json) in enumerate(rows, base):
         if isinstance(after, EncodedRow):
             value = b"%b%b%b%d%b" % (prefix, after.json, middle, sequence, tail)
             records.append(Record(topic, key_json, value))
             continue
+        key = {k: after[k] for k in key_columns}
         extra = {"lsn": position}
         source = SourceInfo(
             CONNECTOR, db, info.schema, info.table, ts_ms, position, sequence, flag, None, extra

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from functools import partial
 
-import orjson
-
 from cdc.envelope import encode_key, record_parts, source_head
 from cdc.envelope import to_records as envelope_records
 from cdc.events import ChangeEvent, EncodedRow, Op, Row, SourceInfo
@@ -24,8 +22,9 @@ from snapshots.copytext import split_line
 from snapshots.reader import SnapshotTable, Values
 
 SEQUENCE_SHIFT = 32
-#: A snapshot row: its key, its row (written natively, or converted), and the key's JSON.
-KeyedRow = tuple[Row, Row | EncodedRow, bytes]
+#: A snapshot row: the row (written natively, its values decoded on demand; or converted), and
+#: its key's JSON (the record key).
+KeyedRow = tuple[Row | EncodedRow, bytes]
 
 
 def to_records(
@@ -75,12 +74,11 @@ def to_records(
 
 
 def keyed_lines(state: RelationState, lines: list[bytes]) -> list[KeyedRow]:
-    """The key, the row and the key's JSON (the record key) of each line of ``COPY ... TO
-    STDOUT`` text.
+    """The row and the key's JSON (the record key) of each line of ``COPY ... TO STDOUT`` text.
 
     The native encoder writes a piece's row and key JSON with the interpreter lock released; the
-    key's values are read back from its JSON (the same JSON values the converters give), and the
-    row's only if something asks for them. A line it declines takes the Python path.
+    row's values are decoded from the line only if something asks for them. A line it declines
+    takes the Python path.
 
     Raises:
         ConversionError: a value cannot be converted.
@@ -93,10 +91,10 @@ def keyed_lines(state: RelationState, lines: list[bytes]) -> list[KeyedRow]:
     for line, pair in zip(lines, written, strict=True):
         if pair is None:
             key, after = python_row(state, split_line(line))
-            rows.append((key, after, encode_key(key)))
+            rows.append((after, encode_key(key)))
         else:
             key_json, row_json = pair
-            rows.append((orjson.loads(key_json), EncodedRow(row_json, line, decode), key_json))
+            rows.append((EncodedRow(row_json, line, decode), key_json))
     return rows
 
 

@@ -3,7 +3,7 @@
 The inner source calls the message hooks while it assembles a batch; each hook notes where in
 the batch its message fell (:attr:`PostgresSource.pending_events`). When ``poll`` gets the batch
 it replays events and markers in stream order: events feed the open windows, a high watermark
-closes its window and its rows join the batch right there, a signal queues a table.
+closes its window and its rows follow everything before it, a signal queues a table.
 
 A closed window's rows are written as records at once (:attr:`SourceBatch.records`, which the
 runtime appends after the batch's events), so the batch is cut at the high watermark: what the
@@ -216,11 +216,19 @@ class StreamSnapshots:
     def _signal_rows(
         self, events: list[ChangeEvent], markers: list[Marker]
     ) -> tuple[list[ChangeEvent], list[Marker]]:
-        """Take the signal table's rows out of the batch, as markers where they were."""
+        """Take the signal table's rows out of the batch, as markers where they were.
+
+        The hooks' markers (logical messages) counted the batch's events with those rows in
+        them: they move back by the rows taken out before them.
+        """
         assert self._signal_table is not None
         schema, table = self._signal_table  # compared as they are: no string built per event
         kept: list[ChangeEvent] = []
-        for event in events:
+        kept_before: list[int] = []  # per event of the batch: how many were kept before it
+        # (place in the batch, marker): a hook's message came just before its event index.
+        placed: list[tuple[float, Marker]] = []
+        for at, event in enumerate(events):
+            kept_before.append(len(kept))
             source = event.source
             if source.table != table or source.schema != schema:
                 kept.append(event)
@@ -231,11 +239,14 @@ class StreamSnapshots:
             position = event.source.position
             parsed = parse(payload.encode()) if kind == WATERMARK else None
             if parsed is not None:
-                markers.append((len(kept), parsed[0], parsed[1], position))
+                placed.append((at, (len(kept), parsed[0], parsed[1], position)))
             elif kind == SIGNAL:
-                markers.append((len(kept), SIGNAL, payload, position))
-        markers.sort(key=lambda m: m[0])
-        return kept, markers
+                placed.append((at, (len(kept), SIGNAL, payload, position)))
+        for index, kind, payload, lsn in markers:
+            moved = kept_before[index] if index < len(kept_before) else len(kept)
+            placed.append((index - 0.5, (moved, kind, payload, lsn)))
+        placed.sort(key=lambda entry: entry[0])
+        return kept, [marker for _, marker in placed]
 
     def _weave(
         self, events: list[ChangeEvent], markers: Sequence[Marker], schemas: list[TableSchema]

@@ -15,7 +15,7 @@ from typing import Any
 import structlog
 
 from cdc.envelope import encode_key
-from cdc.events import ChangeEvent
+from cdc.events import ChangeEvent, Op, SourceInfo
 from cdc.log.base import Record
 from cdc.source import SourceBatch, SourceContext
 from cdc.testing import make_event
@@ -56,7 +56,7 @@ class ScriptedInner:
         return SourceBatch(events=events, commit_offsets=offsets)
 
 
-def _streaming(inner: ScriptedInner) -> StreamSnapshots:
+def _streaming(inner: ScriptedInner, channel: Channel | None = None) -> StreamSnapshots:
     config = PostgresSourceConfig.model_validate(
         {"type": "postgres", "dsn": "postgresql://u@localhost:1/db", "tables": [TABLE]}
     )
@@ -71,22 +71,22 @@ def _streaming(inner: ScriptedInner) -> StreamSnapshots:
         state,
         LogReporter(logger),
         logger,
-        Channel("p"),  # type: ignore[arg-type]
+        channel or Channel("p"),
     )
 
 
-def _open_window(streaming: StreamSnapshots, keys: list[int]) -> None:
+def _open_window(streaming: StreamSnapshots, keys: list[int], wid: str = "w1") -> None:
     columns = (RelationColumn(True, "id", 23, -1),)
     info = TableInfo("public", "items", 7, "d", ("id",))
     state = build_state(
         "p", info, Relation(7, "public", "items", "d", columns), TypeRegistry(), None, set(), 0
     )
-    rows = {encode_key({"id": k}): ({"id": k}, {"id": k}, encode_key({"id": k})) for k in keys}
+    rows = {encode_key({"id": k}): ({"id": k}, encode_key({"id": k})) for k in keys}
     job = ChunkJob(SnapshotTable(info, state, ("id",)), KeyChunk(0, None, None), None)
     windows, reader = streaming._windows, streaming._reader
-    windows.expect("w1", TABLE)
-    reader.open_windows["w1"] = OpenWindow(job, threading.Event())
-    windows.deliver("w1", rows)
+    windows.expect(wid, TABLE)
+    reader.open_windows[wid] = OpenWindow(job, threading.Event())
+    windows.deliver(wid, rows)
 
 
 def _keys(records: Any) -> list[bytes | None]:
@@ -127,3 +127,59 @@ def test_a_window_closing_last_needs_no_cut() -> None:
     assert _keys(batch.records) == [b'{"id":2}', b'{"id":3}']
     assert batch.commit_offsets is not None and batch.commit_offsets["postgres"] == {"lsn": 500}
     assert streaming.poll(100, 0.0).empty
+
+
+def test_two_windows_closing_in_one_batch_cut_it_twice() -> None:
+    a, b, c = (make_event(k, table="items") for k in (1, 2, 3))
+    marks = [(0, "low:w1"), (0, "low:w2"), (1, "high:w1"), (2, "high:w2")]
+    inner = ScriptedInner([([a, b, c], marks, None), ([], [], {"postgres": {"lsn": 7}})])
+    streaming = _streaming(inner)
+    _open_window(streaming, [1, 2, 3, 4], "w1")
+    _open_window(streaming, [1, 2, 3, 5], "w2")
+
+    parts = [streaming.poll(100, 0.0) for _ in range(4)]
+    order = []  # what the runtime appends, in order
+    for part in parts:
+        order += [e.key["id"] for e in part.events] + [r.key for r in part.records]
+    # w1 drops key 1 (changed inside it); w2 drops 1 and 2; key 3 changed after both closed.
+    assert order == [1, b'{"id":2}', b'{"id":3}', b'{"id":4}', 2, b'{"id":3}', b'{"id":5}', 3]
+    assert [p.commit_offsets is None for p in parts] == [True, True, True, False]
+    assert parts[3].commit_offsets is not None
+    assert parts[3].commit_offsets["postgres"] == {"lsn": 7}
+
+
+def test_a_window_left_without_rows_does_not_cut_the_batch() -> None:
+    a, b = make_event(1, table="items"), make_event(2, table="items")
+    offsets = {"postgres": {"lsn": 9}}
+    inner = ScriptedInner([([a, b], [(0, "low:w1"), (1, "high:w1")], offsets)])
+    streaming = _streaming(inner)
+    _open_window(streaming, [1], "w1")  # its only key changed inside it
+
+    batch = streaming.poll(100, 0.0)
+    assert [e.key["id"] for e in batch.events] == [1, 2] and not batch.records
+    assert batch.commit_offsets is not None
+
+
+def test_with_a_signal_table_a_hooks_watermark_keeps_its_place() -> None:
+    # The low watermark is a row of the signal table (taken out of the batch); the high one a
+    # logical message between keys 5 and 6, counted with that row still in the batch.
+    signals = ("public", "cdc_signals")
+    row = ChangeEvent(
+        Op.CREATE,
+        {"id": 1},
+        None,
+        {"id": 1, "kind": "wm", "payload": "low:w1"},
+        SourceInfo("postgresql", "db", "public", "cdc_signals", 0, 50, 0),
+    )
+    five, six = make_event(5, table="items"), make_event(6, table="items")
+    offsets = {"postgres": {"lsn": 60}}
+    inner = ScriptedInner([([row, five, six], [(2, "high:w1")], offsets)])
+    streaming = _streaming(inner, Channel("p", signals))
+    _open_window(streaming, [5, 6, 7], "w1")
+
+    first = streaming.poll(100, 0.0)
+    assert [e.key["id"] for e in first.events] == [5]
+    assert _keys(first.records) == [b'{"id":6}', b'{"id":7}']  # 6 changed after the window
+    second = streaming.poll(100, 0.0)
+    assert [e.key["id"] for e in second.events] == [6]
+    assert second.commit_offsets is not None
