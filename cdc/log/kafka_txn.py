@@ -106,6 +106,9 @@ class KafkaTransaction(TransactionContext):
         self._writer = writer
         self._state = "open"
         self._failure: tuple[KafkaError, str, bytes | None] | None = None
+        # A record reported delivered at no offset: committing could lose it (seen here: the
+        # broker had not kept it), so the transaction is aborted and replayed instead.
+        self._unplaced: tuple[str, bytes | None] | None = None
         self._last: dict[tuple[str, int], int] = {}  # highest delivered offset per partition
         self._unpolled = 0
         writer.lock.acquire()
@@ -208,9 +211,16 @@ class KafkaTransaction(TransactionContext):
             self._raise_failure()
 
     def _delivered(self, err: KafkaError | None, msg: Any) -> None:
+        # Must not raise: librdkafka calls it inside produce/poll/commit_transaction, and on
+        # Python 3.11 confluent-kafka 2.16 re-raises a callback's error as a SystemError.
         if err is None:
+            offset = msg.offset()
+            if offset is None:  # "delivered", at an offset the broker did not report
+                if self._unplaced is None:
+                    self._unplaced = (msg.topic(), msg.key())
+                return
             tp = (msg.topic(), msg.partition())
-            self._last[tp] = max(self._last.get(tp, -1), msg.offset())
+            self._last[tp] = max(self._last.get(tp, -1), offset)
         elif self._failure is None:
             self._failure = (err, msg.topic(), msg.key())
 
@@ -230,6 +240,11 @@ class KafkaTransaction(TransactionContext):
 
     def _commit(self) -> None:
         deadline = time.monotonic() + self._writer.timeout_s
+        # Every delivery report first: commit_transaction succeeds even after a record came
+        # back "delivered" without an offset, so that has to be caught before it.
+        self._producer.flush(self._writer.timeout_s)
+        if self._unplaced is not None:
+            self._abort_unplaced(*self._unplaced)
         while True:
             remaining = deadline - time.monotonic()
             try:
@@ -249,6 +264,19 @@ class KafkaTransaction(TransactionContext):
                     f"{self._writer.timeout_s:.0f} s ({describe(err, exc)}); its outcome shows "
                     "in the stored source offsets"
                 ) from exc
+
+    def _abort_unplaced(self, topic: str, key: bytes | None) -> None:
+        """Abort a transaction holding a record reported delivered at no offset."""
+        self._state = "aborted"
+        try:
+            self._producer.abort_transaction(_ABORT_TIMEOUT_S)
+        except KafkaException:
+            self._writer.discard()
+        raise LogUnavailable(
+            f"kafka log ({self._writer.servers}): a record of {topic} with key {key!r} was "
+            "reported delivered at no offset, so the transaction was aborted rather than risk "
+            "committing without it; the source resumes from the stored offsets"
+        )
 
     def _abort_after(self, exc: KafkaException) -> None:
         """Abort after an abortable commit error and raise what the caller should see."""

@@ -38,7 +38,9 @@ def make_event(
 class ScriptedSource:
     """Returns scripted batches in order; an exception in the script is raised from ``poll``.
 
-    ``acked`` records every ack, ``opened_with`` the offsets of every ``open``.
+    ``acked`` records every ack, ``opened_with`` the offsets of every ``open``. With ``replay``,
+    a reopen hands out again the batches given since the last ack, as a real source resumes
+    from its stored offsets after the runtime rolled their transaction back.
     """
 
     script: list[SourceBatch | BaseException]
@@ -47,12 +49,16 @@ class ScriptedSource:
     opened_with: list[dict[str, Any]] = field(default_factory=list)
     closed: int = 0
     drained: threading.Event = field(default_factory=threading.Event)
+    replay: bool = False
+    _unacked: list[SourceBatch] = field(default_factory=list)
 
     def tables(self) -> list[tuple[str, str]]:
         return self.table_names
 
     def open(self, stored_offsets: Mapping[str, Any]) -> None:
         self.opened_with.append(dict(stored_offsets))
+        if self.replay:
+            self.script[:0], self._unacked = self._unacked, []
 
     def poll(self, max_events: int, timeout_s: float) -> SourceBatch:
         if not self.script:
@@ -62,10 +68,12 @@ class ScriptedSource:
         item = self.script.pop(0)
         if isinstance(item, BaseException):
             raise item
+        self._unacked.append(item)
         return item
 
     def ack(self, offsets: Mapping[str, Any]) -> None:
         self.acked.append(dict(offsets))
+        self._unacked.clear()
 
     def close(self) -> None:
         self.closed += 1
