@@ -242,7 +242,11 @@ class KafkaTransaction(TransactionContext):
         deadline = time.monotonic() + self._writer.timeout_s
         # Every delivery report first: commit_transaction succeeds even after a record came
         # back "delivered" without an offset, so that has to be caught before it.
-        self._producer.flush(self._writer.timeout_s)
+        # A fenced or failed producer may fail the flush (confluent-kafka 2.16 on Python 3.11
+        # even as a SystemError from inside a delivery callback): commit_transaction below
+        # raises the producer's real error, which is what the caller must see.
+        with suppress(KafkaException, SystemError):
+            self._producer.flush(self._writer.timeout_s)
         if self._unplaced is not None:
             self._abort_unplaced(*self._unplaced)
         while True:
