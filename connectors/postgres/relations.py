@@ -77,20 +77,14 @@ class RelationState:
         native encoder."""
         if self.encoder is None:
             return None
-        try:
-            return self.encoder.copy_records(lines, *parts, first_sequence)
-        except Exception:  # anything unexpected: the Python path converts the piece, or says why
-            return None
+        return _piece(self.encoder.copy_records, lines, *parts, first_sequence)
 
     def copy_rows(self, lines: list[bytes]) -> list[tuple[bytes, bytes] | None] | None:
         """The key JSON and row JSON of each line of ``COPY ... TO STDOUT`` text, as
         :meth:`copy_records` writes them; ``None`` as there."""
         if self.encoder is None:
             return None
-        try:
-            return self.encoder.copy_rows(lines)
-        except Exception:  # anything unexpected: the Python path converts the piece, or says why
-            return None
+        return _piece(self.encoder.copy_rows, lines)
 
     def _keyed(
         self,
@@ -203,3 +197,14 @@ def build_state(
         table_schema=TableSchema(CONNECTOR, info.schema, info.table, columns, position),
         encoder=row_encoder(relation.columns, registry, key_index),
     )
+
+
+def _piece(
+    encode: Callable[..., list[tuple[bytes, bytes] | None]], *args: Any
+) -> list[tuple[bytes, bytes] | None] | None:
+    """A native piece encoder's result; ``None`` for anything unexpected, so the Python path
+    converts the piece (or says why)."""
+    try:
+        return encode(*args)
+    except Exception:
+        return None

@@ -24,7 +24,7 @@ from connectors.postgres import fast
 from connectors.postgres.catalog import TableInfo
 from connectors.postgres.pgoutput import Insert, Relation, RelationColumn, decode
 from connectors.postgres.protocol import str_to_lsn
-from connectors.postgres.relations import build_state
+from connectors.postgres.relations import RelationState, build_state
 from connectors.postgres.stream import Assembler
 from connectors.postgres.toast import ToastFiller
 from connectors.postgres.types import TypeEntry, TypeRegistry, row_converter
@@ -358,22 +358,32 @@ def test_copy_lines_give_the_python_records_or_are_declined(oids: list[int]) -> 
     assert encoder.copy_records([some_row, some_row], b"", b"", b"", 2**63 - 1)[1] is None
 
 
-def test_snapshot_records_equal_the_python_records() -> None:
-    registry = _registry()
-    columns = _columns()
-    relation = Relation(7, "public", "t", "d", tuple(columns))
+def _snapshot_state() -> tuple[TableInfo, RelationState]:
+    """Table ``public.t`` of every case's column, keyed by ``id``."""
+    relation = Relation(7, "public", "t", "d", tuple(_columns()))
     info = TableInfo("public", "t", 7, "d", ("id",))
-    state = build_state("p", info, relation, registry, None, set(), 0)
-    table = SnapshotTable(info, state, ("id",))
-    rng = random.Random(41)
-    rows = []
-    while len(rows) < 500:
+    return info, build_state("p", info, relation, _registry(), None, set(), 0)
+
+
+def _convertible_rows(count: int, seed: int) -> list[tuple[str | None, ...]]:
+    """Random rows of every case's column (``id`` first) that the converters accept."""
+    registry, columns = _registry(), _columns()
+    rng = random.Random(seed)
+    rows: list[tuple[str | None, ...]] = []
+    while len(rows) < count:
         values = (
             str(len(rows)),
             *(None if rng.random() < 0.8 else rng.choice(CASES[oid]) for oid in CASES),
         )
         if not isinstance(_python(columns, registry, values), type):  # only rows that convert
             rows.append(values)
+    return rows
+
+
+def test_snapshot_records_equal_the_python_records() -> None:
+    info, state = _snapshot_state()
+    table = SnapshotTable(info, state, ("id",))
+    rows = _convertible_rows(500, 41)
     lines = [_copy_line(v) for v in rows]
     assert sum(b"\\" in line.replace(b"\\N", b"") for line in lines) >= 100  # declined
     options: dict[str, Any] = dict(pipeline="p", db="db", position=99, chunk=3, flag="true")
@@ -390,22 +400,9 @@ def test_snapshot_records_equal_the_python_records() -> None:
 
 
 def test_watermark_window_records_equal_the_python_records() -> None:
-    registry = _registry()
-    columns = _columns()
-    relation = Relation(7, "public", "t", "d", tuple(columns))
-    info = TableInfo("public", "t", 7, "d", ("id",))
-    state = build_state("p", info, relation, registry, None, set(), 0)
+    info, state = _snapshot_state()
     job = ChunkJob(SnapshotTable(info, state, ("id",)), KeyChunk(2, None, None), None)
-    rng = random.Random(47)
-    values_of_rows: list[tuple[str | None, ...]] = []
-    while len(values_of_rows) < 300:
-        values = (
-            str(len(values_of_rows)),
-            *(None if rng.random() < 0.8 else rng.choice(CASES[oid]) for oid in CASES),
-        )
-        if not isinstance(_python(columns, registry, values), type):  # only rows that convert
-            values_of_rows.append(values)
-    lines = [_copy_line(values) for values in values_of_rows]
+    lines = [_copy_line(values) for values in _convertible_rows(300, 47)]
     rows = keyed_lines(state, lines)
     python_rows = keyed_lines(dataclasses.replace(state, encoder=None), lines)
     assert sum(isinstance(after, EncodedRow) for after, _ in rows) >= 100  # written natively
