@@ -7,20 +7,24 @@ SHELL := /bin/bash
 .ONESHELL:
 .DEFAULT_GOAL := test
 
-PYTHON ?= python3
+# Everything runs in the project's own virtualenv, created without system site-packages, so an
+# undeclared dependency fails here as it would on a user's machine.
+BASE_PYTHON ?= python3
+VENV ?= .venv
+PYTHON := $(VENV)/bin/python
 # rustup installs cargo here; pip needs it to build the optional native row encoder.
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 MVN ?= mvn -B -q --no-transfer-progress -Dstyle.color=never
 PYTEST_ARGS ?=
-STAMPS := build/stamps
 
 KAFKA_LIB := tests/kafka/target/lib
 MONGO_LIB := tests/mongo/target/lib
 MONGO_SOURCES := $(shell find tests/mongo/src -name '*.java' 2>/dev/null)
 
-.PHONY: install apt pip jars test lint typecheck pytest kafka demo clean
+.PHONY: install apt venv pip jars test lint typecheck pytest kafka demo clean
 
-## install: system packages (only what is missing), the Python package, the Kafka and Mongo jars.
+## install: system packages (only what is missing), the project's virtualenv with the package, the
+## Kafka and Mongo jars.
 install: apt pip jars
 
 ## apt: PostgreSQL 15, Redis, kcat, Maven and a JDK 17, each only when missing.
@@ -32,7 +36,8 @@ apt:
 	command -v mvn >/dev/null || missing+=(maven)
 	# Maven compiles the Mongo server's main class, so a JRE alone is not enough.
 	command -v javac >/dev/null || missing+=(openjdk-17-jdk-headless)
-	$(PYTHON) -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
+	# A distribution Python needs python3-venv for `-m venv` (ensurepip); pyenv's has it built in.
+	$(BASE_PYTHON) -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
 	if [ $${#missing[@]} -eq 0 ]; then echo "apt: nothing missing"; exit 0; fi
 	sudo=""; [ "$$(id -u)" -eq 0 ] || sudo="sudo"
 	echo "apt: installing $${missing[*]}"
@@ -46,12 +51,17 @@ apt:
 ## pip: the project in editable mode with its dev tools, and the native row encoder when a Rust
 ## toolchain is present (again only when pyproject.toml or the encoder changed).
 NATIVE_SOURCES := $(wildcard connectors/postgres/native/src/*.rs cdc/log/native/src/*.rs) connectors/postgres/native/Cargo.toml cdc/log/native/Cargo.toml
-pip: $(STAMPS)/pip
-$(STAMPS)/pip: pyproject.toml $(NATIVE_SOURCES)
+venv: $(PYTHON)
+$(PYTHON):
+	$(BASE_PYTHON) -m venv --clear $(VENV)
+	$(PYTHON) -m pip install -q --upgrade pip
+
+pip: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml $(NATIVE_SOURCES) | $(PYTHON)
 	PIP_ROOT_USER_ACTION=ignore $(PYTHON) -m pip install -q -e '.[dev]'
 	$(PYTHON) -c 'from connectors.postgres import fast; print("native row encoder:", "built" if fast.available() else "not built (no Rust toolchain): the pure-Python path runs")'
 	$(PYTHON) -c 'from cdc.log import embedded_native as n; print("native log appender:", "built" if n.available() else "not built (no Rust toolchain): executemany runs")'
-	mkdir -p $(STAMPS) && touch $@
+	touch $@
 
 ## jars: Kafka 4 and mongo-java-server with their dependencies, from Maven Central.
 jars: $(KAFKA_LIB)/.built $(MONGO_LIB)/.built
@@ -101,4 +111,4 @@ demo: install
 	$(PYTHON) examples/demo.py
 
 clean:
-	rm -rf build tests/kafka/target tests/mongo/target
+	rm -rf build $(VENV) tests/kafka/target tests/mongo/target

@@ -1,0 +1,100 @@
+"""A clean install works: a new virtualenv, the project installed from this checkout, nothing else.
+
+The system Python of a developer's or CI's machine may carry packages a user's machine lacks (it
+once hid an undeclared ``click``). This test builds a virtualenv without system site-packages,
+installs the checkout into it, runs ``cdc --help`` and imports every module of the four packages
+from outside the checkout, so only what the install declared can be found.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("cdc", "connectors", "sinks", "snapshots")
+
+# Imports every module of the installed packages and prints where the first one came from.
+IMPORT_ALL = """
+import importlib, pkgutil, sys
+names = []
+for top in sys.argv[1:]:
+    package = importlib.import_module(top)
+    names.append(top)
+    for info in pkgutil.walk_packages(package.__path__, top + "."):
+        names.append(info.name)
+for name in names:
+    importlib.import_module(name)
+print(len(names), importlib.import_module("cdc").__file__)
+"""
+
+
+def _clean_env() -> dict[str, str]:
+    # Nothing may reach the checkout or another environment's packages through the environment.
+    drop = {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP"}
+    return {k: v for k, v in os.environ.items() if k not in drop}
+
+
+@pytest.fixture(scope="module")
+def clean_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A virtualenv with the checkout installed (with its ``testing`` extra) and nothing more."""
+    root = tmp_path_factory.mktemp("clean-venv") / "venv"
+    venv.EnvBuilder(with_pip=True, system_site_packages=False, clear=True).create(root)
+    python = root / "bin" / "python"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", f"{REPO_ROOT}[testing]"],
+        check=True,
+        env={**_clean_env(), "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+        timeout=900,
+    )
+    return root
+
+
+def test_the_installed_cdc_command_runs(clean_venv: Path, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [str(clean_venv / "bin" / "cdc"), "--help"],
+        cwd=tmp_path,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    for command in ("validate", "run", "status", "snapshot", "verify", "tail"):
+        assert command in result.stdout
+
+
+def test_every_module_imports_from_the_clean_install(clean_venv: Path, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [str(clean_venv / "bin" / "python"), "-c", IMPORT_ALL, *PACKAGES],
+        cwd=tmp_path,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    count, cdc_file = result.stdout.split()
+    assert int(count) > 50
+    # The modules came from the virtualenv, not from the checkout or the system's packages.
+    assert Path(cdc_file).is_relative_to(clean_venv), cdc_file
+
+
+def test_the_clean_virtualenv_sees_no_system_packages(clean_venv: Path, tmp_path: Path) -> None:
+    # The premise of the two tests above: a package only the system Python has is not importable.
+    probe = "import sys; print(sys.prefix != sys.base_prefix, any('site-packages' in p and "
+    probe += f"p.startswith({sys.base_prefix!r}) for p in sys.path))"
+    result = subprocess.run(
+        [str(clean_venv / "bin" / "python"), "-c", probe],
+        cwd=tmp_path,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.stdout.split() == ["True", "False"], result.stdout + result.stderr
