@@ -9,6 +9,7 @@ from outside the checkout, so only what the install declared can be found.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -43,11 +44,20 @@ def _clean_env() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def clean_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A virtualenv with the checkout installed (with its ``testing`` extra) and nothing more."""
-    root = tmp_path_factory.mktemp("clean-venv") / "venv"
+    work = tmp_path_factory.mktemp("clean-venv")
+    # A copy of the tracked tree, so the build leaves nothing in the checkout and sees no
+    # developer's leftovers (an editable install's in-place extensions, build folders).
+    source = work / "src"
+    shutil.copytree(
+        REPO_ROOT,
+        source,
+        ignore=shutil.ignore_patterns(".git", ".venv", "build", "target", "*.so", "__pycache__"),
+    )
+    root = work / "venv"
     venv.EnvBuilder(with_pip=True, system_site_packages=False, clear=True).create(root)
     python = root / "bin" / "python"
     subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", f"{REPO_ROOT}[testing]"],
+        [str(python), "-m", "pip", "install", "-q", f"{source}[testing]"],
         check=True,
         env={**_clean_env(), "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
         timeout=900,
