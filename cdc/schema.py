@@ -25,12 +25,17 @@ class Column:
             ``timestamp with time zone``, ``text[]``.
         key: part of the record key.
         nullable: the column accepts NULL (``True`` where the source does not say).
+        id: the column's identity in its table, kept when the column is renamed and never
+            given to another column (PostgreSQL: its ``attnum``); ``None`` where the source
+            does not know it. A sink tells a rename (same ``id``, new name) from a drop and an
+            add by it.
     """
 
     name: str
     type: str
     key: bool = False
     nullable: bool = True
+    id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,10 +58,7 @@ class TableSchema:
             "schema": self.schema,
             "table": self.table,
             "position": self.position,
-            "columns": [
-                {"name": c.name, "type": c.type, "key": c.key, "nullable": c.nullable}
-                for c in self.columns
-            ],
+            "columns": [_column_json(c) for c in self.columns],
         }
 
     @classmethod
@@ -67,13 +69,31 @@ class TableSchema:
             table=data["table"],
             position=int(data.get("position", 0)),
             columns=tuple(
-                Column(c["name"], c["type"], bool(c.get("key")), bool(c.get("nullable", True)))
+                Column(
+                    c["name"],
+                    c["type"],
+                    bool(c.get("key")),
+                    bool(c.get("nullable", True)),
+                    None if c.get("id") is None else int(c["id"]),
+                )
                 for c in data["columns"]
             ),
         )
 
     def same_shape(self, other: TableSchema | None) -> bool:
         return other is not None and self.columns == other.columns
+
+
+def _column_json(column: Column) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "name": column.name,
+        "type": column.type,
+        "key": column.key,
+        "nullable": column.nullable,
+    }
+    if column.id is not None:  # absent, not null: a source without ids writes what it wrote
+        out["id"] = column.id
+    return out
 
 
 def schema_topic(pipeline: str) -> str:

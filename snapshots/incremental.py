@@ -13,7 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import psycopg
@@ -70,6 +70,9 @@ class OpenWindow:
 
 
 Planner = Callable[[], list[ChunkJob]]
+#: The table as the catalog describes it now (columns renamed, added, dropped or retyped since
+#: the plan): each chunk is read in the shape of its read.
+Refresh = Callable[[SnapshotTable], SnapshotTable]
 
 
 class WatermarkReader:
@@ -83,6 +86,8 @@ class WatermarkReader:
         lock: guards ``windows`` and ``open_windows``.
         logger: bound logger.
         retries: attempts per chunk after the first.
+        refresh: describes a chunk's table again before each attempt, so a schema change since
+            the plan neither fails the read (a renamed column) nor reads the old shape.
     """
 
     def __init__(
@@ -95,7 +100,9 @@ class WatermarkReader:
         logger: Logger,
         retries: int = 3,
         backoff_s: float = 0.5,
+        refresh: Refresh | None = None,
     ) -> None:
+        self._refresh = refresh
         self._conninfo = session_conninfo(dsn, connect_timeout_s, application_name="cdc-snapshot")
         self._channel, self._windows, self._lock = channel, windows, lock
         self._logger, self._retries, self._backoff_s = logger, retries, backoff_s
@@ -135,6 +142,8 @@ class WatermarkReader:
         for attempt in range(self._retries + 1):
             wid = uuid.uuid4().hex
             try:
+                if self._refresh is not None:
+                    job = replace(job, table=self._refresh(job.table))
                 if self._read_window(wid, job):
                     return
                 return  # stopped

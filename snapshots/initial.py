@@ -68,7 +68,9 @@ def describe_one(
     pipeline: str,
     info: TableInfo,
     logger: Logger,
+    quiet: bool = False,
 ) -> SnapshotTable:
+    """The table as the snapshot reads it; warns (unless ``quiet``) for ``ctid`` chunks."""
     table = describe(
         catalog,
         registry,
@@ -77,7 +79,7 @@ def describe_one(
         config.key_columns.get(info.name),
         config.snapshot_key_columns.get(info.name),
     )
-    if not table.chunk_key:
+    if not table.chunk_key and not quiet:
         logger.warning(
             "snapshot.ctid_chunks",
             table=info.name,

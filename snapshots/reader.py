@@ -29,7 +29,7 @@ Values = tuple[str | None, ...]
 _COLUMNS = sql.SQL(
     "SELECT a.attname::text, a.atttypid::int8, a.atttypmod, a.attnotnull,"
     " EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = a.attrelid AND i.indisreplident"
-    "  AND a.attnum = ANY(i.indkey))"
+    "  AND a.attnum = ANY(i.indkey)), a.attnum"
     " FROM pg_attribute a WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped"
     " AND a.attgenerated = '' ORDER BY a.attnum"
 )
@@ -76,16 +76,16 @@ def describe(
     identity = info.replica_identity
     columns = tuple(
         RelationColumn(_is_key(identity, name, info.primary_key, in_index), name, int(oid), mod)
-        for name, oid, mod, _not_null, in_index in rows
+        for name, oid, mod, _not_null, in_index, _attnum in rows
     )
     missing = registry.missing(c.type_oid for c in columns)
     if missing:
         catalog.load_types(registry, missing)
     relation = Relation(info.oid, info.schema, info.table, identity, columns)
     not_null = {str(r[0]) for r in rows if r[3]}
-    state = build_state(
-        pipeline, info, relation, registry, key_columns, not_null, 0, catalog.array_dims(info.oid)
-    )
+    dims = catalog.array_dims(info.oid)
+    ids = [int(r[5]) for r in rows]
+    state = build_state(pipeline, info, relation, registry, key_columns, not_null, 0, dims, ids)
     if chunk_columns:
         _check_chunk_columns(info.name, chunk_columns, {c.name for c in columns}, not_null)
     chunk_key = tuple(chunk_columns or info.primary_key)

@@ -92,15 +92,24 @@ class StreamSnapshots:
         self._windows: Watermarks[KeyedRow] = Watermarks()
         self._markers: list[Marker] = []
         self._rest: _Rest | None = None  # a batch cut at a closed window, to hand on next
-        self._published: set[str] = set()
+        # The shape sinks last got per table, from the stream or a window (see _close_window).
+        self._published: dict[str, TableSchema] = {}
+        self._moved: set[str] = set()  # windows during which the stream's shape changed
         self._db = ""
         self._dsn = config.dsn.get_secret_value()
         self._signal_table = channel.table  # (schema, table) or None
         self._reader = WatermarkReader(
-            self._dsn, config.connect_timeout_s, channel, self._windows, self._lock, logger
+            self._dsn,
+            config.connect_timeout_s,
+            channel,
+            self._windows,
+            self._lock,
+            logger,
+            refresh=self._refresh,
         )
         inner.message_hooks[channel.prefix(WATERMARK)] = self._on_watermark
         inner.message_hooks[channel.prefix(SIGNAL)] = self._on_signal
+        inner.resnapshot = self._resnapshot
 
     def started(self) -> None:
         """The stream is open: learn the database name for the events."""
@@ -159,6 +168,27 @@ class StreamSnapshots:
 
         return planner
 
+    def _resnapshot(self, table: str, reason: str) -> None:
+        """Re-read ``table`` as ``cdc snapshot --table`` does: DDL rewrote rows unlogged. Not
+        twice while a request waits to be planned; never under ``snapshot: never``, whose sinks
+        hold only the rows changed since the start."""
+        if table not in self._config.tables:
+            return  # the signal table
+        if self._config.snapshot == "never":
+            self._logger.warning(
+                "snapshot.not_requested",
+                table=table,
+                reason=f"snapshot: never; rows already in the sinks stay stale ({reason})",
+                fix=f"run `cdc snapshot PIPELINE_FILE --table {table}`",
+            )
+            return
+        if any(r["table"] == table and not r.get("where") for r in self._state.requests()):
+            return
+        request = {"id": uuid.uuid4().hex, "type": "snapshot", "table": table, "where": None}
+        self._state.add_request(request)
+        self._logger.info("snapshot.requested", table=table, request=request["id"], reason=reason)
+        self._submit(self._request_planner(request))
+
     def _submit(self, planner: Planner) -> None:
         self._reader.submit(planner)
 
@@ -190,8 +220,23 @@ class StreamSnapshots:
         if self._signal_table is not None:
             events, markers = self._signal_rows(events, markers)
             schemas = [s for s in schemas if (s.schema, s.table) != self._signal_table]
+        self._shapes_from_stream(schemas)
         offsets = batch.commit_offsets
         return self._woven(events, markers, schemas, offsets, batch.dead_letters, batch.records)
+
+    def _shapes_from_stream(self, schemas: Sequence[TableSchema]) -> None:
+        """Note the shapes the stream publishes, and flag the windows they overtook: a window
+        read before a change the stream shows before its high watermark has rows of the older
+        shape, whose schema must not follow the stream's. A batch's schemas precede its events,
+        not necessarily its markers: every open window of the table is flagged, to be safe.
+        """
+        for schema in schemas:
+            name = f"{schema.schema}.{schema.table}"
+            self._published[name] = schema
+            with self._lock:
+                self._moved.update(
+                    wid for wid, w in self._reader.open_windows.items() if w.job.table.name == name
+                )
 
     def _woven(
         self,
@@ -293,9 +338,13 @@ class StreamSnapshots:
         records = window_records(
             job, rows, pipeline=self._pipeline, db=self._db, position=lsn, ts_ms=now, now_ms=now
         )
-        if table not in self._published:
-            self._published.add(table)
-            schemas.append(job.table.state.table_schema)
+        # The rows are in the shape of their read: publish it unless the sinks have it already
+        # or the stream moved on during the window (the tracker then re-reads if rows changed).
+        shape = job.table.state.table_schema
+        if wid not in self._moved and not shape.same_shape(self._published.get(table)):
+            self._published[table] = shape
+            schemas.append(shape)
+        self._moved.discard(wid)
         figures = self._state.chunk_done(table, job.chunk.index, len(rows))
         self._progress.chunk_done(table, job.chunk.index, len(rows), figures)
         window.done.set()
@@ -323,17 +372,21 @@ class StreamSnapshots:
     def _catalog(self) -> Catalog:
         return Catalog(self._dsn, redact_url(self._dsn), self._config.connect_timeout_s)
 
-    def _describe(self, name: str) -> SnapshotTable:
+    def _describe(self, name: str, quiet: bool = False) -> SnapshotTable:
         catalog = self._catalog()
         try:
             schema, _, table = name.partition(".")
             role = catalog.check_role()
             info = catalog.table(schema, table, role)
             return describe_one(
-                catalog, TypeRegistry(), self._config, self._pipeline, info, self._logger
+                catalog, TypeRegistry(), self._config, self._pipeline, info, self._logger, quiet
             )
         finally:
             catalog.close()
+
+    def _refresh(self, table: SnapshotTable) -> SnapshotTable:
+        """``table`` as the catalog describes it now (before each chunk's read)."""
+        return self._describe(table.name, quiet=True)
 
     def _reader_plan_connection(self) -> psycopg.Connection[Any]:
         conninfo = session_conninfo(self._dsn, self._config.connect_timeout_s)

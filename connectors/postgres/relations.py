@@ -166,15 +166,18 @@ def build_state(
     not_null: set[str],
     position: int,
     array_dims: Mapping[str, int] | None = None,
+    ids: Sequence[int | None] | None = None,
 ) -> RelationState:
     """The relation's state after a ``Relation`` message (types must already be loaded).
 
     ``array_dims`` gives the declared dimensions of multi-dimensional array columns, published
-    as ``integer[][]`` so sinks with fixed nesting can type them.
+    as ``integer[][]`` so sinks with fixed nesting can type them. ``ids`` gives each column's
+    ``attnum`` (:attr:`cdc.schema.Column.id`), where known.
     """
     dims = array_dims or {}
     key = resolve_key(info, relation, configured_key)
     index = {c.name: i for i, c in enumerate(relation.columns)}
+    known = list(ids or ())
     columns = tuple(
         Column(
             name=c.name,
@@ -182,8 +185,9 @@ def build_state(
             + "[]" * max(0, dims.get(c.name, 1) - 1),
             key=c.name in key,
             nullable=c.name not in not_null,
+            id=known[n] if n < len(known) else None,
         )
-        for c in relation.columns
+        for n, c in enumerate(relation.columns)
     )
     key_index = tuple(index[k] for k in key)
     return RelationState(

@@ -43,6 +43,7 @@ from connectors.postgres.protocol import (
 )
 from connectors.postgres.relations import check_keyable
 from connectors.postgres.replication import ReplicationCommandError, ReplicationConnection
+from connectors.postgres.shapes import Resnapshot, ShapeTracker, published_schemas
 from connectors.postgres.stream import Assembler, MessageHook, offsets_for
 from connectors.postgres.toast import ToastFiller
 
@@ -85,6 +86,9 @@ class PostgresSource:
         #: Logical-message handlers by prefix, installed at ``open`` (the watermarks and signals
         #: of :mod:`snapshots`); each is called as ``hook(message, lsn)`` during ``poll``.
         self.message_hooks: dict[str, MessageHook] = {}
+        #: Queues a re-snapshot of a table whose DDL changed rows without logging them
+        #: (:mod:`connectors.postgres.shapes`); installed by the snapshot layer.
+        self.resnapshot: Resnapshot | None = None
 
     def tables(self) -> list[tuple[str, str]]:
         """``(schema, table)`` of every captured table."""
@@ -133,6 +137,8 @@ class PostgresSource:
             [self._heartbeat_prefix],
         )
         self._assembler.hooks.update(self.message_hooks)
+        known = published_schemas(self._context.log, self._context.pipeline, list(tables))
+        self._assembler.shapes = ShapeTracker(catalog, known, self._logger, self.resnapshot)
         self._logger.info("source.streaming", start_lsn=start, database=database)
 
     def _describe(self, catalog: Catalog, role: str) -> dict[tuple[str, str], TableInfo]:

@@ -25,6 +25,7 @@ from connectors.postgres import pgoutput as pg
 from connectors.postgres.catalog import TableInfo
 from connectors.postgres.protocol import lsn_to_str, pg_time_to_unix_ms
 from connectors.postgres.relations import CONNECTOR, NEW_TUPLE_AT, RelationState, build_state
+from connectors.postgres.shapes import ShapeTracker
 from connectors.postgres.toast import ToastFiller, fill_from, key_identity, missing_columns
 from connectors.postgres.types import ConversionError, TypeRegistry
 
@@ -91,6 +92,8 @@ class Assembler:
         self._fail = on_bad_record != "dead_letter"
         self._logger = logger
         self.hooks: dict[str, MessageHook] = {}
+        #: Follows shape changes (published column ids, re-snapshots); ``None``: not followed.
+        self.shapes: ShapeTracker | None = None
         self._ignored_prefixes = frozenset(ignored_prefixes)
         self.registry = TypeRegistry()
         self._relations: dict[int, RelationState] = {}
@@ -207,6 +210,7 @@ class Assembler:
         missing = self.registry.missing(c.type_oid for c in msg.columns)
         if missing:
             self._catalog.load_types(self.registry, missing)
+        shapes = self.shapes
         state = build_state(
             self._pipeline,
             info,
@@ -216,9 +220,12 @@ class Assembler:
             self._catalog.not_null(info.oid),
             self._final_lsn,
             self._catalog.array_dims(info.oid),
+            None if shapes is None else shapes.ids(info.oid, msg),
         )
         self._relations[msg.oid] = state
         self._skipped.discard(msg.oid)
+        if shapes is not None:
+            shapes.observe(info.oid, state.table_schema)
         self._publish(state.table_schema)
 
     def _publish(self, schema: TableSchema) -> None:

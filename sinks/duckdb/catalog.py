@@ -3,8 +3,9 @@
 Everything lives in the warehouse file itself, in schema ``_cdc``, so it commits atomically
 with the data: ``offsets`` (next offset per topic partition), ``tables`` (layout and truncate
 watermark per table), ``columns`` (each column's source and DuckDB type, for evolution and for
-reading back) and one ``"<schema>.<table>__deleted"`` table per source table holding the key
-and source position of deleted rows, so a replayed older change cannot resurrect them.
+reading back; its source ``id`` and former names, to follow renames) and one
+``"<schema>.<table>__deleted"`` table per source table holding the key and source position of
+deleted rows, so a replayed older change cannot resurrect them.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ META_DDL: Final = (
     "ordinal INTEGER NOT NULL, column_name VARCHAR, source_type VARCHAR NOT NULL, "
     "duckdb_type VARCHAR NOT NULL, is_key BOOLEAN NOT NULL, "
     "PRIMARY KEY (schema_name, table_name, column_name))",
+    # Added later: files written before have the table without them.
+    f"ALTER TABLE {META}.columns ADD COLUMN IF NOT EXISTS source_id INTEGER",
+    f"ALTER TABLE {META}.columns ADD COLUMN IF NOT EXISTS former_names VARCHAR[]",
 )
 
 
@@ -42,12 +46,21 @@ def quote(name: str) -> str:
 
 @dataclass(slots=True)
 class ColumnInfo:
-    """A column of a sink table: its source type and the DuckDB type it maps to."""
+    """A column of a sink table: its source type and the DuckDB type it maps to.
+
+    Attributes:
+        source_id: the source's identity of the column (:attr:`cdc.schema.Column.id`), by
+            which a rename is told from a drop and an add.
+        former: names the column had before renames, oldest first: records written before a
+            rename still carry one.
+    """
 
     name: str
     source_type: str
     duck_type: str
     key: bool = False
+    source_id: int | None = None
+    former: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -90,6 +103,11 @@ class TableState:
                 return column
         return None
 
+    def former_names(self) -> dict[str, str]:
+        """Former name -> current name, for names no column has now."""
+        live = {c.name for c in self.columns}
+        return {old: c.name for c in self.columns for old in c.former if old not in live}
+
 
 def load_states(con: Any) -> dict[tuple[str, str], TableState]:
     """Every table the sink created, with its columns in order."""
@@ -100,12 +118,28 @@ def load_states(con: Any) -> dict[tuple[str, str], TableState]:
             f"truncate_sequence FROM {META}.tables"
         ).fetchall()
     }
-    for s, t, name, source_type, duck_type, key in con.execute(
-        f"SELECT schema_name, table_name, column_name, source_type, duckdb_type, is_key "
-        f"FROM {META}.columns ORDER BY schema_name, table_name, ordinal"
-    ).fetchall():
-        states[(s, t)].columns.append(ColumnInfo(name, source_type, duck_type, bool(key)))
+    for s, t, name, source_type, duck_type, key, source_id, former in _column_rows(con):
+        column = ColumnInfo(name, source_type, duck_type, bool(key), source_id, list(former or []))
+        states[(s, t)].columns.append(column)
     return states
+
+
+def _column_rows(con: Any) -> list[tuple[Any, ...]]:
+    """The rows of ``_cdc.columns``; a file not opened for writing since ``source_id`` and
+    ``former_names`` were added (``cdc verify`` reads read-only) gives NULL for them."""
+    found = {
+        str(r[0])
+        for r in con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() "
+            "AND schema_name = '_cdc' AND table_name = 'columns'"
+        ).fetchall()
+    }
+    extra = [name if name in found else "NULL" for name in ("source_id", "former_names")]
+    rows: list[tuple[Any, ...]] = con.execute(
+        f"SELECT schema_name, table_name, column_name, source_type, duckdb_type, is_key, "
+        f"{', '.join(extra)} FROM {META}.columns ORDER BY schema_name, table_name, ordinal"
+    ).fetchall()
+    return rows
 
 
 def typed_columns(published: TableSchema, key_names: list[str]) -> list[ColumnInfo]:
@@ -114,7 +148,7 @@ def typed_columns(published: TableSchema, key_names: list[str]) -> list[ColumnIn
 
     flagged = published.key_columns or key_names
     return [
-        ColumnInfo(c.name, c.type, duckdb_type(c.type), c.name in flagged)
+        ColumnInfo(c.name, c.type, duckdb_type(c.type), c.name in flagged, c.id)
         for c in published.columns
     ]
 
@@ -159,7 +193,9 @@ def create_history(con: Any, state: TableState) -> None:
 
 def save_column(con: Any, state: TableState, column: ColumnInfo, ordinal: int) -> None:
     con.execute(
-        f"INSERT OR REPLACE INTO {META}.columns VALUES (?, ?, ?, ?, ?, ?, ?)",
+        f"INSERT OR REPLACE INTO {META}.columns (schema_name, table_name, ordinal, column_name, "
+        "source_type, duckdb_type, is_key, source_id, former_names) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
             state.schema,
             state.table,
@@ -168,7 +204,17 @@ def save_column(con: Any, state: TableState, column: ColumnInfo, ordinal: int) -
             column.source_type,
             column.duck_type,
             column.key,
+            column.source_id,
+            column.former,
         ],
+    )
+
+
+def forget_column(con: Any, state: TableState, name: str) -> None:
+    """Remove a column's record (it is saved again under its new name)."""
+    con.execute(
+        f"DELETE FROM {META}.columns WHERE schema_name = ? AND table_name = ? AND column_name = ?",
+        [state.schema, state.table, name],
     )
 
 

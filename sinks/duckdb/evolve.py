@@ -1,9 +1,17 @@
 """Create a table on first sight and follow its schema as the source changes it.
 
-Rules: an added column is added (existing rows get NULL); a dropped column stays, and new rows
-leave it NULL (dropping it would destroy history the warehouse may be the last copy of); a type
-change that widens (:func:`sinks.duckdb.types.is_widening`) is applied with ``ALTER COLUMN ...
-TYPE``; any other type change stops the sink with :class:`~cdc.errors.SinkFatal`.
+Rules: an added column is added (existing rows get NULL); a renamed column is renamed, data
+kept: the source gives each column an ``id`` that a rename keeps (:attr:`cdc.schema.Column.id`),
+and a recorded column whose ``id`` now has another name, free in the table, takes that name
+(records written before the rename keep arriving under the old name: they are read under the
+new one, see :func:`sinks.duckdb.stage.encode`); a dropped column stays, and new rows leave it
+NULL (dropping it would destroy history the warehouse may be the last copy of); a type change
+that widens (:func:`sinks.duckdb.types.is_widening`) is applied with ``ALTER COLUMN ... TYPE``;
+any other type change stops the sink with :class:`~cdc.errors.SinkFatal`.
+
+The source re-snapshots a table after a change that rewrote its rows unlogged (a default, a
+rename, a drop, a type change: :mod:`connectors.postgres.evolution`), so the rows converge
+here too: in the current table a dropped column then reads NULL, as in any row written since.
 """
 
 from __future__ import annotations
@@ -31,7 +39,8 @@ def prepare(
     """The table's state after creating or evolving it to match ``published``.
 
     Changes are logged (``duckdb.table_created``, ``duckdb.column_added``,
-    ``duckdb.column_widened``); they take effect when the flush commits.
+    ``duckdb.column_renamed``, ``duckdb.column_widened``); they take effect when the flush
+    commits.
 
     Raises:
         SinkFatal: an incompatible type change, a table without key, or a history column
@@ -43,6 +52,7 @@ def prepare(
         states[table] = state
         logger.info("duckdb.table_created", table=state.target, layout=state.layout)
     elif state.layout == "typed" and published is not None:
+        _follow_renames(con, state, published, logger)
         _check_keys(state, published)
         for column in published.columns:
             _follow(con, state, column, logger)
@@ -77,12 +87,54 @@ def _check_keys(state: TableState, published: TableSchema) -> None:
         )
 
 
+def _follow_renames(con: Any, state: TableState, published: TableSchema, logger: Logger) -> None:
+    """Rename each recorded column whose ``id`` has a new name that no column holds yet.
+
+    Repeated until nothing moves: after ``b -> c`` then ``a -> b``, ``b`` is free only once
+    the first is done.
+    """
+    ids = {c.id: c.name for c in published.columns if c.id is not None}
+    moved = True
+    while moved:
+        moved = False
+        names = {c.name for c in state.columns}
+        for known in state.columns:
+            new = None if known.source_id is None else ids.get(known.source_id)
+            if new is not None and new != known.name and new not in names:
+                old = known.name
+                _rename(con, state, known, new)
+                logger.info("duckdb.column_renamed", table=state.target, old=old, new=new)
+                moved = True
+                break
+
+
+def _rename(con: Any, state: TableState, known: ColumnInfo, new: str) -> None:
+    if state.history:
+        _check_history_names(state, [new])
+    tables = [state.target]
+    tables += [state.deleted] if known.key else []
+    tables += [state.history_table] if state.history else []
+    for table in tables:
+        con.execute(f"ALTER TABLE {table} RENAME COLUMN {quote(known.name)} TO {quote(new)}")
+    catalog.forget_column(con, state, known.name)
+    known.former = [n for n in (*known.former, known.name) if n != new]
+    known.name = new
+    catalog.save_column(con, state, known, state.columns.index(known))
+
+
 def _follow(con: Any, state: TableState, column: Column, logger: Logger) -> None:
     known = state.column(column.name)
     if known is None:
-        _add(con, state, ColumnInfo(column.name, column.type, duckdb_type(column.type)))
+        info = ColumnInfo(column.name, column.type, duckdb_type(column.type), source_id=column.id)
+        _add(con, state, info)
         logger.info("duckdb.column_added", table=state.target, column=column.name, type=column.type)
-    elif normalize(known.source_type) != normalize(column.type):
+        return
+    if column.id is not None and known.source_id != column.id:
+        # First sight of the id (a file or schema from before ids), or the name now belongs to
+        # a column added again: either way the id is this column's from now on.
+        known.source_id = column.id
+        catalog.save_column(con, state, known, state.columns.index(known))
+    if normalize(known.source_type) != normalize(column.type):
         old = known.source_type
         _change_type(con, state, known, column.type)
         logger.info(

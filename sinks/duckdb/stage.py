@@ -10,7 +10,7 @@ the record and column to blame.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import orjson
@@ -59,6 +59,7 @@ def encode(state: TableState, batch: TableBatch, newest_only: bool) -> Staged:
     Raises:
         RecordError: a change with a column the table does not know.
     """
+    batch = current_names(state, batch)
     conversions = [conversion(c.duck_type) for c in state.columns]
     unique = False
     if newest_only:
@@ -76,6 +77,30 @@ def encode(state: TableState, batch: TableBatch, newest_only: bool) -> Staged:
     doc.update((f"c{n}", column) for n, column in enumerate(values))
     payload = orjson.dumps(doc).decode()
     return Staged(payload, state.columns, conversions, batch, unique, times=not newest_only)
+
+
+def current_names(state: TableState, batch: TableBatch) -> TableBatch:
+    """``batch`` with the rows written before a rename read under the column's new name.
+
+    A sink behind the log renames a column when it first sees the new schema, so changes
+    from before the rename, still to apply, carry the old name (a key column's too, which
+    the newest-per-key choice reads). Only rows holding a former name are copied.
+    """
+    if state.layout != "typed":
+        return batch
+    former = state.former_names()
+    if not former:
+        return batch
+    rows = [row if former.keys().isdisjoint(row) else _renamed(row, former) for row in batch.rows]
+    return replace(batch, rows=rows)
+
+
+def _renamed(row: dict[str, Any], former: dict[str, str]) -> dict[str, Any]:
+    out = {name: value for name, value in row.items() if name not in former}
+    for name, value in row.items():
+        if name in former:
+            out.setdefault(former[name], value)
+    return out
 
 
 def newest_per_key(state: TableState, batch: TableBatch) -> tuple[TableBatch, bool]:
