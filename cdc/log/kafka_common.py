@@ -49,6 +49,45 @@ def client_config(config: KafkaLogConfig, **settings: Any) -> dict[str, Any]:
     }
 
 
+def producer_config(config: KafkaLogConfig) -> dict[str, Any]:
+    """Settings of a transactional producer (without its ``transactional.id``)."""
+    timeout_ms = config.transaction_timeout_ms
+    settings = client_config(
+        config,
+        **{
+            "enable.idempotence": True,
+            "acks": "all",
+            "transaction.timeout.ms": timeout_ms,
+            # A delivery may not outlive its transaction (librdkafka insists).
+            "message.timeout.ms": timeout_ms,
+            "linger.ms": 5,
+            "compression.type": "lz4",
+            # Bounded memory: produce() waits for deliveries once this much is queued.
+            "queue.buffering.max.kbytes": 65_536,
+            "queue.buffering.max.messages": 100_000,
+        },
+    )
+    # After the user's properties: placement is a contract (partition_for, Java clients).
+    return {**settings, "partitioner": "murmur2_random"}
+
+
+def reader_config(config: KafkaLogConfig, pipeline: str) -> dict[str, Any]:
+    """Settings of the group-less partition reader (read_committed)."""
+    return client_config(
+        config,
+        **{
+            "group.id": f"cdc-{pipeline}-reader",  # never joins nor commits
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 10,
+            "queued.max.messages.kbytes": 16_384,
+        },
+    )
+
+
 def error_of(exc: BaseException) -> KafkaError | None:
     """The ``KafkaError`` inside a ``KafkaException`` (``None`` for anything else)."""
     if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
