@@ -29,7 +29,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from cdc.errors import LogError, LogFatal, LogUnavailable, RecordTooLarge
 from cdc.log.base import Record, TransactionContext
-from cdc.log.kafka_common import FENCED, describe, error_of, translate
+from cdc.log.kafka_common import FENCED, ConnectionWatch, describe, error_of, translate
 from cdc.log.kafka_images import MARK_KEY, SourceImages, mark_value
 
 if TYPE_CHECKING:
@@ -55,7 +55,8 @@ class TransactionalWriter:
         self.transactional_id = transactional_id
         self.timeout_s = timeout_s
         self.servers = str(config.get("bootstrap.servers"))
-        self._config = {**config, "transactional.id": transactional_id}
+        self.watch = ConnectionWatch("producer", transactional_id=transactional_id)
+        self._config = {**config, "transactional.id": transactional_id, **self.watch.settings()}
         self.lock = threading.Lock()
         self.owner: int | None = None  # the thread whose transaction holds the lock
         self._producer: Any = None
@@ -68,6 +69,7 @@ class TransactionalWriter:
                 producer.init_transactions(self.timeout_s)
             except KafkaException as exc:
                 raise self.translate(exc, "initialising transactions") from exc
+            self.watch.reached()
             self._producer = producer
         return self._producer
 
@@ -195,6 +197,7 @@ class KafkaTransaction(TransactionContext):
                 self._produce(self._log.offsets_topic, 0, MARK_KEY.encode(), mark_value(mark))
             self._commit()
             self._state = "committed"
+            self._writer.watch.reached()
         finally:
             if self._state == "open":
                 self._state = "failed"
