@@ -111,6 +111,8 @@ class ImageStore:
         # A commit lost to a power cut leaves the store behind the log: its mark differs and
         # the store is rebuilt, so NORMAL (no fsync per commit) is safe here.
         self._conn.execute("PRAGMA synchronous=NORMAL")
+        # 16 MiB of page cache (the default is 2): bounded memory, fewer page reads per upsert.
+        self._conn.execute("PRAGMA cache_size=-16384")
         for statement in _SCHEMA:
             self._conn.execute(statement)
         self._topic_ids: dict[str, int] = {}

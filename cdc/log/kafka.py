@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +43,8 @@ from cdc.log.base import (
 )
 from cdc.log.kafka_admin import EARLIEST, LATEST, KafkaAdmin
 from cdc.log.kafka_common import client_config, producer_config, reader_config, translated
-from cdc.log.kafka_consumer import KafkaConsumer, PartitionReader
-from cdc.log.kafka_images import SourceImages, committed_batches, split_mark
+from cdc.log.kafka_consumer import KafkaConsumer, PartitionReader, RecordsCallback
+from cdc.log.kafka_images import SourceImages, split_mark
 from cdc.log.kafka_txn import KafkaTransaction, TransactionalWriter
 from cdc.partitioner import partition_for
 
@@ -244,14 +244,13 @@ class KafkaLog:
             raise NotImplementedError("the Kafka log cannot look up a key's latest value")
         return self._images.lookup(topic, key)
 
-    def committed_records(self, topic: str, batch: int) -> Iterator[list[StoredRecord]]:
-        """Every committed record of ``topic`` as of now, partition by partition, in batches
-        (nothing for a topic that does not exist)."""
+    def scan_committed(self, topic: str, batch: int, apply: RecordsCallback) -> None:
+        """Hand every record of ``topic`` committed as of now to ``apply``, in lists of at most
+        ``batch``, each partition in offset order (nothing for a topic that does not exist)."""
         count = self._admin.count(topic)
-        if count is None:
-            return iter(())
-        ends = self._admin.offsets({topic: count}, LATEST)[topic]
-        return committed_batches(self._partition_reader().read, ends, topic, batch)
+        if count is not None:
+            ends = self._admin.offsets({topic: count}, LATEST)[topic]
+            self._partition_reader().scan(topic, ends, batch, apply)
 
     # -- lifecycle -----------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
@@ -38,6 +38,8 @@ _REBALANCED = {
 }
 
 _logger = get_logger(component="kafka_log")
+
+RecordsCallback = Callable[[list[StoredRecord]], None]
 
 
 def stored(msg: Any) -> StoredRecord:
@@ -260,6 +262,28 @@ class KafkaConsumer:
             raise LogError("kafka log: the consumer is closed")
 
 
+def _scanned(topic: str, messages: Sequence[Any], todo: dict[int, int]) -> list[StoredRecord]:
+    """The records of ``messages`` below each partition's end; a partition is done (dropped
+    from ``todo``) at its end or at its EOF event."""
+    out = []
+    for msg in messages:
+        if msg.topic() != topic:
+            continue
+        err = msg.error()
+        if err is not None and err.code() == KafkaError._PARTITION_EOF:
+            todo.pop(msg.partition(), None)
+            continue
+        for record in _records([msg]):
+            end = todo.get(record.partition)
+            if end is None:
+                continue
+            if record.offset < end:
+                out.append(record)
+            if record.offset >= end - 1:
+                del todo[record.partition]
+    return out
+
+
 class PartitionReader:
     """Reads one partition from an offset with an assigned consumer: no group, no commits.
 
@@ -285,6 +309,37 @@ class PartitionReader:
             finally:
                 # Stop the background prefetch: it would hold memory for nobody.
                 self._consumer.unassign()
+
+    def scan(self, topic: str, ends: Mapping[int, int], batch: int, apply: RecordsCallback) -> None:
+        """Hand every record of ``topic`` below ``ends`` (per partition, the LSOs) to ``apply``,
+        in lists of at most ``batch``, each partition in offset order: one pass over the whole
+        topic, without the round trips of a :meth:`read` per batch.
+        """
+        todo = {partition: end for partition, end in ends.items() if end > 0}
+        if not todo:
+            return
+        with self._lock, translated(f"reading {topic}", self._servers):
+            self._consumer.assign([KafkaPartition(topic, p, 0) for p in todo])
+            try:
+                self._scan(topic, todo, min(batch, _MAX_CONSUME), apply)
+            finally:
+                self._consumer.unassign()
+
+    def _scan(self, topic: str, todo: dict[int, int], batch: int, apply: RecordsCallback) -> None:
+        deadline = time.monotonic() + _READ_TIMEOUT_S
+        while todo:
+            messages = self._consumer.consume(batch, 0.2)
+            if not messages:
+                if time.monotonic() > deadline:
+                    raise LogUnavailable(
+                        f"kafka log ({self._servers}): no answer reading {topic} within "
+                        f"{_READ_TIMEOUT_S:.0f} s"
+                    )
+                continue
+            deadline = time.monotonic() + _READ_TIMEOUT_S
+            out = _scanned(topic, messages, todo)
+            if out:
+                apply(out)
 
     def _fetch(
         self, topic: str, partition: int, offset: int, max_records: int, end: int

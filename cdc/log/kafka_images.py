@@ -29,7 +29,7 @@ import contextlib
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -197,13 +197,16 @@ class SourceImages:
         started = time.monotonic()
         store.forget(topic)
         store.set_fields(topic, fields)
-        records = 0
-        for batch in self._log.committed_records(topic, RESTORE_BATCH):
-            records += store.apply(batch, {topic: fields})
+        applied = [0]
+
+        def apply(records: list[StoredRecord]) -> None:
+            applied[0] += store.apply(records, {topic: fields})
+
+        self._log.scan_committed(topic, RESTORE_BATCH, apply)
         _logger.info(
             "images.restored",
             topic=topic,
-            records=records,
+            records=applied[0],
             keys=store.count(topic),
             seconds=round(time.monotonic() - started, 3),
         )
@@ -217,20 +220,6 @@ class SourceImages:
                 f"kafka log: the latest-image store {self.path} failed ({exc}); it is checked "
                 "against the log and rebuilt from the topics if needed at the next session"
             ) from exc
-
-
-def committed_batches(
-    read: Any, ends: Mapping[int, int], topic: str, batch: int
-) -> Iterator[list[StoredRecord]]:
-    """Every committed record of ``topic`` up to ``ends`` (per partition), in batches."""
-    for partition, end in sorted(ends.items()):
-        offset = 0
-        while offset < end:
-            records: list[StoredRecord] = read(topic, partition, offset, batch, end)
-            if not records:
-                break
-            yield records
-            offset = records[-1].offset + 1
 
 
 def _merged(offsets: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
