@@ -169,12 +169,24 @@ class SourceImages:
         digest = fingerprint(offsets)
         stored = store.mark()
         if stored != (mark, digest):
-            reason = "new store" if stored == (None, None) else "the store differs from the log"
-            _logger.info("images.reset", path=str(self.path), reason=reason)
-            store.clear()
-            store.commit(mark, digest)
+            self._reset(store, stored == (None, None), mark, digest)
         self._valid = True
         self._reconcile()
+
+    def _reset(self, store: ImageStore, new: bool, mark: str | None, digest: str) -> None:
+        """Empty the store, at the log's mark: the declared topics are then restored."""
+        if new:
+            _logger.info("images.reset", path=str(self.path), reason="a new store")
+        else:
+            # Expected after a crash between the Kafka commit and the store's, or a commit
+            # whose outcome was unknown: nothing is lost, the topics have it all.
+            _logger.warning(
+                "images.reset",
+                path=str(self.path),
+                reason="the store is not at the log's last commit: rebuilt from the topics",
+            )
+        store.clear()
+        store.commit(mark, digest)
 
     def _reconcile(self) -> None:
         """Forget topics no longer declared, restore declared ones the store lacks."""
