@@ -84,6 +84,8 @@ class KafkaLogConfig(StrictModel):
     transaction_timeout_ms: int = Field(default=60_000, ge=1000)
     session_timeout_ms: int = Field(default=10_000, ge=1000)
     connect_timeout_s: float = Field(default=15.0, gt=0, le=30)
+    # The source's local state (its latest-image store, for TOAST fills): None is .cdc/<name>.
+    state_path: str | None = None
 
 
 class PipelineFile(StrictModel):
@@ -122,6 +124,14 @@ class Pipeline(BaseModel):
         log = self.file.log
         assert isinstance(log, EmbeddedLogConfig)
         return Path(log.path) if log.path else Path(".cdc") / self.name
+
+    def state_path(self) -> Path:
+        """Where the source keeps local state: the embedded log's directory, or the Kafka log's
+        ``state_path`` (default ``.cdc/<name>``)."""
+        log = self.file.log
+        if isinstance(log, KafkaLogConfig):
+            return Path(log.state_path) if log.state_path else Path(".cdc") / self.name
+        return self.log_path()
 
     def source_tables(self) -> list[tuple[str, str]]:
         return [_split(t) for t in self.source.tables]

@@ -93,6 +93,8 @@ class SnapshottingPostgresSource:
             slot = catalog.slot(self._config.slot_name(self._context.pipeline))
             self._channel = choose(catalog.conn, self._config, self._context.pipeline)
             self._use_channel(catalog)
+            # Before any snapshot row is written: the Kafka log keeps their TOAST-able values.
+            self._inner.declare_toast(catalog)
         finally:
             catalog.close()
         confirmed = None

@@ -176,6 +176,17 @@ class Log(Protocol):
         """Records of one partition from ``offset`` on, in offset order (no group involved)."""
         ...
 
+    def keep_latest(self, fields: Mapping[str, Sequence[str]]) -> None:
+        """Declare the topics the source will look keys up in, and the ``after`` fields it needs
+        of them (the complete set: topics declared before and missing now are forgotten).
+
+        Called by the source on its thread, after :meth:`source_offsets`. A log that can look
+        any key up (embedded) ignores it; the Kafka log keeps those fields of each key's latest
+        record in a local store from then on, restored from the topics where it lacks them
+        (:mod:`cdc.log.kafka_images`).
+        """
+        ...
+
     def latest_value(self, topic: str, key: bytes) -> bytes | None:
         """The newest value of ``key`` (``None`` if absent or tombstoned) that the calling
         thread sees: committed, or appended by the transaction it has open.
@@ -184,8 +195,12 @@ class Log(Protocol):
         its batches, in the middle of a large transaction, and needs the image an earlier,
         uncommitted batch of that transaction appended (``connectors/postgres/toast.py``).
 
+        A log that keeps only declared fields (Kafka, :meth:`keep_latest`) returns
+        ``{"after": {those fields}}`` instead of the whole value.
+
         Raises:
-            NotImplementedError: where the log cannot look keys up (Kafka).
+            NotImplementedError: where the log cannot look keys of ``topic`` up (Kafka: a topic
+                not declared with :meth:`keep_latest`, or a thread other than the source's).
         """
         ...
 

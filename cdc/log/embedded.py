@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -201,6 +201,9 @@ class EmbeddedLog:
         with translated("reading source offsets"):
             rows = self._conn().execute("SELECT key, value FROM source_offsets").fetchall()
         return {key: orjson.loads(value) for key, value in rows}
+
+    def keep_latest(self, fields: Mapping[str, Sequence[str]]) -> None:
+        """Nothing to do: every key's latest value can be looked up here."""
 
     def latest_value(self, topic: str, key: bytes) -> bytes | None:
         """The newest value of ``key`` (``None`` if absent or tombstoned): committed, or

@@ -20,5 +20,5 @@ def open_log(pipeline: Pipeline) -> Log:
         )
     from cdc.log.kafka import KafkaLog  # type: ignore[import-not-found,unused-ignore]
 
-    log: Log = KafkaLog(pipeline.name, config)
+    log: Log = KafkaLog(pipeline.name, config, pipeline.state_path())
     return log

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -41,8 +42,9 @@ from cdc.log.base import (
     TopicPartition,
 )
 from cdc.log.kafka_admin import EARLIEST, LATEST, KafkaAdmin
-from cdc.log.kafka_common import client_config, translated
-from cdc.log.kafka_consumer import KafkaConsumer, PartitionReader
+from cdc.log.kafka_common import client_config, producer_config, reader_config, translated
+from cdc.log.kafka_consumer import KafkaConsumer, PartitionReader, RecordsCallback
+from cdc.log.kafka_images import SourceImages, split_mark
 from cdc.log.kafka_txn import KafkaTransaction, TransactionalWriter
 from cdc.partitioner import partition_for
 
@@ -61,12 +63,16 @@ class KafkaLog:
     Args:
         pipeline: the pipeline name (offsets topic, transactional id, reader group).
         config: the pipeline file's ``log`` section.
+        state_dir: where the source keeps its latest images (:mod:`cdc.log.kafka_images`);
+            without one, keys cannot be looked up (``latest_value`` raises).
 
     Raises:
         LogUnavailable: no broker answered within ``config.connect_timeout_s``.
     """
 
-    def __init__(self, pipeline: str, config: KafkaLogConfig) -> None:
+    def __init__(
+        self, pipeline: str, config: KafkaLogConfig, state_dir: Path | None = None
+    ) -> None:
         self.pipeline = pipeline
         self.config = config
         self.servers = config.bootstrap_servers
@@ -78,6 +84,7 @@ class KafkaLog:
         self._writers: dict[str, TransactionalWriter] = {}
         self._reader: PartitionReader | None = None
         self._offsets_topic_ready = False
+        self._images = None if state_dir is None else SourceImages(self, state_dir)
         self.closed = False
 
     # -- writing -------------------------------------------------------------------------------
@@ -95,7 +102,8 @@ class KafkaLog:
         """Start a transaction (waits while another thread's transaction holds the producer)."""
         self._ensure_offsets_topic()
         source = threading.get_ident() == self._source_thread
-        return KafkaTransaction(self, self._writer("source" if source else "other"))
+        images = self._images if source and self._images and self._images.active else None
+        return KafkaTransaction(self, self._writer("source" if source else "other"), images)
 
     def claim_source(self) -> None:
         """The calling thread becomes the source writer, and its ``init_transactions`` runs now.
@@ -113,7 +121,8 @@ class KafkaLog:
         self._writer("source").producer()
 
     def source_offsets(self) -> dict[str, Any]:
-        """The last value of each key of the offsets topic, read to its end (read_committed)."""
+        """The last value of each key of the offsets topic, read to its end (read_committed),
+        without the latest images' commit mark."""
         self._ensure_offsets_topic()
         offsets: dict[str, Any] = {}
         for record in self._read_to_end(self.offsets_topic, 0):
@@ -122,7 +131,24 @@ class KafkaLog:
                 offsets.pop(key, None)
             else:
                 offsets[key] = orjson.loads(record.value)
+        mark = split_mark(offsets)
+        if self._images is not None and threading.get_ident() == self._source_thread:
+            self._images.offsets_read(mark, offsets)
         return offsets
+
+    def keep_latest(self, fields: Mapping[str, Sequence[str]]) -> None:
+        """Keep the latest ``fields`` of each key of these topics in the local store, so that
+        :meth:`latest_value` answers for them; restores what the store lacks from the topics.
+
+        Raises:
+            LogError: not called on the source writer's thread (see :meth:`claim_source`).
+            LogUnavailable: the brokers or the store failed; retried with the session.
+        """
+        if self._images is None:
+            return
+        if threading.get_ident() != self._source_thread:
+            raise LogError("kafka log: keep_latest is for the source's thread (claim_source)")
+        self._images.declare(fields)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -206,12 +232,25 @@ class KafkaLog:
         return self._admin.groups()
 
     def latest_value(self, topic: str, key: bytes) -> bytes | None:
-        """Kafka cannot look keys up.
+        """``{"after": {kept fields}}`` of the key's latest record, from the local store of a
+        topic declared with :meth:`keep_latest` (on the source's thread: committed, or appended
+        by its open transaction); ``None`` if absent, deleted or tombstoned.
 
         Raises:
-            NotImplementedError: always; callers fall back (the PostgreSQL source reads the row).
+            NotImplementedError: Kafka cannot look keys up otherwise (another thread, a topic
+                not declared, or no state directory).
         """
-        raise NotImplementedError("the Kafka log cannot look up a key's latest value")
+        if self._images is None or threading.get_ident() != self._source_thread:
+            raise NotImplementedError("the Kafka log cannot look up a key's latest value")
+        return self._images.lookup(topic, key)
+
+    def scan_committed(self, topic: str, batch: int, apply: RecordsCallback) -> None:
+        """Hand every record of ``topic`` committed as of now to ``apply``, in lists of at most
+        ``batch``, each partition in offset order (nothing for a topic that does not exist)."""
+        count = self._admin.count(topic)
+        if count is not None:
+            ends = self._admin.offsets({topic: count}, LATEST)[topic]
+            self._partition_reader().scan(topic, ends, batch, apply)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -225,6 +264,8 @@ class KafkaLog:
             reader, self._reader = self._reader, None
         for writer in writers:
             writer.close()
+        if self._images is not None:
+            self._images.close()
         if reader is not None:
             reader.close()
 
@@ -275,51 +316,17 @@ class KafkaLog:
                 if role != "source":
                     tid += f"-{uuid.uuid4().hex[:12]}"
                 writer = TransactionalWriter(
-                    self._producer_config(), tid, self.config.transaction_timeout_ms / 1000
+                    producer_config(self.config), tid, self.config.transaction_timeout_ms / 1000
                 )
                 self._writers[role] = writer
             return writer
-
-    def _producer_config(self) -> dict[str, Any]:
-        timeout_ms = self.config.transaction_timeout_ms
-        config = client_config(
-            self.config,
-            **{
-                "enable.idempotence": True,
-                "acks": "all",
-                "transaction.timeout.ms": timeout_ms,
-                # A delivery may not outlive its transaction (librdkafka insists).
-                "message.timeout.ms": timeout_ms,
-                "linger.ms": 5,
-                "compression.type": "lz4",
-                # Bounded memory: produce() waits for deliveries once this much is queued.
-                "queue.buffering.max.kbytes": 65_536,
-                "queue.buffering.max.messages": 100_000,
-            },
-        )
-        # After the user's properties: placement is a contract (partition_for, Java clients).
-        return {**config, "partitioner": "murmur2_random"}
 
     def _partition_reader(self) -> PartitionReader:
         with self._lock:
             if self.closed:
                 raise LogError("kafka log: the log is closed")
             if self._reader is None:
-                self._reader = PartitionReader(
-                    client_config(
-                        self.config,
-                        **{
-                            "group.id": f"cdc-{self.pipeline}-reader",  # never joins nor commits
-                            "isolation.level": "read_committed",
-                            "enable.auto.commit": False,
-                            "enable.auto.offset.store": False,
-                            "enable.partition.eof": True,
-                            "auto.offset.reset": "earliest",
-                            "fetch.wait.max.ms": 10,
-                            "queued.max.messages.kbytes": 16_384,
-                        },
-                    )
-                )
+                self._reader = PartitionReader(reader_config(self.config, self.pipeline))
             return self._reader
 
     def _read_to_end(self, topic: str, partition: int) -> list[StoredRecord]:

@@ -8,6 +8,7 @@ everything else :class:`~cdc.errors.LogUnavailable`, which the runtime retries w
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -16,6 +17,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from cdc.config import KafkaLogConfig
 from cdc.errors import LogFatal, LogUnavailable
+from cdc.logging import get_logger
 
 #: Errors that no retry can cure: a bad setting, a missing permission.
 _NOT_RETRIABLE = {
@@ -36,6 +38,16 @@ FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED}
 #: Sent with every client so broker logs and quotas can tell our clients apart.
 CLIENT_ID = "cdc"
 
+#: What librdkafka's error callback reports for a lost connection: one broker refused or
+#: dropped it, or none answers.
+CONNECTION_LOST = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN}
+
+#: After a restored connection, failed attempts librdkafka queued during the outage can still
+#: arrive for a moment: single ``_TRANSPORT`` errors this soon do not start a new outage.
+RECONNECT_SETTLE_S = 5.0
+
+_logger = get_logger(component="kafka_log")
+
 
 def client_config(config: KafkaLogConfig, **settings: Any) -> dict[str, Any]:
     """librdkafka settings for one client: ours, then the user's ``properties`` on top."""
@@ -47,6 +59,45 @@ def client_config(config: KafkaLogConfig, **settings: Any) -> dict[str, Any]:
         **settings,
         **config.properties,
     }
+
+
+def producer_config(config: KafkaLogConfig) -> dict[str, Any]:
+    """Settings of a transactional producer (without its ``transactional.id``)."""
+    timeout_ms = config.transaction_timeout_ms
+    settings = client_config(
+        config,
+        **{
+            "enable.idempotence": True,
+            "acks": "all",
+            "transaction.timeout.ms": timeout_ms,
+            # A delivery may not outlive its transaction (librdkafka insists).
+            "message.timeout.ms": timeout_ms,
+            "linger.ms": 5,
+            "compression.type": "lz4",
+            # Bounded memory: produce() waits for deliveries once this much is queued.
+            "queue.buffering.max.kbytes": 65_536,
+            "queue.buffering.max.messages": 100_000,
+        },
+    )
+    # After the user's properties: placement is a contract (partition_for, Java clients).
+    return {**settings, "partitioner": "murmur2_random"}
+
+
+def reader_config(config: KafkaLogConfig, pipeline: str) -> dict[str, Any]:
+    """Settings of the group-less partition reader (read_committed)."""
+    return client_config(
+        config,
+        **{
+            "group.id": f"cdc-{pipeline}-reader",  # never joins nor commits
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 10,
+            "queued.max.messages.kbytes": 16_384,
+        },
+    )
 
 
 def error_of(exc: BaseException) -> KafkaError | None:
@@ -77,3 +128,58 @@ def translated(doing: str, servers: str) -> Iterator[None]:
         yield
     except KafkaException as exc:
         raise translate(exc, doing, servers) from exc
+
+
+class ConnectionWatch:
+    """Logs one client's lost and restored connection to the cluster, once per outage.
+
+    librdkafka reconnects by itself and says nothing when it did: it reports trouble through
+    the ``error_cb`` setting (:meth:`on_error`), a ``_TRANSPORT`` error for every failed attempt
+    and ``_ALL_BROKERS_DOWN`` when none answers. So the first such error logs
+    ``kafka.connection_lost``, and the next call of ours that reached the cluster
+    (:meth:`reached`) logs ``kafka.connection_restored`` with how long it was down. Errors
+    are delivered when the client is next served, so some arrive late: a ``_TRANSPORT`` error
+    just after a restore is one of those (:data:`RECONNECT_SETTLE_S`).
+
+    Args:
+        client: which client (``producer``, ``consumer``).
+        context: fields for every event (the group, the transactional id).
+    """
+
+    def __init__(self, client: str, **context: Any) -> None:
+        self._logger = _logger.bind(client=client, **context)
+        self._lost_at: float | None = None
+        self._restored_at = float("-inf")
+
+    @property
+    def lost(self) -> bool:
+        """A lost connection was logged and nothing reached the cluster since."""
+        return self._lost_at is not None
+
+    def on_error(self, err: KafkaError) -> None:
+        """librdkafka's ``error_cb``; it must not raise (it runs inside librdkafka's calls)."""
+        try:
+            code, now = err.code(), time.monotonic()
+            if code not in CONNECTION_LOST:
+                self._logger.warning("kafka.client_error", error=err.name(), detail=err.str())
+            elif self._lost_at is None:
+                if code == KafkaError._TRANSPORT and now - self._restored_at < RECONNECT_SETTLE_S:
+                    return
+                self._lost_at = now
+                self._logger.warning("kafka.connection_lost", error=err.name(), detail=err.str())
+        except Exception:  # a logging failure must not break the client
+            pass
+
+    def reached(self) -> None:
+        """A call reached the cluster: the connection is back, if it was lost."""
+        lost_at = self._lost_at
+        if lost_at is not None:
+            self._lost_at = None
+            self._restored_at = time.monotonic()
+            self._logger.info(
+                "kafka.connection_restored", down_s=round(time.monotonic() - lost_at, 1)
+            )
+
+    def settings(self) -> dict[str, Any]:
+        """The client settings that route librdkafka's errors here."""
+        return {"error_cb": self.on_error}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
@@ -19,11 +19,14 @@ from confluent_kafka import TopicPartition as KafkaPartition
 
 from cdc.errors import LogError, LogFatal, LogUnavailable
 from cdc.log.base import PartitionsCallback, StartOffsets, StoredRecord, TopicPartition
-from cdc.log.kafka_common import describe, error_of, translate, translated
+from cdc.log.kafka_common import ConnectionWatch, describe, error_of, translate, translated
 from cdc.logging import get_logger
 
 _COMMIT_RETRY_S = 30.0
 _READ_TIMEOUT_S = 20.0
+#: While the connection is lost and nothing arrives, ask for metadata this often, so that an
+#: idle member notices (and logs) when the cluster is back.
+_PROBE_EVERY_S = 2.0
 _MAX_CONSUME = 10_000  # librdkafka's consume() refuses batches over a million
 #: Commit errors that mean the partitions moved to another member: it re-reads from the last
 #: successful commit, which the sinks' idempotence makes harmless.
@@ -35,6 +38,8 @@ _REBALANCED = {
 }
 
 _logger = get_logger(component="kafka_log")
+
+RecordsCallback = Callable[[list[StoredRecord]], None]
 
 
 def stored(msg: Any) -> StoredRecord:
@@ -81,12 +86,16 @@ class KafkaConsumer:
         self._returned: dict[TopicPartition, int] = {}  # next offset after what poll returned
         self._committed: dict[TopicPartition, int] = {}
         self._closed = False
-        self._consumer = Consumer(config)
+        self._group = str(config.get("group.id"))
+        self._topics = list(dict.fromkeys(topics))
+        self._watch = ConnectionWatch("consumer", group=self._group)
+        self._last_probe = 0.0
+        self._consumer = Consumer({**config, **self._watch.settings()})
         self._consumer.subscribe(
-            list(dict.fromkeys(topics)),
+            self._topics,
             on_assign=self._assigned,
             on_revoke=self._revoked,
-            on_lost=self._revoked,
+            on_lost=self._lost,
         )
 
     def poll(self, max_records: int, timeout_s: float) -> list[StoredRecord]:
@@ -104,12 +113,14 @@ class KafkaConsumer:
                 if msg is not None:
                     out = _records([msg])
                 if not out and time.monotonic() >= deadline:
+                    self._probe()
                     self._commit_past_markers()
                     return []
             # What the first fetch brought is queued already: take it without waiting.
             want = min(max_records - len(out), _MAX_CONSUME)
             if want > 0:
                 out += _records(self._consumer.consume(want, 0))
+        self._watch.reached()
         for record in out:
             self._returned[TopicPartition(record.topic, record.partition)] = record.offset + 1
         return out
@@ -149,6 +160,7 @@ class KafkaConsumer:
     # -- internals -----------------------------------------------------------------------------
 
     def _assigned(self, consumer: Any, partitions: list[Any]) -> None:
+        self._log_partitions("kafka.partitions_assigned", consumer, partitions)
         if self._start_offsets is not None:
             tps = [TopicPartition(p.topic, p.partition) for p in partitions]
             chosen = self._start_offsets(tps)
@@ -158,7 +170,17 @@ class KafkaConsumer:
                     p.offset = offset
         consumer.assign(partitions)
 
+    def _lost(self, consumer: Any, partitions: list[Any]) -> None:
+        # The group moved on without this member (a session timeout, an outage): the
+        # partitions may already be another member's.
+        self._log_partitions("kafka.partitions_lost", consumer, partitions)
+        self._release(consumer, partitions)
+
     def _revoked(self, consumer: Any, partitions: list[Any]) -> None:
+        self._log_partitions("kafka.partitions_revoked", consumer, partitions)
+        self._release(consumer, partitions)
+
+    def _release(self, consumer: Any, partitions: list[Any]) -> None:
         tps = [TopicPartition(p.topic, p.partition) for p in partitions]
         try:
             if self._on_revoke is not None:
@@ -168,6 +190,33 @@ class KafkaConsumer:
                 self._returned.pop(tp, None)
                 self._committed.pop(tp, None)
             consumer.unassign()
+
+    def _log_partitions(self, event: str, consumer: Any, partitions: list[Any]) -> None:
+        # Must not raise: it runs inside librdkafka's rebalance callback.
+        try:
+            member = consumer.memberid()
+        except (KafkaException, RuntimeError):
+            member = None
+        log = _logger.warning if event == "kafka.partitions_lost" else _logger.info
+        log(
+            event,
+            group=self._group,
+            member=member,
+            partitions=sorted(f"{p.topic}[{p.partition}]" for p in partitions),
+        )
+
+    def _probe(self) -> None:
+        """While the connection is lost, ask the cluster for metadata now and then: an answer
+        means it is back, even if no record arrives."""
+        now = time.monotonic()
+        if not self._watch.lost or now - self._last_probe < _PROBE_EVERY_S:
+            return
+        self._last_probe = now
+        try:
+            self._consumer.list_topics(self._topics[0], timeout=1.0)
+        except KafkaException:
+            return
+        self._watch.reached()
 
     def _past_markers(self, tp: TopicPartition, offset: int) -> int:
         if offset != self._returned.get(tp):
@@ -202,6 +251,7 @@ class KafkaConsumer:
                     time.sleep(0.2)
                     continue
                 raise translate(exc, "committing consumer offsets", self._servers) from exc
+        self._watch.reached()
         self._committed.update(offsets)
         for tp, offset in offsets.items():
             if self._returned.get(tp, 0) < offset:
@@ -210,6 +260,28 @@ class KafkaConsumer:
     def _check_open(self) -> None:
         if self._closed:
             raise LogError("kafka log: the consumer is closed")
+
+
+def _scanned(topic: str, messages: Sequence[Any], todo: dict[int, int]) -> list[StoredRecord]:
+    """The records of ``messages`` below each partition's end; a partition is done (dropped
+    from ``todo``) at its end or at its EOF event."""
+    out = []
+    for msg in messages:
+        if msg.topic() != topic:
+            continue
+        err = msg.error()
+        if err is not None and err.code() == KafkaError._PARTITION_EOF:
+            todo.pop(msg.partition(), None)
+            continue
+        for record in _records([msg]):
+            end = todo.get(record.partition)
+            if end is None:
+                continue
+            if record.offset < end:
+                out.append(record)
+            if record.offset >= end - 1:
+                del todo[record.partition]
+    return out
 
 
 class PartitionReader:
@@ -237,6 +309,37 @@ class PartitionReader:
             finally:
                 # Stop the background prefetch: it would hold memory for nobody.
                 self._consumer.unassign()
+
+    def scan(self, topic: str, ends: Mapping[int, int], batch: int, apply: RecordsCallback) -> None:
+        """Hand every record of ``topic`` below ``ends`` (per partition, the LSOs) to ``apply``,
+        in lists of at most ``batch``, each partition in offset order: one pass over the whole
+        topic, without the round trips of a :meth:`read` per batch.
+        """
+        todo = {partition: end for partition, end in ends.items() if end > 0}
+        if not todo:
+            return
+        with self._lock, translated(f"reading {topic}", self._servers):
+            self._consumer.assign([KafkaPartition(topic, p, 0) for p in todo])
+            try:
+                self._scan(topic, todo, min(batch, _MAX_CONSUME), apply)
+            finally:
+                self._consumer.unassign()
+
+    def _scan(self, topic: str, todo: dict[int, int], batch: int, apply: RecordsCallback) -> None:
+        deadline = time.monotonic() + _READ_TIMEOUT_S
+        while todo:
+            messages = self._consumer.consume(batch, 0.2)
+            if not messages:
+                if time.monotonic() > deadline:
+                    raise LogUnavailable(
+                        f"kafka log ({self._servers}): no answer reading {topic} within "
+                        f"{_READ_TIMEOUT_S:.0f} s"
+                    )
+                continue
+            deadline = time.monotonic() + _READ_TIMEOUT_S
+            out = _scanned(topic, messages, todo)
+            if out:
+                apply(out)
 
     def _fetch(
         self, topic: str, partition: int, offset: int, max_records: int, end: int

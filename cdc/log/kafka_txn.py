@@ -10,6 +10,10 @@ the same writer is open. Error handling follows librdkafka's transactional API r
 - an *abortable* error aborts the transaction and raises :class:`~cdc.errors.LogUnavailable`, so
   the runtime re-reads the source from the stored offsets;
 - a *fatal* error (above all a fenced producer) raises :class:`~cdc.errors.LogFatal`.
+
+A source transaction with latest images (:mod:`cdc.log.kafka_images`) feeds them every record it
+appends, writes a fresh commit mark to the offsets topic just before committing, and commits the
+images with that mark only once Kafka committed; an abort or a failed commit rolls them back.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from cdc.errors import LogError, LogFatal, LogUnavailable, RecordTooLarge
 from cdc.log.base import Record, TransactionContext
-from cdc.log.kafka_common import FENCED, describe, error_of, translate
+from cdc.log.kafka_common import FENCED, ConnectionWatch, describe, error_of, translate
+from cdc.log.kafka_images import MARK_KEY, SourceImages, mark_value
 
 if TYPE_CHECKING:
     from cdc.log.kafka import KafkaLog
@@ -50,7 +55,8 @@ class TransactionalWriter:
         self.transactional_id = transactional_id
         self.timeout_s = timeout_s
         self.servers = str(config.get("bootstrap.servers"))
-        self._config = {**config, "transactional.id": transactional_id}
+        self.watch = ConnectionWatch("producer", transactional_id=transactional_id)
+        self._config = {**config, "transactional.id": transactional_id, **self.watch.settings()}
         self.lock = threading.Lock()
         self.owner: int | None = None  # the thread whose transaction holds the lock
         self._producer: Any = None
@@ -63,6 +69,7 @@ class TransactionalWriter:
                 producer.init_transactions(self.timeout_s)
             except KafkaException as exc:
                 raise self.translate(exc, "initialising transactions") from exc
+            self.watch.reached()
             self._producer = producer
         return self._producer
 
@@ -97,9 +104,16 @@ class KafkaTransaction(TransactionContext):
     """One Kafka transaction: appended records and stored offsets commit or abort together.
 
     As a context manager it commits on success and aborts on an exception.
+
+    Args:
+        log: the log.
+        writer: the producer to use.
+        images: the source's latest images, fed by this transaction (source writer only).
     """
 
-    def __init__(self, log: KafkaLog, writer: TransactionalWriter) -> None:
+    def __init__(
+        self, log: KafkaLog, writer: TransactionalWriter, images: SourceImages | None = None
+    ) -> None:
         if writer.owner == threading.get_ident():
             raise LogError("kafka log: this thread already has an open transaction")
         self._log = log
@@ -111,6 +125,8 @@ class KafkaTransaction(TransactionContext):
         self._unplaced: tuple[str, bytes | None] | None = None
         self._last: dict[tuple[str, int], int] = {}  # highest delivered offset per partition
         self._unpolled = 0
+        self._images: SourceImages | None = None
+        self._offsets: dict[str, Any] = {}  # what store_offsets stored, for the images' digest
         writer.lock.acquire()
         writer.owner = threading.get_ident()
         self._held = True
@@ -123,6 +139,13 @@ class KafkaTransaction(TransactionContext):
         except BaseException:
             self._release()
             raise
+        if images is not None:
+            try:
+                images.began()
+            except BaseException:
+                self.abort()
+                raise
+            self._images = images
 
     def append(self, records: Sequence[Record]) -> None:
         """Produce records to their murmur2 partitions; visible to readers only after commit.
@@ -138,6 +161,8 @@ class KafkaTransaction(TransactionContext):
         try:
             for topic, partition, key, value in prepared:
                 self._produce(topic, partition, key, value)
+            if self._images is not None:
+                self._images.appended(records)
         except BaseException:
             self._state = "failed"
             raise
@@ -153,6 +178,7 @@ class KafkaTransaction(TransactionContext):
         except BaseException:
             self._state = "failed"
             raise
+        self._offsets.update(offsets)
 
     def commit(self) -> None:
         """Commit; on return the records and offsets are durable and visible to readers.
@@ -164,13 +190,22 @@ class KafkaTransaction(TransactionContext):
             LogFatal: the producer was fenced or failed for good.
         """
         self._check_open()
+        mark = None
         try:
+            if self._images is not None:
+                mark = self._images.new_mark()
+                self._produce(self._log.offsets_topic, 0, MARK_KEY.encode(), mark_value(mark))
             self._commit()
             self._state = "committed"
+            self._writer.watch.reached()
         finally:
             if self._state == "open":
                 self._state = "failed"
+            if self._state != "committed" and self._images is not None:
+                self._images.rolled_back()
             self._release()
+        if self._images is not None and mark is not None:
+            self._images.committed(mark, self._offsets)
         # The broker writes the commit markers after answering: wait for them, so that on
         # return readers see the records, as with the embedded log.
         self._log._wait_visible(self._last)
@@ -180,6 +215,8 @@ class KafkaTransaction(TransactionContext):
         if self._state in ("committed", "aborted"):
             return
         self._state = "aborted"
+        if self._images is not None:
+            self._images.rolled_back()
         if not self._held:
             return
         try:

@@ -63,6 +63,13 @@ _TABLE = sql.SQL(
     " WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')"
 )
 
+_TOASTABLE = sql.SQL(
+    "SELECT a.attname::text FROM pg_attribute a"
+    " JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
+    " WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped"
+    " AND a.attlen = -1 AND a.attstorage <> 'p' ORDER BY a.attnum"
+)
+
 
 class Catalog:
     """The catalog connection (autocommit).
@@ -209,6 +216,11 @@ class Catalog:
         except (psycopg.errors.UndefinedColumn, psycopg.errors.UndefinedTable):
             return None  # altered or dropped since the change: the row's value is gone too
         return tuple(found[0]) if found else None
+
+    def toastable_columns(self, schema: str, table: str) -> list[str]:
+        """The columns whose values PostgreSQL can store out of line (TOAST), in order: those
+        of variable-length types (``attlen`` -1) whose storage is not ``plain``."""
+        return [str(row[0]) for row in self.rows(_TOASTABLE, (schema, table))]
 
     def load_types(self, registry: TypeRegistry, oids: Sequence[int]) -> None:
         """Add the catalog rows of ``oids`` (and the types they build on) to ``registry``."""

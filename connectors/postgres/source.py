@@ -24,6 +24,7 @@ import psycopg
 
 from cdc.config import redact_url
 from cdc.errors import SourceFatal, SourceUnavailable
+from cdc.events import topic_name
 from cdc.source import SourceBatch, SourceContext
 from connectors.postgres import pgoutput as pg
 from connectors.postgres.catalog import Catalog, TableInfo
@@ -114,6 +115,7 @@ class PostgresSource:
         version = catalog.check_server()
         role = catalog.check_role()
         tables = self._describe(catalog, role)
+        self.declare_toast(catalog)
         ensure_publication(catalog, self.publication, list(tables.values()), role, self._logger)
         database = catalog.database()
         state = check_slot(catalog, self.slot, database)
@@ -140,6 +142,18 @@ class PostgresSource:
         known = published_schemas(self._context.log, self._context.pipeline, list(tables))
         self._assembler.shapes = ShapeTracker(catalog, known, self._logger, self.resnapshot)
         self._logger.info("source.streaming", start_lsn=start, database=database)
+
+    def declare_toast(self, catalog: Catalog) -> None:
+        """Tell the log which columns of which topics the TOAST fill will look up, before any
+        record of this session is written (a snapshot's too): the Kafka log keeps their latest
+        values from then on, and restores from the topics what its store lacks."""
+        pipeline = self._context.pipeline
+        self._toast.declare(
+            {
+                topic_name(pipeline, schema, table): catalog.toastable_columns(schema, table)
+                for schema, table in self.tables()
+            }
+        )
 
     def _describe(self, catalog: Catalog, role: str) -> dict[tuple[str, str], TableInfo]:
         tables = {}

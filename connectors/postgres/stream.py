@@ -53,6 +53,10 @@ class CatalogReader(Protocol):
         """The current text of ``columns`` of the row with ``key``, or ``None``."""
         ...
 
+    def toastable_columns(self, schema: str, table: str) -> list[str]:
+        """The columns of the table whose values PostgreSQL can store out of line."""
+        ...
+
 
 def offsets_for(lsn: int) -> dict[str, Any]:
     """The source offsets stored with a batch: everything up to ``lsn`` is in the log."""
@@ -227,6 +231,7 @@ class Assembler:
         if shapes is not None:
             shapes.observe(info.oid, state.table_schema)
         self._publish(state.table_schema)
+        self._toast.track(state.topic, self._catalog.toastable_columns(info.schema, info.table))
 
     def _publish(self, schema: TableSchema) -> None:
         name = (schema.schema, schema.table)
@@ -450,10 +455,10 @@ class Assembler:
         if not missing:
             return None
         text = self._catalog.read_row(rel.schema, rel.table, missing, rel.key_text(raw))
+        self._toast.fell_back(rel.info.name, missing, gone=text is None)
         if text is None:
             for name in missing:
                 row[name] = None
-            self._logger.warning("toast.row_gone", table=rel.info.name, columns=missing)
             return {"toast_unavailable": missing}
         values: list[Any] = [None] * len(rel.relation.columns)
         for name, value in zip(missing, text, strict=True):
@@ -461,7 +466,6 @@ class Assembler:
         read = rel.convert(tuple(values))
         for name in missing:
             row[name] = read[name]
-        self._logger.info("toast.fallback_read", table=rel.info.name, columns=missing)
         return {"toast_fallback": True, "toast_fallback_columns": missing}
 
 

@@ -70,7 +70,8 @@ def topic_configs(bootstrap: str, topic: str) -> dict[str, str]:
 class TestKafkaLogConformance(LogSuite):
     """The suite every log passes, plus what Kafka does differently: a transaction's commit
     marker takes one offset in every partition the transaction wrote, and a key cannot be
-    looked up (the suite would skip that test; here it must raise)."""
+    looked up without a state directory and ``keep_latest`` (the suite would skip that test;
+    here it must raise; tests/integration/test_kafka_images.py covers look-ups)."""
 
     def test_each_transaction_leaves_one_marker_offset(self, log_factory: KafkaFactory) -> None:
         topic = new_topic()
@@ -97,7 +98,7 @@ class TestKafkaLogConformance(LogSuite):
     def test_latest_value_sees_the_callers_open_transaction(
         self, log_factory: KafkaFactory
     ) -> None:
-        # Kafka cannot look keys up at all (the PostgreSQL source then reads the row instead).
+        # Not without a state directory and keep_latest (see test_kafka_images.py).
         log = log_factory()
         tx = log.begin()
         try:

@@ -15,6 +15,7 @@ import pytest
 
 from cdc.errors import LogUnavailable
 from cdc.log.base import Record
+from cdc.log.kafka_common import ConnectionWatch
 from cdc.log.kafka_txn import KafkaTransaction
 
 
@@ -74,6 +75,7 @@ class FakeWriter:
         self.timeout_s = 5.0
         self.servers = "fake:9092"
         self.fake = FakeProducer()
+        self.watch = ConnectionWatch("producer")
 
     def producer(self) -> FakeProducer:
         return self.fake

@@ -29,6 +29,7 @@ class FakeCatalog:
         # key values -> the text of the columns a fallback read asks for
         self.rows: dict[tuple[str | None, ...], tuple[str | None, ...]] = {}
         self.reads: list[Sequence[str]] = []
+        self.toastable: list[str] = []  # what toastable_columns answers
 
     def load_types(self, registry: TypeRegistry, oids: Sequence[int]) -> None:
         return None
@@ -45,12 +46,19 @@ class FakeCatalog:
         self.reads.append(columns)
         return self.rows.get(tuple(key.values()))
 
+    def toastable_columns(self, schema: str, table: str) -> list[str]:
+        return self.toastable
+
 
 class FakeLog:
-    """Only ``latest_value`` (all the assembler asks of a log)."""
+    """What the assembler asks of a log: ``keep_latest`` and ``latest_value``."""
 
     def __init__(self) -> None:
         self.values: dict[tuple[str, bytes], bytes] = {}
+        self.kept: list[dict[str, list[str]]] = []
+
+    def keep_latest(self, fields: dict[str, list[str]]) -> None:
+        self.kept.append({topic: list(columns) for topic, columns in fields.items()})
 
     def latest_value(self, topic: str, key: bytes) -> bytes | None:
         return self.values.get((topic, key))
@@ -124,6 +132,34 @@ def test_toast_fill_prefers_old_image_then_batch_then_log_then_table() -> None:
     assert (first, second, third) == ("from-log", "from-log", "from-table")
     assert batch.events[2].source.extra["toast_fallback"] is True
     assert catalog.reads == [["big"]]
+
+
+def test_fallback_reads_are_counted_and_a_gone_row_is_flagged() -> None:
+    catalog, log = FakeCatalog(), FakeLog()
+    asm = _assembler(catalog, log)
+    catalog.rows[("1",)] = ("from-table",)
+    batch = _tx(
+        asm,
+        _relation("id", "v", "big"),
+        pg.Update(1, None, None, ("1", "a", U)),
+        pg.Update(1, None, None, ("3", "a", U)),  # no row any more
+    )
+    read, gone = batch.events
+    assert read.after is not None and read.after["big"] == "from-table"
+    assert gone.after is not None and gone.after["big"] is None
+    assert gone.source.extra["toast_unavailable"] == ["big"]
+    assert (asm._toast.fallback_reads, asm._toast.unavailable) == (1, 1)
+
+
+def test_a_relation_message_declares_its_toastable_columns_when_they_change() -> None:
+    catalog, log = FakeCatalog(), FakeLog()
+    asm = _assembler(catalog, log)
+    catalog.toastable = ["v"]
+    _tx(asm, _relation("id", "v"), pg.Insert(1, ("1", "a")))
+    _tx(asm, _relation("id", "v"), pg.Insert(1, ("2", "a")))  # unchanged: not declared again
+    catalog.toastable = ["v", "big"]
+    _tx(asm, _relation("id", "v", "big"), pg.Insert(1, ("3", "a", "b")))
+    assert log.kept == [{TOPIC: ["v"]}, {TOPIC: ["v", "big"]}]
 
 
 def test_shape_change_cuts_the_batch_before_the_new_schema() -> None:
