@@ -33,7 +33,7 @@ from snapshots.initial import ExportedSnapshot, start_exported
 from snapshots.modes import Action, StartState, decide
 from snapshots.parallel import ExportedSnapshotReader, ReadSettings
 from snapshots.progress import Reporter, reporter
-from snapshots.state import OFFSET_KEY, SnapshotState
+from snapshots.state import SnapshotState
 from snapshots.streaming import StreamSnapshots
 
 #: Most snapshot pieces (of up to 5,000 rows) in one log transaction.
@@ -157,7 +157,7 @@ class SnapshottingPostgresSource:
             self._channel,
         )
         self._inner.open(stored_offsets)
-        self._stream.started()
+        self._stream.started(stored_offsets)
         self.streaming = True
 
     # -- poll ------------------------------------------------------------------------------
@@ -191,7 +191,7 @@ class SnapshottingPostgresSource:
         if not (schemas or self._uncommitted >= COMMIT_EVERY_PIECES or (piece and piece.last)):
             return SourceBatch(records=records, schemas=schemas)
         self._uncommitted = 0
-        offsets = {**offsets_for(exported.consistent_point), OFFSET_KEY: self._state.to_json()}
+        offsets = {**offsets_for(exported.consistent_point), **self._state.offsets(progress=True)}
         return SourceBatch(records=records, commit_offsets=offsets, schemas=schemas)
 
     def _finish_exported(self, exported: ExportedSnapshot) -> SourceBatch:
@@ -204,7 +204,7 @@ class SnapshottingPostgresSource:
         offsets = offsets_for(exported.consistent_point)
         self._logger.info("snapshot.finished", consistent_point=exported.consistent_point)
         self._open_stream(offsets)
-        return SourceBatch(commit_offsets={**offsets, OFFSET_KEY: self._state.to_json()})
+        return SourceBatch(commit_offsets={**offsets, **self._state.offsets(progress=True)})
 
     # -- ack, close ------------------------------------------------------------------------
 
