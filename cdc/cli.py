@@ -6,7 +6,6 @@ Exit codes: 0 success, 1 runtime failure, 2 usage or config error.
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -274,28 +273,76 @@ def search(file: str, table: str, query: str, sink_name: str | None, limit: int)
 
 @main.command()
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--table", "table", required=True, help="The table to re-snapshot (schema.table).")
+@click.option("--table", "table", default=None, help="The table to re-snapshot (schema.table).")
 @click.option(
     "--where",
     default=None,
     help="Only rows matching this SQL expression (trusted: the operator's own SQL).",
 )
-@click.option("--wait", is_flag=True, help="Wait until the snapshot is done, printing progress.")
+@click.option(
+    "--cancel",
+    "cancel_id",
+    default=None,
+    metavar="ID",
+    help="Drop request ID, queued, running or failed (`cdc status` lists the IDs).",
+)
+@click.option("--cancel-all", is_flag=True, help="Drop every snapshot request.")
+@click.option("--wait", is_flag=True, help="Wait until the request ends, printing progress.")
 @click.option("--timeout-s", type=click.FloatRange(min=0), default=None, help="Give up waiting.")
-def snapshot(file: str, table: str, where: str | None, wait: bool, timeout_s: float | None) -> None:
-    """Re-snapshot TABLE while `cdc run` keeps streaming (watermark-based, never pauses it)."""
-    from cdc.snapshot_report import request_finished, snapshot_report
+def snapshot(
+    file: str,
+    table: str | None,
+    where: str | None,
+    cancel_id: str | None,
+    cancel_all: bool,
+    wait: bool,
+    timeout_s: float | None,
+) -> None:
+    """Re-snapshot a table while `cdc run` keeps streaming (watermark-based, never pauses it),
+    or cancel snapshot requests. Works whether or not `cdc run` is running: the pipeline acts on
+    the request when it reads it from the change stream."""
+    from cdc.snapshot_report import follow_request
 
+    if sum(1 for given in (table, cancel_id, cancel_all or None) if given) != 1:
+        raise click.UsageError("give exactly one of --table, --cancel ID, --cancel-all")
+    if where is not None and table is None:
+        raise click.UsageError("--where goes with --table")
     pipeline = _load(file)
-    plugin = plugins.load(plugins.SOURCE_GROUP, pipeline.source.type)
-    requester = getattr(plugin, "request_snapshot", None)
-    if requester is None:
+    if table is not None:
+        signal = _snapshot_signal(pipeline, "request_snapshot", table, where)
+        click.echo(f"requested snapshot {signal['id']} of {table} (signal at {signal['lsn']})")
+        target, expect = signal["id"], "done"
+    else:
+        if cancel_id is not None and not _cancel_applies(pipeline, cancel_id):
+            return
+        signal = _snapshot_signal(pipeline, "cancel_snapshot", cancel_id)
         click.echo(
-            f"error: source type {pipeline.source.type!r} cannot snapshot on request", err=True
+            f"cancel of {cancel_id or 'every request'} requested (signal at {signal['lsn']})"
         )
+        target, expect = cancel_id or signal["id"], "cancelled"
+    if not wait:
+        return
+    with _opened_log(pipeline) as log:
+        cancel = expect == "cancelled"
+        outcome = follow_request(log.source_offsets, target, timeout_s, click.echo, cancel)
+    if outcome is None:
+        click.echo(f"error: timed out waiting for {target}", err=True)
+        sys.exit(EXIT_RUNTIME)
+    click.echo(f"snapshot {target} {outcome}")
+    if outcome != expect:
+        sys.exit(EXIT_RUNTIME)
+
+
+def _snapshot_signal(pipeline: Pipeline, name: str, *args: Any) -> dict[str, Any]:
+    """Call the source plugin's ``request_snapshot`` or ``cancel_snapshot``; exits on error."""
+    plugin = plugins.load(plugins.SOURCE_GROUP, pipeline.source.type)
+    action = getattr(plugin, name, None)
+    if action is None:
+        verb = "snapshot on request" if name == "request_snapshot" else "cancel snapshots"
+        click.echo(f"error: source type {pipeline.source.type!r} cannot {verb}", err=True)
         sys.exit(EXIT_CONFIG)
     try:
-        request = requester(pipeline.source, pipeline.name, table, where)
+        signal: dict[str, Any] = action(pipeline.source, pipeline.name, *args)
     except ConfigError as exc:
         for where_, message in exc.problems:
             click.echo(f"error: {where_}: {message}", err=True)
@@ -303,30 +350,29 @@ def snapshot(file: str, table: str, where: str | None, wait: bool, timeout_s: fl
     except CdcError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_RUNTIME)
-    click.echo(f"requested snapshot {request['id']} of {table} (signal at {request['lsn']})")
-    if not wait:
-        return
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    last = ""
+    return signal
+
+
+def _cancel_applies(pipeline: Pipeline, request_id: str) -> bool:
+    """Whether a cancel of ``request_id`` has anything to do; says why not, or warns when the
+    request is not stored (yet: a pipeline that is not running has not read it)."""
+    from cdc.snapshot_report import open_requests, request_outcome
+
     with _opened_log(pipeline) as log:
-        while True:
-            offsets = log.source_offsets()
-            rows = [r for r in snapshot_report(offsets) if r.get("request") == request["id"]]
-            line = ", ".join(
-                f"{r['table']}: {r.get('chunks_done', 0)}/{r.get('chunks_total', '?')} chunks, "
-                f"{r.get('rows', 0):,} rows"
-                for r in rows
-            )
-            if line and line != last:
-                click.echo(line)
-                last = line
-            if request_finished(offsets, request["id"]):
-                click.echo(f"snapshot {request['id']} done")
-                return
-            if deadline is not None and time.monotonic() > deadline:
-                click.echo("error: timed out waiting for the snapshot", err=True)
-                sys.exit(EXIT_RUNTIME)
-            time.sleep(0.5)
+        offsets = log.source_offsets()
+    outcome = request_outcome(offsets, request_id)
+    if outcome in ("done", "cancelled"):
+        click.echo(f"snapshot request {request_id} is {outcome} already: nothing to cancel")
+        return False
+    known = open_requests(offsets)
+    if request_id not in known:
+        listed = ", ".join(f"{i} ({s})" for i, s in known.items()) or "none"
+        click.echo(
+            f"warning: no request {request_id} is stored (open requests: {listed}); the cancel "
+            "still applies if the pipeline has yet to read that request",
+            err=True,
+        )
+    return True
 
 
 if __name__ == "__main__":

@@ -2,13 +2,14 @@
 
 Read from the stored source offsets (``"snapshot"``, written by the source with each chunk's
 records), so it works from any process while the pipeline runs. Rates and ETAs are the ones the
-source stored at its last finished chunk; ``age_s`` says how old they are.
+source stored at its last finished chunk; ``age_s`` says how old they are. Requests that failed
+are listed with their reason until ``cdc snapshot --cancel`` removes them.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rich.console import Console
@@ -49,7 +50,45 @@ def snapshot_report(offsets: Mapping[str, Any]) -> list[dict[str, Any]]:
         {"table": r.get("table"), "request": r.get("id"), "state": "queued"}
         for r in state.get("requests") or []
     ]
-    return report + pending
+    failed = [
+        {
+            "table": f.get("table"),
+            "request": f.get("id"),
+            "state": "failed",
+            "reason": f.get("reason"),
+            "where": f.get("where"),
+            "rows": f.get("rows", 0),
+            "failed_ms": f.get("failed_ms"),
+        }
+        for f in state.get("failed") or []
+    ]
+    return report + pending + failed
+
+
+def request_outcome(offsets: Mapping[str, Any], request_id: str) -> str | None:
+    """How request ``request_id`` ended: ``done``, ``failed: <reason>``, ``cancelled``, or
+    ``None`` while it has not."""
+    state = offsets.get(OFFSET_KEY)
+    if not isinstance(state, Mapping):
+        return None
+    if request_id in (state.get("cancelled") or []):
+        return "cancelled"
+    if request_id in (state.get("finished") or []):
+        return "done"
+    for failure in state.get("failed") or []:
+        if failure.get("id") == request_id:
+            return f"failed: {failure.get('reason')}"
+    return None
+
+
+def open_requests(offsets: Mapping[str, Any]) -> dict[str, str]:
+    """Request id to state (``queued``, ``running``, ``failed``) of every request that a
+    cancel can still drop."""
+    return {
+        str(row["request"]): str(row["state"])
+        for row in snapshot_report(offsets)
+        if row.get("request") and row["state"] != "done"
+    }
 
 
 def request_finished(offsets: Mapping[str, Any], request_id: str) -> bool:
@@ -75,4 +114,51 @@ def print_snapshots(report: list[dict[str, Any]], console: Console | None = None
             "-" if rate is None else f"{rate:,.0f}",
             "-" if eta is None else f"{eta:,.0f} s",
         )
-    (console or Console()).print(table)
+    console = console or Console()
+    console.print(table)
+    for row in report:  # the ids `cdc snapshot --cancel` takes, each on its own line
+        if row.get("request") and row["state"] != "done":
+            reason = f": {row['reason']}" if row.get("reason") else ""
+            line = f"  request {row['request']} {row['table']} {row['state']}{reason}"
+            console.print(line, markup=False, highlight=False)
+
+
+def follow_request(
+    read_offsets: Callable[[], Mapping[str, Any]],
+    request_id: str,
+    timeout_s: float | None,
+    echo: Callable[[str], None],
+    cancel: bool = False,
+) -> str | None:
+    """Wait until request ``request_id`` ends, printing its progress (``cdc snapshot --wait``).
+
+    Args:
+        read_offsets: the stored source offsets, read again each time.
+        cancel: wait for the request's cancel to be applied (``request_id`` may then be the
+            cancel signal's own id, for ``--cancel-all``), whatever state it is in until then.
+
+    Returns:
+        The outcome (see :func:`request_outcome`), or ``None`` at the timeout.
+    """
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    last = ""
+    while True:
+        offsets = read_offsets()
+        rows = [r for r in snapshot_report(offsets) if r.get("request") == request_id]
+        line = ", ".join(
+            f"{r['table']}: {r.get('chunks_done', 0)}/{r.get('chunks_total', '?')} chunks, "
+            f"{r.get('rows', 0):,} rows"
+            for r in rows
+            if r["state"] != "failed"
+        )
+        if line and line != last:
+            echo(line)
+            last = line
+        outcome = request_outcome(offsets, request_id)
+        if cancel and outcome != "cancelled":
+            outcome = None
+        if outcome is not None:
+            return outcome
+        if deadline is not None and time.monotonic() > deadline:
+            return None
+        time.sleep(0.5)

@@ -20,10 +20,14 @@ import psycopg
 from psycopg import sql
 
 from cdc.errors import SourceFatal
+from cdc.events import ChangeEvent, Op
 from connectors.postgres.config import PostgresSourceConfig
+from snapshots.watermark import parse
 
 WATERMARK = "wm"
 SIGNAL = "signal"
+
+Marker = tuple[int, str, str, int]  # (index in the batch, kind, payload, lsn)
 
 _MAY_EMIT = sql.SQL(
     "SELECT has_function_privilege('pg_logical_emit_message(boolean, text, text)', 'EXECUTE')"
@@ -121,3 +125,38 @@ def ensure_table(conn: psycopg.Connection[Any], channel: Channel) -> None:
             f"and GRANT SELECT, INSERT, DELETE on it (or GRANT EXECUTE ON FUNCTION "
             "pg_logical_emit_message(boolean, text, text))"
         ) from exc
+
+
+def signal_rows(
+    events: list[ChangeEvent], markers: list[Marker], signal_table: tuple[str, str]
+) -> tuple[list[ChangeEvent], list[Marker]]:
+    """Take the signal table's rows out of the batch, as markers where they were.
+
+    The hooks' markers (logical messages) counted the batch's events with those rows in
+    them: they move back by the rows taken out before them.
+    """
+    schema, table = signal_table  # compared as they are: no string built per event
+    kept: list[ChangeEvent] = []
+    kept_before: list[int] = []  # per event of the batch: how many were kept before it
+    # (place in the batch, marker): a hook's message came just before its event index.
+    placed: list[tuple[float, Marker]] = []
+    for at, event in enumerate(events):
+        kept_before.append(len(kept))
+        source = event.source
+        if source.table != table or source.schema != schema:
+            kept.append(event)
+            continue
+        if event.op is not Op.CREATE or event.after is None:
+            continue  # the reader's clean-up deletes
+        kind, payload = event.after.get("kind"), str(event.after.get("payload"))
+        position = event.source.position
+        parsed = parse(payload.encode()) if kind == WATERMARK else None
+        if parsed is not None:
+            placed.append((at, (len(kept), parsed[0], parsed[1], position)))
+        elif kind == SIGNAL:
+            placed.append((at, (len(kept), SIGNAL, payload, position)))
+    for index, kind, payload, lsn in markers:
+        moved = kept_before[index] if index < len(kept_before) else len(kept)
+        placed.append((index - 0.5, (moved, kind, payload, lsn)))
+    placed.sort(key=lambda entry: entry[0])
+    return kept, [marker for _, marker in placed]

@@ -4,6 +4,11 @@ One background thread per source: it plans requested tables, then for each chunk
 watermark, reads the chunk, hands the rows to the shared :class:`Watermarks`, writes the high
 watermark, and waits until the poll thread has seen that high watermark in the stream before it
 reads the next chunk. Only one chunk is in memory at a time, and streaming never waits for a read.
+
+A request is the unit that fails or is cancelled, never the stream: a chunk whose read fails
+(after a few retries when the error may heal, through :mod:`cdc.runtime.retry`) marks its
+request failed in the stored state, with the reason, and the reader moves on. Chunks are read in
+read-only transactions: ``--where`` is the operator's SQL, and it must not write.
 """
 
 from __future__ import annotations
@@ -20,10 +25,11 @@ import psycopg
 from psycopg import sql
 
 from cdc.envelope import record_parts, source_head, to_records
-from cdc.errors import CdcError, SourceFatal
+from cdc.errors import SourceFatal, SourceUnavailable
 from cdc.events import ChangeEvent, EncodedRow, Op, SourceInfo
 from cdc.log.base import Record
 from cdc.logging import Logger
+from cdc.runtime.retry import Backoff, Decision, Stopped, classify, retry_until_stopped
 from connectors.postgres.relations import CONNECTOR
 from connectors.postgres.replication import session_conninfo
 from snapshots.channel import WATERMARK, Channel
@@ -31,6 +37,7 @@ from snapshots.chunks import Chunk
 from snapshots.parallel import ChunkFailed
 from snapshots.reader import SnapshotTable, chunk_query, read_lines
 from snapshots.rows import SEQUENCE_SHIFT, KeyedRow, keyed_lines
+from snapshots.state import SnapshotState
 from snapshots.watermark import HIGH, LOW, Watermarks, render
 
 #: How long a reader waits for its high watermark to come back through the stream.
@@ -54,11 +61,23 @@ class _Racing(Exception):
 
 @dataclass(frozen=True, slots=True)
 class ChunkJob:
-    """One chunk to read between watermarks."""
+    """One chunk to read between watermarks, for request ``request``."""
 
     table: SnapshotTable
     chunk: Chunk
     where: str | None
+    request: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """Queued work for one request: ``plan`` runs in the reader thread and returns the chunks
+    to read (planning reads the table, so it must not hold up the poll thread)."""
+
+    request: str | None
+    table: str
+    where: str | None
+    plan: Callable[[], list[ChunkJob]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +88,6 @@ class OpenWindow:
     done: threading.Event
 
 
-Planner = Callable[[], list[ChunkJob]]
 #: The table as the catalog describes it now (columns renamed, added, dropped or retyped since
 #: the plan): each chunk is read in the shape of its read.
 Refresh = Callable[[SnapshotTable], SnapshotTable]
@@ -78,14 +96,21 @@ Refresh = Callable[[SnapshotTable], SnapshotTable]
 class WatermarkReader:
     """The background reader.
 
+    A request that fails (after the retries a retriable error gets, see
+    :func:`cdc.runtime.retry.retry_until_stopped`) is marked failed in ``state`` with its reason
+    and the reader goes on with the next: an online snapshot never stops the stream. One that
+    ended (failed, or cancelled by the poll thread) is read no further.
+
     Args:
         dsn: the user's DSN (secret).
         connect_timeout_s: connection timeout.
         channel: where watermarks are written (logical messages or the signal table).
         windows: shared with the poll thread, guarded by ``lock``.
         lock: guards ``windows`` and ``open_windows``.
+        state: the stored snapshot progress (thread-safe), where requests end.
         logger: bound logger.
-        retries: attempts per chunk after the first.
+        retries: attempts per chunk after the first, for retriable errors.
+        backoff_s: the first retry's delay; it doubles with each retry.
         refresh: describes a chunk's table again before each attempt, so a schema change since
             the plan neither fails the read (a renamed column) nor reads the old shape.
     """
@@ -97,6 +122,7 @@ class WatermarkReader:
         channel: Channel,
         windows: Watermarks[KeyedRow],
         lock: threading.Lock,
+        state: SnapshotState,
         logger: Logger,
         retries: int = 3,
         backoff_s: float = 0.5,
@@ -105,18 +131,29 @@ class WatermarkReader:
         self._refresh = refresh
         self._conninfo = session_conninfo(dsn, connect_timeout_s, application_name="cdc-snapshot")
         self._channel, self._windows, self._lock = channel, windows, lock
-        self._logger, self._retries, self._backoff_s = logger, retries, backoff_s
+        self._state, self._logger = state, logger
+        self._retries, self._backoff_s = retries, backoff_s
         self.open_windows: dict[str, OpenWindow] = {}
-        self._work: queue.SimpleQueue[Planner | None] = queue.SimpleQueue()
+        self._work: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._conn: psycopg.Connection[Any] | None = None
         self.failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="snapshot-wm", daemon=True)
         self._thread.start()
 
-    def submit(self, planner: Planner) -> None:
-        """Queue work: ``planner`` runs in the reader thread and returns the chunks to read."""
-        self._work.put(planner)
+    def submit(self, work: Work) -> None:
+        """Queue ``work``; it is planned and read in the reader thread, in order."""
+        self._work.put(work)
+
+    def drop_ended(self) -> None:
+        """Abandon the open windows of requests that ended (the poll thread cancelled them):
+        their rows are never emitted, and the reader stops waiting for their high watermark."""
+        with self._lock:
+            for wid, window in list(self.open_windows.items()):
+                if self._state.ended(window.job.request):
+                    self._windows.abandon(wid)
+                    del self.open_windows[wid]
+                    window.done.set()
 
     def close(self) -> None:
         self._stop.set()
@@ -128,49 +165,90 @@ class WatermarkReader:
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
-                planner = self._work.get()
-                if planner is None:
+                work = self._work.get()
+                if work is None:
                     return
-                for job in planner():
-                    if self._stop.is_set():
-                        return
-                    self._chunk(job)
-        except BaseException as exc:
+                self._do(work)
+        except Stopped:
+            return
+        except BaseException as exc:  # not an Exception: the process is going down
             self.failure = exc
 
-    def _chunk(self, job: ChunkJob) -> None:
-        for attempt in range(self._retries + 1):
-            wid = uuid.uuid4().hex
-            try:
-                if self._refresh is not None:
-                    job = replace(job, table=self._refresh(job.table))
-                if self._read_window(wid, job):
+    def _do(self, work: Work) -> None:
+        if self._state.ended(work.request):
+            return
+        try:
+            for job in work.plan():
+                if self._stop.is_set() or self._state.ended(job.request):
                     return
-                return  # stopped
-            except (psycopg.Error, CdcError) as exc:
-                with self._lock:
-                    self._windows.abandon(wid)
-                    self.open_windows.pop(wid, None)
-                self._drop_connection()
-                if attempt >= self._retries or self._stop.is_set():
-                    raise ChunkFailed(
-                        f"incremental snapshot of {job.table.name} failed in chunk "
-                        f"{job.chunk.index} after {self._retries} retries: {exc}"
-                    ) from exc
-                delay = self._backoff_s * 2**attempt
-                self._logger.warning(
-                    "snapshot.chunk_retry",
-                    table=job.table.name,
-                    chunk=job.chunk.index,
-                    attempt=attempt + 1,
-                    error=str(exc),
-                    retry_in_s=delay,
-                )
-                time.sleep(delay)
+                self._chunk(job)
+        except Stopped:
+            raise
+        except Exception as exc:  # whatever it is, it ends this request, never the stream
+            self._failed(work, exc)
 
-    def _read_window(self, wid: str, job: ChunkJob) -> bool:
+    def _failed(self, work: Work, exc: Exception) -> None:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        listed = self._state.fail(work.table, work.request, work.where, reason)
+        if listed is None:
+            return  # cancelled meanwhile
+        self._logger.error(
+            "snapshot.request_failed",
+            table=work.table,
+            request=listed,
+            where=work.where,
+            reason=reason,
+            action="the stream goes on; `cdc snapshot FILE --cancel ID` removes the request",
+        )
+
+    def _chunk(self, job: ChunkJob) -> None:
+        """Read one chunk, retrying what may heal (a lost connection) a bounded number of times.
+
+        Raises:
+            ChunkFailed: the chunk cannot be read; the message names it and the reason.
+            Stopped: the reader is closing.
+        """
+        logger = self._logger.bind(table=job.table.name, chunk=job.chunk.index)
+        try:
+            retry_until_stopped(
+                lambda: self._attempt(job),
+                self._stop,
+                logger,
+                "snapshot.chunk_retry",
+                Backoff(initial_s=self._backoff_s),
+                attempts=self._retries + 1,
+            )
+        except Stopped:
+            raise
+        except Exception as exc:
+            tried = self._retries + 1 if classify(exc) is Decision.RETRY else 1
+            raise ChunkFailed(
+                f"incremental snapshot of {job.table.name} failed in chunk {job.chunk.index} "
+                f"after {tried} attempt(s): {exc}"
+            ) from exc
+
+    def _attempt(self, job: ChunkJob) -> None:
+        wid = uuid.uuid4().hex
+        try:
+            if self._refresh is not None:
+                job = replace(job, table=self._refresh(job.table))
+            self._read_window(wid, job)
+        except BaseException as exc:
+            with self._lock:
+                self._windows.abandon(wid)
+                self.open_windows.pop(wid, None)
+            self._drop_connection()
+            if isinstance(exc, psycopg.OperationalError):  # the connection, not the query
+                raise SourceUnavailable(str(exc)) from exc
+            raise
+
+    def _read_window(self, wid: str, job: ChunkJob) -> None:
         done = threading.Event()
         with self._lock:
+            # Checked under the lock the poll thread cancels under: a window is either never
+            # opened for a cancelled request, or abandoned by drop_ended.
+            if self._state.ended(job.request):
+                return
             self._windows.expect(wid, job.table.name)
             self.open_windows[wid] = OpenWindow(job, done)
         conn = self._connection()
@@ -183,11 +261,18 @@ class WatermarkReader:
         deadline = time.monotonic() + HIGH_WATERMARK_WAIT_S
         while not done.wait(0.2):
             if self._stop.is_set():
-                return False
+                raise Stopped()
             if time.monotonic() > deadline:
                 raise SourceFatal(f"high watermark {wid} never came back through the stream")
-        self._channel.clean(conn, [render(LOW, wid), render(HIGH, wid)])
-        return True
+        self._clean(conn, wid)
+
+    def _clean(self, conn: psycopg.Connection[Any], wid: str) -> None:
+        """Delete the window's watermark rows (signal table); the chunk is done either way."""
+        try:
+            self._channel.clean(conn, [render(LOW, wid), render(HIGH, wid)])
+        except psycopg.Error as exc:
+            self._drop_connection()
+            self._logger.warning("snapshot.watermark_clean_failed", window=wid, error=str(exc))
 
     @staticmethod
     def _snapshot_text(conn: psycopg.Connection[Any]) -> str:
@@ -210,14 +295,19 @@ class WatermarkReader:
         for _ in range(RACE_RETRIES):
             try:
                 with conn.transaction():
-                    conn.execute(sql.SQL("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
+                    # Read-only, as the request's check was: the operator's --where may call
+                    # functions, and none may write (nextval() would advance once per row).
+                    conn.execute(
+                        sql.SQL("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                    )
                     [(racing,)] = conn.execute(_RACING, (after_low,)).fetchall()
                     if racing:
                         raise _Racing
                     return self._read(conn, job)
             except _Racing:
                 time.sleep(0.002)
-        raise SourceFatal(f"transactions before watermark of {job.table.name} stay invisible")
+        # Retriable: such a transaction leaves the process array soon; a new window will see it.
+        raise SourceUnavailable(f"transactions before watermark of {job.table.name} stay invisible")
 
     def _read(self, conn: psycopg.Connection[Any], job: ChunkJob) -> dict[bytes, KeyedRow]:
         state = job.table.state

@@ -12,10 +12,15 @@ The modes mean what Debezium users expect:
 
 An unfinished snapshot stored in the log is resumed in every mode: its finished chunks are kept
 and the rest are read with watermarks while the stream runs.
+
+A table added to ``source.tables`` after the first start has rows the log never saw: it is
+snapshotted while streaming (the ``cdc snapshot`` path) in every mode but ``never``, unless this
+start reads every table anyway. A table removed from it is no longer captured; its topic stays.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -78,3 +83,44 @@ def decide(mode: str, start: StartState) -> Decision:
             "streamed, so the tables are re-read with watermarks",
         )
     return Decision(Action.STREAM, "resuming the stream from the stored position")
+
+
+@dataclass(frozen=True, slots=True)
+class TableChanges:
+    """How ``source.tables`` changed since the tables the log holds were recorded."""
+
+    added: list[str]
+    removed: list[str]
+
+
+def table_changes(configured: Sequence[str], captured: Sequence[str]) -> TableChanges:
+    """Tables configured now but not captured before, and the other way round, in order."""
+    return TableChanges(
+        [t for t in configured if t not in captured],
+        [t for t in captured if t not in configured],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AddedTables:
+    """Whether this start snapshots the tables added to ``source.tables``, and why (logged)."""
+
+    snapshot: bool
+    reason: str
+
+
+def added_tables(mode: str, action: Action) -> AddedTables:
+    """What this start does about tables added to ``source.tables`` (pure)."""
+    if action is Action.EXPORT:
+        return AddedTables(False, "the snapshot of this start reads every table")
+    if action is Action.WATERMARK_ALL:
+        return AddedTables(False, "this start re-reads every table while streaming")
+    if mode == "never":
+        return AddedTables(
+            False, "snapshot mode never: their existing rows are not read, only later changes"
+        )
+    return AddedTables(
+        True,
+        f"added to source.tables since the last start (snapshot mode {mode}): their existing "
+        "rows are snapshotted, as `cdc snapshot` would",
+    )

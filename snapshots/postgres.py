@@ -12,6 +12,10 @@ It wraps :class:`connectors.postgres.source.PostgresSource`:
   it weaves the rows of closed watermark windows into the stream's batches, at their high
   watermark.
 * ``ack`` goes to the stream once it runs; snapshot commits need no acknowledgement.
+
+The state records the tables the log holds (``captured``). A table added to ``source.tables``
+since is snapshotted while streaming, as ``cdc snapshot`` would, unless the mode is ``never``
+(:func:`snapshots.modes.added_tables`); a removed one is taken out of the publication.
 """
 
 from __future__ import annotations
@@ -25,15 +29,16 @@ from cdc.schema import TableSchema
 from cdc.source import SourceBatch, SourceContext
 from connectors.postgres.catalog import Catalog
 from connectors.postgres.config import PostgresSourceConfig
+from connectors.postgres.lifecycle import drop_from_publication, publication_tables
 from connectors.postgres.protocol import str_to_lsn
 from connectors.postgres.source import PostgresSource, stored_lsn
 from connectors.postgres.stream import offsets_for
 from snapshots.channel import Channel, choose, ensure_table
 from snapshots.initial import ExportedSnapshot, start_exported
-from snapshots.modes import Action, StartState, decide
+from snapshots.modes import Action, StartState, added_tables, decide, table_changes
 from snapshots.parallel import ExportedSnapshotReader, ReadSettings
 from snapshots.progress import Reporter, reporter
-from snapshots.state import OFFSET_KEY, SnapshotState
+from snapshots.state import SnapshotState
 from snapshots.streaming import StreamSnapshots
 
 #: Most snapshot pieces (of up to 5,000 rows) in one log transaction.
@@ -58,6 +63,7 @@ class SnapshottingPostgresSource:
         self.chunks_read = 0  # chunks whose rows this session handed to the log (tests, bench)
         self.streaming = False  # the stream is open (after any exported snapshot)
         self._uncommitted = 0  # snapshot pieces appended since the last commit
+        self._added: list[str] = []  # tables added to source.tables since the last start
 
     def tables(self) -> list[tuple[str, str]]:
         return self._config.table_pairs()
@@ -76,6 +82,8 @@ class SnapshottingPostgresSource:
         decision = decide(self._config.snapshot, start)
         self._logger.info("snapshot.decision", action=decision.action.value, reason=decision.reason)
         self._reporter = reporter(self._logger)
+        added = self._announce_added(decision.action)
+        self._state.set_captured(self._config.tables)  # stored with the next commit
         if decision.action is Action.EXPORT:
             self._open_exported(start.slot_exists)
             return
@@ -85,7 +93,19 @@ class SnapshottingPostgresSource:
             self._stream.resume_unfinished()
         elif decision.action is Action.WATERMARK_ALL:
             self._stream.request_all(decision.reason)
+        for table in added:
+            self._stream.queue(table, "added to source.tables")
         self._stream.resume_requests()
+
+    def _announce_added(self, action: Action) -> list[str]:
+        """Log what this start does about the tables added to ``source.tables``; returns those
+        to snapshot while streaming (as the mode says)."""
+        if not self._added:
+            return []
+        plan = added_tables(self._config.snapshot, action)
+        log = self._logger.info if plan.snapshot else self._logger.warning
+        log("source.tables_added", tables=self._added, snapshot=plan.snapshot, reason=plan.reason)
+        return self._added if plan.snapshot else []
 
     def _probe(self, stored_offsets: Mapping[str, Any]) -> StartState:
         catalog = Catalog(self._dsn, redact_url(self._dsn), self._config.connect_timeout_s)
@@ -95,6 +115,8 @@ class SnapshottingPostgresSource:
             self._use_channel(catalog)
             # Before any snapshot row is written: the Kafka log keeps their TOAST-able values.
             self._inner.declare_toast(catalog)
+            if stored_lsn(stored_offsets) is not None:  # a first start captures what it finds
+                self._table_changes(catalog)
         finally:
             catalog.close()
         confirmed = None
@@ -102,6 +124,35 @@ class SnapshottingPostgresSource:
             confirmed = str_to_lsn(slot.confirmed_flush)
         unfinished = bool(self._state.unfinished() or self._state.requests())
         return StartState(stored_lsn(stored_offsets), slot is not None, confirmed, unfinished)
+
+    def _table_changes(self, catalog: Catalog) -> None:
+        """Compare ``source.tables`` with the tables the log holds; stop capturing the removed.
+
+        A state stored before the log recorded its tables falls back to the publication: a
+        configured table it lacks was never captured (the source adds every table it captures).
+        """
+        publication = self._config.publication_name(self._context.pipeline)
+        captured = self._state.captured()
+        if captured is None:
+            captured = self._published_captured(catalog, publication)
+        changes = table_changes(self._config.tables, captured)
+        self._added = changes.added
+        if changes.removed:
+            pairs = [(t.partition(".")[0], t.partition(".")[2]) for t in changes.removed]
+            drop_from_publication(catalog, publication, pairs, self._logger)
+            self._state.forget(changes.removed)
+            self._logger.warning(
+                "source.tables_removed",
+                tables=changes.removed,
+                reason="no longer in source.tables: their changes are not captured from now on; "
+                "their topics and the rows in the sinks stay",
+            )
+
+    def _published_captured(self, catalog: Catalog, publication: str) -> list[str]:
+        published = publication_tables(catalog, publication)
+        if published is None:
+            return list(self._config.tables)  # nothing to tell: take them all as captured
+        return [".".join(pair) for pair in self._config.table_pairs() if pair in published]
 
     def _use_channel(self, catalog: Catalog) -> None:
         """With a signal table, create it and stream it too (its rows never reach a topic)."""
@@ -159,7 +210,7 @@ class SnapshottingPostgresSource:
             self._channel,
         )
         self._inner.open(stored_offsets)
-        self._stream.started()
+        self._stream.started(stored_offsets)
         self.streaming = True
 
     # -- poll ------------------------------------------------------------------------------
@@ -193,7 +244,7 @@ class SnapshottingPostgresSource:
         if not (schemas or self._uncommitted >= COMMIT_EVERY_PIECES or (piece and piece.last)):
             return SourceBatch(records=records, schemas=schemas)
         self._uncommitted = 0
-        offsets = {**offsets_for(exported.consistent_point), OFFSET_KEY: self._state.to_json()}
+        offsets = {**offsets_for(exported.consistent_point), **self._state.offsets(progress=True)}
         return SourceBatch(records=records, commit_offsets=offsets, schemas=schemas)
 
     def _finish_exported(self, exported: ExportedSnapshot) -> SourceBatch:
@@ -206,7 +257,7 @@ class SnapshottingPostgresSource:
         offsets = offsets_for(exported.consistent_point)
         self._logger.info("snapshot.finished", consistent_point=exported.consistent_point)
         self._open_stream(offsets)
-        return SourceBatch(commit_offsets={**offsets, OFFSET_KEY: self._state.to_json()})
+        return SourceBatch(commit_offsets={**offsets, **self._state.offsets(progress=True)})
 
     # -- ack, close ------------------------------------------------------------------------
 

@@ -1,19 +1,27 @@
-"""``cdc snapshot``: ask a running pipeline to re-snapshot a table, through the change stream.
+"""``cdc snapshot``: ask a running pipeline to re-snapshot a table, or to cancel requests,
+through the change stream.
 
-The request is a transactional logical message (prefix ``<pipeline>.signal``), or a row in the
+A signal is a transactional logical message (prefix ``<pipeline>.signal``), or a row in the
 signal table for a role that may not emit messages (:mod:`snapshots.channel`), written on an
-ordinary connection. The pipeline's source sees it in commit order, stores it with the batch that
-carried it, and then reads the table in chunks between watermarks while it keeps streaming, as
-Debezium's signalling does. A pipeline that is not running picks the request up when it starts.
+ordinary connection. The pipeline's source sees it in commit order, stores its effect with the
+batch that carried it, and then reads the table in chunks between watermarks while it keeps
+streaming, as Debezium's signalling does. A pipeline that is not running acts on the signal when
+it starts: the stored position is before it, so the stream delivers it then.
+
+Two kinds: ``{"type": "snapshot", "id", "table", "where"}`` and ``{"type": "cancel", "id",
+"request"}`` (``request`` null: every request). Cancelling the same way, rather than by editing
+the stored offsets, keeps the source the only writer of its state and orders a cancel after the
+requests written before it.
 
 ``--where`` is SQL the operator writes, so it is trusted input: it is checked to be one boolean
-expression that the server accepts against the table, then passed through as
-:class:`psycopg.sql.SQL`.
+expression (:mod:`snapshots.where`) that the server accepts against the table, and evaluates on a
+sample of its rows in a read-only transaction, then passed through as :class:`psycopg.sql.SQL`.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -27,35 +35,15 @@ from connectors.postgres.errors import connect_error
 from connectors.postgres.replication import session_conninfo
 from snapshots.channel import SIGNAL, choose
 from snapshots.state import OFFSET_KEY
+from snapshots.where import check_where_text
 
-_FORBIDDEN = (";", "--", "/*")
+__all__ = ["cancel_snapshot", "check_where_text", "progress", "request_snapshot"]
 
-
-def check_where_text(where: str) -> None:
-    """Reject what cannot be a single expression (statement separators, comments, parentheses
-    that close more than they open).
-
-    Raises:
-        ConfigError: with the reason.
-    """
-    problems = [f"--where may not contain {token!r}" for token in _FORBIDDEN if token in where]
-    depth = 0
-    quoted = False
-    for char in where:
-        if char == "'":
-            quoted = not quoted
-        elif not quoted and char == "(":
-            depth += 1
-        elif not quoted and char == ")":
-            depth -= 1
-            if depth < 0:
-                break
-    if depth != 0 or quoted:
-        problems.append("--where has unbalanced parentheses or quotes")
-    if not where.strip():
-        problems.append("--where is empty")
-    if problems:
-        raise ConfigError([("--where", p) for p in problems])
+#: Rows the server-side check evaluates ``--where`` on: enough to catch most expressions that
+#: fail at run time (a volatile function refused in a read-only transaction, a bad cast), cheap
+#: on any table. What it misses fails the request at run time, never the pipeline.
+SAMPLE_ROWS = 100
+PROBE_TIMEOUT = "30s"
 
 
 def request_snapshot(
@@ -64,7 +52,7 @@ def request_snapshot(
     """Write a snapshot request for ``table`` into the change stream.
 
     Returns:
-        The request: ``{"id", "table", "where", "lsn"}``.
+        The request: ``{"id", "type", "table", "where", "lsn"}``.
 
     Raises:
         ConfigError: the table is not captured, or ``where`` is not a valid expression.
@@ -74,38 +62,86 @@ def request_snapshot(
         raise ConfigError([("--table", f"{table} is not one of source.tables {config.tables}")])
     if where is not None:
         check_where_text(where)
+    request = {"id": uuid.uuid4().hex, "type": "snapshot", "table": table, "where": where}
+
+    def check(conn: psycopg.Connection[Any]) -> None:
+        if where is not None:
+            check_where_on_server(conn, table, where)
+
+    return _write(config, pipeline, request, check)
+
+
+def cancel_snapshot(
+    config: PostgresSourceConfig, pipeline: str, request_id: str | None
+) -> dict[str, Any]:
+    """Write a cancel signal for request ``request_id`` (``None``: every request).
+
+    The pipeline drops the request wherever it is (queued, running, failed) when the signal
+    reaches it; rows a running request already wrote stay, as upserts they are harmless.
+
+    Returns:
+        The signal: ``{"id", "type", "request", "lsn"}``.
+
+    Raises:
+        SourceFatal: the signal could not be written.
+    """
+    signal = {"id": uuid.uuid4().hex, "type": "cancel", "request": request_id}
+    return _write(config, pipeline, signal, lambda conn: None)
+
+
+def _write(
+    config: PostgresSourceConfig,
+    pipeline: str,
+    signal: dict[str, Any],
+    check: Callable[[psycopg.Connection[Any]], None],
+) -> dict[str, Any]:
     dsn = config.dsn.get_secret_value()
     try:
         conn = psycopg.connect(session_conninfo(dsn, config.connect_timeout_s), autocommit=True)
     except psycopg.OperationalError as exc:
         raise connect_error(redact_url(dsn), str(exc)) from exc
-    request = {"id": uuid.uuid4().hex, "type": "snapshot", "table": table, "where": where}
     with conn:
-        if where is not None:
-            _check_where_on_server(conn, table, where)
+        check(conn)
         channel = choose(conn, config, pipeline)
         try:
-            lsn = channel.write(conn, SIGNAL, orjson.dumps(request).decode())
+            lsn = channel.write(conn, SIGNAL, orjson.dumps(signal).decode())
         except psycopg.errors.UndefinedTable as exc:
             raise SourceFatal(
                 f"signal table {channel.table_id} does not exist yet: start `cdc run` once, "
                 "it creates it"
             ) from exc
         except psycopg.Error as exc:
-            raise SourceFatal(f"cannot write the snapshot request: {exc}") from exc
-    return {**request, "lsn": lsn}
+            raise SourceFatal(f"cannot write the snapshot {signal['type']}: {exc}") from exc
+    return {**signal, "lsn": lsn}
 
 
-def _check_where_on_server(conn: psycopg.Connection[Any], table: str, where: str) -> None:
+def check_where_on_server(conn: psycopg.Connection[Any], table: str, where: str) -> None:
+    """The server accepts ``where`` as a condition on ``table`` and evaluates it on a sample of
+    rows, in a read-only transaction (so ``nextval()`` and the like are refused, not run).
+
+    Raises:
+        ConfigError: the server refuses it, with the server's reason.
+    """
     schema, _, name = table.partition(".")
-    probe = sql.SQL("SELECT 1 FROM {} WHERE ({}) LIMIT 0").format(
-        sql.Identifier(schema, name),
-        sql.SQL(where),  # the operator's own SQL, checked above
+    target = sql.Identifier(schema, name)
+    condition = sql.SQL(where)  # the operator's own SQL, checked by check_where_text
+    typed = sql.SQL("SELECT 1 FROM {} WHERE ({}) LIMIT 0").format(target, condition)
+    sample = sql.SQL("SELECT ({}) FROM {} LIMIT {}").format(
+        condition, target, sql.Literal(SAMPLE_ROWS)
     )
     try:
         with conn.transaction():
-            conn.execute("SET TRANSACTION READ ONLY")
-            conn.execute(probe)
+            conn.execute(sql.SQL("SET TRANSACTION READ ONLY"))
+            conn.execute(
+                sql.SQL("SET LOCAL statement_timeout = {}").format(sql.Literal(PROBE_TIMEOUT))
+            )
+            row = conn.execute(sql.SQL("SHOW standard_conforming_strings")).fetchone()
+            if row is None or row[0] != "on":
+                raise ConfigError(
+                    [("--where", "needs the server's standard_conforming_strings = on")]
+                )
+            conn.execute(typed)  # a boolean condition on this table's columns
+            conn.execute(sample).fetchall()  # and one it can evaluate on rows
     except psycopg.Error as exc:
         raise ConfigError([("--where", f"the server rejects it: {exc}")]) from exc
 

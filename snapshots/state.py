@@ -7,6 +7,8 @@ the rows it describes, so after a crash it names exactly the chunks whose rows a
         "id": "9f0c...",                      # the snapshot run (initial) or latest request
         "consistent_point": 12345678,         # the exported snapshot's LSN (initial only)
         "requests": [{"id": ..., "table": "public.t", "where": null}],  # not yet planned
+        "failed": [{"id", "table", "where", "reason", "failed_ms"}],  # until cancelled
+        "cancelled": ["<request id>", ...],   # the last few, for ``--wait`` and late windows
         "tables": {"public.t": {
             "kind": "initial" | "incremental", "request": "...", "method": "keyset" | "ctid",
             "where": null, "chunks": [{"i": 0, "lo": null, "hi": ["500"]}, ...],
@@ -16,6 +18,13 @@ the rows it describes, so after a crash it names exactly the chunks whose rows a
 
 Chunk boundaries are stored, not re-planned, because a resumed snapshot must read exactly the
 ranges that are missing.
+
+Next to it, under ``"captured"``, the tables the log holds (snapshotted or streamed), so a start
+can tell a table added to ``source.tables`` from one captured all along; it is a key of its own
+because it is no snapshot progress (a pipeline that never snapshots stores it too).
+
+A request ends done (``finished``), failed or cancelled. A failed one keeps only its reason: its
+table entry goes, so a restart never replays it, and it stays listed until it is cancelled.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -37,7 +47,8 @@ from snapshots.chunks import (
 )
 
 OFFSET_KEY = "snapshot"
-FINISHED_KEPT = 20  # finished request ids kept, newest last
+CAPTURED_KEY = "captured"
+FINISHED_KEPT = 20  # finished (and cancelled, and failed) requests kept, newest last
 
 
 def now_ms() -> int:
@@ -47,18 +58,44 @@ def now_ms() -> int:
 class SnapshotState:
     """The stored progress, guarded by a lock (reader threads and the poll thread share it)."""
 
-    def __init__(self, data: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, data: Mapping[str, Any] | None = None, captured: Sequence[str] | None = None
+    ) -> None:
         self._lock = threading.Lock()
+        self._captured = None if captured is None else sorted(captured)
+        self._captured_dirty = False
         self._data: dict[str, Any] = copy.deepcopy(dict(data or {}))
         self._data.setdefault("tables", {})
         self._data.setdefault("requests", [])
         self._data.setdefault("finished", [])
+        self._data.setdefault("failed", [])
+        self._data.setdefault("cancelled", [])
         self.dirty = False
 
     @classmethod
     def from_offsets(cls, offsets: Mapping[str, Any]) -> SnapshotState:
-        entry = offsets.get(OFFSET_KEY)
-        return cls(entry if isinstance(entry, Mapping) else None)
+        entry, captured = offsets.get(OFFSET_KEY), offsets.get(CAPTURED_KEY)
+        return cls(
+            entry if isinstance(entry, Mapping) else None,
+            [str(t) for t in captured] if isinstance(captured, list) else None,
+        )
+
+    @property
+    def pending(self) -> bool:
+        """Something changed that the next commit must store (see :meth:`offsets`)."""
+        return self.dirty or self._captured_dirty
+
+    def offsets(self, progress: bool = False) -> dict[str, Any]:
+        """What a commit stores: the progress when it changed (or ``progress``), the captured
+        tables when they changed. Clears what it returns."""
+        stored: dict[str, Any] = {}
+        if progress or self.dirty:
+            stored[OFFSET_KEY] = self.to_json()
+        with self._lock:
+            if self._captured_dirty:
+                self._captured_dirty = False
+                stored[CAPTURED_KEY] = list(self._captured or [])
+        return stored
 
     def to_json(self) -> dict[str, Any]:
         """A deep copy to store; clears ``dirty``."""
@@ -86,19 +123,47 @@ class SnapshotState:
         with self._lock:
             return copy.deepcopy(self._data["requests"])
 
+    def failed(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return copy.deepcopy(self._data["failed"])
+
+    def captured(self) -> list[str] | None:
+        """The tables the log holds, or ``None`` when a state from before this was stored."""
+        with self._lock:
+            return None if self._captured is None else list(self._captured)
+
+    def ended(self, request: str | None) -> bool:
+        """The request failed or was cancelled: nothing more of it may be planned or read."""
+        with self._lock:
+            return self._ended(request)
+
+    def _ended(self, request: str | None) -> bool:
+        if request is None:
+            return False
+        return request in self._data["cancelled"] or any(
+            f.get("id") == request for f in self._data["failed"]
+        )
+
     # -- changes ---------------------------------------------------------------------------
 
     def begin_initial(self, snapshot_id: str, consistent_point: int) -> None:
         """Start a fresh initial snapshot; earlier progress is dropped."""
         with self._lock:
+            kept = ("finished", "failed", "cancelled")
             self._data = {
                 "id": snapshot_id,
                 "consistent_point": consistent_point,
                 "tables": {},
                 "requests": [],
-                "finished": self._data.get("finished", []),
+                **{key: self._data[key] for key in kept if key in self._data},
             }
             self.dirty = True
+
+    def set_captured(self, tables: Sequence[str]) -> None:
+        with self._lock:
+            if self._captured != sorted(tables):
+                self._captured = sorted(tables)
+                self._captured_dirty = True
 
     def add_request(self, request: Mapping[str, Any]) -> None:
         """Queue an incremental snapshot request until it is planned."""
@@ -116,9 +181,15 @@ class SnapshotState:
         *,
         request: str | None = None,
         where: str | None = None,
-    ) -> None:
-        """Record a table's chunk plan (and drop its request from the queue)."""
+    ) -> bool:
+        """Record a table's chunk plan (and drop its request from the queue).
+
+        Returns:
+            False, and nothing recorded, when the request was cancelled or failed meanwhile.
+        """
         with self._lock:
+            if self._ended(request):
+                return False
             self._data["tables"][name] = {
                 "kind": kind,
                 "request": request,
@@ -137,6 +208,7 @@ class SnapshotState:
                 queue = self._data["requests"]
                 self._data["requests"] = [r for r in queue if r.get("id") != request]
             self.dirty = True
+            return True
 
     def chunk_done(self, name: str, index: int, rows: int) -> dict[str, Any]:
         """Mark a chunk done; returns the table's figures (for progress reporting)."""
@@ -169,3 +241,92 @@ class SnapshotState:
     def finished(self, request: str) -> bool:
         with self._lock:
             return request in self._data["finished"]
+
+    # -- failed and cancelled requests -----------------------------------------------------
+
+    def fail(self, name: str, request: str | None, where: str | None, reason: str) -> str | None:
+        """Mark ``request`` (of table ``name``) failed: its plan and queue entry go, so no
+        restart replays it; the reason stays listed until it is cancelled.
+
+        Returns:
+            The id it is listed under, or ``None`` when it had ended already (cancelled).
+        """
+        with self._lock:
+            if self._ended(request):
+                return None
+            ident = request or uuid.uuid4().hex
+            entry = self._data["tables"].get(name)
+            rows = 0
+            if entry is not None and entry.get("request") == request:
+                rows = entry.get("rows", 0)
+                del self._data["tables"][name]
+            self._data["requests"] = [r for r in self._data["requests"] if r.get("id") != request]
+            failure: dict[str, Any] = {"id": ident, "table": name, "where": where}
+            failure |= {"reason": reason, "rows": rows, "failed_ms": now_ms()}
+            self._data["failed"] = [*self._data["failed"], failure][-FINISHED_KEPT:]
+            self.dirty = True
+            return ident
+
+    def cancel(self, request: str | None, signal: str | None = None) -> list[dict[str, Any]]:
+        """Drop ``request`` wherever it is (``None``: every request; an initial snapshot being
+        resumed is cancelled only by its own id). The ids dropped, and the cancel ``signal``'s
+        own, are listed as cancelled (what ``cdc snapshot --cancel --wait`` waits for).
+
+        Returns:
+            What was dropped: ``{"id", "table", "state"}`` each (``queued``, ``running`` or
+            ``failed``).
+        """
+        with self._lock:
+            dropped = self._drop_queued(request) + self._drop_running(request)
+            kept = []
+            for failure in self._data["failed"]:
+                if request in (None, failure.get("id")):
+                    dropped.append({"id": failure["id"], "table": failure["table"]})
+                    dropped[-1]["state"] = "failed"
+                else:
+                    kept.append(failure)
+            self._data["failed"] = kept
+            ids = [d["id"] for d in dropped] + [i for i in (request, signal) if i is not None]
+            known = self._data["cancelled"]
+            known = [*known, *(i for i in dict.fromkeys(ids) if i not in known)]
+            self._data["cancelled"] = known[-FINISHED_KEPT:]
+            self.dirty = True
+            return dropped
+
+    def _drop_queued(self, request: str | None) -> list[dict[str, Any]]:
+        dropped, kept = [], []
+        for queued in self._data["requests"]:
+            if request in (None, queued.get("id")):
+                dropped.append({"id": queued["id"], "table": queued["table"], "state": "queued"})
+            else:
+                kept.append(queued)
+        self._data["requests"] = kept
+        return dropped
+
+    def _drop_running(self, request: str | None) -> list[dict[str, Any]]:
+        dropped = []
+        for name, entry in list(self._data["tables"].items()):
+            if done_count(entry["done"]) >= entry["chunks_total"]:
+                continue  # finished: its rows are in the log, nothing to stop
+            ident = entry.get("request")
+            if request is None and entry.get("kind") != "incremental":
+                continue
+            if request is None or ident == request:
+                del self._data["tables"][name]
+                dropped.append({"id": ident, "table": name, "state": "running"})
+        return dropped
+
+    def forget(self, tables: Sequence[str]) -> None:
+        """Drop everything of ``tables``, which are no longer captured: their progress, their
+        queued and failed requests (nothing of them is read again)."""
+        with self._lock:
+            self._data["tables"] = {
+                n: e for n, e in self._data["tables"].items() if n not in tables
+            }
+            for key in ("requests", "failed"):
+                self._data[key] = [r for r in self._data[key] if r.get("table") not in tables]
+            self.dirty = True
+
+    def cancelled(self, request: str) -> bool:
+        with self._lock:
+            return request in self._data["cancelled"]

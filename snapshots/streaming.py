@@ -28,6 +28,7 @@ import psycopg
 
 from cdc.config import redact_url
 from cdc.envelope import encode_key
+from cdc.errors import SourceFatal
 from cdc.events import ChangeEvent, Op
 from cdc.log.base import Record
 from cdc.logging import Logger
@@ -39,17 +40,16 @@ from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.replication import session_conninfo
 from connectors.postgres.source import PostgresSource
 from connectors.postgres.types import TypeRegistry
-from snapshots.channel import SIGNAL, WATERMARK, Channel
+from snapshots.channel import SIGNAL, WATERMARK, Channel, Marker, signal_rows
 from snapshots.chunks import chunk_from_json, remaining
-from snapshots.incremental import ChunkJob, Planner, WatermarkReader, window_records
+from snapshots.incremental import ChunkJob, WatermarkReader, Work, window_records
 from snapshots.initial import describe_one
 from snapshots.progress import Reporter
 from snapshots.reader import SnapshotTable, plan
 from snapshots.rows import KeyedRow
-from snapshots.state import OFFSET_KEY, SnapshotState, now_ms
+from snapshots.state import CAPTURED_KEY, OFFSET_KEY, SnapshotState, now_ms
 from snapshots.watermark import HIGH, LOW, Watermarks, parse
-
-Marker = tuple[int, str, str, int]  # (index in batch, kind, payload, lsn)
+from snapshots.where import problems
 
 
 @dataclass
@@ -95,6 +95,10 @@ class StreamSnapshots:
         # The shape sinks last got per table, from the stream or a window (see _close_window).
         self._published: dict[str, TableSchema] = {}
         self._moved: set[str] = set()  # windows during which the stream's shape changed
+        # The source offsets of the last batch handed on, and whether a log transaction is
+        # still open after it: a commit of the state alone may repeat them (see _flush_state).
+        self._last_offsets: dict[str, Any] | None = None
+        self._mid_transaction = False
         self._db = ""
         self._dsn = config.dsn.get_secret_value()
         self._signal_table = channel.table  # (schema, table) or None
@@ -104,6 +108,7 @@ class StreamSnapshots:
             channel,
             self._windows,
             self._lock,
+            state,
             logger,
             refresh=self._refresh,
         )
@@ -111,8 +116,11 @@ class StreamSnapshots:
         inner.message_hooks[channel.prefix(SIGNAL)] = self._on_signal
         inner.resnapshot = self._resnapshot
 
-    def started(self) -> None:
-        """The stream is open: learn the database name for the events."""
+    def started(self, offsets: Mapping[str, Any]) -> None:
+        """The stream is open from ``offsets`` (the stored ones, or the initial snapshot's):
+        learn the database name for the events."""
+        if offsets.get("postgres") is not None:
+            self._last_offsets = {"postgres": offsets["postgres"]}
         catalog = self._catalog()
         try:
             self._db = catalog.database()
@@ -125,48 +133,80 @@ class StreamSnapshots:
         """Read the remaining chunks of every unfinished table with watermarks."""
         for name, chunks in self._state.unfinished().items():
             entry = self._state.table(name) or {}
-            where = entry.get("where")
+            where, request = entry.get("where"), entry.get("request")
             self._logger.info("snapshot.resuming", table=name, chunks_left=len(chunks))
 
-            def planner(name: str = name, where: Any = where) -> list[ChunkJob]:
+            def planner(
+                name: str = name, where: Any = where, request: Any = request
+            ) -> list[ChunkJob]:
                 table = self._describe(name)
                 current = self._state.table(name) or {"chunks": [], "done": []}
                 chunks = [chunk_from_json(c) for c in current["chunks"]]
-                return [ChunkJob(table, c, where) for c in remaining(chunks, current["done"])]
+                todo = remaining(chunks, current["done"])
+                return [ChunkJob(table, c, where, request) for c in todo]
 
-            self._submit(planner)
+            self._reader.submit(Work(request, name, where, planner))
+
+    def queue(
+        self, table: str, reason: str, where: str | None = None, ident: str | None = None
+    ) -> str:
+        """Store a request to re-read ``table``; :meth:`resume_requests` (at open) reads it.
+
+        Returns:
+            The request id (``ident``, or a new one).
+        """
+        ident = ident or uuid.uuid4().hex
+        request = {"id": ident, "type": "snapshot", "table": table, "where": where}
+        self._state.add_request({**request, "reason": reason})
+        return ident
+
+    def request(
+        self, table: str, reason: str, where: str | None = None, ident: str | None = None
+    ) -> str:
+        """Re-snapshot ``table`` while streaming: the path every online snapshot takes (``cdc
+        snapshot``, a table added to ``source.tables``). Call it from the poll thread; the
+        request is stored with the next committed batch, and a failure of it is marked in the
+        state, never raised.
+
+        Returns:
+            The request id.
+        """
+        ident = self.queue(table, reason, where, ident)
+        self._logger.info("snapshot.requested", table=table, request=ident, reason=reason)
+        self._reader.submit(self._request_work({"id": ident, "table": table, "where": where}))
+        return ident
 
     def request_all(self, reason: str) -> None:
         """Queue every captured table (``always``, or a position that cannot be honoured)."""
         for table in self._config.tables:
-            self._state.add_request({"id": uuid.uuid4().hex, "table": table, "where": None})
+            self.queue(table, reason)
         self._logger.warning("snapshot.requested_all", reason=reason)
 
     def resume_requests(self) -> None:
         """Plan and read every stored request not yet planned."""
         for request in self._state.requests():
-            self._submit(self._request_planner(request))
+            self._reader.submit(self._request_work(request))
 
-    def _request_planner(self, request: dict[str, Any]) -> Planner:
+    def _request_work(self, request: dict[str, Any]) -> Work:
+        ident, name, where = request["id"], request["table"], request.get("where")
+
         def planner() -> list[ChunkJob]:
-            table = self._describe(request["table"])
+            if where is not None:
+                check_where(where)  # a hand-written signal skipped cdc snapshot's check
+            table = self._describe(name)
             with self._reader_plan_connection() as conn:
                 chunks = plan(conn, table, self._config.snapshot_chunk_rows)
             method = "keyset" if table.chunk_key else "ctid"
-            self._state.plan_table(
-                table.name,
-                "incremental",
-                method,
-                chunks,
-                request=request["id"],
-                where=request.get("where"),
-            )
+            if not self._state.plan_table(
+                table.name, "incremental", method, chunks, request=ident, where=where
+            ):
+                return []  # cancelled while it was planned
             self._logger.info(
-                "snapshot.planned", table=table.name, chunks=len(chunks), request=request["id"]
+                "snapshot.planned", table=table.name, chunks=len(chunks), request=ident
             )
-            return [ChunkJob(table, c, request.get("where")) for c in chunks]
+            return [ChunkJob(table, c, where, ident) for c in chunks]
 
-        return planner
+        return Work(ident, name, where, planner)
 
     def _resnapshot(self, table: str, reason: str) -> None:
         """Re-read ``table`` as ``cdc snapshot --table`` does: DDL rewrote rows unlogged. Not
@@ -184,13 +224,7 @@ class StreamSnapshots:
             return
         if any(r["table"] == table and not r.get("where") for r in self._state.requests()):
             return
-        request = {"id": uuid.uuid4().hex, "type": "snapshot", "table": table, "where": None}
-        self._state.add_request(request)
-        self._logger.info("snapshot.requested", table=table, request=request["id"], reason=reason)
-        self._submit(self._request_planner(request))
-
-    def _submit(self, planner: Planner) -> None:
-        self._reader.submit(planner)
+        self.request(table, reason)
 
     # -- hooks (called inside the inner poll) -----------------------------------------------
 
@@ -214,11 +248,11 @@ class StreamSnapshots:
             return self._woven(rest.events, rest.markers, [], rest.offsets, (), ())
         batch = self._inner.poll(max_events, timeout_s)
         if batch.empty:
-            return batch
+            return self._flush_state() or batch
         markers, self._markers = self._markers, []
         events, schemas = list(batch.events), list(batch.schemas)
         if self._signal_table is not None:
-            events, markers = self._signal_rows(events, markers)
+            events, markers = signal_rows(events, markers, self._signal_table)
             schemas = [s for s in schemas if (s.schema, s.table) != self._signal_table]
         self._shapes_from_stream(schemas)
         offsets = batch.commit_offsets
@@ -254,44 +288,25 @@ class StreamSnapshots:
             if woven.rest is not None:
                 self._rest = _Rest(*woven.rest, offsets)
                 offsets = None  # more of the same log transaction follows
-        if offsets is not None and self._state.dirty:
-            offsets = {**offsets, OFFSET_KEY: self._state.to_json()}
+        if offsets is not None:
+            kept = (OFFSET_KEY, CAPTURED_KEY)  # the position alone
+            self._last_offsets = {k: v for k, v in offsets.items() if k not in kept}
+            if self._state.pending:
+                offsets = {**offsets, **self._state.offsets()}
+        self._mid_transaction = offsets is None
         return SourceBatch(events, offsets, schemas, dead_letters, records)
 
-    def _signal_rows(
-        self, events: list[ChangeEvent], markers: list[Marker]
-    ) -> tuple[list[ChangeEvent], list[Marker]]:
-        """Take the signal table's rows out of the batch, as markers where they were.
+    def _flush_state(self) -> SourceBatch | None:
+        """A commit of the snapshot state alone, at the position last handed on: a request
+        that failed or was cancelled while no WAL arrives must still reach ``cdc status``.
 
-        The hooks' markers (logical messages) counted the batch's events with those rows in
-        them: they move back by the rows taken out before them.
+        Only between log transactions: never inside one the stream is still handing on.
         """
-        assert self._signal_table is not None
-        schema, table = self._signal_table  # compared as they are: no string built per event
-        kept: list[ChangeEvent] = []
-        kept_before: list[int] = []  # per event of the batch: how many were kept before it
-        # (place in the batch, marker): a hook's message came just before its event index.
-        placed: list[tuple[float, Marker]] = []
-        for at, event in enumerate(events):
-            kept_before.append(len(kept))
-            source = event.source
-            if source.table != table or source.schema != schema:
-                kept.append(event)
-                continue
-            if event.op is not Op.CREATE or event.after is None:
-                continue  # the reader's clean-up deletes
-            kind, payload = event.after.get("kind"), str(event.after.get("payload"))
-            position = event.source.position
-            parsed = parse(payload.encode()) if kind == WATERMARK else None
-            if parsed is not None:
-                placed.append((at, (len(kept), parsed[0], parsed[1], position)))
-            elif kind == SIGNAL:
-                placed.append((at, (len(kept), SIGNAL, payload, position)))
-        for index, kind, payload, lsn in markers:
-            moved = kept_before[index] if index < len(kept_before) else len(kept)
-            placed.append((index - 0.5, (moved, kind, payload, lsn)))
-        placed.sort(key=lambda entry: entry[0])
-        return kept, [marker for _, marker in placed]
+        if not self._state.pending or self._last_offsets is None:
+            return None
+        if self._mid_transaction or self._rest is not None:
+            return None
+        return SourceBatch(commit_offsets={**self._last_offsets, **self._state.offsets()})
 
     def _weave(
         self, events: list[ChangeEvent], markers: Sequence[Marker], schemas: list[TableSchema]
@@ -351,21 +366,37 @@ class StreamSnapshots:
         return records
 
     def _signal(self, payload: str) -> None:
+        """A signal of ``cdc snapshot`` (:mod:`snapshots.signal`), in stream order."""
         try:
-            request = orjson.loads(payload)
-            table = request["table"]
-        except (orjson.JSONDecodeError, KeyError, TypeError):
+            signal = orjson.loads(payload)
+            kind = signal.get("type", "snapshot")
+            target = signal["request"] if kind == "cancel" else signal["table"]
+        except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
             self._logger.warning("snapshot.signal_ignored", reason="not a request", payload=payload)
             return
-        if table not in self._config.tables:
+        if kind == "cancel":
+            self._cancel(target, signal.get("id"))
+        elif kind != "snapshot":
             self._logger.warning(
-                "snapshot.signal_ignored", reason=f"{table} is not captured", payload=payload
+                "snapshot.signal_ignored", reason=f"unknown type {kind!r}", payload=payload
             )
-            return
-        request.setdefault("id", uuid.uuid4().hex)
-        self._state.add_request(request)
-        self._logger.info("snapshot.signal", table=table, request=request["id"])
-        self._submit(self._request_planner(request))
+        elif target not in self._config.tables:
+            self._logger.warning(
+                "snapshot.signal_ignored", reason=f"{target} is not captured", payload=payload
+            )
+        else:
+            self.request(target, "cdc snapshot", signal.get("where"), signal.get("id"))
+
+    def _cancel(self, request: str | None, signal: str | None) -> None:
+        """Drop ``request`` (``None``: every request) wherever it is, then stop reading it."""
+        dropped = self._state.cancel(request, signal)
+        self._reader.drop_ended()
+        self._logger.info(
+            "snapshot.cancelled",
+            request=request or "all",
+            dropped=dropped,
+            note="rows already written stay: they are upserts of the rows as they were read",
+        )
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -401,3 +432,14 @@ def _key_json(event: ChangeEvent) -> bytes:
     ``tests/unit/test_pg_fast.py``), else encoded now."""
     encoded = event.encoded
     return encode_key(event.key) if encoded is None else encoded[2]
+
+
+def check_where(where: str) -> None:
+    """Refuse a ``--where`` that is not one expression (see :mod:`snapshots.where`).
+
+    Raises:
+        SourceFatal: the reasons; it fails the request, not the stream.
+    """
+    reasons = problems(where)
+    if reasons:
+        raise SourceFatal("; ".join(reasons))

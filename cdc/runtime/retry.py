@@ -64,19 +64,27 @@ def retry_until_stopped(
     logger: Logger,
     event: str,
     backoff: Backoff | None = None,
+    attempts: int | None = None,
 ) -> T:
     """Run ``operation`` until it succeeds, retrying retriable errors with backoff.
 
+    Args:
+        attempts: most tries in all (``None``: no limit), for work that may give up without
+            stopping the pipeline (an online snapshot request).
+
     Raises:
         Stopped: when ``stop`` is set while waiting to retry.
-        Exception: any error that is not retriable, unchanged.
+        Exception: any error that is not retriable, unchanged; a retriable one after
+            ``attempts`` tries.
     """
     backoff = backoff or Backoff()
+    failures = 0
     while True:
         try:
             result = operation()
         except Exception as exc:
-            if classify(exc) is not Decision.RETRY:
+            failures += 1
+            if classify(exc) is not Decision.RETRY or failures == attempts:
                 raise
             delay = backoff.next_delay()
             logger.warning(event, error=str(exc), retry_in_s=round(delay, 2))

@@ -81,6 +81,13 @@ def new_state(
     }
 
 
+def add_collection(state: Doc, table: str, plan: list[Doc]) -> None:
+    """Add ``table``'s ranges to an unfinished snapshot (a collection added to the config); its
+    rows take the snapshot's position, which every change streamed after it outranks."""
+    now = now_ms()
+    state["collections"][table] = {"ranges": plan, "rows": 0, "started_ms": now, "rows_per_s": 0.0}
+
+
 def pending(state: Doc) -> list[tuple[str, int, Doc]]:
     """``(table, index, range)`` of every range not yet done."""
     return [

@@ -38,6 +38,7 @@ from connectors.mongodb.fields import FieldTracker
 from connectors.mongodb.plan import StreamSpec, plan_streams
 from connectors.mongodb.stream import StreamReader, start_point
 from connectors.mongodb.streaming import Collected, StreamSet
+from connectors.mongodb.tables import announce_added, captured_changes
 from snapshots.progress import Reporter, reporter
 from snapshots.state import FINISHED_KEPT, now_ms
 
@@ -90,11 +91,20 @@ class MongoSource:
         self._entry.setdefault("streams", {})
         self._client = connect(self._config, self._where)
         check_collections(self._client, self._config, self._where)
-        for schema in load_schemas(self._context.log, self._context.pipeline, self._collections):
+        schemas = load_schemas(self._context.log, self._context.pipeline, self._collections)
+        for schema in schemas:
             self._tracker.restore(schema)
+        known = self._entry.get("captured")
+        published = {f"{s.schema}.{s.table}" for s in schemas}
+        added = captured_changes(self._entry, self._config.tables, published, self._logger)
+        self._unsaved = self._entry["captured"] != known  # stored even with nothing to stream
         reason = decide(self._context.snapshot_mode, self._entry)
         if reason is not None:
+            if added:
+                announce_added(added, self._context.snapshot_mode, True, self._logger)
             self._begin_snapshot(self._collections, reason)
+        elif added:
+            self._snapshot_added(added)
         elif not self._entry["streams"]:
             self._record_start_points(self._specs)
             # Stored at the first poll: a restart before any change must resume from here,
@@ -104,6 +114,21 @@ class MongoSource:
             self._start_scanner()
         else:
             self._open_streams()
+
+    def _snapshot_added(self, added: list[str]) -> None:
+        """Snapshot the added collections as the mode says: with the unfinished snapshot when
+        one is stored, else in one of their own (the streams wait for it, as always)."""
+        if not announce_added(added, self._context.snapshot_mode, False, self._logger).snapshot:
+            return
+        assert self._client is not None
+        running = self._entry.get("snapshot")
+        if not running:
+            pairs = [(t.split(".", 1)[0], t.split(".", 1)[1]) for t in added]
+            self._begin_snapshot(pairs, "added to source.tables")
+            return
+        for name in added:
+            ranges = snapshot.plan_collection(self._client, name, self._config.snapshot_range_docs)
+            snapshot.add_collection(running, name, ranges)
 
     def _record_start_points(self, specs: list[StreamSpec]) -> None:
         """Store where ``specs`` start streaming: now."""
@@ -185,6 +210,7 @@ class MongoSource:
                 reader.close()
             self._history_lost(lost)
             return
+        self._forget_unplanned_streams(readers)
         self._streams = StreamSet(
             readers,
             set(self._collections),
@@ -196,6 +222,17 @@ class MongoSource:
             self._context.pipeline,
         )
         self._logger.info("source.streaming", streams=[r.spec.id for r in readers])
+
+    def _forget_unplanned_streams(self, readers: list[StreamReader]) -> None:
+        """Drop the stored points of streams no longer planned (their collections were removed,
+        or the scope changed): a point kept would be resumed from if they came back, long after
+        the oplog dropped it. Only once every planned stream is open: until then a new stream
+        may still start from the earliest of them (see :meth:`_fallback_entry`)."""
+        planned = {r.spec.id for r in readers}
+        for stream in [sid for sid in self._entry["streams"] if sid not in planned]:
+            del self._entry["streams"][stream]
+            self._logger.info("stream.forgotten", stream=stream, reason="no longer planned")
+            self._unsaved = True
 
     def _fallback_entry(self, spec: StreamSpec) -> Doc:
         """A stream with no stored point (its collections were added): start from the earliest

@@ -30,6 +30,16 @@ def _table_list(tables: Sequence[TableInfo]) -> sql.Composed:
     return sql.SQL(", ").join(sql.Identifier(t.schema, t.table) for t in tables)
 
 
+def publication_tables(catalog: Catalog, name: str) -> set[tuple[str, str]] | None:
+    """``(schema, table)`` of every table in publication ``name``; ``None`` when it is missing."""
+    if not catalog.rows(sql.SQL("SELECT 1 FROM pg_publication WHERE pubname = %s"), (name,)):
+        return None
+    query = sql.SQL(
+        "SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = %s"
+    )
+    return {(s, t) for s, t in catalog.rows(query, (name,))}
+
+
 def ensure_publication(
     catalog: Catalog, name: str, tables: Sequence[TableInfo], role: str, logger: Logger
 ) -> None:
@@ -38,24 +48,14 @@ def ensure_publication(
     Raises:
         SourceFatal: the role may not create or alter it; the message gives the DBA's statement.
     """
-    found = catalog.rows(sql.SQL("SELECT 1 FROM pg_publication WHERE pubname = %s"), (name,))
-    if not found:
+    published = publication_tables(catalog, name)
+    if published is None:
         statement = sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
             sql.Identifier(name), _table_list(tables)
         )
         _run_ddl(catalog, statement, f"role {role!r} may not create publication {name!r}")
         logger.info("publication.created", publication=name, tables=[t.name for t in tables])
         return
-    published = {
-        (s, t)
-        for s, t in catalog.rows(
-            sql.SQL(
-                "SELECT schemaname::text, tablename::text FROM pg_publication_tables"
-                " WHERE pubname = %s"
-            ),
-            (name,),
-        )
-    }
     for table in tables:
         if (table.schema, table.table) in published:
             continue
@@ -68,6 +68,36 @@ def ensure_publication(
             f"table {table.name} is not in publication {name!r} and role {role!r} may not add it",
         )
         logger.info("publication.table_added", publication=name, table=table.name)
+
+
+def drop_from_publication(
+    catalog: Catalog, name: str, tables: Sequence[tuple[str, str]], logger: Logger
+) -> None:
+    """Take ``tables`` (no longer captured) out of publication ``name``, so the server stops
+    decoding their changes for this slot.
+
+    Not fatal when it cannot be done (no privilege, a ``FOR ALL TABLES`` publication): the
+    source skips the changes of a table it does not capture, so capture stops either way; the
+    warning gives the DBA's statement.
+    """
+    published = publication_tables(catalog, name) or set()
+    for schema, table in tables:
+        if (schema, table) not in published:
+            continue  # dropped from the database, or never added
+        statement = sql.SQL("ALTER PUBLICATION {} DROP TABLE {}").format(
+            sql.Identifier(name), sql.Identifier(schema, table)
+        )
+        try:
+            _run_ddl(catalog, statement, f"cannot take {schema}.{table} out of {name!r}")
+        except SourceFatal as exc:
+            logger.warning(
+                "publication.table_kept",
+                publication=name,
+                table=f"{schema}.{table}",
+                reason=str(exc),
+            )
+            continue
+        logger.info("publication.table_dropped", publication=name, table=f"{schema}.{table}")
 
 
 def _run_ddl(catalog: Catalog, statement: Query, problem: str) -> None:

@@ -36,6 +36,16 @@ class PostgresSourcePlugin:
         return request_snapshot(config, pipeline_name, table, where)
 
     @staticmethod
+    def cancel_snapshot(
+        config: PostgresSourceConfig, pipeline_name: str, request_id: str | None
+    ) -> dict[str, Any]:
+        """Ask the pipeline to drop snapshot request ``request_id`` (``None``: every request),
+        queued, running or failed (``cdc snapshot --cancel``)."""
+        from snapshots.signal import cancel_snapshot
+
+        return cancel_snapshot(config, pipeline_name, request_id)
+
+    @staticmethod
     def read_rows(
         config: PostgresSourceConfig, schema: str, table: str
     ) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:

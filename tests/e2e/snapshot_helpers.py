@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 import psycopg
+from psycopg import sql
 
 from cdc.log.embedded import EmbeddedLog
 
@@ -46,11 +47,13 @@ def create_table(dsn: str, rows: int) -> None:
 
 
 class Writer:
-    """Inserts, updates and deletes random keys of ``t`` at about ``rate`` changes per second,
-    a few changes per transaction, until stopped."""
+    """Inserts, updates and deletes random keys of ``table`` (``t``, with the columns of
+    :func:`create_table`) at about ``rate`` changes per second, a few changes per transaction,
+    until stopped."""
 
-    def __init__(self, dsn: str, max_id: int, rate: int = 1000) -> None:
+    def __init__(self, dsn: str, max_id: int, rate: int = 1000, table: str = "t") -> None:
         self.dsn, self.next_id, self.rate = dsn, max_id + 1, rate
+        self.table = sql.Identifier(table)
         self.changes = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -89,11 +92,13 @@ class Writer:
         roll = rng.random()
         key = rng.randint(1, self.next_id)
         if roll < 0.45:
-            conn.execute("UPDATE t SET n = n + 1, v = md5(random()::text) WHERE id = %s", (key,))
+            query = "UPDATE {} SET n = n + 1, v = md5(random()::text) WHERE id = %s"
+            conn.execute(sql.SQL(query).format(self.table), (key,))
         elif roll < 0.7:
-            conn.execute("DELETE FROM t WHERE id = %s", (key,))
+            conn.execute(sql.SQL("DELETE FROM {} WHERE id = %s").format(self.table), (key,))
         else:
-            conn.execute("INSERT INTO t VALUES (%s, 'new', 0)", (self.next_id,))
+            query = sql.SQL("INSERT INTO {} VALUES (%s, 'new', 0)").format(self.table)
+            conn.execute(query, (self.next_id,))
             self.next_id += 1
         self.changes += 1
 

@@ -62,21 +62,29 @@ def test_a_request_for_a_table_not_captured_is_ignored_with_a_warning(
         assert "tables" not in p.snapshot_state() or not p.snapshot_state()["tables"]
 
 
-def test_a_failing_watermark_chunk_is_retried_then_stops_the_run(
+def test_a_failing_watermark_chunk_fails_its_request_and_the_stream_goes_on(
     pg_db: str, tmp_path: Path
 ) -> None:
     make_table(pg_db)
     with pipeline(
         pg_db, tmp_path / "log", ["public.t"], snapshot="never", snapshot_chunk_rows=500
     ) as p:
-        p.start()
-        p.wait(lambda: bool(p.sources) and p.sources[0].streaming)
-        # Division by zero on row 1500 only: chunk 2 fails every time, the others read fine.
-        request_snapshot(p.config, PIPELINE, "public.t", "100 / (id - 1500) IS NOT NULL")
-        with pytest.raises(AssertionError, match=r"public\.t failed in chunk 2 after 3 retries"):
-            p.wait(lambda: False, 60)
-        entry = p.snapshot_state()["tables"]["public.t"]
-        assert entry["done"] == [[0, 1]]
+        with capture_logs() as logs:
+            p.start()
+            p.wait(lambda: bool(p.sources) and p.sources[0].streaming)
+            # Division by zero on row 1500 only: chunk 2 fails, the rows of 0 and 1 are written.
+            request = request_snapshot(p.config, PIPELINE, "public.t", "100 / (id - 1500) > -1")
+            p.wait(lambda: bool(p.snapshot_state().get("failed")))
+            execute(pg_db, "UPDATE t SET v = 'after the failure' WHERE id = 7")
+            p.wait(lambda: p.topic_state("public.t").get(7, {}).get("v") == "after the failure")
+        [failure] = p.snapshot_state()["failed"]
+        assert failure["id"] == request["id"]
+        assert "chunk 2" in failure["reason"] and "division by zero" in failure["reason"]
+        assert "public.t" not in p.snapshot_state()["tables"]  # a restart does not replay it
+        assert p.error is None and len(p.sources) == 1  # the stream never stopped
+        [logged] = [e for e in logs if e["event"] == "snapshot.request_failed"]
+        assert logged["request"] == request["id"] and "division by zero" in logged["reason"]
+        assert not [e for e in logs if e["event"] == "snapshot.chunk_retry"]  # not retriable
 
 
 @pytest.fixture

@@ -183,3 +183,31 @@ def test_with_a_signal_table_a_hooks_watermark_keeps_its_place() -> None:
     second = streaming.poll(100, 0.0)
     assert [e.key["id"] for e in second.events] == [6]
     assert second.commit_offsets is not None
+
+
+def test_a_state_change_while_idle_is_committed_at_the_position_last_handed_on() -> None:
+    offsets = {"postgres": {"lsn": 42}}
+    inner = ScriptedInner([([make_event(1, table="items")], [], offsets)])
+    streaming = _streaming(inner)
+    assert streaming.poll(100, 0.0).commit_offsets is not None
+    assert streaming.poll(100, 0.0).empty  # nothing changed since
+    streaming._state.fail(TABLE, "r1", None, "division by zero")
+    flushed = streaming.poll(100, 0.0)
+    assert flushed.commit_offsets is not None
+    assert flushed.commit_offsets["postgres"] == {"lsn": 42}
+    assert flushed.commit_offsets["snapshot"]["failed"][0]["reason"] == "division by zero"
+    assert not flushed.events and not flushed.records
+
+
+def test_no_state_commit_inside_a_transaction_still_handed_on() -> None:
+    inner = ScriptedInner(
+        [
+            ([make_event(1, table="items")], [], {"postgres": {"lsn": 42}}),
+            ([make_event(2, table="items")], [], None),  # a large transaction, in pieces
+        ]
+    )
+    streaming = _streaming(inner)
+    streaming.poll(100, 0.0)
+    assert streaming.poll(100, 0.0).commit_offsets is None
+    streaming._state.fail(TABLE, "r1", None, "boom")
+    assert streaming.poll(100, 0.0).empty
