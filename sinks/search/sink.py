@@ -68,8 +68,21 @@ class SearchSink:
         self._offsets: dict[TopicPartition, int] = {}
 
     def open(self) -> None:
+        """Open (creating them if missing) the directory and every table's index.
+
+        Raises:
+            SinkFatal: the directory cannot be created (retrying cannot help), or holds
+                something that is not this sink's.
+            SinkUnavailable: another writer holds an index, or an I/O error that may pass.
+        """
+        root = Path(self._config.path)
         try:
-            Path(self._config.path).mkdir(parents=True, exist_ok=True)
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SinkFatal(
+                f"search: cannot create the index directory {root}: {exc.strerror or exc}"
+            ) from exc
+        try:
             for table in self._context.tables:
                 self._index(table)
             self._offsets = self._read_offsets()
@@ -224,7 +237,8 @@ def _decide(change: Change, mark: Mark | None, floor: Pos | None) -> Mark | None
 
 def _translate(exc: Exception, doing: str) -> CdcError:
     text = str(exc)
-    if "LockBusy" in text or "lock" in text.lower():
+    # Tantivy's own words; not any "lock" in the text, which a path may hold (".../blocks").
+    if "LockBusy" in text or "acquire index lock" in text:
         return SinkUnavailable(f"search: {doing}: another writer holds the index lock ({text})")
     if (isinstance(exc, OSError) and exc.errno is not None) or "(os error" in text:
         # I/O trouble (a full disk, say) may pass: the runner retries the batch.
