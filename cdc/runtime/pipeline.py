@@ -2,7 +2,9 @@
 
 The main thread waits for a signal or a failure. SIGINT/SIGTERM set the shared stop event; every
 task notices within one poll timeout, rolls back or finishes its unit of work, and closes. A
-fatal error in any task stops the others too, and the process exits 1 with that error.
+fatal error of the source stops every task, and the process exits 1 with that error. A fatal
+error of a sink stops that sink alone (:meth:`SinkTask.serve`): the source and the other sinks
+go on, and at the end the process exits 1, naming the sinks that stopped.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from cdc.log.base import Log
 from cdc.log.factory import open_log
 from cdc.logging import Logger, get_logger
 from cdc.runtime.schemas import SchemaCatalog
+from cdc.runtime.sink_control import SinkControl
 from cdc.runtime.sink_task import SinkTask
 from cdc.runtime.source_task import SourceTask
 from cdc.sink import Sink, SinkContext
@@ -59,6 +62,12 @@ class PipelineRun:
 
     def failed(self) -> TaskOutcome | None:
         return next((o for o in self.outcomes if o.error is not None), None)
+
+    def stopped_sinks(self) -> dict[str, BaseException]:
+        """The sinks an error stopped (and not started again since), with the error."""
+        return {
+            name: task.failure for name, task in self.sink_tasks.items() if task.failure is not None
+        }
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """Join every task; True if all ended within ``timeout_s``."""
@@ -147,9 +156,11 @@ def start(pipeline: Pipeline, role: str = "all", sinks: list[str] | None = None)
                 run.stop_event,
                 logger,
                 bad_records=pipeline.file.bad_records,
+                control=SinkControl(log, pipeline.name),
+                tables=pipeline.sink_tables(config),
             )
             run.sink_tasks[config.name] = task
-            _spawn(run, f"sink:{config.name}", task.run)
+            _spawn(run, f"sink:{config.name}", task.serve)
     compact = getattr(log, "maybe_compact", None)
     if compact is not None and role in ("all", "source"):
         _spawn(run, "compaction", lambda: _compaction_loop(compact, run.stop_event))
@@ -209,6 +220,13 @@ def run_until_signalled(
         return 1
     if not clean:
         logger.error("pipeline.stop_timeout", grace_s=STOP_GRACE_S)
+        return 1
+    stopped = run.stopped_sinks()
+    if stopped:
+        logger.error(
+            "pipeline.stopped_with_sinks_stopped",
+            sinks={name: str(error) for name, error in stopped.items()},
+        )
         return 1
     logger.info("pipeline.stopped")
     return 0

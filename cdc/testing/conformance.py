@@ -125,6 +125,10 @@ class _Unavailable:
     def close(self) -> None:
         self._inner.close()
 
+    def reset_table(self, table: tuple[str, str], partitions: Sequence[TopicPartition]) -> None:
+        self._check()
+        self._inner.reset_table(table, partitions)
+
 
 class _FailingFlush(_Unavailable):
     def flush(self) -> None:
