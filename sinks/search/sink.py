@@ -124,6 +124,23 @@ class SearchSink:
             index.close()
         self._indexes.clear()
 
+    def reset_table(self, table: tuple[str, str], partitions: Sequence[TopicPartition]) -> None:
+        """Empty the table's index (rows, deletion markers, truncate floor) and commit it, then
+        store offset 0 for each of ``partitions`` in the offsets file.
+
+        Raises:
+            SinkUnavailable: an I/O error that may pass (the runner retries the reset).
+            SinkFatal: the index cannot be written.
+        """
+        try:
+            self._index(table).clear()
+            self._pending.pop(table, None)
+            self._offsets.update(dict.fromkeys(partitions, 0))
+            self._write_offsets()
+        except (OSError, ValueError) as exc:
+            self._offsets = self._read_offsets()
+            raise _translate(exc, f"cannot reset the index of {table[0]}.{table[1]}") from exc
+
     def _index(self, table: Table) -> TableIndex:
         index = self._indexes.get(table)
         if index is None:
