@@ -106,14 +106,43 @@ def run(file: str, role: str, sink_names: tuple[str, ...]) -> None:
 @main.command()
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.argument("name")
+@click.option(
+    "--reset-table",
+    "reset_tables",
+    multiple=True,
+    metavar="T",
+    help="Rebuild table T (schema.table) of this sink from the log, instead of running it.",
+)
+@click.option("--wait", is_flag=True, help="With --reset-table: wait until the table is rebuilt.")
+@click.option("--timeout-s", type=click.FloatRange(min=0), default=300.0, show_default=True)
 @click.pass_context
-def sink(ctx: click.Context, file: str, name: str) -> None:
+def sink(
+    ctx: click.Context,
+    file: str,
+    name: str,
+    reset_tables: tuple[str, ...],
+    wait: bool,
+    timeout_s: float,
+) -> None:
     """Run one sink worker: the same as ``cdc run FILE --role sinks --sink NAME``.
 
     Start several on as many hosts as needed: with the Kafka log, they share the sink's
     partitions through its consumer group.
+
+    With --reset-table T: drop the sink's copy of T and what it recorded about it, and rebuild
+    it from the compacted log. This works whether or not the pipeline runs: the request is
+    stored in the log, and the process that runs the sink applies it (a running one within
+    a few seconds, restarting the sink if an error had stopped it; otherwise the next
+    ``cdc run`` or ``cdc sink FILE NAME``, before it reads anything).
     """
-    ctx.invoke(run, file=file, role="sinks", sink_names=(name,))
+    if not reset_tables:
+        if wait:
+            raise click.UsageError("--wait goes with --reset-table")
+        ctx.invoke(run, file=file, role="sinks", sink_names=(name,))
+        return
+    from cdc.sink_reset import request_resets
+
+    sys.exit(request_resets(_load(file), name, reset_tables, wait, timeout_s))
 
 
 @main.command()
