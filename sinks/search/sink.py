@@ -264,11 +264,12 @@ def _translate(exc: Exception, doing: str) -> CdcError:
 
 
 def read_rows(
-    config: SearchSinkConfig, schema: str, table: str
+    config: SearchSinkConfig, schema: str, table: str, *, pipeline: str | None = None
 ) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
     """Every row the index of ``schema.table`` holds as ``(key, row)``, for ``cdc verify``.
 
-    A table never written has no index: it holds no rows.
+    A table never written has no index: it holds no rows. ``pipeline`` is not needed: the
+    index directory is the sink's own.
     """
     path = table_dir(config, schema, table)
     if not path.exists():
