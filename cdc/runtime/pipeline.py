@@ -24,8 +24,8 @@ from cdc.events import topic_name
 from cdc.log.base import Log
 from cdc.log.factory import open_log
 from cdc.logging import Logger, get_logger
+from cdc.runtime.control_watcher import ControlWatcher
 from cdc.runtime.schemas import SchemaCatalog
-from cdc.runtime.sink_control import SinkControl
 from cdc.runtime.sink_task import SinkTask
 from cdc.runtime.source_task import SourceTask
 from cdc.sink import Sink, SinkContext
@@ -37,6 +37,7 @@ from cdc.source import Source, SourceContext
 GC_THRESHOLDS = (50_000, 20, 100)
 STOP_GRACE_S = 8.0  # under the 10 s a supervisor waits before SIGKILL
 COMPACTION_INTERVAL_S = 60.0
+CONTROL_GRACE_S = 1.0
 
 
 @dataclass
@@ -56,6 +57,7 @@ class PipelineRun:
     outcomes: list[TaskOutcome] = field(default_factory=list)
     source_task: SourceTask | None = None
     sink_tasks: dict[str, SinkTask] = field(default_factory=dict)
+    control: ControlWatcher | None = None
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -143,6 +145,8 @@ def start(pipeline: Pipeline, role: str = "all", sinks: list[str] | None = None)
         _spawn(run, "source", run.source_task.run)
     if role in ("all", "sinks"):
         catalog = SchemaCatalog(log, pipeline.name)
+        run.control = ControlWatcher(log, pipeline.name, run.stop_event, base)
+        run.control.start()
         for config in pipeline.sinks:
             if sinks and config.name not in sinks:
                 continue
@@ -156,7 +160,7 @@ def start(pipeline: Pipeline, role: str = "all", sinks: list[str] | None = None)
                 run.stop_event,
                 logger,
                 bad_records=pipeline.file.bad_records,
-                control=SinkControl(log, pipeline.name),
+                control=run.control,
                 tables=pipeline.sink_tables(config),
             )
             run.sink_tasks[config.name] = task
@@ -205,6 +209,8 @@ def run_until_signalled(
         while not run.stop_event.wait(0.5):
             pass
         clean = run.wait(STOP_GRACE_S)
+        if run.control is not None:
+            run.control.join(CONTROL_GRACE_S)  # the sinks' last states, if the log takes them
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

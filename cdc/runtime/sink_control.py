@@ -157,14 +157,20 @@ class SinkControl:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def state(self, sink: str) -> dict[str, Any] | None:
+    def state(self, sink: str, refresh: bool = True) -> dict[str, Any] | None:
         """``sink``'s last recorded state, or ``None``."""
-        self.refresh()
+        if refresh:
+            self.refresh()
         return self._value({"sink": sink, "kind": "state"})
 
-    def resets(self, sink: str) -> list[Reset]:
+    def sinks(self) -> set[str]:
+        """The sinks anything was recorded for, as of the last refresh."""
+        return {str(orjson.loads(key).get("sink")) for key in self._latest}
+
+    def resets(self, sink: str, refresh: bool = True) -> list[Reset]:
         """Every reset of ``sink`` ever requested, oldest first."""
-        self.refresh()
+        if refresh:
+            self.refresh()
         found = []
         for key, value in self._latest.items():
             parsed = orjson.loads(key)

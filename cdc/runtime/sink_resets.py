@@ -1,7 +1,8 @@
 """Table resets inside a sink's task: drop a table in the sink, then rebuild it from the log.
 
 ``cdc sink FILE NAME --reset-table T`` only records a request in the control topic
-(:mod:`cdc.runtime.sink_control`). The sink's own task applies it, so nothing else ever writes
+(:mod:`cdc.runtime.sink_control`), which the process's watcher follows
+(:mod:`cdc.runtime.control_watcher`). The sink's own task applies it, so nothing else ever writes
 to the sink's store behind its back: right after opening the sink (a pipeline that was not
 running applies it when it starts), or between two batches of a running sink, or by starting a
 sink that an error had stopped. Applying means ``sink.reset_table`` (the sink forgets the table
@@ -14,72 +15,66 @@ that was there at the reset (not the end offset: on Kafka a transaction marker m
 
 from __future__ import annotations
 
-import time
+import dataclasses
 from collections.abc import Mapping
 
 from cdc.errors import CdcError
 from cdc.log.base import Log, TopicPartition
 from cdc.logging import Logger
+from cdc.runtime.control_watcher import ControlWatcher
 from cdc.runtime.retry import Decision, classify
-from cdc.runtime.sink_control import APPLIED, DONE, FAILED, Reset, SinkControl
+from cdc.runtime.sink_control import APPLIED, DONE, FAILED, Reset
 from cdc.sink import Sink
-
-CHECK_EVERY_S = 1.0
 
 
 class TableResets:
     """The resets of one sink: applies requested ones and reports finished rebuilds.
 
+    What it learns of requests comes from the process's :class:`ControlWatcher` and what it
+    reports goes through it, so the sink's thread never waits on the control topic; requests
+    it has applied are remembered here, since the watcher shows them as applied only after its
+    next read.
+
     Args:
-        control: the control topic (this task's own reader and writer).
         tables: the sink's tables by ``"schema.table"``, each with its topic.
     """
 
     def __init__(
         self,
-        control: SinkControl,
+        watcher: ControlWatcher,
         log: Log,
         sink_name: str,
         tables: Mapping[str, tuple[tuple[str, str], str]],
         logger: Logger,
-        check_every_s: float = CHECK_EVERY_S,
     ) -> None:
-        self._control = control
+        self._watcher = watcher
         self._log = log
         self._sink_name = sink_name
         self._tables = tables
         self._logger = logger
-        self._check_every_s = check_every_s
-        self._checked_at = 0.0
+        self._handled: set[str] = set()  # applied, failed or done by this task
         self._rebuilding: dict[str, Reset] = {}
         self._progress: dict[TopicPartition, int] = {}
 
     def pending(self) -> bool:
-        """Whether a reset waits to be applied (looks at the control topic once a second)."""
-        now = time.monotonic()
-        if now - self._checked_at < self._check_every_s:
-            return False
-        self._checked_at = now
-        try:
-            self._control.refresh()
-            return bool(self._control.pending(self._sink_name))
-        except CdcError as exc:  # the log away for a moment: look again later
-            self._logger.warning("sink.control_unreadable", error=str(exc))
-            return False
+        """Whether a reset waits to be applied (as of the watcher's last read)."""
+        return bool(self._requested())
+
+    def _requested(self) -> list[Reset]:
+        return [r for r in self._watcher.pending(self._sink_name) if r.id not in self._handled]
 
     def apply(self, sink: Sink) -> int:
         """Apply every requested reset to the open ``sink``; returns how many were applied.
 
         Raises:
             CdcError: a retriable error of the log or the sink (try again: what was applied
-                is marked so), or a fatal one of the sink (the request is marked failed).
+                is remembered), or a fatal one of the sink (the request is marked failed).
         """
-        self._checked_at = time.monotonic()
-        self._control.refresh()
-        for request in self._control.rebuilding(self._sink_name):
-            self._rebuilding.setdefault(request.id, request)
+        for request in self._watcher.rebuilding(self._sink_name):
+            if request.id not in self._handled:
+                self._rebuilding.setdefault(request.id, request)
         applied = 0
-        for request in self._control.pending(self._sink_name):
+        for request in self._requested():
             applied += self._apply_one(sink, request)
         # A rebuild that an earlier run of the task finished without saying so is done now.
         self.applied(sink.stored_offsets() or {})
@@ -104,14 +99,17 @@ class TableResets:
                 self._fail(request, f"the sink could not reset the table: {exc}")
             raise
         self._logger.info("sink.table_reset", table=request.table, request=request.id)
+        self._handled.add(request.id)
         for tp in partitions:
             self._progress.pop(tp, None)
-        self._rebuilding[request.id] = self._control.update_reset(request, APPLIED, targets=targets)
+        self._watcher.post(lambda c: c.update_reset(request, APPLIED, targets=targets))
+        self._rebuilding[request.id] = dataclasses.replace(request, state=APPLIED, targets=targets)
         return 1
 
     def _fail(self, request: Reset, reason: str) -> None:
         self._logger.error("sink.reset_failed", table=request.table, request=request.id, why=reason)
-        self._control.update_reset(request, FAILED, reason)
+        self._handled.add(request.id)
+        self._post(request, FAILED, reason)
 
     def applied(self, offsets: Mapping[TopicPartition, int]) -> None:
         """Note a batch the task made durable (the next offset per partition), and report the
@@ -121,15 +119,14 @@ class TableResets:
         for tp, offset in offsets.items():
             self._progress[tp] = max(offset, self._progress.get(tp, 0))
         for request_id, request in list(self._rebuilding.items()):
-            if not self._reached(request):
-                continue
-            try:
-                self._control.update_reset(request, DONE)
-            except CdcError as exc:
-                self._logger.warning("sink.control_unwritable", error=str(exc))
-                continue
-            self._logger.info("sink.table_rebuilt", table=request.table, request=request_id)
-            del self._rebuilding[request_id]
+            if self._reached(request):
+                self._logger.info("sink.table_rebuilt", table=request.table, request=request_id)
+                self._post(request, DONE)
+                self._handled.add(request_id)
+                del self._rebuilding[request_id]
+
+    def _post(self, request: Reset, state: str, reason: str | None = None) -> None:
+        self._watcher.post(lambda c: c.update_reset(request, state, reason))
 
     def _reached(self, request: Reset) -> bool:
         found = self._tables.get(request.table)

@@ -23,11 +23,12 @@ from collections.abc import Callable, Mapping, Sequence
 
 import orjson
 
-from cdc.errors import CdcError, RecordError
+from cdc.errors import RecordError
 from cdc.log.base import Consumer, Log, StoredRecord, TopicPartition
 from cdc.logging import Logger
+from cdc.runtime.control_watcher import ControlWatcher
 from cdc.runtime.retry import Backoff, Decision, Stopped, classify, retry_until_stopped
-from cdc.runtime.sink_control import RUNNING, STOPPED, SinkControl
+from cdc.runtime.sink_control import RUNNING, STOPPED
 from cdc.runtime.sink_resets import TableResets
 from cdc.runtime.source_task import dead_letter_record
 from cdc.schema import schema_topic
@@ -73,15 +74,15 @@ class SinkTask:
         bad_records: str = "fail",
         max_records: int = 5000,
         poll_timeout_s: float = 0.2,
-        control: SinkControl | None = None,
+        control: ControlWatcher | None = None,
         tables: Sequence[tuple[str, str]] | None = None,
     ) -> None:
         """A sink's task.
 
         Args:
             topics: the topics of the sink's tables.
-            control: the control topic, for the sink's state and table resets (``None``: no
-                state is recorded and no reset is applied).
+            control: the process's watcher of the control topic, for the sink's state and
+                table resets (``None``: no state is recorded and no reset is applied).
             tables: ``(schema, table)`` of each of ``topics``, in the same order (default:
                 read from the topic names, ``<pipeline>.<schema>.<table>``).
         """
@@ -103,7 +104,7 @@ class SinkTask:
         self.failure: BaseException | None = None
 
     def _table_resets(
-        self, control: SinkControl, tables: Sequence[tuple[str, str]] | None
+        self, control: ControlWatcher, tables: Sequence[tuple[str, str]] | None
     ) -> TableResets:
         prefix = f"{self._pipeline}."
         names = tables or [
@@ -137,12 +138,17 @@ class SinkTask:
         return False
 
     def _record_state(self, state: str, error: BaseException | None = None) -> None:
-        if self._control is None:
-            return
-        try:
-            self._control.set_state(self._name, state, error)
-        except CdcError as exc:  # the state is for reports; the sink must not wait for it
-            self._logger.warning("sink.state_not_recorded", state=state, error=str(exc))
+        """Post the sink's state: the watcher writes it, the sink does not wait for the log."""
+        if self._control is not None:
+            name = self._name
+            self._control.post(lambda c: c.set_state(name, state, error))
+
+    def _wait_for_control(self) -> None:
+        """Before the first batch: the watcher's first read, so a reset requested while
+        nothing ran is applied before anything is read."""
+        while self._control is not None and not self._control.ready.wait(0.2):
+            if self._stop.is_set():
+                raise Stopped()
 
     def run(self) -> None:
         """Open the sink (retrying while it is unreachable) and apply batches until stopped.
@@ -154,6 +160,7 @@ class SinkTask:
             self._sink = retry_until_stopped(
                 self._open_sink, self._stop, self._logger, "sink.unavailable"
             )
+            self._wait_for_control()
             self._apply_resets()
             self._subscribe()
             self._logger.info("sink.opened", topics=self._topics)

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,7 @@ from cdc.events import topic_name
 from cdc.log.base import TopicPartition
 from cdc.log.embedded import EmbeddedLog
 from cdc.logging import get_logger
+from cdc.runtime.control_watcher import ControlWatcher
 from cdc.runtime.sink_control import APPLIED, DONE, FAILED, SinkControl
 from cdc.runtime.sink_task import SinkTask, group_name
 from cdc.sink import Sink, SinkRecord
@@ -80,9 +82,16 @@ def task(
         get_logger(sink=name),
         max_records=3,
         poll_timeout_s=0.05,
-        control=SinkControl(log, "p"),
+        control=watcher(log, stop),
         tables=[("public", "items")],
     )
+
+
+def watcher(log: EmbeddedLog, stop: threading.Event) -> ControlWatcher:
+    """The process's watcher of the control topic (one per task here: as if each ran alone)."""
+    found = ControlWatcher(log, "p", stop, get_logger(), every_s=0.1)
+    found.start()
+    return found
 
 
 def committed(log: EmbeddedLog, sink: str) -> int:
@@ -234,3 +243,45 @@ def test_a_rebuild_is_done_only_once_the_last_record_at_the_reset_is_applied(
     assert len(store.rows) == 10
     stop.set()
     thread.join(5)
+
+
+class HangingControl:
+    """The real log, except that reading the control topic hangs once ``hang`` is set: what a
+    Kafka admin request does while the broker restarts."""
+
+    def __init__(self, inner: EmbeddedLog, hang: threading.Event, release: threading.Event):
+        self._inner, self._hang, self._release = inner, hang, release
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        if topic.endswith(".__sinks") and self._hang.is_set():
+            self._release.wait(30)
+        return self._inner.end_offsets(topic)
+
+
+def test_a_sink_never_waits_on_the_control_topic(log: EmbeddedLog) -> None:
+    fill(log, range(1, 4))
+    hang, release = threading.Event(), threading.Event()
+    slow: Any = HangingControl(log, hang, release)
+    stop = threading.Event()
+    store = MemoryStore()
+    control = ControlWatcher(slow, "p", stop, get_logger(), every_s=0.05)
+    control.start()
+    running = SinkTask(
+        "p", "s", slow, lambda: MemorySink(store), [TOPIC], stop, get_logger(),
+        max_records=3, poll_timeout_s=0.05, control=control,
+    )  # fmt: skip
+    thread = threading.Thread(target=running.serve, daemon=True)
+    thread.start()
+    wait_until(lambda: committed(log, "s") == 3)
+    hang.set()  # from now on the watcher hangs in its reads
+    time.sleep(0.2)
+    fill(log, range(4, 10))
+    wait_until(lambda: committed(log, "s") == 9, timeout_s=10)  # the sink goes on meanwhile
+    started = time.monotonic()
+    stop.set()
+    thread.join(5)
+    assert not thread.is_alive() and time.monotonic() - started < 2  # and stops at once
+    release.set()
