@@ -105,9 +105,16 @@ class SinkControl:
 
     # -- writing -------------------------------------------------------------------------------
 
-    def set_state(self, sink: str, state: str, error: BaseException | None = None) -> None:
-        """Record ``sink``'s state (``running``, or ``stopped`` with the error that stopped it)."""
-        value: dict[str, Any] = {"state": state, "since_ms": now_ms(), "reason": None}
+    def set_state(
+        self,
+        sink: str,
+        state: str,
+        error: BaseException | None = None,
+        since_ms: int | None = None,
+    ) -> None:
+        """Record ``sink``'s state (``running``, or ``stopped`` with the error that stopped it)
+        since ``since_ms`` (default: now)."""
+        value: dict[str, Any] = {"state": state, "since_ms": since_ms or now_ms(), "reason": None}
         if error is not None:
             value.update(reason=str(error), error_type=type(error).__name__)
         self._append({"sink": sink, "kind": "state"}, value)

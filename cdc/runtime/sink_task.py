@@ -28,7 +28,7 @@ from cdc.log.base import Consumer, Log, StoredRecord, TopicPartition
 from cdc.logging import Logger
 from cdc.runtime.control_watcher import ControlWatcher
 from cdc.runtime.retry import Backoff, Decision, Stopped, classify, retry_until_stopped
-from cdc.runtime.sink_control import RUNNING, STOPPED
+from cdc.runtime.sink_control import RUNNING, STOPPED, now_ms
 from cdc.runtime.sink_resets import TableResets
 from cdc.runtime.source_task import dead_letter_record
 from cdc.schema import schema_topic
@@ -140,8 +140,8 @@ class SinkTask:
     def _record_state(self, state: str, error: BaseException | None = None) -> None:
         """Post the sink's state: the watcher writes it, the sink does not wait for the log."""
         if self._control is not None:
-            name = self._name
-            self._control.post(lambda c: c.set_state(name, state, error))
+            name, since = self._name, now_ms()
+            self._control.post(lambda c: c.set_state(name, state, error, since))
 
     def _wait_for_control(self) -> None:
         """Before the first batch: the watcher's first read, so a reset requested while
