@@ -105,14 +105,43 @@ def run(file: str, role: str, sink_names: tuple[str, ...]) -> None:
 @main.command()
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.argument("name")
+@click.option(
+    "--reset-table",
+    "reset_tables",
+    multiple=True,
+    metavar="T",
+    help="Rebuild table T (schema.table) of this sink from the log, instead of running it.",
+)
+@click.option("--wait", is_flag=True, help="With --reset-table: wait until the table is rebuilt.")
+@click.option("--timeout-s", type=click.FloatRange(min=0), default=300.0, show_default=True)
 @click.pass_context
-def sink(ctx: click.Context, file: str, name: str) -> None:
+def sink(
+    ctx: click.Context,
+    file: str,
+    name: str,
+    reset_tables: tuple[str, ...],
+    wait: bool,
+    timeout_s: float,
+) -> None:
     """Run one sink worker: the same as ``cdc run FILE --role sinks --sink NAME``.
 
     Start several on as many hosts as needed: with the Kafka log, they share the sink's
     partitions through its consumer group.
+
+    With --reset-table T: drop the sink's copy of T and what it recorded about it, and rebuild
+    it from the compacted log. This works whether or not the pipeline runs: the request is
+    stored in the log, and the process that runs the sink applies it (a running one within
+    a few seconds, restarting the sink if an error had stopped it; otherwise the next
+    ``cdc run`` or ``cdc sink FILE NAME``, before it reads anything).
     """
-    ctx.invoke(run, file=file, role="sinks", sink_names=(name,))
+    if not reset_tables:
+        if wait:
+            raise click.UsageError("--wait goes with --reset-table")
+        ctx.invoke(run, file=file, role="sinks", sink_names=(name,))
+        return
+    from cdc.sink_reset import request_resets
+
+    sys.exit(request_resets(_load(file), name, reset_tables, wait, timeout_s))
 
 
 @main.command()
@@ -204,7 +233,13 @@ def drop(file: str, yes: bool) -> None:
     show_default=True,
     help="Comparisons before a difference counts (changes may be in flight).",
 )
-@click.option("--wait-s", type=click.FloatRange(min=0), default=2.0, show_default=True)
+@click.option(
+    "--wait-s",
+    type=click.FloatRange(min=0),
+    default=2.0,
+    show_default=True,
+    help="Pause between attempts.",
+)
 @click.option(
     "--limit",
     type=click.IntRange(min=1),
@@ -212,41 +247,66 @@ def drop(file: str, yes: bool) -> None:
     show_default=True,
     help="Most differing keys to name per table.",
 )
-def verify(file: str, as_json: bool, attempts: int, wait_s: float, limit: int) -> None:
-    """Compare the source with every sink: counts, checksums, differing keys (exit 1 if any)."""
+@click.option(
+    "--wait",
+    "wait_for_sinks_s",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    metavar="S",
+    help="Give lagging sinks up to S seconds to reach the log's end before comparing.",
+)
+@click.option("--sink", "sink_names", multiple=True, help="Only this sink (repeatable).")
+@click.option("--table", "table_names", multiple=True, help="Only this table (repeatable).")
+def verify(
+    file: str,
+    as_json: bool,
+    attempts: int,
+    wait_s: float,
+    limit: int,
+    wait_for_sinks_s: float,
+    sink_names: tuple[str, ...],
+    table_names: tuple[str, ...],
+) -> None:
+    """Compare the source with every sink: counts, checksums, differing keys.
+
+    A sink that has not consumed the log up to its end is reported LAGGING, with its offsets,
+    instead of being compared. Exit 0 if every table agrees, 1 if any is DIFFERENT or LAGGING
+    (not verified; --json says which), 2 for a usage error.
+    """
     from cdc.runtime.schemas import SchemaCatalog
     from cdc.verify import verify_pipeline
 
     pipeline = _load(file)
+    _check_names(pipeline, sink_names, table_names)
     with _opened_log(pipeline) as log:
         results = verify_pipeline(
-            pipeline, SchemaCatalog(log, pipeline.name), attempts, wait_s, limit
+            pipeline,
+            SchemaCatalog(log, pipeline.name),
+            attempts,
+            wait_s,
+            limit,
+            log=log,
+            wait_for_sinks_s=wait_for_sinks_s,
+            sinks=sink_names,
+            tables=table_names,
         )
     if as_json:
         _emit_json([r.to_json() for r in results])
     else:
-        for r in results:
-            state = "skipped" if r.skipped else ("ok" if r.ok else "DIFFERENT")
-            click.echo(
-                f"{r.sink:<12} {r.table:<30} {state:<9} source {r.source_count} rows "
-                f"({r.source_checksum})  sink {r.sink_count} rows ({r.sink_checksum})"
-            )
-            if r.skipped:
-                click.echo(f"    {r.skipped}")
-            for label, keys in (
-                ("missing in sink", r.missing),
-                ("extra in sink", r.extra),
-                ("different", r.different),
-            ):
-                if keys:
-                    click.echo(f"    {label}: {', '.join(map(str, keys))}")
-            for detail in r.details:
-                for column, values in detail["columns"].items():
-                    click.echo(
-                        f"    {detail['key']} {column}: source {values['source']!r}, "
-                        f"sink {values['sink']!r}"
-                    )
+        from cdc.verify_report import print_verify
+
+        print_verify(results)
     sys.exit(0 if all(r.ok for r in results) else EXIT_RUNTIME)
+
+
+def _check_names(pipeline: Pipeline, sinks: tuple[str, ...], tables: tuple[str, ...]) -> None:
+    unknown = [n for n in sinks if n not in {s.name for s in pipeline.sinks}]
+    if unknown:
+        raise click.UsageError(f"unknown sink(s): {', '.join(unknown)}")
+    known = {f"{s}.{t}" for sink in pipeline.sinks for s, t in pipeline.sink_tables(sink)}
+    missing = [t for t in tables if t not in known]
+    if missing:
+        raise click.UsageError(f"no sink holds table(s): {', '.join(missing)}")
 
 
 @main.command()

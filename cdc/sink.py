@@ -4,6 +4,11 @@ Checkpoint order (after Quix Streams), enforced by :mod:`cdc.runtime.sink_task`:
 records, ``flush`` (durable on return), and only then commit the consumer offsets. A sink that
 stores offsets with its data (exactly-once sinks) returns them from :meth:`Sink.stored_offsets`
 and the runner starts from there.
+
+A sink whose class sets ``reads_schemas = True`` is also handed the records of the pipeline's
+schema topic (``<pipeline>.__schemas``: key ``{"schema", "table"}``, value a
+:class:`~cdc.schema.TableSchema` as JSON), in the same batches and under the same checkpoint
+order, so it can create a table the source published but has no rows for yet.
 """
 
 from __future__ import annotations
@@ -68,9 +73,26 @@ class Sink(Protocol):
 
     def close(self) -> None: ...
 
+    def reset_table(self, table: tuple[str, str], partitions: Sequence[TopicPartition]) -> None:
+        """Forget ``table`` so it is rebuilt from the log (``cdc sink FILE NAME --reset-table``).
+
+        Drop everything the sink holds for the table (its rows, any shape it recorded, the
+        position guards of its keys) and make the next offset of each of ``partitions`` (every
+        partition of the table's topic) 0, durably, before returning: the runner then reads the
+        topic again from its start, and the compacted log rebuilds the table. The runner calls
+        it right after ``open`` or between batches (nothing written and not flushed), never
+        while a batch is pending. Idempotent: a reset interrupted by a crash is done again.
+        """
+        ...
+
 
 class SinkPlugin(Protocol):
-    """What a ``cdc.sinks`` entry point names."""
+    """What a ``cdc.sinks`` entry point names.
+
+    Optional, for ``cdc verify``: ``read_rows(config, schema, table, *, pipeline)``, an iterator
+    of ``(key, row)`` of every row the sink holds for ``schema.table``, where ``pipeline`` is the
+    pipeline's name (a sink that keys its store by pipeline, like Redis, needs it).
+    """
 
     config_model: type[BaseModel]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from rich.console import Console
@@ -11,6 +12,7 @@ from cdc import plugins
 from cdc.config import Pipeline
 from cdc.log.base import Log, TopicPartition
 from cdc.runtime.pipeline import sink_topics
+from cdc.runtime.sink_control import SinkControl, sink_state_report
 from cdc.runtime.sink_task import group_name
 from cdc.snapshot_report import print_snapshots, snapshot_report
 
@@ -32,9 +34,11 @@ def topics_report(log: Log, pipeline: Pipeline) -> list[dict[str, Any]]:
 
 
 def sink_report(log: Log, pipeline: Pipeline) -> list[dict[str, Any]]:
-    """Each sink's committed offsets and lag (records not yet applied) per topic."""
+    """Each sink's committed offsets and lag (records not yet applied) per topic, and its state
+    (running, or stopped and why) with its table resets."""
     report = []
     existing = {info.name for info in log.topics()}
+    control = SinkControl(log, pipeline.name)
     for sink in pipeline.sinks:
         committed = log.committed_offsets(group_name(pipeline.name, sink.name))
         topics = []
@@ -45,7 +49,15 @@ def sink_report(log: Log, pipeline: Pipeline) -> list[dict[str, Any]]:
             end = sum(ends.values())
             topics.append({"topic": topic, "committed": done, "end": end, "lag": end - done})
             total_lag += end - done
-        report.append({"sink": sink.name, "type": sink.type, "lag": total_lag, "topics": topics})
+        report.append(
+            {
+                "sink": sink.name,
+                "type": sink.type,
+                "lag": total_lag,
+                "topics": topics,
+                **sink_state_report(control, sink.name),
+            }
+        )
     return report
 
 
@@ -112,6 +124,29 @@ def print_status(report: dict[str, Any]) -> None:
                 str(row["lag"]),
             )
     console.print(sinks)
+    print_sink_states(report["sinks"], console)
+
+
+def print_sink_states(sinks: list[dict[str, Any]], console: Console) -> None:
+    """Each sink's state, why it stopped, and its table resets: one line each, unwrapped, so a
+    long reason stays whole (and greppable)."""
+    for sink in sinks:
+        state = sink.get("state", "unknown")
+        since = _time(sink.get("since_ms"))
+        line = f"sink {sink['sink']}: {state.upper() if state == 'stopped' else state}"
+        line += f" since {since}" if since else ""
+        line += f": {sink['reason']}" if sink.get("reason") else ""
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+        for reset in sink.get("resets", []):
+            note = f"  reset of {reset['table']} ({reset['id']}): {reset['state']}"
+            note += f": {reset['reason']}" if reset.get("reason") else ""
+            console.print(note, markup=False, highlight=False, soft_wrap=True)
+
+
+def _time(ms: int | None) -> str:
+    if not ms:
+        return ""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
 
 
 def _without_snapshots(offsets: dict[str, Any]) -> dict[str, Any]:

@@ -8,20 +8,31 @@ checksum, and key by key.
 While a pipeline runs, a row can differ only because its newest change is still in flight. So a
 comparison is repeated (``attempts``) and a key is reported only if it differed every time: a
 change that was in flight has arrived by a later attempt, a lost or wrong one never does.
+
+A sink that is behind the log (stopped, slow, or not running) would show every change it has
+not applied yet as a difference. So each sink's lag is checked first: a table whose topic the
+sink has not consumed up to the log's end offsets (as they were when the check began) is
+reported *lagging*, with the offsets, and not compared. ``wait_for_sinks_s`` gives the sinks
+that long to get there first.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from cdc.envelope import exact
+from cdc.errors import LogError, LogFatal, LogUnavailable
+from cdc.events import topic_name
+from cdc.log.base import Log, TopicPartition
 from cdc.normalize import canonical_row
+from cdc.runtime.sink_control import SinkControl
+from cdc.runtime.sink_task import group_name
 from cdc.schema import TableSchema
 
 RowReader = Callable[[], Iterable[tuple[dict[str, Any], dict[str, Any]]]]
@@ -42,16 +53,29 @@ class TableComparison:
     different: list[Any] = field(default_factory=list)
     details: list[dict[str, Any]] = field(default_factory=list)  # columns of a few differences
     skipped: str | None = None
+    lag: dict[str, Any] | None = None  # the sink is behind the log: offsets, not compared
+
+    @property
+    def state(self) -> str:
+        """``ok``, ``different``, ``lagging`` (not compared) or ``skipped``."""
+        if self.skipped is not None:
+            return "skipped"
+        if self.lag is not None:
+            return "lagging"
+        return "different" if (self.missing or self.extra or self.different) else "ok"
 
     @property
     def ok(self) -> bool:
-        return self.skipped is not None or not (self.missing or self.extra or self.different)
+        """Agreed (or cannot be read back); a lagging sink was not verified, so not ok."""
+        return self.state in ("ok", "skipped")
 
     def to_json(self) -> dict[str, Any]:
         return {
             "table": self.table,
             "sink": self.sink,
             "ok": self.ok,
+            "state": self.state,
+            "lag": self.lag,
             "source": {"count": self.source_count, "checksum": self.source_checksum},
             "sink_rows": {"count": self.sink_count, "checksum": self.sink_checksum},
             "missing_in_sink": self.missing,
@@ -152,24 +176,43 @@ def verify_pipeline(
     attempts: int = 3,
     wait_s: float = 2.0,
     limit: int = 20,
+    *,
+    log: Log | None = None,
+    wait_for_sinks_s: float = 0.0,
+    sinks: Sequence[str] = (),
+    tables: Sequence[str] = (),
 ) -> list[TableComparison]:
     """Compare every table of every sink that can be read back with the source.
 
     Args:
         pipeline: a validated :class:`cdc.config.Pipeline`.
         catalog: the schema lookup (``get(schema, table)``) of the pipeline's log.
+        log: the pipeline's log, to check each sink's lag first (``None``: no check).
+        wait_for_sinks_s: how long lagging sinks get to reach the log's end before they are
+            reported lagging.
+        sinks: only these sinks (default: all).
+        tables: only these tables, ``schema.table`` (default: all of each sink's).
     """
     from cdc import plugins
 
     source_plugin = plugins.load(plugins.SOURCE_GROUP, pipeline.source.type)
     read_source = getattr(source_plugin, "read_rows", None)
+    selected = [s for s in pipeline.sinks if not sinks or s.name in sinks]
+    wanted = {
+        s.name: [t for t in pipeline.sink_tables(s) if not tables or f"{t[0]}.{t[1]}" in tables]
+        for s in selected
+    }
+    behind = {} if log is None else lagging(log, pipeline.name, wanted, wait_for_sinks_s)
     results = []
-    for sink in pipeline.sinks:
+    for sink in selected:
         sink_plugin = plugins.load(plugins.SINK_GROUP, sink.type)
         read_sink = getattr(sink_plugin, "read_rows", None)
-        for schema_name, table in pipeline.sink_tables(sink):
+        for schema_name, table in wanted[sink.name]:
             name = f"{schema_name}.{table}"
             schema = catalog.get(schema_name, table)
+            if (sink.name, name) in behind:
+                results.append(TableComparison(name, sink.name, lag=behind[(sink.name, name)]))
+                continue
             if read_sink is None or read_source is None:
                 side = "sink" if read_sink is None else "source"
                 results.append(
@@ -193,7 +236,7 @@ def verify_pipeline(
                     sink.name,
                     schema,
                     _reader(read_source, pipeline.source, schema_name, table),
-                    _reader(read_sink, sink, schema_name, table),
+                    _reader(read_sink, sink, schema_name, table, pipeline=pipeline.name),
                     attempts,
                     wait_s,
                     limit,
@@ -202,9 +245,81 @@ def verify_pipeline(
     return results
 
 
-def _reader(read_rows: Any, config: Any, schema: str, table: str) -> RowReader:
+def lagging(
+    log: Log,
+    pipeline: str,
+    tables: dict[str, list[tuple[str, str]]],
+    wait_s: float = 0.0,
+    poll_s: float = 0.5,
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """The ``(sink, "schema.table")`` whose topic the sink has not consumed up to the end
+    offsets read now, or is rebuilding after a table reset, after waiting up to ``wait_s``.
+
+    Each is described by ``{"topic", "records", "partitions": {p: {"committed", "end"}},
+    "rebuilding", "sink_state", "reason"}``: how far behind it is, the reset it is rebuilding
+    the table for (its committed offsets are the old ones until the rebuild commits), and why,
+    if an error stopped the sink.
+    """
+    goals = {
+        (sink, f"{s}.{t}"): (topic, _end_offsets(log, topic))
+        for sink, names in tables.items()
+        for s, t in names
+        for topic in [topic_name(pipeline, s, t)]
+    }
+    control = SinkControl(log, pipeline)
+    deadline = time.monotonic() + wait_s
+    while True:
+        behind = _behind(log, pipeline, goals, control)
+        if not behind or time.monotonic() >= deadline:
+            return behind
+        time.sleep(poll_s)
+
+
+def _behind(
+    log: Log,
+    pipeline: str,
+    goals: dict[tuple[str, str], tuple[str, dict[int, int]]],
+    control: SinkControl,
+) -> dict[tuple[str, str], dict[str, Any]]:
+    behind = {}
+    committed: dict[str, dict[TopicPartition, int]] = {}
+    for (sink, name), (topic, ends) in goals.items():
+        if sink not in committed:
+            committed[sink] = log.committed_offsets(group_name(pipeline, sink))
+        done = committed[sink]
+        late = {
+            str(p): {"committed": done.get(TopicPartition(topic, p), 0), "end": end}
+            for p, end in ends.items()
+            if done.get(TopicPartition(topic, p), 0) < end
+        }
+        rebuilding = [r.id for r in control.rebuilding(sink) if r.table == name]
+        if late or rebuilding:
+            state = control.state(sink) or {}
+            behind[(sink, name)] = {
+                "topic": topic,
+                "records": sum(v["end"] - v["committed"] for v in late.values()),
+                "partitions": late,
+                "rebuilding": rebuilding[0] if rebuilding else None,
+                "sink_state": state.get("state", "unknown"),
+                "reason": state.get("reason"),
+            }
+    return behind
+
+
+def _end_offsets(log: Log, topic: str) -> dict[int, int]:
+    try:
+        return log.end_offsets(topic)
+    except (LogUnavailable, LogFatal):
+        raise
+    except LogError:
+        return {}  # no such topic yet: nothing to be behind on
+
+
+def _reader(read_rows: Any, config: Any, schema: str, table: str, **options: Any) -> RowReader:
     def read() -> Iterable[tuple[dict[str, Any], dict[str, Any]]]:
-        rows: Iterable[tuple[dict[str, Any], dict[str, Any]]] = read_rows(config, schema, table)
+        rows: Iterable[tuple[dict[str, Any], dict[str, Any]]] = read_rows(
+            config, schema, table, **options
+        )
         return rows
 
     return read

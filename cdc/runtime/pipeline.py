@@ -2,7 +2,9 @@
 
 The main thread waits for a signal or a failure. SIGINT/SIGTERM set the shared stop event; every
 task notices within one poll timeout, rolls back or finishes its unit of work, and closes. A
-fatal error in any task stops the others too, and the process exits 1 with that error.
+fatal error of the source stops every task, and the process exits 1 with that error. A fatal
+error of a sink stops that sink alone (:meth:`SinkTask.serve`): the source and the other sinks
+go on, and at the end the process exits 1, naming the sinks that stopped.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from cdc.events import topic_name
 from cdc.log.base import Log
 from cdc.log.factory import open_log
 from cdc.logging import Logger, get_logger
+from cdc.runtime.control_watcher import ControlWatcher
 from cdc.runtime.schemas import SchemaCatalog
 from cdc.runtime.sink_task import SinkTask
 from cdc.runtime.source_task import SourceTask
@@ -34,6 +37,7 @@ from cdc.source import Source, SourceContext
 GC_THRESHOLDS = (50_000, 20, 100)
 STOP_GRACE_S = 8.0  # under the 10 s a supervisor waits before SIGKILL
 COMPACTION_INTERVAL_S = 60.0
+CONTROL_GRACE_S = 1.0
 
 
 @dataclass
@@ -53,12 +57,19 @@ class PipelineRun:
     outcomes: list[TaskOutcome] = field(default_factory=list)
     source_task: SourceTask | None = None
     sink_tasks: dict[str, SinkTask] = field(default_factory=dict)
+    control: ControlWatcher | None = None
 
     def stop(self) -> None:
         self.stop_event.set()
 
     def failed(self) -> TaskOutcome | None:
         return next((o for o in self.outcomes if o.error is not None), None)
+
+    def stopped_sinks(self) -> dict[str, BaseException]:
+        """The sinks an error stopped (and not started again since), with the error."""
+        return {
+            name: task.failure for name, task in self.sink_tasks.items() if task.failure is not None
+        }
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """Join every task; True if all ended within ``timeout_s``."""
@@ -134,6 +145,8 @@ def start(pipeline: Pipeline, role: str = "all", sinks: list[str] | None = None)
         _spawn(run, "source", run.source_task.run)
     if role in ("all", "sinks"):
         catalog = SchemaCatalog(log, pipeline.name)
+        run.control = ControlWatcher(log, pipeline.name, run.stop_event, base)
+        run.control.start()
         for config in pipeline.sinks:
             if sinks and config.name not in sinks:
                 continue
@@ -147,9 +160,11 @@ def start(pipeline: Pipeline, role: str = "all", sinks: list[str] | None = None)
                 run.stop_event,
                 logger,
                 bad_records=pipeline.file.bad_records,
+                control=run.control,
+                tables=pipeline.sink_tables(config),
             )
             run.sink_tasks[config.name] = task
-            _spawn(run, f"sink:{config.name}", task.run)
+            _spawn(run, f"sink:{config.name}", task.serve)
     compact = getattr(log, "maybe_compact", None)
     if compact is not None and role in ("all", "source"):
         _spawn(run, "compaction", lambda: _compaction_loop(compact, run.stop_event))
@@ -194,6 +209,8 @@ def run_until_signalled(
         while not run.stop_event.wait(0.5):
             pass
         clean = run.wait(STOP_GRACE_S)
+        if run.control is not None:
+            run.control.join(CONTROL_GRACE_S)  # the sinks' last states, if the log takes them
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -209,6 +226,13 @@ def run_until_signalled(
         return 1
     if not clean:
         logger.error("pipeline.stop_timeout", grace_s=STOP_GRACE_S)
+        return 1
+    stopped = run.stopped_sinks()
+    if stopped:
+        logger.error(
+            "pipeline.stopped_with_sinks_stopped",
+            sinks={name: str(error) for name, error in stopped.items()},
+        )
         return 1
     logger.info("pipeline.stopped")
     return 0

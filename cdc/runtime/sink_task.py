@@ -8,6 +8,12 @@ Backpressure: the log is the buffer between the source and every sink, and it li
 sink task holds at most one batch (``max_records``) in memory; while its sink is down or slow it
 retries that batch with backoff and reads nothing more, so memory stays bounded however far it
 falls behind, and other sinks, each in its own task, keep going.
+
+Isolation: :meth:`SinkTask.serve` runs the sink so that an error stops this sink only. It is
+recorded as ``stopped``, with the error, in the control topic (``cdc status`` shows it); its
+offsets stay where the last durable batch left them, so nothing is lost; and the task waits for
+a table reset (``cdc sink FILE NAME --reset-table T``), which starts it again, or for the
+pipeline to stop. The next start of the pipeline tries the sink again too.
 """
 
 from __future__ import annotations
@@ -20,8 +26,12 @@ import orjson
 from cdc.errors import RecordError
 from cdc.log.base import Consumer, Log, StoredRecord, TopicPartition
 from cdc.logging import Logger
+from cdc.runtime.control_watcher import ControlWatcher
 from cdc.runtime.retry import Backoff, Decision, Stopped, classify, retry_until_stopped
+from cdc.runtime.sink_control import RUNNING, STOPPED, now_ms
+from cdc.runtime.sink_resets import TableResets
 from cdc.runtime.source_task import dead_letter_record
+from cdc.schema import schema_topic
 from cdc.sink import Sink, SinkRecord, sink_offsets
 
 
@@ -64,7 +74,18 @@ class SinkTask:
         bad_records: str = "fail",
         max_records: int = 5000,
         poll_timeout_s: float = 0.2,
+        control: ControlWatcher | None = None,
+        tables: Sequence[tuple[str, str]] | None = None,
     ) -> None:
+        """A sink's task.
+
+        Args:
+            topics: the topics of the sink's tables.
+            control: the process's watcher of the control topic, for the sink's state and
+                table resets (``None``: no state is recorded and no reset is applied).
+            tables: ``(schema, table)`` of each of ``topics``, in the same order (default:
+                read from the topic names, ``<pipeline>.<schema>.<table>``).
+        """
         self._pipeline = pipeline
         self._name = name
         self._log = log
@@ -77,7 +98,57 @@ class SinkTask:
         self._poll_timeout_s = poll_timeout_s
         self._sink: Sink | None = None
         self._consumer: Consumer | None = None
+        self._control = control
+        self._resets = None if control is None else self._table_resets(control, tables)
         self.records_applied = 0
+        self.failure: BaseException | None = None
+
+    def _table_resets(
+        self, control: ControlWatcher, tables: Sequence[tuple[str, str]] | None
+    ) -> TableResets:
+        prefix = f"{self._pipeline}."
+        names = tables or [
+            (s, t) for s, _, t in (x.removeprefix(prefix).partition(".") for x in self._topics)
+        ]
+        by_name = {
+            f"{s}.{t}": ((s, t), topic) for (s, t), topic in zip(names, self._topics, strict=True)
+        }
+        return TableResets(control, self._log, self._name, by_name, self._logger)
+
+    def serve(self) -> None:
+        """Run the sink until the pipeline stops; an error stops this sink only (see above)."""
+        while True:
+            try:
+                self.run()
+                return
+            except Exception as exc:
+                self.failure = exc
+                self._logger.error("sink.stopped", error=str(exc), error_type=type(exc).__name__)
+                self._record_state(STOPPED, exc)
+            if not self._wait_for_reset():
+                return
+            self._logger.info("sink.restarting", reason="a table reset was requested")
+            self.failure = None
+
+    def _wait_for_reset(self) -> bool:
+        """Wait while stopped: True when a table reset is requested, False when stopping."""
+        while not self._stop.wait(0.2):
+            if self._resets is not None and self._resets.pending():
+                return True
+        return False
+
+    def _record_state(self, state: str, error: BaseException | None = None) -> None:
+        """Post the sink's state: the watcher writes it, the sink does not wait for the log."""
+        if self._control is not None:
+            name, since = self._name, now_ms()
+            self._control.post(lambda c: c.set_state(name, state, error, since))
+
+    def _wait_for_control(self) -> None:
+        """Before the first batch: the watcher's first read, so a reset requested while
+        nothing ran is applied before anything is read."""
+        while self._control is not None and not self._control.ready.wait(0.2):
+            if self._stop.is_set():
+                raise Stopped()
 
     def run(self) -> None:
         """Open the sink (retrying while it is unreachable) and apply batches until stopped.
@@ -89,18 +160,48 @@ class SinkTask:
             self._sink = retry_until_stopped(
                 self._open_sink, self._stop, self._logger, "sink.unavailable"
             )
-            self._consumer = self._log.consumer(
-                group_name(self._pipeline, self._name),
-                self._topics,
-                start_offsets=self._start_offsets,
-            )
+            self._wait_for_control()
+            self._apply_resets()
+            self._subscribe()
             self._logger.info("sink.opened", topics=self._topics)
+            self._record_state(RUNNING)
             while not self._stop.is_set():
                 self.step()
+                if self._resets is not None and self._resets.pending():
+                    self._reset_tables()
         except Stopped:
             return
         finally:
             self._close()
+
+    def _subscribe(self) -> None:
+        """A new consumer, starting where the sink's stored offsets (or the group) say."""
+        assert self._sink is not None
+        topics = list(self._topics)
+        if getattr(self._sink, "reads_schemas", False):
+            topics.append(schema_topic(self._pipeline))
+        self._consumer = self._log.consumer(
+            group_name(self._pipeline, self._name), topics, start_offsets=self._start_offsets
+        )
+
+    def _reset_tables(self) -> None:
+        """Between batches (nothing pending): apply the requested resets, then read again from
+        the offsets the sink now stores (0 for every partition of a reset table)."""
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+        self._apply_resets()
+        self._subscribe()
+
+    def _apply_resets(self) -> None:
+        """Apply the requested table resets to the open sink, retrying while the log or the
+        sink is away (applied ones are marked so: a retry does only what is left)."""
+        resets, sink = self._resets, self._sink
+        if resets is None or sink is None:
+            return
+        retry_until_stopped(
+            lambda: resets.apply(sink), self._stop, self._logger, "sink.reset_retrying"
+        )
 
     def step(self) -> int:
         """Poll one batch and apply it; returns how many records were applied."""
@@ -118,6 +219,8 @@ class SinkTask:
             lambda: consumer.commit(offsets), self._stop, self._logger, "sink.commit_retrying"
         )
         self.records_applied += len(batch)
+        if self._resets is not None:
+            self._resets.applied(offsets)
         return len(batch)
 
     def _open_sink(self) -> Sink:
@@ -180,5 +283,7 @@ class SinkTask:
     def _close(self) -> None:
         if self._consumer is not None:
             self._consumer.close()
+            self._consumer = None
         if self._sink is not None:
             self._sink.close()
+            self._sink = None

@@ -125,6 +125,10 @@ class _Unavailable:
     def close(self) -> None:
         self._inner.close()
 
+    def reset_table(self, table: tuple[str, str], partitions: Sequence[TopicPartition]) -> None:
+        self._check()
+        self._inner.reset_table(table, partitions)
+
 
 class _FailingFlush(_Unavailable):
     def flush(self) -> None:
@@ -289,6 +293,40 @@ class SinkConformance:
         stop.set()
         thread.join(10)
         assert self.rows() == {k: (f"m{k}", k) for k in range(1, 11)}
+        log.close()
+
+    def test_kit_reset_table_forgets_it_and_rebuilds_it_from_the_log(self) -> None:
+        log = self.log()
+        self.fill_log(log, [change(k, Op.CREATE, 10 + k, f"n{k}", k) for k in range(1, 6)])
+        self.fill_log(log, [change(2, Op.DELETE, 20), change(3, Op.UPDATE, 21, "m3", 30)])
+        self._run_until_caught_up(log, end=8)  # 5 creates, a delete, its tombstone, an update
+        partitions = [TopicPartition(TOPIC, p) for p in log.end_offsets(TOPIC)]
+        sink = self.make_sink(self.context())
+        sink.open()
+        sink.reset_table(TABLE, partitions)
+        assert self.current_rows() == {}
+        assert {tp: o for tp, o in (sink.stored_offsets() or {}).items() if tp.topic == TOPIC} == {
+            tp: 0 for tp in partitions
+        }
+        sink.reset_table(TABLE, partitions)  # idempotent: a reset cut short is done again
+        sink.close()
+        reopened = self.make_sink(self.context())
+        reopened.open()  # the reset is durable
+        assert all(reopened.stored_offsets()[tp] == 0 for tp in partitions)  # type: ignore[index]
+        reopened.close()
+        # The group's committed offsets are the old ones until the rebuild commits: wait until
+        # the task has applied the 8 records again (reading rows meanwhile could hold the store).
+        stop = threading.Event()
+        task = self.task(log, stop)
+        thread = threading.Thread(target=task.run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 60
+        while task.records_applied < 8 and thread.is_alive():
+            assert time.monotonic() < deadline, f"rebuilt {task.records_applied}/8 records"
+            time.sleep(0.05)
+        stop.set()
+        thread.join(10)
+        assert self.rows() == {1: ("n1", 1), 3: ("m3", 30), 4: ("n4", 4), 5: ("n5", 5)}
         log.close()
 
     def _committed(self, log: Log) -> int:

@@ -98,6 +98,7 @@ class FlakySink:
     flushed: list[SinkRecord] = field(default_factory=list)
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
     flush_attempts: int = 0
+    resets: list[tuple[str, str]] = field(default_factory=list)
 
     def open(self) -> None:
         if self.down():
@@ -133,3 +134,8 @@ class FlakySink:
 
     def close(self) -> None:
         self.pending.clear()
+
+    def reset_table(self, table: tuple[str, str], partitions: Sequence[TopicPartition]) -> None:
+        """Forget every row (the fake does not tell tables apart)."""
+        self.rows.clear()
+        self.resets.append(table)

@@ -54,6 +54,13 @@ class MemorySink:
     def close(self) -> None:
         self._pending = []
 
+    def reset_table(self, table: tuple[str, str], partitions: Sequence[TopicPartition]) -> None:
+        topics = {tp.topic for tp in partitions}
+        for held in (self._store.rows, self._store.positions):
+            for ident in [i for i in held if i[0] in topics]:
+                del held[ident]
+        self._store.offsets.update(dict.fromkeys(partitions, 0))
+
     def _apply(self, record: SinkRecord) -> None:
         value = record.value
         if value is None:

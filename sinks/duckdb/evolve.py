@@ -83,7 +83,8 @@ def _check_keys(state: TableState, published: TableSchema) -> None:
         raise SinkFatal(
             f"table {state.schema}.{state.table}: key columns changed from {keys} to "
             f"{published.key_columns}; rows upserted by the old key cannot be matched by the new "
-            "one (rebuild the table from a fresh snapshot)"
+            "one. Rebuild the table from the log: "
+            f"cdc sink FILE SINK --reset-table {state.schema}.{state.table}"
         )
 
 
@@ -162,8 +163,8 @@ def _change_type(con: Any, state: TableState, known: ColumnInfo, new_type: str) 
         raise SinkFatal(
             f"table {state.schema}.{state.table}: column {known.name} changed type from "
             f"{known.source_type!r} to {new_type!r}, which is not a widening change; the DuckDB "
-            "sink stops rather than convert existing data (migrate the column by hand, or "
-            "rebuild the table from a fresh snapshot)"
+            "sink stops rather than convert existing data. Rebuild the table from the log: "
+            f"cdc sink FILE SINK --reset-table {state.schema}.{state.table}"
         )
     new_duck = duckdb_type(new_type)
     if new_duck != known.duck_type:

@@ -23,7 +23,8 @@ class DuckDBSinkPlugin:
 
     @staticmethod
     def read_rows(
-        config: DuckDBSinkConfig, schema: str, table: str
+        config: DuckDBSinkConfig, schema: str, table: str, *, pipeline: str | None = None
     ) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
-        """``(key, row)`` of every current row of ``schema.table`` (see :mod:`.reader`)."""
+        """``(key, row)`` of every current row of ``schema.table`` (see :mod:`.reader`);
+        ``pipeline`` is not needed, the file is the sink's own."""
         return reader.read_rows(Path(config.path), schema, table)

@@ -5,11 +5,15 @@ changes, the staged and merged changes of each table, and the next offset of eve
 ``_cdc.offsets``. The commit makes all of it durable together (DuckDB syncs its write-ahead log
 on commit), so after a crash the runner resumes from :meth:`DuckDBSink.stored_offsets` and no
 effect is lost or doubled. A failing flush rolls everything back.
+
+The sink also reads the pipeline's schema topic (``reads_schemas``): a table the source
+published but has no rows for (an empty table at the snapshot) is created from its schema.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,7 +22,8 @@ import duckdb
 
 from cdc.errors import CdcError, RecordError, SinkFatal
 from cdc.log.base import TopicPartition
-from cdc.sink import SinkContext, SinkRecord
+from cdc.schema import schema_topic
+from cdc.sink import SinkContext, SinkRecord, sink_offsets
 from sinks.duckdb import catalog, history, merge
 from sinks.duckdb.config import DuckDBSinkConfig
 from sinks.duckdb.connection import connect, translate
@@ -30,9 +35,13 @@ from sinks.duckdb.stage import StageFailed, encode, find_bad_value
 class DuckDBSink:
     """Keeps ``"<schema>"."<table>"`` in a DuckDB file in sync with the source's topics."""
 
+    reads_schemas = True
+
     def __init__(self, config: DuckDBSinkConfig, context: SinkContext) -> None:
         self._config = config
         self._context = context
+        self._schema_topic = schema_topic(context.pipeline)
+        self._tables = set(context.tables)
         self._history = config.mode == "history"
         self._con: Any = None
         self._states: dict[tuple[str, str], catalog.TableState] = {}
@@ -77,9 +86,11 @@ class DuckDBSink:
             return
         if self._con is None:
             raise SinkFatal("DuckDB sink: flush before open")
+        records, announced, schema_offsets = self._split_schemas(records)
         batches, offsets = plan(records, self._offsets)
+        offsets.update(schema_offsets)
         try:
-            self._transaction(batches, offsets)
+            self._transaction(batches, offsets, announced)
         except StageFailed as failed:
             self._rollback()
             bad = self._diagnose(failed)
@@ -100,6 +111,38 @@ class DuckDBSink:
             self._con.close()
             self._con = None
 
+    def reset_table(self, table: tuple[str, str], partitions: Sequence[TopicPartition]) -> None:
+        """Drop ``table``, its deleted keys and its recorded shape, store offset 0 for each of
+        ``partitions``, and create the table again, empty, from its latest published schema:
+        all in one transaction. A history table is kept, renamed with the time of the reset:
+        the compacted log no longer holds every version it recorded.
+
+        Raises:
+            SinkFatal: the sink is not open, or DuckDB refused the change.
+        """
+        if self._con is None:
+            raise SinkFatal("DuckDB sink: reset before open")
+        try:
+            self._con.execute("BEGIN TRANSACTION")
+            self._drop(table)
+            topics = sorted({tp.topic for tp in partitions})
+            for topic in topics:
+                self._con.execute(f"DELETE FROM {catalog.META}.offsets WHERE topic = ?", [topic])
+            if partitions:
+                values, params = _values({tp: 0 for tp in partitions})
+                self._con.execute(f"INSERT INTO {catalog.META}.offsets VALUES {values}", params)
+            self._states.pop(table, None)
+            self._create_announced(table)
+            self._con.execute("COMMIT")
+        except CdcError:
+            self._rollback()
+            raise
+        except duckdb.Error as exc:
+            self._rollback()
+            raise translate(exc, f"resetting {table[0]}.{table[1]}") from exc
+        self._load()
+        self._log.info("duckdb.table_reset", table=f"{table[0]}.{table[1]}")
+
     # -- internals ---------------------------------------------------------------------------
 
     def _load(self) -> None:
@@ -111,10 +154,57 @@ class DuckDBSink:
             ).fetchall()
         }
 
+    def _split_schemas(
+        self, records: list[SinkRecord]
+    ) -> tuple[list[SinkRecord], list[tuple[str, str]], dict[TopicPartition, int]]:
+        """The data records, the tables the schema records announce, and their offsets."""
+        topic = self._schema_topic
+        if not any(r.topic == topic for r in records):
+            return records, [], {}
+        schemas = [r for r in records if r.topic == topic]
+        announced = [
+            (str(r.key.get("schema")), str(r.key.get("table")))
+            for r in schemas
+            if r.key is not None and r.value is not None
+        ]
+        wanted = [t for t in dict.fromkeys(announced) if t in self._tables]
+        return [r for r in records if r.topic != topic], wanted, sink_offsets(schemas)
+
+    def _create_announced(self, table: tuple[str, str]) -> None:
+        """Create ``table`` from its published schema if the sink holds none yet.
+
+        A schema without key columns is left for the first row (whose key names the columns).
+        """
+        if table in self._states:
+            return
+        published = self._context.schemas.get(*table)
+        if published is None or not published.key_columns:
+            return
+        prepare(self._con, self._states, table, published, [], self._history, self._log)
+
+    def _drop(self, table: tuple[str, str]) -> None:
+        state = self._states.get(table) or catalog.TableState(*table, "typed")
+        self._con.execute(f"DROP TABLE IF EXISTS {state.target}")
+        self._con.execute(f"DROP TABLE IF EXISTS {state.deleted}")
+        if state.history:
+            stamp = time.strftime("%Y%m%d%H%M%S")
+            kept = catalog.quote(f"{table[1]}__history_before_reset_{stamp}")
+            self._con.execute(f"ALTER TABLE {state.history_table} RENAME TO {kept}")
+        for meta in ("tables", "columns"):
+            self._con.execute(
+                f"DELETE FROM {catalog.META}.{meta} WHERE schema_name = ? AND table_name = ?",
+                list(table),
+            )
+
     def _transaction(
-        self, batches: dict[tuple[str, str], TableBatch], offsets: dict[TopicPartition, int]
+        self,
+        batches: dict[tuple[str, str], TableBatch],
+        offsets: dict[TopicPartition, int],
+        announced: Sequence[tuple[str, str]] = (),
     ) -> None:
         self._con.execute("BEGIN TRANSACTION")
+        for table in announced:
+            self._create_announced(table)
         for batch in batches.values():
             self._apply(batch)
         self._store_offsets(offsets)

@@ -91,6 +91,26 @@ class JsonlSink:
             handle.close()
         self._files.clear()
 
+    def reset_table(self, table: tuple[str, str], partitions: Sequence[TopicPartition]) -> None:
+        """Empty the files of ``partitions``' topics and store offset 0 for each partition.
+
+        The state file records the new lengths and offsets together; a crash before it is
+        replaced leaves the old state, and the next open cuts the files back to it anyway.
+        """
+        try:
+            for topic in {tp.topic for tp in partitions}:
+                name = f"{topic}.jsonl"
+                handle = self._files.pop(name, None)
+                if handle is not None:
+                    handle.close()
+                with (self._dir / name).open("wb"):
+                    pass
+                self._lengths[name] = 0
+            self._offsets.update(dict.fromkeys(partitions, 0))
+            self.flush()
+        except OSError as exc:
+            raise SinkFatal(f"cannot reset {table[0]}.{table[1]} in {self._dir}: {exc}") from exc
+
     def _file(self, topic: str) -> IO[bytes]:
         name = f"{topic}.jsonl"
         handle = self._files.get(name)

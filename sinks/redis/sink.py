@@ -23,7 +23,7 @@ from cdc.config import SinkConfig, redact_url, secret_value
 from cdc.errors import CdcError, SinkFatal, SinkUnavailable
 from cdc.log.base import TopicPartition
 from cdc.sink import SinkContext, SinkRecord
-from sinks.keyed import Change, Kind, TopicTables, classify
+from sinks.keyed import Change, Kind, Table, TopicTables, classify
 from sinks.redis.script import LUA, ApplyCall, Layout, encode_pos, offsets_args
 
 T = TypeVar("T")
@@ -140,6 +140,38 @@ class RedisSink:
         if self._client is not None:
             self._client.close()
             self._client = None
+
+    def reset_table(self, table: tuple[str, str], partitions: Sequence[TopicPartition]) -> None:
+        """Delete the table's rows, their position marks and its truncate floor, then store
+        offset 0 for each of ``partitions``.
+
+        Rows and their marks go together, a page of the position hash at a time, so a reset
+        cut short by a crash leaves no row without its mark, and the next attempt finds the
+        rest. The offsets are written last: until then the sink would resume where it was.
+
+        Raises:
+            SinkUnavailable: Redis cannot be reached (the runner retries the reset).
+        """
+        self._call(lambda client: self._forget(client, table))
+        fields = [f"{tp.topic}|{tp.partition}" for tp in partitions]
+        if fields:
+            offsets_key = self._sink_keys[0]
+            self._call(lambda c: c.hset(offsets_key, mapping=dict.fromkeys(fields, 0)))
+            self._expect_offsets = True
+        for tp in partitions:
+            self._stored[tp] = 0
+
+    def _forget(self, client: redis.Redis, table: Table) -> None:
+        rows, positions = self._layout.rows(table), self._layout.positions(table)
+        # HSCAN returns every field present from start to end of a scan, deletions meanwhile
+        # notwithstanding; Redis drops the hash with its last field.
+        while client.exists(positions):
+            for page in _scan_fields(client, positions):
+                with client.pipeline(transaction=True) as tx:
+                    tx.delete(*(rows + suffix for suffix in page))
+                    tx.hdel(positions, *page)
+                    tx.execute()
+        client.delete(self._layout.truncated(table))
 
     def _call(self, operation: Callable[[redis.Redis], T]) -> T:
         """Run ``operation``; reload the script once on NOSCRIPT; translate driver errors."""

@@ -175,6 +175,12 @@ class TableIndex:
         self.writer.rollback()
         self.floor = self._committed_floor()
 
+    def clear(self) -> None:
+        """Delete every document, truncate marker included, and commit."""
+        self.writer.delete_all_documents()
+        self.commit()
+        self.floor = None
+
     def close(self) -> None:
         self.writer.wait_merging_threads()
 

@@ -68,8 +68,21 @@ class SearchSink:
         self._offsets: dict[TopicPartition, int] = {}
 
     def open(self) -> None:
+        """Open (creating them if missing) the directory and every table's index.
+
+        Raises:
+            SinkFatal: the directory cannot be created (retrying cannot help), or holds
+                something that is not this sink's.
+            SinkUnavailable: another writer holds an index, or an I/O error that may pass.
+        """
+        root = Path(self._config.path)
         try:
-            Path(self._config.path).mkdir(parents=True, exist_ok=True)
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SinkFatal(
+                f"search: cannot create the index directory {root}: {exc.strerror or exc}"
+            ) from exc
+        try:
             for table in self._context.tables:
                 self._index(table)
             self._offsets = self._read_offsets()
@@ -110,6 +123,23 @@ class SearchSink:
         for index in self._indexes.values():
             index.close()
         self._indexes.clear()
+
+    def reset_table(self, table: tuple[str, str], partitions: Sequence[TopicPartition]) -> None:
+        """Empty the table's index (rows, deletion markers, truncate floor) and commit it, then
+        store offset 0 for each of ``partitions`` in the offsets file.
+
+        Raises:
+            SinkUnavailable: an I/O error that may pass (the runner retries the reset).
+            SinkFatal: the index cannot be written.
+        """
+        try:
+            self._index(table).clear()
+            self._pending.pop(table, None)
+            self._offsets.update(dict.fromkeys(partitions, 0))
+            self._write_offsets()
+        except (OSError, ValueError) as exc:
+            self._offsets = self._read_offsets()
+            raise _translate(exc, f"cannot reset the index of {table[0]}.{table[1]}") from exc
 
     def _index(self, table: Table) -> TableIndex:
         index = self._indexes.get(table)
@@ -224,7 +254,8 @@ def _decide(change: Change, mark: Mark | None, floor: Pos | None) -> Mark | None
 
 def _translate(exc: Exception, doing: str) -> CdcError:
     text = str(exc)
-    if "LockBusy" in text or "lock" in text.lower():
+    # Tantivy's own words; not any "lock" in the text, which a path may hold (".../blocks").
+    if "LockBusy" in text or "acquire index lock" in text:
         return SinkUnavailable(f"search: {doing}: another writer holds the index lock ({text})")
     if (isinstance(exc, OSError) and exc.errno is not None) or "(os error" in text:
         # I/O trouble (a full disk, say) may pass: the runner retries the batch.
@@ -233,11 +264,12 @@ def _translate(exc: Exception, doing: str) -> CdcError:
 
 
 def read_rows(
-    config: SearchSinkConfig, schema: str, table: str
+    config: SearchSinkConfig, schema: str, table: str, *, pipeline: str | None = None
 ) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
     """Every row the index of ``schema.table`` holds as ``(key, row)``, for ``cdc verify``.
 
-    A table never written has no index: it holds no rows.
+    A table never written has no index: it holds no rows. ``pipeline`` is not needed: the
+    index directory is the sink's own.
     """
     path = table_dir(config, schema, table)
     if not path.exists():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,8 @@ from cdc.errors import RecordError, SinkFatal, SinkUnavailable
 from cdc.events import Op, topic_name
 from cdc.log.base import TopicPartition
 from cdc.log.embedded import EmbeddedLog
+from cdc.logging import get_logger
+from cdc.runtime.sink_task import SinkTask
 from cdc.schema import Column, TableSchema
 from cdc.sink import Sink, SinkContext, SinkRecord
 from cdc.testing.conformance import SinkConformance
@@ -286,3 +289,31 @@ def test_search_errors_are_clear(make: Any, cfg: SearchSinkConfig) -> None:
     make()
     with pytest.raises(SinkFatal, match="invalid query"):
         SearchSinkPlugin.search(cfg, "public", "items", "row.qty:[1 TO", 10)
+
+
+@pytest.mark.parametrize("where", ["under_a_file", "is_a_file"])
+def test_a_directory_that_cannot_be_created_is_fatal(tmp_path: Path, where: str) -> None:
+    # "blocks" in the path: a path naming a lock must not read as the index lock held.
+    plain = tmp_path / "blocks"
+    plain.write_text("not a directory")
+    path = plain / "search" if where == "under_a_file" else plain
+    sink = SearchSink(config(path), context())
+    with pytest.raises(SinkFatal, match="cannot create the index directory"):
+        sink.open()
+    # Through the sink task: it stops at once with that error, where it used to retry forever.
+    log = EmbeddedLog(tmp_path / "log")
+    stop = threading.Event()
+    task = SinkTask(
+        "shop",
+        "search",
+        log,
+        lambda: SearchSink(config(path), context()),
+        [ITEMS_TOPIC],
+        stop,
+        get_logger(),
+    )
+    started = time.monotonic()
+    with pytest.raises(SinkFatal, match=str(path)):
+        task.run()
+    assert time.monotonic() - started < 5
+    log.close()

@@ -1,0 +1,162 @@
+"""Table resets inside a sink's task: drop a table in the sink, then rebuild it from the log.
+
+``cdc sink FILE NAME --reset-table T`` only records a request in the control topic
+(:mod:`cdc.runtime.sink_control`), which the process's watcher follows
+(:mod:`cdc.runtime.control_watcher`). The sink's own task applies it, so nothing else ever writes
+to the sink's store behind its back: right after opening the sink (a pipeline that was not
+running applies it when it starts), or between two batches of a running sink, or by starting a
+sink that an error had stopped. Applying means ``sink.reset_table`` (the sink forgets the table
+and stores offset 0 for every partition of its topic), then reading the topic again from its
+start: the compacted log holds the latest record of every key, which rebuilds the table.
+
+A rebuild is *done* once the task has applied, in each partition of the topic, the last record
+that was there at the reset (not the end offset: on Kafka a transaction marker may follow it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from cdc.errors import CdcError
+from cdc.log.base import Log, TopicPartition
+from cdc.logging import Logger
+from cdc.runtime.control_watcher import ControlWatcher
+from cdc.runtime.retry import Decision, classify
+from cdc.runtime.sink_control import APPLIED, DONE, FAILED, Reset
+from cdc.sink import Sink
+
+
+class TableResets:
+    """The resets of one sink: applies requested ones and reports finished rebuilds.
+
+    What it learns of requests comes from the process's :class:`ControlWatcher` and what it
+    reports goes through it, so the sink's thread never waits on the control topic; requests
+    it has applied are remembered here, since the watcher shows them as applied only after its
+    next read.
+
+    Args:
+        tables: the sink's tables by ``"schema.table"``, each with its topic.
+    """
+
+    def __init__(
+        self,
+        watcher: ControlWatcher,
+        log: Log,
+        sink_name: str,
+        tables: Mapping[str, tuple[tuple[str, str], str]],
+        logger: Logger,
+    ) -> None:
+        self._watcher = watcher
+        self._log = log
+        self._sink_name = sink_name
+        self._tables = tables
+        self._logger = logger
+        self._handled: set[str] = set()  # applied, failed or done by this task
+        self._rebuilding: dict[str, Reset] = {}
+        self._progress: dict[TopicPartition, int] = {}
+
+    def pending(self) -> bool:
+        """Whether a reset waits to be applied (as of the watcher's last read)."""
+        return bool(self._requested())
+
+    def _requested(self) -> list[Reset]:
+        return [r for r in self._watcher.pending(self._sink_name) if r.id not in self._handled]
+
+    def apply(self, sink: Sink) -> int:
+        """Apply every requested reset to the open ``sink``; returns how many were applied.
+
+        Raises:
+            CdcError: a retriable error of the log or the sink (try again: what was applied
+                is remembered), or a fatal one of the sink (the request is marked failed).
+        """
+        for request in self._watcher.rebuilding(self._sink_name):
+            if request.id not in self._handled:
+                self._rebuilding.setdefault(request.id, request)
+        applied = 0
+        for request in self._requested():
+            applied += self._apply_one(sink, request)
+        # A rebuild that an earlier run of the task finished without saying so is done now.
+        self.applied(sink.stored_offsets() or {})
+        return applied
+
+    def _apply_one(self, sink: Sink, request: Reset) -> int:
+        found = self._tables.get(request.table)
+        if found is None:
+            self._fail(request, f"sink {self._sink_name} does not hold table {request.table}")
+            return 0
+        if sink.stored_offsets() is None:
+            self._fail(request, "the sink keeps no offsets with its data, so it cannot be reset")
+            return 0
+        table, topic = found
+        self._log.ensure_topics([topic])
+        targets = last_offsets(self._log, topic)
+        partitions = [TopicPartition(topic, p) for p in sorted(targets)]
+        try:
+            sink.reset_table(table, partitions)
+        except CdcError as exc:
+            if classify(exc) is not Decision.RETRY:
+                self._fail(request, f"the sink could not reset the table: {exc}")
+            raise
+        self._logger.info("sink.table_reset", table=request.table, request=request.id)
+        self._handled.add(request.id)
+        for tp in partitions:
+            self._progress.pop(tp, None)
+        self._watcher.post(lambda c: c.update_reset(request, APPLIED, targets=targets))
+        self._rebuilding[request.id] = dataclasses.replace(request, state=APPLIED, targets=targets)
+        return 1
+
+    def _fail(self, request: Reset, reason: str) -> None:
+        self._logger.error("sink.reset_failed", table=request.table, request=request.id, why=reason)
+        self._handled.add(request.id)
+        self._post(request, FAILED, reason)
+
+    def applied(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Note a batch the task made durable (the next offset per partition), and report the
+        rebuilds it finished."""
+        if not self._rebuilding:
+            return
+        for tp, offset in offsets.items():
+            self._progress[tp] = max(offset, self._progress.get(tp, 0))
+        for request_id, request in list(self._rebuilding.items()):
+            if self._reached(request):
+                self._logger.info("sink.table_rebuilt", table=request.table, request=request_id)
+                self._post(request, DONE)
+                self._handled.add(request_id)
+                del self._rebuilding[request_id]
+
+    def _post(self, request: Reset, state: str, reason: str | None = None) -> None:
+        self._watcher.post(lambda c: c.update_reset(request, state, reason))
+
+    def _reached(self, request: Reset) -> bool:
+        found = self._tables.get(request.table)
+        if found is None:
+            return True
+        topic = found[1]
+        return all(
+            self._progress.get(TopicPartition(topic, partition), 0) >= target
+            for partition, target in (request.targets or {}).items()
+        )
+
+
+def last_offsets(log: Log, topic: str, span: int = 16) -> dict[int, int]:
+    """Per partition, the offset after its last record (0 if it holds none).
+
+    Not the end offset: on Kafka, transaction markers take offsets after the last record, and
+    no consumer ever reads past them to the end.
+    """
+    out = {}
+    for partition, end in log.end_offsets(topic).items():
+        out[partition] = _after_last(log, topic, partition, end, span)
+    return out
+
+
+def _after_last(log: Log, topic: str, partition: int, end: int, span: int) -> int:
+    start = end
+    while start > 0:
+        start = max(0, start - span)
+        records = log.read(topic, partition, start, end - start)
+        if records:
+            return records[-1].offset + 1
+        span *= 4
+    return 0

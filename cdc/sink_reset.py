@@ -1,0 +1,99 @@
+"""``cdc sink FILE NAME --reset-table T``: ask a sink to rebuild a table from the log.
+
+The request goes to the control topic (:mod:`cdc.runtime.sink_control`); the sink's own task
+applies it (:mod:`cdc.runtime.sink_resets`), so the command works the same whether the pipeline
+runs or not, and never writes to a sink's store behind a running sink's back.
+"""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from cdc.config import Pipeline
+from cdc.errors import CdcError
+from cdc.log.factory import open_log
+from cdc.runtime.sink_control import APPLIED, DONE, FAILED, Reset, SinkControl
+
+EXIT_OK, EXIT_RUNTIME, EXIT_CONFIG = 0, 1, 2
+POLL_S = 0.5
+
+
+def request_resets(
+    pipeline: Pipeline, sink: str, tables: tuple[str, ...], wait: bool, timeout_s: float
+) -> int:
+    """Record a reset of each of ``tables`` for ``sink``; with ``wait``, follow them until
+    rebuilt. Returns the exit code."""
+    config = next((s for s in pipeline.sinks if s.name == sink), None)
+    if config is None:
+        names = ", ".join(s.name for s in pipeline.sinks)
+        click.echo(f"error: the pipeline has no sink {sink!r} (sinks: {names})", err=True)
+        return EXIT_CONFIG
+    held = {f"{s}.{t}" for s, t in pipeline.sink_tables(config)}
+    unknown = [t for t in tables if t not in held]
+    if unknown:
+        click.echo(
+            f"error: sink {sink!r} holds no table {', '.join(unknown)} "
+            f"(it holds: {', '.join(sorted(held))})",
+            err=True,
+        )
+        return EXIT_CONFIG
+    try:
+        log = open_log(pipeline)
+    except CdcError as exc:
+        click.echo(f"error: {exc}", err=True)
+        return EXIT_RUNTIME
+    try:
+        control = SinkControl(log, pipeline.name)
+        requests = [control.request_reset(sink, table) for table in dict.fromkeys(tables)]
+        for request in requests:
+            click.echo(
+                f"requested a reset of {request.table} in sink {sink} ({request.id}): "
+                "a running pipeline applies it within seconds; otherwise the next `cdc run` "
+                "(or `cdc sink FILE NAME`) applies it before reading anything"
+            )
+        if not wait:
+            return EXIT_OK
+        return _follow(control, requests, timeout_s)
+    except CdcError as exc:
+        click.echo(f"error: {exc}", err=True)
+        return EXIT_RUNTIME
+    finally:
+        log.close()
+
+
+def _follow(control: SinkControl, requests: list[Reset], timeout_s: float) -> int:
+    """Print each request's progress until all are done or failed, or the time is up."""
+    deadline = time.monotonic() + timeout_s
+    seen = {r.id: r.state for r in requests}
+    while True:
+        control.refresh()
+        current = [control.find(r.sink, r.id) or r for r in requests]
+        for request in current:
+            if seen[request.id] != request.state:
+                seen[request.id] = request.state
+                click.echo(f"{request.table}: {_describe(request)}")
+        states = {r.state for r in current}
+        if states <= {DONE, FAILED}:
+            return EXIT_RUNTIME if FAILED in states else EXIT_OK
+        if time.monotonic() >= deadline:
+            waiting = [r.table for r in current if r.state not in (DONE, FAILED)]
+            click.echo(
+                f"error: timed out after {timeout_s:g} s; not rebuilt yet: {', '.join(waiting)}"
+                " (is the pipeline running? the request stays recorded and is applied when "
+                "the sink next runs)",
+                err=True,
+            )
+            return EXIT_RUNTIME
+        time.sleep(POLL_S)
+
+
+def _describe(request: Reset) -> str:
+    if request.state == APPLIED:
+        return "reset; rebuilding from the log"
+    if request.state == DONE:
+        return "rebuilt from the log"
+    if request.state == FAILED:
+        return f"failed: {request.reason}"
+    return request.state
