@@ -9,6 +9,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import psycopg
+import pytest
 
 from tests.integration.pg_source_kit import harness, query, slot_flush, sql
 
@@ -16,6 +17,7 @@ from tests.integration.pg_source_kit import harness, query, slot_flush, sql
 SMALL_MEMORY = "options=" + quote("-c logical_decoding_work_mem=64kB")
 
 
+@pytest.mark.pgcore
 def test_streamed_transactions_commit_abort_and_savepoints(pg_db: str, tmp_path: Path) -> None:
     sql(pg_db, "CREATE TABLE s (id int PRIMARY KEY, pad text)")
     dsn = f"{pg_db}?{SMALL_MEMORY}"
@@ -49,6 +51,7 @@ def test_streamed_transactions_commit_abort_and_savepoints(pg_db: str, tmp_path:
         assert streamed and streamed[0][0] >= 2, "the server did not stream in progress"
 
 
+@pytest.mark.pgcore
 def test_heartbeat_moves_an_idle_slot(pg_db: str, tmp_path: Path) -> None:
     sql(pg_db, "CREATE TABLE quiet (id int PRIMARY KEY)")
     options = {"heartbeat_interval_s": 0.5, "status_interval_s": 0.5}
