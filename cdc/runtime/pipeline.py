@@ -130,6 +130,7 @@ def start(pipeline: Pipeline, role: str = "all", sinks: list[str] | None = None)
             run.stop_event,
             logger,
             bad_records=pipeline.file.bad_records,
+            first_start_timeout_s=getattr(pipeline.source, "connect_timeout_s", None),
         )
         _spawn(run, "source", run.source_task.run)
     if role in ("all", "sinks"):
