@@ -8,6 +8,7 @@ first start before the slot and the publication exist, so a failed first start p
 from __future__ import annotations
 
 import signal
+import subprocess
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -124,3 +125,24 @@ def _retried_for(tmp_path: Path) -> float:
         return 0.0
     first, last = (datetime.fromisoformat(e["timestamp"]) for e in (retries[0], retries[-1]))
     return (last - first).total_seconds()
+
+
+def test_a_sink_that_cannot_start_stops_the_first_start_before_the_slot_exists(
+    pg_db: str, tmp_path: Path
+) -> None:
+    _create_items(pg_db)
+    (tmp_path / "a-file").write_text("not a directory\n")
+    sinks = "sinks:\n  - name: warehouse\n    type: duckdb\n    path: a-file/shop.duckdb\n"
+    run = start_run(_pipeline(tmp_path, sinks=sinks), tmp_path, {"FIRST_DSN": pg_db})
+    try:
+        code = run.wait(90)
+    except subprocess.TimeoutExpired:
+        stop(run, signal.SIGKILL)
+        raise
+    output = (tmp_path / "run.log").read_text()
+    assert code == 1, output
+    assert _replication_objects(pg_db) == ([], []), "the failed first start left them behind"
+    assert not _events(tmp_path, "slot.created")
+    [failed] = _events(tmp_path, "pipeline.failed")
+    assert failed["task"] == "sink:warehouse"
+    assert "a-file" in failed["error"] and "nothing was created on the source" in failed["error"]

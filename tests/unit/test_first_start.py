@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from cdc.errors import SourceFatal, SourceUnavailable
+from cdc.errors import SinkFatal, SinkUnavailable, SourceFatal, SourceUnavailable
 from cdc.log.embedded import EmbeddedLog
 from cdc.logging import get_logger
+from cdc.runtime.preflight import SinkCannotStart, check_sinks, is_first_start
 from cdc.runtime.source_task import SourceTask
 from cdc.source import SourceBatch
 
@@ -127,3 +128,61 @@ def test_a_source_that_opened_once_is_retried_past_the_timeout(log: EmbeddedLog)
         stop.set()
         thread.join(15)
     assert not errors and not thread.is_alive()
+
+
+class FakeSink:
+    """A sink whose ``open`` raises ``error`` (or succeeds when None)."""
+
+    def __init__(self, error: Exception | None, closed: list[str], name: str) -> None:
+        self.error, self.closed, self.name = error, closed, name
+
+    def open(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def stored_offsets(self) -> None:
+        return None
+
+    def write(self, records: Any) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed.append(self.name)
+
+
+def _factories(errors: dict[str, Exception | None], closed: list[str]) -> dict[str, Any]:
+    return {
+        name: (lambda n=name, e=error: FakeSink(e, closed, n)) for name, error in errors.items()
+    }
+
+
+def test_a_sink_that_cannot_start_is_named_and_every_opened_sink_closed() -> None:
+    closed: list[str] = []
+    errors = {"cache": None, "warehouse": SinkFatal("cannot create out: Not a directory")}
+    with pytest.raises(SinkCannotStart, match="sink 'warehouse' cannot start: cannot create") as e:
+        check_sinks(_factories(errors, closed), get_logger())
+    assert e.value.sink == "warehouse"
+    assert closed == ["cache", "warehouse"]
+
+
+def test_a_sink_that_is_only_unavailable_does_not_stop_the_start() -> None:
+    closed: list[str] = []
+    errors: dict[str, Exception | None] = {"cache": SinkUnavailable("redis down"), "search": None}
+    check_sinks(_factories(errors, closed), get_logger())
+    assert closed == ["cache", "search"]
+
+
+def test_an_unknown_error_at_open_stops_the_start() -> None:
+    with pytest.raises(SinkCannotStart, match="boom"):
+        check_sinks(_factories({"x": RuntimeError("boom")}, []), get_logger())
+
+
+def test_the_first_start_is_the_one_without_stored_offsets(log: EmbeddedLog) -> None:
+    assert is_first_start(log)
+    tx = log.begin()
+    tx.store_offsets({"postgres": {"lsn": 1}})
+    tx.commit()
+    assert not is_first_start(log)
