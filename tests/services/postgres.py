@@ -497,7 +497,8 @@ class ExternalPostgres(_Admin, ExternalService):
 
 
 class ContainerPostgres(ExternalPostgres):
-    """PostgreSQL 15 in a testcontainers container, for developers with a Docker engine."""
+    """PostgreSQL (15, or ``$CDC_TEST_PG_VERSION``) in a testcontainers container, for
+    developers with a Docker engine."""
 
     def __init__(self) -> None:
         """Starts the container with logical decoding enabled."""
@@ -506,7 +507,8 @@ class ContainerPostgres(ExternalPostgres):
         except ImportError:  # testcontainers before the "community" namespace
             from testcontainers.postgres import PostgresContainer
 
-        self._container = PostgresContainer("postgres:15", username=SUPERUSER, password="postgres")
+        image = f"postgres:{os.environ.get(ENV_VERSION, '').strip() or '15'}"
+        self._container = PostgresContainer(image, username=SUPERUSER, password="postgres")
         self._container.with_command(
             "postgres -c wal_level=logical -c max_replication_slots=20 -c max_wal_senders=20"
         )
@@ -529,8 +531,14 @@ def postgres_server() -> PostgresServer:
     dsn = os.environ.get(ENV_DSN)
     if dsn:
         return ExternalPostgres(dsn)
-    if find_bin_dir() is not None:
-        local = LocalPostgres()
+    try:
+        bin_dir = find_bin_dir()
+    except ServiceUnavailableError:
+        if docker_available():
+            return ContainerPostgres()
+        raise  # the version asked for is not here: `make pgbins`
+    if bin_dir is not None:
+        local = LocalPostgres(bin_dir=bin_dir)
         local.start()
         return local
     if docker_available():
