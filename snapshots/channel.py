@@ -21,6 +21,7 @@ from psycopg import sql
 
 from cdc.errors import SourceFatal
 from cdc.events import ChangeEvent, Op
+from connectors.postgres.catalog import EMIT_MESSAGE
 from connectors.postgres.config import PostgresSourceConfig
 from snapshots.watermark import parse
 
@@ -29,8 +30,14 @@ SIGNAL = "signal"
 
 Marker = tuple[int, str, str, int]  # (index in the batch, kind, payload, lsn)
 
-_MAY_EMIT = sql.SQL(
-    "SELECT has_function_privilege('pg_logical_emit_message(boolean, text, text)', 'EXECUTE')"
+#: Whether the role may run the text variant of ``pg_logical_emit_message``, and its full
+#: signature (for the DBA's GRANT). Found by argument types rather than by a signature string:
+#: PostgreSQL 17 added a fourth argument (``flush``), so
+#: ``'pg_logical_emit_message(boolean, text, text)'::regprocedure`` names no function there.
+_EMIT_FUNCTION = sql.SQL(
+    "SELECT has_function_privilege(p.oid, 'EXECUTE'), p.oid::regprocedure::text"
+    " FROM pg_proc p WHERE p.pronamespace = 'pg_catalog'::regnamespace"
+    " AND p.proname = 'pg_logical_emit_message' AND p.proargtypes[2] = 'text'::regtype"
 )
 
 
@@ -64,8 +71,7 @@ class Channel:
         try:
             if self.table is None:
                 row = conn.execute(
-                    sql.SQL("SELECT pg_logical_emit_message(true, %s, %s)::text"),
-                    (self.prefix(kind), payload),
+                    EMIT_MESSAGE.format(sql.Literal(True)), (self.prefix(kind), payload)
                 ).fetchone()
             else:
                 row = conn.execute(
@@ -98,7 +104,7 @@ def choose(conn: psycopg.Connection[Any], config: PostgresSourceConfig, pipeline
     if config.snapshot_signal_table:
         schema, _, name = config.snapshot_signal_table.partition(".")
         return Channel(pipeline, (schema, name))
-    row = conn.execute(_MAY_EMIT).fetchone()
+    row = conn.execute(_EMIT_FUNCTION).fetchone()
     if row is not None and row[0]:
         return Channel(pipeline)
     return Channel(pipeline, (config.table_pairs()[0][0], f"{pipeline}_cdc_signal"))
@@ -119,11 +125,12 @@ def ensure_table(conn: psycopg.Connection[Any], channel: Channel) -> None:
     try:
         conn.execute(statement)
     except psycopg.errors.InsufficientPrivilege as exc:
+        row = conn.execute(_EMIT_FUNCTION).fetchone()
+        function = row[1] if row else "pg_logical_emit_message(boolean, text, text)"
         raise SourceFatal(
             f"the role may not emit logical messages nor create the snapshot signal table "
             f"({exc.diag.message_primary}); a DBA must run: {statement.as_string(conn)}; "
-            f"and GRANT SELECT, INSERT, DELETE on it (or GRANT EXECUTE ON FUNCTION "
-            "pg_logical_emit_message(boolean, text, text))"
+            f"and GRANT SELECT, INSERT, DELETE on it (or GRANT EXECUTE ON FUNCTION {function})"
         ) from exc
 
 

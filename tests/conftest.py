@@ -38,7 +38,8 @@ def _serve(factory: Callable[[], Any]) -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[Any]:
-    """A PostgreSQL 15 server with ``wal_level=logical`` (a ``PostgresServer``)."""
+    """A PostgreSQL server with ``wal_level=logical`` (a ``PostgresServer``): Debian's 15, or
+    the version ``CDC_TEST_PG_VERSION`` names (14 to 18)."""
     from tests.services.postgres import postgres_server
 
     yield from _serve(postgres_server)

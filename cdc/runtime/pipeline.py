@@ -25,6 +25,7 @@ from cdc.log.base import Log
 from cdc.log.factory import open_log
 from cdc.logging import Logger, get_logger
 from cdc.runtime.control_watcher import ControlWatcher
+from cdc.runtime.preflight import SinkCannotStart, check_sinks, is_first_start
 from cdc.runtime.schemas import SchemaCatalog
 from cdc.runtime.sink_task import SinkTask
 from cdc.runtime.source_task import SourceTask
@@ -132,6 +133,8 @@ def start(pipeline: Pipeline, role: str = "all", sinks: list[str] | None = None)
     log = open_log(pipeline)
     run = PipelineRun(pipeline=pipeline, log=log)
     base = get_logger(pipeline=pipeline.name)
+    if role == "all" and not _sinks_can_start(run, base):
+        return run  # failed before the source created anything (cdc.runtime.preflight)
     if role in ("all", "source"):
         logger = base.bind(source=pipeline.source.type)
         run.source_task = SourceTask(
@@ -141,6 +144,7 @@ def start(pipeline: Pipeline, role: str = "all", sinks: list[str] | None = None)
             run.stop_event,
             logger,
             bad_records=pipeline.file.bad_records,
+            first_start_timeout_s=getattr(pipeline.source, "connect_timeout_s", None),
         )
         _spawn(run, "source", run.source_task.run)
     if role in ("all", "sinks"):
@@ -169,6 +173,25 @@ def start(pipeline: Pipeline, role: str = "all", sinks: list[str] | None = None)
     if compact is not None and role in ("all", "source"):
         _spawn(run, "compaction", lambda: _compaction_loop(compact, run.stop_event))
     return run
+
+
+def _sinks_can_start(run: PipelineRun, logger: Logger) -> bool:
+    """At a first start, open each sink once before the source runs; False (the failure
+    recorded in ``run``) when one cannot start at all."""
+    pipeline = run.pipeline
+    if not is_first_start(run.log):
+        return True
+    catalog = SchemaCatalog(run.log, pipeline.name)
+    factories = {
+        c.name: build_sink(pipeline, c, catalog, logger.bind(sink=c.name)) for c in pipeline.sinks
+    }
+    try:
+        check_sinks(factories, logger)
+    except SinkCannotStart as exc:
+        run.outcomes.append(TaskOutcome(f"sink:{exc.sink}", exc))
+        run.stop_event.set()
+        return False
+    return True
 
 
 def _compaction_loop(compact: Callable[[], Any], stop: threading.Event) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from cdc import envelope
-from cdc.errors import CdcError, RecordTooLarge, SourceFatal
+from cdc.errors import CdcError, RecordTooLarge, SourceFatal, SourceUnavailable
 from cdc.events import topic_name
 from cdc.log.base import Log, LogTransaction, Record
 from cdc.logging import Logger
@@ -46,6 +46,10 @@ class SourceTask:
         poll_timeout_s: longest a poll blocks, which bounds how fast a stop is noticed.
         bad_records: the pipeline's policy; under ``dead_letter`` a record the log refuses for
             its size is replaced by a dead letter instead of stopping the pipeline.
+        first_start_timeout_s: how long a pipeline that has never run (no stored offsets, and
+            the source not opened yet in this process) retries an unreachable source before
+            it stops with the error; once it has run, an unreachable source is retried with
+            backoff for as long as it takes. ``None``: always retried.
     """
 
     def __init__(
@@ -58,8 +62,11 @@ class SourceTask:
         max_events: int = 5000,
         poll_timeout_s: float = 0.2,
         bad_records: str = "fail",
+        first_start_timeout_s: float | None = None,
     ) -> None:
         self._pipeline = pipeline
+        self._first_start_timeout_s = first_start_timeout_s
+        self._has_run = False  # offsets were stored, or the source opened in this process
         self._bad_records = bad_records
         self._log = log
         self._factory = factory
@@ -78,6 +85,7 @@ class SourceTask:
             CdcError: a fatal error, after the open transaction was rolled back.
         """
         backoff = Backoff()
+        started = time.monotonic()
         while not self._stop.is_set():
             try:
                 self._session(backoff)
@@ -93,16 +101,44 @@ class SourceTask:
                 if decision is Decision.FAIL:
                     raise
                 delay = backoff.next_delay()
+                remaining = self._first_start_remaining(exc, started)
+                if remaining is not None:
+                    delay = min(delay, remaining)
                 self._logger.warning("source.retrying", error=str(exc), retry_in_s=round(delay, 2))
                 if self._stop.wait(delay):
                     return
+
+    def _first_start_remaining(self, exc: Exception, started: float) -> float | None:
+        """Seconds the first start still waits for an unreachable source (None: no limit).
+
+        A pipeline that never ran has nothing to resume: an unreachable source then is most
+        likely a wrong address or a server not started, which the user must hear about, not
+        an outage to sit out.
+
+        Raises:
+            SourceFatal: the first start waited ``first_start_timeout_s`` in vain.
+        """
+        timeout = self._first_start_timeout_s
+        if timeout is None or self._has_run or not isinstance(exc, SourceUnavailable):
+            return None
+        remaining = timeout - (time.monotonic() - started)
+        if remaining <= 0:
+            raise SourceFatal(
+                f"{exc} (gave up after {timeout:g} s, source.connect_timeout_s: the pipeline has "
+                "not run before, so its first start needs a reachable source; once it has run, "
+                "an unreachable source is retried with backoff)"
+            ) from exc
+        return remaining
 
     def _session(self, backoff: Backoff) -> None:
         source = self._factory()
         tx: LogTransaction | None = None
         try:
             self._log.claim_source()  # fences an older writer before the offsets are read
-            source.open(self._log.source_offsets())
+            offsets = self._log.source_offsets()
+            self._has_run = self._has_run or bool(offsets)
+            source.open(offsets)
+            self._has_run = True
             self._log.ensure_topics(self._topics(source.tables()))
             self._logger.info("source.opened")
             while not self._stop.is_set():

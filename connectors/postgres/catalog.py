@@ -21,6 +21,12 @@ from connectors.postgres.types import TYPE_QUERY, TypeRegistry
 
 Query = sql.SQL | sql.Composed
 
+#: ``pg_logical_emit_message(transactional, prefix, content)``, the text variant. The casts name
+#: it by type rather than leave it to overload resolution of untyped parameters, which has more
+#: candidates since PostgreSQL 17 (a fourth ``flush`` argument, with a default, on both the text
+#: and the bytea variant).
+EMIT_MESSAGE = sql.SQL("SELECT pg_logical_emit_message({}, %s::text, %s::text)::text")
+
 
 @dataclass(frozen=True, slots=True)
 class TableInfo:
@@ -232,7 +238,7 @@ class Catalog:
 
     def emit_message(self, prefix: str, content: str) -> None:
         """``pg_logical_emit_message(false, prefix, content)``: WAL the slot will decode."""
-        self.rows(sql.SQL("SELECT pg_logical_emit_message(false, %s, %s)::text"), (prefix, content))
+        self.rows(EMIT_MESSAGE.format(sql.Literal(False)), (prefix, content))
 
     def close(self) -> None:
         """Close the connection."""

@@ -30,7 +30,9 @@ class PostgresSourceConfig(SourceConfig):
             position moves even when this database is idle; off when omitted.
         status_interval_s: how often a standby status update reports the flush position.
         max_batch_events: most events one poll returns inside a large transaction.
-        connect_timeout_s: how long a connection attempt may take.
+        connect_timeout_s: how long a connection attempt may take, and how long the first
+            start (no stored position yet) waits for an unreachable server before it stops
+            with the error; once the pipeline has run, a lost server is retried with backoff.
         snapshot_workers: connections reading snapshot chunks in parallel.
         snapshot_chunk_rows: rows per snapshot chunk (the unit of progress and of a retry).
         snapshot_key_columns: per ``schema.table``, unique NOT NULL columns to chunk the
@@ -52,7 +54,7 @@ class PostgresSourceConfig(SourceConfig):
     # 2,000 rather than 5,000: a batch's events, records and rows then stay in the CPU caches,
     # which made bench/pg_stream.py's insert ~5% faster here (3 runs each, 2-core EPYC).
     max_batch_events: int = Field(default=2000, ge=1)
-    connect_timeout_s: float = Field(default=10.0, gt=0)
+    connect_timeout_s: float = Field(default=30.0, gt=0)
     snapshot_workers: int = Field(default=2, ge=1, le=64)
     snapshot_chunk_rows: int = Field(default=50_000, ge=1)
     snapshot_key_columns: dict[str, list[str]] = Field(default_factory=dict)

@@ -111,14 +111,13 @@ class ReplicationConnection:
         raise ReplicationCommandError(" ".join(message.split()), (state or b"").decode())
 
     def create_slot(self, slot: str, snapshot: SnapshotAction = "nothing") -> CreatedSlot:
-        """``CREATE_REPLICATION_SLOT slot LOGICAL pgoutput (SNAPSHOT '...')`` (PG15 syntax).
+        """``CREATE_REPLICATION_SLOT slot LOGICAL pgoutput`` with the snapshot action, in the
+        syntax of this server's version (see :func:`create_slot_command`).
 
         With ``export``, the snapshot stays valid only while this connection runs no other
         command, so the caller keeps it idle until its snapshot reads are done.
         """
-        command = f"CREATE_REPLICATION_SLOT {quote_ident(slot)} LOGICAL pgoutput "
-        command += f"(SNAPSHOT '{snapshot}')"
-        rows = self.command(command.encode())
+        rows = self.command(create_slot_command(slot, snapshot, self.server_version))
         name, point, snapshot_name, _plugin = rows[0]
         return CreatedSlot(name or slot, point or "0/0", snapshot_name)
 
@@ -201,6 +200,38 @@ class ReplicationCommandError(SourceFatal):
     def __init__(self, message: str, sqlstate: str) -> None:
         super().__init__(message)
         self.sqlstate = sqlstate
+
+
+#: The first version that takes ``CREATE_REPLICATION_SLOT``'s options in parentheses.
+PARENTHESISED_OPTIONS_VERSION = 150000
+
+#: PostgreSQL 14's keywords for each snapshot action (its only syntax; 15 still accepts them
+#: but documents them as deprecated, so newer servers get the parenthesised form).
+_LEGACY_SNAPSHOT_KEYWORDS: dict[SnapshotAction, str] = {
+    "nothing": "NOEXPORT_SNAPSHOT",
+    "export": "EXPORT_SNAPSHOT",
+    "use": "USE_SNAPSHOT",
+}
+
+
+def create_slot_command(slot: str, snapshot: SnapshotAction, server_version: int) -> bytes:
+    """The ``CREATE_REPLICATION_SLOT`` command for a pgoutput slot on ``server_version``.
+
+    Args:
+        slot: The slot name (quoted here).
+        snapshot: What to do with the slot's snapshot: export it, use it in this transaction,
+            or nothing.
+        server_version: ``server_version_num``, e.g. 140019 or 170006.
+
+    Returns:
+        The command: ``(SNAPSHOT 'export')`` from PostgreSQL 15 on, ``EXPORT_SNAPSHOT`` before.
+    """
+    command = f"CREATE_REPLICATION_SLOT {quote_ident(slot)} LOGICAL pgoutput "
+    if server_version >= PARENTHESISED_OPTIONS_VERSION:
+        command += f"(SNAPSHOT {quote_literal(snapshot)})"
+    else:
+        command += _LEGACY_SNAPSHOT_KEYWORDS[snapshot]
+    return command.encode()
 
 
 def quote_ident(name: str) -> str:

@@ -57,6 +57,7 @@ def _table(dsn: str) -> dict[str, Any]:
     return {f'{{"id":{i}}}': {"id": i, "note": n, "balance": b} for i, n, b in rows}
 
 
+@pytest.mark.pgcore
 def test_sigkill_mid_workload_then_restart(
     pg_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

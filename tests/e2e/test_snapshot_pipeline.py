@@ -9,6 +9,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from cdc.config import load
 from cdc.errors import SourceFatal
 from connectors.postgres import drop_replication_objects
@@ -59,6 +61,7 @@ def snapshot_finished(log_dir: Path) -> bool:
     return bool(tables) and all(len(chunks_done(t)) == t["chunks_total"] for t in tables.values())
 
 
+@pytest.mark.pgcore
 def test_initial_snapshot_of_300k_rows_under_1000_changes_per_second(
     pg_db: str, tmp_path: Path
 ) -> None:

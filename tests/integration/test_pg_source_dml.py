@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from cdc import envelope
 from cdc.events import Op
 from tests.integration.pg_source_kit import harness, rows_of, sql
@@ -28,6 +30,7 @@ FULL_ROW = """INSERT INTO everything VALUES (
   '{1,NULL,3}', '{"x",NULL,"y z"}', '{{1,2},{3,4}}', 'happy', 7)"""
 
 
+@pytest.mark.pgcore
 def test_every_type_and_nulls(pg_db: str, tmp_path: Path) -> None:
     sql(pg_db, TYPES_DDL)
     with harness(pg_db, tmp_path / "log", ["public.everything"]) as h:
@@ -59,6 +62,7 @@ def test_every_type_and_nulls(pg_db: str, tmp_path: Path) -> None:
         assert types["vc"] == "character varying(10)" and schema.key_columns == ["id"]
 
 
+@pytest.mark.pgcore
 def test_insert_update_delete_truncate_and_positions(pg_db: str, tmp_path: Path) -> None:
     sql(pg_db, "CREATE TABLE items (id int PRIMARY KEY, name text)")
     with harness(pg_db, tmp_path / "log", ["public.items"]) as h:
@@ -86,6 +90,7 @@ def test_insert_update_delete_truncate_and_positions(pg_db: str, tmp_path: Path)
         assert h.log.source_offsets()["postgres"]["lsn"] == lsns[-1]
 
 
+@pytest.mark.pgcore
 def test_primary_key_change_is_delete_then_create(pg_db: str, tmp_path: Path) -> None:
     sql(pg_db, "CREATE TABLE pk (id int PRIMARY KEY, v text)", "INSERT INTO pk VALUES (1, 'x')")
     with harness(pg_db, tmp_path / "log", ["public.pk"]) as h:
@@ -159,6 +164,7 @@ def test_schema_changes_mid_stream(pg_db: str, tmp_path: Path) -> None:
         ]
 
 
+@pytest.mark.pgcore
 def test_large_transaction_comes_in_bounded_batches(pg_db: str, tmp_path: Path) -> None:
     sql(pg_db, "CREATE TABLE bulk (id int PRIMARY KEY, v text)")
     with harness(pg_db, tmp_path / "log", ["public.bulk"], max_batch_events=1000) as h:

@@ -40,6 +40,7 @@ def _open_fails(dsn: str, tmp_path: Path, tables: list[str], **options: Any) -> 
         h.log.close()
 
 
+@pytest.mark.pgcore
 def test_non_superuser_with_replication_and_select(
     pg_db: str, role: tuple[str, str], tmp_path: Path
 ) -> None:
@@ -122,6 +123,7 @@ def test_slot_active_elsewhere(pg_db: str, tmp_path: Path, monkeypatch: pytest.M
         assert f"replication slot 'pgt_slot' is active in process {pid}" in message
 
 
+@pytest.mark.pgcore
 def test_lost_slot_with_stored_position_fails_loudly(pg_db: str, tmp_path: Path) -> None:
     sql(pg_db, "CREATE TABLE a (id int PRIMARY KEY)")
     with harness(pg_db, tmp_path / "log", ["public.a"]) as h:
@@ -139,6 +141,7 @@ def test_lost_slot_with_stored_position_fails_loudly(pg_db: str, tmp_path: Path)
         assert query(pg_db, "SELECT count(*) FROM pg_replication_slots") == [(1,)]
 
 
+@pytest.mark.pgcore
 def test_drop_replication_objects(pg_db: str, tmp_path: Path) -> None:
     sql(pg_db, "CREATE TABLE a (id int PRIMARY KEY)")
     h = Harness(pg_db, tmp_path / "log", ["public.a"])
@@ -163,6 +166,7 @@ def test_wal_level_below_logical_is_a_clear_error(tmp_path: Path) -> None:
     assert "wal_level is 'replica'" in message and "wal_level = logical" in message
 
 
+@pytest.mark.pgcore
 def test_create_slot_exporting_a_snapshot(pg_db: str) -> None:
     """For the snapshot: the exported snapshot reads the database as of the consistent point,
     as long as the creating connection stays idle."""

@@ -20,6 +20,7 @@ def _ids(h: Harness) -> list[int]:
     return [e.key["id"] for e in h.events if e.after is not None]
 
 
+@pytest.mark.pgcore
 def test_restart_gives_no_gap_and_no_duplicate(pg_db: str, tmp_path: Path) -> None:
     sql(pg_db, "CREATE TABLE t (id int PRIMARY KEY)")
     with harness(pg_db, tmp_path / "log", ["public.t"], max_batch_events=100) as h:
@@ -67,6 +68,7 @@ def test_idle_pipeline_flush_follows_other_tables(pg_db: str, tmp_path: Path) ->
         assert h.commits and all(c["postgres"]["lsn"] > 0 for c in h.commits)
 
 
+@pytest.mark.pgcore
 def test_server_restart_mid_stream_loses_nothing(
     pg_db: str, pg_server: Any, tmp_path: Path
 ) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import psycopg
+import pytest
 
 from tests.integration.pg_source_kit import harness, query, slot_flush, sql
 
@@ -16,6 +17,7 @@ from tests.integration.pg_source_kit import harness, query, slot_flush, sql
 SMALL_MEMORY = "options=" + quote("-c logical_decoding_work_mem=64kB")
 
 
+@pytest.mark.pgcore
 def test_streamed_transactions_commit_abort_and_savepoints(pg_db: str, tmp_path: Path) -> None:
     sql(pg_db, "CREATE TABLE s (id int PRIMARY KEY, pad text)")
     dsn = f"{pg_db}?{SMALL_MEMORY}"
@@ -36,6 +38,10 @@ def test_streamed_transactions_commit_abort_and_savepoints(pg_db: str, tmp_path:
             aborted.execute(
                 "INSERT INTO s SELECT g, repeat('a', 200) FROM generate_series(6001, 9000) g"
             )
+            # Streamed while still open, then aborted: PostgreSQL 18 no longer streams a
+            # transaction that has already aborted by the time it is decoded.
+            for _ in range(20):
+                h.step(0.1)
             aborted.rollback()
         sql(pg_db, "INSERT INTO s VALUES (-2, 'last')")
         h.collect(4002)
@@ -49,6 +55,7 @@ def test_streamed_transactions_commit_abort_and_savepoints(pg_db: str, tmp_path:
         assert streamed and streamed[0][0] >= 2, "the server did not stream in progress"
 
 
+@pytest.mark.pgcore
 def test_heartbeat_moves_an_idle_slot(pg_db: str, tmp_path: Path) -> None:
     sql(pg_db, "CREATE TABLE quiet (id int PRIMARY KEY)")
     options = {"heartbeat_interval_s": 0.5, "status_interval_s": 0.5}

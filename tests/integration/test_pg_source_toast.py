@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from cdc.events import Op
 from tests.integration.pg_source_kit import harness, query, sql
 
@@ -18,6 +20,7 @@ def _big(dsn: str, row_id: int) -> str:
     return str(value)
 
 
+@pytest.mark.pgcore
 def test_unchanged_toast_filled_from_the_log(pg_db: str, tmp_path: Path) -> None:
     sql(pg_db, "CREATE TABLE docs (id int PRIMARY KEY, title text, big text)")
     with harness(pg_db, tmp_path / "log", ["public.docs"]) as h:
@@ -32,6 +35,7 @@ def test_unchanged_toast_filled_from_the_log(pg_db: str, tmp_path: Path) -> None
         assert "toast_fallback" not in update.source.extra
 
 
+@pytest.mark.pgcore
 def test_unchanged_toast_without_previous_image_reads_the_row(pg_db: str, tmp_path: Path) -> None:
     sql(
         pg_db,
@@ -47,6 +51,7 @@ def test_unchanged_toast_without_previous_image_reads_the_row(pg_db: str, tmp_pa
         assert update.source.extra["toast_fallback_columns"] == ["big"]
 
 
+@pytest.mark.pgcore
 def test_unchanged_toast_after_a_change_in_the_same_transaction(pg_db: str, tmp_path: Path) -> None:
     sql(
         pg_db,
@@ -68,6 +73,7 @@ def test_unchanged_toast_after_a_change_in_the_same_transaction(pg_db: str, tmp_
         assert "toast_fallback" not in second.source.extra
 
 
+@pytest.mark.pgcore
 def test_unchanged_toast_after_an_uncommitted_batch_of_the_same_transaction(
     pg_db: str, tmp_path: Path
 ) -> None:

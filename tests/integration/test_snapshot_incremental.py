@@ -25,6 +25,7 @@ def make_table(dsn: str) -> None:
     )
 
 
+@pytest.mark.pgcore
 def test_where_restricts_the_rows(pg_db: str, tmp_path: Path) -> None:
     make_table(pg_db)
     with pipeline(
@@ -100,8 +101,14 @@ def role_without_messages(pg_db: str) -> Iterator[str]:
         f'GRANT CREATE ON DATABASE "{database}" TO {role}',
         f"GRANT CREATE ON SCHEMA public TO {role}",
         f"ALTER TABLE t OWNER TO {role}",
-        "REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) FROM PUBLIC",
     )
+    # The text variant by its argument types: PostgreSQL 17 added a fourth (``flush``).
+    with psycopg.connect(pg_db) as conn:
+        [(function,)] = conn.execute(
+            "SELECT oid::regprocedure::text FROM pg_proc"
+            " WHERE proname = 'pg_logical_emit_message' AND proargtypes[2] = 'text'::regtype"
+        ).fetchall()
+    execute(pg_db, f"REVOKE EXECUTE ON FUNCTION {function} FROM PUBLIC")
     try:
         yield make_conninfo(pg_db, user=role, password="pw")
     finally:
@@ -109,6 +116,7 @@ def role_without_messages(pg_db: str) -> Iterator[str]:
         execute(make_conninfo(pg_db, dbname="postgres"), f"DROP ROLE {role}")
 
 
+@pytest.mark.pgcore
 def test_a_role_without_logical_messages_uses_the_signal_table(
     role_without_messages: str, pg_db: str, tmp_path: Path
 ) -> None:

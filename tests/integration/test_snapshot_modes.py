@@ -24,6 +24,7 @@ def decisions(logs: list[dict[str, object]]) -> list[object]:
     return [e["action"] for e in logs if e["event"] == "snapshot.decision"]
 
 
+@pytest.mark.pgcore
 def test_initial_snapshots_once_then_streams(pg_db: str, tmp_path: Path) -> None:
     make_table(pg_db)
     with pipeline(pg_db, tmp_path / "log", ["public.t"], snapshot_chunk_rows=1000) as p:
@@ -50,6 +51,7 @@ def test_never_only_streams(pg_db: str, tmp_path: Path) -> None:
         assert "snapshot" not in p.offsets()
 
 
+@pytest.mark.pgcore
 def test_always_rereads_with_watermarks_while_streaming(pg_db: str, tmp_path: Path) -> None:
     make_table(pg_db)
     with pipeline(pg_db, tmp_path / "log", ["public.t"], snapshot="never") as p:
@@ -68,6 +70,7 @@ def test_always_rereads_with_watermarks_while_streaming(pg_db: str, tmp_path: Pa
         assert entry["chunks_total"] == 3
 
 
+@pytest.mark.pgcore
 def test_when_needed_resnapshots_after_the_slot_was_lost(pg_db: str, tmp_path: Path) -> None:
     make_table(pg_db, 1000)
     with pipeline(pg_db, tmp_path / "log", ["public.t"], snapshot="when_needed") as p:

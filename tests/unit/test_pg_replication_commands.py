@@ -1,0 +1,31 @@
+"""The replication commands each server version takes (no server needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from connectors.postgres.replication import create_slot_command
+
+
+@pytest.mark.parametrize(
+    ("action", "legacy"),
+    [("export", "EXPORT_SNAPSHOT"), ("use", "USE_SNAPSHOT"), ("nothing", "NOEXPORT_SNAPSHOT")],
+)
+def test_postgres_14_gets_the_keyword_form(action: str, legacy: str) -> None:
+    # PostgreSQL 14 rejects the parenthesised options with a syntax error.
+    command = create_slot_command("shop_slot", action, 140019)  # type: ignore[arg-type]
+    assert command == f'CREATE_REPLICATION_SLOT "shop_slot" LOGICAL pgoutput {legacy}'.encode()
+
+
+@pytest.mark.parametrize("version", [150000, 160010, 170006, 180006])
+@pytest.mark.parametrize("action", ["export", "use", "nothing"])
+def test_postgres_15_and_later_get_the_parenthesised_form(action: str, version: int) -> None:
+    command = create_slot_command("shop_slot", action, version)  # type: ignore[arg-type]
+    expected = f"CREATE_REPLICATION_SLOT \"shop_slot\" LOGICAL pgoutput (SNAPSHOT '{action}')"
+    assert command == expected.encode()
+
+
+def test_the_slot_name_is_quoted() -> None:
+    assert create_slot_command('a"b', "nothing", 140000).startswith(
+        b'CREATE_REPLICATION_SLOT "a""b"'
+    )
