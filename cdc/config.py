@@ -12,13 +12,13 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from cdc import plugins
 from cdc.errors import ConfigError, PluginNotFound
+from cdc.redact import redact
 
 NAME_PATTERN = r"^[a-z][a-z0-9_]*$"
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -141,15 +141,9 @@ def _split(table: str) -> tuple[str, str]:
     return schema, name
 
 
-def redact_url(url: str) -> str:
-    """A DSN or URL with its password replaced by ``***``; safe to print and log."""
-    if "://" in url:
-        parts = urlsplit(url)
-        if parts.password is not None:
-            netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-            return urlunsplit(parts._replace(netloc=netloc))
-        return url
-    return re.sub(r"(password\s*=\s*)(\S+)", r"\1***", url, flags=re.IGNORECASE)
+#: A DSN or URL with its secrets replaced by ``***``: :func:`cdc.redact.redact` itself, under
+#: the name the plugins import.
+redact_url = redact
 
 
 def secret_value(value: SecretStr | str) -> str:
