@@ -45,7 +45,7 @@ class _Pg:
     def __init__(self, admin_dsn: str, role: str, password: str) -> None:
         params = conninfo_to_dict(admin_dsn)
         self.admin_dsn = admin_dsn
-        self.host, self.port, self.db = params["host"], int(params["port"]), params["dbname"]
+        self.host, self.port, self.db = params["host"], int(str(params["port"])), params["dbname"]
         self.role, self.password = role, password
 
     def dsn(self, form: str, password: str | None = None, port: int | None = None) -> str:
