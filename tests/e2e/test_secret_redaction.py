@@ -325,3 +325,35 @@ def test_an_unreachable_postgres_shows_no_secret(
     out.run("verify", codes=(1,))
     out.run("snapshot", "--table", "public.orders", codes=(1,))
     out.assert_no_secret(pg.password, secure_redis.password)
+
+
+def test_unreachable_mongodb_and_kafka_show_no_secret(tmp_path: Path) -> None:
+    """No server needed: a MongoDB URI with a password in userinfo and a session token in its
+    options, and a Kafka log whose SASL password is in ``properties``, both unreachable."""
+    password, token, sasl = _secret("Mp", "Pm"), _secret("Mt", "Tm"), _secret("Ks", "Sk")
+    uri = (
+        f"mongodb://u:{quote(password, safe='')}@{LOOPBACK}:{free_port()}/?authSource=admin"
+        f"&authMechanismProperties=AWS_SESSION_TOKEN:{quote(token, safe='')}"
+    )
+    pipeline = tmp_path / "sec.yaml"
+    pipeline.write_text(
+        f"version: 1\nname: {PIPE}\nsource:\n  type: mongodb\n  dsn: ${{M_DSN}}\n"
+        "  tables: [shop.orders]\n  server_selection_timeout_ms: 1000\n"
+    )
+    env = {"M_DSN": uri, "SASL": sasl}
+    out = _Outputs(tmp_path, env, pipeline)
+    run = start_run(pipeline, tmp_path, env)
+    try:
+        _wait_logged(tmp_path, run, lambda log: "is unreachable" in log)
+    finally:
+        _stop(run)
+    pipeline.write_text(
+        pipeline.read_text()
+        + f"log:\n  type: kafka\n  bootstrap_servers: {LOOPBACK}:{free_port()}\n"
+        "  connect_timeout_s: 2\n  properties:\n    security.protocol: SASL_PLAINTEXT\n"
+        "    sasl.mechanism: PLAIN\n    sasl.username: u\n    sasl.password: ${SASL}\n"
+    )
+    out.run("validate")
+    out.run("status", "--json", codes=(1,))
+    out.run("topics", codes=(1,))
+    out.assert_no_secret(password, token, sasl)
