@@ -86,12 +86,12 @@ def redact(text: str, dsn: str | None = None) -> str:
             its secret values and quoted raw pieces are masked too.
 
     Returns:
-        The text with secrets masked; text without ``=``, ``:`` or quotes comes back as is.
+        The text with secrets masked; text without ``=``, ``://`` or quotes comes back as is.
     """
     if dsn:
         text = _mask_known(text, dsn)
-    if "=" not in text and ":" not in text:
-        return text
+    if "=" not in text and "://" not in text and "'" not in text and '"' not in text:
+        return text  # no form below can occur (a timestamp, an event name): the common case
     return _apply(text, _secret_spans(text))
 
 
