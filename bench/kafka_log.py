@@ -26,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.log_throughput import key, value
+from bench.report import Figures
 from cdc.config import KafkaLogConfig
 from cdc.log.base import Record
 from cdc.log.kafka import KafkaLog
@@ -112,6 +113,11 @@ def main() -> int:
     print(f"append (transactions of {args.batch} + offsets): {n / appended:10,.0f} records/s")
     print(f"read, consumer group poll:                  {n / grouped:10,.0f} records/s")
     print(f"read, log.read by partition:                {n / direct:10,.0f} records/s")
+    figures = Figures("kafka_log")  # no baseline client here: our figures alone
+    figures.add("append_records_per_s", n / appended)
+    figures.add("read_group_records_per_s", n / grouped)
+    figures.add("read_direct_records_per_s", n / direct)
+    figures.emit()
     return 0
 
 

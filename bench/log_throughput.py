@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import sqlite3
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -25,6 +26,9 @@ from pathlib import Path
 
 import orjson
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
+
+from bench.report import Figures
 from cdc.log.base import Record
 from cdc.log.embedded import EmbeddedLog
 from cdc.log.embedded_store import INSERT_RECORD, SCHEMA, SELECT_RANGE, connect, now_ms
@@ -163,6 +167,14 @@ def report(clocks: Clocks, args: argparse.Namespace) -> None:
     for op in ("append", "read"):
         ours, base = (args.records / clocks[f"{who} {op}"].cpu for who in ("log", "sqlite"))
         print(f"{op + '/cpu':11}{ours:>12,.0f} r/s{base:>12,.0f} r/s{ours / base:>7.2f}x")
+    figures = Figures("log_throughput")  # baseline: plain SQLite doing the same writes and reads
+    for op in ("append", "read"):
+        for clock, unit in (("wall", "records_per_s"), ("cpu", "records_per_cpu_s")):
+            ours, base = (
+                args.records / getattr(clocks[f"{who} {op}"], clock) for who in ("log", "sqlite")
+            )
+            figures.add(f"{op}_{unit}", ours, base)
+    figures.emit()
 
 
 def main() -> None:

@@ -20,6 +20,7 @@ from bson import Decimal128, Int64, ObjectId, Timestamp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.report import Figures
 from cdc import envelope
 from connectors.mongodb import changes
 from tests.integration.mongo_kit import database, harness
@@ -84,7 +85,9 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=50_000)
     parser.add_argument("--events", type=int, default=5_000)
     args = parser.parse_args()
-    print(f"conversion (no server): {conversion_rate(20_000):,.0f} events/s")
+    figures = Figures("mongo_source")  # no baseline: our figures alone
+    conversion = conversion_rate(20_000)
+    print(f"conversion (no server): {conversion:,.0f} events/s")
     uri = os.environ.get("CDC_TEST_MONGO_URI")
     server = None
     if not uri:
@@ -101,6 +104,10 @@ def main() -> None:
     where = "real server" if os.environ.get("CDC_TEST_MONGO_URI") else "mongo-java-server"
     print(f"snapshot ({where}): {args.docs:,} documents, {snapshot:,.0f} docs/s")
     print(f"stream ({where}): {args.events:,} inserts, {stream:,.0f} events/s")
+    figures.add("conversion_events_per_s", conversion)
+    figures.add("snapshot_docs_per_s", snapshot)
+    figures.add("stream_events_per_s", stream)
+    figures.emit()
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ With ``--online`` it measures the watermark path instead: the pipeline starts st
 between watermarks (what an online re-snapshot, and the rest of a snapshot resumed after a
 crash, run); the clock runs from the request until the source stores it as finished.
 
+The figures end with one JSON line a metric (:mod:`bench.report`).
+
 Usage: ``python bench/pg_snapshot.py [--rows N] [--workers W] [--chunk-rows C] [--online]``.
 """
 
@@ -38,6 +40,7 @@ import structlog
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
 
+from bench.report import Figures
 from cdc.log.embedded import EmbeddedLog
 from cdc.logging import configure
 from cdc.runtime.pipeline import GC_THRESHOLDS
@@ -50,6 +53,7 @@ from snapshots.signal import request_snapshot
 from tests.services.postgres import LocalPostgres
 
 PIPELINE = "bench"
+RELEASE_TIMEOUT_S = 30.0
 TARGET_RATE = 150_000
 TARGET_RSS_MB = 400
 
@@ -130,10 +134,30 @@ def snapshot(dsn: str, workers: int, chunk_rows: int, online: bool) -> tuple[flo
     finally:
         stop.set()
         thread.join(30)
-        drop_replication_objects(config, PIPELINE)
+        drop_when_released(config, dsn)
         log.close()
         shutil.rmtree(directory, ignore_errors=True)
     return took, cpu, rows
+
+
+def drop_when_released(config: PostgresSourceConfig, dsn: str) -> None:
+    """Drop the slot and publication once the slot is no longer in use.
+
+    The walsender ends a moment after the source closes its connection, and the server refuses
+    to drop a slot it still holds ("replication slot ... is active"); so wait, bounded, for the
+    slot to be released. Still held after the wait: the drop raises that error, naming the pid.
+    """
+    deadline = time.monotonic() + RELEASE_TIMEOUT_S
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s",
+                (config.slot_name(PIPELINE),),
+            ).fetchone()
+            if row is None or row[0] is None:
+                break
+            time.sleep(0.1)
+    drop_replication_objects(config, PIPELINE)
 
 
 def _done(log: EmbeddedLog) -> bool:
@@ -177,6 +201,12 @@ def main() -> None:
     print(f"target >= {TARGET_RATE:,} rows/s: {verdict}")
     verdict = "ok" if rss_mb < TARGET_RSS_MB else "MISSED"
     print(f"peak RSS {rss_mb:,.0f} MB (target < {TARGET_RSS_MB} MB): {verdict}")
+    figures = Figures("pg_snapshot")
+    kind = "online_snapshot" if args.online else "snapshot"
+    figures.add(f"{kind}_rows_per_s", rate, copy_rate)  # baseline: psql COPY TO STDOUT
+    figures.add(f"{kind}_cpu_us_per_row", cpu / rows * 1e6)
+    figures.add(f"{kind}_peak_rss_mb", rss_mb)
+    figures.emit()
 
 
 if __name__ == "__main__":

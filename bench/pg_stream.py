@@ -6,13 +6,21 @@ created at the same point; the server's own decoding limit), and their ratio:
 
 - first, a steady 5,000 rows/s (100-row transactions every 20 ms) for commit-to-log latency,
   measured from the server's commit timestamp to the log commit, per transaction;
-- a 500,000-row INSERT in one transaction;
+- a 500,000-row INSERT in one transaction committed while the source streams, for the latency
+  of one big transaction: from its commit to the log commit of its last row;
+- a 500,000-row INSERT in one transaction, committed before the stream starts;
 - a 500,000-row UPDATE workload (50 transactions of 10,000 rows);
 - a 1,000,000-row transaction, for the streaming process's peak RSS.
+
+The last three read a backlog committed before the stream starts, the same WAL for us and for
+``pg_recvlogical``: they measure throughput, and no commit-to-log latency applies to them (it
+would be the time the backlog waited for the stream to start).
 
 Each streaming run is a child process (``python -m bench.pg_stream child ...``), so its peak
 RSS is its own. The child drives the source like the runtime's source task: poll ->
 ``to_records`` -> append -> store offsets -> commit -> ack.
+
+The figures end with one JSON line a metric (:mod:`bench.report`).
 
 Usage: ``python -m bench.pg_stream [--rows 500000] [--big 1000000] [--steady-s 20]``
 """
@@ -35,6 +43,8 @@ from typing import Any
 
 import psycopg
 import structlog
+
+from bench.report import Figures
 
 PIPELINE = "bench"
 TABLE = "public.bench"
@@ -78,6 +88,9 @@ def child(args: argparse.Namespace) -> None:
     ready_ms = time.time() * 1000
     after_warmup: list[float] = []  # transactions committed WARMUP_S after the child was ready
     rows, tx = 0, None
+    # Commit timestamp of every transaction polled since the last log commit: a big transaction
+    # spans many polls, and the poll that ends it may carry its commit alone, without events.
+    pending: dict[Any, int] = {}
     latencies: list[float] = []
     commit_ms: list[float] = []  # the log's commit (fsync) alone
     slowest: list[tuple[float, float]] = []  # (commit ms, seconds after start): warm-up or not
@@ -92,7 +105,8 @@ def child(args: argparse.Namespace) -> None:
         if batch.events:  # commit -> out of poll: the source's share of the latency
             out_ms = time.time() * 1000
             commits = {e.source.position: e.source.ts_ms for e in batch.events}
-            delivered.extend(out_ms - t for t in commits.values())
+            delivered.extend(out_ms - t for p, t in commits.items() if p not in pending)
+            pending.update(commits)
         if batch.empty:
             continue
         tx = tx or log.begin()
@@ -112,11 +126,11 @@ def child(args: argparse.Namespace) -> None:
             tx = None
             source.ack(batch.commit_offsets)
             done_ms = time.time() * 1000
-            commits = {e.source.position: e.source.ts_ms for e in batch.events}
-            latencies.extend(done_ms - t for t in commits.values())
+            latencies.extend(done_ms - t for t in pending.values())
             after_warmup.extend(
-                done_ms - t for t in commits.values() if t - ready_ms > WARMUP_S * 1000
+                done_ms - t for t in pending.values() if t - ready_ms > WARMUP_S * 1000
             )
+            pending.clear()
         spent["log"] += time.perf_counter() - t2
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     source.close()
@@ -141,6 +155,8 @@ def child(args: argparse.Namespace) -> None:
 
 
 KAFKA_SCHEME = "kafka://"
+BASELINE_SLOT = "baseline"
+LIVE_FIRST_ID = 100_000_000  # the live big transaction's keys: apart from every other phase's
 WARMUP_S = 3  # the steady phase's figures are printed with and without its first seconds
 
 
@@ -221,11 +237,17 @@ def execute(dsn: str, statement: str, params: tuple[Any, ...] = ()) -> None:
 
 
 def compare(
-    name: str, pg: Any, dsn: str, log_dir: Path | str, rows: int, slot: str
+    name: str,
+    metric: str,
+    pg: Any,
+    dsn: str,
+    log_dir: Path | str,
+    rows: int,
+    figures: Figures,
 ) -> dict[str, Any]:
-    """Our rate and pg_recvlogical's over the changes just written."""
+    """Our rate and pg_recvlogical's over the changes just written (a backlog: no latency)."""
     end = current_lsn(dsn)
-    base_s = recvlogical(pg.bin_dir, dsn, slot, end)
+    base_s = recvlogical(pg.bin_dir, dsn, BASELINE_SLOT, end)
     ours = run_child(dsn, log_dir, rows)
     ours_rate, base_rate = ours["rows"] / ours["seconds"], rows / base_s
     # Rows per CPU-second of the streaming process: what it would reach with a core of its own
@@ -238,11 +260,34 @@ def compare(
         f"ratio {ours_rate / base_rate:.2f}x   peak RSS {ours['peak_rss_mb']:.0f} MB   "
         + " ".join(f"{k} {v:.1f}s" for k, v in ours["spent_s"].items())
     )
+    figures.add(f"{metric}_rows_per_s", ours_rate, base_rate)
+    figures.add(f"{metric}_rows_per_cpu_s", cpu_rate)
+    figures.add(f"{metric}_peak_rss_mb", ours["peak_rss_mb"])
     return ours
 
 
+def live_big(dsn: str, log_dir: Path | str, rows: int, first_id: int, figures: Figures) -> None:
+    """The latency of one big transaction committed while the source streams: from its commit
+    to the log commit of its last row (the server sends it only once it committed)."""
+    result = run_child(
+        dsn, log_dir, rows, on_ready=lambda: execute(dsn, INSERT, (first_id, first_id + rows - 1))
+    )
+    lat = result["latencies_ms"]
+    assert len(lat) == 1, f"one transaction expected, the log committed {len(lat)}"
+    print(
+        f"{'insert, one live tx':<28} commit-to-log latency {lat[0]:,.0f} ms for {rows:,} rows "
+        f"({result['rows'] / (lat[0] / 1000):,.0f} rows/s from the commit on)"
+    )
+    figures.add("live_insert_one_tx_commit_to_log_ms", lat[0])
+
+
 def steady(
-    dsn: str, log_dir: Path | str, seconds: float, rate: int = 5000, per_tx: int = 100
+    dsn: str,
+    log_dir: Path | str,
+    seconds: float,
+    figures: Figures,
+    rate: int = 5000,
+    per_tx: int = 100,
 ) -> None:
     """Latency at a steady write rate while the source streams live."""
     total = int(seconds * rate)
@@ -271,6 +316,10 @@ def steady(
         "slowest commits (ms @ s after start) "
         + ", ".join(f"{ms:.0f} @ {at:.1f}" for ms, at in result["slowest_commits"])
     )
+    figures.add("steady_commit_to_log_p50_ms", _pct(lat, 0.5))
+    figures.add("steady_commit_to_log_p99_ms", _pct(lat, 0.99))
+    figures.add("steady_commit_to_poll_p50_ms", _pct(out, 0.5))
+    figures.add("steady_log_commit_p50_ms", _pct(commits, 0.5))
     if not warm:  # a run no longer than the warm-up
         return
     print(
@@ -278,6 +327,7 @@ def steady(
         f"{_pct(warm, 0.5):.1f} ms  p99 {_pct(warm, 0.99):.1f} ms  max {warm[-1]:.1f} ms over "
         f"{len(warm)} transactions (a cold broker's first transactions left out)"
     )
+    figures.add("steady_after_warmup_commit_to_log_p99_ms", _pct(warm, 0.99))
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -303,14 +353,20 @@ def main(args: argparse.Namespace) -> None:
         execute(dsn, f"CREATE PUBLICATION {PIPELINE}_pub FOR TABLE bench")
         execute(dsn, f"SELECT pg_create_logical_replication_slot('{PIPELINE}_slot', 'pgoutput')")
         rows = args.rows
+        figures = Figures("pg_stream")
         print(f"PostgreSQL at {pg.port}; {rows:,} rows per workload")
         # First, on a quiet database: after the bulk phases, autovacuum of the big table writes
         # WAL that the server must decode past, which would show as the source's latency.
-        steady(dsn, log_dir, args.steady_s)
+        steady(dsn, log_dir, args.steady_s, figures)
+        live_big(dsn, log_dir, rows, LIVE_FIRST_ID, figures)
+        print(
+            "(the phases below read a backlog committed before the stream started: throughput; "
+            "no commit-to-log latency applies)"
+        )
         # The baseline's slot starts where ours stands now (the log holds everything before).
-        execute(dsn, "SELECT pg_create_logical_replication_slot('baseline', 'pgoutput')")
+        execute(dsn, "SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (BASELINE_SLOT,))
         execute(dsn, INSERT, (1, rows))
-        compare("insert, one transaction", pg, dsn, log_dir, rows, "baseline")
+        compare("insert, one transaction", "insert_one_tx", pg, dsn, log_dir, rows, figures)
         with psycopg.connect(dsn, autocommit=True) as conn:
             step = 10_000
             for low in range(1, rows + 1, step):
@@ -319,10 +375,12 @@ def main(args: argparse.Namespace) -> None:
                     " WHERE id BETWEEN %s AND %s",
                     (low, low + step - 1),
                 )
-        compare("update, 10k-row transactions", pg, dsn, log_dir, rows, "baseline")
+        compare("update, 10k-row transactions", "update_10k_tx", pg, dsn, log_dir, rows, figures)
         execute(dsn, INSERT, (rows + 1, rows + args.big))
-        compare(f"insert {args.big:,} one tx", pg, dsn, log_dir, args.big, "baseline")
-        execute(dsn, "SELECT pg_drop_replication_slot('baseline')")
+        big = f"insert {args.big:,} one tx"
+        compare(big, "insert_big_one_tx", pg, dsn, log_dir, args.big, figures)
+        execute(dsn, "SELECT pg_drop_replication_slot(%s)", (BASELINE_SLOT,))
+    figures.emit()
 
 
 def parse() -> argparse.Namespace:

@@ -17,10 +17,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
+
+from bench.report import Figures
 from connectors.postgres.pgoutput import Insert, Relation, decode
 from connectors.postgres.types import TypeRegistry, row_converter
 
@@ -72,9 +76,15 @@ def main() -> None:
         f"{len(batch)} Insert messages of {TABLE} ({len(relation.columns)} columns, "
         f"{size:.0f} bytes avg), best of {args.repeat}"
     )
-    print(f"  decode:          {_rate(decode_only, len(batch), args.repeat):>10,.0f} msg/s")
-    print(f"  decode+convert:  {_rate(decode_and_convert, len(batch), args.repeat):>10,.0f} msg/s")
+    decoded = _rate(decode_only, len(batch), args.repeat)
+    converted = _rate(decode_and_convert, len(batch), args.repeat)
+    print(f"  decode:          {decoded:>10,.0f} msg/s")
+    print(f"  decode+convert:  {converted:>10,.0f} msg/s")
     print(f"  sample row: {convert(decode(messages[0]).new)}")  # type: ignore[union-attr]
+    figures = Figures("pgoutput_decode")  # no baseline: our figures alone
+    figures.add("decode_msgs_per_s", decoded)
+    figures.add("decode_convert_msgs_per_s", converted)
+    figures.emit()
 
 
 if __name__ == "__main__":

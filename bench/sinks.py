@@ -17,6 +17,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.report import Figures, add_sink
 from bench.sinks_duckdb import bench_duckdb
 from bench.sinks_redis_search import bench_redis, bench_search
 from cdc.runtime.pipeline import GC_THRESHOLDS
@@ -48,8 +49,11 @@ def main() -> None:
     print(
         f"{'sink':<8} {'rows/s':>12} {'baseline/s':>12}  {'ratio':>7}  {'rows/cpu-s':>10}  target"
     )
+    figures = Figures("sinks")
     for result, baseline in results:
         print(row(result, baseline))
+        add_sink(figures, result)
+    figures.emit()
 
 
 if __name__ == "__main__":

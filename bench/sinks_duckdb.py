@@ -37,6 +37,7 @@ import orjson
 # sinks package: the repository root goes first.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.report import Figures, add_sink
 from cdc import envelope
 from cdc.events import ChangeEvent, Op, SourceInfo, topic_name
 from cdc.log.embedded import EmbeddedLog
@@ -284,6 +285,9 @@ def main() -> None:
         f"{r['cpu_ratio_to_baseline']})"
     )
     print(f"(machine: {r['cpus']} CPUs, load average {r['load_average_1m']} at the end of the run)")
+    figures = Figures("sinks_duckdb")
+    add_sink(figures, r)
+    figures.emit()
 
 
 if __name__ == "__main__":

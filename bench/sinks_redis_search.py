@@ -45,6 +45,7 @@ import tantivy
 # sinks package: the repository root goes first.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.report import Figures, add_sink
 from bench.sinks_duckdb import TABLE, changes, fill_log, run_sink
 from cdc.events import ChangeEvent, Op
 from cdc.log.embedded import EmbeddedLog
@@ -272,12 +273,16 @@ def main() -> None:
     parser.add_argument("--only", choices=["redis", "search"])
     args = parser.parse_args()
     configure(level="warning")
+    figures = Figures("sinks_redis_search")
     if args.only != "search":
-        report(
-            bench_redis(args.changes, args.batch), "redis-py pipelined SET/DEL, 100 a round trip"
-        )
+        result = bench_redis(args.changes, args.batch)
+        report(result, "redis-py pipelined SET/DEL, 100 a round trip")
+        add_sink(figures, result)
     if args.only != "redis":
-        report(bench_search(args.changes, args.batch), "Tantivy bulk add, one writer, one commit")
+        result = bench_search(args.changes, args.batch)
+        report(result, "Tantivy bulk add, one writer, one commit")
+        add_sink(figures, result)
+    figures.emit()
 
 
 if __name__ == "__main__":

@@ -12,16 +12,19 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from cdc import plugins
 from cdc.errors import ConfigError, PluginNotFound
+from cdc.redact import redact
 
 NAME_PATTERN = r"^[a-z][a-z0-9_]*$"
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+# A ``${`` that does not start a whole reference matches the second branch: it is an error, not
+# text to keep (an unclosed ``${VAR`` used literally would reach the server as part of a DSN).
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\{")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class StrictModel(BaseModel):
@@ -151,15 +154,9 @@ def _split(table: str) -> tuple[str, str]:
     return schema, name
 
 
-def redact_url(url: str) -> str:
-    """A DSN or URL with its password replaced by ``***``; safe to print and log."""
-    if "://" in url:
-        parts = urlsplit(url)
-        if parts.password is not None:
-            netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-            return urlunsplit(parts._replace(netloc=netloc))
-        return url
-    return re.sub(r"(password\s*=\s*)(\S+)", r"\1***", url, flags=re.IGNORECASE)
+#: A DSN or URL with its secrets replaced by ``***``: :func:`cdc.redact.redact` itself, under
+#: the name the plugins import.
+redact_url = redact
 
 
 def secret_value(value: SecretStr | str) -> str:
@@ -189,6 +186,9 @@ def expand_env(
 
         def substitute(match: re.Match[str]) -> str:
             name, default = match.group(1), match.group(2)
+            if name is None:
+                problems.append((yaml_path(path), _bad_reference(node, match.end())))
+                return match.group(0)
             if name in env:
                 return env[name]
             if default is not None:
@@ -211,6 +211,16 @@ def expand_env(
             problems.extend(sub)
         return items, problems
     return node, problems
+
+
+def _bad_reference(text: str, after: int) -> str:
+    """What is wrong with the ``${`` that ends at ``after``; only the name is quoted, since
+    what follows it may be a secret written in the file."""
+    named = _ENV_NAME.match(text, after)
+    shown = "${" + (named.group(0) if named else "")
+    if "}" not in text[after:]:
+        return f"{shown} has no closing brace: write ${{NAME}} or ${{NAME:-default}}"
+    return f"{shown}... is not a valid reference: write ${{NAME}} or ${{NAME:-default}}"
 
 
 def _pydantic_problems(
@@ -259,6 +269,7 @@ def parse(text: str, env: dict[str, str] | None = None, path: Path | None = None
     if not isinstance(raw, dict):
         raise ConfigError([("", "the pipeline file must be a YAML mapping")])
     expanded, problems = expand_env(raw, dict(os.environ) if env is None else env)
+    unexpanded = list(problems)
     core: PipelineFile | None = None
     try:
         core = PipelineFile.model_validate(expanded)
@@ -278,6 +289,9 @@ def parse(text: str, env: dict[str, str] | None = None, path: Path | None = None
             sinks.append(sink)
     problems.extend(_cross_checks(source, sinks))
     problems = list(dict.fromkeys(problems))  # one mistake can surface in two layers
+    # A value that could not be expanded fails its plugin's checks too; that says nothing new.
+    bad_values = {where for where, _ in unexpanded}
+    problems = [p for p in problems if p in unexpanded or p[0] not in bad_values]
     if problems or core is None or source is None:
         raise ConfigError(problems or [("", "invalid pipeline file")])
     return Pipeline(file=core, source=source, sinks=sinks, path=path)

@@ -6,9 +6,19 @@ runtime decides what to do in exactly one place (:func:`cdc.runtime.retry.classi
 
 from __future__ import annotations
 
+from cdc.redact import redact
+
 
 class CdcError(Exception):
-    """Root of every error this framework raises on purpose."""
+    """Root of every error this framework raises on purpose.
+
+    Its message is redacted (:func:`cdc.redact.redact`) as it is made: an error's text reaches
+    logs, ``cdc status`` and stored state (a failed request's reason), so a DSN a message quotes
+    must lose its secrets before any of them sees it.
+    """
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(redact(arg) if isinstance(arg, str) else arg for arg in args))
 
 
 class Retriable:

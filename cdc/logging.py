@@ -2,14 +2,23 @@
 
 JSON lines when stderr is not a terminal (pipelines run under supervisors that collect logs),
 readable console output otherwise. Context (pipeline, source, sink) is bound once by the runtime.
+Every string of every event, a formatted traceback included, goes through
+:func:`cdc.redact.redact` last, and so does a traceback Python prints for an uncaught error: a
+driver's message that quotes a DSN loses its secrets on the way out, whoever logged it.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+import traceback
+from collections.abc import MutableMapping
+from types import TracebackType
+from typing import Any
 
 import structlog
+
+from cdc.redact import redact
 
 Logger = structlog.typing.FilteringBoundLogger
 
@@ -34,6 +43,7 @@ def configure(level: str = "info", json: bool | None = None) -> None:
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
+            redact_event,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(
@@ -42,6 +52,33 @@ def configure(level: str = "info", json: bool | None = None) -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
+    sys.excepthook = _redacted_excepthook
+
+
+def redact_event(_logger: Any, _method: str, event: MutableMapping[str, Any]) -> dict[str, Any]:
+    """The structlog processor that redacts every string of an event, nested ones too."""
+    return {key: _redacted(value) for key, value in event.items()}
+
+
+def _redacted(value: Any) -> Any:
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: _redacted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redacted(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_redacted(v) for v in value)
+    # What the renderers would print for any other object (an exception, a path), redacted.
+    return redact(repr(value))
+
+
+def _redacted_excepthook(
+    kind: type[BaseException], exc: BaseException, tb: TracebackType | None
+) -> None:
+    sys.stderr.write(redact("".join(traceback.format_exception(kind, exc, tb))))
 
 
 def get_logger(**context: object) -> Logger:

@@ -11,6 +11,7 @@ from rich.table import Table
 from cdc import plugins
 from cdc.config import Pipeline
 from cdc.log.base import Log, TopicPartition
+from cdc.redact import redact
 from cdc.runtime.pipeline import sink_topics
 from cdc.runtime.sink_control import SinkControl, sink_state_report
 from cdc.runtime.sink_task import group_name
@@ -70,7 +71,7 @@ def source_report(log: Log, pipeline: Pipeline) -> dict[str, Any]:
         try:
             report.update(probe(pipeline.source, pipeline.name, report["offsets"]))
         except Exception as exc:  # status must show what it can even when the source is down
-            report["error"] = str(exc)
+            report["error"] = redact(str(exc))  # a driver's error may quote the DSN
     return report
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from cdc.config import SourceConfig
+from cdc.redact import redact
 
 #: Slot names allow only these characters (PostgreSQL's rule), which also makes them safe to
 #: place inside a replication command.
@@ -19,7 +22,7 @@ class PostgresSourceConfig(SourceConfig):
     """Settings of the PostgreSQL source.
 
     Attributes:
-        dsn: libpq connection string or URL; a secret, never logged (see ``redact_url``).
+        dsn: libpq connection string or URL; a secret, never logged (see :mod:`cdc.redact`).
         key_columns: per ``schema.table``, the columns that form the record key of a table
             without a primary key.
         publication: publication name; ``<pipeline>_pub`` when omitted.
@@ -60,6 +63,14 @@ class PostgresSourceConfig(SourceConfig):
     snapshot_key_columns: dict[str, list[str]] = Field(default_factory=dict)
     snapshot_signal_table: str | None = Field(default=None, pattern=SIGNAL_TABLE_PATTERN)
 
+    @field_validator("dsn")
+    @classmethod
+    def _parses(cls, dsn: SecretStr) -> SecretStr:
+        # libpq's parse errors quote raw pieces of the string, so its message is redacted
+        # against this DSN before it becomes a config error.
+        parse_dsn(dsn.get_secret_value())
+        return dsn
+
     @field_validator("key_columns")
     @classmethod
     def _non_empty(cls, key_columns: dict[str, list[str]]) -> dict[str, list[str]]:
@@ -89,3 +100,19 @@ class PostgresSourceConfig(SourceConfig):
     def table_pairs(self) -> list[tuple[str, str]]:
         """``(schema, table)`` of every configured table, in configuration order."""
         return [(t.partition(".")[0], t.partition(".")[2]) for t in self.tables]
+
+
+def parse_dsn(dsn: str) -> dict[str, Any]:
+    """Parse ``dsn`` as libpq does (no connection, no service file read).
+
+    Returns:
+        Its parameters, as :func:`psycopg.conninfo.conninfo_to_dict` gives them.
+
+    Raises:
+        ValueError: it is neither a keyword/value string nor a URI libpq accepts; the message
+            holds none of its secrets.
+    """
+    try:
+        return conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise ValueError(f"not a valid libpq connection string: {redact(str(exc), dsn)}") from None

@@ -14,9 +14,10 @@ from typing import Literal
 
 import psycopg
 from psycopg import pq
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import make_conninfo
 
 from cdc.errors import SourceFatal
+from connectors.postgres.config import parse_dsn
 from connectors.postgres.errors import connect_error, lost
 from connectors.postgres.protocol import lsn_to_str
 from connectors.postgres.types import TEXT_FORMAT_SETTINGS
@@ -42,8 +43,15 @@ class CreatedSlot:
 
 
 def session_conninfo(dsn: str, connect_timeout_s: float, **extra: str) -> str:
-    """``dsn`` with the session options this source relies on appended to the user's own."""
-    params = conninfo_to_dict(dsn)
+    """``dsn`` with the session options this source relies on appended to the user's own.
+
+    Raises:
+        SourceFatal: libpq cannot parse ``dsn`` (the message holds none of its secrets).
+    """
+    try:
+        params = parse_dsn(dsn)
+    except ValueError as exc:
+        raise SourceFatal(f"source.dsn is {exc}") from None
     own = str(params.get("options") or "")
     params["options"] = f"{own} {SESSION_OPTIONS}".strip()
     params.setdefault("connect_timeout", str(max(1, round(connect_timeout_s))))

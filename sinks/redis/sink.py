@@ -16,12 +16,14 @@ from typing import Any, Literal, TypeVar
 
 import orjson
 import redis
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from redis import exceptions as rx
+from redis.connection import parse_url
 
-from cdc.config import SinkConfig, redact_url, secret_value
+from cdc.config import SinkConfig, secret_value
 from cdc.errors import CdcError, SinkFatal, SinkUnavailable
 from cdc.log.base import TopicPartition
+from cdc.redact import redact
 from cdc.sink import SinkContext, SinkRecord
 from sinks.keyed import Change, Kind, Table, TopicTables, classify
 from sinks.redis.script import LUA, ApplyCall, Layout, encode_pos, offsets_args
@@ -49,20 +51,36 @@ class RedisSinkConfig(SinkConfig):
     key_prefix: str | None = Field(default=None, min_length=1)
     timeout_s: float = Field(default=5.0, gt=0)
 
+    @field_validator("url")
+    @classmethod
+    def _parses(cls, url: SecretStr) -> SecretStr:
+        try:
+            parse_url(url.get_secret_value())  # type: ignore[no-untyped-call]
+        except ValueError as exc:  # redis-py's messages can quote a piece of the URL
+            raise ValueError(redact(str(exc), url.get_secret_value())) from None
+        return url
+
 
 def connect(config: RedisSinkConfig) -> redis.Redis:
     """A client for ``config.url`` (no I/O yet)."""
-    return redis.Redis.from_url(
-        secret_value(config.url),
-        socket_timeout=config.timeout_s,
-        socket_connect_timeout=config.timeout_s,
-    )
+    url = secret_value(config.url)
+    try:
+        return redis.Redis.from_url(
+            url, socket_timeout=config.timeout_s, socket_connect_timeout=config.timeout_s
+        )
+    except ValueError as exc:
+        raise SinkFatal(f"redis url {redact(url)} is invalid: {redact(str(exc), url)}") from None
 
 
 def translate(exc: rx.RedisError, config: RedisSinkConfig) -> CdcError:
-    """A driver error as the runtime's error: retriable while Redis is down or saturated."""
-    where = redact_url(secret_value(config.url))
-    text = str(exc)
+    """A driver error as the runtime's error: retriable while Redis is down or saturated.
+
+    The message names the server by its redacted URL; the driver's text is redacted against
+    the URL too, in case it quotes a piece of it.
+    """
+    url = secret_value(config.url)
+    where = redact(url)
+    text = redact(str(exc), url)
     if isinstance(exc, rx.AuthenticationError | rx.AuthorizationError):
         return SinkFatal(f"redis at {where} refused the credentials: {text}")
     if isinstance(exc, rx.ConnectionError | rx.TimeoutError | rx.ReadOnlyError):

@@ -1,0 +1,68 @@
+"""The figures every bench prints last, for tools: one JSON line a metric.
+
+``{"bench": "pg_stream", "metric": "insert_one_tx_rows_per_s", "ours": 43664.2,
+"baseline": 56328.0, "ratio": 0.775}``: ``ours`` is this project's figure, ``baseline`` the
+same measure of the reference the bench compares with (``null`` where there is none), and
+``ratio`` is ``ours / baseline`` (``null`` without a baseline). A metric's name ends with its
+unit (``_rows_per_s``, ``_ms``, ``_mb``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Figures:
+    """The metrics of one bench run, printed together at its end."""
+
+    bench: str
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, metric: str, ours: float | None, baseline: float | None = None) -> None:
+        """Record one metric; a missing or NaN figure is ``null``."""
+        ours, baseline = _number(ours), _number(baseline)
+        ratio = None
+        if ours is not None and baseline:
+            ratio = round(ours / baseline, 3)
+        self.metrics.append(
+            {
+                "bench": self.bench,
+                "metric": metric,
+                "ours": ours,
+                "baseline": baseline,
+                "ratio": ratio,
+            }
+        )
+
+    def emit(self) -> None:
+        """Print every metric, one JSON line each, after everything else the bench printed."""
+        sys.stdout.flush()
+        for metric in self.metrics:
+            print(json.dumps(metric), flush=True)
+
+
+def add_sink(figures: Figures, result: dict[str, Any]) -> None:
+    """A sink bench's result (``bench/sinks_*.py``): rows per second and per CPU-second, each
+    against its baseline's."""
+    name = result["sink"]
+    figures.add(f"{name}_rows_per_s", result["sink_rows_per_s"], result["baseline_rows_per_s"])
+    figures.add(
+        f"{name}_rows_per_cpu_s", result["sink_rows_per_cpu_s"], result["baseline_rows_per_cpu_s"]
+    )
+    if result.get("redis_benchmark_set_per_s"):  # a second baseline: redis-benchmark's SETs
+        figures.add(
+            f"{name}_rows_per_s_vs_redis_benchmark",
+            result["sink_rows_per_s"],
+            result["redis_benchmark_set_per_s"],
+        )
+
+
+def _number(value: float | None) -> float | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return round(float(value), 3)
