@@ -36,6 +36,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from cdc.redact import redact
 from snapshots.chunks import (
     Chunk,
     add_done,
@@ -262,7 +263,7 @@ class SnapshotState:
                 del self._data["tables"][name]
             self._data["requests"] = [r for r in self._data["requests"] if r.get("id") != request]
             failure: dict[str, Any] = {"id": ident, "table": name, "where": where}
-            failure |= {"reason": reason, "rows": rows, "failed_ms": now_ms()}
+            failure |= {"reason": redact(reason), "rows": rows, "failed_ms": now_ms()}
             self._data["failed"] = [*self._data["failed"], failure][-FINISHED_KEPT:]
             self.dirty = True
             return ident

@@ -26,6 +26,7 @@ import orjson
 
 from cdc.errors import LogError, LogFatal, LogUnavailable
 from cdc.log.base import Log, Record
+from cdc.redact import redact
 
 PENDING = "requested"
 APPLIED = "applied"
@@ -116,7 +117,8 @@ class SinkControl:
         since ``since_ms`` (default: now)."""
         value: dict[str, Any] = {"state": state, "since_ms": since_ms or now_ms(), "reason": None}
         if error is not None:
-            value.update(reason=str(error), error_type=type(error).__name__)
+            # Stored state: a driver's message that escaped translation may quote a DSN.
+            value.update(reason=redact(str(error)), error_type=type(error).__name__)
         self._append({"sink": sink, "kind": "state"}, value)
 
     def request_reset(self, sink: str, table: str) -> Reset:
