@@ -167,7 +167,9 @@ def open_bench_log(target: str) -> Any:
         from cdc.log.kafka import KafkaLog
 
         config = KafkaLogConfig(type="kafka", bootstrap_servers=target[len(KAFKA_SCHEME) :])
-        return KafkaLog(f"{PIPELINE}_{os.getpid()}", config)
+        # The latest-image store a real pipeline keeps (its cost is part of the figure).
+        images = Path(tempfile.mkdtemp(prefix="bench-images-"))
+        return KafkaLog(f"{PIPELINE}_{os.getpid()}", config, state_dir=images)
     from cdc.log.embedded import EmbeddedLog
 
     return EmbeddedLog(Path(target))
