@@ -78,6 +78,10 @@ class Work:
     table: str
     where: str | None
     plan: Callable[[], list[ChunkJob]]
+    #: The rest of an initial snapshot (resumed after a crash): its failure stops the run, as
+    #: the initial snapshot's always does, instead of being marked failed: all its tables share
+    #: one id, and the sinks would otherwise be left without a table's rows for good.
+    initial: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +189,8 @@ class WatermarkReader:
         except Stopped:
             raise
         except Exception as exc:  # whatever it is, it ends this request, never the stream
+            if work.initial:
+                raise
             self._failed(work, exc)
 
     def _failed(self, work: Work, exc: Exception) -> None:

@@ -71,6 +71,11 @@ class SnapshotState:
         self._data.setdefault("finished", [])
         self._data.setdefault("failed", [])
         self._data.setdefault("cancelled", [])
+        # Every request that failed or was cancelled in this process. The stored lists keep only
+        # the last few, but work queued in the reader may name any of them (a --cancel-all of a
+        # hundred tables): it must still be seen as ended. Stored state needs no such set, since
+        # an ended request leaves the queue and the tables there.
+        self._ended_here: set[str] = set()
         self.dirty = False
 
     @classmethod
@@ -141,8 +146,10 @@ class SnapshotState:
     def _ended(self, request: str | None) -> bool:
         if request is None:
             return False
-        return request in self._data["cancelled"] or any(
-            f.get("id") == request for f in self._data["failed"]
+        return (
+            request in self._ended_here
+            or request in self._data["cancelled"]
+            or any(f.get("id") == request for f in self._data["failed"])
         )
 
     # -- changes ---------------------------------------------------------------------------
@@ -256,6 +263,7 @@ class SnapshotState:
             if self._ended(request):
                 return None
             ident = request or uuid.uuid4().hex
+            self._ended_here.add(ident)
             entry = self._data["tables"].get(name)
             rows = 0
             if entry is not None and entry.get("request") == request:
@@ -288,6 +296,7 @@ class SnapshotState:
                     kept.append(failure)
             self._data["failed"] = kept
             ids = [d["id"] for d in dropped] + [i for i in (request, signal) if i is not None]
+            self._ended_here.update(i for i in ids if i is not None)
             known = self._data["cancelled"]
             known = [*known, *(i for i in dict.fromkeys(ids) if i not in known)]
             self._data["cancelled"] = known[-FINISHED_KEPT:]

@@ -145,7 +145,8 @@ class StreamSnapshots:
                 todo = remaining(chunks, current["done"])
                 return [ChunkJob(table, c, where, request) for c in todo]
 
-            self._reader.submit(Work(request, name, where, planner))
+            initial = entry.get("kind") == "initial"
+            self._reader.submit(Work(request, name, where, planner, initial=initial))
 
     def queue(
         self, table: str, reason: str, where: str | None = None, ident: str | None = None

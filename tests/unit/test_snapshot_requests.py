@@ -97,3 +97,51 @@ def test_retries_are_bounded_when_asked() -> None:
     with pytest.raises(ZeroDivisionError):
         retry_until_stopped(not_retriable, threading.Event(), structlog.get_logger(), "t", None, 3)
     assert len(calls) == 1
+
+
+def test_every_request_a_cancel_all_dropped_stays_ended_however_many() -> None:
+    # The stored list of cancelled ids keeps only the last few; work the reader still has
+    # queued may name any dropped request, and must find it ended.
+    state = SnapshotState()
+    for i in range(30):
+        state.add_request({"id": f"r{i}", "table": f"public.t{i}", "where": None})
+    assert len(state.cancel(None, "sig")) == 30
+    assert all(state.ended(f"r{i}") for i in range(30))
+    assert not state.plan_table("public.t0", "incremental", "keyset", [], request="r0")
+    assert state.table("public.t0") is None
+
+
+def test_a_resumed_initial_snapshot_that_fails_stops_the_reader_not_its_other_tables() -> None:
+    from snapshots.channel import Channel
+    from snapshots.incremental import WatermarkReader, Work
+    from snapshots.watermark import Watermarks
+
+    state = SnapshotState()
+    for table in ("public.a", "public.b"):
+        state.plan_table(table, "initial", "keyset", key_chunks([("10",)]), request="snap1")
+    reader = WatermarkReader(
+        "host=127.0.0.1 port=1 dbname=x",  # never connected: the plan fails before any read
+        1.0,
+        Channel("p"),
+        Watermarks(),
+        threading.Lock(),
+        state,
+        structlog.get_logger(),
+    )
+
+    def plan() -> list:  # type: ignore[type-arg]
+        raise RuntimeError("the table went away")
+
+    try:
+        reader.submit(Work("snap1", "public.a", None, plan, initial=True))
+        for _ in range(200):
+            if reader.failure is not None:
+                break
+            threading.Event().wait(0.01)
+    finally:
+        reader.close()
+    # The failure stops the run (the poll raises it), as an initial snapshot's always did; it
+    # is not marked failed under the shared id, which would leave public.b unread for good.
+    assert isinstance(reader.failure, RuntimeError)
+    assert not state.ended("snap1") and state.failed() == []
+    assert set(state.unfinished()) == {"public.a", "public.b"}
