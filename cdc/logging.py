@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import traceback
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from types import TracebackType
 from typing import Any
 
 import structlog
 
-from cdc.redact import redact
+from cdc.redact import MASK, field_names_secret, redact
 
 Logger = structlog.typing.FilteringBoundLogger
 
@@ -53,11 +54,22 @@ def configure(level: str = "info", json: bool | None = None) -> None:
         cache_logger_on_first_use=False,
     )
     sys.excepthook = _redacted_excepthook
+    threading.excepthook = _redacted_thread_excepthook
 
 
 def redact_event(_logger: Any, _method: str, event: MutableMapping[str, Any]) -> dict[str, Any]:
-    """The structlog processor that redacts every string of an event, nested ones too."""
-    return {key: _redacted(value) for key, value in event.items()}
+    """The structlog processor that redacts every string of an event, nested ones too, and
+    masks whole any value whose field names a secret (``password=...``)."""
+    return _redacted_fields(event)
+
+
+def _redacted_fields(fields: Mapping[Any, Any]) -> dict[Any, Any]:
+    return {
+        key: MASK
+        if isinstance(key, str) and value is not None and field_names_secret(key)
+        else _redacted(value)
+        for key, value in fields.items()
+    }
 
 
 def _redacted(value: Any) -> Any:
@@ -66,13 +78,22 @@ def _redacted(value: Any) -> Any:
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, dict):
-        return {k: _redacted(v) for k, v in value.items()}
+        return _redacted_fields(value)
     if isinstance(value, list):
         return [_redacted(v) for v in value]
     if isinstance(value, tuple):
         return tuple(_redacted(v) for v in value)
     # What the renderers would print for any other object (an exception, a path), redacted.
     return redact(repr(value))
+
+
+def _redacted_thread_excepthook(args: threading.ExceptHookArgs) -> None:
+    # A thread's uncaught exception is printed by threading.excepthook, not sys.excepthook.
+    if args.exc_type is SystemExit:
+        return
+    name = args.thread.name if args.thread is not None else "?"
+    sys.stderr.write(f"Exception in thread {name}:\n")
+    _redacted_excepthook(args.exc_type, args.exc_value or args.exc_type(), args.exc_traceback)
 
 
 def _redacted_excepthook(

@@ -75,6 +75,13 @@ def names_secret(name: str) -> bool:
     return plain in _SECRET_NAMES or any(part in plain for part in _SECRET_PARTS)
 
 
+def field_names_secret(name: str) -> bool:
+    """Whether a structured field (a log event's key, a dict key) names a secret: the longer
+    parts only, so that fields such as ``key`` (a record's key) stay readable."""
+    plain = re.sub(r"[^a-z0-9]", "", name.lower())
+    return any(part in plain for part in _SECRET_PARTS)
+
+
 def redact(text: str, dsn: str | None = None) -> str:
     """``text`` with every secret of the DSNs and URLs in it replaced by ``***``.
 

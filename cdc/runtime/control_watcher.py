@@ -109,7 +109,14 @@ class ControlWatcher:
                 write = self._writes.queue[0]  # peek: it leaves the queue once written
             except IndexError:
                 return
-            write(self._control)
+            try:
+                write(self._control)
+            except CdcError:
+                raise  # the log is away: the write stays queued, to be tried again
+            except Exception as exc:
+                # A write that fails for another reason fails every time: dropped (and said),
+                # so it cannot hold up the writes behind it nor the reads of reset requests.
+                self._logger.error("sink.control_write_dropped", error=str(exc))
             self._writes.get_nowait()
 
     def _read(self) -> None:

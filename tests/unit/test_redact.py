@@ -242,3 +242,43 @@ def test_log_events_and_tracebacks_are_redacted(capsys: pytest.CaptureFixture[st
     err = capsys.readouterr().err
     assert "source.retry" in err and "ValueError" in err
     assert "s3cr3t" not in err, err
+
+
+def test_fields_that_name_a_secret_are_masked_whole(capsys: pytest.CaptureFixture[str]) -> None:
+    # A value no pattern recognises (a bare password) is still masked by its field's name; a
+    # record's ``key`` stays readable.
+    configure("info", json=True)
+    try:
+        get_logger().warning(
+            "sink.auth_failed",
+            password="Zq9s3cr3t",
+            config={"sasl.password": "Zq9s3cr3t", "user": "app"},
+            key='{"id": 42}',
+        )
+    finally:
+        structlog.reset_defaults()
+    err = capsys.readouterr().err
+    assert "s3cr3t" not in err, err
+    assert '"user": "app"' in err or '"user":"app"' in err
+    assert "42" in err
+
+
+def test_a_threads_uncaught_exception_is_redacted(capsys: pytest.CaptureFixture[str]) -> None:
+    import threading
+
+    configure("info", json=True)
+
+    def fail() -> None:
+        raise RuntimeError("lost postgresql://u@h/db?password=Zq9s3cr3t")
+
+    try:
+        thread = threading.Thread(target=fail, name="worker-1")
+        thread.start()
+        thread.join()
+    finally:
+        structlog.reset_defaults()
+        sys.excepthook = sys.__excepthook__
+        threading.excepthook = threading.__excepthook__
+    err = capsys.readouterr().err
+    assert "worker-1" in err and "RuntimeError" in err
+    assert "s3cr3t" not in err, err

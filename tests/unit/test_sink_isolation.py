@@ -285,3 +285,27 @@ def test_a_sink_never_waits_on_the_control_topic(log: EmbeddedLog) -> None:
     thread.join(5)
     assert not thread.is_alive() and time.monotonic() - started < 2  # and stops at once
     release.set()
+
+
+def test_a_control_write_that_always_fails_is_dropped_not_retried_forever(
+    log: EmbeddedLog,
+) -> None:
+    # A write failing with anything but a log error would fail every time: it must not hold
+    # up the writes queued behind it, nor the reads of reset requests.
+    SinkControl(log, "p", create=True)
+    stop = threading.Event()
+    control = watcher(log, stop)
+    try:
+        wait_until(lambda: control.ready.is_set())
+
+        def poison(_: SinkControl) -> None:
+            raise ValueError("cannot encode this state")
+
+        control.post(poison)
+        control.post(lambda c: c.set_state("after", "running"))
+        wait_until(lambda: (SinkControl(log, "p").state("after") or {}).get("state") == "running")
+        request = SinkControl(log, "p").request_reset("after", "public.items")
+        wait_until(lambda: [r.id for r in control.pending("after")] == [request.id])
+    finally:
+        stop.set()
+        control.join(5)
