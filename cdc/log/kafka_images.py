@@ -195,7 +195,14 @@ class SourceImages:
         for topic in stored.keys() - self._fields.keys():
             store.forget(topic)
         for topic, fields in self._fields.items():
-            if topic not in stored:
+            if topic not in stored and self._in_log_tx:
+                # A table's first TOAST-able column, seen in a Relation message mid-transaction:
+                # its records so far hold no TOASTed value a later change could leave unchanged,
+                # so it starts empty. A restore here would read the whole topic inside the open
+                # Kafka transaction, stalling the stream (and risking its timeout).
+                store.set_fields(topic, fields)
+                _logger.info("images.topic_added", topic=topic, fields=fields)
+            elif topic not in stored:
                 self._restore(store, topic, fields)
             elif stored[topic] != fields:
                 # A column became TOAST-able (or stopped): records before the change hold no

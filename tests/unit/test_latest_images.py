@@ -12,6 +12,7 @@ import orjson
 
 from cdc.log.base import Record
 from cdc.log.images import FILE_NAME, Change, ImageStore, fingerprint, project
+from cdc.log.kafka_images import SourceImages
 
 TOPIC = "p.public.docs"
 FIELDS = {TOPIC: ["big", "note"]}
@@ -130,3 +131,40 @@ def test_fingerprint_ignores_key_order() -> None:
         {"b": {"y": 2, "x": 1}, "a": 1}
     )
     assert fingerprint({"a": 1}) != fingerprint({"a": 2})
+
+
+class _CountingLog:
+    """Stands in for KafkaLog's two calls the image keeper makes (no broker needed for what is
+    tested: which topics get restored, and when); the real broker runs in
+    tests/integration/test_kafka_images.py."""
+
+    def __init__(self, keeper: SourceImages | None = None) -> None:
+        self.keeper = keeper
+        self.scanned: list[str] = []
+
+    def source_offsets(self) -> dict[str, object]:
+        assert self.keeper is not None
+        self.keeper.offsets_read(None, {})
+        return {}
+
+    def scan_committed(self, topic: str, batch: int, apply: object) -> None:
+        self.scanned.append(topic)
+
+
+def test_a_topic_declared_mid_transaction_starts_empty_instead_of_being_restored(
+    tmp_path: Path,
+) -> None:
+    log = _CountingLog()
+    keeper = SourceImages(log, tmp_path)  # type: ignore[arg-type]
+    log.keeper = keeper
+    keeper.declare(FIELDS)
+    assert log.scanned == [TOPIC]  # at open: restored from the topic
+    keeper.began()
+    other = "p.public.notes"
+    keeper.declare({**FIELDS, other: ["body"]})  # a Relation message inside the transaction
+    assert log.scanned == [TOPIC]  # no topic read inside the open Kafka transaction
+    assert keeper.lookup(other, b'{"id": 1}') is None
+    keeper.appended([Record(other, b'{"id": 1}', envelope("c", {"id": 1, "body": "long"}))])
+    assert keeper.lookup(other, b'{"id": 1}') == b'{"after":{"body":"long"}}'
+    keeper.committed(keeper.new_mark(), {"postgres": {"lsn": 1}})
+    keeper.close()
