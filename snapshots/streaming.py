@@ -225,7 +225,25 @@ class StreamSnapshots:
             return
         if any(r["table"] == table and not r.get("where") for r in self._state.requests()):
             return
+        if self._unread_plan(table):
+            return
         self.request(table, reason)
+
+    def _unread_plan(self, table: str) -> bool:
+        """A whole-table re-read of ``table`` is planned and none of its chunks was read yet (none
+        done, no window open): every chunk will be read after this DDL, which is committed, so a
+        burst of DDL (a rename, then a retype) needs no second full read."""
+        entry = self._state.table(table)
+        if entry is None or entry.get("kind") != "incremental" or entry.get("where"):
+            return False
+        if (
+            not entry.get("chunks_total")
+            or entry.get("done")
+            or self._state.ended(entry.get("request"))
+        ):
+            return False
+        with self._lock:
+            return not any(w.job.table.name == table for w in self._reader.open_windows.values())
 
     # -- hooks (called inside the inner poll) -----------------------------------------------
 

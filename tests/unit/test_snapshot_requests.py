@@ -145,3 +145,29 @@ def test_a_resumed_initial_snapshot_that_fails_stops_the_reader_not_its_other_ta
     assert isinstance(reader.failure, RuntimeError)
     assert not state.ended("snap1") and state.failed() == []
     assert set(state.unfinished()) == {"public.a", "public.b"}
+
+
+def test_a_burst_of_ddl_needs_no_second_read_while_the_first_is_unread() -> None:
+    # The decision StreamSnapshots makes on each rewriting DDL (its state and windows only).
+    from types import SimpleNamespace
+
+    from snapshots.incremental import ChunkJob, OpenWindow
+    from snapshots.streaming import StreamSnapshots
+
+    state = SnapshotState()
+    planned(state, "public.t", "r1")
+    streams = SimpleNamespace(
+        _state=state, _lock=threading.Lock(), _reader=SimpleNamespace(open_windows={})
+    )
+
+    def unread() -> bool:
+        return StreamSnapshots._unread_plan(streams, "public.t")  # type: ignore[arg-type]
+
+    assert unread()  # planned, nothing read: every chunk is read after the DDL
+    job = ChunkJob(SimpleNamespace(name="public.t"), None, None, "r1")  # type: ignore[arg-type]
+    streams._reader.open_windows["w"] = OpenWindow(job, threading.Event())
+    assert not unread()  # a chunk's read may have begun before the DDL
+    streams._reader.open_windows.clear()
+    state.chunk_done("public.t", 0, 10)
+    assert not unread()  # rows read (maybe before the DDL): read again
+    assert not StreamSnapshots._unread_plan(streams, "public.other")  # type: ignore[arg-type]
