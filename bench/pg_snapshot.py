@@ -144,20 +144,10 @@ def drop_when_released(config: PostgresSourceConfig, dsn: str) -> None:
     """Drop the slot and publication once the slot is no longer in use.
 
     The walsender ends a moment after the source closes its connection, and the server refuses
-    to drop a slot it still holds ("replication slot ... is active"); so wait, bounded, for the
-    slot to be released. Still held after the wait: the drop raises that error, naming the pid.
+    to drop a slot it still holds; ``drop_replication_objects`` waits for it, bounded. Still held
+    after the wait: the drop raises that error, naming the pid.
     """
-    deadline = time.monotonic() + RELEASE_TIMEOUT_S
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        while time.monotonic() < deadline:
-            row = conn.execute(
-                "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s",
-                (config.slot_name(PIPELINE),),
-            ).fetchone()
-            if row is None or row[0] is None:
-                break
-            time.sleep(0.1)
-    drop_replication_objects(config, PIPELINE)
+    drop_replication_objects(config, PIPELINE, release_wait_s=RELEASE_TIMEOUT_S)
 
 
 def _done(log: EmbeddedLog) -> bool:

@@ -168,8 +168,18 @@ def lost_slot(slot: str, lsn_str: str) -> SourceFatal:
     )
 
 
-def drop_replication_objects(config: PostgresSourceConfig, pipeline_name: str) -> list[str]:
+#: How long ``cdc drop`` waits for an active slot to be released: the walsender of a pipeline
+#: that just stopped ends a moment after its connection closed (longer on a loaded server).
+RELEASE_WAIT_S = 10.0
+
+
+def drop_replication_objects(
+    config: PostgresSourceConfig, pipeline_name: str, release_wait_s: float = RELEASE_WAIT_S
+) -> list[str]:
     """Drop the pipeline's slot and publication (``cdc drop``).
+
+    A slot still active is waited for, up to ``release_wait_s``: a pipeline stopped just before
+    still holds it until its walsender ends.
 
     Returns:
         What was dropped, e.g. ``["slot shop_slot", "publication shop_pub"]``.
@@ -184,7 +194,7 @@ def drop_replication_objects(config: PostgresSourceConfig, pipeline_name: str) -
     dropped: list[str] = []
     try:
         slot = config.slot_name(pipeline_name)
-        state = catalog.slot(slot)
+        state = _released(catalog, slot, release_wait_s)
         if state is not None:
             if state.active_pid is not None:
                 raise slot_in_use(slot, state.active_pid)
@@ -200,3 +210,13 @@ def drop_replication_objects(config: PostgresSourceConfig, pipeline_name: str) -
         catalog.close()
     logger.info("replication_objects.dropped", dropped=dropped)
     return dropped
+
+
+def _released(catalog: Catalog, slot: str, wait_s: float) -> SlotState | None:
+    """The slot's state once no process holds it, or as it is after ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    state = catalog.slot(slot)
+    while state is not None and state.active_pid is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+        state = catalog.slot(slot)
+    return state

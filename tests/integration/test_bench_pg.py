@@ -28,7 +28,7 @@ def _slots(dsn: str) -> list[tuple[str, int | None]]:
         ]
 
 
-def test_the_snapshot_bench_drops_its_slot_once_released(pg_db: str) -> None:
+def test_cdc_drop_and_the_snapshot_bench_drop_the_slot_once_released(pg_db: str) -> None:
     config = PostgresSourceConfig.model_validate(
         {"type": "postgres", "dsn": pg_db, "tables": ["public.t"]}
     )
@@ -43,7 +43,7 @@ def test_the_snapshot_bench_drops_its_slot_once_released(pg_db: str) -> None:
     repl.start(slot, 0, {"proto_version": "1", "publication_names": "bench_pub"})
     assert _slots(pg_db)[0][1] is not None  # the slot is held, as right after the bench's run
     with pytest.raises(SourceFatal, match="is active"):  # what the bench's teardown hit
-        drop_replication_objects(config, pg_snapshot.PIPELINE)
+        drop_replication_objects(config, pg_snapshot.PIPELINE, release_wait_s=0)
     releaser = threading.Timer(1.0, repl.close)
     releaser.start()
     try:
