@@ -48,8 +48,8 @@ from cdc.runtime.source_task import SourceTask
 from cdc.snapshot_report import request_finished
 from cdc.source import SourceContext
 from connectors.postgres import PostgresSourceConfig, drop_replication_objects
-from snapshots.postgres import SnapshottingPostgresSource
-from snapshots.signal import request_snapshot
+from connectors.postgres.snapshot.signal import request_snapshot
+from connectors.postgres.snapshot.source import SnapshottingPostgresSource
 from tests.services.postgres import LocalPostgres
 
 PIPELINE = "bench"

@@ -8,6 +8,9 @@ from typing import Any
 from cdc.source import Source, SourceContext
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.lifecycle import drop_replication_objects
+from connectors.postgres.snapshot.signal import cancel_snapshot, request_snapshot
+from connectors.postgres.snapshot.source import SnapshottingPostgresSource
+from connectors.postgres.snapshot.table_rows import table_rows
 
 
 class PostgresSourcePlugin:
@@ -20,10 +23,8 @@ class PostgresSourcePlugin:
         """A source for ``config``; nothing connects before ``open``.
 
         It is the streaming :class:`PostgresSource` wrapped by the snapshot layer, which takes
-        the initial snapshot and any requested re-snapshot (``snapshots.postgres``).
+        the initial snapshot and any requested re-snapshot (:mod:`.snapshot.source`).
         """
-        from snapshots.postgres import SnapshottingPostgresSource  # snapshots imports us
-
         return SnapshottingPostgresSource(config, context)
 
     @staticmethod
@@ -31,8 +32,6 @@ class PostgresSourcePlugin:
         config: PostgresSourceConfig, pipeline_name: str, table: str, where: str | None
     ) -> dict[str, Any]:
         """Ask the pipeline to re-snapshot ``table`` while it streams (``cdc snapshot``)."""
-        from snapshots.signal import request_snapshot
-
         return request_snapshot(config, pipeline_name, table, where)
 
     @staticmethod
@@ -41,8 +40,6 @@ class PostgresSourcePlugin:
     ) -> dict[str, Any]:
         """Ask the pipeline to drop snapshot request ``request_id`` (``None``: every request),
         queued, running or failed (``cdc snapshot --cancel``)."""
-        from snapshots.signal import cancel_snapshot
-
         return cancel_snapshot(config, pipeline_name, request_id)
 
     @staticmethod
@@ -50,8 +47,6 @@ class PostgresSourcePlugin:
         config: PostgresSourceConfig, schema: str, table: str
     ) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
         """Every current row of ``schema.table`` as the stream shapes it (``cdc verify``)."""
-        from snapshots.table_rows import table_rows
-
         return table_rows(config, schema, table)
 
     @staticmethod

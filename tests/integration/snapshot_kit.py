@@ -19,7 +19,7 @@ from cdc.log.embedded import EmbeddedLog
 from cdc.runtime.source_task import SourceTask
 from cdc.source import SourceContext
 from connectors.postgres import PostgresSourceConfig, drop_replication_objects
-from snapshots.postgres import SnapshottingPostgresSource
+from connectors.postgres.snapshot.source import SnapshottingPostgresSource
 
 PIPELINE = "snp"
 

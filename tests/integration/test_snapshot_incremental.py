@@ -12,8 +12,8 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from structlog.testing import capture_logs
 
-from snapshots.channel import Channel
-from snapshots.signal import request_snapshot
+from connectors.postgres.snapshot.channel import Channel
+from connectors.postgres.snapshot.signal import request_snapshot
 from tests.integration.snapshot_kit import PIPELINE, execute, pipeline
 
 

@@ -14,7 +14,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from cdc.errors import ConfigError
-from snapshots.signal import cancel_snapshot, request_snapshot
+from connectors.postgres.snapshot.signal import cancel_snapshot, request_snapshot
 from tests.integration.snapshot_kit import PIPELINE, execute, pipeline
 
 #: Slow enough (about 2 ms a row) that a request is still running when the test acts on it.

@@ -25,13 +25,13 @@ from connectors.postgres.catalog import TableInfo
 from connectors.postgres.pgoutput import Insert, Relation, RelationColumn, decode
 from connectors.postgres.protocol import str_to_lsn
 from connectors.postgres.relations import RelationState, build_state
+from connectors.postgres.snapshot.incremental import ChunkJob, window_records
+from connectors.postgres.snapshot.reader import SnapshotTable, lines_of
+from connectors.postgres.snapshot.rows import keyed_lines, to_records
 from connectors.postgres.stream import Assembler
 from connectors.postgres.toast import ToastFiller
 from connectors.postgres.types import TypeEntry, TypeRegistry, row_converter
 from snapshots.chunks import KeyChunk
-from snapshots.incremental import ChunkJob, window_records
-from snapshots.reader import SnapshotTable, lines_of
-from snapshots.rows import keyed_lines, to_records
 from tests.services.common import in_ci
 from tests.unit.test_pg_stream import FakeCatalog, FakeLog
 

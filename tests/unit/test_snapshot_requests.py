@@ -112,8 +112,8 @@ def test_every_request_a_cancel_all_dropped_stays_ended_however_many() -> None:
 
 
 def test_a_resumed_initial_snapshot_that_fails_stops_the_reader_not_its_other_tables() -> None:
-    from snapshots.channel import Channel
-    from snapshots.incremental import WatermarkReader, Work
+    from connectors.postgres.snapshot.channel import Channel
+    from connectors.postgres.snapshot.incremental import WatermarkReader, Work
     from snapshots.watermark import Watermarks
 
     state = SnapshotState()
@@ -151,8 +151,8 @@ def test_a_burst_of_ddl_needs_no_second_read_while_the_first_is_unread() -> None
     # The decision StreamSnapshots makes on each rewriting DDL (its state and windows only).
     from types import SimpleNamespace
 
-    from snapshots.incremental import ChunkJob, OpenWindow
-    from snapshots.streaming import StreamSnapshots
+    from connectors.postgres.snapshot.incremental import ChunkJob, OpenWindow
+    from connectors.postgres.snapshot.streaming import StreamSnapshots
 
     state = SnapshotState()
     planned(state, "public.t", "r1")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cdc.errors import ConfigError
-from snapshots.signal import check_where_text
+from connectors.postgres.snapshot.signal import check_where_text
 
 
 @pytest.mark.parametrize("where", ["id > 5", "name = 'ab'", "(a OR b) AND c IN (1, 2)"])

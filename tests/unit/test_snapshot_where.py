@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cdc.errors import ConfigError
-from snapshots.where import check_where_text, problems, tokens
+from connectors.postgres.snapshot.where import check_where_text, problems, tokens
 
 
 @pytest.mark.parametrize(

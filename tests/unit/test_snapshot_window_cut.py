@@ -24,14 +24,14 @@ from connectors.postgres import pgoutput as pg
 from connectors.postgres.catalog import TableInfo
 from connectors.postgres.pgoutput import Relation, RelationColumn
 from connectors.postgres.relations import build_state
+from connectors.postgres.snapshot.channel import WATERMARK, Channel
+from connectors.postgres.snapshot.incremental import ChunkJob, OpenWindow
+from connectors.postgres.snapshot.reader import SnapshotTable
+from connectors.postgres.snapshot.streaming import StreamSnapshots
 from connectors.postgres.types import TypeRegistry
-from snapshots.channel import WATERMARK, Channel
 from snapshots.chunks import KeyChunk
-from snapshots.incremental import ChunkJob, OpenWindow
 from snapshots.progress import LogReporter
-from snapshots.reader import SnapshotTable
 from snapshots.state import SnapshotState
-from snapshots.streaming import StreamSnapshots
 
 TABLE = "public.items"
 

@@ -20,9 +20,9 @@ from cdc.errors import SourceFatal
 from connectors.postgres.catalog import Catalog, TableInfo
 from connectors.postgres.pgoutput import Relation, RelationColumn
 from connectors.postgres.relations import RelationState, build_state
+from connectors.postgres.snapshot.copytext import split_line
 from connectors.postgres.types import TypeRegistry
 from snapshots.chunks import Chunk, KeyChunk, PageChunk, key_chunks, page_chunks
-from snapshots.copytext import split_line
 
 Values = tuple[str | None, ...]
 
@@ -153,7 +153,7 @@ def chunk_query(table: SnapshotTable, chunk: Chunk, where: str | None) -> sql.Co
     """``COPY (SELECT <columns> FROM t WHERE <range> [AND (<where>)]) TO STDOUT``.
 
     ``where`` is the operator's own SQL (``cdc snapshot --where``): trusted input, passed
-    through as :class:`psycopg.sql.SQL` after :func:`snapshots.signal.check_where` accepted it.
+    through as :class:`psycopg.sql.SQL` after :func:`.signal.check_where` accepted it.
     """
     conditions: list[sql.Composable] = [_range(table, chunk)]
     if where:
@@ -193,7 +193,7 @@ def read_lines(
 ) -> Iterator[list[bytes]]:
     """The chunk's rows as lines of COPY text (newline included or not), in pieces of at most
     ``piece_rows``: the native encoder reads them without splitting them in Python first
-    (:func:`snapshots.rows.to_records`)."""
+    (:func:`.rows.to_records`)."""
     piece: list[bytes] = []
     append = piece.append
     with conn.cursor() as cur, cur.copy(query) as copy:

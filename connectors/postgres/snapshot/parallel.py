@@ -26,9 +26,9 @@ from cdc.errors import CdcError, SourceFatal
 from cdc.log.base import Record
 from cdc.logging import Logger
 from connectors.postgres.replication import session_conninfo
+from connectors.postgres.snapshot.reader import SnapshotTable, chunk_query, read_lines
+from connectors.postgres.snapshot.rows import to_records
 from snapshots.chunks import Chunk
-from snapshots.reader import SnapshotTable, chunk_query, read_lines
-from snapshots.rows import to_records
 
 RETRIES = 3
 BACKOFF_S = 0.5

@@ -2,7 +2,7 @@
 through the change stream.
 
 A signal is a transactional logical message (prefix ``<pipeline>.signal``), or a row in the
-signal table for a role that may not emit messages (:mod:`snapshots.channel`), written on an
+signal table for a role that may not emit messages (:mod:`.channel`), written on an
 ordinary connection. The pipeline's source sees it in commit order, stores its effect with the
 batch that carried it, and then reads the table in chunks between watermarks while it keeps
 streaming, as Debezium's signalling does. A pipeline that is not running acts on the signal when
@@ -14,7 +14,7 @@ the stored offsets, keeps the source the only writer of its state and orders a c
 requests written before it.
 
 ``--where`` is SQL the operator writes, so it is trusted input: it is checked to be one boolean
-expression (:mod:`snapshots.where`) that the server accepts against the table, and evaluates on a
+expression (:mod:`.where`) that the server accepts against the table, and evaluates on a
 sample of its rows in a read-only transaction, then passed through as :class:`psycopg.sql.SQL`.
 """
 
@@ -33,9 +33,9 @@ from cdc.errors import ConfigError, SourceFatal
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.errors import connect_error
 from connectors.postgres.replication import session_conninfo
-from snapshots.channel import SIGNAL, choose
+from connectors.postgres.snapshot.channel import SIGNAL, choose
+from connectors.postgres.snapshot.where import check_where_text
 from snapshots.state import OFFSET_KEY
-from snapshots.where import check_where_text
 
 __all__ = ["cancel_snapshot", "check_where_text", "progress", "request_snapshot"]
 

@@ -38,18 +38,18 @@ from connectors.postgres import pgoutput as pg
 from connectors.postgres.catalog import Catalog
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.replication import session_conninfo
+from connectors.postgres.snapshot.channel import SIGNAL, WATERMARK, Channel, Marker, signal_rows
+from connectors.postgres.snapshot.incremental import ChunkJob, WatermarkReader, Work, window_records
+from connectors.postgres.snapshot.initial import describe_one
+from connectors.postgres.snapshot.reader import SnapshotTable, plan
+from connectors.postgres.snapshot.rows import KeyedRow
+from connectors.postgres.snapshot.where import problems
 from connectors.postgres.source import PostgresSource
 from connectors.postgres.types import TypeRegistry
-from snapshots.channel import SIGNAL, WATERMARK, Channel, Marker, signal_rows
 from snapshots.chunks import chunk_from_json, remaining
-from snapshots.incremental import ChunkJob, WatermarkReader, Work, window_records
-from snapshots.initial import describe_one
 from snapshots.progress import Reporter
-from snapshots.reader import SnapshotTable, plan
-from snapshots.rows import KeyedRow
 from snapshots.state import CAPTURED_KEY, OFFSET_KEY, SnapshotState, now_ms
 from snapshots.watermark import HIGH, LOW, Watermarks, parse
-from snapshots.where import problems
 
 
 @dataclass
@@ -385,7 +385,7 @@ class StreamSnapshots:
         return records
 
     def _signal(self, payload: str) -> None:
-        """A signal of ``cdc snapshot`` (:mod:`snapshots.signal`), in stream order."""
+        """A signal of ``cdc snapshot`` (:mod:`.signal`), in stream order."""
         try:
             signal = orjson.loads(payload)
             kind = signal.get("type", "snapshot")
@@ -454,7 +454,7 @@ def _key_json(event: ChangeEvent) -> bytes:
 
 
 def check_where(where: str) -> None:
-    """Refuse a ``--where`` that is not one expression (see :mod:`snapshots.where`).
+    """Refuse a ``--where`` that is not one expression (see :mod:`.where`).
 
     Raises:
         SourceFatal: the reasons; it fails the request, not the stream.

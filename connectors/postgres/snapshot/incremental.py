@@ -32,11 +32,11 @@ from cdc.logging import Logger
 from cdc.runtime.retry import Backoff, Decision, Stopped, classify, retry_until_stopped
 from connectors.postgres.relations import CONNECTOR
 from connectors.postgres.replication import session_conninfo
-from snapshots.channel import WATERMARK, Channel
+from connectors.postgres.snapshot.channel import WATERMARK, Channel
+from connectors.postgres.snapshot.parallel import ChunkFailed
+from connectors.postgres.snapshot.reader import SnapshotTable, chunk_query, read_lines
+from connectors.postgres.snapshot.rows import SEQUENCE_SHIFT, KeyedRow, keyed_lines
 from snapshots.chunks import Chunk
-from snapshots.parallel import ChunkFailed
-from snapshots.reader import SnapshotTable, chunk_query, read_lines
-from snapshots.rows import SEQUENCE_SHIFT, KeyedRow, keyed_lines
 from snapshots.state import SnapshotState
 from snapshots.watermark import HIGH, LOW, Watermarks, render
 

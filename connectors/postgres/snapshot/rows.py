@@ -18,8 +18,8 @@ from cdc.envelope import to_records as envelope_records
 from cdc.events import ChangeEvent, EncodedRow, Op, Row, SourceInfo
 from cdc.log.base import Record
 from connectors.postgres.relations import CONNECTOR, RelationState
-from snapshots.copytext import split_line
-from snapshots.reader import SnapshotTable, Values
+from connectors.postgres.snapshot.copytext import split_line
+from connectors.postgres.snapshot.reader import SnapshotTable, Values
 
 SEQUENCE_SHIFT = 32
 #: A snapshot row: the row (written natively, its values decoded on demand; or converted), and

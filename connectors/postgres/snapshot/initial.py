@@ -26,9 +26,9 @@ from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.lifecycle import check_slot, create_slot, ensure_publication
 from connectors.postgres.protocol import str_to_lsn
 from connectors.postgres.replication import ReplicationConnection, session_conninfo
+from connectors.postgres.snapshot.reader import SnapshotTable, describe, plan
 from connectors.postgres.types import TypeRegistry
 from snapshots.chunks import Chunk
-from snapshots.reader import SnapshotTable, describe, plan
 from snapshots.state import SnapshotState, now_ms
 
 

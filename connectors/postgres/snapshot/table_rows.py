@@ -16,8 +16,8 @@ from cdc.config import redact_url
 from connectors.postgres.catalog import Catalog
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.replication import session_conninfo
+from connectors.postgres.snapshot.reader import describe, read_rows
 from connectors.postgres.types import TypeRegistry
-from snapshots.reader import describe, read_rows
 
 PIECE_ROWS = 5000
 

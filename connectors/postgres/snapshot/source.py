@@ -31,15 +31,15 @@ from connectors.postgres.catalog import Catalog
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.lifecycle import drop_from_publication, publication_tables
 from connectors.postgres.protocol import str_to_lsn
+from connectors.postgres.snapshot.channel import Channel, choose, ensure_table
+from connectors.postgres.snapshot.initial import ExportedSnapshot, start_exported
+from connectors.postgres.snapshot.parallel import ExportedSnapshotReader, ReadSettings
+from connectors.postgres.snapshot.streaming import StreamSnapshots
 from connectors.postgres.source import PostgresSource, stored_lsn
 from connectors.postgres.stream import offsets_for
-from snapshots.channel import Channel, choose, ensure_table
-from snapshots.initial import ExportedSnapshot, start_exported
 from snapshots.modes import Action, StartState, added_tables, decide, table_changes
-from snapshots.parallel import ExportedSnapshotReader, ReadSettings
 from snapshots.progress import Reporter, reporter
 from snapshots.state import SnapshotState
-from snapshots.streaming import StreamSnapshots
 
 #: Most snapshot pieces (of up to 5,000 rows) in one log transaction.
 COMMIT_EVERY_PIECES = 10
@@ -177,7 +177,7 @@ class SnapshottingPostgresSource:
             connect_timeout_s=self._config.connect_timeout_s,
             pipeline=pipeline,
             db=exported.database,
-            position=exported.consistent_point - 1,  # see snapshots.rows: streams sort after
+            position=exported.consistent_point - 1,  # see .rows: streams sort after
             ts_ms=exported.ts_ms,
             piece_rows=min(5000, self._config.max_batch_events),
         )

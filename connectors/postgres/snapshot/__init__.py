@@ -1,0 +1,6 @@
+"""PostgreSQL snapshots: the initial snapshot over an exported snapshot, and incremental
+re-snapshots read between DBLog watermarks while the stream runs.
+
+The source-neutral parts (chunk state and planning, the watermark window, progress, modes) are
+the :mod:`snapshots` kit; what is here talks to PostgreSQL.
+"""
