@@ -38,6 +38,10 @@ def make_event(
 class ScriptedSource:
     """Returns scripted batches in order; an exception in the script is raised from ``poll``.
 
+    ``drained`` is set once the script has nothing more to hand out: on the poll that finds it
+    empty, or on the poll that raises its last item, an exception (with ``replay``, a reopen
+    after a retriable one may hand out batches again).
+
     ``acked`` records every ack, ``opened_with`` the offsets of every ``open``. With ``replay``,
     a reopen hands out again the batches given since the last ack, as a real source resumes
     from its stored offsets after the runtime rolled their transaction back.
@@ -67,6 +71,9 @@ class ScriptedSource:
             return SourceBatch()
         item = self.script.pop(0)
         if isinstance(item, BaseException):
+            if not self.script:
+                # A fatal error stops the runtime before any later poll could find it empty.
+                self.drained.set()
             raise item
         self._unacked.append(item)
         return item
