@@ -93,7 +93,8 @@ class FlakySink:
     Attributes:
         fail_flushes: the next N flushes raise ``SinkUnavailable`` (retriable).
         fatal_flush: every flush raises ``SinkFatal``.
-        down: while ``down()`` is true, writes raise ``SinkUnavailable``.
+        down: while ``down()`` is true, opens and writes raise ``SinkUnavailable``; ``refused``
+            counts them, which shows a test the runtime kept trying while it was down.
         bad_keys: keys whose records raise ``RecordError`` from ``write``.
     """
 
@@ -105,10 +106,12 @@ class FlakySink:
     flushed: list[SinkRecord] = field(default_factory=list)
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
     flush_attempts: int = 0
+    refused: int = 0
     resets: list[tuple[str, str]] = field(default_factory=list)
 
     def open(self) -> None:
         if self.down():
+            self.refused += 1
             raise SinkUnavailable("fake sink is down")
 
     def stored_offsets(self) -> Mapping[TopicPartition, int] | None:
@@ -116,6 +119,7 @@ class FlakySink:
 
     def write(self, records: Sequence[SinkRecord]) -> None:
         if self.down():
+            self.refused += 1
             raise SinkUnavailable("fake sink is down")
         for record in records:
             if record.key and record.key.get("id") in self.bad_keys:
