@@ -38,6 +38,10 @@ def make_event(
 class ScriptedSource:
     """Returns scripted batches in order; an exception in the script is raised from ``poll``.
 
+    ``drained`` is set once the script has nothing more to hand out: on the poll that finds it
+    empty, or on the poll that raises its last item, an exception (with ``replay``, a reopen
+    after a retriable one may hand out batches again).
+
     ``acked`` records every ack, ``opened_with`` the offsets of every ``open``. With ``replay``,
     a reopen hands out again the batches given since the last ack, as a real source resumes
     from its stored offsets after the runtime rolled their transaction back.
@@ -67,6 +71,9 @@ class ScriptedSource:
             return SourceBatch()
         item = self.script.pop(0)
         if isinstance(item, BaseException):
+            if not self.script:
+                # A fatal error stops the runtime before any later poll could find it empty.
+                self.drained.set()
             raise item
         self._unacked.append(item)
         return item
@@ -86,7 +93,8 @@ class FlakySink:
     Attributes:
         fail_flushes: the next N flushes raise ``SinkUnavailable`` (retriable).
         fatal_flush: every flush raises ``SinkFatal``.
-        down: while ``down()`` is true, writes raise ``SinkUnavailable``.
+        down: while ``down()`` is true, opens and writes raise ``SinkUnavailable``; ``refused``
+            counts them, which shows a test the runtime kept trying while it was down.
         bad_keys: keys whose records raise ``RecordError`` from ``write``.
     """
 
@@ -98,10 +106,12 @@ class FlakySink:
     flushed: list[SinkRecord] = field(default_factory=list)
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
     flush_attempts: int = 0
+    refused: int = 0
     resets: list[tuple[str, str]] = field(default_factory=list)
 
     def open(self) -> None:
         if self.down():
+            self.refused += 1
             raise SinkUnavailable("fake sink is down")
 
     def stored_offsets(self) -> Mapping[TopicPartition, int] | None:
@@ -109,6 +119,7 @@ class FlakySink:
 
     def write(self, records: Sequence[SinkRecord]) -> None:
         if self.down():
+            self.refused += 1
             raise SinkUnavailable("fake sink is down")
         for record in records:
             if record.key and record.key.get("id") in self.bad_keys:

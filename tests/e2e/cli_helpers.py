@@ -68,6 +68,39 @@ def tail_all(pipeline: Path, topic: str, cwd: Path) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in result.stdout.splitlines() if line]
 
 
+def topic_records(pipeline: Path, topic: str, cwd: Path, env: dict[str, str] | None = None) -> int:
+    """Records in ``topic``, all partitions, as ``cdc status --json`` reports its end offsets."""
+    result = cdc("status", str(pipeline), "--json", cwd=cwd, env=env)
+    assert result.returncode == 0, result.stderr
+    topics = orjson.loads(result.stdout)["topics"]
+    return sum(int(o) for t in topics if t["topic"] == topic for o in t["end_offsets"].values())
+
+
+def kill_mid_workload(
+    process: subprocess.Popen[str],
+    writer: Any,
+    pipeline: Path,
+    topic: str,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    records: int = 50,
+) -> None:
+    """SIGKILL ``cdc run`` once it is provably mid-work.
+
+    Mid-work: the run has put ``records`` of the workload into ``topic`` while the ``writer``
+    thread is still writing, so the source is behind it. A kill before or after would test
+    nothing, and fails here instead.
+    """
+    wait_for(
+        lambda: topic_records(pipeline, topic, cwd, env) >= records or not writer.is_alive(),
+        timeout=60,
+        process=process,
+        log=cwd / "run.log",
+    )
+    assert writer.is_alive(), f"the workload ended before {records} records reached {topic}"
+    stop(process, signal.SIGKILL)
+
+
 def latest_per_key(records: list[dict[str, Any]]) -> dict[str, Any]:
     """The state a compacted topic describes: the last value per key (tombstones drop it)."""
     state: dict[str, Any] = {}

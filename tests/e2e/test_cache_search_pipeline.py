@@ -4,7 +4,6 @@ sinks end equal, row by row, to the state the compacted topic describes."""
 from __future__ import annotations
 
 import signal
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -46,6 +45,14 @@ sinks:
     return path
 
 
+def generated(file: Path, cwd: Path) -> int:
+    """Changes the generator has stored in the log so far."""
+    result = cdc("status", str(file), "--json", cwd=cwd)
+    assert result.returncode == 0, result.stderr
+    offsets = orjson.loads(result.stdout)["source"]["offsets"]
+    return int(offsets.get("generator", {}).get("next", 0))
+
+
 def by_key(rows: Any) -> dict[str, Any]:
     return {orjson.dumps({"id": row["id"]}).decode(): row for _, row in rows}
 
@@ -56,9 +63,12 @@ def test_sigkill_restart_and_both_sinks_equal_the_topic(tmp_path: Path, redis_se
     cache = RedisSinkConfig(name="cache", type="redis", url=redis_server.url, key_prefix=prefix)
     search = SearchSinkConfig(name="search", type="search", path=str(tmp_path / "out/search"))
     run = start_run(file, tmp_path)
-    time.sleep(1.5)  # mid-run: the generator is a few thousand changes from done
+    # Mid-run: the generator has stored some of its changes, not all of them.
+    wait_for(lambda: generated(file, tmp_path) >= 500, 60, process=run, log=tmp_path / "run.log")
     run.send_signal(signal.SIGKILL)
     run.wait(10)
+    at_kill = generated(file, tmp_path)  # what is stored after the kill was stored at it
+    assert 0 < at_kill < CHANGES, f"killed with {at_kill} of {CHANGES} stored: not mid-run"
     run = start_run(file, tmp_path)
     try:
         topic = "gen.public.items"

@@ -84,10 +84,22 @@ def test_sigterm_stops_cleanly_and_a_restart_continues(tmp_path: Path) -> None:
 def test_sigkill_at_random_moments_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     pipeline = write_pipeline(tmp_path, changes=20000, rate=4000)
     rng = random.Random(11)
+    stored = 0
     for _ in range(3):
         process = start_run(pipeline, tmp_path)
-        time.sleep(rng.uniform(1.5, 3.0))
+        # Kill at a random point once this run has stored changes of its own. The changes
+        # stored after the kill are those stored at it: some more, not all, or it tested nothing.
+        target = stored + rng.randint(1000, 3000)
+        wait_for(
+            lambda target=target: stored_next(tmp_path, pipeline) >= target,
+            timeout=60,
+            process=process,
+            log=tmp_path / "run.log",
+        )
         stop(process, signal.SIGKILL)
+        at_kill = stored_next(tmp_path, pipeline)
+        assert stored < at_kill < 20000, f"killed with {at_kill} of 20000 stored: not mid-work"
+        stored = at_kill
     process = start_run(pipeline, tmp_path)
     wait_for(
         lambda: stored_next(tmp_path, pipeline) == 20000 and sink_lag(tmp_path, pipeline) == 0,

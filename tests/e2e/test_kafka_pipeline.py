@@ -32,6 +32,7 @@ from cdc.log.kafka import KafkaLog
 from tests.e2e.cli_helpers import (
     cdc,
     cdc_env,
+    kill_mid_workload,
     latest_per_key,
     start_run,
     stop,
@@ -313,12 +314,11 @@ def test_postgres_to_kafka_survives_a_sigkill(
         wait_for(lambda: "source.opened" in (tmp_path / "run.log").read_text(), timeout=60)
         writer = threading.Thread(target=_workload, args=(pg_db, time.monotonic() + 6, 11))
         writer.start()
-        time.sleep(2.5)
-        stop(run, signal.SIGKILL)
+        topic = f"{name}.public.accounts"
+        kill_mid_workload(run, writer, pipeline, topic, tmp_path, env)
         run = start_run(pipeline, tmp_path, env)
         writer.join()
         expected = _table(pg_db)
-        topic = f"{name}.public.accounts"
         wait_for(
             lambda: latest_per_key(tail_all(pipeline, topic, tmp_path)) == expected,
             timeout=60,

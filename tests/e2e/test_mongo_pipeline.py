@@ -83,12 +83,21 @@ def test_duckdb_and_redis_sinks_fed_from_mongodb_pass_verify(
             wait_for(lambda: caught_up(tmp_path, pipeline), timeout=60, interval=0.5)
             first = db.orders.find_one({"_id": 4})
             assert first is not None
+            topics = [f"mg.{t}" for t in tables]
+            before = records_in(status(tmp_path, pipeline), *topics)
             db.orders.update_one({"_id": 4}, {"$set": {"nested.deep.ok": False, "new": [1]}})
             db.orders.replace_one({"_id": 6}, {"only": "this"})
             db.orders.delete_one({"_id": 8})
             db.orders.insert_one(document(1001))
             db.customers.update_one({"_id": "c1"}, {"$unset": {"name": ""}})
-            time.sleep(1.5)
+            # In the log first (6 records: the delete brings its tombstone), or the sinks' lag
+            # of 0 could be from before the changes.
+            wait_for(
+                lambda: records_in(status(tmp_path, pipeline), *topics) >= before + 6,
+                timeout=60,
+                process=process,
+                log=tmp_path / "run.log",
+            )
             wait_for(lambda: caught_up(tmp_path, pipeline), timeout=60, interval=0.5)
             result = cdc("verify", str(pipeline), "--json", cwd=tmp_path)
             report = status(tmp_path, pipeline)
@@ -117,8 +126,12 @@ def _specs(pipeline: Path) -> list[Any]:
 
 def appended(pipeline: Path, topic: str, cwd: Path) -> int:
     """Records committed to ``topic`` so far (``cdc tail`` would not stop while writes go on)."""
-    report = status(cwd, pipeline)
-    ends = [t["end_offsets"] for t in report["topics"] if t["topic"] == topic]
+    return records_in(status(cwd, pipeline), topic)
+
+
+def records_in(report: dict[str, Any], *topics: str) -> int:
+    """Records the ``cdc status`` report counts in ``topics``."""
+    ends = [t["end_offsets"] for t in report["topics"] if t["topic"] in topics]
     return sum(sum(e.values()) for e in ends)
 
 
@@ -152,10 +165,20 @@ def test_sigkill_mid_stream_then_restart_loses_nothing(mongo_server: Any, tmp_pa
             wait_for(lambda: appended(pipeline, topic, tmp_path) > 260, timeout=60)
             process.send_signal(signal.SIGKILL)
             assert process.wait(10) == -signal.SIGKILL
-            killed_at = len(inserted)
-            time.sleep(1.0)  # changes keep coming while nothing captures them
+            killed_at, in_log = len(inserted), appended(pipeline, topic, tmp_path)
+            # Changes keep coming while nothing captures them...
+            wait_for(lambda: len(inserted) >= killed_at + 10, timeout=30)
             process = start_run(pipeline, tmp_path)
-            time.sleep(2.0)
+            # ...and while the restarted run has caught up with them and streams again.
+            wait_for(
+                lambda: (
+                    len(inserted) - killed_at > 20
+                    and appended(pipeline, topic, tmp_path) >= in_log + 40
+                ),
+                timeout=60,
+                process=process,
+                log=tmp_path / "run.log",
+            )
         finally:
             stop_event.set()
             writer.join()

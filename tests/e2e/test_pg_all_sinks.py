@@ -1,8 +1,10 @@
 """PostgreSQL through the CLI into all three sinks: a random workload over every type, then
 ``cdc verify`` and a row-by-row comparison of each sink with the table, with typed values.
 
-Also: the same under three SIGKILLs of ``cdc run`` (history mode must hold no duplicate), and
-Redis stopped for 20 s mid-run (no loss, the other sinks unaffected).
+Also: the same under three SIGKILLs of ``cdc run``, each once it is mid-work (history mode must
+hold no duplicate), and Redis stopped mid-run until the cache is well behind (no loss, the other
+sinks unaffected). Every wait is on a condition (the workload's commits, ``cdc status``), not a
+clock.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import contextlib
 import os
 import random
 import signal
-import time
 import uuid
 from decimal import Decimal
 from pathlib import Path
@@ -169,6 +170,50 @@ def assert_json_sink_equals_table(
             ), (sink, key, column.name)
 
 
+def table_records(report: dict[str, Any]) -> int:
+    """Records in the table's topic, all partitions: what the source has committed so far."""
+    topic = f"{report['pipeline']}.{TABLE[0]}.{TABLE[1]}"
+    ends = [t["end_offsets"] for t in report["topics"] if t["topic"] == topic]
+    return sum(int(o) for offsets in ends for o in offsets.values())
+
+
+def wait_status(
+    process: Any,
+    tmp_path: Path,
+    pipeline: Path,
+    env: dict[str, str],
+    holds: Any,
+    timeout: float = 120,
+) -> dict[str, Any]:
+    """Poll ``cdc status --json`` until ``holds(report)``; return that report."""
+    seen: dict[str, Any] = {}
+
+    def check() -> bool:
+        seen["status"] = status(tmp_path, pipeline, env)
+        return bool(holds(seen["status"]))
+
+    wait_for(check, timeout, 0.2, process=process, log=tmp_path / "run.log", last_seen=seen)
+    return seen["status"]
+
+
+# Transactions of the random workload (seeded, so the same changes every run), in place of
+# 8 s of it: the same amount on a machine of any speed, well past the 100 the first test needs.
+TRANSACTIONS = 250
+
+
+def run_workload(workload: Workload, process: Any, tmp_path: Path) -> None:
+    """Run ``workload`` beside ``cdc run`` until it committed ``TRANSACTIONS``."""
+    seen: dict[str, Any] = {}
+
+    def done() -> bool:
+        seen["committed"] = workload.count
+        return workload.count >= TRANSACTIONS
+
+    workload.start()
+    wait_for(done, timeout=120, process=process, log=tmp_path / "run.log", last_seen=seen)
+    workload.stop()
+
+
 def verify(tmp_path: Path, pipeline: Path, env: dict[str, str]) -> None:
     """``cdc verify`` passes for every sink (run while the pipeline still runs)."""
     result = cdc("verify", str(pipeline), "--json", cwd=tmp_path, env=env)
@@ -218,9 +263,7 @@ def test_all_sinks_equal_the_table_after_a_random_workload(
     pipeline = write_pipeline(tmp_path)
     process = start_run(pipeline, tmp_path, env)
     workload = Workload(dsn)
-    workload.start()
-    time.sleep(8)
-    workload.stop()
+    run_workload(workload, process, tmp_path)
     assert workload.count > 100
     wait_caught_up(process, tmp_path, pipeline, env, dsn, timeout=180)
     finish(process, tmp_path, pipeline, env, dsn)
@@ -234,13 +277,32 @@ def test_all_sinks_equal_the_table_on_kafka(
     env = {**env, "PIPE": f"shop_{uuid.uuid4().hex[:8]}", "KAFKA": kafka_server.bootstrap_servers}
     pipeline = write_pipeline(tmp_path, log=KAFKA_LOG)
     process = start_run(pipeline, tmp_path, env)
-    workload = Workload(dsn)
-    workload.start()
-    time.sleep(8)
-    workload.stop()
+    run_workload(Workload(dsn), process, tmp_path)
     wait_caught_up(process, tmp_path, pipeline, env, dsn, timeout=240)
     finish(process, tmp_path, pipeline, env, dsn)
     cdc("drop", str(pipeline), "--yes", cwd=tmp_path, env=env)
+
+
+def kill_mid_work(
+    process: Any,
+    workload: Workload,
+    tmp_path: Path,
+    pipeline: Path,
+    env: dict[str, str],
+    records: int,
+    rng: random.Random,
+) -> int:
+    """SIGKILL ``cdc run`` once it is provably mid-work; return the table's records then.
+
+    Mid-work: this run has committed a random number more records of the table than there
+    were (``records``) while the workload still writes, so the source is behind it.
+    """
+    target = records + rng.randint(50, 300)
+    report = wait_status(process, tmp_path, pipeline, env, lambda r: table_records(r) >= target)
+    assert process.poll() is None and workload.is_alive(), "the kill would test nothing"
+    assert not workload.stop_event.is_set()
+    stop(process, signal.SIGKILL)
+    return table_records(report)
 
 
 def test_three_sigkills_then_exact_state_and_no_history_duplicates(
@@ -251,12 +313,13 @@ def test_three_sigkills_then_exact_state_and_no_history_duplicates(
     workload = Workload(dsn)
     workload.start()
     rng = random.Random(5)
+    records = 0
     for _ in range(3):
         process = start_run(pipeline, tmp_path, env)
-        time.sleep(rng.uniform(2.0, 5.0))
-        stop(process, signal.SIGKILL)
+        records = kill_mid_work(process, workload, tmp_path, pipeline, env, records, rng)
     process = start_run(pipeline, tmp_path, env)
-    time.sleep(3)
+    more = records + 50  # the last run streams the workload too before it stops
+    wait_status(process, tmp_path, pipeline, env, lambda r: table_records(r) >= more)
     workload.stop()
     wait_caught_up(process, tmp_path, pipeline, env, dsn, timeout=240)
     finish(process, tmp_path, pipeline, env, dsn)
@@ -288,10 +351,19 @@ def test_redis_down_for_20_s_loses_nothing_and_others_keep_going(
         workload.start()
         redis_server.stop()
         try:
-            time.sleep(10)
-            during = status(tmp_path, pipeline, env)
-            time.sleep(10)
-            later = status(tmp_path, pipeline, env)
+            # Down until the cache has fallen 300 records further behind while the others kept
+            # up: what a fixed 20 s used to wait for, on a machine of any speed.
+            during = wait_status(process, tmp_path, pipeline, env, lambda r: lag(r, "cache") > 0)
+            behind = lag(during, "cache") + 300
+            later = wait_status(
+                process,
+                tmp_path,
+                pipeline,
+                env,
+                lambda r: (
+                    lag(r, "cache") >= behind and max(lag(r, "warehouse"), lag(r, "search")) < 200
+                ),
+            )
         finally:
             redis_server.start()
         workload.stop()

@@ -210,7 +210,10 @@ def test_sink_down_holds_back_and_loses_nothing(log: EmbeddedLog) -> None:
     task = sink_task(log, sink, stop)
     thread = threading.Thread(target=task.run)
     thread.start()
-    time.sleep(1.0)
+    deadline = time.monotonic() + 15
+    while sink.refused < 2 and time.monotonic() < deadline:  # tried, then retried
+        time.sleep(0.05)
+    assert sink.refused >= 2, f"the sink was tried {sink.refused} times while down"
     assert committed_total(log) == 0 and not sink.flushed
     is_down.clear()
     deadline = time.monotonic() + 15

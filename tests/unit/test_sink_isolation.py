@@ -223,10 +223,11 @@ def test_a_rebuild_is_done_only_once_the_last_record_at_the_reset_is_applied(
     log: EmbeddedLog,
 ) -> None:
     fill(log, range(1, 11))
-    gate = threading.Event()
+    gate, writing = threading.Event(), threading.Event()
 
     class Slow(MemorySink):
         def write(self, records: Sequence[SinkRecord]) -> None:
+            writing.set()
             gate.wait(10)
             super().write(records)
 
@@ -236,7 +237,7 @@ def test_a_rebuild_is_done_only_once_the_last_record_at_the_reset_is_applied(
     request = control.request_reset("s", "public.items")
     (thread,) = serve(task(log, "s", lambda: Slow(store), stop))
     wait_until(lambda: (control.find("s", request.id) or request).state == APPLIED)
-    time.sleep(0.3)
+    wait_until(writing.is_set)  # the rebuild has begun, held inside its first write
     assert (control.find("s", request.id) or request).state == APPLIED  # nothing applied yet
     gate.set()
     wait_until(lambda: (control.find("s", request.id) or request).state == DONE)
@@ -251,12 +252,14 @@ class HangingControl:
 
     def __init__(self, inner: EmbeddedLog, hang: threading.Event, release: threading.Event):
         self._inner, self._hang, self._release = inner, hang, release
+        self.hanging = threading.Event()  # a read of the control topic has begun to hang
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._inner, name)
 
     def end_offsets(self, topic: str) -> dict[int, int]:
         if topic.endswith(".__sinks") and self._hang.is_set():
+            self.hanging.set()
             self._release.wait(30)
         return self._inner.end_offsets(topic)
 
@@ -277,7 +280,7 @@ def test_a_sink_never_waits_on_the_control_topic(log: EmbeddedLog) -> None:
     thread.start()
     wait_until(lambda: committed(log, "s") == 3)
     hang.set()  # from now on the watcher hangs in its reads
-    time.sleep(0.2)
+    wait_until(slow.hanging.is_set)
     fill(log, range(4, 10))
     wait_until(lambda: committed(log, "s") == 9, timeout_s=10)  # the sink goes on meanwhile
     started = time.monotonic()
