@@ -50,7 +50,7 @@ apt:
 
 ## pip: the project in editable mode with its dev tools, and the native row encoder when a Rust
 ## toolchain is present (again only when pyproject.toml or the encoder changed).
-NATIVE_SOURCES := $(wildcard connectors/postgres/native/src/*.rs cdc/log/native/src/*.rs) connectors/postgres/native/Cargo.toml cdc/log/native/Cargo.toml
+NATIVE_SOURCES := $(wildcard connectors/postgres/native/src/*.rs cdc/log/embedded/native/src/*.rs) connectors/postgres/native/Cargo.toml cdc/log/embedded/native/Cargo.toml
 venv: $(PYTHON)
 $(PYTHON):
 	$(BASE_PYTHON) -m venv --clear $(VENV)
@@ -60,7 +60,7 @@ pip: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml $(NATIVE_SOURCES) | $(PYTHON)
 	PIP_ROOT_USER_ACTION=ignore $(PYTHON) -m pip install -q -e '.[dev]'
 	$(PYTHON) -c 'from connectors.postgres import fast; print("native row encoder:", "built" if fast.available() else "not built (no Rust toolchain): the pure-Python path runs")'
-	$(PYTHON) -c 'from cdc.log import embedded_native as n; print("native log appender:", "built" if n.available() else "not built (no Rust toolchain): executemany runs")'
+	$(PYTHON) -c 'from cdc.log.embedded import appender as n; print("native log appender:", "built" if n.available() else "not built (no Rust toolchain): executemany runs")'
 	touch $@
 
 ## jars: Kafka 4 and mongo-java-server with their dependencies, from Maven Central.

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 from bench.report import Figures
 from cdc.log.base import Record
 from cdc.log.embedded import EmbeddedLog
-from cdc.log.embedded_store import INSERT_RECORD, SCHEMA, SELECT_RANGE, connect, now_ms
+from cdc.log.embedded.store import INSERT_RECORD, SCHEMA, SELECT_RANGE, connect, now_ms
 
 TOPIC = "shop.public.customers"
 TARGET_APPEND = 100_000

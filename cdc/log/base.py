@@ -183,7 +183,7 @@ class Log(Protocol):
         Called by the source on its thread, after :meth:`source_offsets`. A log that can look
         any key up (embedded) ignores it; the Kafka log keeps those fields of each key's latest
         record in a local store from then on, restored from the topics where it lacks them
-        (:mod:`cdc.log.kafka_images`).
+        (:mod:`cdc.log.kafka.image_sync`).
         """
         ...
 

@@ -12,7 +12,7 @@ key has it, in this order of preference:
    image (:meth:`cdc.log.base.Log.latest_value`). The embedded log looks the key up in itself;
    the Kafka log in a local store of each key's latest TOAST-able values, which the source
    declares at open and at each Relation message (:meth:`ToastFiller.declare`,
-   :mod:`cdc.log.kafka_images`);
+   :mod:`cdc.log.kafka.image_sync`);
 4. the last resort, when the log truly lacks the key (a row never snapshotted, under
    ``snapshot: never``): a read of the row from the table. That reflects a later state than the
    change, so the event records which columns were read (``toast_fallback`` in its ``source``

@@ -23,8 +23,8 @@ import orjson
 import psycopg
 
 from cdc.config import KafkaLogConfig
-from cdc.log.images import FILE_NAME
 from cdc.log.kafka import KafkaLog
+from cdc.log.kafka.images import FILE_NAME
 from tests.e2e.cli_helpers import cdc, start_run, stop, wait_for
 
 KEYS = 24

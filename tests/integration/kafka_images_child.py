@@ -17,9 +17,8 @@ from pathlib import Path
 import orjson
 
 from cdc.config import KafkaLogConfig
-from cdc.log import images
 from cdc.log.base import Record
-from cdc.log.kafka import KafkaLog
+from cdc.log.kafka import KafkaLog, images
 
 
 def envelope(key: int, big: str) -> Record:

@@ -1,7 +1,7 @@
 """Key look-ups on the Kafka log from the source's latest-image store, against a real broker:
 what the open transaction appended, what an abort leaves, a restore from the topics, and the two
 crash points (SIGKILL with the Kafka transaction open, and between the Kafka commit and the
-store's commit). See cdc/log/kafka_images.py."""
+store's commit). See cdc/log/kafka/image_sync.py."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ import pytest
 
 from cdc.config import KafkaLogConfig
 from cdc.log.base import Record
-from cdc.log.images import FILE_NAME
 from cdc.log.kafka import KafkaLog
-from cdc.log.kafka_images import MARK_KEY
+from cdc.log.kafka.image_sync import MARK_KEY
+from cdc.log.kafka.images import FILE_NAME
 from tests.e2e.cli_helpers import cdc_env
 
 FIELDS = ["big"]

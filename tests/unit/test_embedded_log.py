@@ -15,15 +15,13 @@ from typing import Any
 import pytest
 
 from cdc.errors import LogError, LogFatal, LogUnavailable
-from cdc.log import (
-    embedded_compaction,
-    embedded_consumer,
-    embedded_native,
-    embedded_store,
-    embedded_txn,
-)
 from cdc.log.base import Record, StoredRecord, TopicPartition
 from cdc.log.embedded import EmbeddedLog
+from cdc.log.embedded import appender as embedded_native
+from cdc.log.embedded import compaction as embedded_compaction
+from cdc.log.embedded import consumer as embedded_consumer
+from cdc.log.embedded import store as embedded_store
+from cdc.log.embedded import txn as embedded_txn
 from tests.services.common import in_ci
 from tests.unit.log_suite import LogSuite, append, key, read_all
 
@@ -428,7 +426,7 @@ def test_maybe_compact_gives_way_to_a_writer_holding_the_lock(
     log.close()
 
 
-# -- the native appender (cdc/log/embedded_native.py) and executemany give the same log ---------
+# -- the native appender (cdc/log/embedded/appender.py) and executemany give the same log ---------
 
 both_paths = pytest.mark.parametrize("native", [True, False], ids=["native", "executemany"])
 

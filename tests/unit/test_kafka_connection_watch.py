@@ -9,8 +9,8 @@ import pytest
 import structlog
 from confluent_kafka import KafkaError
 
-from cdc.log import kafka_common
-from cdc.log.kafka_common import ConnectionWatch
+from cdc.log.kafka import common as kafka_common
+from cdc.log.kafka.common import ConnectionWatch
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ import pytest
 
 from cdc.errors import LogUnavailable
 from cdc.log.base import Record
-from cdc.log.kafka_common import ConnectionWatch
-from cdc.log.kafka_txn import KafkaTransaction
+from cdc.log.kafka.common import ConnectionWatch
+from cdc.log.kafka.txn import KafkaTransaction
 
 
 class FakeMessage:

@@ -1,5 +1,5 @@
 """The latest-image store without a broker: projection of envelopes, transactions that a
-rollback or a crash undoes, truncates, and the offsets digest (see cdc/log/images.py)."""
+rollback or a crash undoes, truncates, and the offsets digest (see cdc/log/kafka/images.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import orjson
 
 from cdc.log.base import Record
-from cdc.log.images import FILE_NAME, Change, ImageStore, fingerprint, project
-from cdc.log.kafka_images import SourceImages
+from cdc.log.kafka.image_sync import SourceImages
+from cdc.log.kafka.images import FILE_NAME, Change, ImageStore, fingerprint, project
 
 TOPIC = "p.public.docs"
 FIELDS = {TOPIC: ["big", "note"]}

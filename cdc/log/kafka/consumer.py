@@ -19,7 +19,7 @@ from confluent_kafka import TopicPartition as KafkaPartition
 
 from cdc.errors import LogError, LogFatal, LogUnavailable
 from cdc.log.base import PartitionsCallback, StartOffsets, StoredRecord, TopicPartition
-from cdc.log.kafka_common import ConnectionWatch, describe, error_of, translate, translated
+from cdc.log.kafka.common import ConnectionWatch, describe, error_of, translate, translated
 from cdc.logging import get_logger
 
 _COMMIT_RETRY_S = 30.0

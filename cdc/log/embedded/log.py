@@ -9,7 +9,7 @@ Concurrency: each thread gets its own connection. SQLite allows one writer at a 
 processes; readers never block and never see uncommitted data. A second process writing the
 same log (``cdc snapshot``) waits for the write lock for up to 60 s, then gets
 :class:`~cdc.errors.LogUnavailable`. Consumers do not rebalance: each gets every partition of its
-topics (see :class:`~cdc.log.embedded_consumer.EmbeddedConsumer`).
+topics (see :class:`~cdc.log.embedded.consumer.EmbeddedConsumer`).
 
 Errors from SQLite are translated at this boundary: a lock that outlasts the busy timeout is
 :class:`~cdc.errors.LogUnavailable`; corruption, a full or read-only disk and other failures are
@@ -27,10 +27,11 @@ from typing import Any, cast
 import orjson
 
 from cdc.errors import LogError, LogFatal, LogUnavailable
-from cdc.log import embedded_compaction, embedded_store
 from cdc.log.base import PartitionsCallback, StartOffsets, StoredRecord, TopicInfo, TopicPartition
-from cdc.log.embedded_consumer import EmbeddedConsumer
-from cdc.log.embedded_store import (
+from cdc.log.embedded import compaction as embedded_compaction
+from cdc.log.embedded import store as embedded_store
+from cdc.log.embedded.consumer import EmbeddedConsumer
+from cdc.log.embedded.store import (
     BUSY_TIMEOUT_MS,
     DB_FILE,
     INSERT_PARTITION,
@@ -46,7 +47,7 @@ from cdc.log.embedded_store import (
     translated,
     write_transaction,
 )
-from cdc.log.embedded_txn import EmbeddedTransaction
+from cdc.log.embedded.txn import EmbeddedTransaction
 from cdc.partitioner import partition_for
 
 _LATEST = (
@@ -237,7 +238,7 @@ class EmbeddedLog:
         """Keep only the latest record of each key; drop tombstones older than the retention.
 
         Records without a key are kept. Runs in short transactions (see
-        :mod:`cdc.log.embedded_compaction`), so appends are not held up for long.
+        :mod:`cdc.log.embedded.compaction`), so appends are not held up for long.
 
         Args:
             now_ms: the time tombstone ages are measured at (default: now).

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 from typing import NamedTuple
 
-from cdc.log.embedded_store import translated, write_transaction
+from cdc.log.embedded.store import translated, write_transaction
 
 CHUNK_RECORDS = 5_000
 # maybe_compact() runs a pass once this many records were appended since the last one...

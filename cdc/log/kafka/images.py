@@ -15,7 +15,7 @@ order against them that a restore could replay.
 
 Writes happen inside one SQLite transaction that the caller opens with the log transaction and
 commits only after the log committed, together with the log's *commit mark* (see
-:mod:`cdc.log.kafka_images`): reads on the same connection see the open transaction's writes,
+:mod:`cdc.log.kafka.image_sync`): reads on the same connection see the open transaction's writes,
 and a crash before the commit leaves nothing of them (SQLite rolls an unfinished transaction
 back by itself).
 """

@@ -23,7 +23,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 from cdc.config import KafkaLogConfig
 from cdc.errors import LogUnavailable
 from cdc.log.base import TopicPartition
-from cdc.log.kafka_common import client_config, describe, error_of, translate, translated
+from cdc.log.kafka.common import client_config, describe, error_of, translate, translated
 
 TIMEOUT_S = 15.0
 _GROUP_OFFSETS_TOPIC = "__consumer_offsets"

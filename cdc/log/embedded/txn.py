@@ -11,8 +11,8 @@ import orjson
 
 from cdc.errors import LogError
 from cdc.log.base import Record, TransactionContext
-from cdc.log.embedded_native import appender
-from cdc.log.embedded_store import (
+from cdc.log.embedded.appender import appender
+from cdc.log.embedded.store import (
     ADVANCE_PARTITION,
     DB_FILE,
     DELETE_SOURCE_OFFSET,
@@ -27,7 +27,7 @@ from cdc.log.embedded_store import (
 from cdc.partitioner import partition_for
 
 if TYPE_CHECKING:
-    from cdc.log.embedded import EmbeddedLog
+    from cdc.log.embedded.log import EmbeddedLog
 
 #: Each ``(topic id, partition)``'s first new offset and its records, in order.
 Placed = dict[tuple[int, int], tuple[int, list[Record]]]

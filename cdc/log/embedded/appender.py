@@ -1,5 +1,5 @@
-"""The embedded log's optional native appender (``cdc/log/native``, Rust): a batch of records into
-SQLite with the interpreter lock released for the whole batch.
+"""The embedded log's optional native appender (``cdc/log/embedded/native``, Rust): a batch of
+records into SQLite with the interpreter lock released for the whole batch.
 
 Why: ``executemany`` binds every row from Python objects and drops and retakes the interpreter
 lock around each row's step, so the log's writer thread convoys with any thread that has Python
@@ -41,7 +41,7 @@ def _load() -> Any:
     try:
         import _sqlite3
 
-        from cdc.log import _native  # type: ignore[attr-defined]
+        from cdc.log.embedded import _native  # type: ignore[attr-defined]
 
         library = _native.Sqlite(_LIBRARY, _sqlite3.__file__)
     except (ImportError, OSError, AttributeError):  # no extension, or not the same SQLite

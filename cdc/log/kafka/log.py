@@ -41,11 +41,11 @@ from cdc.log.base import (
     TopicInfo,
     TopicPartition,
 )
-from cdc.log.kafka_admin import EARLIEST, LATEST, KafkaAdmin
-from cdc.log.kafka_common import client_config, producer_config, reader_config, translated
-from cdc.log.kafka_consumer import KafkaConsumer, PartitionReader, RecordsCallback
-from cdc.log.kafka_images import SourceImages, split_mark
-from cdc.log.kafka_txn import KafkaTransaction, TransactionalWriter
+from cdc.log.kafka.admin import EARLIEST, LATEST, KafkaAdmin
+from cdc.log.kafka.common import client_config, producer_config, reader_config, translated
+from cdc.log.kafka.consumer import KafkaConsumer, PartitionReader, RecordsCallback
+from cdc.log.kafka.image_sync import SourceImages, split_mark
+from cdc.log.kafka.txn import KafkaTransaction, TransactionalWriter
 from cdc.partitioner import partition_for
 
 #: librdkafka's default ``message.max.bytes``: the client refuses larger records itself.
@@ -63,7 +63,7 @@ class KafkaLog:
     Args:
         pipeline: the pipeline name (offsets topic, transactional id, reader group).
         config: the pipeline file's ``log`` section.
-        state_dir: where the source keeps its latest images (:mod:`cdc.log.kafka_images`);
+        state_dir: where the source keeps its latest images (:mod:`cdc.log.kafka.image_sync`);
             without one, keys cannot be looked up (``latest_value`` raises).
 
     Raises:

@@ -2,10 +2,10 @@
 log's committed records (:meth:`cdc.log.base.Log.keep_latest`, ``latest_value``).
 
 The source declares the topics and fields it will look up (the PostgreSQL source: the
-TOAST-able columns of each table). The store (:class:`~cdc.log.images.ImageStore`, SQLite in the
-pipeline's state directory) then keeps, per key, those fields of the latest record, from two
-feeds: every record the source's transactions append, and, when the store lacks a topic or
-cannot be trusted, the topic itself read ``read_committed`` to its end (a *restore*).
+TOAST-able columns of each table). The store (:class:`~cdc.log.kafka.images.ImageStore`,
+SQLite in the pipeline's state directory) then keeps, per key, those fields of the latest
+record, from two feeds: every record the source's transactions append, and, when the store lacks
+a topic or cannot be trusted, the topic itself read ``read_committed`` to its end (a *restore*).
 
 Why the store is never ahead of the log, nor behind it unnoticed:
 
@@ -37,11 +37,11 @@ import orjson
 
 from cdc.errors import LogUnavailable
 from cdc.log.base import Record, StoredRecord
-from cdc.log.images import FILE_NAME, ImageStore, fingerprint
+from cdc.log.kafka.images import FILE_NAME, ImageStore, fingerprint
 from cdc.logging import get_logger
 
 if TYPE_CHECKING:
-    from cdc.log.kafka import KafkaLog
+    from cdc.log.kafka.log import KafkaLog
 
 #: The offsets-topic key of the commit mark (left out of what ``source_offsets`` returns).
 MARK_KEY = "__latest_images"

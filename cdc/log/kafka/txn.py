@@ -11,7 +11,7 @@ the same writer is open. Error handling follows librdkafka's transactional API r
   the runtime re-reads the source from the stored offsets;
 - a *fatal* error (above all a fenced producer) raises :class:`~cdc.errors.LogFatal`.
 
-A source transaction with latest images (:mod:`cdc.log.kafka_images`) feeds them every record it
+A source transaction with latest images (:mod:`cdc.log.kafka.image_sync`) feeds them every record it
 appends, writes a fresh commit mark to the offsets topic just before committing, and commits the
 images with that mark only once Kafka committed; an abort or a failed commit rolls them back.
 """
@@ -29,11 +29,11 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from cdc.errors import LogError, LogFatal, LogUnavailable, RecordTooLarge
 from cdc.log.base import Record, TransactionContext
-from cdc.log.kafka_common import FENCED, ConnectionWatch, describe, error_of, translate
-from cdc.log.kafka_images import MARK_KEY, SourceImages, mark_value
+from cdc.log.kafka.common import FENCED, ConnectionWatch, describe, error_of, translate
+from cdc.log.kafka.image_sync import MARK_KEY, SourceImages, mark_value
 
 if TYPE_CHECKING:
-    from cdc.log.kafka import KafkaLog
+    from cdc.log.kafka.log import KafkaLog
 
 # Serve delivery reports this often while producing, so their memory is freed as we go.
 _POLL_EVERY = 1000

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from cdc.errors import LogError
 from cdc.log.base import PartitionsCallback, StartOffsets, StoredRecord, TopicPartition
-from cdc.log.embedded_store import (
+from cdc.log.embedded.store import (
     SELECT_RANGE,
     UPSERT_CONSUMER_OFFSET,
     stored_records,
@@ -17,7 +17,7 @@ from cdc.log.embedded_store import (
 )
 
 if TYPE_CHECKING:
-    from cdc.log.embedded import EmbeddedLog
+    from cdc.log.embedded.log import EmbeddedLog
 
 # Another process's commit cannot signal this one, so an idle poll re-checks at this interval.
 POLL_INTERVAL_S = 0.02
