@@ -14,7 +14,7 @@ Set ``CDC_NATIVE=0`` to turn it off (to compare, or to rule it out).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Final, Protocol
 
 import orjson
@@ -23,20 +23,9 @@ from cdc import envelope
 from connectors.postgres import types as t
 from connectors.postgres.pgoutput import RelationColumn
 
-# Kind codes of native/src/lib.rs.
-TEXT, INT, BOOL, TIMESTAMPTZ, TIMESTAMP, DATE, TIME, PYTHON, JSONB = range(9)
-_JSONB_OID: Final = 3802
-
-_KIND_OF_CONVERTER: Final[dict[Callable[[str], Any], int]] = {
-    t._identity: TEXT,
-    int: INT,
-    t._bool: BOOL,
-    t._timestamptz: TIMESTAMPTZ,
-    t._timestamp: TIMESTAMP,
-    t._date: DATE,
-    t._time: TIME,
-}
-_ARRAY_ELEMENT_KINDS: Final = frozenset({TEXT, INT, BOOL})
+# The native encoder's kind codes (native/src/lib.rs) are TypeKind's values.
+PYTHON: Final = t.TypeKind.PYTHON
+_ARRAY_ELEMENT_KINDS: Final = frozenset({t.TypeKind.TEXT, t.TypeKind.INT, t.TypeKind.BOOL})
 
 
 #: What the encoder returns for a row: its JSON, its key (the key columns' values by name, in
@@ -102,7 +91,7 @@ def row_encoder(
                 orjson.dumps(column.name),
                 kind,
                 delimiter,
-                None if convert is t._identity else convert,
+                None if t.converter_kind(convert) is t.TypeKind.TEXT else convert,
             )
         )
     key_names = [columns[i].name for i in key_index]
@@ -113,18 +102,14 @@ def row_encoder(
 def _kind(registry: t.TypeRegistry, oid: int) -> tuple[int, str | None]:
     """The native kind of a type and, for a flat-array fast path, its delimiter.
 
-    Follows ``TypeRegistry._build``: a domain is its base type (``TypeRegistry.resolved``); an
-    array takes the fast path when its elements do, else its whole text goes to the Python
-    converter.
+    A domain is its base type (``TypeRegistry.kind``); an array takes the fast path when its
+    elements do, else its whole text goes to the Python converter.
     """
     entry = registry.resolved(oid)
     if entry is not None and entry.kind == "array":
         element = registry.get(entry.element_oid)
-        kind = _KIND_OF_CONVERTER.get(registry.raw_converter(entry.element_oid), PYTHON)
+        kind = registry.kind(entry.element_oid)
         if kind in _ARRAY_ELEMENT_KINDS:
             return kind, element.delimiter if element is not None else ","
         return PYTHON, None
-    if entry is not None and entry.oid == _JSONB_OID:
-        return JSONB, None  # not json: its text keeps duplicate keys and any escapes
-    kind = _KIND_OF_CONVERTER.get(registry.raw_converter(oid), PYTHON)
-    return kind, None
+    return registry.kind(oid), None

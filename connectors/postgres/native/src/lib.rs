@@ -1,6 +1,6 @@
 //! Optional accelerator of the PostgreSQL source: a row of text values to its JSON object.
 //!
-//! The Python converters (`connectors/postgres/types.py`) define every value's JSON form; this
+//! The Python converters (`connectors/postgres/types/`) define every value's JSON form; this
 //! module reproduces them byte for byte for the common shapes (text, integers, booleans, ISO
 //! timestamps and dates, flat arrays of those) and calls the Python converter for anything
 //! else, so its output always equals `orjson.dumps(row_converter(...)(values))`. Whenever it is
@@ -13,7 +13,8 @@ use std::io::Write;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
 
-/// How a column's text becomes JSON: the codes `connectors/postgres/fast.py` passes.
+/// How a column's text becomes JSON: the codes of `TypeKind`
+/// (`connectors/postgres/types/kinds.py`), which `connectors/postgres/fast.py` passes.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Text = 0,
@@ -557,7 +558,7 @@ fn scalar(kind: Kind, text: &str, out: &mut Vec<u8>) -> bool {
             }
             _ => false,
         },
-        // types.py's _timestamptz: 'YYYY-MM-DD HH:MM:SS[.f]+00' -> 'YYYY-MM-DDTHH:MM:SS[.f]Z'
+        // scalars.py's _timestamptz: 'YYYY-MM-DD HH:MM:SS[.f]+00' -> 'YYYY-MM-DDTHH:MM:SS[.f]Z'
         Kind::Timestamptz => {
             if !(plain_ascii(bytes) && iso_stamp(bytes) && bytes.ends_with(b"+00")) {
                 return false;
@@ -569,7 +570,7 @@ fn scalar(kind: Kind, text: &str, out: &mut Vec<u8>) -> bool {
             out.extend_from_slice(b"Z\"");
             true
         }
-        // types.py's _timestamp: the space becomes 'T' unless the value is BC.
+        // scalars.py's _timestamp: the space becomes 'T' unless the value is BC.
         Kind::Timestamp => {
             if !(plain_ascii(bytes) && iso_stamp(bytes) && !bytes.ends_with(b"C")) {
                 return false;
@@ -581,7 +582,7 @@ fn scalar(kind: Kind, text: &str, out: &mut Vec<u8>) -> bool {
             out.push(b'"');
             true
         }
-        // types.py's _plain_date and _plain_time: the text unchanged.
+        // scalars.py's _plain_date and _plain_time: the text unchanged.
         Kind::Date => {
             let plain = bytes.len() == 10 && bytes[4] == b'-' && bytes[7] == b'-';
             plain && plain_ascii(bytes) && quoted(bytes, out)
@@ -598,7 +599,7 @@ fn scalar(kind: Kind, text: &str, out: &mut Vec<u8>) -> bool {
 /// Deepest jsonb nesting the fast path writes (orjson refuses to write past 254 levels).
 const MAX_JSON_DEPTH: usize = 128;
 
-/// types.py's `parse_json` then orjson, for `jsonb` text whose numbers are all plain integers
+/// scalars.py's `parse_json` then orjson, for `jsonb` text whose numbers are all plain integers
 /// and whose strings hold no escape: PostgreSQL writes jsonb with a space after each `,` and `:`
 /// and each key once, and orjson writes the same values without the spaces. A string with an
 /// escape, or a number with a fraction or an exponent (Python's float reformats it), goes to the
@@ -674,7 +675,7 @@ fn jsonb_compact(bytes: &[u8], out: &mut Vec<u8>) -> bool {
     true
 }
 
-/// types.py's `_flat`: a one-dimensional array without quoted elements, split on the delimiter.
+/// arrays.py's `_flat`: a one-dimensional array without quoted elements, split on the delimiter.
 fn flat_array(kind: Kind, delimiter: u8, text: &str, out: &mut Vec<u8>) -> bool {
     let bytes = text.as_bytes();
     let simple = bytes.len() >= 2
@@ -717,7 +718,7 @@ fn plain_int(bytes: &[u8]) -> bool {
     digits == b"0" && bytes.len() == 1 || digits[0] != b'0'
 }
 
-/// types.py's `_is_iso_stamp`: 'YYYY-MM-DD HH:MM:SS...' with a four-digit year.
+/// scalars.py's `_is_iso_stamp`: 'YYYY-MM-DD HH:MM:SS...' with a four-digit year.
 fn iso_stamp(bytes: &[u8]) -> bool {
     bytes.len() >= 19 && bytes[4] == b'-' && bytes[10] == b' ' && bytes[13] == b':'
 }
