@@ -88,10 +88,10 @@ class FakeLog:
     offsets_topic = "p.__offsets"
     visible: list[dict[tuple[str, int], int]] = []
 
-    def _prepare(self, records: list[Record]) -> list[tuple[str, int, bytes | None, bytes | None]]:
+    def prepare(self, records: list[Record]) -> list[tuple[str, int, bytes | None, bytes | None]]:
         return [(r.topic, 0, r.key, r.value) for r in records]
 
-    def _wait_visible(self, last: dict[tuple[str, int], int]) -> None:
+    def wait_visible(self, last: dict[tuple[str, int], int]) -> None:
         self.visible.append(dict(last))
 
 

@@ -45,7 +45,7 @@ from cdc.log.kafka.admin import EARLIEST, LATEST, KafkaAdmin
 from cdc.log.kafka.common import client_config, producer_config, reader_config, translated
 from cdc.log.kafka.consumer import KafkaConsumer, PartitionReader, RecordsCallback
 from cdc.log.kafka.image_sync import SourceImages, split_mark
-from cdc.log.kafka.txn import KafkaTransaction, TransactionalWriter
+from cdc.log.kafka.txn import KafkaTransaction, Prepared, TransactionalWriter
 from cdc.partitioner import partition_for
 
 #: librdkafka's default ``message.max.bytes``: the client refuses larger records itself.
@@ -53,7 +53,6 @@ CLIENT_MAX_BYTES = 1_000_000
 #: Room for the record batch's own header and the record's framing.
 _FRAMING_BYTES = 128
 
-Prepared = tuple[str, int, bytes | None, bytes | None]
 UNASSIGNED = -1  # librdkafka's RD_KAFKA_PARTITION_UA: its configured partitioner decides
 
 
@@ -275,9 +274,9 @@ class KafkaLog:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    # -- for the transaction module ------------------------------------------------------------
+    # -- for its transactions (cdc.log.kafka.txn.TransactionLog) ------------------------------
 
-    def _prepare(self, records: Sequence[Record]) -> list[Prepared]:
+    def prepare(self, records: Sequence[Record]) -> list[Prepared]:
         """Check each record's size before any of them is produced, and pick its partition:
         0, or :data:`UNASSIGNED` for the producer's murmur2 partitioner (which
         ``tests/integration/test_kafka_log.py`` holds to :func:`cdc.partitioner.partition_for`).
@@ -303,6 +302,11 @@ class KafkaLog:
             partition = UNASSIGNED if key is not None and partitions > 1 else 0
             out.append((record.topic, partition, key, record.value))
         return out
+
+    def wait_visible(self, last: dict[tuple[str, int], int]) -> None:
+        """Wait until readers see each partition's records up to its ``last`` offset: the
+        broker writes a transaction's commit markers after it answered the commit."""
+        self._admin.wait_visible(last)
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -356,9 +360,6 @@ class KafkaLog:
         rf = self.config.replication_factor
         config = {**(defaults or {}), **self._topic_config()}
         self._admin.create(names, partitions, rf, config)
-
-    def _wait_visible(self, last: dict[tuple[str, int], int]) -> None:
-        self._admin.wait_visible(last)
 
     def _topic_config(self) -> dict[str, str]:
         config = {

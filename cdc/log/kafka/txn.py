@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -32,13 +32,31 @@ from cdc.log.base import Record, TransactionContext
 from cdc.log.kafka.common import FENCED, ConnectionWatch, describe, error_of, translate
 from cdc.log.kafka.image_sync import MARK_KEY, SourceImages, mark_value
 
-if TYPE_CHECKING:
-    from cdc.log.kafka.log import KafkaLog
-
 # Serve delivery reports this often while producing, so their memory is freed as we go.
 _POLL_EVERY = 1000
 _COMMIT_ATTEMPT_S = 10.0
 _ABORT_TIMEOUT_S = 10.0
+
+#: A record ready to produce: topic, partition (or librdkafka's "unassigned"), key, value.
+Prepared = tuple[str, int, bytes | None, bytes | None]
+
+
+class TransactionLog(Protocol):
+    """What a transaction needs of its log; :class:`~cdc.log.kafka.log.KafkaLog` has it."""
+
+    @property
+    def offsets_topic(self) -> str:
+        """The topic source offsets are produced to."""
+
+    def prepare(self, records: Sequence[Record]) -> list[Prepared]:
+        """Each record's topic, partition, key and value, every size checked first.
+
+        Raises:
+            RecordTooLarge: a record is over the client's or its topic's limit.
+        """
+
+    def wait_visible(self, last: dict[tuple[str, int], int]) -> None:
+        """Wait until readers see each partition's records up to its ``last`` offset."""
 
 
 class TransactionalWriter:
@@ -106,13 +124,13 @@ class KafkaTransaction(TransactionContext):
     As a context manager it commits on success and aborts on an exception.
 
     Args:
-        log: the log.
+        log: what the transaction needs of its log (records prepared, commits made visible).
         writer: the producer to use.
         images: the source's latest images, fed by this transaction (source writer only).
     """
 
     def __init__(
-        self, log: KafkaLog, writer: TransactionalWriter, images: SourceImages | None = None
+        self, log: TransactionLog, writer: TransactionalWriter, images: SourceImages | None = None
     ) -> None:
         if writer.owner == threading.get_ident():
             raise LogError("kafka log: this thread already has an open transaction")
@@ -157,7 +175,7 @@ class KafkaTransaction(TransactionContext):
             LogFatal: the producer was fenced or failed for good.
         """
         self._check_open()
-        prepared = self._log._prepare(records)  # checks sizes before producing anything
+        prepared = self._log.prepare(records)  # checks sizes before producing anything
         try:
             for topic, partition, key, value in prepared:
                 self._produce(topic, partition, key, value)
@@ -208,7 +226,7 @@ class KafkaTransaction(TransactionContext):
             self._images.committed(mark, self._offsets)
         # The broker writes the commit markers after answering: wait for them, so that on
         # return readers see the records, as with the embedded log.
-        self._log._wait_visible(self._last)
+        self._log.wait_visible(self._last)
 
     def abort(self) -> None:
         """Abort; a no-op once committed or aborted. Never raises for broker trouble."""
