@@ -14,14 +14,23 @@ from cdc.log.embedded.store import (
     UPSERT_CONSUMER_OFFSET,
     stored_records,
     translated,
+    write_transaction,
 )
 
 if TYPE_CHECKING:
-    from cdc.log.embedded.log import EmbeddedLog
+    from cdc.log.embedded.shared import LogState
 
 # Another process's commit cannot signal this one, so an idle poll re-checks at this interval.
 POLL_INTERVAL_S = 0.02
 DATA_VERSION = "PRAGMA data_version"
+SELECT_COMMITTED = 'SELECT topic, partition, next_offset FROM consumer_offsets WHERE "group" = ?'
+
+
+def committed_offsets(conn: sqlite3.Connection, group: str) -> dict[TopicPartition, int]:
+    """The group's committed next offsets."""
+    with translated("reading consumer offsets"):
+        rows = conn.execute(SELECT_COMMITTED, (group,)).fetchall()
+    return {TopicPartition(t, p): off for t, p, off in rows}
 
 
 class EmbeddedConsumer:
@@ -34,24 +43,34 @@ class EmbeddedConsumer:
     Positions start at ``start_offsets(...)`` where it returns one, else at the group's committed
     offset, else at 0 (the earliest record still in the log); ``poll`` advances them in memory and
     ``commit`` stores what the caller says is done. Use a consumer from one thread at a time.
+
+    Args:
+        state: the log's parts: connections to read through, the catalog that creates missing
+            topics, and the append signal an idle poll waits on.
+        group: the consumer group.
+        topics: the topics to read (created if missing).
+        start_offsets: see :meth:`cdc.log.base.Log.consumer`.
+        on_revoke: called with the whole assignment when the consumer closes.
     """
 
     def __init__(
         self,
-        log: EmbeddedLog,
+        state: LogState,
         group: str,
         topics: Sequence[str],
         start_offsets: StartOffsets | None,
         on_revoke: PartitionsCallback | None,
     ) -> None:
-        log.ensure_topics(topics)
-        self._log = log
+        self._connections = state.connections
+        self._appends = state.appends
+        conn = self._connections.get()
+        state.catalog.ensure(conn, topics)
         self._group = group
         self._on_revoke = on_revoke
         self._plan: list[tuple[TopicPartition, int]] = [
             (TopicPartition(topic, p), meta.id)
             for topic in dict.fromkeys(topics)
-            for meta in [log._meta(topic)]
+            for meta in [state.catalog.meta(conn, topic)]
             for p in range(meta.partitions)
         ]
         self._positions = self._initial_positions(start_offsets)
@@ -63,7 +82,7 @@ class EmbeddedConsumer:
         self._caught_up_at: tuple[int, int, int] | None = None
 
     def _initial_positions(self, start_offsets: StartOffsets | None) -> dict[TopicPartition, int]:
-        committed = self._log.committed_offsets(self._group)
+        committed = committed_offsets(self._connections.get(), self._group)
         positions = {tp: committed.get(tp, 0) for tp, _ in self._plan}
         if start_offsets is not None:
             chosen = start_offsets(list(positions))
@@ -80,18 +99,19 @@ class EmbeddedConsumer:
         deadline = time.monotonic() + timeout_s
         while True:
             self._check_open()
-            seen = self._log._generation
+            seen = self._appends.generation
             records = self._fetch(max_records)
             remaining = deadline - time.monotonic()
             if records or remaining <= 0:
                 return records
-            self._log._wait_for_append(seen, min(remaining, POLL_INTERVAL_S))
+            self._appends.wait(seen, min(remaining, POLL_INTERVAL_S))
 
     def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
         """Store the group's next offsets to read; durable on return."""
         self._check_open()
         rows = [(self._group, tp.topic, tp.partition, off) for tp, off in offsets.items()]
-        self._log._write(UPSERT_CONSUMER_OFFSET, rows, "committing consumer offsets")
+        with write_transaction(self._connections.get(), "committing consumer offsets") as conn:
+            conn.executemany(UPSERT_CONSUMER_OFFSET, rows)
 
     def assignment(self) -> list[TopicPartition]:
         """Every partition of the consumer's topics."""
@@ -106,16 +126,16 @@ class EmbeddedConsumer:
         if self._closed:
             return
         try:
-            if self._on_revoke is not None and not self._log.closed:
+            if self._on_revoke is not None and not self._connections.closed:
                 self._on_revoke(self.assignment())
         finally:
             self._closed = True
 
     def _fetch(self, max_records: int) -> list[StoredRecord]:
-        conn = self._log._conn()
+        conn = self._connections.get()
         with translated("reading records"):
             # Read before the fetch, so a commit that lands during it changes the version.
-            version = (id(conn), conn.execute(DATA_VERSION).fetchone()[0], self._log._generation)
+            version = (id(conn), conn.execute(DATA_VERSION).fetchone()[0], self._appends.generation)
             if version == self._caught_up_at:
                 return []  # nothing committed since every partition was read to its end
             out = self._fetch_partitions(conn, max_records)
@@ -142,5 +162,5 @@ class EmbeddedConsumer:
     def _check_open(self) -> None:
         if self._closed:
             raise LogError("embedded log: the consumer is closed")
-        if self._log.closed:
+        if self._connections.closed:
             raise LogError("embedded log: the log is closed")

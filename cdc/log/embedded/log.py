@@ -19,7 +19,6 @@ Errors from SQLite are translated at this boundary: a lock that outlasts the bus
 from __future__ import annotations
 
 import sqlite3
-import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -30,22 +29,18 @@ from cdc.errors import LogError, LogFatal, LogUnavailable
 from cdc.log.base import PartitionsCallback, StartOffsets, StoredRecord, TopicInfo, TopicPartition
 from cdc.log.embedded import compaction as embedded_compaction
 from cdc.log.embedded import store as embedded_store
-from cdc.log.embedded.consumer import EmbeddedConsumer
+from cdc.log.embedded.consumer import EmbeddedConsumer, committed_offsets
+from cdc.log.embedded.shared import AppendSignal, Connections, LogState, TopicCatalog
 from cdc.log.embedded.store import (
     BUSY_TIMEOUT_MS,
     DB_FILE,
-    INSERT_PARTITION,
-    INSERT_TOPIC,
     SELECT_RANGE,
-    SELECT_TOPIC,
     Durability,
     TopicMeta,
-    connect,
     migrate,
     read_snapshot,
     stored_records,
     translated,
-    write_transaction,
 )
 from cdc.log.embedded.txn import EmbeddedTransaction
 from cdc.partitioner import partition_for
@@ -93,41 +88,34 @@ class EmbeddedLog:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise LogFatal(f"embedded log: cannot create {self.path}: {exc.strerror}") from exc
-        self._local = threading.local()
-        self._connections: dict[int, sqlite3.Connection] = {}  # by thread ident
-        self._lock = threading.Lock()
-        self._appended = threading.Condition(threading.Lock())
-        self._generation = 0  # bumped by every commit in this process; wakes polls
-        self._topics: dict[str, TopicMeta] = {}
-        self.closed = False
+        self._connections = Connections(self.path / DB_FILE, durability, busy_timeout_ms)
+        self._catalog = TopicCatalog(partitions, tombstone_retention_ms)
+        # What transactions and consumers get instead of the log itself.
+        self._state = LogState(self._connections, self._catalog, AppendSignal())
         try:
             migrate(self._conn())
         except BaseException:
             self.close()
             raise
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` ran."""
+        return self._connections.closed
+
     # -- writing -------------------------------------------------------------------------------
 
     def ensure_topics(self, names: Sequence[str]) -> None:
         """Create missing topics (compacted, with this log's partition count)."""
-        conn = self._conn()
-        missing = [name for name in dict.fromkeys(names) if self._lookup(conn, name) is None]
-        if not missing:
-            return
-        created = {}
-        with write_transaction(conn, "creating topics"):
-            for name in missing:
-                created[name] = self._create_topic(conn, name)
-        with self._lock:
-            self._topics.update(created)
+        self._catalog.ensure(self._conn(), names)
 
     def begin(self) -> EmbeddedTransaction:
         """Start a write transaction on the calling thread (waits for other writers)."""
-        return EmbeddedTransaction(self, self._conn())
+        return EmbeddedTransaction(self._state, self._conn())
 
     def partition_for(self, topic: str, key: bytes | None) -> int:
         """The partition of ``key`` in ``topic`` (a topic not created yet: this log's count)."""
-        meta = self._lookup(self._conn(), topic)
+        meta = self._catalog.lookup(self._conn(), topic)
         return partition_for(key, meta.partitions if meta else self.partitions)
 
     # -- reading -------------------------------------------------------------------------------
@@ -145,7 +133,7 @@ class EmbeddedLog:
         There is no rebalancing between consumers: each one is assigned every partition, and
         ``on_revoke`` is called only when the consumer closes.
         """
-        return EmbeddedConsumer(self, group, topics, start_offsets, on_revoke)
+        return EmbeddedConsumer(self._state, group, topics, start_offsets, on_revoke)
 
     def read(self, topic: str, partition: int, offset: int, max_records: int) -> list[StoredRecord]:
         """Committed records of one partition from ``offset`` on, in offset order.
@@ -209,7 +197,7 @@ class EmbeddedLog:
     def latest_value(self, topic: str, key: bytes) -> bytes | None:
         """The newest value of ``key`` (``None`` if absent or tombstoned): committed, or
         appended by this thread's open transaction, which runs on the same connection."""
-        meta = self._lookup(self._conn(), topic)
+        meta = self._catalog.lookup(self._conn(), topic)
         if meta is None:
             return None
         args = (meta.id, partition_for(key, meta.partitions), key)
@@ -219,12 +207,7 @@ class EmbeddedLog:
 
     def committed_offsets(self, group: str) -> dict[TopicPartition, int]:
         """The group's committed next offsets."""
-        with translated("reading consumer offsets"):
-            rows = self._conn().execute(
-                'SELECT topic, partition, next_offset FROM consumer_offsets WHERE "group" = ?',
-                (group,),
-            )
-            return {TopicPartition(t, p): off for t, p, off in rows.fetchall()}
+        return committed_offsets(self._conn(), group)
 
     def groups(self) -> list[str]:
         """Every consumer group that committed offsets, sorted."""
@@ -272,16 +255,8 @@ class EmbeddedLog:
 
     def close(self) -> None:
         """Close every thread's connection; wakes waiting polls. Stop using the log first."""
-        with self._lock:
-            if self.closed:
-                return
-            self.closed = True
-            connections = list(self._connections.values())
-            self._connections.clear()
-        with self._appended:
-            self._appended.notify_all()
-        for conn in connections:
-            conn.close()
+        if self._connections.close():
+            self._state.appends.close()
 
     def __enter__(self) -> EmbeddedLog:
         return self
@@ -289,78 +264,10 @@ class EmbeddedLog:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    # -- for the transaction and consumer modules -----------------------------------------------
+    # -- internals ---------------------------------------------------------------------------
 
     def _conn(self) -> sqlite3.Connection:
-        if self.closed:
-            raise LogError("embedded log: the log is closed")
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = connect(self.path / DB_FILE, self.durability, self.busy_timeout_ms)
-            self._register(conn)
-            self._local.conn = conn
-        return conn
-
-    def _register(self, conn: sqlite3.Connection) -> None:
-        # Connections of threads that ended are closed here, so a process that starts threads
-        # over and over does not pile up open connections until close().
-        threading.current_thread()  # registers a thread that threading did not start
-        me = threading.get_ident()
-        alive = {thread.ident for thread in threading.enumerate()}
-        with self._lock:
-            stale = [i for i in self._connections if i not in alive or i == me]
-            for ident in stale:
-                self._connections.pop(ident).close()
-            self._connections[me] = conn
-
-    def _lookup(self, conn: sqlite3.Connection, topic: str) -> TopicMeta | None:
-        meta = self._topics.get(topic)
-        if meta is not None:
-            return meta
-        # Another process may have created it; topics are never deleted, so caching is safe...
-        with translated("looking a topic up"):
-            row = conn.execute(SELECT_TOPIC, (topic,)).fetchone()
-        if row is None:
-            return None
-        meta = TopicMeta(*row)
-        if not conn.in_transaction:  # ...but inside one, the row may be its own, uncommitted
-            with self._lock:
-                self._topics[topic] = meta
-        return meta
+        return self._connections.get()
 
     def _meta(self, topic: str) -> TopicMeta:
-        meta = self._lookup(self._conn(), topic)
-        if meta is None:
-            raise LogError(f"embedded log: unknown topic {topic!r}")
-        return meta
-
-    def _create_topic(self, conn: sqlite3.Connection, name: str) -> TopicMeta:
-        """Insert a topic and its partitions; the caller holds the write transaction."""
-        config = orjson.dumps(
-            {
-                "cleanup.policy": "compact",
-                "delete.retention.ms": str(self.tombstone_retention_ms),
-            }
-        )
-        with translated("creating a topic"):
-            conn.execute(INSERT_TOPIC, (name, self.partitions, config.decode()))
-            meta = TopicMeta(*conn.execute(SELECT_TOPIC, (name,)).fetchone())
-            conn.executemany(INSERT_PARTITION, [(meta.id, p) for p in range(meta.partitions)])
-        return meta
-
-    def _committed(self, topics: dict[str, TopicMeta]) -> None:
-        if topics:
-            with self._lock:
-                self._topics.update(topics)
-        with self._appended:
-            self._generation += 1
-            self._appended.notify_all()
-
-    def _wait_for_append(self, seen: int, timeout_s: float) -> None:
-        with self._appended:
-            if self._generation == seen and not self.closed:
-                self._appended.wait(timeout_s)
-
-    def _write(self, sql: str, rows: list[tuple[Any, ...]], doing: str) -> None:
-        with write_transaction(self._conn(), doing) as conn:
-            conn.executemany(sql, rows)
+        return self._catalog.meta(self._conn(), topic)

@@ -14,7 +14,6 @@ from cdc.log.base import Record, TransactionContext
 from cdc.log.embedded.appender import appender
 from cdc.log.embedded.store import (
     ADVANCE_PARTITION,
-    DB_FILE,
     DELETE_SOURCE_OFFSET,
     INSERT_RECORD,
     SELECT_NEXT_OFFSET,
@@ -27,7 +26,7 @@ from cdc.log.embedded.store import (
 from cdc.partitioner import partition_for
 
 if TYPE_CHECKING:
-    from cdc.log.embedded.log import EmbeddedLog
+    from cdc.log.embedded.shared import LogState
 
 #: Each ``(topic id, partition)``'s first new offset and its records, in order.
 Placed = dict[tuple[int, int], tuple[int, list[Record]]]
@@ -45,12 +44,18 @@ class EmbeddedTransaction(TransactionContext):
     Use it from the thread that called :meth:`EmbeddedLog.begin`. As a context manager it commits
     on success and aborts on an exception. After a failed ``append`` the transaction can only be
     aborted, because SQLite may hold part of the failed batch.
+
+    Args:
+        state: the log's parts: topics are looked up and created in its catalog, and a commit
+            wakes the polls waiting on its append signal.
+        conn: the calling thread's connection (``state.connections.get()``).
     """
 
-    def __init__(self, log: EmbeddedLog, conn: sqlite3.Connection) -> None:
-        self._log = log
+    def __init__(self, state: LogState, conn: sqlite3.Connection) -> None:
+        self._catalog = state.catalog
+        self._appends = state.appends
         self._conn = conn
-        self._native = appender(conn, log.path / DB_FILE)
+        self._native = appender(conn, state.connections.database)
         self._next: dict[tuple[int, int], int] = {}
         self._first: dict[tuple[int, int], int] = {}
         self._topics: dict[str, TopicMeta] = {}  # created by this transaction, cached on commit
@@ -115,7 +120,8 @@ class EmbeddedTransaction(TransactionContext):
                 self.abort()
             raise
         self._state = "committed"
-        self._log._committed(self._topics)
+        self._catalog.remember(self._topics)
+        self._appends.notify()
 
     def abort(self) -> None:
         """Roll back everything appended and stored; a no-op once committed or aborted."""
@@ -182,8 +188,8 @@ class EmbeddedTransaction(TransactionContext):
         return offset
 
     def _meta(self, topic: str) -> TopicMeta:
-        meta = self._topics.get(topic) or self._log._lookup(self._conn, topic)
+        meta = self._topics.get(topic) or self._catalog.lookup(self._conn, topic)
         if meta is None:
-            meta = self._log._create_topic(self._conn, topic)
+            meta = self._catalog.create(self._conn, topic)
             self._topics[topic] = meta
         return meta

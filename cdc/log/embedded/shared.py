@@ -1,0 +1,205 @@
+"""What an embedded log shares with its transactions and consumers, as named parts.
+
+The log owns one of each and hands them over in a :class:`LogState`: the per-thread
+connections (:class:`Connections`), the topic cache with the SQL that creates topics
+(:class:`TopicCatalog`), and the signal a commit gives waiting polls (:class:`AppendSignal`).
+Transactions and consumers use these, never the log's own members, so what each depends on is
+written in its constructor.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from cdc.errors import LogError
+from cdc.log.embedded.store import (
+    INSERT_PARTITION,
+    INSERT_TOPIC,
+    SELECT_TOPIC,
+    Durability,
+    TopicMeta,
+    connect,
+    translated,
+    write_transaction,
+)
+
+
+class Connections:
+    """One SQLite connection per thread, all closed by :meth:`close`.
+
+    Args:
+        database: the database file.
+        durability: see :class:`~cdc.log.embedded.log.EmbeddedLog`.
+        busy_timeout_ms: how long a write waits for another writer's lock.
+    """
+
+    def __init__(self, database: Path, durability: Durability, busy_timeout_ms: int) -> None:
+        self.database = database
+        self._durability: Durability = durability
+        self._busy_timeout_ms = busy_timeout_ms
+        self._local = threading.local()
+        self._by_thread: dict[int, sqlite3.Connection] = {}
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def get(self) -> sqlite3.Connection:
+        """The calling thread's connection, opened on first use.
+
+        Raises:
+            LogError: the log is closed.
+        """
+        if self.closed:
+            raise LogError("embedded log: the log is closed")
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = connect(self.database, self._durability, self._busy_timeout_ms)
+            self._register(conn)
+            self._local.conn = conn
+        return conn
+
+    def close(self) -> bool:
+        """Close every thread's connection; ``False`` if they were closed already."""
+        with self._lock:
+            if self.closed:
+                return False
+            self.closed = True
+            connections = list(self._by_thread.values())
+            self._by_thread.clear()
+        for conn in connections:
+            conn.close()
+        return True
+
+    def __len__(self) -> int:
+        """How many threads hold an open connection."""
+        return len(self._by_thread)
+
+    def _register(self, conn: sqlite3.Connection) -> None:
+        # Connections of threads that ended are closed here, so a process that starts threads
+        # over and over does not pile up open connections until close().
+        threading.current_thread()  # registers a thread that threading did not start
+        me = threading.get_ident()
+        alive = {thread.ident for thread in threading.enumerate()}
+        with self._lock:
+            stale = [i for i in self._by_thread if i not in alive or i == me]
+            for ident in stale:
+                self._by_thread.pop(ident).close()
+            self._by_thread[me] = conn
+
+
+class TopicCatalog:
+    """The topics of one log: looked up once and cached, created with the log's settings.
+
+    Args:
+        partitions: partition count of topics created here.
+        tombstone_retention_ms: the ``delete.retention.ms`` recorded in a new topic's config.
+    """
+
+    def __init__(self, partitions: int, tombstone_retention_ms: int) -> None:
+        self.partitions = partitions
+        self.tombstone_retention_ms = tombstone_retention_ms
+        self._topics: dict[str, TopicMeta] = {}
+        self._lock = threading.Lock()
+
+    def lookup(self, conn: sqlite3.Connection, topic: str) -> TopicMeta | None:
+        """The topic's id and partition count, or ``None`` if it does not exist (yet)."""
+        meta = self._topics.get(topic)
+        if meta is not None:
+            return meta
+        # Another process may have created it; topics are never deleted, so caching is safe...
+        with translated("looking a topic up"):
+            row = conn.execute(SELECT_TOPIC, (topic,)).fetchone()
+        if row is None:
+            return None
+        meta = TopicMeta(*row)
+        if not conn.in_transaction:  # ...but inside one, the row may be its own, uncommitted
+            with self._lock:
+                self._topics[topic] = meta
+        return meta
+
+    def meta(self, conn: sqlite3.Connection, topic: str) -> TopicMeta:
+        """Like :meth:`lookup`, for a topic that must exist.
+
+        Raises:
+            LogError: the topic does not exist.
+        """
+        meta = self.lookup(conn, topic)
+        if meta is None:
+            raise LogError(f"embedded log: unknown topic {topic!r}")
+        return meta
+
+    def create(self, conn: sqlite3.Connection, name: str) -> TopicMeta:
+        """Insert a topic and its partitions; the caller holds the write transaction and
+        :meth:`remember`\\ s the topic once it committed."""
+        config = orjson.dumps(
+            {
+                "cleanup.policy": "compact",
+                "delete.retention.ms": str(self.tombstone_retention_ms),
+            }
+        )
+        with translated("creating a topic"):
+            conn.execute(INSERT_TOPIC, (name, self.partitions, config.decode()))
+            meta = TopicMeta(*conn.execute(SELECT_TOPIC, (name,)).fetchone())
+            conn.executemany(INSERT_PARTITION, [(meta.id, p) for p in range(meta.partitions)])
+        return meta
+
+    def ensure(self, conn: sqlite3.Connection, names: Sequence[str]) -> None:
+        """Create the missing topics of ``names`` in a transaction of their own."""
+        missing = [name for name in dict.fromkeys(names) if self.lookup(conn, name) is None]
+        if not missing:
+            return
+        created = {}
+        with write_transaction(conn, "creating topics"):
+            for name in missing:
+                created[name] = self.create(conn, name)
+        self.remember(created)
+
+    def remember(self, topics: Mapping[str, TopicMeta]) -> None:
+        """Cache topics whose creation committed."""
+        if topics:
+            with self._lock:
+                self._topics.update(topics)
+
+
+class AppendSignal:
+    """Counts this process's commits and wakes the polls waiting for one.
+
+    Another process's commit cannot signal this one: a poll re-checks at an interval as well.
+    """
+
+    def __init__(self) -> None:
+        self.generation = 0  # read without the lock: a stale value only costs one more fetch
+        self.closed = False
+        self._appended = threading.Condition(threading.Lock())
+
+    def notify(self) -> None:
+        """A transaction committed: wake every waiting poll."""
+        with self._appended:
+            self.generation += 1
+            self._appended.notify_all()
+
+    def wait(self, seen: int, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` unless a commit came after ``seen`` or the log closed."""
+        with self._appended:
+            if self.generation == seen and not self.closed:
+                self._appended.wait(timeout_s)
+
+    def close(self) -> None:
+        """The log closed: wake every waiting poll, and wait no more."""
+        with self._appended:
+            self.closed = True
+            self._appended.notify_all()
+
+
+@dataclass(frozen=True, slots=True)
+class LogState:
+    """The parts of an embedded log its transactions and consumers work with."""
+
+    connections: Connections
+    catalog: TopicCatalog
+    appends: AppendSignal
