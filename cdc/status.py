@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from cdc import plugins
@@ -75,9 +76,17 @@ def source_report(log: Log, pipeline: Pipeline) -> dict[str, Any]:
     return report
 
 
+def appender_report() -> dict[str, str]:
+    """Which appender the embedded log uses in this install, and why: the same selection a
+    run makes, unless its environment sets ``CDC_NATIVE`` differently."""
+    from cdc.log.embedded import appender
+
+    return appender.SELECTION._asdict()
+
+
 def status_report(log: Log, pipeline: Pipeline) -> dict[str, Any]:
     source = source_report(log, pipeline)
-    return {
+    report = {
         "pipeline": pipeline.name,
         "log": pipeline.log.type,
         "source": source,
@@ -85,6 +94,9 @@ def status_report(log: Log, pipeline: Pipeline) -> dict[str, Any]:
         "topics": topics_report(log, pipeline),
         "sinks": sink_report(log, pipeline),
     }
+    if pipeline.log.type == "embedded":
+        report["log_appender"] = appender_report()
+    return report
 
 
 def print_topics(report: list[dict[str, Any]]) -> None:
@@ -103,6 +115,9 @@ def print_topics(report: list[dict[str, Any]]) -> None:
 def print_status(report: dict[str, Any]) -> None:
     console = Console()
     console.print(f"[bold]pipeline[/bold] {report['pipeline']}  [bold]log[/bold] {report['log']}")
+    appender = report.get("log_appender")
+    if appender is not None:
+        console.print(f"  appender: {appender['implementation']} ({escape(appender['reason'])})")
     source = report["source"]
     console.print(f"[bold]source[/bold] {source['type']}")
     for key, value in source.items():

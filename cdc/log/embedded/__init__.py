@@ -1,8 +1,10 @@
 """The embedded log: SQLite in the pipeline's state directory, one file, compacted in place.
 
 ``log`` is the :class:`~cdc.log.base.Log` itself; ``store`` the schema and stored offsets,
-``txn`` a transaction, ``consumer`` a consumer group's reads, ``compaction`` the cleaner, and
-``appender`` the optional native bulk insert (Rust, ``native/``).
+``txn`` a transaction, ``consumer`` a consumer group's reads, ``shared`` the parts the log hands
+its transactions and consumers (connections, topic catalog, append signal), ``compaction`` the
+cleaner, and ``appender`` the optional native bulk insert (Rust, ``native/``), which says which
+implementation runs and why.
 """
 
 from cdc.log.embedded.log import EmbeddedLog

@@ -14,7 +14,9 @@ field after the object header (``Modules/_sqlite/connection.h``, 3.11 to 3.13), 
 ``_sqlite3`` module resolves SQLite to the loaded ``libsqlite3.so.0`` (not a copy linked into
 it) of :data:`sqlite3.sqlite_version_info`, and only when ``sqlite3_db_filename`` of the handle
 names the log's own file. Anything else, no Rust toolchain at install, or ``CDC_NATIVE=0``:
-``executemany`` runs, with the same result.
+``executemany`` runs, with the same result. Which one runs is decided once, at import
+(:data:`SELECTION`, with the reason), logged as ``native.selected`` when the first log opens,
+and shown by ``cdc status``.
 """
 
 from __future__ import annotations
@@ -24,40 +26,95 @@ import os
 import sqlite3
 import sys
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal, NamedTuple
 
 from cdc.log.base import Record
+from cdc.logging import get_logger
 
 _LIBRARY: Final = "libsqlite3.so.0"
 # CPython versions whose connection object starts with the sqlite3 handle (checked by hand).
 _KNOWN_LAYOUT: Final = ((3, 11), (3, 12), (3, 13))
 
 
-def _load() -> Any:
-    if os.environ.get("CDC_NATIVE", "1") == "0":
-        return None
-    if sys.implementation.name != "cpython" or sys.version_info[:2] not in _KNOWN_LAYOUT:
-        return None
+class Selection(NamedTuple):
+    """Which appender runs in this process, and why (the same fields as the row encoder's)."""
+
+    implementation: Literal["rust", "python"]
+    reason: str
+
+
+def _interpreter() -> tuple[str, tuple[int, int]]:
+    """The interpreter's name and version (a function, so a test can pretend another)."""
+    return sys.implementation.name, (sys.version_info[0], sys.version_info[1])
+
+
+def _layout_problem() -> str | None:
+    """Why this interpreter's connection object cannot be read, if it cannot."""
+    name, version = _interpreter()
+    if name != "cpython":
+        return f"{name} is not CPython, whose connection object layout the appender reads"
+    if version not in _KNOWN_LAYOUT:
+        first, last = _KNOWN_LAYOUT[0], _KNOWN_LAYOUT[-1]
+        return (
+            f"Python {version[0]}.{version[1]} is outside {first[0]}.{first[1]}\u2013"
+            f"{last[0]}.{last[1]}, the versions whose connection object layout is known"
+        )
+    return None
+
+
+def _open_library() -> tuple[Any, str]:
+    """The loaded SQLite library's functions, or ``None`` and why not."""
     try:
         import _sqlite3
 
         from cdc.log.embedded import _native  # type: ignore[attr-defined]
-
+    except ImportError:
+        return None, "not built (no Rust toolchain when the package was installed)"
+    try:
         library = _native.Sqlite(_LIBRARY, _sqlite3.__file__)
-    except (ImportError, OSError, AttributeError):  # no extension, or not the same SQLite
-        return None
+    except OSError as exc:  # not loaded, a symbol missing, or the module's own copy of SQLite
+        return None, str(exc)
+    except AttributeError:
+        return None, "the built extension has no Sqlite class (an old build: reinstall)"
     major, minor, patch = sqlite3.sqlite_version_info
-    if library.version() != major * 1_000_000 + minor * 1000 + patch:
-        return None  # not the library the sqlite3 module uses
-    return library
+    loaded = int(library.version())
+    wanted = sqlite3.sqlite_version
+    if loaded != major * 1_000_000 + minor * 1000 + patch:
+        found = f"{loaded // 1_000_000}.{loaded // 1000 % 1000}.{loaded % 1000}"
+        return None, f"{_LIBRARY} is SQLite {found}, not the sqlite3 module's {wanted}"
+    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    return library, f"CPython {python}, {_LIBRARY} {wanted}"
 
 
-_SQLITE: Final = _load()
+def select() -> tuple[Any, Selection]:
+    """Decide which appender runs: the native library, or ``None`` for ``executemany``."""
+    if os.environ.get("CDC_NATIVE", "1") == "0":
+        return None, Selection("python", "CDC_NATIVE=0")
+    problem = _layout_problem()
+    if problem is not None:
+        return None, Selection("python", problem)
+    library, reason = _open_library()
+    return library, Selection("python" if library is None else "rust", reason)
+
+
+_SQLITE, SELECTION = select()
+_announced = False
 
 
 def available() -> bool:
     """Whether the native appender was built and may be used here."""
     return _SQLITE is not None
+
+
+def announce() -> None:
+    """Log ``native.selected`` with :data:`SELECTION`, once per process (the first log opened):
+    when the fast path is off, the log line says why."""
+    global _announced
+    if not _announced:
+        _announced = True
+        implementation, reason = SELECTION
+        logger = get_logger(component="log_appender")
+        logger.info("native.selected", implementation=implementation, reason=reason)
 
 
 class NativeAppender:

@@ -93,12 +93,13 @@ fn loaded(file: &str) -> PyResult<*mut c_void> {
     Ok(handle)
 }
 
-fn symbol<T: Copy>(handle: *mut c_void, name: &str) -> PyResult<T> {
+/// Function `name` of the loaded object `handle` (`file`, for the error message).
+fn symbol<T: Copy>(handle: *mut c_void, file: &str, name: &str) -> PyResult<T> {
     let cname = CString::new(name).expect("no NUL in a symbol name");
     let found = unsafe { dlsym(handle, cname.as_ptr()) };
     if found.is_null() {
         return Err(PyOSError::new_err(format!(
-            "{name} is not in the loaded SQLite library"
+            "symbol {name} missing from the SQLite library {file}"
         )));
     }
     // SAFETY: T is the function pointer type of `name` in sqlite3.h.
@@ -113,26 +114,26 @@ impl Sqlite {
     #[new]
     fn new(library: &str, module: &str) -> PyResult<Self> {
         let handle = loaded(library)?;
-        let step: *mut c_void = symbol(handle, "sqlite3_step")?;
-        let module_step: Option<*mut c_void> = symbol(loaded(module)?, "sqlite3_step").ok();
+        let step: *mut c_void = symbol(handle, library, "sqlite3_step")?;
+        let module_step: Option<*mut c_void> = symbol(loaded(module)?, module, "sqlite3_step").ok();
         if module_step != Some(step) {
             return Err(PyOSError::new_err(format!(
-                "{module} does not use {library}"
+                "{module} uses its own copy of SQLite, not {library}"
             )));
         }
         Ok(Sqlite {
-            prepare: symbol(handle, "sqlite3_prepare_v2")?,
-            bind_int64: symbol(handle, "sqlite3_bind_int64")?,
-            bind_blob: symbol(handle, "sqlite3_bind_blob")?,
-            bind_null: symbol(handle, "sqlite3_bind_null")?,
-            step: symbol(handle, "sqlite3_step")?,
-            reset: symbol(handle, "sqlite3_reset")?,
-            finalize: symbol(handle, "sqlite3_finalize")?,
-            extended_errcode: symbol(handle, "sqlite3_extended_errcode")?,
-            errmsg: symbol(handle, "sqlite3_errmsg")?,
-            errstr: symbol(handle, "sqlite3_errstr")?,
-            db_filename: symbol(handle, "sqlite3_db_filename")?,
-            libversion_number: symbol(handle, "sqlite3_libversion_number")?,
+            prepare: symbol(handle, library, "sqlite3_prepare_v2")?,
+            bind_int64: symbol(handle, library, "sqlite3_bind_int64")?,
+            bind_blob: symbol(handle, library, "sqlite3_bind_blob")?,
+            bind_null: symbol(handle, library, "sqlite3_bind_null")?,
+            step: symbol(handle, library, "sqlite3_step")?,
+            reset: symbol(handle, library, "sqlite3_reset")?,
+            finalize: symbol(handle, library, "sqlite3_finalize")?,
+            extended_errcode: symbol(handle, library, "sqlite3_extended_errcode")?,
+            errmsg: symbol(handle, library, "sqlite3_errmsg")?,
+            errstr: symbol(handle, library, "sqlite3_errstr")?,
+            db_filename: symbol(handle, library, "sqlite3_db_filename")?,
+            libversion_number: symbol(handle, library, "sqlite3_libversion_number")?,
         })
     }
 
