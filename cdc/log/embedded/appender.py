@@ -15,8 +15,8 @@ field after the object header (``Modules/_sqlite/connection.h``, 3.11 to 3.13), 
 it) of :data:`sqlite3.sqlite_version_info`, and only when ``sqlite3_db_filename`` of the handle
 names the log's own file. Anything else, no Rust toolchain at install, or ``CDC_NATIVE=0``:
 ``executemany`` runs, with the same result. Which one runs is decided once, at import
-(:data:`SELECTION`, with the reason), logged as ``native.selected`` when the first log opens,
-and shown by ``cdc status``.
+(:data:`SELECTION`, with the reason), logged as ``native.selected`` when a command opens the
+log, and shown by ``cdc status``.
 """
 
 from __future__ import annotations
@@ -107,8 +107,9 @@ def available() -> bool:
 
 
 def announce() -> None:
-    """Log ``native.selected`` with :data:`SELECTION`, once per process (the first log opened):
-    when the fast path is off, the log line says why."""
+    """Log ``native.selected`` with :data:`SELECTION`, once per process: when the fast path is
+    off, the log line says why. :func:`cdc.log.factory.open_log` calls it, as every command
+    that opens a pipeline's embedded log does."""
     global _announced
     if not _announced:
         _announced = True

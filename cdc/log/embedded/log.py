@@ -29,7 +29,6 @@ from cdc.errors import LogError, LogFatal, LogUnavailable
 from cdc.log.base import PartitionsCallback, StartOffsets, StoredRecord, TopicInfo, TopicPartition
 from cdc.log.embedded import compaction as embedded_compaction
 from cdc.log.embedded import store as embedded_store
-from cdc.log.embedded.appender import announce
 from cdc.log.embedded.consumer import EmbeddedConsumer, committed_offsets
 from cdc.log.embedded.shared import AppendSignal, Connections, LogState, TopicCatalog
 from cdc.log.embedded.store import (
@@ -98,7 +97,6 @@ class EmbeddedLog:
         except BaseException:
             self.close()
             raise
-        announce()
 
     @property
     def closed(self) -> bool:
