@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -39,16 +40,25 @@ def classify(exc: BaseException) -> Decision:
 
 @dataclass
 class Backoff:
-    """Exponential backoff with jitter, reset after a success."""
+    """Exponential backoff with jitter (``jitter``: the delay varies by up to that fraction),
+    reset after a success."""
 
     initial_s: float = 0.2
     maximum_s: float = 10.0
     attempt: int = 0
+    jitter: float = 0.2
+
+    @classmethod
+    def fixed(cls, delay_s: float) -> Backoff:
+        """The same delay before every retry, no jitter (a short wait for a moment to pass)."""
+        return cls(initial_s=delay_s, maximum_s=delay_s, jitter=0.0)
 
     def next_delay(self) -> float:
         delay = min(self.maximum_s, self.initial_s * (2.0**self.attempt))
         self.attempt += 1
-        return delay * random.uniform(0.8, 1.2)
+        if not self.jitter:
+            return delay
+        return delay * random.uniform(1.0 - self.jitter, 1.0 + self.jitter)
 
     def reset(self) -> None:
         self.attempt = 0
@@ -77,19 +87,62 @@ def retry_until_stopped(
         Exception: any error that is not retriable, unchanged; a retriable one after
             ``attempts`` tries.
     """
-    backoff = backoff or Backoff()
+
+    def log(exc: Exception, failures: int, delay: float) -> None:
+        logger.warning(event, error=str(exc), retry_in_s=round(delay, 2))
+
+    return retry(
+        operation, is_retriable, backoff or Backoff(), attempts=attempts, on_retry=log, stop=stop
+    )
+
+
+def is_retriable(exc: Exception) -> bool:
+    """Whether :func:`classify` says ``exc`` may heal."""
+    return classify(exc) is Decision.RETRY
+
+
+def retry(
+    operation: Callable[[], T],
+    retriable: Callable[[Exception], bool],
+    backoff: Backoff,
+    *,
+    attempts: int | None = None,
+    within_s: float | None = None,
+    on_retry: Callable[[Exception, int, float], None] | None = None,
+    stop: threading.Event | None = None,
+) -> T:
+    """Run ``operation`` until it succeeds, waiting ``backoff`` before each retry: the one
+    retry loop, for the runtime's errors (:func:`retry_until_stopped`) and for a driver's.
+
+    Args:
+        retriable: which errors are tried again; any other is raised at once, unchanged, as is
+            the last one after ``attempts`` tries or once ``within_s`` has passed (``None``:
+            no limit).
+        on_retry: told ``(error, failures so far, delay)`` before each wait.
+        stop: waited on instead of sleeping; raises :class:`Stopped` when set in a wait.
+    """
+    deadline = None if within_s is None else time.monotonic() + within_s
     failures = 0
     while True:
         try:
             result = operation()
         except Exception as exc:
             failures += 1
-            if classify(exc) is not Decision.RETRY or failures == attempts:
+            if not retriable(exc) or failures == attempts:
+                raise
+            if deadline is not None and time.monotonic() > deadline:
                 raise
             delay = backoff.next_delay()
-            logger.warning(event, error=str(exc), retry_in_s=round(delay, 2))
-            if stop.wait(delay):
-                raise Stopped() from exc
+            if on_retry is not None:
+                on_retry(exc, failures, delay)
+            _wait(delay, stop, exc)
             continue
         backoff.reset()
         return result
+
+
+def _wait(delay: float, stop: threading.Event | None, exc: Exception) -> None:
+    if stop is None:
+        time.sleep(delay)
+    elif stop.wait(delay):
+        raise Stopped() from exc

@@ -18,6 +18,7 @@ pipeline to stop. The next start of the pipeline tries the sink again too.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Mapping, Sequence
 
@@ -235,22 +236,16 @@ class SinkTask:
 
     def _apply(self, batch: list[SinkRecord]) -> None:
         """Write and flush ``batch``, retrying the whole batch on retriable errors."""
-        backoff = Backoff()
+        backoff = Backoff()  # one for the batch: a dead-lettered record does not reset it
         while True:
+            write = functools.partial(self._write_and_flush, batch)
             try:
-                self._write_and_flush(batch)
+                retry_until_stopped(write, self._stop, self._logger, "sink.retrying", backoff)
                 return
-            except Exception as exc:
-                decision = classify(exc)
-                if decision is Decision.SKIP and isinstance(exc, RecordError):
-                    batch = self._handle_bad_record(batch, exc)
-                    continue
-                if decision is not Decision.RETRY:
+            except RecordError as exc:
+                if classify(exc) is not Decision.SKIP:
                     raise
-                delay = backoff.next_delay()
-                self._logger.warning("sink.retrying", error=str(exc), retry_in_s=round(delay, 2))
-                if self._stop.wait(delay):
-                    raise Stopped() from exc
+                batch = self._handle_bad_record(batch, exc)
 
     def _write_and_flush(self, batch: list[SinkRecord]) -> None:
         assert self._sink is not None

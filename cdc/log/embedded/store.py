@@ -18,6 +18,7 @@ from typing import Any, Literal, NamedTuple
 
 from cdc.errors import LogError, LogFatal, LogUnavailable
 from cdc.log.base import StoredRecord
+from cdc.runtime.retry import Backoff, retry
 
 DB_FILE = "log.sqlite3"
 SCHEMA_VERSION = 1
@@ -244,17 +245,18 @@ def connect(
 def _enable_wal(conn: sqlite3.Connection) -> None:
     # Switching to WAL needs an exclusive moment that the busy handler does not always cover when
     # several processes open a new log at once, so retry briefly.
-    for attempt in range(50):
-        try:
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        except sqlite3.OperationalError as exc:
-            if attempt == 49 or exc.sqlite_errorcode & 0xFF not in _UNAVAILABLE:
-                raise
-            time.sleep(0.05)
-            continue
-        if str(mode).lower() != "wal":
-            raise LogFatal(f"embedded log: cannot use WAL mode (journal_mode is {mode})")
-        return
+    mode = retry(
+        lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone()[0],
+        _busy,
+        Backoff.fixed(0.05),
+        attempts=50,
+    )
+    if str(mode).lower() != "wal":
+        raise LogFatal(f"embedded log: cannot use WAL mode (journal_mode is {mode})")
+
+
+def _busy(exc: Exception) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and exc.sqlite_errorcode & 0xFF in _UNAVAILABLE
 
 
 def migrate(conn: sqlite3.Connection) -> None:

@@ -24,6 +24,7 @@ from cdc.config import KafkaLogConfig
 from cdc.errors import LogUnavailable
 from cdc.log.base import TopicPartition
 from cdc.log.kafka.common import client_config, describe, error_of, translate, translated
+from cdc.runtime.retry import Backoff, retry
 
 TIMEOUT_S = 15.0
 _GROUP_OFFSETS_TOPIC = "__consumer_offsets"
@@ -153,15 +154,7 @@ class KafkaAdmin:
     @staticmethod
     def _retrying(request: Callable[[], Any]) -> Any:
         """``request()``, again while it fails for a moving leader or coordinator."""
-        deadline = time.monotonic() + TIMEOUT_S
-        while True:
-            try:
-                return request()
-            except KafkaException as exc:
-                err = error_of(exc)
-                if err is None or err.fatal() or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        return retry(request, _moving, Backoff.fixed(0.1), within_s=TIMEOUT_S)
 
     def groups(self) -> list[str]:
         """Every consumer group the cluster knows, sorted."""
@@ -200,3 +193,11 @@ class KafkaAdmin:
             for name, topic in metadata.topics.items()
             if topic.error is None
         }
+
+
+def _moving(exc: Exception) -> bool:
+    """A Kafka error that a moving leader or coordinator explains: not fatal, may heal."""
+    if not isinstance(exc, KafkaException):
+        return False
+    err = error_of(exc)
+    return err is not None and not err.fatal()

@@ -21,6 +21,7 @@ from cdc.errors import LogError, LogFatal, LogUnavailable
 from cdc.log.base import PartitionsCallback, StartOffsets, StoredRecord, TopicPartition
 from cdc.log.kafka.common import ConnectionWatch, describe, error_of, translate, translated
 from cdc.logging import get_logger
+from cdc.runtime.retry import Backoff, retry
 
 _COMMIT_RETRY_S = 30.0
 _READ_TIMEOUT_S = 20.0
@@ -237,25 +238,34 @@ class KafkaConsumer:
 
     def _commit(self, offsets: Mapping[TopicPartition, int]) -> None:
         partitions = [KafkaPartition(tp.topic, tp.partition, off) for tp, off in offsets.items()]
-        deadline = time.monotonic() + _COMMIT_RETRY_S
-        while True:
-            try:
-                self._consumer.commit(offsets=partitions, asynchronous=False)
-                break
-            except KafkaException as exc:
-                err = error_of(exc)
-                if err is not None and err.code() in _REBALANCED:
-                    _logger.warning("kafka.commit_dropped", reason=describe(err, exc))
-                    return
-                if (err is None or not err.fatal()) and time.monotonic() < deadline:
-                    time.sleep(0.2)
-                    continue
-                raise translate(exc, "committing consumer offsets", self._servers) from exc
+        try:
+            committed = retry(
+                lambda: self._commit_once(partitions),
+                _transient,
+                Backoff.fixed(0.2),
+                within_s=_COMMIT_RETRY_S,
+            )
+        except KafkaException as exc:
+            raise translate(exc, "committing consumer offsets", self._servers) from exc
+        if not committed:
+            return
         self._watch.reached()
         self._committed.update(offsets)
         for tp, offset in offsets.items():
             if self._returned.get(tp, 0) < offset:
                 self._returned[tp] = offset
+
+    def _commit_once(self, partitions: list[KafkaPartition]) -> bool:
+        """Commit; False if a rebalance took the partitions away (the commit is dropped)."""
+        try:
+            self._consumer.commit(offsets=partitions, asynchronous=False)
+        except KafkaException as exc:
+            err = error_of(exc)
+            if err is not None and err.code() in _REBALANCED:
+                _logger.warning("kafka.commit_dropped", reason=describe(err, exc))
+                return False
+            raise
+        return True
 
     def _check_open(self) -> None:
         if self._closed:
@@ -376,3 +386,11 @@ class PartitionReader:
                 self._consumer.close()
             except (KafkaException, RuntimeError) as exc:
                 _logger.warning("kafka.reader_close_failed", error=str(exc))
+
+
+def _transient(exc: Exception) -> bool:
+    """A commit error worth another try: any but a fatal one."""
+    if not isinstance(exc, KafkaException):
+        return False
+    err = error_of(exc)
+    return err is None or not err.fatal()

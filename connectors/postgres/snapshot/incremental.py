@@ -29,7 +29,7 @@ from cdc.errors import SourceFatal, SourceUnavailable
 from cdc.events import ChangeEvent, EncodedRow, Op, SourceInfo
 from cdc.log.base import Record
 from cdc.logging import Logger
-from cdc.runtime.retry import Backoff, Decision, Stopped, classify, retry_until_stopped
+from cdc.runtime.retry import Backoff, Decision, Stopped, classify, retry, retry_until_stopped
 from connectors.postgres.relations import CONNECTOR
 from connectors.postgres.replication import session_conninfo
 from connectors.postgres.snapshot.channel import WATERMARK, Channel
@@ -298,22 +298,25 @@ class WatermarkReader:
         in the snapshot taken right after the low watermark (``after_low``) and already finished
         in the commit log; the read waits (briefly) until none is left.
         """
-        for _ in range(RACE_RETRIES):
-            try:
-                with conn.transaction():
-                    # Read-only, as the request's check was: the operator's --where may call
-                    # functions, and none may write (nextval() would advance once per row).
-                    conn.execute(
-                        sql.SQL("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                    )
-                    [(racing,)] = conn.execute(_RACING, (after_low,)).fetchall()
-                    if racing:
-                        raise _Racing
-                    return self._read(conn, job)
-            except _Racing:
-                time.sleep(0.002)
-        # Retriable: such a transaction leaves the process array soon; a new window will see it.
-        raise SourceUnavailable(f"transactions before watermark of {job.table.name} stay invisible")
+
+        def read() -> dict[bytes, KeyedRow]:
+            with conn.transaction():
+                # Read-only, as the request's check was: the operator's --where may call
+                # functions, and none may write (nextval() would advance once per row).
+                conn.execute(sql.SQL("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"))
+                [(racing,)] = conn.execute(_RACING, (after_low,)).fetchall()
+                if racing:
+                    raise _Racing
+                return self._read(conn, job)
+
+        try:
+            racing = Backoff.fixed(0.002)
+            return retry(read, lambda exc: isinstance(exc, _Racing), racing, attempts=RACE_RETRIES)
+        except _Racing:
+            # Retriable: such a transaction leaves the process array soon; a new window sees it.
+            raise SourceUnavailable(
+                f"transactions before watermark of {job.table.name} stay invisible"
+            ) from None
 
     def _read(self, conn: psycopg.Connection[Any], job: ChunkJob) -> dict[bytes, KeyedRow]:
         state = job.table.state

@@ -12,6 +12,7 @@ connection is alive), then the failure is handed to the poll thread, which stops
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import time
@@ -25,6 +26,7 @@ from psycopg import sql
 from cdc.errors import CdcError, SourceFatal
 from cdc.log.base import Record
 from cdc.logging import Logger
+from cdc.runtime.retry import Backoff, retry
 from connectors.postgres.replication import session_conninfo
 from connectors.postgres.snapshot.reader import SnapshotTable, chunk_query, read_lines
 from connectors.postgres.snapshot.rows import to_records
@@ -32,6 +34,8 @@ from snapshots.chunks import Chunk
 
 RETRIES = 3
 BACKOFF_S = 0.5
+#: What a chunk read retries on a fresh connection: any error of the server or the log.
+_READ_ERRORS = (psycopg.Error, CdcError)
 
 
 class ChunkFailed(SourceFatal):
@@ -170,31 +174,41 @@ class ExportedSnapshotReader:
         self, conn: psycopg.Connection[Any] | None, table: SnapshotTable, chunk: Chunk
     ) -> psycopg.Connection[Any]:
         settings = self._settings
-        for attempt in range(settings.retries + 1):
+        held = [conn]  # the connection a retry reuses: none after a failure
+
+        def attempt() -> psycopg.Connection[Any]:
+            current = held[0] = held[0] or self._connect()
             try:
-                conn = conn or self._connect()
-                self._read(conn, table, chunk)
-                return conn
-            except (psycopg.Error, CdcError) as exc:
-                if conn is not None:
-                    conn.close()
-                conn = None
-                if attempt >= settings.retries or self._shared.stop.is_set():
-                    raise ChunkFailed(
-                        f"snapshot of {table.name} failed in chunk {chunk.index} after "
-                        f"{settings.retries} retries: {exc}"
-                    ) from exc
-                delay = settings.backoff_s * 2**attempt
-                self._logger.warning(
-                    "snapshot.chunk_retry",
-                    table=table.name,
-                    chunk=chunk.index,
-                    attempt=attempt + 1,
-                    error=str(exc),
-                    retry_in_s=delay,
-                )
-                time.sleep(delay)
-        raise AssertionError("unreachable")
+                self._read(current, table, chunk)
+            except (psycopg.Error, CdcError):
+                current.close()
+                held[0] = None
+                raise
+            return current
+
+        def log(exc: Exception, failures: int, delay: float) -> None:
+            self._logger.warning(
+                "snapshot.chunk_retry",
+                table=table.name,
+                chunk=chunk.index,
+                attempt=failures,
+                error=str(exc),
+                retry_in_s=delay,
+            )
+
+        try:
+            return retry(
+                attempt,
+                lambda exc: isinstance(exc, _READ_ERRORS) and not self._shared.stop.is_set(),
+                Backoff(initial_s=settings.backoff_s, maximum_s=math.inf, jitter=0.0),
+                attempts=settings.retries + 1,
+                on_retry=log,
+            )
+        except _READ_ERRORS as exc:
+            raise ChunkFailed(
+                f"snapshot of {table.name} failed in chunk {chunk.index} after "
+                f"{settings.retries} retries: {exc}"
+            ) from exc
 
     def _connect(self) -> psycopg.Connection[Any]:
         settings = self._settings
