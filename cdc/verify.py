@@ -27,9 +27,9 @@ from typing import Any
 import orjson
 
 from cdc.envelope import exact
-from cdc.errors import LogError, LogFatal, LogUnavailable
 from cdc.events import topic_name
 from cdc.log.base import Log, TopicPartition
+from cdc.log.offsets import end_offsets
 from cdc.normalize import canonical_row
 from cdc.runtime.sink_control import SinkControl
 from cdc.runtime.sink_task import group_name
@@ -261,7 +261,7 @@ def lagging(
     if an error stopped the sink.
     """
     goals = {
-        (sink, f"{s}.{t}"): (topic, _end_offsets(log, topic))
+        (sink, f"{s}.{t}"): (topic, end_offsets(log, topic))
         for sink, names in tables.items()
         for s, t in names
         for topic in [topic_name(pipeline, s, t)]
@@ -304,15 +304,6 @@ def _behind(
                 "reason": state.get("reason"),
             }
     return behind
-
-
-def _end_offsets(log: Log, topic: str) -> dict[int, int]:
-    try:
-        return log.end_offsets(topic)
-    except (LogUnavailable, LogFatal):
-        raise
-    except LogError:
-        return {}  # no such topic yet: nothing to be behind on
 
 
 def _reader(read_rows: Any, config: Any, schema: str, table: str, **options: Any) -> RowReader:

@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import copy
 import threading
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from cdc.clock import now_ms
 from cdc.redact import redact
 from snapshots.chunks import (
     Chunk,
@@ -50,10 +50,6 @@ from snapshots.chunks import (
 OFFSET_KEY = "snapshot"
 CAPTURED_KEY = "captured"
 FINISHED_KEPT = 20  # finished (and cancelled, and failed) requests kept, newest last
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class SnapshotState:

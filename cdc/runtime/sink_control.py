@@ -17,15 +17,15 @@ same thing from any process or host that reaches the log. A compacted topic, key
 
 from __future__ import annotations
 
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from cdc.errors import LogError, LogFatal, LogUnavailable
+from cdc.clock import now_ms
 from cdc.log.base import Log, Record
+from cdc.log.offsets import end_offsets
 from cdc.redact import redact
 
 PENDING = "requested"
@@ -38,10 +38,6 @@ STOPPED = "stopped"
 
 def control_topic(pipeline: str) -> str:
     return f"{pipeline}.__sinks"
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,14 +196,8 @@ class SinkControl:
 
     def refresh(self) -> bool:
         """Read what was appended since the last call; True if anything was."""
-        try:
-            ends = self._log.end_offsets(self.topic)
-        except (LogUnavailable, LogFatal):
-            raise
-        except LogError:
-            return False  # no such topic yet: no sink ever recorded anything
-        changed = False
-        for partition, end in ends.items():
+        changed = False  # and stays so while no sink ever recorded anything (no topic yet)
+        for partition, end in end_offsets(self._log, self.topic).items():
             offset = self._next.get(partition, 0)
             while offset < end:
                 records = self._log.read(self.topic, partition, offset, 1000)

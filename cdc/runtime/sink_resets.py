@@ -20,6 +20,7 @@ from collections.abc import Mapping
 
 from cdc.errors import CdcError
 from cdc.log.base import Log, TopicPartition
+from cdc.log.offsets import last_offsets
 from cdc.logging import Logger
 from cdc.runtime.control_watcher import ControlWatcher
 from cdc.runtime.retry import Decision, classify
@@ -137,26 +138,3 @@ class TableResets:
             self._progress.get(TopicPartition(topic, partition), 0) >= target
             for partition, target in (request.targets or {}).items()
         )
-
-
-def last_offsets(log: Log, topic: str, span: int = 16) -> dict[int, int]:
-    """Per partition, the offset after its last record (0 if it holds none).
-
-    Not the end offset: on Kafka, transaction markers take offsets after the last record, and
-    no consumer ever reads past them to the end.
-    """
-    out = {}
-    for partition, end in log.end_offsets(topic).items():
-        out[partition] = _after_last(log, topic, partition, end, span)
-    return out
-
-
-def _after_last(log: Log, topic: str, partition: int, end: int, span: int) -> int:
-    start = end
-    while start > 0:
-        start = max(0, start - span)
-        records = log.read(topic, partition, start, end - start)
-        if records:
-            return records[-1].offset + 1
-        span *= 4
-    return 0

@@ -24,12 +24,13 @@ from collections.abc import Callable, Mapping, Sequence
 
 import orjson
 
+from cdc.clock import now_ms
 from cdc.errors import RecordError
 from cdc.log.base import Consumer, Log, StoredRecord, TopicPartition
 from cdc.logging import Logger
 from cdc.runtime.control_watcher import ControlWatcher
 from cdc.runtime.retry import Backoff, Decision, Stopped, classify, retry_until_stopped
-from cdc.runtime.sink_control import RUNNING, STOPPED, now_ms
+from cdc.runtime.sink_control import RUNNING, STOPPED
 from cdc.runtime.sink_resets import TableResets
 from cdc.runtime.source_task import dead_letter_record
 from cdc.schema import schema_topic

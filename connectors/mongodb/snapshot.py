@@ -24,9 +24,9 @@ from typing import Any
 
 from pymongo import MongoClient
 
+from cdc.clock import now_ms
 from connectors.mongodb import ranges
 from snapshots.chunks import rate_and_eta, to_ranges
-from snapshots.state import now_ms
 
 Doc = dict[str, Any]
 

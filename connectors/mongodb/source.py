@@ -27,6 +27,7 @@ from typing import Any
 from pymongo import MongoClient
 from pymongo import errors as px
 
+from cdc.clock import now_ms
 from cdc.config import redact_url
 from cdc.events import ChangeEvent, Op, SourceInfo
 from cdc.source import SourceBatch, SourceContext
@@ -40,7 +41,7 @@ from connectors.mongodb.stream import StreamReader, start_point
 from connectors.mongodb.streaming import Collected, StreamSet
 from connectors.mongodb.tables import announce_added, captured_changes
 from snapshots.progress import Reporter, reporter
-from snapshots.state import FINISHED_KEPT, now_ms
+from snapshots.state import FINISHED_KEPT
 
 Doc = dict[str, Any]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdc.errors import ConfigError
+from cdc.errors import ConfigError, SourceFatal
 from connectors.postgres.snapshot.where import check_where_text, problems, tokens
 
 
@@ -28,6 +28,7 @@ from connectors.postgres.snapshot.where import check_where_text, problems, token
 def test_separators_inside_literals_are_accepted(where: str) -> None:
     assert problems(where) == []
     check_where_text(where)
+    check_where_text(where, signal=True)
 
 
 @pytest.mark.parametrize(
@@ -55,6 +56,10 @@ def test_what_is_not_one_expression_is_refused(where: str, reason: str) -> None:
     with pytest.raises(ConfigError) as raised:
         check_where_text(where)
     assert all(path == "--where" for path, _ in raised.value.problems)
+    # Found in a hand-written signal: the same reasons fail the request, not the stream.
+    with pytest.raises(SourceFatal) as in_signal:
+        check_where_text(where, signal=True)
+    assert str(in_signal.value) == "; ".join(problems(where))
 
 
 def test_tokens_keep_literals_whole() -> None:

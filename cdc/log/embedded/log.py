@@ -25,10 +25,10 @@ from typing import Any, cast
 
 import orjson
 
+from cdc import clock
 from cdc.errors import LogError, LogFatal, LogUnavailable
 from cdc.log.base import PartitionsCallback, StartOffsets, StoredRecord, TopicInfo, TopicPartition
 from cdc.log.embedded import compaction as embedded_compaction
-from cdc.log.embedded import store as embedded_store
 from cdc.log.embedded.consumer import EmbeddedConsumer, committed_offsets
 from cdc.log.embedded.shared import AppendSignal, Connections, LogState, TopicCatalog
 from cdc.log.embedded.store import (
@@ -232,7 +232,7 @@ class EmbeddedLog:
         conn = self._conn()
         if conn.in_transaction:
             raise LogError("embedded log: cannot compact inside this thread's open transaction")
-        now = embedded_store.now_ms() if now_ms is None else now_ms
+        now = clock.now_ms() if now_ms is None else now_ms
         return embedded_compaction.compact(conn, now - self.tombstone_retention_ms)
 
     def maybe_compact(self, now_ms: int | None = None) -> dict[str, int] | None:

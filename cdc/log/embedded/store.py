@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -276,8 +275,3 @@ def migrate(conn: sqlite3.Connection) -> None:
             for statement in SCHEMA:
                 conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-
-
-def now_ms() -> int:
-    """Wall-clock milliseconds, the records' timestamps (Kafka's CreateTime)."""
-    return time.time_ns() // 1_000_000

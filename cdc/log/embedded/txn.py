@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from cdc.clock import now_ms
 from cdc.errors import LogError
 from cdc.log.base import Record, TransactionContext
 from cdc.log.embedded.appender import appender
@@ -19,7 +20,6 @@ from cdc.log.embedded.store import (
     SELECT_NEXT_OFFSET,
     UPSERT_SOURCE_OFFSET,
     TopicMeta,
-    now_ms,
     translate_code,
     translated,
 )

@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from cdc.clock import now_ms
 from cdc.config import redact_url
 from cdc.logging import Logger
 from connectors.postgres.catalog import Catalog, TableInfo
@@ -29,7 +30,7 @@ from connectors.postgres.replication import ReplicationConnection, session_conni
 from connectors.postgres.snapshot.reader import SnapshotTable, describe, plan
 from connectors.postgres.types import TypeRegistry
 from snapshots.chunks import Chunk
-from snapshots.state import SnapshotState, now_ms
+from snapshots.state import SnapshotState
 
 
 @dataclass

@@ -153,7 +153,7 @@ def chunk_query(table: SnapshotTable, chunk: Chunk, where: str | None) -> sql.Co
     """``COPY (SELECT <columns> FROM t WHERE <range> [AND (<where>)]) TO STDOUT``.
 
     ``where`` is the operator's own SQL (``cdc snapshot --where``): trusted input, passed
-    through as :class:`psycopg.sql.SQL` after :func:`.signal.check_where` accepted it.
+    through as :class:`psycopg.sql.SQL` after :func:`.where.check_where_text` accepted it.
     """
     conditions: list[sql.Composable] = [_range(table, chunk)]
     if where:

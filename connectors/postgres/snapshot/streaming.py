@@ -26,9 +26,9 @@ from typing import Any
 import orjson
 import psycopg
 
+from cdc.clock import now_ms
 from cdc.config import redact_url
 from cdc.envelope import encode_key
-from cdc.errors import SourceFatal
 from cdc.events import ChangeEvent, Op
 from cdc.log.base import Record
 from cdc.logging import Logger
@@ -43,12 +43,12 @@ from connectors.postgres.snapshot.incremental import ChunkJob, WatermarkReader, 
 from connectors.postgres.snapshot.initial import describe_one
 from connectors.postgres.snapshot.reader import SnapshotTable, plan
 from connectors.postgres.snapshot.rows import KeyedRow
-from connectors.postgres.snapshot.where import problems
+from connectors.postgres.snapshot.where import check_where_text
 from connectors.postgres.source import PostgresSource
 from connectors.postgres.types import TypeRegistry
 from snapshots.chunks import chunk_from_json, remaining
 from snapshots.progress import Reporter
-from snapshots.state import CAPTURED_KEY, OFFSET_KEY, SnapshotState, now_ms
+from snapshots.state import CAPTURED_KEY, OFFSET_KEY, SnapshotState
 from snapshots.watermark import HIGH, LOW, Watermarks, parse
 
 
@@ -193,7 +193,7 @@ class StreamSnapshots:
 
         def planner() -> list[ChunkJob]:
             if where is not None:
-                check_where(where)  # a hand-written signal skipped cdc snapshot's check
+                check_where_text(where, signal=True)
             table = self._describe(name)
             with self._reader_plan_connection() as conn:
                 chunks = plan(conn, table, self._config.snapshot_chunk_rows)
@@ -451,14 +451,3 @@ def _key_json(event: ChangeEvent) -> bytes:
     ``tests/unit/test_pg_fast.py``), else encoded now."""
     encoded = event.encoded
     return encode_key(event.key) if encoded is None else encoded[2]
-
-
-def check_where(where: str) -> None:
-    """Refuse a ``--where`` that is not one expression (see :mod:`.where`).
-
-    Raises:
-        SourceFatal: the reasons; it fails the request, not the stream.
-    """
-    reasons = problems(where)
-    if reasons:
-        raise SourceFatal("; ".join(reasons))

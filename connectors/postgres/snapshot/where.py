@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from cdc.errors import ConfigError
+from cdc.errors import ConfigError, SourceFatal
 
 #: An identifier or key word: ``$`` may follow its first character, so ``a$b$`` is no dollar quote.
 _WORD = re.compile(r"[A-Za-z_\x80-\U0010ffff][A-Za-z0-9_$\x80-\U0010ffff]*")
@@ -141,12 +141,19 @@ def _balanced(found: list[Token]) -> bool:
     return depth == 0
 
 
-def check_where_text(where: str) -> None:
+def check_where_text(where: str, *, signal: bool = False) -> None:
     """Refuse what cannot be a single expression (see the module docstring).
+
+    Args:
+        signal: the text came in a request found in the signal table, not from the operator's
+            command (a hand-written signal skipped ``cdc snapshot``'s check).
 
     Raises:
         ConfigError: with every reason, under ``--where``.
+        SourceFatal: with every reason, for a ``signal``: it fails the request, not the stream.
     """
     reasons = problems(where)
+    if reasons and signal:
+        raise SourceFatal("; ".join(reasons))
     if reasons:
         raise ConfigError([("--where", reason) for reason in reasons])

@@ -1,0 +1,48 @@
+"""Where a topic's partitions end, in the two senses the runtime needs.
+
+The *end offset* is the next offset a reader gets; a consumer group that has read everything
+commits it (the Kafka consumer commits past trailing transaction markers). The offset *after the
+last record* is what a task that applies records reaches; on Kafka a marker may follow it.
+"""
+
+from __future__ import annotations
+
+from cdc.errors import LogError, LogFatal, LogUnavailable
+from cdc.log.base import Log
+
+
+def end_offsets(log: Log, topic: str) -> dict[int, int]:
+    """Per partition, the end offset; none for a topic that does not exist yet.
+
+    Raises:
+        LogUnavailable, LogFatal: the log's own errors, unchanged.
+    """
+    try:
+        return log.end_offsets(topic)
+    except (LogUnavailable, LogFatal):
+        raise
+    except LogError:
+        return {}  # no such topic yet: nothing was ever appended to it
+
+
+def last_offsets(log: Log, topic: str, span: int = 16) -> dict[int, int]:
+    """Per partition, the offset after its last record (0 if it holds none).
+
+    Not the end offset: on Kafka, transaction markers take offsets after the last record, and
+    no consumer ever reads past them to the end.
+    """
+    out = {}
+    for partition, end in log.end_offsets(topic).items():
+        out[partition] = _after_last(log, topic, partition, end, span)
+    return out
+
+
+def _after_last(log: Log, topic: str, partition: int, end: int, span: int) -> int:
+    start = end
+    while start > 0:
+        start = max(0, start - span)
+        records = log.read(topic, partition, start, end - start)
+        if records:
+            return records[-1].offset + 1
+        span *= 4
+    return 0
