@@ -38,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,92 +67,125 @@ def child(args: argparse.Namespace) -> None:
     from cdc.runtime.pipeline import GC_THRESHOLDS
 
     gc.set_threshold(*GC_THRESHOLDS)  # as `cdc run` does
-    from cdc import envelope
-    from cdc.source import SourceContext
-    from connectors.postgres import PostgresSource, PostgresSourceConfig
-
     structlog.configure(  # warnings and up, on stderr: stdout carries the figures
         wrapper_class=structlog.make_filtering_bound_logger(30),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
     )
     log = open_bench_log(args.log)
-    config = PostgresSourceConfig.model_validate(
-        {"type": "postgres", "dsn": args.dsn, "tables": [TABLE]}  # cdc run's defaults
-    )
-    context = SourceContext(pipeline=PIPELINE, log=log, logger=structlog.get_logger())
-    source = PostgresSource(config, context)
-    start, cpu_start = time.perf_counter(), time.process_time()
+    source = _bench_source(args.dsn, log)
+    run = _Run(time.perf_counter(), time.process_time())
     log.claim_source()  # as the runtime's source task does, before the offsets
     source.open(log.source_offsets())
     log.ensure_topics([f"{PIPELINE}.{TABLE}"])
     print("ready", flush=True)
-    ready_ms = time.time() * 1000
-    after_warmup: list[float] = []  # transactions committed WARMUP_S after the child was ready
-    rows, tx = 0, None
-    # Commit timestamp of every transaction polled since the last log commit: a big transaction
-    # spans many polls, and the poll that ends it may carry its commit alone, without events.
-    pending: dict[Any, int] = {}
-    latencies: list[float] = []
-    commit_ms: list[float] = []  # the log's commit (fsync) alone
-    slowest: list[tuple[float, float]] = []  # (commit ms, seconds after start): warm-up or not
-    delivered: list[float] = []
-    deadline = time.monotonic() + args.timeout
-    spent = {"source": 0.0, "encode": 0.0, "log": 0.0}  # where the time goes
-    while (rows < args.rows or tx is not None) and time.monotonic() < deadline:
+    run.ready_ms = time.time() * 1000
+    _stream(source, log, run, args.rows, time.monotonic() + args.timeout)
+    seconds, cpu_seconds = time.perf_counter() - run.start, time.process_time() - run.cpu_start
+    source.close()
+    log.close()
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps(run.figures(seconds, cpu_seconds, peak_kb)))
+
+
+def _bench_source(dsn: str, log: Any) -> Any:
+    """A PostgresSource of the bench table with ``cdc run``'s defaults."""
+    from cdc.source import SourceContext
+    from connectors.postgres import PostgresSource, PostgresSourceConfig
+
+    config = PostgresSourceConfig.model_validate(
+        {"type": "postgres", "dsn": dsn, "tables": [TABLE]}  # cdc run's defaults
+    )
+    context = SourceContext(pipeline=PIPELINE, log=log, logger=structlog.get_logger())
+    return PostgresSource(config, context)
+
+
+def _stream(source: Any, log: Any, run: _Run, rows: int, deadline: float) -> None:
+    """Poll -> records -> append -> store offsets -> commit -> ack, as the source task does,
+    until ``rows`` events are committed (or the deadline)."""
+    from cdc import envelope
+
+    tx = None
+    while (run.rows < rows or tx is not None) and time.monotonic() < deadline:
         t0 = time.perf_counter()
         batch = source.poll(5000, 0.2)
         t1 = time.perf_counter()
-        spent["source"] += t1 - t0
-        if batch.events:  # commit -> out of poll: the source's share of the latency
-            out_ms = time.time() * 1000
-            commits = {e.source.position: e.source.ts_ms for e in batch.events}
-            delivered.extend(out_ms - t for p, t in commits.items() if p not in pending)
-            pending.update(commits)
+        run.spent["source"] += t1 - t0
+        if batch.events:
+            run.polled(batch.events)
         if batch.empty:
             continue
         tx = tx or log.begin()
         now_ms = int(time.time() * 1000)
         records = envelope.batch_records(batch.events, PIPELINE, now_ms)
         t2 = time.perf_counter()
-        spent["encode"] += t2 - t1
+        run.spent["encode"] += t2 - t1
         if records:
             tx.append(records)
-        rows += len(batch.events)
+        run.rows += len(batch.events)
         if batch.commit_offsets is not None:
             tx.store_offsets(batch.commit_offsets)
-            t3 = time.perf_counter()
-            tx.commit()
-            commit_ms.append((time.perf_counter() - t3) * 1000)
-            slowest.append((commit_ms[-1], t3 - start))
+            run.commit(tx)
             tx = None
             source.ack(batch.commit_offsets)
-            done_ms = time.time() * 1000
-            latencies.extend(done_ms - t for t in pending.values())
-            after_warmup.extend(
-                done_ms - t for t in pending.values() if t - ready_ms > WARMUP_S * 1000
-            )
-            pending.clear()
-        spent["log"] += time.perf_counter() - t2
-    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
-    source.close()
-    log.close()
-    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(
-        json.dumps(
-            {
-                "rows": rows,
-                "seconds": seconds,
-                "cpu_seconds": cpu_seconds,
-                "peak_rss_mb": peak_kb / 1024,
-                "latencies_ms": sorted(latencies),
-                "after_warmup_ms": sorted(after_warmup),
-                "spent_s": spent,
-                "commit_ms": sorted(commit_ms),
-                "delivered_ms": sorted(delivered),
-                "slowest_commits": sorted(slowest, reverse=True)[:5],
-            }
-        )
+            run.acked()
+        run.spent["log"] += time.perf_counter() - t2
+
+
+@dataclass
+class _Run:
+    """What one streaming run measures (``start``: perf_counter, ``ready_ms``: wall clock)."""
+
+    start: float
+    cpu_start: float
+    ready_ms: float = 0.0
+    rows: int = 0
+    # Commit timestamp of every transaction polled since the last log commit: a big transaction
+    # spans many polls, and the poll that ends it may carry its commit alone, without events.
+    pending: dict[Any, int] = field(default_factory=dict)
+    latencies: list[float] = field(default_factory=list)
+    after_warmup: list[float] = field(default_factory=list)  # those WARMUP_S after ready
+    commit_ms: list[float] = field(default_factory=list)  # the log's commit (fsync) alone
+    slowest: list[tuple[float, float]] = field(default_factory=list)  # (ms, s after start)
+    delivered: list[float] = field(default_factory=list)
+    spent: dict[str, float] = field(  # where the time goes
+        default_factory=lambda: {"source": 0.0, "encode": 0.0, "log": 0.0}
     )
+
+    def polled(self, events: Any) -> None:
+        """Commit -> out of poll: the source's share of the latency."""
+        out_ms = time.time() * 1000
+        commits = {e.source.position: e.source.ts_ms for e in events}
+        self.delivered.extend(out_ms - t for p, t in commits.items() if p not in self.pending)
+        self.pending.update(commits)
+
+    def commit(self, tx: Any) -> None:
+        t3 = time.perf_counter()
+        tx.commit()
+        self.commit_ms.append((time.perf_counter() - t3) * 1000)
+        self.slowest.append((self.commit_ms[-1], t3 - self.start))
+
+    def acked(self) -> None:
+        """The pending transactions are in the log: their commit-to-log latencies."""
+        done_ms = time.time() * 1000
+        self.latencies.extend(done_ms - t for t in self.pending.values())
+        self.after_warmup.extend(
+            done_ms - t for t in self.pending.values() if t - self.ready_ms > WARMUP_S * 1000
+        )
+        self.pending.clear()
+
+    def figures(self, seconds: float, cpu_seconds: float, peak_kb: int) -> dict[str, Any]:
+        return {
+            "rows": self.rows,
+            "seconds": seconds,
+            "cpu_seconds": cpu_seconds,
+            "peak_rss_mb": peak_kb / 1024,
+            "latencies_ms": sorted(self.latencies),
+            "after_warmup_ms": sorted(self.after_warmup),
+            "spent_s": self.spent,
+            "commit_ms": sorted(self.commit_ms),
+            "delivered_ms": sorted(self.delivered),
+            "slowest_commits": sorted(self.slowest, reverse=True)[:5],
+        }
 
 
 KAFKA_SCHEME = "kafka://"
@@ -293,23 +327,11 @@ def steady(
 ) -> None:
     """Latency at a steady write rate while the source streams live."""
     total = int(seconds * rate)
-
-    def write() -> None:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            base = 10_000_000
-            interval = per_tx / rate
-            next_at = time.monotonic()
-            for start in range(base, base + total, per_tx):
-                conn.execute(INSERT, (start, start + per_tx - 1))
-                next_at += interval
-                time.sleep(max(0.0, next_at - time.monotonic()))
-
-    writer = threading.Thread(target=write)
+    writer = threading.Thread(target=_steady_writes, args=(dsn, total, rate, per_tx))
     # The writer starts once the child streams: startup is not commit-to-log latency.
     result = run_child(dsn, log_dir, total, timeout=seconds + 60, on_ready=writer.start)
     writer.join()
     lat, commits, out = result["latencies_ms"], result["commit_ms"], result["delivered_ms"]
-    warm = result["after_warmup_ms"]
     print(
         f"{'steady 5,000 rows/s':<28} commit-to-log latency p50 {_pct(lat, 0.5):.1f} ms  "
         f"p99 {_pct(lat, 0.99):.1f} ms  max {lat[-1]:.1f} ms over {len(lat)} transactions; "
@@ -322,6 +344,22 @@ def steady(
     figures.add("steady_commit_to_log_p99_ms", _pct(lat, 0.99))
     figures.add("steady_commit_to_poll_p50_ms", _pct(out, 0.5))
     figures.add("steady_log_commit_p50_ms", _pct(commits, 0.5))
+    _after_warmup(result["after_warmup_ms"], figures)
+
+
+def _steady_writes(dsn: str, total: int, rate: int, per_tx: int) -> None:
+    """``total`` rows in transactions of ``per_tx``, paced to ``rate`` rows/s."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        base = 10_000_000
+        interval = per_tx / rate
+        next_at = time.monotonic()
+        for start in range(base, base + total, per_tx):
+            conn.execute(INSERT, (start, start + per_tx - 1))
+            next_at += interval
+            time.sleep(max(0.0, next_at - time.monotonic()))
+
+
+def _after_warmup(warm: list[float], figures: Figures) -> None:
     if not warm:  # a run no longer than the warm-up
         return
     print(
@@ -351,9 +389,7 @@ def main(args: argparse.Namespace) -> None:
             kafka = stack.enter_context(LocalKafka())
             log_dir = KAFKA_SCHEME + kafka.bootstrap_servers
         print(f"log: {args.log}")
-        execute(dsn, DDL)
-        execute(dsn, f"CREATE PUBLICATION {PIPELINE}_pub FOR TABLE bench")
-        execute(dsn, f"SELECT pg_create_logical_replication_slot('{PIPELINE}_slot', 'pgoutput')")
+        _prepare(dsn)
         rows = args.rows
         figures = Figures("pg_stream")
         print(f"PostgreSQL at {pg.port}; {rows:,} rows per workload")
@@ -361,28 +397,42 @@ def main(args: argparse.Namespace) -> None:
         # WAL that the server must decode past, which would show as the source's latency.
         steady(dsn, log_dir, args.steady_s, figures)
         live_big(dsn, log_dir, rows, LIVE_FIRST_ID, figures)
-        print(
-            "(the phases below read a backlog committed before the stream started: throughput; "
-            "no commit-to-log latency applies)"
-        )
-        # The baseline's slot starts where ours stands now (the log holds everything before).
-        execute(dsn, "SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (BASELINE_SLOT,))
-        execute(dsn, INSERT, (1, rows))
-        compare("insert, one transaction", "insert_one_tx", pg, dsn, log_dir, rows, figures)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            step = 10_000
-            for low in range(1, rows + 1, step):
-                conn.execute(
-                    "UPDATE bench SET amount = amount + 1, flag = NOT flag"
-                    " WHERE id BETWEEN %s AND %s",
-                    (low, low + step - 1),
-                )
-        compare("update, 10k-row transactions", "update_10k_tx", pg, dsn, log_dir, rows, figures)
-        execute(dsn, INSERT, (rows + 1, rows + args.big))
-        big = f"insert {args.big:,} one tx"
-        compare(big, "insert_big_one_tx", pg, dsn, log_dir, args.big, figures)
-        execute(dsn, "SELECT pg_drop_replication_slot(%s)", (BASELINE_SLOT,))
+        _backlogs(pg, dsn, log_dir, args, figures)
     figures.emit()
+
+
+def _prepare(dsn: str) -> None:
+    """The bench table, its publication and the slot the children stream from."""
+    execute(dsn, DDL)
+    execute(dsn, f"CREATE PUBLICATION {PIPELINE}_pub FOR TABLE bench")
+    execute(dsn, f"SELECT pg_create_logical_replication_slot('{PIPELINE}_slot', 'pgoutput')")
+
+
+def _backlogs(
+    pg: Any, dsn: str, log_dir: Path | str, args: argparse.Namespace, figures: Figures
+) -> None:
+    """The phases that read a backlog, ours beside pg_recvlogical's over the same WAL."""
+    rows = args.rows
+    print(
+        "(the phases below read a backlog committed before the stream started: throughput; "
+        "no commit-to-log latency applies)"
+    )
+    # The baseline's slot starts where ours stands now (the log holds everything before).
+    execute(dsn, "SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (BASELINE_SLOT,))
+    execute(dsn, INSERT, (1, rows))
+    compare("insert, one transaction", "insert_one_tx", pg, dsn, log_dir, rows, figures)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        step = 10_000
+        for low in range(1, rows + 1, step):
+            conn.execute(
+                "UPDATE bench SET amount = amount + 1, flag = NOT flag WHERE id BETWEEN %s AND %s",
+                (low, low + step - 1),
+            )
+    compare("update, 10k-row transactions", "update_10k_tx", pg, dsn, log_dir, rows, figures)
+    execute(dsn, INSERT, (rows + 1, rows + args.big))
+    big = f"insert {args.big:,} one tx"
+    compare(big, "insert_big_one_tx", pg, dsn, log_dir, args.big, figures)
+    execute(dsn, "SELECT pg_drop_replication_slot(%s)", (BASELINE_SLOT,))
 
 
 def parse() -> argparse.Namespace:

@@ -139,19 +139,8 @@ def run_sink(
     cpu: Callable[[], float] = time.process_time,
 ) -> tuple[float, float]:
     """Wall and CPU seconds the real sink task takes to apply and commit ``records`` records."""
-    context = SinkContext(PIPELINE, name, [TABLE], SchemaCatalog(log, PIPELINE), get_logger())
     stop = threading.Event()
-    task = SinkTask(
-        PIPELINE,
-        name,
-        log,
-        lambda: make(context),
-        [TOPIC],
-        stop,
-        get_logger(),
-        max_records=batch,
-        poll_timeout_s=0.05,
-    )
+    task = _sink_task(log, name, make, batch, stop)
     errors: list[BaseException] = []
 
     def body() -> None:
@@ -171,6 +160,27 @@ def run_sink(
     stop.set()
     thread.join()
     return elapsed, cpu_s
+
+
+def _sink_task(
+    log: EmbeddedLog,
+    name: str,
+    make: Callable[[SinkContext], Sink],
+    batch: int,
+    stop: threading.Event,
+) -> SinkTask:
+    context = SinkContext(PIPELINE, name, [TABLE], SchemaCatalog(log, PIPELINE), get_logger())
+    return SinkTask(
+        PIPELINE,
+        name,
+        log,
+        lambda: make(context),
+        [TOPIC],
+        stop,
+        get_logger(),
+        max_records=batch,
+        poll_timeout_s=0.05,
+    )
 
 
 def baseline(events: list[ChangeEvent], directory: Path) -> dict[str, float]:
@@ -229,6 +239,13 @@ def bench_duckdb(n: int = 500_000, batch: int = 5000) -> dict[str, Any]:
             log, "wh", lambda context: DuckDBSink(config, context), records, batch
         )
         log.close()
+    return _figures(n, records, batch, base, sink_s, sink_cpu_s)
+
+
+def _figures(
+    n: int, records: int, batch: int, base: dict[str, float], sink_s: float, sink_cpu_s: float
+) -> dict[str, Any]:
+    """The sink's rates beside the better of the two baselines (keys in the printed order)."""
     best = min(base["read_json_s"], base["from_json_s"])
     best_cpu = min(base["read_json_cpu_s"], base["from_json_cpu_s"])
     result = {

@@ -361,27 +361,43 @@ def snapshot(
     """Re-snapshot a table while `cdc run` keeps streaming (watermark-based, never pauses it),
     or cancel snapshot requests. Works whether or not `cdc run` is running: the pipeline acts on
     the request when it reads it from the change stream."""
-    from cdc.snapshot_report import follow_request
-
     if sum(1 for given in (table, cancel_id, cancel_all or None) if given) != 1:
         raise click.UsageError("give exactly one of --table, --cancel ID, --cancel-all")
     if where is not None and table is None:
         raise click.UsageError("--where goes with --table")
     pipeline = _load(file)
+    sent = _send_snapshot_signal(pipeline, table, where, cancel_id)
+    if sent is not None and wait:
+        _wait_for_request(pipeline, *sent, timeout_s)
+
+
+def _send_snapshot_signal(
+    pipeline: Pipeline, table: str | None, where: str | None, cancel_id: str | None
+) -> tuple[str, str] | None:
+    """Request a snapshot of ``table``, or cancel ``cancel_id`` (``None``: every request).
+
+    Returns:
+        The request to follow and the state it should end in, or ``None``: a cancel that does
+        not apply (already said why).
+    """
     if table is not None:
         signal = _snapshot_signal(pipeline, "request_snapshot", table, where)
         click.echo(f"requested snapshot {signal['id']} of {table} (signal at {signal['lsn']})")
-        target, expect = signal["id"], "done"
-    else:
-        if cancel_id is not None and not _cancel_applies(pipeline, cancel_id):
-            return
-        signal = _snapshot_signal(pipeline, "cancel_snapshot", cancel_id)
-        click.echo(
-            f"cancel of {cancel_id or 'every request'} requested (signal at {signal['lsn']})"
-        )
-        target, expect = cancel_id or signal["id"], "cancelled"
-    if not wait:
-        return
+        return signal["id"], "done"
+    if cancel_id is not None and not _cancel_applies(pipeline, cancel_id):
+        return None
+    signal = _snapshot_signal(pipeline, "cancel_snapshot", cancel_id)
+    click.echo(f"cancel of {cancel_id or 'every request'} requested (signal at {signal['lsn']})")
+    return cancel_id or signal["id"], "cancelled"
+
+
+def _wait_for_request(
+    pipeline: Pipeline, target: str, expect: str, timeout_s: float | None
+) -> None:
+    """Print the request's progress until it ends; exits with an error unless it ended as
+    ``expect``, or on ``timeout_s``."""
+    from cdc.snapshot_report import follow_request
+
     with _opened_log(pipeline) as log:
         cancel = expect == "cancelled"
         outcome = follow_request(log.source_offsets, target, timeout_s, click.echo, cancel)

@@ -25,19 +25,9 @@ def request_resets(
 ) -> int:
     """Record a reset of each of ``tables`` for ``sink``; with ``wait``, follow them until
     rebuilt. Returns the exit code."""
-    config = next((s for s in pipeline.sinks if s.name == sink), None)
-    if config is None:
-        names = ", ".join(s.name for s in pipeline.sinks)
-        click.echo(f"error: the pipeline has no sink {sink!r} (sinks: {names})", err=True)
-        return EXIT_CONFIG
-    held = {f"{s}.{t}" for s, t in pipeline.sink_tables(config)}
-    unknown = [t for t in tables if t not in held]
-    if unknown:
-        click.echo(
-            f"error: sink {sink!r} holds no table {', '.join(unknown)} "
-            f"(it holds: {', '.join(sorted(held))})",
-            err=True,
-        )
+    problem = _unknown_names(pipeline, sink, tables)
+    if problem is not None:
+        click.echo(f"error: {problem}", err=True)
         return EXIT_CONFIG
     try:
         log = open_log(pipeline)
@@ -61,6 +51,20 @@ def request_resets(
         return EXIT_RUNTIME
     finally:
         log.close()
+
+
+def _unknown_names(pipeline: Pipeline, sink: str, tables: tuple[str, ...]) -> str | None:
+    """Why ``sink`` or one of ``tables`` is not the pipeline's (``None``: both are)."""
+    config = next((s for s in pipeline.sinks if s.name == sink), None)
+    if config is None:
+        names = ", ".join(s.name for s in pipeline.sinks)
+        return f"the pipeline has no sink {sink!r} (sinks: {names})"
+    held = {f"{s}.{t}" for s, t in pipeline.sink_tables(config)}
+    unknown = [t for t in tables if t not in held]
+    if unknown:
+        holds = ", ".join(sorted(held))
+        return f"sink {sink!r} holds no table {', '.join(unknown)} (it holds: {holds})"
+    return None
 
 
 def _follow(control: SinkControl, requests: list[Reset], timeout_s: float) -> int:

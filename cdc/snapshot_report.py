@@ -15,6 +15,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from cdc.clock import now_ms
+
 OFFSET_KEY = "snapshot"
 
 
@@ -27,7 +29,10 @@ def snapshot_report(offsets: Mapping[str, Any]) -> list[dict[str, Any]]:
     state = offsets.get(OFFSET_KEY)
     if not isinstance(state, Mapping):
         return []
-    now_ms = int(time.time() * 1000)
+    return _tables(state, now_ms()) + _queued(state) + _failed(state)
+
+
+def _tables(state: Mapping[str, Any], now: int) -> list[dict[str, Any]]:
     report = []
     for name, entry in sorted((state.get("tables") or {}).items()):
         done, total = _done(entry), int(entry.get("chunks_total", 0))
@@ -43,14 +48,21 @@ def snapshot_report(offsets: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "eta_s": None if done >= total else entry.get("eta_s"),
                 "state": "done" if done >= total else "running",
                 "request": entry.get("request"),
-                "age_s": round((now_ms - int(entry.get("updated_ms", now_ms))) / 1000, 1),
+                "age_s": round((now - int(entry.get("updated_ms", now))) / 1000, 1),
             }
         )
-    pending = [
+    return report
+
+
+def _queued(state: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [
         {"table": r.get("table"), "request": r.get("id"), "state": "queued"}
         for r in state.get("requests") or []
     ]
-    failed = [
+
+
+def _failed(state: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [
         {
             "table": f.get("table"),
             "request": f.get("id"),
@@ -62,7 +74,6 @@ def snapshot_report(offsets: Mapping[str, Any]) -> list[dict[str, Any]]:
         }
         for f in state.get("failed") or []
     ]
-    return report + pending + failed
 
 
 def request_outcome(offsets: Mapping[str, Any], request_id: str) -> str | None:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import orjson
 
-from cdc.log.base import Log
+from cdc.log.base import Log, StoredRecord
 
 IDLE_SLEEP_S = 0.05
 
@@ -33,15 +33,7 @@ def follow(
         for partition, offset in positions.items():
             records = log.read(topic, partition, offset, 1000)
             for record in records:
-                yield orjson.dumps(
-                    {
-                        "topic": record.topic,
-                        "partition": record.partition,
-                        "offset": record.offset,
-                        "key": None if record.key is None else orjson.loads(record.key),
-                        "value": None if record.value is None else orjson.loads(record.value),
-                    }
-                ).decode()
+                yield _line(record)
                 printed += 1
                 positions[partition] = record.offset + 1
                 if max_records is not None and printed >= max_records:
@@ -53,3 +45,15 @@ def follow(
         if timeout_s is not None and time.monotonic() - last_new >= timeout_s:
             return
         time.sleep(IDLE_SLEEP_S)
+
+
+def _line(record: StoredRecord) -> str:
+    return orjson.dumps(
+        {
+            "topic": record.topic,
+            "partition": record.partition,
+            "offset": record.offset,
+            "key": None if record.key is None else orjson.loads(record.key),
+            "value": None if record.value is None else orjson.loads(record.value),
+        }
+    ).decode()

@@ -18,6 +18,7 @@ that long to get there first.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -195,54 +196,73 @@ def verify_pipeline(
     """
     from cdc import plugins
 
-    source_plugin = plugins.load(plugins.SOURCE_GROUP, pipeline.source.type)
-    read_source = getattr(source_plugin, "read_rows", None)
+    read_source = _read_rows(plugins.SOURCE_GROUP, pipeline.source.type)
     selected = [s for s in pipeline.sinks if not sinks or s.name in sinks]
     wanted = {
         s.name: [t for t in pipeline.sink_tables(s) if not tables or f"{t[0]}.{t[1]}" in tables]
         for s in selected
     }
     behind = {} if log is None else lagging(log, pipeline.name, wanted, wait_for_sinks_s)
+    compare = functools.partial(compare_table, attempts=attempts, wait_s=wait_s, limit=limit)
     results = []
     for sink in selected:
-        sink_plugin = plugins.load(plugins.SINK_GROUP, sink.type)
-        read_sink = getattr(sink_plugin, "read_rows", None)
-        for schema_name, table in wanted[sink.name]:
-            name = f"{schema_name}.{table}"
-            schema = catalog.get(schema_name, table)
-            if (sink.name, name) in behind:
-                results.append(TableComparison(name, sink.name, lag=behind[(sink.name, name)]))
-                continue
-            if read_sink is None or read_source is None:
-                side = "sink" if read_sink is None else "source"
-                results.append(
-                    TableComparison(
-                        name,
-                        sink.name,
-                        skipped=(f"the {side} type cannot be read back for verification"),
-                    )
-                )
-                continue
-            if schema is None:
-                results.append(
-                    TableComparison(
-                        name, sink.name, missing=["(no schema published for this table yet)"]
-                    )
-                )
-                continue
-            results.append(
-                compare_table(
-                    name,
-                    sink.name,
-                    schema,
-                    _reader(read_source, pipeline.source, schema_name, table),
-                    _reader(read_sink, sink, schema_name, table, pipeline=pipeline.name),
-                    attempts,
-                    wait_s,
-                    limit,
-                )
-            )
+        readers = (read_source, _read_rows(plugins.SINK_GROUP, sink.type))
+        for name in wanted[sink.name]:
+            results.append(_verify_table(pipeline, sink, name, catalog, readers, behind, compare))
     return results
+
+
+def _read_rows(group: str, type_name: str) -> Any:
+    """The plugin's ``read_rows``, or ``None`` if it cannot be read back."""
+    from cdc import plugins
+
+    return getattr(plugins.load(group, type_name), "read_rows", None)
+
+
+def _verify_table(
+    pipeline: Any,
+    sink: Any,
+    table: tuple[str, str],
+    catalog: Any,
+    readers: tuple[Any, Any],
+    behind: dict[tuple[str, str], dict[str, Any]],
+    compare: Callable[..., TableComparison],
+) -> TableComparison:
+    schema_name, table_name = table
+    name, schema = f"{schema_name}.{table_name}", catalog.get(schema_name, table_name)
+    read_source, read_sink = readers
+    unread = _not_compared(name, sink.name, schema, behind, read_source, read_sink)
+    if unread is not None:
+        return unread
+    return compare(
+        name,
+        sink.name,
+        schema,
+        _reader(read_source, pipeline.source, schema_name, table_name),
+        _reader(read_sink, sink, schema_name, table_name, pipeline=pipeline.name),
+    )
+
+
+def _not_compared(
+    name: str,
+    sink: str,
+    schema: TableSchema | None,
+    behind: dict[tuple[str, str], dict[str, Any]],
+    read_source: Any,
+    read_sink: Any,
+) -> TableComparison | None:
+    """The result for a table that is not compared: its sink is lagging, a side cannot be
+    read back, or no schema was published for it yet (``None``: compare it)."""
+    if (sink, name) in behind:
+        return TableComparison(name, sink, lag=behind[(sink, name)])
+    if read_sink is None or read_source is None:
+        side = "sink" if read_sink is None else "source"
+        return TableComparison(
+            name, sink, skipped=f"the {side} type cannot be read back for verification"
+        )
+    if schema is None:
+        return TableComparison(name, sink, missing=["(no schema published for this table yet)"])
+    return None
 
 
 def lagging(

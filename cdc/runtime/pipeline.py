@@ -136,43 +136,54 @@ def start(pipeline: Pipeline, role: str = "all", sinks: list[str] | None = None)
     if role == "all" and not _sinks_can_start(run, base):
         return run  # failed before the source created anything (cdc.runtime.preflight)
     if role in ("all", "source"):
-        logger = base.bind(source=pipeline.source.type)
-        run.source_task = SourceTask(
-            pipeline.name,
-            log,
-            build_source(pipeline, log, logger),
-            run.stop_event,
-            logger,
-            bad_records=pipeline.file.bad_records,
-            first_start_timeout_s=getattr(pipeline.source, "connect_timeout_s", None),
-        )
-        _spawn(run, "source", run.source_task.run)
+        _start_source(run, base)
     if role in ("all", "sinks"):
-        catalog = SchemaCatalog(log, pipeline.name)
-        run.control = ControlWatcher(log, pipeline.name, run.stop_event, base)
-        run.control.start()
-        for config in pipeline.sinks:
-            if sinks and config.name not in sinks:
-                continue
-            logger = base.bind(sink=config.name)
-            task = SinkTask(
-                pipeline.name,
-                config.name,
-                log,
-                build_sink(pipeline, config, catalog, logger),
-                sink_topics(pipeline, config),
-                run.stop_event,
-                logger,
-                bad_records=pipeline.file.bad_records,
-                control=run.control,
-                tables=pipeline.sink_tables(config),
-            )
-            run.sink_tasks[config.name] = task
-            _spawn(run, f"sink:{config.name}", task.serve)
+        _start_sinks(run, base, sinks)
     compact = getattr(log, "maybe_compact", None)
     if compact is not None and role in ("all", "source"):
         _spawn(run, "compaction", lambda: _compaction_loop(compact, run.stop_event))
     return run
+
+
+def _start_source(run: PipelineRun, base: Logger) -> None:
+    pipeline, log = run.pipeline, run.log
+    logger = base.bind(source=pipeline.source.type)
+    run.source_task = SourceTask(
+        pipeline.name,
+        log,
+        build_source(pipeline, log, logger),
+        run.stop_event,
+        logger,
+        bad_records=pipeline.file.bad_records,
+        first_start_timeout_s=getattr(pipeline.source, "connect_timeout_s", None),
+    )
+    _spawn(run, "source", run.source_task.run)
+
+
+def _start_sinks(run: PipelineRun, base: Logger, only: list[str] | None) -> None:
+    """The control watcher, then a task for each sink (``only`` these, if given)."""
+    pipeline, log = run.pipeline, run.log
+    catalog = SchemaCatalog(log, pipeline.name)
+    run.control = ControlWatcher(log, pipeline.name, run.stop_event, base)
+    run.control.start()
+    for config in pipeline.sinks:
+        if only and config.name not in only:
+            continue
+        logger = base.bind(sink=config.name)
+        task = SinkTask(
+            pipeline.name,
+            config.name,
+            log,
+            build_sink(pipeline, config, catalog, logger),
+            sink_topics(pipeline, config),
+            run.stop_event,
+            logger,
+            bad_records=pipeline.file.bad_records,
+            control=run.control,
+            tables=pipeline.sink_tables(config),
+        )
+        run.sink_tasks[config.name] = task
+        _spawn(run, f"sink:{config.name}", task.serve)
 
 
 def _sinks_can_start(run: PipelineRun, logger: Logger) -> bool:
@@ -238,6 +249,12 @@ def run_until_signalled(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         run.log.close()
+    return _exit_code(run, clean, logger)
+
+
+def _exit_code(run: PipelineRun, clean: bool, logger: Logger) -> int:
+    """0 for a clean stop; 1, with the reason logged, for a failed task, a task that did not
+    stop in time, or sinks that an error had stopped."""
     failure = run.failed()
     if failure is not None:
         logger.error(

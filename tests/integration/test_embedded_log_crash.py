@@ -84,7 +84,12 @@ def test_sigkill_mid_transaction_loses_exactly_the_open_transaction(tmp_path: Pa
         if writer.poll() is None:
             writer.kill()
             writer.wait()
+    assert_only_the_committed_transactions_survive(tmp_path)
 
+
+def assert_only_the_committed_transactions_survive(tmp_path: Path) -> None:
+    """An intact database that holds the committed transactions, none of the open one, and
+    takes appends after the crash."""
     conn = sqlite3.connect(tmp_path / "log.sqlite3")
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     conn.close()
