@@ -11,6 +11,8 @@ Where mongo-java-server (the default test server) differs from a real replica se
 
 from __future__ import annotations
 
+import math
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -23,6 +25,17 @@ from connectors.mongodb import MongoSource, MongoSourceConfig
 from tests.integration.source_kit import SourceHarness
 
 PIPELINE = "mgt"
+
+
+def into_next_second(margin_s: float = 0.1) -> None:
+    """Sleep until ``margin_s`` into the clock's next whole second.
+
+    mongo-java-server starts a change stream at a whole second (of the clock this machine shares
+    with it), so what came before the call is in an earlier second than a stream opened, or a
+    change made, after it: what a fixed 1.1 s sleep gave, half a second sooner on average.
+    """
+    now = time.time()
+    time.sleep(math.floor(now) + 1 + margin_s - now)
 
 
 def is_real(server: Any) -> bool:

@@ -21,7 +21,7 @@ from cdc.runtime.source_task import BadRecordStop, SourceTask
 from cdc.schema import dead_letter_topic
 from cdc.source import SourceContext
 from connectors.mongodb import MongoSource, MongoSourceConfig
-from tests.integration.mongo_kit import database, scope
+from tests.integration.mongo_kit import database, into_next_second, scope
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -52,7 +52,7 @@ def test_a_document_too_large_for_the_log_follows_the_policy(
         )
         # mongo-java-server starts streams at a whole second: without the pause the inserts above
         # would be streamed again after the snapshot (harmless, but this test counts records).
-        time.sleep(1.1)
+        into_next_second()
         table = f"{db.name}.docs"
         source_config = MongoSourceConfig.model_validate(
             {"dsn": mongo_server.uri, "tables": [table], "stream_scope": scope(mongo_server)}

@@ -15,7 +15,14 @@ import pytest
 
 from cdc.events import topic_name
 from connectors.mongodb import MongoSourcePlugin
-from tests.integration.mongo_kit import PIPELINE, database, harness, private_server, scope
+from tests.integration.mongo_kit import (
+    PIPELINE,
+    database,
+    harness,
+    into_next_second,
+    private_server,
+    scope,
+)
 
 DOCS = 50_000
 pytestmark = pytest.mark.timeout(240)
@@ -68,7 +75,7 @@ def test_snapshot_under_concurrent_writes_equals_the_collection(
         )
         # mongo-java-server starts a stream at a whole second and repairs each event with a scan
         # of its oplog: without this pause the bulk load's last second is streamed again, slowly.
-        time.sleep(1.1)
+        into_next_second()
         table = f"{db.name}.big"
         options = {
             "stream_scope": scope(mongo_server),

@@ -5,7 +5,6 @@ meeting; resume without loss; bad input. See ``mongo_kit`` for where the fake se
 from __future__ import annotations
 
 import datetime as dt
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,14 @@ from structlog.testing import capture_logs
 from cdc.errors import ConfigError, SourceFatal, SourceUnavailable
 from cdc.events import Op
 from connectors.mongodb import MongoSourcePlugin
-from tests.integration.mongo_kit import database, harness, is_real, private_server, scope
+from tests.integration.mongo_kit import (
+    database,
+    harness,
+    into_next_second,
+    is_real,
+    private_server,
+    scope,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -329,7 +335,7 @@ def test_snapshot_modes_never_and_always(mongo_server: Any, tmp_path: Path) -> N
         opts = {"stream_scope": scope(mongo_server)}
         with harness(mongo_server.uri, tmp_path / "n", [table], snapshot="never", **opts) as h:
             h.open()
-            time.sleep(1.1)  # mongo-java-server starts streams at a whole second
+            into_next_second()  # mongo-java-server starts streams at a whole second
             db.m.insert_one({"_id": 20})
             h.run_until(lambda: any(e.key == {"_id": 20} for e in h.events))
             assert not any(e.op is Op.READ for e in h.events)
@@ -373,7 +379,7 @@ def test_a_requested_snapshot_rereads_a_collection_between_streamed_changes(
         }
         with harness(mongo_server.uri, tmp_path, [table], **opts) as h:
             h.open()
-            time.sleep(1.1)  # mongo-java-server starts streams at a whole second
+            into_next_second()  # mongo-java-server starts streams at a whole second
             db.c.update_one({"_id": 1}, {"$set": {"v": -1}})
             h.collect(1)
             with pytest.raises(ConfigError, match="--where"):
@@ -400,7 +406,7 @@ def test_a_request_for_a_collection_not_captured_is_ignored_once(
         opts = {"stream_scope": scope(mongo_server), "signal_collection": f"{db.name}.cdc_signals"}
         with harness(mongo_server.uri, tmp_path, [table], **opts) as h, capture_logs() as logs:
             h.open()
-            time.sleep(1.1)  # mongo-java-server starts streams at a whole second
+            into_next_second()  # mongo-java-server starts streams at a whole second
             other = f"{db.name}.other"
             db.cdc_signals.insert_one({"type": "snapshot", "table": other, "pipeline": "mgt"})
             db.c.insert_many([{"_id": i} for i in range(5)])

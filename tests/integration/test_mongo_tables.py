@@ -4,7 +4,6 @@ documents predate the pipeline), a removed one stops being captured."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from cdc.events import Op
-from tests.integration.mongo_kit import database, harness, scope
+from tests.integration.mongo_kit import database, harness, into_next_second, scope
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -32,7 +31,7 @@ def test_an_added_collection_is_snapshotted_and_a_removed_one_stops(
             h.open()
             h.run_until(lambda: len([e for e in h.events if e.op is Op.READ]) >= 30)
             reads = sorted(e.key["_id"] for e in h.events if e.op is Op.READ)
-            time.sleep(1.1)  # mongo-java-server starts streams at a whole second
+            into_next_second()  # mongo-java-server starts streams at a whole second
             db.b.insert_one({"_id": 30, "v": 30})
             h.run_until(lambda: any(e.key == {"_id": 30} for e in h.events))
             assert sorted(h.stored()["captured"]) == sorted([a, b])
@@ -42,7 +41,7 @@ def test_an_added_collection_is_snapshotted_and_a_removed_one_stops(
         assert added["tables"] == [b] and added["snapshot"] is True
         with capture_logs() as logs, harness(mongo_server.uri, tmp_path, [b], **opts) as h:
             h.open()
-            time.sleep(1.1)
+            into_next_second()
             db.a.insert_one({"_id": 99, "v": 99})
             db.b.insert_one({"_id": 31, "v": 31})
             h.run_until(lambda: any(e.key == {"_id": 31} for e in h.events), settle_s=1.0)
@@ -68,7 +67,7 @@ def test_an_added_collection_is_not_snapshotted_under_never(
             h.step()
         with capture_logs() as logs, harness(mongo_server.uri, tmp_path, [a, b], **opts) as h:
             h.open()
-            time.sleep(1.1)
+            into_next_second()
             db.b.insert_one({"_id": 3})
             h.run_until(lambda: any(e.key == {"_id": 3} for e in h.events))
         assert not [e for e in h.events if e.op is Op.READ]
