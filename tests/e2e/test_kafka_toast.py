@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import random
 import signal
+import subprocess
 import threading
 import time
 import uuid
@@ -130,6 +131,29 @@ def marked(bootstrap: str, name: str, phase: int) -> bool:
     return any(orjson.loads(r.key) == {"id": phase} for r in records if r.value is not None)
 
 
+def kill_mid_phase(
+    run: subprocess.Popen[str], writer: threading.Thread, bootstrap: str, topic: str, log: Path
+) -> None:
+    """Start ``writer`` and SIGKILL the source once it is provably mid-work: it has committed
+    records of this phase to ``topic`` while the writer still writes (a kill before or after
+    would test nothing, and fails here instead)."""
+    reader = KafkaLog("watcher", KafkaLogConfig(type="kafka", bootstrap_servers=bootstrap))
+    try:
+        before = sum(reader.end_offsets(topic).values())
+        writer.start()
+        wait_for(
+            lambda: sum(reader.end_offsets(topic).values()) > before or not writer.is_alive(),
+            60,
+            0.01,
+            run,
+            log,
+        )
+        assert writer.is_alive(), f"the workload ended before the source wrote to {topic}"
+        stop(run, signal.SIGKILL)
+    finally:
+        reader.close()
+
+
 def delete_store(tmp_path: Path, name: str) -> None:
     files = list((tmp_path / ".cdc" / name).glob(FILE_NAME + "*"))
     assert files, "the source keeps its latest-image store under .cdc/<name>"
@@ -195,9 +219,7 @@ def test_every_record_carries_the_toasted_value_as_of_its_change(
         wait_for(lambda: marked(bootstrap, name, 1), 120, 0.5, run, log)
         # Phase 2: SIGKILL mid-workload; changes while down; restart with the store as it was.
         writer = threading.Thread(target=work.run, args=(60, 0.01))
-        writer.start()
-        time.sleep(1.0)
-        stop(run, signal.SIGKILL)
+        kill_mid_phase(run, writer, bootstrap, f"{name}.public.docs", log)
         writer.join()
         work.late_sequences()
         run = start_run(pipeline, tmp_path, env, "--role", "source")
@@ -205,9 +227,7 @@ def test_every_record_carries_the_toasted_value_as_of_its_change(
         wait_for(lambda: marked(bootstrap, name, 2), 120, 0.5, run, log)
         # Phase 3: SIGKILL; changes while down; the store deleted: it is restored from Kafka.
         writer = threading.Thread(target=work.run, args=(30, 0.01))
-        writer.start()
-        time.sleep(0.5)
-        stop(run, signal.SIGKILL)
+        kill_mid_phase(run, writer, bootstrap, f"{name}.public.docs", log)
         writer.join()
         work.late_sequences()
         delete_store(tmp_path, name)
