@@ -11,21 +11,17 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any
 
 import orjson
 
-from cdc.config import SinkConfig
 from cdc.errors import SinkFatal
 from cdc.log.base import TopicPartition
 from cdc.sink import SinkContext, SinkRecord
+from sinks.jsonl.config import JsonlSinkConfig
+from sinks.offsets import offset_field, parse_offsets, replace_file
 
 STATE_FILE = "_state.json"
-
-
-class JsonlSinkConfig(SinkConfig):
-    type: Literal["jsonl"] = "jsonl"
-    path: str
 
 
 class JsonlSink:
@@ -43,11 +39,7 @@ class JsonlSink:
             state = self._read_state()
         except OSError as exc:
             raise SinkFatal(f"cannot use {self._dir}: {exc.strerror}") from exc
-        self._offsets = {
-            TopicPartition(t, int(p)): int(o)
-            for key, o in state.get("offsets", {}).items()
-            for t, _, p in [key.rpartition("|")]
-        }
+        self._offsets = parse_offsets(state.get("offsets", {}).items())
         self._lengths = {name: int(n) for name, n in state.get("files", {}).items()}
         for file in self._dir.glob("*.jsonl"):
             # Cut off what was written after the last flush: it will be read again.
@@ -75,16 +67,10 @@ class JsonlSink:
             os.fsync(handle.fileno())
             self._lengths[name] = handle.tell()
         state = {
-            "offsets": {f"{tp.topic}|{tp.partition}": o for tp, o in self._offsets.items()},
+            "offsets": {offset_field(*tp): o for tp, o in self._offsets.items()},
             "files": self._lengths,
         }
-        temp = self._dir / (STATE_FILE + ".tmp")
-        with temp.open("wb") as handle:
-            handle.write(orjson.dumps(state))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, self._dir / STATE_FILE)
-        _fsync_dir(self._dir)
+        replace_file(self._dir / STATE_FILE, orjson.dumps(state), self._dir / (STATE_FILE + ".tmp"))
 
     def close(self) -> None:
         for handle in self._files.values():
@@ -125,21 +111,3 @@ class JsonlSink:
             return {}
         state: dict[str, Any] = orjson.loads(path.read_bytes())
         return state
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-class JsonlSinkPlugin:
-    """Entry point ``jsonl`` of ``cdc.sinks``."""
-
-    config_model = JsonlSinkConfig
-
-    @staticmethod
-    def create(config: JsonlSinkConfig, context: SinkContext) -> JsonlSink:
-        return JsonlSink(config, context)
