@@ -24,6 +24,7 @@ import orjson
 
 from cdc.sink import SinkRecord
 from sinks.keyed import Change, Kind, Pos, Table, key_suffix
+from sinks.offsets import offset_field
 
 # One script, three modes (ARGV[1]), so there is one SHA to load and to reload on NOSCRIPT.
 #
@@ -220,7 +221,7 @@ class ApplyCall:
 
 def offsets_args(records: list[SinkRecord]) -> list[str]:
     """``HSET`` arguments storing the next offset per partition after ``records``."""
-    latest: dict[str, int] = {}
+    latest: dict[tuple[str, int], int] = {}
     for record in records:
-        latest[f"{record.topic}|{record.partition}"] = record.offset + 1
-    return [part for field, offset in latest.items() for part in (field, str(offset))]
+        latest[record.topic, record.partition] = record.offset + 1
+    return [part for tp, offset in latest.items() for part in (offset_field(*tp), str(offset))]

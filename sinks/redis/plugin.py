@@ -1,0 +1,20 @@
+"""Entry point ``redis`` of ``cdc.sinks``."""
+
+from __future__ import annotations
+
+from cdc.sink import SinkContext
+from sinks.redis import reader
+from sinks.redis.config import RedisSinkConfig
+from sinks.redis.sink import RedisSink
+
+
+class RedisSinkPlugin:
+    """Builds :class:`RedisSink`; :meth:`read_rows` reads a table back for ``cdc verify``."""
+
+    config_model = RedisSinkConfig
+
+    @staticmethod
+    def create(config: RedisSinkConfig, context: SinkContext) -> RedisSink:
+        return RedisSink(config, context)
+
+    read_rows = staticmethod(reader.read_rows)
