@@ -1,5 +1,7 @@
 """An embedded full-text index (Tantivy) per table, documents keyed by primary key."""
 
-from sinks.search.sink import SearchSink, SearchSinkConfig, SearchSinkPlugin
+from sinks.search.config import SearchSinkConfig
+from sinks.search.plugin import SearchSinkPlugin
+from sinks.search.sink import SearchSink
 
 __all__ = ["SearchSink", "SearchSinkConfig", "SearchSinkPlugin"]

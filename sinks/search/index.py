@@ -24,11 +24,9 @@ from typing import Any, NamedTuple
 import orjson
 import tantivy
 
-from cdc.schema import TableSchema
 from sinks.keyed import Pos
 
 TRUNCATE_KEY = "__truncate__"  # never a key: keys are JSON objects
-_TEXT_TYPES = {"text", "character varying", "varchar", "character", "char", "bpchar", "citext"}
 
 
 class Mark(NamedTuple):
@@ -56,15 +54,6 @@ def build_schema() -> tantivy.Schema:
 
 
 SCHEMA = build_schema()
-
-
-def text_columns(schema: TableSchema | None) -> frozenset[str] | None:
-    """Columns whose values go to ``text``; ``None`` (schema unknown): every string value."""
-    if schema is None:
-        return None
-    return frozenset(
-        c.name for c in schema.columns if c.type.split("(")[0].rstrip("[]").strip() in _TEXT_TYPES
-    )
 
 
 def row_text(row: dict[str, Any], columns: frozenset[str] | None) -> str:

@@ -12,47 +12,19 @@ applied: no change is lost or applied twice in effect.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
 
 import orjson
-from pydantic import Field
 
-from cdc.config import SinkConfig
 from cdc.errors import CdcError, RecordError, SinkFatal, SinkUnavailable
 from cdc.log.base import TopicPartition
 from cdc.sink import SinkContext, SinkRecord, sink_offsets
 from sinks.keyed import Change, Kind, Pos, Table, TopicTables, classify
-from sinks.search.index import (
-    Mark,
-    TableIndex,
-    live_rows,
-    marker_document,
-    open_reader,
-    row_document,
-    row_text,
-    search_rows,
-    text_columns,
-)
-
-
-class SearchSinkConfig(SinkConfig):
-    """``type: search``.
-
-    Attributes:
-        path: directory of the indexes, one ``<schema>.<table>`` directory each.
-        writer_heap_mb: indexing memory of each table's writer.
-    """
-
-    type: Literal["search"] = "search"
-    path: str
-    writer_heap_mb: int = Field(default=64, ge=16, le=4096)
-
-
-def table_dir(config: SearchSinkConfig, schema: str, table: str) -> Path:
-    return Path(config.path) / f"{schema}.{table}"
+from sinks.offsets import offset_field, parse_offsets, replace_file
+from sinks.search.config import SearchSinkConfig, table_dir
+from sinks.search.index import Mark, TableIndex, marker_document, row_document, row_text
+from sinks.search.types import text_columns
 
 
 class SearchSink:
@@ -212,25 +184,12 @@ class SearchSink:
         if not self._offsets_file.exists():
             return {}
         stored: dict[str, int] = orjson.loads(self._offsets_file.read_bytes())
-        out = {}
-        for name, offset in stored.items():
-            topic, _, partition = name.rpartition("|")
-            out[TopicPartition(topic, int(partition))] = int(offset)
-        return out
+        return parse_offsets(stored.items())
 
     def _write_offsets(self) -> None:
-        data = {f"{tp.topic}|{tp.partition}": offset for tp, offset in self._offsets.items()}
-        temp = self._offsets_file.with_suffix(".tmp")
-        with temp.open("wb") as handle:
-            handle.write(orjson.dumps(data))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, self._offsets_file)
-        fd = os.open(self._offsets_file.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        data = {offset_field(*tp): offset for tp, offset in self._offsets.items()}
+        path = self._offsets_file
+        replace_file(path, orjson.dumps(data), path.with_suffix(".tmp"))
 
 
 def _decide(change: Change, mark: Mark | None, floor: Pos | None) -> Mark | None:
@@ -261,50 +220,3 @@ def _translate(exc: Exception, doing: str) -> CdcError:
         # I/O trouble (a full disk, say) may pass: the runner retries the batch.
         return SinkUnavailable(f"search: {doing}: {text}")
     return SinkFatal(f"search: {doing}: {text}")
-
-
-def read_rows(
-    config: SearchSinkConfig, schema: str, table: str, *, pipeline: str | None = None
-) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
-    """Every row the index of ``schema.table`` holds as ``(key, row)``, for ``cdc verify``.
-
-    A table never written has no index: it holds no rows. ``pipeline`` is not needed: the
-    index directory is the sink's own.
-    """
-    path = table_dir(config, schema, table)
-    if not path.exists():
-        return iter(())
-    return live_rows(open_reader(path))
-
-
-def search(
-    config: SearchSinkConfig, schema: str, table: str, query: str, limit: int = 10
-) -> list[dict[str, Any]]:
-    """The rows of ``schema.table`` best matching ``query``, best first.
-
-    ``query`` is Tantivy's query language: bare words search the table's text columns,
-    ``row.<column>:value`` one column (any type), ``AND``/``OR``/``-``, ``"phrases"``.
-
-    Raises:
-        SinkFatal: the table has no index under ``config.path``, or the query is invalid.
-    """
-    path = table_dir(config, schema, table)
-    if not path.exists():
-        raise SinkFatal(f"search: no index for {schema}.{table} under {config.path}")
-    try:
-        return search_rows(open_reader(path), query, limit)
-    except ValueError as exc:
-        raise SinkFatal(f"search: invalid query {query!r}: {exc}") from exc
-
-
-class SearchSinkPlugin:
-    """Entry point ``search`` of ``cdc.sinks``."""
-
-    config_model = SearchSinkConfig
-
-    @staticmethod
-    def create(config: SearchSinkConfig, context: SinkContext) -> SearchSink:
-        return SearchSink(config, context)
-
-    read_rows = staticmethod(read_rows)
-    search = staticmethod(search)

@@ -1,0 +1,22 @@
+"""Entry point ``search`` of ``cdc.sinks``."""
+
+from __future__ import annotations
+
+from cdc.sink import SinkContext
+from sinks.search import reader
+from sinks.search.config import SearchSinkConfig
+from sinks.search.sink import SearchSink
+
+
+class SearchSinkPlugin:
+    """Builds :class:`SearchSink`; :meth:`read_rows` serves ``cdc verify``, :meth:`search`
+    serves ``cdc search``."""
+
+    config_model = SearchSinkConfig
+
+    @staticmethod
+    def create(config: SearchSinkConfig, context: SinkContext) -> SearchSink:
+        return SearchSink(config, context)
+
+    read_rows = staticmethod(reader.read_rows)
+    search = staticmethod(reader.search)
