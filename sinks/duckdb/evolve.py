@@ -112,10 +112,7 @@ def _follow_renames(con: Any, state: TableState, published: TableSchema, logger:
 def _rename(con: Any, state: TableState, known: ColumnInfo, new: str) -> None:
     if state.history:
         _check_history_names(state, [new])
-    tables = [state.target]
-    tables += [state.deleted] if known.key else []
-    tables += [state.history_table] if state.history else []
-    for table in tables:
+    for table in _holding(state, known):
         con.execute(f"ALTER TABLE {table} RENAME COLUMN {quote(known.name)} TO {quote(new)}")
     catalog.forget_column(con, state, known.name)
     known.former = [n for n in (*known.former, known.name) if n != new]
@@ -168,10 +165,7 @@ def _change_type(con: Any, state: TableState, known: ColumnInfo, new_type: str) 
         )
     new_duck = duckdb_type(new_type)
     if new_duck != known.duck_type:
-        tables = [state.target]
-        tables += [state.deleted] if known.key else []
-        tables += [state.history_table] if state.history else []
-        for table in tables:
+        for table in _holding(state, known):
             con.execute(f"ALTER TABLE {table} ALTER COLUMN {quote(known.name)} TYPE {new_duck}")
     known.source_type, known.duck_type = new_type, new_duck
     catalog.save_column(con, state, known, state.columns.index(known))
@@ -184,3 +178,12 @@ def _check_history_names(state: TableState, names: list[str]) -> None:
             f"table {state.schema}.{state.table} has columns {taken}, which history mode "
             "needs for itself; use mode: current for this table"
         )
+
+
+def _holding(state: TableState, column: ColumnInfo) -> list[str]:
+    """The tables that hold ``column``: the table, its deleted keys (a key column) and its
+    history."""
+    tables = [state.target]
+    tables += [state.deleted] if column.key else []
+    tables += [state.history_table] if state.history else []
+    return tables

@@ -103,17 +103,15 @@ def plan(
             batch = batches[table] = TableBatch(table)
         if op == "t":
             batches[table] = _truncated(batch, Truncate((position, sequence), ts_ms))
-            continue
-        if batch.truncate is not None and (position, sequence) <= batch.truncate.pos:
-            continue
-        key = record.key or {}
-        batch.records.append(record)
-        batch.ops.append(op)
-        batch.positions.append(position)
-        batch.sequences.append(sequence)
-        batch.times.append(ts_ms)
-        batch.keys.append(key)
-        batch.rows.append(_image(record, value, op, key))
+        elif batch.truncate is None or (position, sequence) > batch.truncate.pos:
+            key = record.key or {}
+            batch.records.append(record)
+            batch.ops.append(op)
+            batch.positions.append(position)
+            batch.sequences.append(sequence)
+            batch.times.append(ts_ms)
+            batch.keys.append(key)
+            batch.rows.append(_image(record, value, op, key))
     return batches, {TopicPartition(*tp): offset for tp, offset in offsets.items()}
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,19 +90,14 @@ class DuckDBSink:
         batches, offsets = plan(records, self._offsets)
         offsets.update(schema_offsets)
         try:
-            self._transaction(batches, offsets, announced)
+            with self._undone_on_error("applying a batch"):
+                self._transaction(batches, offsets, announced)
         except StageFailed as failed:
             self._rollback()
             bad = self._diagnose(failed)
             if bad is None:
                 raise translate(failed.cause, "staging a batch") from failed.cause
             raise bad from failed.cause
-        except CdcError:
-            self._rollback()
-            raise
-        except duckdb.Error as exc:
-            self._rollback()
-            raise translate(exc, "applying a batch") from exc
         self._offsets.update(offsets)
 
     def close(self) -> None:
@@ -122,7 +117,7 @@ class DuckDBSink:
         """
         if self._con is None:
             raise SinkFatal("DuckDB sink: reset before open")
-        try:
+        with self._undone_on_error(f"resetting {table[0]}.{table[1]}"):
             self._con.execute("BEGIN TRANSACTION")
             self._drop(table)
             topics = sorted({tp.topic for tp in partitions})
@@ -134,12 +129,6 @@ class DuckDBSink:
             self._states.pop(table, None)
             self._create_announced(table)
             self._con.execute("COMMIT")
-        except CdcError:
-            self._rollback()
-            raise
-        except duckdb.Error as exc:
-            self._rollback()
-            raise translate(exc, f"resetting {table[0]}.{table[1]}") from exc
         self._load()
         self._log.info("duckdb.table_reset", table=f"{table[0]}.{table[1]}")
 
@@ -253,6 +242,18 @@ class DuckDBSink:
             return find_bad_value(self._con, failed)
         except duckdb.Error:
             return None  # not a value's fault: the original error is reported
+
+    @contextlib.contextmanager
+    def _undone_on_error(self, doing: str) -> Iterator[None]:
+        """Roll the open transaction back on any error; a DuckDB error is translated."""
+        try:
+            yield
+        except CdcError:
+            self._rollback()
+            raise
+        except duckdb.Error as exc:
+            self._rollback()
+            raise translate(exc, doing) from exc
 
     def _rollback(self) -> None:
         """Undo the open transaction and forget in-memory table state it changed."""
