@@ -54,7 +54,9 @@ class Backoff:
         return cls(initial_s=delay_s, maximum_s=delay_s, jitter=0.0)
 
     def next_delay(self) -> float:
-        delay = min(self.maximum_s, self.initial_s * (2.0**self.attempt))
+        # The exponent stops growing once the delay is at its maximum: ``2.0 ** 1024`` overflows,
+        # which would crash a loop that retried through a long outage (about 3 h at 10 s).
+        delay = min(self.maximum_s, self.initial_s * (2.0 ** min(self.attempt, 64)))
         self.attempt += 1
         if not self.jitter:
             return delay

@@ -83,3 +83,11 @@ def test_backoff_doubles_without_jitter_and_fixed_stays() -> None:
     assert [fixed.next_delay() for _ in range(3)] == [0.05, 0.05, 0.05]
     jittered = Backoff(initial_s=1.0, maximum_s=1.0)
     assert all(0.8 <= jittered.next_delay() <= 1.2 for _ in range(50))
+
+
+def test_backoff_stays_at_its_maximum_through_a_long_outage() -> None:
+    """Thousands of failures in a row (hours of outage) keep the maximum delay, never overflow."""
+    backoff = Backoff(initial_s=0.2, maximum_s=10.0, jitter=0.0)
+    delays = [backoff.next_delay() for _ in range(5000)]
+    assert delays[:3] == [0.2, 0.4, 0.8]
+    assert delays[-1] == 10.0 and max(delays) == 10.0
