@@ -15,6 +15,10 @@ records it covers)::
 Stream ids are ``db.collection``, ``db`` or ``*`` (see :mod:`.plan`). A stream without a token
 but with ``cluster_time`` resumes from that time (``startAtOperationTime``); ``start_after`` is
 set after an invalidate, whose token only ``startAfter`` accepts.
+
+Typed: one stream's entry is a :class:`StreamPoint`, ordered by cluster time; the streams of the
+block together are a :class:`MongoPosition` (a :class:`cdc.positions.Position`), which is behind
+another when any stream both hold is behind there. Each has one codec to and from the block.
 """
 
 from __future__ import annotations
@@ -22,11 +26,14 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 from bson import json_util
 from bson.timestamp import Timestamp
+
+from cdc.positions import Offsets
 
 OFFSET_KEY = "mongodb"
 HISTORY_KEPT = 5
@@ -77,19 +84,95 @@ def token_from_json(stored: Any) -> dict[str, Any]:
     return loaded
 
 
+@dataclass(frozen=True, slots=True)
+class StreamPoint:
+    """One stream's resume point, ordered by cluster time (a point without one is unordered).
+
+    Attributes:
+        token: the resume token as stored (canonical Extended JSON), or ``None``.
+        start_after: resume with ``startAfter`` (after an invalidate), not ``resumeAfter``.
+        cluster_time: the point's cluster time as one integer (see :func:`position`).
+    """
+
+    token: Any
+    start_after: bool = False
+    cluster_time: int | None = None
+
+    @classmethod
+    def of(
+        cls, token: Mapping[str, Any] | None, cluster_time: int | None, start_after: bool = False
+    ) -> StreamPoint:
+        """The point of a live token (its cluster time read from it when not given)."""
+        when = cluster_time if cluster_time is not None else token_position(token)
+        return cls(None if token is None else token_to_json(token), start_after, when)
+
+    @classmethod
+    def from_entry(cls, entry: Mapping[str, Any]) -> StreamPoint:
+        """Decode a stored stream entry."""
+        when = entry.get("cluster_time")
+        return cls(
+            entry.get("resume_token"),
+            bool(entry.get("start_after")),
+            when if isinstance(when, int) and not isinstance(when, bool) else None,
+        )
+
+    def to_entry(self) -> dict[str, Any]:
+        """The stored stream entry (``at`` is for people reading ``cdc status``)."""
+        entry: dict[str, Any] = {
+            "resume_token": self.token,
+            "start_after": self.start_after,
+            "cluster_time": self.cluster_time,
+        }
+        if self.cluster_time is not None:
+            entry["at"] = iso(self.cluster_time)
+        return entry
+
+    def __lt__(self, other: StreamPoint) -> bool:
+        if self.cluster_time is None or other.cluster_time is None:
+            return False
+        return self.cluster_time < other.cluster_time
+
+
+@dataclass(frozen=True, slots=True)
+class MongoPosition:
+    """The resume points of every stream of the source, as stored under ``"mongodb"``."""
+
+    streams: Mapping[str, StreamPoint] = field(default_factory=dict)
+
+    @classmethod
+    def from_offsets(cls, offsets: Mapping[str, Any]) -> MongoPosition | None:
+        """The streams' points stored in ``offsets``, or ``None`` when none is stored."""
+        entry = offsets.get(OFFSET_KEY)
+        streams = entry.get("streams") if isinstance(entry, Mapping) else None
+        if not isinstance(streams, Mapping) or not streams:
+            return None
+        return cls.from_entries(streams)
+
+    @classmethod
+    def from_entries(cls, streams: Mapping[str, Any]) -> MongoPosition:
+        """Decode the ``streams`` of a stored block."""
+        return cls({sid: StreamPoint.from_entry(e) for sid, e in streams.items()})
+
+    def to_offsets(self, entry: Mapping[str, Any]) -> Offsets:
+        """The offsets storing ``entry`` (the whole block) with these points as its streams."""
+        streams = {sid: point.to_entry() for sid, point in self.streams.items()}
+        return Offsets({OFFSET_KEY: {**entry, "streams": streams}}, self)
+
+    def __lt__(self, other: MongoPosition) -> bool:
+        """Behind ``other`` in some stream both hold (streams come and go with the plan)."""
+        theirs = other.streams
+        return any(sid in theirs and p < theirs[sid] for sid, p in self.streams.items())
+
+    def __str__(self) -> str:
+        times = {sid: p.cluster_time for sid, p in sorted(self.streams.items())}
+        return "streams at cluster times " + ", ".join(f"{s}={t}" for s, t in times.items())
+
+
 def stream_entry(
     token: Mapping[str, Any] | None, cluster_time: int | None, start_after: bool = False
 ) -> dict[str, Any]:
-    """One stream's stored resume point."""
-    when = cluster_time if cluster_time is not None else token_position(token)
-    entry: dict[str, Any] = {
-        "resume_token": None if token is None else token_to_json(token),
-        "start_after": start_after,
-        "cluster_time": when,
-    }
-    if when is not None:
-        entry["at"] = iso(when)
-    return entry
+    """One stream's stored resume point (see :class:`StreamPoint`)."""
+    return StreamPoint.of(token, cluster_time, start_after).to_entry()
 
 
 def stored(offsets: Mapping[str, Any]) -> dict[str, Any]:

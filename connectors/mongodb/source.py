@@ -9,7 +9,7 @@ that overlap the scan are harmless. The streams open once the snapshot is done.
 Every batch's ``commit_offsets`` hold the whole ``mongodb`` entry (stream points, snapshot
 progress, notes), stored by the runtime in the same log transaction as the batch's records:
 MongoDB keeps no state for a change stream, so the log is the only place a position lives, and
-``ack`` has nothing to release.
+``ack`` has nothing to release (it checks that no stream's point moved back).
 
 History lost (the oplog no longer holds a stored point, error 286, or the server refuses the
 token): by default ``open`` fails and says how to recover; with ``snapshot: when_needed`` the
@@ -30,6 +30,7 @@ from pymongo import errors as px
 from cdc.clock import now_ms
 from cdc.config import redact_url
 from cdc.events import ChangeEvent, Op, SourceInfo
+from cdc.positions import Offsets, carried, require_forward
 from cdc.source import SourceBatch, SourceContext
 from connectors.mongodb import changes, errors, positions, snapshot
 from connectors.mongodb.client import check_collections, connect, load_schemas
@@ -73,6 +74,7 @@ class MongoSource:
         self._reporter: Reporter | None = None
         self._streams: StreamSet | None = None
         self._unsaved = False
+        self._acked: positions.MongoPosition | None = None  # the session's last ack
 
     def tables(self) -> list[tuple[str, str]]:
         """``(db, collection)`` of every captured collection."""
@@ -90,6 +92,7 @@ class MongoSource:
         """
         self._entry = positions.stored(stored_offsets)
         self._entry.setdefault("streams", {})
+        self._acked = None
         self._client = connect(self._config, self._where)
         check_collections(self._client, self._config, self._where)
         schemas = load_schemas(self._context.log, self._context.pipeline, self._collections)
@@ -378,7 +381,7 @@ class MongoSource:
         self._logger.info("snapshot.finished", rows=sum(rows.values()), seconds=round(elapsed, 1))
         self._close_scanner()
 
-    def offsets(self) -> Doc:
+    def offsets(self) -> Offsets:
         """The whole ``mongodb`` entry as of what was handed on so far."""
         entry = dict(self._entry)
         streams = dict(entry.get("streams", {}))
@@ -386,7 +389,8 @@ class MongoSource:
             streams.update((r.spec.id, r.entry()) for r in self._streams.readers)
         entry["streams"] = streams
         self._entry["streams"] = streams
-        offsets: Doc = {positions.OFFSET_KEY: entry}
+        position = positions.MongoPosition.from_entries(streams)
+        offsets = Offsets({positions.OFFSET_KEY: entry}, position)
         view = snapshot.status_view(entry)
         if view is not None:
             offsets["snapshot"] = view  # a read-only mirror for `cdc status`; never read back
@@ -395,7 +399,18 @@ class MongoSource:
     # -- ack, close ------------------------------------------------------------------------
 
     def ack(self, offsets: Mapping[str, Any]) -> None:
-        """Nothing to release: the resume point lives only in the log."""
+        """Nothing to release (the resume point lives only in the log); no stream's point may
+        move back from the previous ``ack`` of this session.
+
+        Raises:
+            PositionMovedBackwards: one did.
+        """
+        position = carried(offsets)
+        if not isinstance(position, positions.MongoPosition):
+            position = positions.MongoPosition.from_offsets(offsets)
+        if position is not None:
+            require_forward(self._acked, position, "acknowledged")
+            self._acked = position
 
     def _close_scanner(self) -> None:
         if self._scanner is not None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from enum import Enum
+from typing import Final, Literal
 
 import psycopg
 import structlog
@@ -15,6 +17,7 @@ from cdc.errors import SourceFatal
 from cdc.logging import Logger
 from connectors.postgres.catalog import Catalog, Query, SlotState, TableInfo
 from connectors.postgres.config import PostgresSourceConfig
+from connectors.postgres.lsn import Lsn
 from connectors.postgres.replication import (
     CreatedSlot,
     ReplicationCommandError,
@@ -111,16 +114,31 @@ def _run_ddl(catalog: Catalog, statement: Query, problem: str) -> None:
         raise SourceFatal(f"{problem}: {exc.diag.message_primary}") from exc
 
 
-def check_slot(catalog: Catalog, slot: str, database: str) -> SlotState | None:
+class _Unread(Enum):
+    UNREAD = "unread"
+
+
+#: "The slot was not read yet in this start" (``None`` means it was read and is missing).
+UNREAD: Final = _Unread.UNREAD
+Unread = Literal[_Unread.UNREAD]
+
+
+def check_slot(
+    catalog: Catalog, slot: str, database: str, read: SlotState | Unread | None = UNREAD
+) -> SlotState | None:
     """The slot, once no other process holds it.
+
+    Args:
+        read: the slot as this start already read it: it is read again only while another
+            process holds it.
 
     Raises:
         SourceFatal: the slot belongs to another plugin or database, or stays active in another
             process past the grace period.
     """
     deadline = time.monotonic() + ACTIVE_SLOT_GRACE_S
+    state = catalog.slot(slot) if read is UNREAD else read
     while True:
-        state = catalog.slot(slot)
         if state is None:
             return None
         if state.plugin != "pgoutput" or state.database != database:
@@ -133,6 +151,7 @@ def check_slot(catalog: Catalog, slot: str, database: str) -> SlotState | None:
         if time.monotonic() > deadline:
             raise slot_in_use(slot, state.active_pid)
         time.sleep(0.25)
+        state = catalog.slot(slot)
 
 
 def slot_in_use(slot: str, pid: int | None) -> SourceFatal:
@@ -159,10 +178,10 @@ def create_slot(
     return created
 
 
-def lost_slot(slot: str, lsn_str: str) -> SourceFatal:
+def lost_slot(slot: str, stored: Lsn) -> SourceFatal:
     """The error for a slot that vanished while a position is stored."""
     return SourceFatal(
-        f"replication slot {slot!r} no longer exists, but position {lsn_str} is stored: changes "
+        f"replication slot {slot!r} no longer exists, but position {stored} is stored: changes "
         "after it may have been lost. Re-snapshot (snapshot: when_needed), or drop the "
         "pipeline's stored state and start over"
     )

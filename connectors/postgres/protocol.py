@@ -5,12 +5,12 @@ carrying one pgoutput message, or a primary keepalive (``'k'``). The client answ
 standby status updates (``'r'``) that report how far it wrote, flushed and applied: the flush
 LSN is what lets the server recycle WAL, so it must never run ahead of durable records.
 
-Also the LSN and PostgreSQL-clock helpers the source needs to talk about positions and times.
+Also the PostgreSQL-clock helpers the source needs to talk about times (LSNs are
+:class:`connectors.postgres.lsn.Lsn`).
 """
 
 from __future__ import annotations
 
-import re
 import struct
 import time
 from dataclasses import dataclass
@@ -20,29 +20,34 @@ from connectors.postgres.pgoutput import ProtocolError
 
 __all__ = [
     "PG_EPOCH_UNIX_US",
+    "XLOG_HEADER_SIZE",
     "PrimaryKeepalive",
     "ReplicationMessage",
     "XLogData",
-    "lsn_to_str",
     "now_pg_us",
     "parse_copy_data",
     "parse_keepalive",
     "parse_xlog_data",
     "pg_time_to_unix_ms",
     "standby_status_update",
-    "str_to_lsn",
     "unix_ms_to_pg_time",
+    "xlog_header",
 ]
 
 PG_EPOCH_UNIX_US: Final = 946_684_800_000_000
 """2000-01-01T00:00:00Z, PostgreSQL's epoch, in microseconds since the Unix epoch."""
 
-_XLOG_HEAD = struct.Struct("!QQq")
+_XLOG_HEAD = struct.Struct("!xQQq")  # the tag, skipped; WAL start, WAL end, send time
+XLOG_HEADER_SIZE: Final = _XLOG_HEAD.size
+"""Bytes before an XLogData's payload, tag included."""
+
+xlog_header = _XLOG_HEAD.unpack_from
+"""``xlog_header(frame) -> (wal_start, wal_end, server_time_us)``: the one parse of an XLogData
+header (tag included, not checked). A bound C function, so the source's hot loop calls it at
+the cost of inline code; :func:`parse_xlog_data` adds the checks and the frame object."""
 _KEEPALIVE = struct.Struct("!QqB")
 _STATUS = struct.Struct("!cQQQqB")
 _MAX_LSN = (1 << 64) - 1
-# Plain hex digits only: int(x, 16) alone would also take signs, '0x' and underscores.
-_LSN = re.compile(r"([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,10 +94,10 @@ def parse_xlog_data(data: bytes | bytearray | memoryview) -> XLogData:
         ProtocolError: not an XLogData message, or too short.
     """
     view = memoryview(data)
-    if len(view) < 1 + _XLOG_HEAD.size or view[0] != ord("w"):
+    if len(view) < XLOG_HEADER_SIZE or view[0] != ord("w"):
         raise ProtocolError(f"not an XLogData message: {bytes(view[:25])!r}")
-    start, end, ts = _XLOG_HEAD.unpack_from(view, 1)
-    return XLogData(start, end, ts, view[1 + _XLOG_HEAD.size :])
+    start, end, ts = xlog_header(view)
+    return XLogData(start, end, ts, view[XLOG_HEADER_SIZE:])
 
 
 def parse_keepalive(data: bytes | bytearray | memoryview) -> PrimaryKeepalive:
@@ -150,31 +155,6 @@ def standby_status_update(
             raise ValueError(f"{name} LSN out of range: {lsn}")
     ts = now_pg_us() if client_time_us is None else client_time_us
     return _STATUS.pack(b"r", write_lsn, flush_lsn, apply_lsn, ts, 1 if reply_requested else 0)
-
-
-def lsn_to_str(lsn: int) -> str:
-    """Format an LSN as PostgreSQL 15 does (``%X/%X``): ``'16/B374D848'``, ``'0/1E043F8'``.
-
-    PostgreSQL 18 pads the low half to 8 digits; both forms parse back the same.
-
-    Raises:
-        ValueError: the value is not a 64-bit unsigned integer.
-    """
-    if not 0 <= lsn <= _MAX_LSN:
-        raise ValueError(f"LSN out of range: {lsn}")
-    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
-
-
-def str_to_lsn(text: str) -> int:
-    """Parse ``'16/B374D848'`` (any case, any zero padding) into an int.
-
-    Raises:
-        ValueError: not an LSN.
-    """
-    match = _LSN.fullmatch(text.strip())
-    if match is None:
-        raise ValueError(f"invalid LSN: {text!r}")
-    return (int(match.group(1), 16) << 32) | int(match.group(2), 16)
 
 
 def pg_time_to_unix_ms(us_since_2000: int) -> int:

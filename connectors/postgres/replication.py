@@ -19,7 +19,7 @@ from psycopg.conninfo import make_conninfo
 from cdc.errors import SourceFatal
 from connectors.postgres.config import parse_dsn
 from connectors.postgres.errors import connect_error, lost
-from connectors.postgres.protocol import lsn_to_str
+from connectors.postgres.lsn import Lsn
 from connectors.postgres.types import TEXT_FORMAT_SETTINGS
 
 #: Settings that make the server's text output of values match what the converters parse, on
@@ -132,7 +132,7 @@ class ReplicationConnection:
     def start(self, slot: str, lsn: int, options: dict[str, str]) -> None:
         """``START_REPLICATION SLOT slot LOGICAL lsn (options)``; switches to non-blocking."""
         rendered = ", ".join(f"{quote_ident(k)} {quote_literal(v)}" for k, v in options.items())
-        command = f"START_REPLICATION SLOT {quote_ident(slot)} LOGICAL {lsn_to_str(lsn)} "
+        command = f"START_REPLICATION SLOT {quote_ident(slot)} LOGICAL {Lsn(lsn)} "
         self.command(f"{command}({rendered})".encode())
         self._pg.nonblocking = 1
         self._selector = selectors.DefaultSelector()

@@ -15,52 +15,57 @@ so a session always resumes from what is durable, even in the middle of a large 
 
 from __future__ import annotations
 
-import struct
+import contextlib
 import time
 from collections.abc import Mapping
 from typing import Any
-
-import psycopg
 
 from cdc.config import redact_url
 from cdc.errors import SourceFatal, SourceUnavailable
 from cdc.events import topic_name
 from cdc.source import SourceBatch, SourceContext
-from connectors.postgres import pgoutput as pg
-from connectors.postgres.catalog import Catalog, TableInfo
+from connectors.postgres.catalog import Catalog, SlotState, TableInfo
 from connectors.postgres.config import PostgresSourceConfig
+from connectors.postgres.flush import Flush, Heartbeat, IdleOffers
 from connectors.postgres.inprogress import StreamedTransactions
 from connectors.postgres.lifecycle import (
+    UNREAD,
+    Unread,
     check_slot,
     create_slot,
     ensure_publication,
     lost_slot,
     slot_in_use,
 )
-from connectors.postgres.protocol import (
-    parse_keepalive,
-    standby_status_update,
-    str_to_lsn,
-)
+from connectors.postgres.lsn import Lsn
 from connectors.postgres.relations import check_keyable
 from connectors.postgres.replication import ReplicationCommandError, ReplicationConnection
 from connectors.postgres.shapes import Resnapshot, ShapeTracker, published_schemas
-from connectors.postgres.stream import Assembler, MessageHook, offsets_for
+from connectors.postgres.stream import Assembler, MessageHook
 from connectors.postgres.toast import ToastFiller
+from connectors.postgres.wal import WalReader
 
-_KEEPALIVE_TAG = ord("k")
-_XLOG_TAG = ord("w")
-_XLOG_HEADER_SIZE = 25  # tag, WAL start, WAL end, send time
-_WAL_START = struct.Struct("!Q").unpack_from
 _STREAMING_MIN_VERSION = 140000
 
 
-def stored_lsn(offsets: Mapping[str, Any]) -> int | None:
-    """The commit LSN stored by this source, if any."""
-    entry = offsets.get("postgres")
-    if isinstance(entry, Mapping) and isinstance(entry.get("lsn"), int):
-        return int(entry["lsn"])
-    return None
+class Session:
+    """One open streaming session: the connections, and what reads and reports on them."""
+
+    def __init__(
+        self, catalog: Catalog, repl: ReplicationConnection, flush: Flush, wal: WalReader
+    ) -> None:
+        self.catalog, self.repl, self.flush, self.wal = catalog, repl, flush, wal
+        self.assembler: Assembler | None = None
+
+    def close(self) -> None:
+        """Report the final flush position and disconnect."""
+        if self.repl.streaming:
+            # The connection may be gone; the next session resumes from the log then.
+            with contextlib.suppress(SourceUnavailable):
+                self.flush.send()
+        self.repl.close()
+        self.wal.close()
+        self.catalog.close()
 
 
 class PostgresSource:
@@ -68,22 +73,14 @@ class PostgresSource:
 
     def __init__(self, config: PostgresSourceConfig, context: SourceContext) -> None:
         self._config, self._context = config, context
-        self._dsn = config.dsn.get_secret_value()
-        self._where = redact_url(self._dsn)
         self.slot = config.slot_name(context.pipeline)
         self.publication = config.publication_name(context.pipeline)
         self._logger = context.logger.bind(slot=self.slot, publication=self.publication)
-        self._heartbeat_prefix = f"{context.pipeline}.heartbeat"
-        self._catalog: Catalog | None = None
-        self._repl: ReplicationConnection | None = None
-        self._assembler: Assembler | None = None
-        self._streams: StreamedTransactions | None = None
-        self._replay: Any = None
-        self._decoder = pg.Decoder()
         self._toast = ToastFiller(context.log, self._logger)
-        self._acked = self._received = self._wal_end = self._idle_offered = 0
-        self._last_status = self._last_heartbeat = self._last_idle = 0.0
-        self._reply_wanted = False
+        heartbeat = f"{context.pipeline}.heartbeat"
+        self._heartbeat = Heartbeat(heartbeat, config.heartbeat_interval_s, self._logger)
+        self._idle = IdleOffers(config.status_interval_s)
+        self._session: Session | None = None
         #: Logical-message handlers by prefix, installed at ``open`` (the watermarks and signals
         #: of :mod:`snapshots`); each is called as ``hook(message, lsn)`` during ``poll``.
         self.message_hooks: dict[str, MessageHook] = {}
@@ -99,35 +96,60 @@ class PostgresSource:
     def pending_events(self) -> int:
         """Events assembled so far for the batch ``poll`` will return next (message hooks use
         it to place a message among the batch's events)."""
-        return 0 if self._assembler is None else self._assembler.pending
+        asm = None if self._session is None else self._session.assembler
+        return 0 if asm is None else asm.pending
 
     # -- open ------------------------------------------------------------------------------
 
-    def open(self, stored_offsets: Mapping[str, Any]) -> None:
+    def open(
+        self, stored_offsets: Mapping[str, Any], slot: SlotState | Unread | None = UNREAD
+    ) -> None:
         """Check, prepare the publication and slot, and start streaming after the stored LSN.
+
+        Args:
+            stored_offsets: what the log holds.
+            slot: the slot as this start already read it (the snapshot layer does), so it is
+                not read again; read here when not given.
 
         Raises:
             SourceFatal: a problem a human must fix (named in the message).
             SourceUnavailable: the server cannot be reached (retried by the runtime).
         """
-        stored = stored_lsn(stored_offsets)
-        self._catalog = catalog = Catalog(self._dsn, self._where, self._config.connect_timeout_s)
+        stored = Lsn.from_offsets(stored_offsets)
+        dsn = self._config.dsn.get_secret_value()
+        catalog = Catalog(dsn, redact_url(dsn), self._config.connect_timeout_s)
+        try:
+            self._session = self._connect(catalog, stored, slot)
+        except BaseException:
+            catalog.close()
+            raise
+
+    def _connect(
+        self, catalog: Catalog, stored: Lsn | None, slot: SlotState | Unread | None
+    ) -> Session:
         version = catalog.check_server()
         role = catalog.check_role()
         tables = self._describe(catalog, role)
         self.declare_toast(catalog)
         ensure_publication(catalog, self.publication, list(tables.values()), role, self._logger)
         database = catalog.database()
-        state = check_slot(catalog, self.slot, database)
-        self._repl = repl = ReplicationConnection(
-            self._dsn, self._where, self._config.connect_timeout_s
-        )
-        if state is None:
-            start = self._new_slot(repl, stored)
-        else:
-            start = self._resume_point(str_to_lsn(state.confirmed_flush or "0/0"), stored)
-        self._start(repl, start, version)
-        self._assembler = Assembler(
+        state = check_slot(catalog, self.slot, database, slot)
+        dsn = self._config.dsn.get_secret_value()
+        repl = ReplicationConnection(dsn, redact_url(dsn), self._config.connect_timeout_s)
+        try:
+            start = self._start_point(repl, state, stored)
+            session = self._start(catalog, repl, start, version)
+        except BaseException:
+            repl.close()
+            raise
+        session.assembler = self._assembler(catalog, database, tables)
+        self._logger.info("source.streaming", start_lsn=int(start), database=database)
+        return session
+
+    def _assembler(
+        self, catalog: Catalog, database: str, tables: dict[tuple[str, str], TableInfo]
+    ) -> Assembler:
+        asm = Assembler(
             self._context.pipeline,
             database,
             tables,
@@ -136,12 +158,12 @@ class PostgresSource:
             self._toast,
             self._context.on_bad_record,
             self._logger,
-            [self._heartbeat_prefix],
+            [self._heartbeat.prefix],
         )
-        self._assembler.hooks.update(self.message_hooks)
+        asm.hooks.update(self.message_hooks)
         known = published_schemas(self._context.log, self._context.pipeline, list(tables))
-        self._assembler.shapes = ShapeTracker(catalog, known, self._logger, self.resnapshot)
-        self._logger.info("source.streaming", start_lsn=start, database=database)
+        asm.shapes = ShapeTracker(catalog, known, self._logger, self.resnapshot)
+        return asm
 
     def declare_toast(self, catalog: Catalog) -> None:
         """Tell the log which columns of which topics the TOAST fill will look up, before any
@@ -163,47 +185,56 @@ class PostgresSource:
             tables[(schema, table)] = info
         return tables
 
-    def _new_slot(self, repl: ReplicationConnection, stored: int | None) -> int:
+    def _start_point(
+        self, repl: ReplicationConnection, state: SlotState | None, stored: Lsn | None
+    ) -> Lsn:
+        if state is None:
+            return self._new_slot(repl, stored)
+        return self._resume_point(Lsn.parse(state.confirmed_flush or "0/0"), stored)
+
+    def _new_slot(self, repl: ReplicationConnection, stored: Lsn | None) -> Lsn:
         if stored is not None:
             if self._context.snapshot_mode != "when_needed":
-                raise lost_slot(self.slot, offsets_for(stored)["postgres"]["lsn_str"])
+                raise lost_slot(self.slot, stored)
             self._logger.warning(
                 "slot.recreated",
                 reason="the slot disappeared while a position was stored; changes between "
                 "that position and the new slot are not streamed (snapshot: when_needed "
                 "re-snapshots them)",
-                stored_lsn=stored,
+                stored_lsn=int(stored),
             )
         created = create_slot(repl, self.slot, self._logger)
-        return str_to_lsn(created.consistent_point)
+        return Lsn.parse(created.consistent_point)
 
-    def _resume_point(self, confirmed: int, stored: int | None) -> int:
+    def _resume_point(self, confirmed: Lsn, stored: Lsn | None) -> Lsn:
         if stored is None:
-            self._logger.warning("slot.reused_without_position", confirmed_flush=confirmed)
+            self._logger.warning("slot.reused_without_position", confirmed_flush=int(confirmed))
             return confirmed
         if stored < confirmed:
             # The server will not go back before confirmed_flush; whatever lies between is gone.
-            self._logger.warning("slot.ahead_of_log", stored_lsn=stored, confirmed=confirmed)
+            self._logger.warning(
+                "slot.ahead_of_log", stored_lsn=int(stored), confirmed=int(confirmed)
+            )
         return max(stored, confirmed)
 
-    def _start(self, repl: ReplicationConnection, start: int, version: int) -> None:
+    def _start(
+        self, catalog: Catalog, repl: ReplicationConnection, start: Lsn, version: int
+    ) -> Session:
         options = {"proto_version": "1", "publication_names": self.publication, "messages": "true"}
+        streams = None
         if self._config.stream_in_progress and version >= _STREAMING_MIN_VERSION:
             options.update(proto_version="2", streaming="on")
-            self._streams = StreamedTransactions()
+            streams = StreamedTransactions()
         try:
             repl.start(self.slot, start, options)
         except ReplicationCommandError as exc:
             if exc.sqlstate == "55006":  # object_in_use: another walsender holds the slot
                 raise slot_in_use(self.slot, None) from exc
             raise SourceFatal(f"cannot stream from slot {self.slot!r}: {exc}") from exc
-        # Never report a flush position below the slot's: PostgreSQL 15 would move it back.
-        self._acked = self._received = start
-        self._last_status = self._last_heartbeat = time.monotonic()
-        # Nothing of an earlier session carries over: the server resends from ``start``.
-        self._decoder, self._replay = pg.Decoder(), None
-        self._wal_end = self._idle_offered = 0
-        self._reply_wanted = False
+        flush = Flush(repl, start, self._config.status_interval_s, self._logger)
+        self._heartbeat.start(catalog)
+        self._idle.restart()
+        return Session(catalog, repl, flush, WalReader(repl, flush, streams))
 
     # -- poll ------------------------------------------------------------------------------
 
@@ -214,180 +245,48 @@ class PostgresSource:
             SourceUnavailable: the connection was lost (the runtime reopens from the log).
             ConversionError: a value cannot be converted and ``bad_records`` is ``fail``.
         """
-        asm = self._assembler
-        if asm is None:
+        session = self._session
+        if session is None or session.assembler is None:
             raise SourceUnavailable("the PostgreSQL source is not open")
+        asm, wal = session.assembler, session.wal
         limit = max(1, min(max_events, self._config.max_batch_events))
         deadline = time.monotonic() + timeout_s
         while True:
-            self._housekeeping()
+            now = time.monotonic()
+            session.flush.due(now)
+            self._heartbeat.due(now)
             if asm.cut or asm.pending >= limit:
                 return asm.take()
-            if self._drain(asm, limit):
+            if wal.drain(asm, limit):
                 continue
             if asm.has_output and (not asm.in_tx or time.monotonic() >= deadline):
                 return asm.take()
-            idle = self._idle_batch()
+            idle = self._idle_batch(session, asm)
             if idle is not None or time.monotonic() >= deadline:
                 return idle or SourceBatch()
-            item = self._next(max(0.0, deadline - time.monotonic()))
-            if item is not None:
-                asm.handle(*item)
+            wal.drain(asm, limit, max(0.0, deadline - time.monotonic()))
 
-    def _drain(self, asm: Assembler, limit: int) -> int:
-        """Apply the messages already received, without waiting, until the batch is full.
-
-        The hot loop: one iteration per change, so it keeps to locals and skips the clocks.
-        """
-        if self._streams is not None or self._repl is None:
-            return self._drain_slowly(asm, limit)
-        read, decode, handle = self._repl.read, self._decoder, asm.handle
-        fast = asm.fast_change
-        events = asm.events
-        handled = 0
-        # Bounded by messages too: a long run that makes no event (keepalives, other tables'
-        # changes) must still return to poll's housekeeping (status updates, heartbeats).
-        while not asm.cut and len(events) < limit and handled < limit:
-            data = read(0.0)
-            if data is None:
-                break
-            if data[0] != _XLOG_TAG:
-                self._keepalive(data)
-                continue
-            # The XLogData header inline (protocol.parse_xlog_data does the same with a frame
-            # object, which costs more than the parse itself).
-            lsn = _WAL_START(data, 1)[0]
-            if lsn > self._received:
-                self._received = lsn
-            payload = bytes(data[_XLOG_HEADER_SIZE:])
-            if not fast(payload, lsn):
-                handle(decode(payload), lsn)
-            handled += 1
-        return handled
-
-    def _drain_slowly(self, asm: Assembler, limit: int) -> int:
-        handled = 0
-        while not asm.cut and asm.pending < limit:
-            item = self._next(0.0)
-            if item is None:
-                break
-            asm.handle(*item)
-            handled += 1
-        return handled
-
-    def _next(self, wait_s: float) -> tuple[pg.PgOutputMessage, int] | None:
-        """The next message to apply, from a streamed transaction's replay or the socket."""
-        assert self._repl is not None
-        deadline = time.monotonic() + wait_s
-        while True:
-            if self._replay is not None:
-                item: tuple[pg.PgOutputMessage, int] | None = next(self._replay, None)
-                if item is not None:
-                    return item
-                self._replay = None
-            data = self._repl.read(max(0.0, deadline - time.monotonic()))
-            if data is None:
-                return None
-            if data[0] != _XLOG_TAG:
-                self._keepalive(data)
-                continue
-            lsn = _WAL_START(data, 1)[0]
-            if lsn > self._received:
-                self._received = lsn
-            payload = data[_XLOG_HEADER_SIZE:]
-            message = self._decoder(payload)
-            if self._streams is not None and self._streams.accept(message, lsn, payload):
-                continue
-            if type(message) is pg.StreamCommit and self._streams is not None:
-                assert isinstance(message, pg.StreamCommit)
-                self._replay = self._streams.replay(message)
-                continue
-            return message, lsn
-
-    def _keepalive(self, data: memoryview) -> None:
-        keepalive = parse_keepalive(data)
-        if keepalive.wal_end > self._wal_end:
-            self._wal_end = keepalive.wal_end
-        if keepalive.reply_requested:
-            # The server waits on us (a shutdown waits until we confirm all it sent): offer
-            # the position at once and report it as soon as it is acked.
-            self._reply_wanted = True
-            self._send_status()
-
-    def _idle_batch(self) -> SourceBatch | None:
-        """Offsets for WAL the server passed while no captured table changed.
-
-        Safe because the server sends a transaction only when it decodes its commit: every
-        commit not yet received lies beyond the keepalive's position, and the slot's restart
-        point stays before any transaction still running.
-        """
-        asm = self._assembler
-        assert asm is not None
-        if asm.in_tx or asm.has_output or self._replay is not None:
+    def _idle_batch(self, session: Session, asm: Assembler) -> SourceBatch | None:
+        """Offsets for WAL the server passed while no captured table changed (see
+        :class:`connectors.postgres.flush.IdleOffers`)."""
+        if asm.in_tx or asm.has_output or session.wal.replaying:
             return None
-        if self._streams is not None and self._streams.open:
-            return None
-        position = self._wal_end
-        if position <= max(self._acked, self._idle_offered):
-            return None
-        now = time.monotonic()
-        if now - self._last_idle < self._config.status_interval_s and not self._reply_wanted:
-            return None
-        self._idle_offered, self._last_idle = position, now
-        return SourceBatch(commit_offsets=offsets_for(position))
+        position = self._idle.offer(session.flush)
+        return None if position is None else SourceBatch(commit_offsets=position.to_offsets())
 
-    # -- ack, status, heartbeat ------------------------------------------------------------
+    # -- ack, close ------------------------------------------------------------------------
 
     def ack(self, offsets: Mapping[str, Any]) -> None:
-        """The offsets are durable in the log: the flush LSN may advance to them."""
-        lsn = stored_lsn(offsets)
-        if lsn is not None and lsn > self._acked:
-            self._acked = lsn
-            if self._reply_wanted:
-                self._reply_wanted = False
-                self._send_status()
+        """The offsets are durable in the log: the flush LSN may advance to them.
 
-    def _housekeeping(self) -> None:
-        now = time.monotonic()
-        if now - self._last_status >= self._config.status_interval_s:
-            self._send_status()
-        interval = self._config.heartbeat_interval_s
-        if interval is not None and now - self._last_heartbeat >= interval:
-            self._last_heartbeat = now
-            self._heartbeat()
-
-    def _send_status(self) -> None:
-        assert self._repl is not None
-        flush = self._acked
-        self._repl.send(standby_status_update(max(self._received, flush), flush, flush))
-        self._last_status = time.monotonic()
-        self._logger.debug("slot.status_sent", flush_lsn=flush)
-
-    def _heartbeat(self) -> None:
-        assert self._catalog is not None
-        try:
-            self._catalog.emit_message(self._heartbeat_prefix, "")
-        except psycopg.errors.InsufficientPrivilege as exc:
-            self._config = self._config.model_copy(update={"heartbeat_interval_s": None})
-            self._logger.warning("heartbeat.disabled", reason=str(exc))
+        Raises:
+            PositionMovedBackwards: they are before the previous ``ack`` of this session.
+        """
+        if self._session is not None:
+            self._session.flush.ack(offsets)
 
     def close(self) -> None:
         """Report the final flush position and disconnect."""
-        repl, self._repl = self._repl, None
-        if repl is not None:
-            if repl.streaming:
-                try:
-                    self._repl = repl
-                    self._send_status()
-                except SourceUnavailable:
-                    pass  # the connection is gone; the next session resumes from the log
-                finally:
-                    self._repl = None
-            repl.close()
-        if self._streams is not None:
-            self._streams.close()
-            self._streams = None
-        if self._catalog is not None:
-            self._catalog.close()
-            self._catalog = None
-        self._assembler = None
+        session, self._session = self._session, None
+        if session is not None:
+            session.close()

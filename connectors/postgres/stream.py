@@ -23,7 +23,8 @@ from cdc.schema import TableSchema
 from cdc.source import DeadLetter, SourceBatch
 from connectors.postgres import pgoutput as pg
 from connectors.postgres.catalog import TableInfo
-from connectors.postgres.protocol import lsn_to_str, pg_time_to_unix_ms
+from connectors.postgres.lsn import Lsn
+from connectors.postgres.protocol import pg_time_to_unix_ms
 from connectors.postgres.relations import CONNECTOR, NEW_TUPLE_AT, RelationState, build_state
 from connectors.postgres.shapes import ShapeTracker
 from connectors.postgres.toast import ToastFiller, fill_from, key_identity, missing_columns
@@ -56,11 +57,6 @@ class CatalogReader(Protocol):
     def toastable_columns(self, schema: str, table: str) -> list[str]:
         """The columns of the table whose values PostgreSQL can store out of line."""
         ...
-
-
-def offsets_for(lsn: int) -> dict[str, Any]:
-    """The source offsets stored with a batch: everything up to ``lsn`` is in the log."""
-    return {"postgres": {"lsn": lsn, "lsn_str": lsn_to_str(lsn)}}
 
 
 class Assembler:
@@ -151,7 +147,7 @@ class Assembler:
         committed = None if self.in_tx or self._commit_lsn is None else self._commit_lsn
         batch = SourceBatch(
             events=self._events,
-            commit_offsets=None if committed is None else offsets_for(committed),
+            commit_offsets=None if committed is None else Lsn(committed).to_offsets(),
             schemas=self._schemas,
             dead_letters=tuple(self._dead),
         )
@@ -386,7 +382,7 @@ class Assembler:
     ) -> None:
         """Fail with the table and position named, or keep the change as a dead letter."""
         if self._fail:
-            where = f"table {rel.info.name}, LSN {lsn_to_str(lsn or self._final_lsn)}"
+            where = f"table {rel.info.name}, LSN {Lsn(lsn or self._final_lsn)!s}"
             raise ConversionError(
                 exc.type_name, exc.value, f"{exc.reason} ({where})", exc.column
             ) from exc
@@ -406,7 +402,7 @@ class Assembler:
             reason=reason,
             payload={
                 "op": op,
-                "lsn": lsn_to_str(lsn or self._final_lsn),
+                "lsn": str(Lsn(lsn or self._final_lsn)),
                 "xid": self._xid,
                 "values": raw,
             },

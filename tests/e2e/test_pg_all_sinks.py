@@ -28,7 +28,7 @@ from cdc.log.factory import open_log
 from cdc.normalize import canonical
 from cdc.runtime.schemas import SchemaCatalog
 from connectors.postgres import PostgresSourcePlugin
-from connectors.postgres.protocol import str_to_lsn
+from connectors.postgres.lsn import str_to_lsn
 from sinks.redis import RedisSinkPlugin
 from sinks.search import SearchSinkPlugin
 from tests.e2e.cli_helpers import cdc, start_run, stop, wait_for

@@ -22,8 +22,8 @@ from cdc import envelope
 from cdc.events import ChangeEvent, EncodedRow, Op, SourceInfo
 from connectors.postgres import fast
 from connectors.postgres.catalog import TableInfo
+from connectors.postgres.lsn import str_to_lsn
 from connectors.postgres.pgoutput import Insert, Relation, RelationColumn, decode
-from connectors.postgres.protocol import str_to_lsn
 from connectors.postgres.relations import RelationState, build_state
 from connectors.postgres.snapshot.incremental import ChunkJob, window_records
 from connectors.postgres.snapshot.reader import SnapshotTable, lines_of

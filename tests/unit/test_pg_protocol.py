@@ -9,19 +9,18 @@ from pathlib import Path
 
 import pytest
 
+from connectors.postgres.lsn import lsn_to_str, str_to_lsn
 from connectors.postgres.pgoutput import Begin, ProtocolError, decode
 from connectors.postgres.protocol import (
     PG_EPOCH_UNIX_US,
     PrimaryKeepalive,
     XLogData,
-    lsn_to_str,
     now_pg_us,
     parse_copy_data,
     parse_keepalive,
     parse_xlog_data,
     pg_time_to_unix_ms,
     standby_status_update,
-    str_to_lsn,
     unix_ms_to_pg_time,
 )
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from cdc.errors import SourceFatal
+from connectors.postgres.lsn import str_to_lsn
 from connectors.postgres.pgoutput import (
     UNCHANGED,
     Begin,
@@ -40,7 +41,6 @@ from connectors.postgres.pgoutput import (
     Update,
     decode,
 )
-from connectors.postgres.protocol import str_to_lsn
 
 DATA = Path(__file__).parent / "data" / "pgoutput"
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from cdc import positions
 from cdc.clock import now_ms
 from cdc.errors import LogError
 from cdc.log.base import Record, TransactionContext
@@ -87,11 +88,28 @@ class EmbeddedTransaction(TransactionContext):
             raise
 
     def store_offsets(self, offsets: Mapping[str, Any]) -> None:
-        """Upsert source offsets as JSON in this transaction; a ``None`` value deletes the key."""
+        """Upsert source offsets as JSON in this transaction; a ``None`` value deletes the key.
+
+        Raises:
+            PositionMovedBackwards: ``offsets`` carry a position before the stored one (read
+                here, under the write lock); nothing is stored and the transaction can only
+                be aborted (see :mod:`cdc.positions`).
+        """
         self._check_open()
         upserts = [(k, orjson.dumps(v)) for k, v in offsets.items() if v is not None]
         deletes = [(k,) for k, v in offsets.items() if v is None]
+        position = positions.carried(offsets)
         try:
+            if position is not None:
+                stored = {}
+                with translated("reading source offsets"):
+                    for key, _ in upserts:
+                        row = self._conn.execute(
+                            "SELECT value FROM source_offsets WHERE key = ?", (key,)
+                        ).fetchone()
+                        if row is not None:
+                            stored[key] = orjson.loads(row[0])
+                positions.check_forward(position, stored)
             with translated("storing source offsets"):
                 self._conn.executemany(UPSERT_SOURCE_OFFSET, upserts)
                 self._conn.executemany(DELETE_SOURCE_OFFSET, deletes)

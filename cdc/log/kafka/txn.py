@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from typing import Any, Protocol
@@ -27,6 +28,7 @@ from typing import Any, Protocol
 import orjson
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from cdc import positions
 from cdc.errors import LogError, LogFatal, LogUnavailable, RecordTooLarge
 from cdc.log.base import Record, TransactionContext
 from cdc.log.kafka.common import FENCED, ConnectionWatch, describe, error_of, translate
@@ -36,6 +38,10 @@ from cdc.log.kafka.image_sync import MARK_KEY, SourceImages, mark_value
 _POLL_EVERY = 1000
 _COMMIT_ATTEMPT_S = 10.0
 _ABORT_TIMEOUT_S = 10.0
+#: Per log, the positions its committed transactions stored (see ``store_offsets``).
+_COMMITTED: weakref.WeakKeyDictionary[KafkaLog, positions.CommittedPositions] = (
+    weakref.WeakKeyDictionary()
+)
 
 #: A record ready to produce: topic, partition (or librdkafka's "unassigned"), key, value.
 Prepared = tuple[str, int, bytes | None, bytes | None]
@@ -186,10 +192,21 @@ class KafkaTransaction(TransactionContext):
             raise
 
     def store_offsets(self, offsets: Mapping[str, Any]) -> None:
-        """Produce offsets to the offsets topic in this transaction (``None``: a tombstone)."""
+        """Produce offsets to the offsets topic in this transaction (``None``: a tombstone).
+
+        Raises:
+            PositionMovedBackwards: ``offsets`` carry a position before the last one this
+                log committed in this process (reading the offsets topic per commit would cost
+                a round trip); nothing is produced and the transaction can only be aborted
+                (see :mod:`cdc.positions`).
+        """
         self._check_open()
         topic = self._log.offsets_topic
+        position = positions.carried(offsets)
         try:
+            if position is not None:
+                committed = _COMMITTED.setdefault(self._log, positions.CommittedPositions())
+                committed.check(position, lambda: self._state == "committed")
             for key, value in offsets.items():
                 encoded = None if value is None else orjson.dumps(value)
                 self._produce(topic, 0, key.encode(), encoded)

@@ -25,7 +25,7 @@ from cdc.logging import Logger
 from connectors.postgres.catalog import Catalog, TableInfo
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.lifecycle import check_slot, create_slot, ensure_publication
-from connectors.postgres.protocol import str_to_lsn
+from connectors.postgres.lsn import Lsn
 from connectors.postgres.replication import ReplicationConnection, session_conninfo
 from connectors.postgres.snapshot.reader import SnapshotTable, describe, plan
 from connectors.postgres.types import TypeRegistry
@@ -38,7 +38,7 @@ class ExportedSnapshot:
     """A created slot whose exported snapshot is still alive (``repl`` stays idle)."""
 
     repl: ReplicationConnection
-    consistent_point: int
+    consistent_point: Lsn
     snapshot_name: str
     database: str
     tables: list[SnapshotTable]
@@ -117,7 +117,7 @@ def start_exported(
     repl = ReplicationConnection(dsn, where, config.connect_timeout_s)
     try:
         created = create_slot(repl, slot, logger, snapshot="export")
-        point = str_to_lsn(created.consistent_point)
+        point = Lsn.parse(created.consistent_point)
         assert created.snapshot_name is not None
         work = _plan_all(config, created.snapshot_name, tables, state, point)
     except BaseException:

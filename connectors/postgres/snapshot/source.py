@@ -27,16 +27,20 @@ from cdc.config import redact_url
 from cdc.errors import SourceUnavailable
 from cdc.schema import TableSchema
 from cdc.source import SourceBatch, SourceContext
-from connectors.postgres.catalog import Catalog
+from connectors.postgres.catalog import Catalog, SlotState
 from connectors.postgres.config import PostgresSourceConfig
-from connectors.postgres.lifecycle import drop_from_publication, publication_tables
-from connectors.postgres.protocol import str_to_lsn
+from connectors.postgres.lifecycle import (
+    UNREAD,
+    Unread,
+    drop_from_publication,
+    publication_tables,
+)
+from connectors.postgres.lsn import Lsn
 from connectors.postgres.snapshot.channel import Channel, choose, ensure_table
 from connectors.postgres.snapshot.initial import ExportedSnapshot, start_exported
 from connectors.postgres.snapshot.parallel import ExportedSnapshotReader, ReadSettings
 from connectors.postgres.snapshot.streaming import StreamSnapshots
-from connectors.postgres.source import PostgresSource, stored_lsn
-from connectors.postgres.stream import offsets_for
+from connectors.postgres.source import PostgresSource
 from snapshots.modes import Action, StartState, added_tables, decide, table_changes
 from snapshots.progress import Reporter, reporter
 from snapshots.state import SnapshotState
@@ -64,6 +68,9 @@ class SnapshottingPostgresSource:
         self.streaming = False  # the stream is open (after any exported snapshot)
         self._uncommitted = 0  # snapshot pieces appended since the last commit
         self._added: list[str] = []  # tables added to source.tables since the last start
+        # The slot as this start read it, handed to the stream so it is read once per start
+        # (unread again once an exported snapshot created it).
+        self._slot: SlotState | Unread | None = UNREAD
 
     def tables(self) -> list[tuple[str, str]]:
         return self._config.table_pairs()
@@ -108,22 +115,23 @@ class SnapshottingPostgresSource:
         return self._added if plan.snapshot else []
 
     def _probe(self, stored_offsets: Mapping[str, Any]) -> StartState:
+        stored = Lsn.from_offsets(stored_offsets)
         catalog = Catalog(self._dsn, redact_url(self._dsn), self._config.connect_timeout_s)
         try:
-            slot = catalog.slot(self._config.slot_name(self._context.pipeline))
+            self._slot = slot = catalog.slot(self._config.slot_name(self._context.pipeline))
             self._channel = choose(catalog.conn, self._config, self._context.pipeline)
             self._use_channel(catalog)
             # Before any snapshot row is written: the Kafka log keeps their TOAST-able values.
             self._inner.declare_toast(catalog)
-            if stored_lsn(stored_offsets) is not None:  # a first start captures what it finds
+            if stored is not None:  # a first start captures what it finds
                 self._table_changes(catalog)
         finally:
             catalog.close()
         confirmed = None
         if slot is not None and slot.confirmed_flush:
-            confirmed = str_to_lsn(slot.confirmed_flush)
+            confirmed = Lsn.parse(slot.confirmed_flush)
         unfinished = bool(self._state.unfinished() or self._state.requests())
-        return StartState(stored_lsn(stored_offsets), slot is not None, confirmed, unfinished)
+        return StartState(stored, slot is not None, confirmed, unfinished)
 
     def _table_changes(self, catalog: Catalog) -> None:
         """Compare ``source.tables`` with the tables the log holds; stop capturing the removed.
@@ -168,6 +176,7 @@ class SnapshottingPostgresSource:
 
     def _open_exported(self, slot_exists: bool) -> None:
         pipeline = self._context.pipeline
+        self._slot = UNREAD  # about to be (re)created with the snapshot
         exported = start_exported(
             self._config, pipeline, self._state, self._logger, slot_exists, self._channel.table
         )
@@ -192,7 +201,7 @@ class SnapshottingPostgresSource:
         self._reader.start()
         self._logger.info(
             "snapshot.started",
-            consistent_point=exported.consistent_point,
+            consistent_point=int(exported.consistent_point),
             tables=[t.name for t in exported.tables],
             chunks=len(exported.work),
             workers=self._config.snapshot_workers,
@@ -209,7 +218,8 @@ class SnapshottingPostgresSource:
             self._logger,
             self._channel,
         )
-        self._inner.open(stored_offsets)
+        slot, self._slot = self._slot, UNREAD
+        self._inner.open(stored_offsets, slot)
         self._stream.started(stored_offsets)
         self.streaming = True
 
@@ -244,7 +254,8 @@ class SnapshottingPostgresSource:
         if not (schemas or self._uncommitted >= COMMIT_EVERY_PIECES or (piece and piece.last)):
             return SourceBatch(records=records, schemas=schemas)
         self._uncommitted = 0
-        offsets = {**offsets_for(exported.consistent_point), **self._state.offsets(progress=True)}
+        offsets = exported.consistent_point.to_offsets()
+        offsets = offsets.with_items(self._state.offsets(progress=True))
         return SourceBatch(records=records, commit_offsets=offsets, schemas=schemas)
 
     def _finish_exported(self, exported: ExportedSnapshot) -> SourceBatch:
@@ -254,10 +265,10 @@ class SnapshottingPostgresSource:
         self._reader = None
         exported.release()
         self._exported = None
-        offsets = offsets_for(exported.consistent_point)
-        self._logger.info("snapshot.finished", consistent_point=exported.consistent_point)
+        offsets = exported.consistent_point.to_offsets()
+        self._logger.info("snapshot.finished", consistent_point=int(exported.consistent_point))
         self._open_stream(offsets)
-        return SourceBatch(commit_offsets={**offsets, **self._state.offsets(progress=True)})
+        return SourceBatch(commit_offsets=offsets.with_items(self._state.offsets(progress=True)))
 
     # -- ack, close ------------------------------------------------------------------------
 

@@ -1,0 +1,140 @@
+"""What the PostgreSQL source tells the server: the flush position, and heartbeats.
+
+The flush LSN is what lets the server recycle WAL, so it advances only in :meth:`Flush.ack`,
+once the log holds everything before it; it never goes below the position streaming started
+from (PostgreSQL 15 would move the slot back). Status updates go out every status interval,
+and at once when the server asks for a reply (a shutdown waits until we confirm all it sent).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import psycopg
+
+from cdc.logging import Logger
+from cdc.positions import carried, require_forward
+from connectors.postgres.catalog import Catalog
+from connectors.postgres.lsn import Lsn
+from connectors.postgres.protocol import parse_keepalive, standby_status_update
+from connectors.postgres.replication import ReplicationConnection
+
+
+class Flush:
+    """The positions of one streaming session: received, acknowledged, the server's WAL end.
+
+    Args:
+        repl: the streaming connection.
+        start: where streaming started (the slot's position or later).
+        interval_s: the status interval.
+        logger: the source's logger.
+    """
+
+    def __init__(
+        self, repl: ReplicationConnection, start: int, interval_s: float, logger: Logger
+    ) -> None:
+        self._repl, self._interval_s, self._logger = repl, interval_s, logger
+        # Never report a flush position below the slot's: PostgreSQL 15 would move it back.
+        self.acked = self.received = start
+        self.wal_end = 0
+        self.reply_wanted = False
+        self._last_ack: Lsn | None = None  # what the runtime acked last, for the backwards check
+        self._last_status = time.monotonic()
+
+    def ack(self, offsets: Mapping[str, Any]) -> None:
+        """The offsets are durable in the log: the flush LSN may advance to them.
+
+        Raises:
+            PositionMovedBackwards: they are before the previous ``ack`` of this session.
+        """
+        position = carried(offsets)
+        lsn = position if isinstance(position, Lsn) else Lsn.from_offsets(offsets)
+        if lsn is None:
+            return
+        require_forward(self._last_ack, lsn, "acknowledged")
+        self._last_ack = lsn
+        if lsn > self.acked:
+            self.acked = lsn
+            if self.reply_wanted:
+                self.reply_wanted = False
+                self.send()
+
+    def keepalive(self, data: memoryview) -> None:
+        """Take a primary keepalive: its WAL end, and answer at once when asked to."""
+        keepalive = parse_keepalive(data)
+        if keepalive.wal_end > self.wal_end:
+            self.wal_end = keepalive.wal_end
+        if keepalive.reply_requested:
+            # The server waits on us: offer the position at once, report it once acked.
+            self.reply_wanted = True
+            self.send()
+
+    def due(self, now: float) -> None:
+        """Send a status update when the interval has passed."""
+        if now - self._last_status >= self._interval_s:
+            self.send()
+
+    def send(self) -> None:
+        """Report the flush position (and at least as much received)."""
+        flush = self.acked
+        self._repl.send(standby_status_update(max(self.received, flush), flush, flush))
+        self._last_status = time.monotonic()
+        self._logger.debug("slot.status_sent", flush_lsn=flush)
+
+
+class IdleOffers:
+    """When WAL passed while no captured table changed, the position worth storing.
+
+    Safe because the server sends a transaction only when it decodes its commit: every commit
+    not yet received lies beyond the keepalive's position, and the slot's restart point stays
+    before any transaction still running.
+    """
+
+    def __init__(self, interval_s: float) -> None:
+        self._interval_s = interval_s
+        self._offered = 0
+        self._last = 0.0
+
+    def restart(self) -> None:
+        """A new session: the server resends from its start, so nothing offered carries over."""
+        self._offered = 0
+
+    def offer(self, flush: Flush) -> Lsn | None:
+        """The keepalive's WAL end, when it is new and the interval passed (or a reply is due)."""
+        position = flush.wal_end
+        if position <= max(flush.acked, self._offered):
+            return None
+        now = time.monotonic()
+        if now - self._last < self._interval_s and not flush.reply_wanted:
+            return None
+        self._offered, self._last = position, now
+        return Lsn(position)
+
+
+class Heartbeat:
+    """Writes a logical message every interval, so an idle slot still advances (with WAL of
+    other databases moving on) and the pipeline's lag shows."""
+
+    def __init__(self, prefix: str, interval_s: float | None, logger: Logger) -> None:
+        self.prefix, self.interval_s, self._logger = prefix, interval_s, logger
+        self._catalog: Catalog | None = None
+        self._last = 0.0
+
+    def start(self, catalog: Catalog) -> None:
+        """A new session, on ``catalog``: the first beat is one interval away."""
+        self._catalog, self._last = catalog, time.monotonic()
+
+    def due(self, now: float) -> None:
+        """Beat when the interval passed; off for good (every later session too) when the role
+        may not write messages."""
+        if self.interval_s is None or now - self._last < self.interval_s:
+            return
+        self._last = now
+        assert self._catalog is not None
+        try:
+            self._catalog.emit_message(self.prefix, "")
+        except psycopg.errors.InsufficientPrivilege as exc:
+            self.interval_s = None
+            self._logger.warning("heartbeat.disabled", reason=str(exc))

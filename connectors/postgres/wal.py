@@ -1,0 +1,108 @@
+"""The replication stream's messages, applied to the assembler: the source's hot loop.
+
+One drain loop for both protocols: with ``streaming=on`` (protocol 2) a large transaction
+arrives in streamed pieces, which :class:`StreamedTransactions` spools until its commit and then
+replays here; without it each change goes to the native encoder first, and to the decoder when
+the encoder declines.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from connectors.postgres import pgoutput as pg
+from connectors.postgres.flush import Flush
+from connectors.postgres.inprogress import StreamedTransactions
+from connectors.postgres.protocol import XLOG_HEADER_SIZE, xlog_header
+from connectors.postgres.replication import ReplicationConnection
+from connectors.postgres.stream import Assembler
+
+_XLOG_TAG = ord("w")
+
+
+class WalReader:
+    """Reads one streaming session's messages into an assembler.
+
+    Args:
+        repl: the streaming connection.
+        flush: the session's positions (keepalives and received WAL go there).
+        streams: the spool of streamed transactions, when protocol 2 streaming is on.
+    """
+
+    def __init__(
+        self, repl: ReplicationConnection, flush: Flush, streams: StreamedTransactions | None
+    ) -> None:
+        self._repl, self._flush, self.streams = repl, flush, streams
+        # Nothing of an earlier session carries over: the server resends from the start.
+        self._decoder = pg.Decoder()
+        self._replay: Iterator[tuple[pg.PgOutputMessage, int]] | None = None
+
+    @property
+    def replaying(self) -> bool:
+        """A streamed transaction is being replayed, or one is still open on the server."""
+        return self._replay is not None or (self.streams is not None and self.streams.open)
+
+    def drain(self, asm: Assembler, limit: int, wait_s: float = 0.0) -> int:
+        """Apply messages until the batch is full or none is waiting; returns how many.
+
+        The first message may be waited for up to ``wait_s`` (keepalives keep waiting). The
+        hot loop: one iteration per change, so it keeps to locals and skips the clocks. Bounded
+        by messages too: a long run that makes no event (keepalives, other tables' changes)
+        must still return to ``poll``'s housekeeping (status updates, heartbeats).
+        """
+        read, decode, handle, fast = self._repl.read, self._decoder, asm.handle, asm.fast_change
+        flush, streams, events = self._flush, self.streams, asm.events
+        deadline = time.monotonic() + wait_s if wait_s else 0.0
+        handled = 0
+        while not asm.cut and len(events) < limit and handled < limit:
+            if self._replay is not None and self._replayed(asm):
+                handled += 1
+                continue
+            data = read(wait_s)
+            if data is None:
+                break
+            if data[0] != _XLOG_TAG:
+                flush.keepalive(data)
+                if wait_s:
+                    wait_s = max(0.0, deadline - time.monotonic())
+                continue
+            wait_s = 0.0
+            lsn = xlog_header(data)[0]
+            if lsn > flush.received:
+                flush.received = lsn
+            payload = bytes(data[XLOG_HEADER_SIZE:])
+            if streams is None:
+                if not fast(payload, lsn):
+                    handle(decode(payload), lsn)
+            elif not self._streamed(asm, decode(payload), lsn, payload):
+                continue
+            handled += 1
+        return handled
+
+    def _replayed(self, asm: Assembler) -> bool:
+        """Apply the next message of the streamed transaction being replayed, if any is left."""
+        assert self._replay is not None
+        item = next(self._replay, None)
+        if item is None:
+            self._replay = None
+            return False
+        asm.handle(*item)
+        return True
+
+    def _streamed(self, asm: Assembler, message: pg.PgOutputMessage, lsn: int, raw: bytes) -> bool:
+        """Apply a message of the protocol 2 stream; ``False`` when it was spooled instead."""
+        assert self.streams is not None
+        if self.streams.accept(message, lsn, memoryview(raw)):
+            return False
+        if type(message) is pg.StreamCommit:
+            self._replay = self.streams.replay(message)
+            return False
+        asm.handle(message, lsn)
+        return True
+
+    def close(self) -> None:
+        """Drop the spool of streamed transactions."""
+        if self.streams is not None:
+            self.streams.close()
+            self.streams = None
