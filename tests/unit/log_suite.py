@@ -12,13 +12,15 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
 
+from cdc.errors import LogError
 from cdc.log.base import Log, Record, StoredRecord, TopicPartition
 from cdc.partitioner import partition_for
+from cdc.positions import Offsets, PositionMovedBackwards
 
 LogFactory = Callable[..., Log]
 
@@ -55,6 +57,18 @@ def in_thread(fn: Callable[[], Any]) -> Any:
     thread.join(30)
     assert result, "the reader thread did not finish"
     return result[0]
+
+
+class Step(int):
+    """A source-neutral test position: ``{"step": {"n": <int>}}``."""
+
+    @classmethod
+    def from_offsets(cls, offsets: Mapping[str, Any]) -> Step | None:
+        entry = offsets.get("step")
+        return cls(entry["n"]) if isinstance(entry, Mapping) else None
+
+    def to_offsets(self) -> Offsets:
+        return Offsets({"step": {"n": int(self)}}, self)
 
 
 class LogSuite:
@@ -295,3 +309,35 @@ class LogSuite:
         assert sum(info.end_offsets.values()) >= 12
         assert set(info.start_offsets.values()) == {0}
         assert info.end_offsets == log.end_offsets(topic)
+
+    def test_a_position_moving_back_is_refused_and_nothing_of_its_transaction_is_committed(
+        self, log_factory: LogFactory
+    ) -> None:
+        log = log_factory()
+        topic = new_topic()
+        log.ensure_topics([topic])
+        append(log, [Record(topic, key(0), b"kept")], Step(5).to_offsets())
+        txn = log.begin()
+        txn.append([Record(topic, key(1), b"dropped")])
+        behind = Step(4).to_offsets().with_items({"other": 1})
+        with pytest.raises(PositionMovedBackwards, match="4 is before the stored position 5"):
+            txn.store_offsets(behind)
+        with pytest.raises(LogError):
+            txn.commit()
+        txn.abort()
+        assert log.source_offsets() == {"step": {"n": 5}}
+        assert [r.value for r in read_all(log, topic)] == [b"kept"]
+
+    def test_an_equal_or_later_position_and_plain_offsets_are_stored(
+        self, log_factory: LogFactory
+    ) -> None:
+        log = log_factory()
+        topic = new_topic()
+        log.ensure_topics([topic])
+        append(log, [Record(topic, key(0), b"a")], Step(5).to_offsets())
+        append(log, [Record(topic, key(1), b"b")], Step(5).to_offsets())
+        append(log, [Record(topic, key(2), b"c")], {"step": {"n": 1}})  # carries no position
+        assert log.source_offsets()["step"] == {"n": 1}
+        append(log, [Record(topic, key(3), b"d")], Step(6).to_offsets())
+        assert log.source_offsets()["step"] == {"n": 6}
+        assert [r.value for r in read_all(log, topic)] == [b"a", b"b", b"c", b"d"]
