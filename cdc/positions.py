@@ -77,6 +77,13 @@ def carried(offsets: Mapping[str, Any]) -> Position | None:
     return offsets.position if isinstance(offsets, Offsets) else None
 
 
+def rebuilt(offsets: Mapping[str, Any], items: Mapping[str, Any]) -> dict[str, Any]:
+    """``items`` as offsets carrying the position ``offsets`` carry, if any (for a source that
+    adds to or trims the offsets it hands on)."""
+    position = carried(offsets)
+    return dict(items) if position is None else Offsets(items, position)
+
+
 def require_forward(old: Position | None, new: Position, what: str = "stored") -> None:
     """Refuse ``new`` when it comes before ``old``.
 

@@ -22,6 +22,7 @@ from pydantic import Field
 
 from cdc.config import SourceConfig
 from cdc.events import ChangeEvent, Op, SourceInfo
+from cdc.positions import Offsets, carried, require_forward
 from cdc.schema import Column, TableSchema
 from cdc.source import SourceBatch, SourceContext
 
@@ -32,6 +33,21 @@ COLUMNS = (
     Column("amount", "numeric(12,2)"),
     Column("updated_at", "timestamp with time zone"),
 )
+
+
+class Generated(int):
+    """The generator's position: how many changes were handed on (``{"generator": {"next"}}``)."""
+
+    __slots__ = ()
+
+    @classmethod
+    def from_offsets(cls, offsets: Mapping[str, Any]) -> Generated | None:
+        entry = offsets.get(OFFSET_KEY)
+        value = entry.get("next") if isinstance(entry, Mapping) else None
+        return cls(value) if isinstance(value, int) else None
+
+    def to_offsets(self) -> Offsets:
+        return Offsets({OFFSET_KEY: {"next": int(self)}}, self)
 
 
 class GeneratorSourceConfig(SourceConfig):
@@ -54,12 +70,14 @@ class GeneratorSource:
         self._started = 0.0
         self._announced: set[str] = set()
         self._idle = threading.Event()
+        self._acked: Generated | None = None
 
     def tables(self) -> list[tuple[str, str]]:
         return [(schema, table) for schema, table in self._tables]
 
     def open(self, stored_offsets: Mapping[str, Any]) -> None:
         self._next = int(stored_offsets.get(OFFSET_KEY, {}).get("next", 0))
+        self._acked = None
         self._started = time.monotonic() - self._next / (self._config.rate or float("inf"))
 
     def poll(self, max_events: int, timeout_s: float) -> SourceBatch:
@@ -79,11 +97,22 @@ class GeneratorSource:
                 self._announced.add(event.table_id)
                 schemas.append(self._schema(event))
         return SourceBatch(
-            events=events, commit_offsets={OFFSET_KEY: {"next": self._next}}, schemas=schemas
+            events=events, commit_offsets=Generated(self._next).to_offsets(), schemas=schemas
         )
 
     def ack(self, offsets: Mapping[str, Any]) -> None:
-        """Nothing to release: the stream regenerates from any position."""
+        """Nothing to release (the stream regenerates from any position); the position may not
+        move back from the previous ``ack`` of this session.
+
+        Raises:
+            PositionMovedBackwards: it did.
+        """
+        position = carried(offsets)
+        if not isinstance(position, Generated):
+            position = Generated.from_offsets(offsets)
+        if position is not None:
+            require_forward(self._acked, position, "acknowledged")
+            self._acked = position
 
     def close(self) -> None:
         self._idle.set()

@@ -15,6 +15,7 @@ from cdc.log.base import Record
 from cdc.log.embedded import EmbeddedLog
 from cdc.positions import CommittedPositions, Offsets, PositionMovedBackwards, carried
 from cdc.source import SourceContext
+from connectors.generator.source import Generated, GeneratorSource, GeneratorSourceConfig
 from connectors.mongodb import positions as mongo
 from connectors.mongodb.config import MongoSourceConfig
 from connectors.mongodb.source import MongoSource
@@ -170,3 +171,16 @@ def test_mongodb_points_order_by_cluster_time_and_skip_unknown_times() -> None:
     a = mongo.MongoPosition({"x": early, "y": late})
     b = mongo.MongoPosition({"x": late, "z": early})
     assert a < b and not b < a
+
+
+def test_generator_positions_are_checked_and_keep_their_format() -> None:
+    config = GeneratorSourceConfig.model_validate({"type": "generator", "tables": ["s.t"]})
+    context = SourceContext(pipeline="p", log=None, logger=structlog.get_logger())  # type: ignore[arg-type]
+    source = GeneratorSource(config, context)
+    source.open({})
+    batch = source.poll(10, 0.1)
+    assert batch.commit_offsets == {"generator": {"next": 10}}
+    source.ack(batch.commit_offsets)
+    source.ack({"generator": {"next": 10}})
+    with pytest.raises(PositionMovedBackwards, match="9 is before the acknowledged position 10"):
+        source.ack(Generated(9).to_offsets())

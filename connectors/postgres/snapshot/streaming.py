@@ -32,6 +32,7 @@ from cdc.envelope import encode_key
 from cdc.events import ChangeEvent, Op
 from cdc.log.base import Record
 from cdc.logging import Logger
+from cdc.positions import rebuilt
 from cdc.schema import TableSchema
 from cdc.source import DeadLetter, SourceBatch, SourceContext
 from connectors.postgres import pgoutput as pg
@@ -309,9 +310,10 @@ class StreamSnapshots:
                 offsets = None  # more of the same log transaction follows
         if offsets is not None:
             kept = (OFFSET_KEY, CAPTURED_KEY)  # the position alone
-            self._last_offsets = {k: v for k, v in offsets.items() if k not in kept}
+            trimmed = {k: v for k, v in offsets.items() if k not in kept}
+            self._last_offsets = rebuilt(offsets, trimmed)
             if self._state.pending:
-                offsets = {**offsets, **self._state.offsets()}
+                offsets = rebuilt(offsets, {**offsets, **self._state.offsets()})
         self._mid_transaction = offsets is None
         return SourceBatch(events, offsets, schemas, dead_letters, records)
 
@@ -325,7 +327,8 @@ class StreamSnapshots:
             return None
         if self._mid_transaction or self._rest is not None:
             return None
-        return SourceBatch(commit_offsets={**self._last_offsets, **self._state.offsets()})
+        offsets = {**self._last_offsets, **self._state.offsets()}
+        return SourceBatch(commit_offsets=rebuilt(self._last_offsets, offsets))
 
     def _weave(
         self, events: list[ChangeEvent], markers: Sequence[Marker], schemas: list[TableSchema]
