@@ -2,8 +2,8 @@
 
 An ``int`` subclass, so the stream compares and keeps LSNs at the cost of ints (the hot path
 handles plain ints from the socket and makes an ``Lsn`` only at a transaction's end). Its text
-is PostgreSQL's ``pg_lsn`` (and psycopg's): ``16/B374D848``, upper-case hex, no padding;
-parsing takes any case and zero padding, as the server does. Stored as
+is ``pg_lsn``'s as PostgreSQL 14-17 print it: ``16/B374D848``, upper-case hex, no padding (18
+pads the low half to 8 digits); parsing takes any case and padding, as the server does. Stored as
 ``{"postgres": {"lsn": <int>, "lsn_str": "X/Y"}}``; ``lsn_str`` is for people reading the log.
 """
 

@@ -31,20 +31,22 @@ __all__ = [
     "pg_time_to_unix_ms",
     "standby_status_update",
     "unix_ms_to_pg_time",
-    "xlog_header",
+    "xlog_wal_start",
 ]
 
 PG_EPOCH_UNIX_US: Final = 946_684_800_000_000
 """2000-01-01T00:00:00Z, PostgreSQL's epoch, in microseconds since the Unix epoch."""
 
-_XLOG_HEAD = struct.Struct("!xQQq")  # the tag, skipped; WAL start, WAL end, send time
-XLOG_HEADER_SIZE: Final = _XLOG_HEAD.size
-"""Bytes before an XLogData's payload, tag included."""
+XLOG_HEADER_SIZE: Final = 25
+"""Bytes before an XLogData's payload: the tag, WAL start, WAL end, send time."""
 
-xlog_header = _XLOG_HEAD.unpack_from
-"""``xlog_header(frame) -> (wal_start, wal_end, server_time_us)``: the one parse of an XLogData
-header (tag included, not checked). A bound C function, so the source's hot loop calls it at
-the cost of inline code; :func:`parse_xlog_data` adds the checks and the frame object."""
+xlog_wal_start = struct.Struct("!xQ").unpack_from
+"""``xlog_wal_start(frame) -> (wal_start,)``: the one read of an XLogData's WAL start (the tag,
+included, is not checked). A bound C function, so the source's hot loop calls it at the cost of
+inline code and makes no int for fields it does not use; :func:`parse_xlog_data` adds the
+checks, the other fields and the frame object."""
+
+_XLOG_REST = struct.Struct("!Qq")  # WAL end, send time: after the tag and the WAL start
 _KEEPALIVE = struct.Struct("!QqB")
 _STATUS = struct.Struct("!cQQQqB")
 _MAX_LSN = (1 << 64) - 1
@@ -96,8 +98,8 @@ def parse_xlog_data(data: bytes | bytearray | memoryview) -> XLogData:
     view = memoryview(data)
     if len(view) < XLOG_HEADER_SIZE or view[0] != ord("w"):
         raise ProtocolError(f"not an XLogData message: {bytes(view[:25])!r}")
-    start, end, ts = xlog_header(view)
-    return XLogData(start, end, ts, view[XLOG_HEADER_SIZE:])
+    end, ts = _XLOG_REST.unpack_from(view, 9)
+    return XLogData(xlog_wal_start(view)[0], end, ts, view[XLOG_HEADER_SIZE:])
 
 
 def parse_keepalive(data: bytes | bytearray | memoryview) -> PrimaryKeepalive:

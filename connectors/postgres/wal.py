@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from connectors.postgres import pgoutput as pg
 from connectors.postgres.flush import Flush
 from connectors.postgres.inprogress import StreamedTransactions
-from connectors.postgres.protocol import XLOG_HEADER_SIZE, xlog_header
+from connectors.postgres.protocol import XLOG_HEADER_SIZE, xlog_wal_start
 from connectors.postgres.replication import ReplicationConnection
 from connectors.postgres.stream import Assembler
 
@@ -52,7 +52,7 @@ class WalReader:
         must still return to ``poll``'s housekeeping (status updates, heartbeats).
         """
         read, decode, handle, fast = self._repl.read, self._decoder, asm.handle, asm.fast_change
-        flush, streams, events = self._flush, self.streams, asm.events
+        flush, streams, events, wal_start = self._flush, self.streams, asm.events, xlog_wal_start
         deadline = time.monotonic() + wait_s if wait_s else 0.0
         handled = 0
         while not asm.cut and len(events) < limit and handled < limit:
@@ -68,7 +68,7 @@ class WalReader:
                     wait_s = max(0.0, deadline - time.monotonic())
                 continue
             wait_s = 0.0
-            lsn = xlog_header(data)[0]
+            lsn = wal_start(data)[0]
             if lsn > flush.received:
                 flush.received = lsn
             payload = bytes(data[XLOG_HEADER_SIZE:])

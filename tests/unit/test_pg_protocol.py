@@ -13,6 +13,7 @@ from connectors.postgres.lsn import lsn_to_str, str_to_lsn
 from connectors.postgres.pgoutput import Begin, ProtocolError, decode
 from connectors.postgres.protocol import (
     PG_EPOCH_UNIX_US,
+    XLOG_HEADER_SIZE,
     PrimaryKeepalive,
     XLogData,
     now_pg_us,
@@ -22,6 +23,7 @@ from connectors.postgres.protocol import (
     pg_time_to_unix_ms,
     standby_status_update,
     unix_ms_to_pg_time,
+    xlog_wal_start,
 )
 
 V1 = Path(__file__).parent / "data" / "pgoutput" / "v1.json"
@@ -155,3 +157,11 @@ def test_pg_time() -> None:
     assert pg_time_to_unix_ms(-1) == 946_684_799_999  # floors before 2000 too
     assert unix_ms_to_pg_time(1_704_067_200_000) == 757_382_400_000_000
     assert abs(pg_time_to_unix_ms(now_pg_us()) - time.time() * 1000) < 1000
+
+
+def test_the_hot_loops_header_read_agrees_with_parse_xlog_data() -> None:
+    frame = b"w" + struct.pack("!QQq", 0x16_B374_D848, 0x17_0000_0000, 12345) + b"Bpayload"
+    parsed = parse_xlog_data(frame)
+    assert xlog_wal_start(frame) == (parsed.wal_start,) == (0x16_B374_D848,)
+    assert (parsed.wal_end, parsed.server_time_us) == (0x17_0000_0000, 12345)
+    assert frame[XLOG_HEADER_SIZE:] == bytes(parsed.payload) == b"Bpayload"
