@@ -31,6 +31,7 @@ from typing import Any
 
 import orjson
 
+from cdc import positions
 from cdc.config import KafkaLogConfig
 from cdc.errors import LogError, RecordTooLarge
 from cdc.log.base import (
@@ -76,6 +77,8 @@ class KafkaLog:
         self.config = config
         self.servers = config.bootstrap_servers
         self.offsets_topic = f"{pipeline}.__offsets"
+        # What store_offsets checks a new position against (the offsets topic is a round trip).
+        self.committed_positions = positions.CommittedPositions()
         self._admin = KafkaAdmin(config)
         self._topics: dict[str, tuple[int, int]] = {}  # topic -> (partitions, max message bytes)
         self._lock = threading.Lock()

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import threading
 import time
-import weakref
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from typing import Any, Protocol
@@ -38,10 +37,6 @@ from cdc.log.kafka.image_sync import MARK_KEY, SourceImages, mark_value
 _POLL_EVERY = 1000
 _COMMIT_ATTEMPT_S = 10.0
 _ABORT_TIMEOUT_S = 10.0
-#: Per log, the positions its committed transactions stored (see ``store_offsets``).
-_COMMITTED: weakref.WeakKeyDictionary[KafkaLog, positions.CommittedPositions] = (
-    weakref.WeakKeyDictionary()
-)
 
 #: A record ready to produce: topic, partition (or librdkafka's "unassigned"), key, value.
 Prepared = tuple[str, int, bytes | None, bytes | None]
@@ -53,6 +48,10 @@ class TransactionLog(Protocol):
     @property
     def offsets_topic(self) -> str:
         """The topic source offsets are produced to."""
+
+    @property
+    def committed_positions(self) -> positions.CommittedPositions:
+        """The positions this log's committed transactions stored, in this process."""
 
     def prepare(self, records: Sequence[Record]) -> list[Prepared]:
         """Each record's topic, partition, key and value, every size checked first.
@@ -205,8 +204,7 @@ class KafkaTransaction(TransactionContext):
         position = positions.carried(offsets)
         try:
             if position is not None:
-                committed = _COMMITTED.setdefault(self._log, positions.CommittedPositions())
-                committed.check(position, lambda: self._state == "committed")
+                self._log.committed_positions.check(position, lambda: self._state == "committed")
             for key, value in offsets.items():
                 encoded = None if value is None else orjson.dumps(value)
                 self._produce(topic, 0, key.encode(), encoded)
