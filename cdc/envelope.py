@@ -6,22 +6,82 @@ tombstone (same key, null value) so compaction can drop the key.
 Values reach this module already JSON-shaped (converters run in the source), so encoding is one
 ``orjson.dumps`` per record. ``_default`` is a safety net for the few Python types that orjson
 does not serialise itself, keeping decimals exact and bytes readable.
+
+Every record value is written through one :class:`RecordTemplate`: this module's own
+:func:`encode_value`, a source that writes its records itself (:data:`PreEncoded`, the
+PostgreSQL stream) and the snapshot's native encoder, which is handed the template's pieces.
+``source.pos`` is written by :func:`write_pos` (the dict form) and the template (the bytes
+form), and read by :func:`read_pos`, which every sink uses.
 """
 
 from __future__ import annotations
 
 import base64
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from decimal import Decimal
 from typing import Any, Final, NamedTuple
 
 import orjson
 
-from cdc.events import ChangeEvent, EncodedRow, Op, SourceInfo, topic_name
+from cdc.events import ChangeEvent, Op, Row, SourceInfo, topic_name
 from cdc.log.base import Record
 
 CONNECTOR_VERSION = "0.1.0"
+
+#: A record a source already wrote for an event (:attr:`ChangeEvent.encoded`):
+#: ``(pipeline, topic, key JSON, value up to its top-level ts_ms number)``. A plain tuple, not
+#: a named one: one is built per streamed change, and a ``NamedTuple`` costs eight times more.
+PreEncoded = tuple[str, str, bytes, bytes]
+
+
+class EncodedRow(Mapping[str, Any]):
+    """A row whose JSON the source already wrote (a native encoder); the envelope embeds the
+    bytes as they are, and the values are worked out only if something reads them.
+
+    Args:
+        json: the row as a JSON object, exactly as ``orjson.dumps`` of its values would write.
+        raw: what ``decode`` turns into the row's values (a tuple, the message bytes).
+        decode: ``raw`` -> the row dict, on first access.
+    """
+
+    __slots__ = ("_decode", "_raw", "_values", "json")
+
+    def __init__(self, json: bytes, raw: Any, decode: Callable[[Any], Row]) -> None:
+        self.json = json
+        self._raw = raw
+        self._decode = decode
+        self._values: Row | None = None
+
+    @classmethod
+    def of(cls, json: bytes, values: Row) -> EncodedRow:
+        """A row whose values are known already (the Python encoder's)."""
+        row = cls(json, None, _no_decode)
+        row._values = values
+        return row
+
+    def values_dict(self) -> Row:
+        """The row's values (decoded once)."""
+        values = self._values
+        if values is None:
+            values = self._values = self._decode(self._raw)
+        return values
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values_dict()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.values_dict())
+
+    def __len__(self) -> int:
+        return len(self.values_dict())
+
+    def __repr__(self) -> str:
+        return f"EncodedRow({self.json!r})"
+
+
+def _no_decode(raw: Any) -> Row:
+    raise AssertionError("an EncodedRow.of row has its values")
 
 
 def _default(value: Any) -> Any:
@@ -56,15 +116,112 @@ def exact(data: bytes) -> bytes:
     return memoryview(data).tobytes()
 
 
-def source_block(event: ChangeEvent, pipeline: str) -> dict[str, Any]:
-    """The envelope's ``source`` block.
+# -- source.pos ----------------------------------------------------------------------------
 
-    ``pos`` is ``[position, sequence]``: it orders the changes of one key totally, so a sink can
-    skip any record whose ``pos`` is not newer than what it holds.
+
+def write_pos(position: Any, sequence: Any) -> list[Any]:
+    """``source.pos`` as the dict envelope holds it: ``[position, sequence]``.
+
+    It orders the changes of one key totally, so a sink can skip any record whose ``pos`` is
+    not newer than what it holds. :class:`RecordTemplate` writes the same in bytes.
     """
+    return [position, sequence]
+
+
+def read_pos(value: Mapping[str, Any]) -> tuple[Any, Any]:
+    """``source.pos`` of a decoded record value, unchecked: each sink checks the types its
+    policy needs.
+
+    Raises:
+        KeyError, TypeError, ValueError: no ``source.pos``, or not a pair.
+    """
+    position, sequence = value["source"]["pos"]
+    return position, sequence
+
+
+# -- the record template -------------------------------------------------------------------
+
+
+class RecordTemplate(NamedTuple):
+    """A record value with what changes from change to change left open.
+
+    ``prefix + after JSON + middle + sequence + "]" + extra + tail + ts_ms + "}"`` is the
+    value, where ``extra`` is the rest of the ``source`` block (:func:`extra_json`). One is
+    built per transaction (or snapshot chunk), table and operation, never per row.
+
+    Attributes:
+        prefix: ``{"before":<JSON>,"after":``.
+        middle: ``,"source":{<fields>,"pos":[<position>,``.
+        tail: ``,"op":"<op>","ts_ms":``.
+    """
+
+    prefix: bytes
+    middle: bytes
+    tail: bytes
+
+    @classmethod
+    def of(cls, op: Op, head: bytes, position: int, before: bytes = b"null") -> RecordTemplate:
+        """The template of ``op`` changes whose ``source`` block starts with ``head``
+        (:func:`source_head`) at ``position``, with ``before`` (JSON) as their old image."""
+        return cls(
+            b'{"before":%b,"after":' % before, b',"source":%b%d,' % (head, position), _OP_PARTS[op]
+        )
+
+    def value(self, after: bytes, sequence: int, extra: bytes, now_ms: int) -> bytes:
+        """The whole record value."""
+        return b"%b%b%b%d]%b%b%d}" % (
+            self.prefix,
+            after,
+            self.middle,
+            sequence,
+            extra,
+            self.tail,
+            now_ms,
+        )
+
+    def value_at(self, after: bytes, sequence: int, lsn: int) -> bytes:
+        """The value up to its ``ts_ms`` number (:data:`PreEncoded`), for a ``source`` extra of
+        exactly ``{"lsn": lsn}``; :func:`finish` completes it."""
+        return b'%b%b%b%d],"lsn":%d}%b' % (
+            self.prefix,
+            after,
+            self.middle,
+            sequence,
+            lsn,
+            self.tail,
+        )
+
+    def pieces(self, extra: bytes, now_ms: int) -> tuple[bytes, bytes, bytes]:
+        """``(prefix, middle, tail)`` with ``prefix + after + middle + sequence + tail`` the
+        value: for an encoder that writes a batch of rows at once (the native snapshot one)."""
+        return self.prefix, self.middle, b"]%b%b%d}" % (extra, self.tail, now_ms)
+
+
+def extra_json(extra: Mapping[str, Any]) -> bytes:
+    """The ``source`` block after ``pos``: its connector-specific fields and closing brace."""
+    if not extra:
+        return b"}"
+    return b"," + orjson.dumps(extra, default=_default)[1:]
+
+
+def lsn_extra(lsn: int) -> bytes:
+    """:func:`extra_json` of ``{"lsn": lsn}``, what PostgreSQL rows carry."""
+    return b',"lsn":%d}' % lsn
+
+
+def finish(value_head: bytes, now_ms: int) -> bytes:
+    """A :data:`PreEncoded` value finished with its timestamp."""
+    return b"%b%d}" % (value_head, now_ms)
+
+
+# -- the source block ----------------------------------------------------------------------
+
+
+def source_block(event: ChangeEvent, pipeline: str) -> dict[str, Any]:
+    """The envelope's ``source`` block (the dict form; :func:`source_head` is the bytes)."""
     src = event.source
     block = _source_fields(src, pipeline)
-    block["pos"] = [src.position, src.sequence]
+    block["pos"] = write_pos(src.position, src.sequence)
     if src.extra:
         block.update(src.extra)
     return block
@@ -85,16 +242,27 @@ def _source_fields(src: SourceInfo, pipeline: str) -> dict[str, Any]:
     }
 
 
+def source_head(src: SourceInfo, pipeline: str) -> bytes:
+    """The ``source`` block up to its position: ``{"version":...,"txId":...,"pos":[``.
+
+    The same for every change of one transaction (or snapshot chunk) and table, so a source
+    that writes records itself encodes it once per transaction and table.
+    """
+    return orjson.dumps(_source_fields(src, pipeline), default=_default)[:-1] + b',"pos":['
+
+
+# -- values --------------------------------------------------------------------------------
+
+
 def encode_value(event: ChangeEvent, pipeline: str, now_ms: int | None = None) -> bytes:
     """The record value: the Debezium change-event envelope.
 
     The bytes are those of ``orjson.dumps`` of the envelope dict (:func:`encode_value_dict`,
-    which ``tests/unit/test_envelope_fast.py`` holds this to), put together from pieces: the
-    ``source`` block's head is the same for every change of a transaction, so it is encoded once
-    per transaction and table rather than rebuilt as a dict per change, and a row the source
-    already encoded (:class:`~cdc.events.EncodedRow`) is copied in as it is.
+    which ``tests/unit/test_envelope_fast.py`` holds this to), written through a
+    :class:`RecordTemplate` around the ``source`` head, which is the same for every change of
+    a transaction and table and so is encoded once; a row the source already encoded
+    (:class:`EncodedRow`) is copied in as it is.
     """
-    global _last_head
     src = event.source
     position, sequence, extra = src.position, src.sequence, src.extra
     if (
@@ -103,6 +271,16 @@ def encode_value(event: ChangeEvent, pipeline: str, now_ms: int | None = None) -
         or (extra and not _BASE_KEYS.isdisjoint(extra))
     ):
         return encode_value_dict(event, pipeline, now_ms)
+    template = RecordTemplate.of(
+        event.op, _cached_head(src, pipeline), position, _row_json(event.before)
+    )
+    ts = now_ms if now_ms is not None else int(time.time() * 1000)
+    return template.value(_row_json(event.after), sequence, extra_json(extra), ts)
+
+
+def _cached_head(src: SourceInfo, pipeline: str) -> bytes:
+    """:func:`source_head`, remembered for the latest transaction and table."""
+    global _last_head
     ident = (
         pipeline,
         src.connector,
@@ -115,25 +293,10 @@ def encode_value(event: ChangeEvent, pipeline: str, now_ms: int | None = None) -
     )
     cached = _last_head  # one read: another thread may replace it, never half of it
     if cached[0] == ident:
-        head = cached[1]
-    else:
-        head = source_head(src, pipeline)
-        _last_head = (ident, head)
-    tail = b"]}" if not extra else b"]," + orjson.dumps(extra, default=_default)[1:]
-    return b"".join(
-        (
-            b'{"before":',
-            _row_json(event.before),
-            b',"after":',
-            _row_json(event.after),
-            b',"source":',
-            head,
-            b"%d,%d" % (position, sequence),
-            tail,
-            _OP_PARTS[event.op],
-            b"%d}" % (now_ms if now_ms is not None else int(time.time() * 1000)),
-        )
-    )
+        return cached[1]
+    head = source_head(src, pipeline)
+    _last_head = (ident, head)
+    return head
 
 
 def encode_value_dict(event: ChangeEvent, pipeline: str, now_ms: int | None = None) -> bytes:
@@ -152,53 +315,16 @@ def encode_value_dict(event: ChangeEvent, pipeline: str, now_ms: int | None = No
     )
 
 
-def source_head(src: SourceInfo, pipeline: str) -> bytes:
-    """The ``source`` block up to its position: ``{"version":...,"txId":...,"pos":[``.
-
-    The same for every change of one transaction (or snapshot chunk) and table, so a source
-    that writes records itself (:func:`value_head`) encodes it once per transaction and table.
-    """
-    return orjson.dumps(_source_fields(src, pipeline), default=_default)[:-1] + b',"pos":['
-
-
 def value_head(op: Op, head: bytes, after: bytes, position: int, sequence: int, lsn: int) -> bytes:
-    """A record value up to the number of its top-level ``ts_ms``, for :attr:`ChangeEvent.encoded`.
-
-    For an event without a ``before`` image whose ``source`` extra is exactly ``{"lsn": lsn}``
-    (what the PostgreSQL source's inserts, updates and snapshot rows carry): ``head`` is
-    :func:`source_head` of its source, ``after`` its row's JSON. :func:`to_records` appends the
-    timestamp; the bytes equal :func:`encode_value_dict`'s (``tests/unit/test_envelope_fast.py``).
-    """
-    return _VALUE_HEADS[op] % (after, head, position, sequence, lsn)
-
-
-class RecordParts(NamedTuple):
-    """A record value around its row JSON and sequence: see :func:`record_parts`."""
-
-    prefix: bytes
-    middle: bytes
-    tail: bytes
-
-
-def record_parts(op: Op, head: bytes, position: int, lsn: int, now_ms: int) -> RecordParts:
-    """:func:`value_head` finished with its timestamp, split around the two things that vary
-    from row to row: ``prefix + row JSON + middle + b"%d" % sequence + tail`` is the value of
-    ``value_head(op, head, row JSON, position, sequence, lsn)`` finished with ``now_ms``.
-
-    For a source that writes a batch of records at once (the snapshot's native encoder).
-    """
-    middle = b',"source":%b%d,' % (head, position)
-    return RecordParts(_AFTER_AT, middle, b'],"lsn":%d}%b%d}' % (lsn, _OP_PARTS[op], now_ms))
+    """A :data:`PreEncoded` value of an event without a ``before`` image whose ``source`` extra
+    is exactly ``{"lsn": lsn}``: :meth:`RecordTemplate.value_at` of a template made for it."""
+    return RecordTemplate.of(op, head, position).value_at(after, sequence, lsn)
 
 
 _BASE_KEYS: Final = frozenset(
     ("version", "connector", "name", "ts_ms", "snapshot", "db", "schema", "table", "txId", "pos")
 )
 _OP_PARTS: Final = {op: b',"op":"' + op.value.encode() + b'","ts_ms":' for op in Op}
-_AFTER_AT: Final = b'{"before":null,"after":'
-_VALUE_HEADS: Final = {
-    op: _AFTER_AT + b'%b,"source":%b%d,%d],"lsn":%d}' + _OP_PARTS[op] for op in Op
-}
 _last_head: tuple[tuple[Any, ...], bytes] = ((), b"")
 
 
@@ -209,6 +335,9 @@ def _row_json(row: Any) -> bytes:
         json: bytes = row.json
         return json
     return orjson.dumps(row, default=_default)
+
+
+# -- records -------------------------------------------------------------------------------
 
 
 def to_records(event: ChangeEvent, pipeline: str, now_ms: int | None = None) -> list[Record]:
@@ -223,7 +352,7 @@ def to_records(event: ChangeEvent, pipeline: str, now_ms: int | None = None) -> 
     encoded = event.encoded
     if encoded is not None and encoded[0] == pipeline:
         ts = now_ms if now_ms is not None else int(time.time() * 1000)
-        return [Record(encoded[1], encoded[2], b"%b%d}" % (encoded[3], ts))]
+        return [Record(encoded[1], encoded[2], finish(encoded[3], ts))]
     src = event.source
     topic = topic_name(pipeline, src.schema, src.table)
     key = encode_key(event.key)
@@ -241,7 +370,7 @@ def batch_records(events: Iterable[ChangeEvent], pipeline: str, now_ms: int) -> 
     for event in events:
         encoded = event.encoded
         if encoded is not None and encoded[0] == pipeline:
-            append(Record(encoded[1], encoded[2], b"%b%d}" % (encoded[3], now_ms)))
+            append(Record(encoded[1], encoded[2], b"%b%d}" % (encoded[3], now_ms)))  # finish()
         else:
             extend(to_records(event, pipeline, now_ms))
     return records

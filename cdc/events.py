@@ -9,10 +9,13 @@ PostgreSQL source's whole per-row cost (py-spy on ``bench/pg_stream.py``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cdc.envelope import PreEncoded
 
 
 class Op(StrEnum):
@@ -26,44 +29,6 @@ class Op(StrEnum):
 
 
 Row = dict[str, Any]
-
-
-class EncodedRow(Mapping[str, Any]):
-    """A row whose JSON the source already wrote (a native encoder); the envelope embeds the
-    bytes as they are, and the values are worked out only if something reads them.
-
-    Args:
-        json: the row as a JSON object, exactly as ``orjson.dumps`` of its values would write.
-        raw: what ``decode`` turns into the row's values (a tuple, the message bytes).
-        decode: ``raw`` -> the row dict, on first access.
-    """
-
-    __slots__ = ("_decode", "_raw", "_values", "json")
-
-    def __init__(self, json: bytes, raw: Any, decode: Callable[[Any], Row]) -> None:
-        self.json = json
-        self._raw = raw
-        self._decode = decode
-        self._values: Row | None = None
-
-    def values_dict(self) -> Row:
-        """The row's values (decoded once)."""
-        values = self._values
-        if values is None:
-            values = self._values = self._decode(self._raw)
-        return values
-
-    def __getitem__(self, name: str) -> Any:
-        return self.values_dict()[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.values_dict())
-
-    def __len__(self) -> int:
-        return len(self.values_dict())
-
-    def __repr__(self) -> str:
-        return f"EncodedRow({self.json!r})"
 
 
 @dataclass(slots=True)
@@ -104,16 +69,17 @@ class ChangeEvent:
 
     ``key`` holds the primary-key columns in key order. ``before`` is the old image where the
     source has it (deletes, updates with a full replica identity); ``after`` the new image.
-    ``encoded`` is the record a source already wrote for the event, when it did (see
-    :func:`cdc.envelope.to_records`): ``(pipeline, topic, key JSON, value head)``.
+    ``after`` may be any mapping (a source can hand over a row it wrote already, see
+    :class:`cdc.envelope.EncodedRow`), and ``encoded`` the record it wrote for the event,
+    when it did: both are the envelope module's business (:data:`cdc.envelope.PreEncoded`).
     """
 
     op: Op
     key: Row
     before: Row | None
-    after: Row | EncodedRow | None
+    after: Mapping[str, Any] | None
     source: SourceInfo
-    encoded: tuple[str, str, bytes, bytes] | None = None
+    encoded: PreEncoded | None = None
 
     @property
     def table_id(self) -> str:

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from cdc.envelope import read_pos
 from cdc.errors import RecordError
 from cdc.events import topic_name
 from cdc.sink import SinkRecord
@@ -93,7 +94,7 @@ def classify(record: SinkRecord, tables: TopicTables) -> Change:
     if kind is None:
         raise RecordError(f"unknown op {op!r} at offset {record.offset}", record)
     try:
-        position, sequence = value["source"]["pos"]
+        position, sequence = read_pos(value)
     except (KeyError, TypeError, ValueError) as exc:
         raise RecordError(f"no source.pos at offset {record.offset}", record) from exc
     if type(position) is not int or type(sequence) is not int or position < 0 or sequence < 0:

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cdc.envelope import read_pos
 from cdc.log.base import TopicPartition
 from cdc.sink import SinkRecord
 
@@ -25,7 +26,7 @@ class MemoryStore:
 
 def record_pos(value: Mapping[str, Any]) -> tuple[int, int]:
     """``source.pos`` of an envelope as a comparable tuple."""
-    position, sequence = value["source"]["pos"]
+    position, sequence = read_pos(value)
     return int(position), int(sequence)
 
 

@@ -1,26 +1,38 @@
-"""The optional native row encoder: a relation's text values straight to their row JSON.
+"""The row encoder, chosen once at import: Rust when it is built, else the Python reference.
 
 ``connectors.postgres._native`` (Rust, ``connectors/postgres/native``) is built by ``pip install``
 when a Rust toolchain is present. It writes the JSON that ``orjson.dumps`` would write for the
 row :func:`~connectors.postgres.types.row_converter` returns, without building the Python
-values: the common types take native fast paths, the rest call their Python converter. Without
-it, or for any tuple it declines (unchanged TOAST values, binary values, a value a converter
-rejects), the pure-Python path runs, so behaviour never depends on whether it was built;
-``tests/unit/test_pg_fast.py`` holds the two paths to the same bytes.
+values: the common types take native fast paths, the rest call their Python converter.
+:class:`RustRowEncoder` wraps it behind the :class:`~connectors.postgres.encoding.RowEncoder`
+interface and hands every tuple it declines (unchanged TOAST values, binary values, a value a
+converter rejects, an escape in a COPY line) to the
+:class:`~connectors.postgres.encoding.PythonRowEncoder`, so behaviour never depends on whether
+it was built; ``tests/unit/test_pg_fast.py`` holds the two to the same bytes.
 
-Set ``CDC_NATIVE=0`` to turn it off (to compare, or to rule it out).
+Set ``CDC_NATIVE=0`` to turn it off (to compare, or to rule it out). The source logs which one
+runs, and why, at start (:func:`log_selected`).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from typing import Any, Final, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Final
 
 import orjson
 
 from cdc import envelope
+from cdc.envelope import EncodedRow, RecordTemplate
+from cdc.logging import Logger
 from connectors.postgres import types as t
+from connectors.postgres.encoding import (
+    NEW_TUPLE_AT,
+    Keyed,
+    KeyedRow,
+    PythonRowEncoder,
+    RowEncoder,
+)
 from connectors.postgres.pgoutput import RelationColumn
 
 # The native encoder's kind codes (native/src/lib.rs) are TypeKind's values.
@@ -28,45 +40,27 @@ PYTHON: Final = t.TypeKind.PYTHON
 _ARRAY_ELEMENT_KINDS: Final = frozenset({t.TypeKind.TEXT, t.TypeKind.INT, t.TypeKind.BOOL})
 
 
-#: What the encoder returns for a row: its JSON, its key (the key columns' values by name, in
-#: key order) and the key's JSON, each exactly what ``orjson.dumps`` and the converters give.
+#: What the native encoder returns for a row: its JSON, its key (the key columns' values by
+#: name, in key order) and the key's JSON, each exactly what ``orjson.dumps`` and the converters
+#: give; ``None`` where it declines.
 Encoded = tuple[bytes, dict[str, Any], bytes]
+Pieces = list[tuple[bytes, bytes] | None]
 
 
-class RowEncoder(Protocol):
-    """``connectors.postgres._native.RowEncoder``."""
-
-    def encode_tuple(self, data: bytes, pos: int) -> Encoded | None:
-        """The TupleData at ``data[pos:]``; ``None``: use the Python path."""
-        ...
-
-    def encode_values(self, values: Sequence[str | None]) -> Encoded | None:
-        """Text values; ``None``: use the Python path."""
-        ...
-
-    def copy_records(
-        self, lines: list[bytes], prefix: bytes, middle: bytes, tail: bytes, first_sequence: int
-    ) -> list[tuple[bytes, bytes] | None]:
-        """Each line's record key and value (see :func:`cdc.envelope.record_parts`), written
-        with the interpreter lock released; ``None`` for a line the Python path must handle."""
-        ...
-
-    def copy_rows(self, lines: list[bytes]) -> list[tuple[bytes, bytes] | None]:
-        """Each line's key JSON and row JSON, as :meth:`copy_records` writes them."""
-        ...
-
-
-def _load() -> Any:
+def _load() -> tuple[Any, str | None]:
+    """The native encoder class, or ``None`` and why not."""
     if os.environ.get("CDC_NATIVE", "1") == "0":
-        return None
+        return None, "CDC_NATIVE=0"
     try:
         from connectors.postgres import _native  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _native.RowEncoder
+    except ImportError as exc:
+        return None, f"not built ({exc})"
+    return _native.RowEncoder, None
 
 
-_NATIVE: Final = _load()
+_NATIVE, REASON = _load()
+#: The implementation every relation's encoder has: ``rust`` or ``python``.
+IMPLEMENTATION: Final = "python" if _NATIVE is None else "rust"
 
 
 def available() -> bool:
@@ -74,12 +68,33 @@ def available() -> bool:
     return _NATIVE is not None
 
 
+def log_selected(logger: Logger) -> None:
+    """Say which row encoder runs, and why (at source start)."""
+    logger.info(
+        "native.selected", component="row_encoder", implementation=IMPLEMENTATION, reason=REASON
+    )
+
+
 def row_encoder(
     columns: Sequence[RelationColumn],
     registry: t.TypeRegistry,
     key_index: Sequence[int],
-) -> RowEncoder | None:
-    """The native encoder of a relation's rows, or ``None`` without the native module."""
+    convert: Callable[[Any], dict[str, Any]],
+) -> RowEncoder:
+    """The encoder of a relation's rows, of the implementation chosen at import; ``convert`` is
+    the relation's :func:`~connectors.postgres.types.row_converter`."""
+    python = PythonRowEncoder(convert, [columns[i].name for i in key_index])
+    native = native_encoder(columns, registry, key_index)
+    return python if native is None else RustRowEncoder(native, python)
+
+
+def native_encoder(
+    columns: Sequence[RelationColumn],
+    registry: t.TypeRegistry,
+    key_index: Sequence[int],
+) -> Any:
+    """The bare native encoder of a relation's rows (``None`` without it), which declines what
+    it cannot write: :class:`RustRowEncoder` completes it."""
     if _NATIVE is None:
         return None
     plan = []
@@ -95,8 +110,66 @@ def row_encoder(
             )
         )
     key_names = [columns[i].name for i in key_index]
-    encoder: RowEncoder = _NATIVE(plan, list(key_index), key_names, envelope.dumps)
-    return encoder
+    return _NATIVE(plan, list(key_index), key_names, envelope.dumps)
+
+
+class RustRowEncoder:
+    """:class:`~connectors.postgres.encoding.RowEncoder` through the native encoder, with the
+    Python one for whatever it declines.
+
+    Args:
+        native: ``connectors.postgres._native.RowEncoder`` of the relation.
+        python: the relation's Python encoder.
+    """
+
+    __slots__ = ("_encode_tuple", "_native", "_python")
+
+    def __init__(self, native: Any, python: PythonRowEncoder) -> None:
+        self._native = native
+        self._python = python
+        self._encode_tuple = native.encode_tuple
+
+    def encode_tuple(self, message: bytes) -> Keyed | None:
+        try:
+            encoded: Encoded | None = self._encode_tuple(message, NEW_TUPLE_AT)
+        except Exception:  # a converter rejected a value: the Python encoder reports it
+            encoded = None
+        if encoded is None:
+            return self._python.encode_tuple(message)
+        row, key, key_json = encoded
+        return key, EncodedRow(row, message, self._python.decode_new), key_json
+
+    def copy_records(
+        self, lines: list[bytes], template: RecordTemplate, extra: bytes, now_ms: int, first: int
+    ) -> list[tuple[bytes, bytes]]:
+        prefix, middle, tail = template.pieces(extra, now_ms)
+        written = _pieces(self._native.copy_records, lines, prefix, middle, tail, first)
+        if written is None:
+            return self._python.copy_records(lines, template, extra, now_ms, first)
+        python = self._python.copy_record
+        return [
+            python(line, template, extra, now_ms, sequence) if record is None else record
+            for sequence, (line, record) in enumerate(zip(lines, written, strict=True), first)
+        ]
+
+    def copy_rows(self, lines: list[bytes]) -> list[KeyedRow]:
+        written = _pieces(self._native.copy_rows, lines)
+        if written is None:
+            return self._python.copy_rows(lines)
+        python, decode = self._python.copy_row, self._python.decode_line
+        return [
+            python(line) if pair is None else (EncodedRow(pair[1], line, decode), pair[0])
+            for line, pair in zip(lines, written, strict=True)
+        ]
+
+
+def _pieces(encode: Callable[..., Pieces], *args: Any) -> Pieces | None:
+    """A native piece encoder's result; ``None`` for anything unexpected, so the Python
+    encoder converts the piece (or says why)."""
+    try:
+        return encode(*args)
+    except Exception:
+        return None
 
 
 def _kind(registry: t.TypeRegistry, oid: int) -> tuple[int, str | None]:

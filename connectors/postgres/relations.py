@@ -10,21 +10,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cdc.envelope import RecordParts
 from cdc.errors import SourceFatal
-from cdc.events import EncodedRow, Row, topic_name
+from cdc.events import topic_name
 from cdc.schema import Column, TableSchema
 from connectors.postgres.catalog import TableInfo
-from connectors.postgres.fast import RowEncoder, row_encoder
-from connectors.postgres.pgoutput import Relation, TupleData, tuple_at
+from connectors.postgres.encoding import RowEncoder
+from connectors.postgres.fast import row_encoder
+from connectors.postgres.pgoutput import Relation, TupleData
 from connectors.postgres.types import TypeRegistry, row_converter, type_name
 
 CONNECTOR = "postgresql"
-#: A row the native encoder wrote: its key, the row, and the key's JSON (the record key).
-Keyed = tuple[Row, EncodedRow, bytes]
-# Where the new tuple starts in an Insert, and in an Update without an old tuple: the tag, the
-# relation OID (4 bytes), then 'N'.
-NEW_TUPLE_AT = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +31,7 @@ class RelationState:
         key_index: their positions in a tuple.
         convert: tuple -> row dict (``UNCHANGED`` passes through).
         index: column name -> position in a tuple.
-        encoder: the native row encoder (:mod:`connectors.postgres.fast`), when built.
+        encoder: the row encoder (:mod:`connectors.postgres.fast` chose its implementation).
     """
 
     relation: Relation
@@ -47,7 +42,7 @@ class RelationState:
     convert: Callable[[TupleData], dict[str, Any]]
     index: Mapping[str, int]
     table_schema: TableSchema
-    encoder: RowEncoder | None = None
+    encoder: RowEncoder
 
     @property
     def schema(self) -> str:
@@ -58,54 +53,6 @@ class RelationState:
     def table(self) -> str:
         """The table's name."""
         return self.info.table
-
-    def encoded_tuple(self, message: bytes) -> Keyed | None:
-        """Key, row and key JSON of the new tuple of an Insert (or an Update without an old
-        tuple), written by the native encoder; ``None``: the Python path must handle it."""
-        if self.encoder is None:
-            return None
-        return self._keyed(
-            self.encoder.encode_tuple, (message, NEW_TUPLE_AT), message, self.decode_new
-        )
-
-    def copy_records(
-        self, lines: list[bytes], parts: RecordParts, first_sequence: int
-    ) -> list[tuple[bytes, bytes] | None] | None:
-        """The record key and value of each line of ``COPY ... TO STDOUT`` text, the value built
-        from ``parts`` around the row's JSON and the line's sequence (from ``first_sequence``);
-        ``None`` for a line the Python path must convert, and for all of them without the
-        native encoder."""
-        if self.encoder is None:
-            return None
-        return _piece(self.encoder.copy_records, lines, *parts, first_sequence)
-
-    def copy_rows(self, lines: list[bytes]) -> list[tuple[bytes, bytes] | None] | None:
-        """The key JSON and row JSON of each line of ``COPY ... TO STDOUT`` text, as
-        :meth:`copy_records` writes them; ``None`` as there."""
-        if self.encoder is None:
-            return None
-        return _piece(self.encoder.copy_rows, lines)
-
-    def _keyed(
-        self,
-        encode: Callable[..., Any],
-        args: tuple[Any, ...],
-        raw: Any,
-        decode: Callable[[Any], Row],
-    ) -> Keyed | None:
-        try:
-            encoded = encode(*args)
-        except Exception:  # a converter rejected a value: the Python path reports it
-            return None
-        if encoded is None:
-            return None
-        row, key, key_json = encoded
-        return key, EncodedRow(row, raw, decode), key_json
-
-    def decode_new(self, message: bytes) -> dict[str, Any]:
-        """The row of an Insert, or an Update without an old tuple, from its message bytes
-        (what an :class:`~cdc.events.EncodedRow` of the native path decodes on demand)."""
-        return self.convert(tuple_at(message, NEW_TUPLE_AT))
 
     def key_text(self, values: TupleData) -> dict[str, str | None]:
         """The key's values in text form from a raw tuple (for a fallback read)."""
@@ -190,25 +137,15 @@ def build_state(
         for n, c in enumerate(relation.columns)
     )
     key_index = tuple(index[k] for k in key)
+    convert = row_converter(relation.columns, registry)
     return RelationState(
         relation=relation,
         info=info,
         topic=topic_name(pipeline, info.schema, info.table),
         key=key,
         key_index=key_index,
-        convert=row_converter(relation.columns, registry),
+        convert=convert,
         index=index,
         table_schema=TableSchema(CONNECTOR, info.schema, info.table, columns, position),
-        encoder=row_encoder(relation.columns, registry, key_index),
+        encoder=row_encoder(relation.columns, registry, key_index, convert),
     )
-
-
-def _piece(
-    encode: Callable[..., list[tuple[bytes, bytes] | None]], *args: Any
-) -> list[tuple[bytes, bytes] | None] | None:
-    """A native piece encoder's result; ``None`` for anything unexpected, so the Python path
-    converts the piece (or says why)."""
-    try:
-        return encode(*args)
-    except Exception:
-        return None

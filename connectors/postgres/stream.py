@@ -16,16 +16,19 @@ import struct
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Protocol
 
-from cdc.envelope import encode_key, source_head, value_head
-from cdc.events import ChangeEvent, EncodedRow, Op, Row, SourceInfo
+from cdc.envelope import EncodedRow, RecordTemplate, encode_key, source_head
+from cdc.events import ChangeEvent, Op, Row, SourceInfo
 from cdc.logging import Logger
 from cdc.schema import TableSchema
 from cdc.source import DeadLetter, SourceBatch
 from connectors.postgres import pgoutput as pg
 from connectors.postgres.catalog import TableInfo
+from connectors.postgres.encoding import NEW_TUPLE_AT
+from connectors.postgres.fast import log_selected
 from connectors.postgres.lsn import Lsn
+from connectors.postgres.pgoutput import tuple_at
 from connectors.postgres.protocol import pg_time_to_unix_ms
-from connectors.postgres.relations import CONNECTOR, NEW_TUPLE_AT, RelationState, build_state
+from connectors.postgres.relations import CONNECTOR, RelationState, build_state
 from connectors.postgres.shapes import ShapeTracker
 from connectors.postgres.toast import ToastFiller, fill_from, key_identity, missing_columns
 from connectors.postgres.types import ConversionError, TypeRegistry
@@ -91,6 +94,7 @@ class Assembler:
         self._key_columns, self._catalog, self._toast = key_columns, catalog, toast
         self._fail = on_bad_record != "dead_letter"
         self._logger = logger
+        log_selected(logger)
         self.hooks: dict[str, MessageHook] = {}
         #: Follows shape changes (published column ids, re-snapshots); ``None``: not followed.
         self.shapes: ShapeTracker | None = None
@@ -109,8 +113,8 @@ class Assembler:
         self._next_schemas: list[TableSchema] = []
         self._dead: list[DeadLetter] = []
         self._commit_lsn: int | None = None
-        # The transaction's envelope ``source`` head per topic (see fast_change).
-        self._heads: dict[str, bytes] = {}
+        # The transaction's record template per topic and message tag (see fast_change).
+        self._templates: dict[tuple[str, int], RecordTemplate] = {}
         self.cut = False  # the batch must end before the next event (a shape change)
         self._handlers: dict[type, Callable[[Any, int], None]] = {
             pg.Begin: self._begin,
@@ -174,7 +178,7 @@ class Assembler:
         self._xid, self._final_lsn = msg.xid, msg.final_lsn
         self._ts_ms = pg_time_to_unix_ms(msg.commit_ts_us)
         self._seq = 0
-        self._heads.clear()
+        self._templates.clear()
 
     def begin_streamed(self, xid: int, commit_lsn: int, commit_ts_us: int) -> None:
         """Start replaying a transaction the server streamed before its commit."""
@@ -282,13 +286,14 @@ class Assembler:
         )
 
     def fast_change(self, message: bytes, lsn: int) -> bool:
-        """Apply an Insert, or an Update without an old tuple, through the relation's native
-        encoder; ``False`` when it is not such a message or the encoder declines, and the
-        caller then decodes the message for the Python path, which gives the same event.
+        """Apply an Insert, or an Update without an old tuple, from its message bytes through
+        the relation's row encoder (either implementation: the encoder itself falls back);
+        ``False`` when it is not such a message, or its tuple has an unchanged TOAST value to
+        fill, and the caller then decodes the message for :meth:`handle`.
 
         Both paths keep the same order and sequence numbers. This one also writes the event's
-        record (:attr:`ChangeEvent.encoded`) from the native row and key JSON and the
-        transaction's ``source`` head, encoded once per transaction and table.
+        record (:attr:`ChangeEvent.encoded`) through the transaction's
+        :class:`~cdc.envelope.RecordTemplate` of the table, built once per transaction.
         """
         tag = message[0]
         if (tag != _INSERT and tag != _UPDATE) or len(message) <= NEW_TUPLE_AT:
@@ -296,23 +301,30 @@ class Assembler:
         if message[NEW_TUPLE_AT - 1] != _NEW:
             return False
         rel = self._relations.get(_U32(message, 1)[0])
-        encoded = None if rel is None else rel.encoded_tuple(message)
+        if rel is None:
+            return False
+        op = Op.CREATE if tag == _INSERT else Op.UPDATE
+        try:
+            encoded = rel.encoder.encode_tuple(message)
+        except ConversionError as exc:
+            self._bad(rel, tuple_at(message, NEW_TUPLE_AT), op.value, lsn, exc)
+            return True
         if encoded is None:
             return False
-        assert rel is not None
         key, after, key_json = encoded
-        op = Op.CREATE if tag == _INSERT else Op.UPDATE
         source = self._next_source(rel, lsn)
-        topic = rel.topic
-        head = self._heads.get(topic)
-        if head is None:
-            head = self._heads[topic] = source_head(source, self._pipeline)
-        value = value_head(
-            op, head, after.json, source.position, source.sequence, source.extra["lsn"]
-        )
-        record = (self._pipeline, topic, key_json, value)
+        template = self._templates.get((rel.topic, tag))
+        if template is None:
+            template = self._template(rel.topic, tag, op, source)
+        value = template.value_at(after.json, source.sequence, source.extra["lsn"])
+        record = (self._pipeline, rel.topic, key_json, value)
         self._events.append(ChangeEvent(op, key, None, after, source, record))
         return True
+
+    def _template(self, topic: str, tag: int, op: Op, source: SourceInfo) -> RecordTemplate:
+        head = source_head(source, self._pipeline)
+        template = self._templates[(topic, tag)] = RecordTemplate.of(op, head, source.position)
+        return template
 
     def _insert(self, msg: pg.Insert, lsn: int) -> None:
         rel = self._state(msg.relation_oid)
@@ -410,7 +422,7 @@ class Assembler:
 
     # -- TOAST -----------------------------------------------------------------------------
 
-    def _recent(self, rel: RelationState, key: Row) -> tuple[bool, Row | None]:
+    def _recent(self, rel: RelationState, key: Row) -> tuple[bool, Mapping[str, Any] | None]:
         """The key's latest image in the batch being built, if the batch changed it.
 
         The batch's events are indexed by key on the first call, and only the new ones on each

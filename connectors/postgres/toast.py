@@ -123,7 +123,9 @@ def missing_columns(row: dict[str, Any]) -> list[str]:
     return [name for name, value in row.items() if value is UNCHANGED]
 
 
-def fill_from(row: dict[str, Any], image: dict[str, Any] | None, columns: list[str]) -> list[str]:
+def fill_from(
+    row: dict[str, Any], image: Mapping[str, Any] | None, columns: list[str]
+) -> list[str]:
     """Copy ``columns`` from ``image`` into ``row``; returns the columns still missing."""
     if image is None:
         return columns

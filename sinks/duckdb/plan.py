@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cdc.envelope import read_pos
 from cdc.errors import RecordError
 from cdc.log.base import TopicPartition
 from cdc.sink import SinkRecord
@@ -118,7 +119,7 @@ def plan(
 def _envelope(record: SinkRecord, value: dict[str, Any]) -> tuple[TableId, str, int, int, int]:
     try:
         source = value["source"]
-        position, sequence = source["pos"]
+        position, sequence = read_pos(value)
         ts_ms = source.get("ts_ms") or value.get("ts_ms") or 0
         table, op = (source["schema"], source["table"]), value["op"]
     except (KeyError, TypeError, ValueError) as exc:

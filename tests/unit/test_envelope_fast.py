@@ -10,7 +10,8 @@ from typing import Any
 import orjson
 
 from cdc import envelope
-from cdc.events import ChangeEvent, EncodedRow, Op, SourceInfo
+from cdc.envelope import EncodedRow
+from cdc.events import ChangeEvent, Op, SourceInfo
 
 ROWS: list[Any] = [
     None,

@@ -9,19 +9,25 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import random
 import struct
+import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
 from typing import Any
 
 import pytest
 import structlog
+from structlog.testing import capture_logs
 
 from cdc import envelope
-from cdc.events import ChangeEvent, EncodedRow, Op, SourceInfo
+from cdc.envelope import EncodedRow
+from cdc.events import ChangeEvent, Op, SourceInfo
 from connectors.postgres import fast
 from connectors.postgres.catalog import TableInfo
+from connectors.postgres.encoding import PythonRowEncoder, RowEncoder
 from connectors.postgres.lsn import str_to_lsn
 from connectors.postgres.pgoutput import Insert, Relation, RelationColumn, decode
 from connectors.postgres.relations import RelationState, build_state
@@ -131,7 +137,7 @@ def _python(columns: list[RelationColumn], registry: TypeRegistry, values: tuple
         return type(exc)
 
 
-def _native(encoder: fast.RowEncoder, values: tuple[Any, ...]) -> Any:
+def _native(encoder: Any, values: tuple[Any, ...]) -> Any:
     try:
         return encoder.encode_values(values)
     except Exception as exc:
@@ -141,7 +147,7 @@ def _native(encoder: fast.RowEncoder, values: tuple[Any, ...]) -> Any:
 def test_every_case_alone_gives_the_python_bytes() -> None:
     registry = _registry()
     columns = _columns()
-    encoder = fast.row_encoder(columns, registry, [0])
+    encoder = fast.native_encoder(columns, registry, [0])
     assert encoder is not None
     compared = 0
     for position, oid in enumerate(CASES, start=1):
@@ -161,7 +167,7 @@ def test_every_case_alone_gives_the_python_bytes() -> None:
 def test_random_rows_give_the_python_bytes() -> None:
     registry = _registry()
     columns = _columns()
-    encoder = fast.row_encoder(columns, registry, [0])
+    encoder = fast.native_encoder(columns, registry, [0])
     assert encoder is not None
     rng = random.Random(11)
     for _ in range(3000):
@@ -177,7 +183,7 @@ def test_random_rows_give_the_python_bytes() -> None:
 def test_random_text_is_escaped_as_orjson_does() -> None:
     registry = TypeRegistry()
     columns = [RelationColumn(True, "k", 25, -1), RelationColumn(False, 'na"me\n', 25, -1)]
-    encoder = fast.row_encoder(columns, registry, [0])
+    encoder = fast.native_encoder(columns, registry, [0])
     assert encoder is not None
     rng = random.Random(3)
     alphabet = [chr(c) for c in range(0, 0x80)] + ["é", "✓", "😀", "\u2028", "\ufeff"]
@@ -196,7 +202,7 @@ def test_key_values_keep_their_python_types() -> None:
         RelationColumn(True, "d", 1700, -1),
         RelationColumn(False, "e", 701, -1),
     ]
-    encoder = fast.row_encoder(columns, registry, [3, 0, 2, 1])
+    encoder = fast.native_encoder(columns, registry, [3, 0, 2, 1])
     assert encoder is not None
     result = encoder.encode_values(("-12", "x", "2024-01-01 00:00:00+00", "1.50", "NaN"))
     assert result is not None
@@ -216,7 +222,7 @@ def test_key_values_keep_their_python_types() -> None:
 def test_declines_what_only_python_handles() -> None:
     registry = TypeRegistry()
     columns = [RelationColumn(True, "id", 23, -1), RelationColumn(False, "t", 25, -1)]
-    encoder = fast.row_encoder(columns, registry, [0])
+    encoder = fast.native_encoder(columns, registry, [0])
     assert encoder is not None
     assert encoder.encode_values(("1",)) is None  # wrong column count
     head = b"I" + struct.pack(">I", 1) + b"N" + struct.pack(">H", 2) + b"t\x00\x00\x00\x011"
@@ -240,7 +246,7 @@ def test_captured_inserts_give_the_python_bytes() -> None:
         if not isinstance(message, Insert) or message.relation_oid not in relations:
             continue
         columns = list(relations[message.relation_oid].columns)  # type: ignore[attr-defined]
-        encoder = fast.row_encoder(columns, registry, [0])
+        encoder = fast.native_encoder(columns, registry, [0])
         assert encoder is not None
         expected = _python(columns, registry, message.new)
         got = encoder.encode_tuple(data, 6)
@@ -254,7 +260,7 @@ def test_captured_inserts_give_the_python_bytes() -> None:
 def test_an_encoded_row_makes_the_same_envelope_as_its_dict() -> None:
     registry = _registry()
     columns = _columns()
-    encoder = fast.row_encoder(columns, registry, [0])
+    encoder = fast.native_encoder(columns, registry, [0])
     assert encoder is not None
     convert = row_converter(columns, registry)
     values = ("7", *(CASES[oid][0] for oid in CASES))
@@ -325,7 +331,7 @@ def _copy_line(values: tuple[str | None, ...]) -> bytes:
 def test_copy_lines_give_the_python_records_or_are_declined(oids: list[int]) -> None:
     registry = _registry()
     columns = _columns(oids)
-    encoder = fast.row_encoder(columns, registry, [0])
+    encoder = fast.native_encoder(columns, registry, [0])
     assert encoder is not None
     rng = random.Random(43)
     rows = [
@@ -395,7 +401,11 @@ def test_snapshot_records_equal_the_python_records() -> None:
         key = {"id": int(values[0])}
         reference = ChangeEvent(Op.READ, key, None, state.convert(values), source)
         assert [record] == envelope.to_records(reference, "p", 5)
-    python_only = SnapshotTable(info, dataclasses.replace(state, encoder=None), ("id",))
+    python_only = SnapshotTable(
+        info,
+        dataclasses.replace(state, encoder=PythonRowEncoder(state.convert, state.key)),
+        ("id",),
+    )
     assert to_records(python_only, lines, first_row=10, ts_ms=1, now_ms=5, **options) == records
 
 
@@ -404,7 +414,9 @@ def test_watermark_window_records_equal_the_python_records() -> None:
     job = ChunkJob(SnapshotTable(info, state, ("id",)), KeyChunk(2, None, None), None)
     lines = [_copy_line(values) for values in _convertible_rows(300, 47)]
     rows = keyed_lines(state, lines)
-    python_rows = keyed_lines(dataclasses.replace(state, encoder=None), lines)
+    python_rows = keyed_lines(
+        dataclasses.replace(state, encoder=PythonRowEncoder(state.convert, state.key)), lines
+    )
     assert sum(isinstance(after, EncodedRow) for after, _ in rows) >= 100  # written natively
     for (after, key_json), (python_after, python_key_json) in zip(rows, python_rows, strict=True):
         assert key_json == python_key_json == envelope.encode_key({"id": python_after["id"]})
@@ -448,3 +460,112 @@ def test_blocks_of_several_copy_lines_split_into_rows() -> None:
     assert lines_of(b"1\ta\n\n2\t\\N\n") == [b"1\ta", b"", b"2\t\\N"]
     assert lines_of(b"\n") == [b""]  # one row of one empty text column
     assert lines_of(b"") == []
+
+
+# -- both implementations through the one interface ------------------------------------------
+
+
+def _implementations(columns: list[RelationColumn], registry: TypeRegistry) -> list[RowEncoder]:
+    """The Python encoder, and the Rust one (which completes itself with a Python one)."""
+    convert = row_converter(columns, registry)
+    python = PythonRowEncoder(convert, [columns[0].name])
+    native = fast.native_encoder(columns, registry, [0])
+    assert native is not None
+    return [python, fast.RustRowEncoder(native, PythonRowEncoder(convert, [columns[0].name]))]
+
+
+def _outcome(call: Any, *args: Any) -> Any:
+    """A call's result in comparable form, or the type of what it raised."""
+    try:
+        result = call(*args)
+    except Exception as exc:
+        return type(exc)
+    if isinstance(result, tuple) and isinstance(result[1], EncodedRow):  # Keyed
+        return result[0], result[1].json, envelope.dumps(dict(result[1])), result[2]
+    if isinstance(result, list) and result and isinstance(result[0][0], EncodedRow):  # KeyedRow
+        return [(row.json, envelope.dumps(dict(row)), key_json) for row, key_json in result]
+    return result
+
+
+def test_both_encoders_answer_every_captured_tuple_alike() -> None:
+    fixture = Path(__file__).parent / "data" / "pgoutput" / "v1.json"
+    raw = [bytes.fromhex(data) for _, _, data in json.loads(fixture.read_text())["messages"]]
+    relations = {m.oid: m for m in map(decode, raw) if type(m).__name__ == "Relation"}
+    registry = TypeRegistry()
+    checked = unchanged = 0
+    for data in raw:
+        message = decode(data)
+        if not isinstance(message, Insert) or message.relation_oid not in relations:
+            continue
+        columns = list(relations[message.relation_oid].columns)  # type: ignore[attr-defined]
+        python, rust = _implementations(columns, registry)
+        expected = _outcome(python.encode_tuple, data)
+        assert _outcome(rust.encode_tuple, data) == expected
+        unchanged += expected is None  # an unchanged TOAST value: the fill's, in both
+        checked += 1
+    assert checked >= 200 and unchanged < checked
+
+
+def test_both_encoders_answer_bad_tuples_alike() -> None:
+    registry = _registry()
+    columns = [RelationColumn(True, "id", 20, -1), RelationColumn(False, "t", 25, -1)]
+    head = b"I\x00\x00\x00\x07N\x00\x02t\x00\x00\x00\x011"
+    tails = [b"u", b"b\x00\x00\x00\x01x", b"t\x00\x00\x00\x02\xff\xfe", b"t\x00\x00\x00\x09short"]
+    tails += [b"n", b"t\x00\x00\x00\x01y"]
+    python, rust = _implementations(columns, registry)
+    for tail in tails:
+        assert _outcome(rust.encode_tuple, head + tail) == _outcome(
+            python.encode_tuple, head + tail
+        )
+    assert python.encode_tuple(head + b"u") is None  # unchanged TOAST: for the fill
+    bad = b"I\x00\x00\x00\x07N\x00\x02t\x00\x00\x00\x01xn"  # int('x')
+    assert _outcome(rust.encode_tuple, bad) is _outcome(python.encode_tuple, bad) is not None
+
+
+@pytest.mark.parametrize("oids", [list(CASES), _native_oids()], ids=["with-python", "native"])
+def test_both_encoders_write_the_same_copy_records_and_rows(oids: list[int]) -> None:
+    registry = _registry()
+    columns = _columns(oids)
+    python, rust = _implementations(columns, registry)
+    rng = random.Random(53)
+    rows = [
+        (str(n), *(None if rng.random() < 0.8 else rng.choice(CASES[oid]) for oid in oids))
+        for n in range(600)
+    ]
+    lines = [_copy_line(values) for values in rows]
+    template = envelope.RecordTemplate(b"<", b"|", b">")
+    for piece in (lines[i : i + 7] for i in range(0, len(lines), 7)):
+        args = (piece, template, b"}", 5, 3 << 32)
+        assert _outcome(rust.copy_records, *args) == _outcome(python.copy_records, *args)
+        assert _outcome(rust.copy_rows, piece) == _outcome(python.copy_rows, piece)
+    good = [
+        line
+        for line, values in zip(lines, rows, strict=True)
+        if not isinstance(_python(columns, registry, values), type)
+    ]
+    assert len(good) > 100
+    assert rust.copy_records(good, template, b"}", 5, 0) == python.copy_records(
+        good, template, b"}", 5, 0
+    )
+
+
+def test_the_encoder_is_chosen_once_and_logged(monkeypatch: pytest.MonkeyPatch) -> None:
+    code = (
+        "from connectors.postgres import fast; print(fast.IMPLEMENTATION, fast.REASON, "
+        "type(fast.row_encoder([], None, [], dict)).__name__)"
+    )
+    env = {**os.environ, "CDC_NATIVE": "0"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.split() == ["python", "CDC_NATIVE=0", "PythonRowEncoder"], out.stderr
+    with capture_logs() as logs:
+        fast.log_selected(structlog.get_logger())
+    assert logs == [
+        {
+            "event": "native.selected",
+            "log_level": "info",
+            "component": "row_encoder",
+            "implementation": fast.IMPLEMENTATION,
+            "reason": fast.REASON,
+        }
+    ]
+    assert (fast.IMPLEMENTATION == "rust") == fast.available()

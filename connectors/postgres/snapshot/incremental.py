@@ -24,18 +24,21 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from cdc.envelope import record_parts, source_head, to_records
+from cdc.envelope import lsn_extra
 from cdc.errors import SourceFatal, SourceUnavailable
-from cdc.events import ChangeEvent, EncodedRow, Op, SourceInfo
 from cdc.log.base import Record
 from cdc.logging import Logger
 from cdc.runtime.retry import Backoff, Decision, Stopped, classify, retry, retry_until_stopped
-from connectors.postgres.relations import CONNECTOR
 from connectors.postgres.replication import session_conninfo
 from connectors.postgres.snapshot.channel import WATERMARK, Channel
 from connectors.postgres.snapshot.parallel import ChunkFailed
 from connectors.postgres.snapshot.reader import SnapshotTable, chunk_query, read_lines
-from connectors.postgres.snapshot.rows import SEQUENCE_SHIFT, KeyedRow, keyed_lines
+from connectors.postgres.snapshot.rows import (
+    SEQUENCE_SHIFT,
+    KeyedRow,
+    keyed_lines,
+    read_template,
+)
 from snapshots.chunks import Chunk
 from snapshots.state import SnapshotState
 from snapshots.watermark import HIGH, LOW, Watermarks, render
@@ -350,30 +353,13 @@ def window_records(
     ts_ms: int,
     now_ms: int,
 ) -> list[Record]:
-    """The ``r`` records of a closed window, at the high watermark's position.
-
-    A row the native encoder wrote is put in its envelope around the window's ``source`` head,
-    encoded once; any other becomes its event and goes through :func:`cdc.envelope.to_records`.
+    """The ``r`` records of a closed window, at the high watermark's position: each row's JSON
+    put in the window's :class:`~cdc.envelope.RecordTemplate`, its ``source`` head encoded once.
     """
-    info, topic = job.table.info, job.table.state.topic
-    base = job.chunk.index << SEQUENCE_SHIFT
-    flag = "incremental"
-    head = source_head(
-        SourceInfo(CONNECTOR, db, info.schema, info.table, ts_ms, position, 0, flag), pipeline
-    )
-    prefix, middle, tail = record_parts(Op.READ, head, position, position, now_ms)
-    key_columns = job.table.state.key
-    records = []
-    for sequence, (after, key_json) in enumerate(rows, base):
-        if isinstance(after, EncodedRow):
-            value = b"%b%b%b%d%b" % (prefix, after.json, middle, sequence, tail)
-            records.append(Record(topic, key_json, value))
-            continue
-        key = {k: after[k] for k in key_columns}
-        extra = {"lsn": position}
-        source = SourceInfo(
-            CONNECTOR, db, info.schema, info.table, ts_ms, position, sequence, flag, None, extra
-        )
-        event = ChangeEvent(Op.READ, key, None, after, source)
-        records.extend(to_records(event, pipeline, now_ms))
-    return records
+    template = read_template(db, job.table, position, "incremental", ts_ms, pipeline)
+    topic, extra = job.table.state.topic, lsn_extra(position)
+    value = template.value
+    return [
+        Record(topic, key_json, value(after.json, sequence, extra, now_ms))
+        for sequence, (after, key_json) in enumerate(rows, job.chunk.index << SEQUENCE_SHIFT)
+    ]

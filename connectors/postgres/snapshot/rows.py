@@ -11,20 +11,24 @@ no two rows of a table share one.
 
 from __future__ import annotations
 
-from functools import partial
-
-from cdc.envelope import encode_key, record_parts, source_head
-from cdc.envelope import to_records as envelope_records
-from cdc.events import ChangeEvent, EncodedRow, Op, Row, SourceInfo
+from cdc.envelope import RecordTemplate, lsn_extra, source_head
+from cdc.events import Op, SourceInfo
 from cdc.log.base import Record
+from connectors.postgres.encoding import KeyedRow
 from connectors.postgres.relations import CONNECTOR, RelationState
-from connectors.postgres.snapshot.copytext import split_line
-from connectors.postgres.snapshot.reader import SnapshotTable, Values
+from connectors.postgres.snapshot.reader import SnapshotTable
 
 SEQUENCE_SHIFT = 32
-#: A snapshot row: the row (written natively, its values decoded on demand; or converted), and
-#: its key's JSON (the record key).
-KeyedRow = tuple[Row | EncodedRow, bytes]
+__all__ = ["SEQUENCE_SHIFT", "KeyedRow", "keyed_lines", "read_template", "to_records"]
+
+
+def read_template(
+    db: str, table: SnapshotTable, position: int, flag: str, ts_ms: int, pipeline: str
+) -> RecordTemplate:
+    """The template of a chunk's ``r`` records, at ``position``."""
+    info = table.info
+    source = SourceInfo(CONNECTOR, db, info.schema, info.table, ts_ms, position, 0, flag)
+    return RecordTemplate.of(Op.READ, source_head(source, pipeline), position)
 
 
 def to_records(
@@ -41,68 +45,28 @@ def to_records(
     now_ms: int,
 ) -> list[Record]:
     """The ``r`` records of ``lines`` of ``COPY ... TO STDOUT`` text (the table's columns in
-    order), as the runtime would write them for the rows' events at ``now_ms``.
-
-    The native encoder writes a whole piece with the interpreter lock released, around the
-    chunk's ``source`` head encoded once; a line it declines (an escape, no encoder) becomes
-    its event and goes through :func:`cdc.envelope.to_records`.
+    order), as the runtime would write them for the rows' events at ``now_ms``: through the
+    chunk's :class:`~cdc.envelope.RecordTemplate`, its ``source`` head encoded once. The
+    relation's encoder writes them (the Rust one with the interpreter lock released).
 
     Raises:
         ConversionError: a value cannot be converted (the snapshot has no dead-letter path:
             a row that cannot be read is a reason to stop, not to skip).
     """
-    state = table.state
-    schema, name, topic = table.info.schema, table.info.table, state.topic
+    template = read_template(db, table, position, flag, ts_ms, pipeline)
     base = (chunk << SEQUENCE_SHIFT) + first_row
-    head = source_head(SourceInfo(CONNECTOR, db, schema, name, ts_ms, position, 0, flag), pipeline)
-    parts = record_parts(Op.READ, head, position, position, now_ms)
-    written = state.copy_records(lines, parts, base)
-    if written is None:
-        written = [None] * len(lines)
-    records = []
-    for sequence, (line, record) in enumerate(zip(lines, written, strict=True), base):
-        if record is not None:
-            records.append(Record(topic, record[0], record[1]))
-            continue
-        source = SourceInfo(
-            CONNECTOR, db, schema, name, ts_ms, position, sequence, flag, None, {"lsn": position}
-        )
-        key, after = python_row(state, split_line(line))
-        event = ChangeEvent(Op.READ, key, None, after, source)
-        records.extend(envelope_records(event, pipeline, now_ms))
-    return records
+    written = table.state.encoder.copy_records(lines, template, lsn_extra(position), now_ms, base)
+    topic = table.state.topic
+    return [Record(topic, key, value) for key, value in written]
 
 
 def keyed_lines(state: RelationState, lines: list[bytes]) -> list[KeyedRow]:
     """The row and the key's JSON (the record key) of each line of ``COPY ... TO STDOUT`` text.
 
-    The native encoder writes a piece's row and key JSON with the interpreter lock released; the
-    row's values are decoded from the line only if something asks for them. A line it declines
-    takes the Python path.
+    The Rust encoder writes a piece's row and key JSON with the interpreter lock released; the
+    row's values are decoded from the line only if something asks for them.
 
     Raises:
         ConversionError: a value cannot be converted.
     """
-    written = state.copy_rows(lines)
-    if written is None:
-        written = [None] * len(lines)
-    decode = partial(_convert_line, state)
-    rows: list[KeyedRow] = []
-    for line, pair in zip(lines, written, strict=True):
-        if pair is None:
-            key, after = python_row(state, split_line(line))
-            rows.append((after, encode_key(key)))
-        else:
-            key_json, row_json = pair
-            rows.append((EncodedRow(row_json, line, decode), key_json))
-    return rows
-
-
-def _convert_line(state: RelationState, line: bytes) -> Row:
-    return state.convert(split_line(line))
-
-
-def python_row(state: RelationState, values: Values) -> tuple[Row, Row]:
-    """The key and the row of text values, through the Python converters."""
-    after = state.convert(values)
-    return {k: after[k] for k in state.key}, after
+    return state.encoder.copy_rows(lines)
