@@ -272,10 +272,10 @@ def encode_value(event: ChangeEvent, pipeline: str, now_ms: int | None = None) -
     ):
         return encode_value_dict(event, pipeline, now_ms)
     template = RecordTemplate.of(
-        event.op, _cached_head(src, pipeline), position, _row_json(event.before)
+        event.op, _cached_head(src, pipeline), position, row_json(event.before)
     )
     ts = now_ms if now_ms is not None else int(time.time() * 1000)
-    return template.value(_row_json(event.after), sequence, extra_json(extra), ts)
+    return template.value(row_json(event.after), sequence, extra_json(extra), ts)
 
 
 def _cached_head(src: SourceInfo, pipeline: str) -> bytes:
@@ -328,7 +328,8 @@ _OP_PARTS: Final = {op: b',"op":"' + op.value.encode() + b'","ts_ms":' for op in
 _last_head: tuple[tuple[Any, ...], bytes] = ((), b"")
 
 
-def _row_json(row: Any) -> bytes:
+def row_json(row: Any) -> bytes:
+    """A row's JSON: the source's own for an :class:`EncodedRow`, else encoded now."""
     if row is None:
         return b"null"
     if row.__class__ is EncodedRow:

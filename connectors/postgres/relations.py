@@ -121,21 +121,9 @@ def build_state(
     as ``integer[][]`` so sinks with fixed nesting can type them. ``ids`` gives each column's
     ``attnum`` (:attr:`cdc.schema.Column.id`), where known.
     """
-    dims = array_dims or {}
     key = resolve_key(info, relation, configured_key)
     index = {c.name: i for i, c in enumerate(relation.columns)}
-    known = list(ids or ())
-    columns = tuple(
-        Column(
-            name=c.name,
-            type=type_name(c.type_oid, c.type_modifier, registry)
-            + "[]" * max(0, dims.get(c.name, 1) - 1),
-            key=c.name in key,
-            nullable=c.name not in not_null,
-            id=known[n] if n < len(known) else None,
-        )
-        for n, c in enumerate(relation.columns)
-    )
+    columns = _schema_columns(relation, registry, key, not_null, array_dims or {}, ids or ())
     key_index = tuple(index[k] for k in key)
     convert = row_converter(relation.columns, registry)
     return RelationState(
@@ -148,4 +136,27 @@ def build_state(
         index=index,
         table_schema=TableSchema(CONNECTOR, info.schema, info.table, columns, position),
         encoder=row_encoder(relation.columns, registry, key_index, convert),
+    )
+
+
+def _schema_columns(
+    relation: Relation,
+    registry: TypeRegistry,
+    key: Sequence[str],
+    not_null: set[str],
+    dims: Mapping[str, int],
+    ids: Sequence[int | None],
+) -> tuple[Column, ...]:
+    """The published columns of a relation (see :func:`build_state`)."""
+    known = list(ids)
+    return tuple(
+        Column(
+            name=c.name,
+            type=type_name(c.type_oid, c.type_modifier, registry)
+            + "[]" * max(0, dims.get(c.name, 1) - 1),
+            key=c.name in key,
+            nullable=c.name not in not_null,
+            id=known[n] if n < len(known) else None,
+        )
+        for n, c in enumerate(relation.columns)
     )

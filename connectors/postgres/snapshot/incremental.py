@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from cdc.envelope import lsn_extra
+from cdc.envelope import lsn_extra, row_json
 from cdc.errors import SourceFatal, SourceUnavailable
 from cdc.log.base import Record
 from cdc.logging import Logger
@@ -360,6 +360,6 @@ def window_records(
     topic, extra = job.table.state.topic, lsn_extra(position)
     value = template.value
     return [
-        Record(topic, key_json, value(after.json, sequence, extra, now_ms))
+        Record(topic, key_json, value(row_json(after), sequence, extra, now_ms))
         for sequence, (after, key_json) in enumerate(rows, job.chunk.index << SEQUENCE_SHIFT)
     ]

@@ -1,0 +1,93 @@
+"""Unchanged TOAST values: filled from the batch, the log's previous image, or a read.
+
+The server does not resend an unchanged TOASTed value (``UNCHANGED`` in the tuple): the
+previous image has it. That image is the key's latest event in the batch being built, else the
+latest record the log holds for the key (:class:`~connectors.postgres.toast.ToastFiller`), else
+the row as the database has it now, read by key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from cdc.envelope import EncodedRow, encode_key
+from cdc.events import Row
+from connectors.postgres import pgoutput as pg
+from connectors.postgres.assembly.batch import Batch
+from connectors.postgres.relations import RelationState
+from connectors.postgres.toast import ToastFiller, fill_from, missing_columns
+
+
+class RowReader(Protocol):
+    """The catalog lookup a fill falls back to (``CatalogReader.read_row``)."""
+
+    def read_row(
+        self, schema: str, table: str, columns: list[str], key: dict[str, str | None]
+    ) -> tuple[str | None, ...] | None:
+        """The current text of ``columns`` of the row with ``key``, or ``None``."""
+        ...
+
+
+class ToastFill:
+    """Fills a row's unchanged TOAST values.
+
+    Args:
+        reader: the fallback read.
+        toast: previous images from the log, and the fallback counters.
+        batch: the batch being built (the most recent images).
+    """
+
+    __slots__ = ("_batch", "_reader", "_toast")
+
+    def __init__(self, reader: RowReader, toast: ToastFiller, batch: Batch) -> None:
+        self._reader, self._toast, self._batch = reader, toast, batch
+
+    def fill(
+        self,
+        rel: RelationState,
+        row: Row,
+        image: Row | None,
+        lookup_key: Row,
+        raw: pg.TupleData,
+    ) -> dict[str, Any] | None:
+        """Fill unchanged TOAST values of ``row``; the extra ``source`` fields to record.
+
+        ``lookup_key`` is the key the previous image is stored under (the old key when the
+        update changes it); ``raw`` is the new tuple, whose key the row has now.
+        """
+        missing = fill_from(row, image, missing_columns(row))
+        if missing:
+            found, recent = self._recent(rel, lookup_key)
+            if not found:
+                recent = self._toast.previous(rel.topic, encode_key(lookup_key))
+            missing = fill_from(row, recent, missing)
+        if not missing:
+            return None
+        return self._read(rel, row, missing, raw)
+
+    def _recent(self, rel: RelationState, key: Row) -> tuple[bool, Mapping[str, Any] | None]:
+        """The key's latest image in the batch being built, if the batch changed it."""
+        latest = self._batch.latest(rel.schema, rel.table, key)
+        if latest is None:
+            return False, None
+        after = latest.after
+        return True, after.values_dict() if isinstance(after, EncodedRow) else after
+
+    def _read(
+        self, rel: RelationState, row: Row, missing: list[str], raw: pg.TupleData
+    ) -> dict[str, Any]:
+        """Fill ``missing`` from the row as the database has it now (``None`` if it is gone)."""
+        text = self._reader.read_row(rel.schema, rel.table, missing, rel.key_text(raw))
+        self._toast.fell_back(rel.info.name, missing, gone=text is None)
+        if text is None:
+            for name in missing:
+                row[name] = None
+            return {"toast_unavailable": missing}
+        values: list[Any] = [None] * len(rel.relation.columns)
+        for name, value in zip(missing, text, strict=True):
+            values[rel.index[name]] = value
+        read = rel.convert(tuple(values))
+        for name in missing:
+            row[name] = read[name]
+        return {"toast_fallback": True, "toast_fallback_columns": missing}
