@@ -11,17 +11,17 @@ to the same bytes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from cdc.envelope import EncodedRow, RecordTemplate, dumps, encode_key, exact
 from cdc.events import Row
 from connectors.postgres.pgoutput import UNCHANGED, TupleData, tuple_at
 from connectors.postgres.snapshot.copytext import split_line
 
-#: A streamed row: its key (the key columns' values by name, in key order), the row (its JSON
-#: written, its values decoded on demand) and the key's JSON (the record key).
-Keyed = tuple[Row, EncodedRow, bytes]
+#: A streamed row: its key (the key columns' values by name, in key order), the row (the Rust
+#: encoder's decodes its values on demand), the row's JSON and the key's JSON (the record key).
+Keyed = tuple[Row, Mapping[str, Any], bytes, bytes]
 #: A snapshot row: the row, and its key's JSON.
 KeyedRow = tuple[EncodedRow, bytes]
 # Where the new tuple starts in an Insert, and in an Update without an old tuple: the tag, the
@@ -76,10 +76,14 @@ class PythonRowEncoder:
         return self.encode_values(values)
 
     def encode_values(self, values: TupleData) -> Keyed:
-        """A tuple's key, row and key JSON."""
+        """A tuple's key, row, row JSON and key JSON.
+
+        The row JSON is not copied to its own size (:func:`~cdc.envelope.exact`): it is used
+        once, to write the record value, and the event keeps the row itself.
+        """
         row = self._convert(values)
         key = {k: row[k] for k in self._key}
-        return key, EncodedRow.of(exact(dumps(row)), row), encode_key(key)
+        return key, row, dumps(row), encode_key(key)
 
     def copy_records(
         self, lines: list[bytes], template: RecordTemplate, extra: bytes, now_ms: int, first: int
@@ -93,16 +97,17 @@ class PythonRowEncoder:
         self, line: bytes, template: RecordTemplate, extra: bytes, now_ms: int, sequence: int
     ) -> tuple[bytes, bytes]:
         """One line's record key and value (see :meth:`copy_records`)."""
-        _, row, key_json = self.encode_values(split_line(line))
-        return key_json, template.value(row.json, sequence, extra, now_ms)
+        _, _, row_json, key_json = self.encode_values(split_line(line))
+        return key_json, template.value(row_json, sequence, extra, now_ms)
 
     def copy_rows(self, lines: list[bytes]) -> list[KeyedRow]:
         return [self.copy_row(line) for line in lines]
 
     def copy_row(self, line: bytes) -> KeyedRow:
         """One line's row and key JSON."""
-        _, row, key_json = self.encode_values(split_line(line))
-        return row, key_json
+        row = self._convert(split_line(line))
+        key_json = encode_key({k: row[k] for k in self._key})
+        return EncodedRow.of(exact(dumps(row)), row), key_json  # a window keeps it: exact
 
     def decode_new(self, message: bytes) -> Row:
         """The row of an Insert, or an Update without an old tuple, from its message bytes."""

@@ -137,7 +137,7 @@ class RustRowEncoder:
         if encoded is None:
             return self._python.encode_tuple(message)
         row, key, key_json = encoded
-        return key, EncodedRow(row, message, self._python.decode_new), key_json
+        return key, EncodedRow(row, message, self._python.decode_new), row, key_json
 
     def copy_records(
         self, lines: list[bytes], template: RecordTemplate, extra: bytes, now_ms: int, first: int

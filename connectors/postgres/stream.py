@@ -241,10 +241,10 @@ class Assembler:
             return True
         if encoded is None:
             return False
-        key, after, key_json = encoded
+        key, after, row_json, key_json = encoded
         source = self._tx.next_source(rel, lsn)
         template = self._tx.template(rel.topic, tag, op, source)
-        value = template.value_at(after.json, source.sequence, source.extra["lsn"])
+        value = template.value_at(row_json, source.sequence, source.extra["lsn"])
         record = (self._pipeline, rel.topic, key_json, value)
         self._batch.events.append(ChangeEvent(op, key, None, after, source, record))
         return True

@@ -480,8 +480,8 @@ def _outcome(call: Any, *args: Any) -> Any:
         result = call(*args)
     except Exception as exc:
         return type(exc)
-    if isinstance(result, tuple) and isinstance(result[1], EncodedRow):  # Keyed
-        return result[0], result[1].json, envelope.dumps(dict(result[1])), result[2]
+    if isinstance(result, tuple) and len(result) == 4:  # Keyed
+        return result[0], envelope.dumps(dict(result[1])), result[2], result[3]
     if isinstance(result, list) and result and isinstance(result[0][0], EncodedRow):  # KeyedRow
         return [(row.json, envelope.dumps(dict(row)), key_json) for row, key_json in result]
     return result
