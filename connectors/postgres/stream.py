@@ -104,13 +104,16 @@ class Assembler:
         self._bad = BadRecords(on_bad_record, self._batch, self._tx)
         self._fill = ToastFill(catalog, toast, self._batch).fill
         self._handlers = self._dispatch()
+        #: The batch must end before the next event (a shape change). A copy of the batch's
+        #: flag, kept as a plain attribute: the source reads it once per message.
+        self.cut = False
 
     def _dispatch(self) -> dict[type, Callable[[Any, int], None]]:
         relations = self._relations
         return {
             pg.Begin: self._begin,
             pg.Commit: self._commit,
-            pg.Relation: lambda msg, lsn: relations.on_relation(msg, self._tx.final_lsn),
+            pg.Relation: self._relation,
             pg.Insert: self._insert,
             pg.Update: self._update,
             pg.Delete: self._delete,
@@ -119,6 +122,10 @@ class Assembler:
             pg.TypeInfo: lambda msg, lsn: relations.on_type(msg),
             pg.Origin: _ignore,
         }
+
+    def _relation(self, msg: pg.Relation, lsn: int) -> None:
+        self._relations.on_relation(msg, self._tx.final_lsn)
+        self.cut = self._batch.cut
 
     # -- state -----------------------------------------------------------------------------
 
@@ -141,11 +148,6 @@ class Assembler:
         """Inside a transaction (a batch taken now has no offsets to store)."""
         return self._tx.in_tx
 
-    @property
-    def cut(self) -> bool:
-        """The batch must end before the next event (a shape change)."""
-        return self._batch.cut
-
     # -- batches ---------------------------------------------------------------------------
 
     @property
@@ -166,6 +168,7 @@ class Assembler:
     def take(self) -> SourceBatch:
         """The batch built so far; its offsets are set only at a transaction boundary."""
         committed = self._tx.take_commit()
+        self.cut = False
         return self._batch.take(None if committed is None else Lsn(committed).to_offsets())
 
     def handle(self, message: pg.PgOutputMessage, lsn: int) -> None:
@@ -243,7 +246,9 @@ class Assembler:
             return False
         key, after, row_json, key_json = encoded
         source = self._tx.next_source(rel, lsn)
-        template = self._tx.template(rel.topic, tag, op, source)
+        template = self._tx.templates.get((rel.topic, tag))
+        if template is None:
+            template = self._tx.template(rel.topic, tag, op, source)
         value = template.value_at(row_json, source.sequence, source.extra["lsn"])
         record = (self._pipeline, rel.topic, key_json, value)
         self._batch.events.append(ChangeEvent(op, key, None, after, source, record))
