@@ -22,7 +22,7 @@ from cdc.runtime.sink_task import SinkTask, group_name
 from cdc.schema import Column, dead_letter_topic
 from cdc.sink import SinkContext
 from sinks.duckdb import DuckDBSink, DuckDBSinkConfig, read_rows
-from tests.integration.test_duckdb_sink import ITEM_COLUMNS, PIPELINE, TOPIC, Harness, event, item
+from tests.integration.duckdb_kit import ITEM_COLUMNS, PIPELINE, TOPIC, Harness, event, item
 
 ITEMS = "public.items"
 
@@ -205,7 +205,7 @@ import os, signal, sys, orjson
 from cdc.logging import get_logger
 from cdc.sink import SinkContext, SinkRecord
 from sinks.duckdb import DuckDBSink, DuckDBSinkConfig, sink as sink_module
-from tests.integration.test_duckdb_sink import Harness, item
+from tests.integration.duckdb_kit import Harness, item
 from cdc.events import Op
 
 harness = Harness.__new__(Harness)

@@ -12,7 +12,7 @@ import pytest
 from cdc.events import ChangeEvent, Op
 from cdc.schema import Column
 from sinks.duckdb import read_rows
-from tests.integration.test_duckdb_sink import Harness, event, item
+from tests.integration.duckdb_kit import Harness, event, item
 
 ID = Column("id", "bigint", key=True, nullable=False, id=1)
 NAME = Column("name", "text", id=2)

@@ -21,7 +21,7 @@ from cdc.runtime.sink_task import SinkTask, group_name
 from cdc.schema import Column, TableSchema, schema_record
 from cdc.sink import SinkContext
 from sinks.duckdb import DuckDBSink, DuckDBSinkConfig
-from tests.integration.test_duckdb_sink import ITEM_COLUMNS, PIPELINE, TOPIC, Harness, event, item
+from tests.integration.duckdb_kit import ITEM_COLUMNS, PIPELINE, TOPIC, Harness, event, item
 
 OTHER = topic_name(PIPELINE, "public", "other")
 
