@@ -1,0 +1,30 @@
+"""Shared by the embedded log's tests: the topic they write, and logs opened and closed for them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from cdc.log.embedded import EmbeddedLog
+from tests.unit.log_suite import read_all
+
+TOPIC = "shop.public.customers"
+
+
+def opened_logs(tmp_path: Path) -> Iterator[Callable[..., EmbeddedLog]]:
+    """Yields an opener of logs under ``tmp_path``; closes every log it opened afterwards."""
+    opened: list[EmbeddedLog] = []
+
+    def open_log(partitions: int = 1, **options: object) -> EmbeddedLog:
+        log = EmbeddedLog(tmp_path / "log", partitions=partitions, **options)  # type: ignore[arg-type]
+        opened.append(log)
+        return log
+
+    yield open_log
+    for log in opened:
+        log.close()
+
+
+def values(log: EmbeddedLog, topic: str = TOPIC) -> list[tuple[int, bytes | None, bytes | None]]:
+    """Offset, key and value of every record of ``topic``, in log order."""
+    return [(r.offset, r.key, r.value) for r in read_all(log, topic)]
