@@ -9,7 +9,10 @@ source table row by row. A table with no rows gets its DuckDB table too.
 
 from __future__ import annotations
 
+import subprocess
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -77,22 +80,72 @@ def setup(pg_db: str, redis_server: Any, tmp_path: Path) -> Any:
     cdc("drop", str(pipeline), "--yes", cwd=tmp_path, env=env)
 
 
+@dataclass
+class Scene:
+    """One pipeline under test: its files, its environment, and its ``cdc run`` process."""
+
+    tmp_path: Path
+    dsn: str
+    env: dict[str, str]
+    pipeline: Path
+    name: str
+    process: subprocess.Popen[str] | None = None
+
+    @property
+    def log(self) -> Path:
+        return self.tmp_path / "run.log"
+
+    @property
+    def url(self) -> str:
+        return self.env["REDIS_URL"]
+
+    def start(self) -> None:
+        self.process = start_run(self.pipeline, self.tmp_path, self.env)
+
+    def stop(self) -> int:
+        assert self.process is not None
+        code, _ = stop(self.process)
+        return code
+
+    def cdc(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return cdc(*args, cwd=self.tmp_path, env=self.env, timeout=timeout)
+
+    def status(self) -> dict[str, Any]:
+        return status(self.tmp_path, self.pipeline, self.env)
+
+    def sink(self, name: str) -> dict[str, Any]:
+        return sink_of(self.status(), name)
+
+    def wait(self, predicate: Callable[[], bool], timeout: float, **options: Any) -> None:
+        wait_for(predicate, timeout=timeout, process=self.process, log=self.log, **options)
+
+    def wait_cached(self, key: int) -> None:
+        self.wait(lambda: cached(self.url, self.name, key) is not None, timeout=30)
+
+
 def test_a_stopped_sink_stops_alone_and_a_reset_rebuilds_its_table(
     setup: Any, tmp_path: Path
 ) -> None:
-    dsn, env, pipeline, name = setup
-    url = env["REDIS_URL"]
-    log = tmp_path / "run.log"
-    process = start_run(pipeline, tmp_path, env)
+    scene = Scene(tmp_path, *setup)
+    scene.start()
+    scene.wait(lambda: _caught_up(scene), timeout=90, interval=0.5)
+    _make_a_change_duckdb_cannot_follow(scene.dsn)
+    _check_the_warehouse_stops_and_the_rest_goes_on(scene)
+    _check_status_names_the_stopped_sink(scene)
+    _check_verify_calls_it_lagging_not_different(scene)
+    _restart_and_check_it_stops_alone_again(scene)
+    _reset_the_table_while_the_pipeline_runs(scene)
+    _check_the_rebuilt_table_equals_the_source(scene)
 
-    def caught_up() -> bool:
-        report = status(tmp_path, pipeline, env)
-        return all(s["lag"] == 0 and s["state"] == "running" for s in report["sinks"]) and any(
-            t["topic"] == f"{name}.public.items" and t["records"] >= 50 for t in report["topics"]
-        )
 
-    wait_for(caught_up, timeout=90, interval=0.5, process=process, log=log)
+def _caught_up(scene: Scene) -> bool:
+    report = scene.status()
+    return all(s["lag"] == 0 and s["state"] == "running" for s in report["sinks"]) and any(
+        t["topic"] == f"{scene.name}.public.items" and t["records"] >= 50 for t in report["topics"]
+    )
 
+
+def _make_a_change_duckdb_cannot_follow(dsn: str) -> None:
     # Not a widening change: DuckDB cannot follow it; writes go on after it.
     execute(
         dsn,
@@ -101,69 +154,77 @@ def test_a_stopped_sink_stops_alone_and_a_reset_rebuilds_its_table(
         "INSERT INTO public.items VALUES (101, 'x', 'after the change')",
     )
 
-    def warehouse_stopped() -> bool:
-        return sink_of(status(tmp_path, pipeline, env), "warehouse")["state"] == "stopped"
 
-    wait_for(warehouse_stopped, timeout=60, interval=0.5, process=process, log=log)
-    wait_for(lambda: cached(url, name, 101) is not None, timeout=30, process=process, log=log)
-    execute(dsn, "INSERT INTO public.items VALUES (102, 'y', 'the source goes on')")
-    wait_for(lambda: cached(url, name, 102) is not None, timeout=30, process=process, log=log)
-    assert cached(url, name, 3) == {"id": 3, "qty": "many", "note": "n3"}
-    assert process.poll() is None  # the pipeline still runs
+def _check_the_warehouse_stops_and_the_rest_goes_on(scene: Scene) -> None:
+    scene.wait(lambda: scene.sink("warehouse")["state"] == "stopped", timeout=60, interval=0.5)
+    scene.wait_cached(101)
+    execute(scene.dsn, "INSERT INTO public.items VALUES (102, 'y', 'the source goes on')")
+    scene.wait_cached(102)
+    assert cached(scene.url, scene.name, 3) == {"id": 3, "qty": "many", "note": "n3"}
+    assert scene.process is not None and scene.process.poll() is None  # the pipeline still runs
 
-    warehouse = sink_of(status(tmp_path, pipeline, env), "warehouse")
+
+def _check_status_names_the_stopped_sink(scene: Scene) -> None:
+    warehouse = scene.sink("warehouse")
     assert "qty" in warehouse["reason"] and "not a widening change" in warehouse["reason"]
     assert "--reset-table public.items" in warehouse["reason"]
-    assert sink_of(status(tmp_path, pipeline, env), "cache")["state"] == "running"
-    text = cdc("status", str(pipeline), cwd=tmp_path, env=env)
+    assert scene.sink("cache")["state"] == "running"
+    text = scene.cdc("status", str(scene.pipeline))
     assert text.returncode == 0, text.stderr
     assert "sink warehouse: STOPPED since" in text.stdout and "not a widening" in text.stdout
     assert "sink cache: running" in text.stdout
 
+
+def _check_verify_calls_it_lagging_not_different(scene: Scene) -> None:
     # verify: the stopped sink is LAGGING, not DIFFERENT; the other sink agrees.
-    checked = cdc("verify", str(pipeline), "--json", cwd=tmp_path, env=env)
+    checked = scene.cdc("verify", str(scene.pipeline), "--json")
     assert checked.returncode == 1 and checked.stdout, checked.stdout + checked.stderr
     by_sink = {(r["sink"], r["table"]): r for r in orjson.loads(checked.stdout)}
     lagging = by_sink[("warehouse", "public.items")]
     assert lagging["state"] == "lagging" and lagging["lag"]["sink_state"] == "stopped"
     assert lagging["lag"]["records"] >= 1 and not lagging["missing_in_sink"]
     assert by_sink[("cache", "public.items")]["state"] == "ok"
-    human = cdc("verify", str(pipeline), "--sink", "warehouse", cwd=tmp_path, env=env)
+    human = scene.cdc("verify", str(scene.pipeline), "--sink", "warehouse")
     assert "LAGGING" in human.stdout and "DIFFERENT" not in human.stdout, human.stdout
     assert "the sink is STOPPED" in human.stdout
 
+
+def _restart_and_check_it_stops_alone_again(scene: Scene) -> None:
     # A restart tries the sink again: it stops alone again, the rest goes on.
-    code, _ = stop(process)
-    assert code == 1, log.read_text()[-3000:]  # a sink stopped: not a clean run
-    assert "pipeline.stopped_with_sinks_stopped" in log.read_text()
-    before = sink_of(status(tmp_path, pipeline, env), "warehouse")["since_ms"]
-    process = start_run(pipeline, tmp_path, env)
+    code = scene.stop()
+    assert code == 1, scene.log.read_text()[-3000:]  # a sink stopped: not a clean run
+    assert "pipeline.stopped_with_sinks_stopped" in scene.log.read_text()
+    before = scene.sink("warehouse")["since_ms"]
+    scene.start()
 
     def stopped_again() -> bool:
-        again = sink_of(status(tmp_path, pipeline, env), "warehouse")
+        again = scene.sink("warehouse")
         return again["state"] == "stopped" and again["since_ms"] > before
 
-    wait_for(stopped_again, timeout=60, interval=0.5, process=process, log=log)
-    execute(dsn, "INSERT INTO public.items VALUES (103, 'z', 'after a restart')")
-    wait_for(lambda: cached(url, name, 103) is not None, timeout=30, process=process, log=log)
+    scene.wait(stopped_again, timeout=60, interval=0.5)
+    execute(scene.dsn, "INSERT INTO public.items VALUES (103, 'z', 'after a restart')")
+    scene.wait_cached(103)
 
-    # The remedy, while the pipeline runs.
-    reset = cdc(
-        "sink", str(pipeline), "warehouse", "--reset-table", "public.items", "--wait",
-        "--timeout-s", "120", cwd=tmp_path, env=env, timeout=180,
+
+def _reset_the_table_while_the_pipeline_runs(scene: Scene) -> None:
+    reset = scene.cdc(
+        "sink", str(scene.pipeline), "warehouse", "--reset-table", "public.items", "--wait",
+        "--timeout-s", "120", timeout=180,
     )  # fmt: skip
-    assert reset.returncode == 0, reset.stdout + reset.stderr + log.read_text()[-3000:]
+    assert reset.returncode == 0, reset.stdout + reset.stderr + scene.log.read_text()[-3000:]
     assert "public.items: rebuilt from the log" in reset.stdout
-    assert sink_of(status(tmp_path, pipeline, env), "warehouse")["state"] == "running"
-    execute(dsn, "UPDATE public.items SET qty = 'after reset' WHERE id = 7")
-    checked = cdc("verify", str(pipeline), "--wait", "60", cwd=tmp_path, env=env, timeout=180)
+    assert scene.sink("warehouse")["state"] == "running"
+    execute(scene.dsn, "UPDATE public.items SET qty = 'after reset' WHERE id = 7")
+    checked = scene.cdc("verify", str(scene.pipeline), "--wait", "60", timeout=180)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "LAGGING" not in checked.stdout
-    code, _ = stop(process)
-    assert code == 0, log.read_text()[-3000:]
+    code = scene.stop()
+    assert code == 0, scene.log.read_text()[-3000:]
 
+
+def _check_the_rebuilt_table_equals_the_source(scene: Scene) -> None:
     # Row by row: the rebuilt DuckDB table equals the source table.
-    with duckdb.connect(str(tmp_path / "out" / "wh.duckdb"), read_only=True) as con:
+    with duckdb.connect(str(scene.tmp_path / "out" / "wh.duckdb"), read_only=True) as con:
         rebuilt = {
             r[0]: r for r in con.execute('SELECT id, qty, note FROM "public"."items"').fetchall()
         }
@@ -176,7 +237,7 @@ def test_a_stopped_sink_stops_alone_and_a_reset_rebuilds_its_table(
             "WHERE table_schema = 'public' AND table_name = 'empty' ORDER BY ordinal_position"
         ).fetchall()
         empty_rows = con.execute('SELECT count(*) FROM "public"."empty"').fetchone()
-    assert rebuilt == source_rows(dsn)
+    assert rebuilt == source_rows(scene.dsn)
     assert len(rebuilt) == 53 and rebuilt[7][1] == "after reset" and rebuilt[3][1] == "many"
     assert qty_type == ("VARCHAR",)
     # The table with no rows got its DuckDB table, from its published schema.
@@ -197,44 +258,34 @@ def test_reset_table_rejects_unknown_names(setup: Any, tmp_path: Path) -> None:
 def test_a_reset_requested_while_nothing_runs_is_applied_at_the_next_start(
     setup: Any, tmp_path: Path
 ) -> None:
-    dsn, env, pipeline, _ = setup
-    log = tmp_path / "run.log"
-    process = start_run(pipeline, tmp_path, env)
-    wait_for(
-        lambda: (
-            sink_of(status(tmp_path, pipeline, env), "warehouse")["lag"] == 0
-            and sink_of(status(tmp_path, pipeline, env), "warehouse")["state"] == "running"
-            and any(t["records"] >= 50 for t in status(tmp_path, pipeline, env)["topics"])
-        ),
-        timeout=90,
-        interval=0.5,
-        process=process,
-        log=log,
-    )
-    assert stop(process)[0] == 0
+    scene = Scene(tmp_path, *setup)
+    scene.start()
+    scene.wait(lambda: _warehouse_caught_up(scene), timeout=90, interval=0.5)
+    assert scene.stop() == 0
     # Damage the warehouse by hand while nothing runs: a reset must bring it back.
     with duckdb.connect(str(tmp_path / "out" / "wh.duckdb")) as con:
         con.execute('DELETE FROM "public"."items" WHERE id <= 10')
-    requested = cdc("sink", str(pipeline), "warehouse", "--reset-table", "public.items",
-                    cwd=tmp_path, env=env)  # fmt: skip
+    requested = scene.cdc("sink", str(scene.pipeline), "warehouse", "--reset-table", "public.items")
     assert requested.returncode == 0, requested.stderr
     assert "applies it before reading anything" in requested.stdout
-    report = sink_of(status(tmp_path, pipeline, env), "warehouse")
-    assert [r["state"] for r in report["resets"]] == ["requested"]
-    process = start_run(pipeline, tmp_path, env)
-    wait_for(
-        lambda: (
-            [r["state"] for r in sink_of(status(tmp_path, pipeline, env), "warehouse")["resets"]]
-            == ["done"]
-        ),
-        timeout=90,
-        interval=0.5,
-        process=process,
-        log=log,
-    )
-    assert stop(process)[0] == 0
+    assert _reset_states(scene) == ["requested"]
+    scene.start()
+    scene.wait(lambda: _reset_states(scene) == ["done"], timeout=90, interval=0.5)
+    assert scene.stop() == 0
     with duckdb.connect(str(tmp_path / "out" / "wh.duckdb"), read_only=True) as con:
         rebuilt = {
             r[0]: r for r in con.execute('SELECT id, qty, note FROM "public"."items"').fetchall()
         }
-    assert rebuilt == source_rows(dsn) and len(rebuilt) == 50
+    assert rebuilt == source_rows(scene.dsn) and len(rebuilt) == 50
+
+
+def _warehouse_caught_up(scene: Scene) -> bool:
+    return (
+        scene.sink("warehouse")["lag"] == 0
+        and scene.sink("warehouse")["state"] == "running"
+        and any(t["records"] >= 50 for t in scene.status()["topics"])
+    )
+
+
+def _reset_states(scene: Scene) -> list[str]:
+    return [r["state"] for r in scene.sink("warehouse")["resets"]]
