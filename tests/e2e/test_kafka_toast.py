@@ -17,6 +17,7 @@ import subprocess
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -194,11 +195,35 @@ def table_rows(dsn: str) -> dict[int, tuple[int, int]]:
     return {key: (gen, n) for key, gen, n in rows}
 
 
-def test_every_record_carries_the_toasted_value_as_of_its_change(
-    pg_db: str, kafka_server: Any, tmp_path: Path
-) -> None:
-    bootstrap = kafka_server.bootstrap_servers
-    name = f"kt{uuid.uuid4().hex[:8]}"
+@dataclass
+class SourceRun:
+    """``cdc run --role source`` of one pipeline, started again after each kill."""
+
+    pipeline: Path
+    cwd: Path
+    env: dict[str, str]
+    bootstrap: str
+    name: str
+    process: subprocess.Popen[str] | None = None
+
+    @property
+    def log(self) -> Path:
+        return self.cwd / "run.log"
+
+    def start(self) -> None:
+        self.process = start_run(self.pipeline, self.cwd, self.env, "--role", "source")
+
+    def wait_marked(self, phase: int) -> None:
+        assert self.process is not None
+        wait_for(lambda: marked(self.bootstrap, self.name, phase), 120, 0.5, self.process, self.log)
+
+    def kill_mid(self, writer: threading.Thread) -> None:
+        assert self.process is not None
+        topic = f"{self.name}.public.docs"
+        kill_mid_phase(self.process, writer, self.bootstrap, topic, self.log)
+
+
+def write_pipeline(tmp_path: Path, name: str, bootstrap: str) -> Path:
     pipeline = tmp_path / "kt.yaml"
     pipeline.write_text(
         f"version: 1\nname: {name}\nsource:\n  type: postgres\n  dsn: ${{KT_DSN}}\n"
@@ -207,43 +232,64 @@ def test_every_record_carries_the_toasted_value_as_of_its_change(
         f"log:\n  type: kafka\n  bootstrap_servers: {bootstrap}\n  partitions: 3\n"
         "  session_timeout_ms: 6000\n"
     )
+    return pipeline
+
+
+def test_every_record_carries_the_toasted_value_as_of_its_change(
+    pg_db: str, kafka_server: Any, tmp_path: Path
+) -> None:
+    bootstrap = kafka_server.bootstrap_servers
+    name = f"kt{uuid.uuid4().hex[:8]}"
+    pipeline = write_pipeline(tmp_path, name, bootstrap)
     env = {"KT_DSN": pg_db}
     work = Workload(pg_db, seed=12)
     work.setup()
-    log = tmp_path / "run.log"
-    run = start_run(pipeline, tmp_path, env, "--role", "source")
+    source = SourceRun(pipeline, tmp_path, env, bootstrap, name)
+    source.start()
     try:
-        # Phase 1: live, after the initial snapshot.
-        work.run(40)
-        work.mark(1)
-        wait_for(lambda: marked(bootstrap, name, 1), 120, 0.5, run, log)
-        # Phase 2: SIGKILL mid-workload; changes while down; restart with the store as it was.
-        writer = threading.Thread(target=work.run, args=(60, 0.01))
-        kill_mid_phase(run, writer, bootstrap, f"{name}.public.docs", log)
-        writer.join()
-        work.late_sequences()
-        run = start_run(pipeline, tmp_path, env, "--role", "source")
-        work.mark(2)
-        wait_for(lambda: marked(bootstrap, name, 2), 120, 0.5, run, log)
-        # Phase 3: SIGKILL; changes while down; the store deleted: it is restored from Kafka.
-        writer = threading.Thread(target=work.run, args=(30, 0.01))
-        kill_mid_phase(run, writer, bootstrap, f"{name}.public.docs", log)
-        writer.join()
-        work.late_sequences()
-        delete_store(tmp_path, name)
-        run = start_run(pipeline, tmp_path, env, "--role", "source")
-        work.run(20)
-        work.mark(3)
-        wait_for(lambda: marked(bootstrap, name, 3), 120, 0.5, run, log)
-        code, _ = stop(run)
-        assert code == 0, log.read_text()[-3000:]
+        _run_the_three_phases(work, source)
     finally:
-        if run.poll() is None:
-            stop(run, signal.SIGKILL)
+        assert source.process is not None
+        if source.process.poll() is None:
+            stop(source.process, signal.SIGKILL)
         cdc("drop", str(pipeline), "--yes", cwd=tmp_path, env=env)
     untouched = check_records(bootstrap, name, table_rows(pg_db))
     assert untouched >= 3 * KEYS  # the late sequences alone give this many
-    text = log.read_text()
+    _check_the_run_log(source.log.read_text(), name)
+
+
+def _run_the_three_phases(work: Workload, source: SourceRun) -> None:
+    # Phase 1: live, after the initial snapshot.
+    work.run(40)
+    work.mark(1)
+    source.wait_marked(1)
+    # Phase 2: SIGKILL mid-workload; changes while down; restart with the store as it was.
+    _kill_mid_workload_and_change_while_down(work, source, transactions=60)
+    source.start()
+    work.mark(2)
+    source.wait_marked(2)
+    # Phase 3: SIGKILL; changes while down; the store deleted: it is restored from Kafka.
+    _kill_mid_workload_and_change_while_down(work, source, transactions=30)
+    delete_store(source.cwd, source.name)
+    source.start()
+    work.run(20)
+    work.mark(3)
+    source.wait_marked(3)
+    assert source.process is not None
+    code, _ = stop(source.process)
+    assert code == 0, source.log.read_text()[-3000:]
+
+
+def _kill_mid_workload_and_change_while_down(
+    work: Workload, source: SourceRun, transactions: int
+) -> None:
+    writer = threading.Thread(target=work.run, args=(transactions, 0.01))
+    source.kill_mid(writer)
+    writer.join()
+    work.late_sequences()
+
+
+def _check_the_run_log(text: str, name: str) -> None:
     assert "toast.fallback_read" not in text and "toast.row_gone" not in text
     # The deleted store was rebuilt from the topic (the first start found it empty).
     restored = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import duckdb
@@ -103,30 +103,68 @@ def publish(log: EmbeddedLog, schema: TableSchema) -> None:
 
 def test_a_table_with_no_rows_gets_its_table_from_the_published_schema(tmp_path: Path) -> None:
     log = EmbeddedLog(tmp_path / "log")
+    _publish_the_schemas(log)
+    path = tmp_path / "wh.duckdb"
+    group = group_name(PIPELINE, "wh")
+    consumed = "the schema records were never consumed"
+    deadline = _run_the_sink_until(log, path, lambda: bool(log.committed_offsets(group)), consumed)
+    _check_only_the_keyed_table_of_this_sink_exists(path)
+    # The rows then arrive as usual.
+    _append_a_row_to_the_empty_table(log)
+    _run_the_sink_until(
+        log,
+        path,
+        lambda: sum(log.committed_offsets(group).values()) >= 4,
+        "the row was never applied",
+        deadline=deadline + 30,
+    )
+    with duckdb.connect(str(path), read_only=True) as con:
+        assert con.execute('SELECT id, name FROM "public"."empty"').fetchall() == [(1, "a")]
+    log.close()
+
+
+#: The sink's tables: one with no rows yet, one without key columns, one never published.
+MINE = [("public", "empty"), ("public", "unkeyed"), ("public", "items")]
+
+
+def _publish_the_schemas(log: EmbeddedLog) -> None:
     empty = TableSchema("postgresql", "public", "empty", (*ITEM_COLUMNS, Column("at", "date")))
     unkeyed = TableSchema("postgresql", "public", "unkeyed", (Column("v", "text"),))
     elsewhere = TableSchema("postgresql", "public", "not_mine", ITEM_COLUMNS)
     for schema in (empty, unkeyed, elsewhere):
         publish(log, schema)
-    mine = [("public", "empty"), ("public", "unkeyed"), ("public", "items")]
-    path = tmp_path / "wh.duckdb"
+
+
+def _run_the_sink_until(
+    log: EmbeddedLog, path: Path, done: Callable[[], bool], what: str, deadline: float | None = None
+) -> float:
+    """Runs the sink's task in a thread until ``done()``, then stops it.
+
+    Returns:
+        The deadline it kept to: 30 s after the task started, unless ``deadline`` is given.
+    """
     config = DuckDBSinkConfig(name="wh", path=str(path))
 
     def new_sink() -> DuckDBSink:
         catalog = SchemaCatalog(log, PIPELINE, wait_s=0.1)
-        return DuckDBSink(config, SinkContext(PIPELINE, "wh", mine, catalog, get_logger()))
+        return DuckDBSink(config, SinkContext(PIPELINE, "wh", MINE, catalog, get_logger()))
 
-    topics = [topic_name(PIPELINE, s, t) for s, t in mine]
+    topics = [topic_name(PIPELINE, s, t) for s, t in MINE]
     stop = threading.Event()
     task = SinkTask(PIPELINE, "wh", log, new_sink, topics, stop, get_logger(), poll_timeout_s=0.05)
     thread = threading.Thread(target=task.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not log.committed_offsets(group_name(PIPELINE, "wh")):
-        assert time.monotonic() < deadline, "the schema records were never consumed"
+    if deadline is None:
+        deadline = time.monotonic() + 30
+    while not done():
+        assert time.monotonic() < deadline, what
         time.sleep(0.05)
     stop.set()
     thread.join(10)
+    return deadline
+
+
+def _check_only_the_keyed_table_of_this_sink_exists(path: Path) -> None:
     with duckdb.connect(str(path), read_only=True) as con:
         found = {
             t: con.execute(
@@ -148,21 +186,11 @@ def test_a_table_with_no_rows_gets_its_table_from_the_published_schema(tmp_path:
         ("qty", "INTEGER"),
         ("at", "DATE"),
     ]
-    # The rows then arrive as usual.
+
+
+def _append_a_row_to_the_empty_table(log: EmbeddedLog) -> None:
     log.ensure_topics([topic_name(PIPELINE, "public", "empty")])
     tx = log.begin()
     row = {"id": 1, "name": "a", "qty": 1, "at": "2024-01-02"}
     tx.append(envelope.to_records(event(Op.CREATE, {"id": 1}, row, 10, table="empty"), PIPELINE))
     tx.commit()
-    stop = threading.Event()
-    task = SinkTask(PIPELINE, "wh", log, new_sink, topics, stop, get_logger(), poll_timeout_s=0.05)
-    thread = threading.Thread(target=task.run, daemon=True)
-    thread.start()
-    while sum(log.committed_offsets(group_name(PIPELINE, "wh")).values()) < 4:
-        assert time.monotonic() < deadline + 30, "the row was never applied"
-        time.sleep(0.05)
-    stop.set()
-    thread.join(10)
-    with duckdb.connect(str(path), read_only=True) as con:
-        assert con.execute('SELECT id, name FROM "public"."empty"').fetchall() == [(1, "a")]
-    log.close()
