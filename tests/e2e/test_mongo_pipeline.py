@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import random
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -72,37 +73,56 @@ def test_duckdb_and_redis_sinks_fed_from_mongodb_pass_verify(
         db.orders.insert_many([document(n) for n in range(300)])
         db.customers.insert_one({"_id": "c1", "name": "Ada"})
         tables = [f"{db.name}.orders", f"{db.name}.customers"]
-        sinks = (
-            "sinks:\n  - name: warehouse\n    type: duckdb\n    path: out/mg.duckdb\n"
-            f"  - name: cache\n    type: redis\n    url: {redis_server.url}\n"
-            f"    key_prefix: mg{int(time.time() * 1000)}\n"
-        )
+        sinks = _duckdb_and_redis_sinks(redis_server)
         pipeline = write_pipeline(tmp_path, mongo_server.uri, tables, scope(mongo_server), sinks)
         process = start_run(pipeline, tmp_path)
         try:
             wait_for(lambda: caught_up(tmp_path, pipeline), timeout=60, interval=0.5)
-            first = db.orders.find_one({"_id": 4})
-            assert first is not None
-            topics = [f"mg.{t}" for t in tables]
-            before = records_in(status(tmp_path, pipeline), *topics)
-            db.orders.update_one({"_id": 4}, {"$set": {"nested.deep.ok": False, "new": [1]}})
-            db.orders.replace_one({"_id": 6}, {"only": "this"})
-            db.orders.delete_one({"_id": 8})
-            db.orders.insert_one(document(1001))
-            db.customers.update_one({"_id": "c1"}, {"$unset": {"name": ""}})
-            # In the log first (6 records: the delete brings its tombstone), or the sinks' lag
-            # of 0 could be from before the changes.
-            wait_for(
-                lambda: records_in(status(tmp_path, pipeline), *topics) >= before + 6,
-                timeout=60,
-                process=process,
-                log=tmp_path / "run.log",
-            )
+            _change_in_every_way_and_wait_for_the_log(db, tmp_path, pipeline, tables, process)
             wait_for(lambda: caught_up(tmp_path, pipeline), timeout=60, interval=0.5)
             result = cdc("verify", str(pipeline), "--json", cwd=tmp_path)
             report = status(tmp_path, pipeline)
         finally:
             assert stop(process)[0] == 0, (tmp_path / "run.log").read_text()[-3000:]
+    _check_verify_and_the_snapshot_report(result, report, tables, pipeline)
+
+
+def _duckdb_and_redis_sinks(redis_server: Any) -> str:
+    return (
+        "sinks:\n  - name: warehouse\n    type: duckdb\n    path: out/mg.duckdb\n"
+        f"  - name: cache\n    type: redis\n    url: {redis_server.url}\n"
+        f"    key_prefix: mg{int(time.time() * 1000)}\n"
+    )
+
+
+def _change_in_every_way_and_wait_for_the_log(
+    db: Any, tmp_path: Path, pipeline: Path, tables: list[str], process: subprocess.Popen[str]
+) -> None:
+    first = db.orders.find_one({"_id": 4})
+    assert first is not None
+    topics = [f"mg.{t}" for t in tables]
+    before = records_in(status(tmp_path, pipeline), *topics)
+    db.orders.update_one({"_id": 4}, {"$set": {"nested.deep.ok": False, "new": [1]}})
+    db.orders.replace_one({"_id": 6}, {"only": "this"})
+    db.orders.delete_one({"_id": 8})
+    db.orders.insert_one(document(1001))
+    db.customers.update_one({"_id": "c1"}, {"$unset": {"name": ""}})
+    # In the log first (6 records: the delete brings its tombstone), or the sinks' lag
+    # of 0 could be from before the changes.
+    wait_for(
+        lambda: records_in(status(tmp_path, pipeline), *topics) >= before + 6,
+        timeout=60,
+        process=process,
+        log=tmp_path / "run.log",
+    )
+
+
+def _check_verify_and_the_snapshot_report(
+    result: subprocess.CompletedProcess[str],
+    report: dict[str, Any],
+    tables: list[str],
+    pipeline: Path,
+) -> None:
     compared = orjson.loads(result.stdout)
     assert result.returncode == 0, result.stdout
     assert {(r["sink"], r["table"]) for r in compared} == {
@@ -161,35 +181,11 @@ def test_sigkill_mid_stream_then_restart_loses_nothing(mongo_server: Any, tmp_pa
         writer = threading.Thread(target=_writer, args=(db.events, stop_event, inserted))
         writer.start()
         try:
-            process = start_run(pipeline, tmp_path)
-            wait_for(lambda: appended(pipeline, topic, tmp_path) > 260, timeout=60)
-            process.send_signal(signal.SIGKILL)
-            assert process.wait(10) == -signal.SIGKILL
-            killed_at, in_log = len(inserted), appended(pipeline, topic, tmp_path)
-            # Changes keep coming while nothing captures them...
-            wait_for(lambda: len(inserted) >= killed_at + 10, timeout=30)
-            process = start_run(pipeline, tmp_path)
-            # ...and while the restarted run has caught up with them and streams again.
-            wait_for(
-                lambda: (
-                    len(inserted) - killed_at > 20
-                    and appended(pipeline, topic, tmp_path) >= in_log + 40
-                ),
-                timeout=60,
-                process=process,
-                log=tmp_path / "run.log",
-            )
+            process, killed_at = _kill_mid_stream_and_restart(pipeline, topic, tmp_path, inserted)
         finally:
             stop_event.set()
             writer.join()
-        db.events.insert_one({"_id": "sentinel"})
-        sentinel = orjson.dumps({"_id": "sentinel"}).decode()
-        wait_for(lambda: sentinel in latest_per_key(tail_all(pipeline, topic, tmp_path)), 60)
-        assert stop(process)[0] == 0
-        records = tail_all(pipeline, topic, tmp_path)
-        config_model = config.load(pipeline).source
-        rows = MongoSourcePlugin.read_rows(config_model, db.name, "events")  # type: ignore[arg-type]
-        collection = {orjson.dumps(key).decode(): row for key, row in rows}
+        records, collection = _stop_after_a_sentinel(db, pipeline, topic, tmp_path, process)
     state = latest_per_key(records)
     assert state == collection
     created = {r["key"]["_id"] for r in records if r["value"] and r["value"]["op"] == "c"}
@@ -198,6 +194,53 @@ def test_sigkill_mid_stream_then_restart_loses_nothing(mongo_server: Any, tmp_pa
     assert set(inserted[killed_at:]) <= created
     assert len(inserted) - killed_at > 20
     assert "source.opened" in (tmp_path / "run.log").read_text()
+
+
+def _kill_mid_stream_and_restart(
+    pipeline: Path, topic: str, tmp_path: Path, inserted: list[int]
+) -> tuple[subprocess.Popen[str], int]:
+    """SIGKILLs ``cdc run`` while the writer writes, and starts it again.
+
+    Returns:
+        The restarted run, and how many documents the writer had inserted at the kill.
+    """
+    process = start_run(pipeline, tmp_path)
+    wait_for(lambda: appended(pipeline, topic, tmp_path) > 260, timeout=60)
+    process.send_signal(signal.SIGKILL)
+    assert process.wait(10) == -signal.SIGKILL
+    killed_at, in_log = len(inserted), appended(pipeline, topic, tmp_path)
+    # Changes keep coming while nothing captures them...
+    wait_for(lambda: len(inserted) >= killed_at + 10, timeout=30)
+    process = start_run(pipeline, tmp_path)
+    # ...and while the restarted run has caught up with them and streams again.
+    wait_for(
+        lambda: (
+            len(inserted) - killed_at > 20 and appended(pipeline, topic, tmp_path) >= in_log + 40
+        ),
+        timeout=60,
+        process=process,
+        log=tmp_path / "run.log",
+    )
+    return process, killed_at
+
+
+def _stop_after_a_sentinel(
+    db: Any, pipeline: Path, topic: str, tmp_path: Path, process: subprocess.Popen[str]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Stops the run once a last insert reached the log.
+
+    Returns:
+        Every record of ``topic``, and the collection's documents by their key's JSON.
+    """
+    db.events.insert_one({"_id": "sentinel"})
+    sentinel = orjson.dumps({"_id": "sentinel"}).decode()
+    wait_for(lambda: sentinel in latest_per_key(tail_all(pipeline, topic, tmp_path)), 60)
+    assert stop(process)[0] == 0
+    records = tail_all(pipeline, topic, tmp_path)
+    config_model = config.load(pipeline).source
+    rows = MongoSourcePlugin.read_rows(config_model, db.name, "events")  # type: ignore[arg-type]
+    collection = {orjson.dumps(key).decode(): row for key, row in rows}
+    return records, collection
 
 
 def test_cdc_snapshot_rereads_a_collection_while_the_pipeline_runs(

@@ -73,6 +73,15 @@ def two(pg_db: str, redis_server: Any, tmp_path: Path) -> Any:
 def test_two_pipelines_on_one_redis_db_and_a_lagging_sink(two: Any, tmp_path: Path) -> None:
     dsn, env, (a, b) = two
     log = tmp_path / "run.log"
+    _check_each_pipeline_verifies_its_own_keys(tmp_path, env, (a, b), log)
+    _check_a_sink_behind_the_log_is_lagging(tmp_path, env, dsn, a, log)
+    _check_wait_lets_the_sink_catch_up(tmp_path, env, a)
+
+
+def _check_each_pipeline_verifies_its_own_keys(
+    tmp_path: Path, env: dict[str, str], files: tuple[Path, Path], log: Path
+) -> None:
+    a, b = files
     runs = [start_run(a, tmp_path, env), start_run(b, tmp_path, env)]
     for file, rows in ((a, 200), (b, 300)):
         wait_for(
@@ -92,6 +101,10 @@ def test_two_pipelines_on_one_redis_db_and_a_lagging_sink(two: Any, tmp_path: Pa
     for run in runs:
         assert stop(run)[0] == 0
 
+
+def _check_a_sink_behind_the_log_is_lagging(
+    tmp_path: Path, env: dict[str, str], dsn: str, a: Path, log: Path
+) -> None:
     # Only the source runs: the log moves on, the sink does not.
     source_only = start_run(a, tmp_path, env, "--role", "source")
     execute(dsn, "INSERT INTO public.a SELECT g, 'late' FROM generate_series(201, 260) g")
@@ -115,6 +128,8 @@ def test_two_pipelines_on_one_redis_db_and_a_lagging_sink(two: Any, tmp_path: Pa
     assert "DIFFERENT" not in human.stdout
     assert stop(source_only)[0] == 0
 
+
+def _check_wait_lets_the_sink_catch_up(tmp_path: Path, env: dict[str, str], a: Path) -> None:
     # The whole pipeline again: --wait lets the sink reach the log's end, then compares.
     run = start_run(a, tmp_path, env)
     code, report = verify(tmp_path, a, env, "--wait", "60")
