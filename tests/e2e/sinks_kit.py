@@ -3,6 +3,8 @@ tables into the embedded log, a Redis sink and a DuckDB sink, and the rows read 
 
 from __future__ import annotations
 
+import subprocess
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ import psycopg
 import pytest
 
 from sinks.redis import RedisSinkConfig, RedisSinkPlugin
-from tests.e2e.cli_helpers import cdc
+from tests.e2e.cli_helpers import cdc, start_run, wait_for
 from tests.e2e.snapshot_helpers import offsets
 
 PIPELINE = "snp"
@@ -126,3 +128,43 @@ def topic_ends(pipeline: Path, cwd: Path, env: dict[str, str]) -> dict[str, Any]
 def redis_url(redis_server: Any) -> str:
     redis_server.start()
     return str(redis_server.url)
+
+
+@dataclass
+class Scene:
+    """A pipeline of these tests and every ``cdc run`` started for it (for ``drop_objects``)."""
+
+    dsn: str
+    tmp_path: Path
+    pipeline: Path
+    cache: Cache
+    env: dict[str, str] = field(default_factory=dict)
+    runs: list[subprocess.Popen[str]] = field(default_factory=list)
+
+    @property
+    def log(self) -> Path:
+        return self.tmp_path / "run.log"
+
+    @property
+    def process(self) -> subprocess.Popen[str]:
+        """The run started last."""
+        return self.runs[-1]
+
+    def start(self) -> None:
+        self.runs.append(start_run(self.pipeline, self.tmp_path, self.env))
+
+    def wait_for_the_cache(self, table: str, timeout: float) -> None:
+        """Waits until the Redis sink holds ``table`` as the source does; fails if the run ends."""
+
+        def equal() -> bool:
+            return self.cache.equals(self.dsn, table)
+
+        wait_for(equal, timeout, process=self.process, log=self.log)
+
+    def cdc(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return cdc(*args, cwd=self.tmp_path, env=self.env)
+
+    def snapshots(self) -> list[dict[str, Any]]:
+        """The ``snapshot`` rows of ``cdc status --json``."""
+        rows: list[dict[str, Any]] = status(self.pipeline, self.tmp_path, self.env)["snapshot"]
+        return rows

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -75,32 +76,8 @@ def test_sigkill_mid_workload_then_restart(
     pipeline, env = _pipeline(tmp_path), {"PGE_DSN": pg_db}
     run = start_run(pipeline, tmp_path, env)
     try:
-        # snapshot: never streams from the slot's creation on: write only once it exists.
-        wait_for(lambda: "source.opened" in (tmp_path / "run.log").read_text(), timeout=60)
-        writer = threading.Thread(target=_workload, args=(pg_db, time.monotonic() + 8, 7))
-        writer.start()
-        kill_mid_workload(run, writer, pipeline, TOPIC, tmp_path, env)
-        time.sleep(1)  # writes while it is down (free: the writer runs to its deadline anyway)
-        run = start_run(pipeline, tmp_path, env)
-        writer.join()
-        expected = _table(pg_db)
-
-        def caught_up() -> bool:
-            return latest_per_key(tail_all(pipeline, TOPIC, tmp_path)) == expected
-
-        try:
-            wait_for(caught_up, timeout=60, interval=0.5)
-        except AssertionError:
-            state = latest_per_key(tail_all(pipeline, TOPIC, tmp_path))
-            diff = {
-                k: (state.get(k), expected.get(k))
-                for k in set(state) | set(expected)
-                if state.get(k) != expected.get(k)
-            }
-            log = (tmp_path / "run.log").read_text()[-4000:]
-            raise AssertionError(
-                f"topic differs from table (topic, table): {diff}\n{log}"
-            ) from None
+        run = _kill_mid_workload_and_restart(run, pg_db, pipeline, tmp_path, env)
+        _wait_for_the_topic_to_equal(_table(pg_db), pipeline, tmp_path)
         code, _ = stop(run)
         assert code == 0, (tmp_path / "run.log").read_text()
     finally:
@@ -109,3 +86,37 @@ def test_sigkill_mid_workload_then_restart(
         dropped = cdc("drop", str(pipeline), "--yes", cwd=tmp_path, env=env)
         assert dropped.returncode == 0, dropped.stderr
     assert "slot pge_slot" in dropped.stdout
+
+
+def _kill_mid_workload_and_restart(
+    run: subprocess.Popen[str], dsn: str, pipeline: Path, tmp_path: Path, env: dict[str, str]
+) -> subprocess.Popen[str]:
+    """SIGKILLs ``run`` mid-workload and starts it again; returns once the workload ended."""
+    # snapshot: never streams from the slot's creation on: write only once it exists.
+    wait_for(lambda: "source.opened" in (tmp_path / "run.log").read_text(), timeout=60)
+    writer = threading.Thread(target=_workload, args=(dsn, time.monotonic() + 8, 7))
+    writer.start()
+    kill_mid_workload(run, writer, pipeline, TOPIC, tmp_path, env)
+    time.sleep(1)  # writes while it is down (free: the writer runs to its deadline anyway)
+    run = start_run(pipeline, tmp_path, env)
+    writer.join()
+    return run
+
+
+def _wait_for_the_topic_to_equal(expected: dict[str, Any], pipeline: Path, tmp_path: Path) -> None:
+    """Waits until the topic's latest record per key is the table; on timeout, says which differ."""
+
+    def caught_up() -> bool:
+        return latest_per_key(tail_all(pipeline, TOPIC, tmp_path)) == expected
+
+    try:
+        wait_for(caught_up, timeout=60, interval=0.5)
+    except AssertionError:
+        state = latest_per_key(tail_all(pipeline, TOPIC, tmp_path))
+        diff = {
+            k: (state.get(k), expected.get(k))
+            for k in set(state) | set(expected)
+            if state.get(k) != expected.get(k)
+        }
+        log = (tmp_path / "run.log").read_text()[-4000:]
+        raise AssertionError(f"topic differs from table (topic, table): {diff}\n{log}") from None

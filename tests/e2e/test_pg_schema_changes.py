@@ -94,7 +94,24 @@ def test_defaults_renames_type_changes_and_drops_converge_in_every_sink(
     process = start_run(pipeline, tmp_path, env)
     wait_caught_up(process, tmp_path, pipeline, env, dsn, timeout=120)
     done = finished_requests(tmp_path)  # the initial snapshot
+    done = _migrate_while_streaming(process, tmp_path, pipeline, env, done)
 
+    # A migration while the pipeline is stopped is caught at the next start.
+    assert stop(process)[0] == 0
+    ddl(dsn, "ALTER TABLE items RENAME COLUMN status TO state")
+    process = start_run(pipeline, tmp_path, env)
+    done = converge(process, tmp_path, pipeline, env, done)
+    assert stop(process)[0] == 0
+
+    _check_every_change_was_logged_in_order(tmp_path)
+    compare(tmp_path, pipeline, env, dsn)
+
+
+def _migrate_while_streaming(
+    process: Any, tmp_path: Path, pipeline: Path, env: dict[str, str], done: int
+) -> int:
+    """Each DDL while ``cdc run`` streams, every sink converged after each; returns ``done``."""
+    dsn = env["PG_DSN"]
     # A stored default and a volatile one (that one rewrites the table): PostgreSQL logs neither.
     ddl(
         dsn,
@@ -108,15 +125,10 @@ def test_defaults_renames_type_changes_and_drops_converge_in_every_sink(
     ddl(dsn, "ALTER TABLE items ALTER COLUMN price TYPE numeric(12,3)")
     done = converge(process, tmp_path, pipeline, env, done)
     ddl(dsn, "ALTER TABLE items DROP COLUMN score")
-    done = converge(process, tmp_path, pipeline, env, done)
+    return converge(process, tmp_path, pipeline, env, done)
 
-    # A migration while the pipeline is stopped is caught at the next start.
-    assert stop(process)[0] == 0
-    ddl(dsn, "ALTER TABLE items RENAME COLUMN status TO state")
-    process = start_run(pipeline, tmp_path, env)
-    done = converge(process, tmp_path, pipeline, env, done)
-    assert stop(process)[0] == 0
 
+def _check_every_change_was_logged_in_order(tmp_path: Path) -> None:
     changes = [e["change"] for e in run_log_events(tmp_path, "schema.changed")]
     assert changes == [
         {"added": ["status"]},
@@ -130,7 +142,6 @@ def test_defaults_renames_type_changes_and_drops_converge_in_every_sink(
         {"added": ["status", "score"]},
         *changes[1:],
     ]
-    compare(tmp_path, pipeline, env, dsn)
 
 
 def compare(tmp_path: Path, pipeline_path: Path, env: dict[str, str], dsn: str) -> None:
