@@ -321,31 +321,7 @@ class _Rollback(Exception):
 
 def _run_types(conn: psycopg.Connection[Any], version: str) -> None:
     conn.execute(EXTRA_TYPES)
-    cases = []
-    for name, (expr, zone) in TYPE_CASES.items():
-        conn.execute(f"SET TimeZone = '{zone or 'UTC'}'")
-        cur = conn.execute(
-            f"SELECT {expr}, pg_typeof({expr})::oid::int8, format_type(pg_typeof({expr}), NULL)"
-        )
-        # The raw text results are the types' output functions, what pgoutput sends. Not
-        # 'expr::text': that casts bool to 'true' and strips bpchar's padding.
-        result = cur.pgresult
-        assert result is not None
-        text, oid, formatted = (
-            None if raw is None else bytes(raw).decode()
-            for raw in (result.get_value(0, i) for i in range(3))
-        )
-        oid = int(oid) if oid is not None else None
-        cases.append(
-            {
-                "name": name,
-                "expr": expr,
-                "timezone": zone,
-                "oid": oid,
-                "format_type": formatted,
-                "text": text,
-            }
-        )
+    cases = [_type_case(conn, name, expr, zone) for name, (expr, zone) in TYPE_CASES.items()]
     columns = conn.execute(
         "SELECT attname::text, atttypid::int8, atttypmod, format_type(atttypid, atttypmod) "
         "FROM pg_attribute WHERE attrelid = 'all_types'::regclass AND attnum > 0 ORDER BY attnum"
@@ -366,6 +342,33 @@ def _run_types(conn: psycopg.Connection[Any], version: str) -> None:
             "catalog": [list(row) for row in catalog if row[0] >= 16384],
         },
     )
+
+
+def _type_case(
+    conn: psycopg.Connection[Any], name: str, expr: str, zone: str | None
+) -> dict[str, Any]:
+    """One value's text output, its type's OID and ``format_type``, in time zone ``zone``."""
+    conn.execute(f"SET TimeZone = '{zone or 'UTC'}'")
+    cur = conn.execute(
+        f"SELECT {expr}, pg_typeof({expr})::oid::int8, format_type(pg_typeof({expr}), NULL)"
+    )
+    # The raw text results are the types' output functions, what pgoutput sends. Not
+    # 'expr::text': that casts bool to 'true' and strips bpchar's padding.
+    result = cur.pgresult
+    assert result is not None
+    text, oid, formatted = (
+        None if raw is None else bytes(raw).decode()
+        for raw in (result.get_value(0, i) for i in range(3))
+    )
+    oid = int(oid) if oid is not None else None
+    return {
+        "name": name,
+        "expr": expr,
+        "timezone": zone,
+        "oid": oid,
+        "format_type": formatted,
+        "text": text,
+    }
 
 
 def main(dsn: str) -> None:
