@@ -10,7 +10,8 @@ records it covers)::
                                     "cluster_time": 7310..., "at": "2026-11-29T23:51:17Z"}},
         "snapshot": {...},            # an unfinished snapshot (see :mod:`.snapshot`)
         "last_snapshot": {...},       # the figures of the last finished one
-        "history_lost": [{...}]}}     # the last few times the oplog no longer held a position
+        "history_lost": [{...}],      # the last few times the oplog no longer held a position
+        "restarts": {"<stream id>": 1}}}  # streams started afresh after that (only once one was)
 
 Stream ids are ``db.collection``, ``db`` or ``*`` (see :mod:`.plan`). A stream without a token
 but with ``cluster_time`` resumes from that time (``startAtOperationTime``); ``start_after`` is
@@ -36,6 +37,7 @@ from bson.timestamp import Timestamp
 from cdc.positions import Offsets
 
 OFFSET_KEY = "mongodb"
+RESTARTS_KEY = "restarts"
 HISTORY_KEPT = 5
 
 
@@ -135,9 +137,17 @@ class StreamPoint:
 
 @dataclass(frozen=True, slots=True)
 class MongoPosition:
-    """The resume points of every stream of the source, as stored under ``"mongodb"``."""
+    """The resume points of every stream of the source, as stored under ``"mongodb"``.
+
+    ``restarts`` counts, per stream, the times it was started afresh because the server no
+    longer held its point (history lost): a restarted stream's new point need not come after
+    the lost one (mongo-java-server starts it earlier in the same second), and it is not behind
+    it either, so points compare as ``(restarts, cluster time)``. Stored as the block's
+    ``"restarts"`` only once a stream was restarted.
+    """
 
     streams: Mapping[str, StreamPoint] = field(default_factory=dict)
+    restarts: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_offsets(cls, offsets: Mapping[str, Any]) -> MongoPosition | None:
@@ -146,26 +156,58 @@ class MongoPosition:
         streams = entry.get("streams") if isinstance(entry, Mapping) else None
         if not isinstance(streams, Mapping) or not streams:
             return None
-        return cls.from_entries(streams)
+        assert isinstance(entry, Mapping)
+        return cls.from_entries(streams, entry.get(RESTARTS_KEY))
 
     @classmethod
-    def from_entries(cls, streams: Mapping[str, Any]) -> MongoPosition:
-        """Decode the ``streams`` of a stored block."""
-        return cls({sid: StreamPoint.from_entry(e) for sid, e in streams.items()})
+    def from_entries(cls, streams: Mapping[str, Any], restarts: Any = None) -> MongoPosition:
+        """Decode the ``streams`` (and ``restarts``) of a stored block."""
+        counts = restarts if isinstance(restarts, Mapping) else {}
+        return cls(
+            {sid: StreamPoint.from_entry(e) for sid, e in streams.items()},
+            {sid: n for sid, n in counts.items() if isinstance(n, int)},
+        )
 
     def to_offsets(self, entry: Mapping[str, Any]) -> Offsets:
         """The offsets storing ``entry`` (the whole block) with these points as its streams."""
         streams = {sid: point.to_entry() for sid, point in self.streams.items()}
-        return Offsets({OFFSET_KEY: {**entry, "streams": streams}}, self)
+        block = {**entry, "streams": streams}
+        if self.restarts:
+            block[RESTARTS_KEY] = dict(self.restarts)
+        return Offsets({OFFSET_KEY: block}, self)
 
     def __lt__(self, other: MongoPosition) -> bool:
         """Behind ``other`` in some stream both hold (streams come and go with the plan)."""
         theirs = other.streams
-        return any(sid in theirs and p < theirs[sid] for sid, p in self.streams.items())
+        return any(
+            sid in theirs and self._behind(sid, p, other, theirs[sid])
+            for sid, p in self.streams.items()
+        )
+
+    def _behind(
+        self, sid: str, mine: StreamPoint, other: MongoPosition, their: StreamPoint
+    ) -> bool:
+        restarted, their_restarts = self.restarts.get(sid, 0), other.restarts.get(sid, 0)
+        if restarted != their_restarts:
+            return restarted < their_restarts
+        return mine < their
 
     def __str__(self) -> str:
         times = {sid: p.cluster_time for sid, p in sorted(self.streams.items())}
-        return "streams at cluster times " + ", ".join(f"{s}={t}" for s, t in times.items())
+        text = "streams at cluster times " + ", ".join(f"{s}={t}" for s, t in times.items())
+        if self.restarts:
+            text += (
+                " (restarted: "
+                + ", ".join(f"{s}={n}" for s, n in sorted(self.restarts.items()))
+                + ")"
+            )
+        return text
+
+
+def count_restart(entry: dict[str, Any], stream_id: str) -> None:
+    """Note in the stored block that ``stream_id`` starts afresh (see :class:`MongoPosition`)."""
+    restarts = entry.setdefault(RESTARTS_KEY, {})
+    restarts[stream_id] = restarts.get(stream_id, 0) + 1
 
 
 def stream_entry(

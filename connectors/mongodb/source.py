@@ -270,6 +270,7 @@ class MongoSource:
         positions.add_history_lost(self._entry, note | {"action": action})
         for spec, _ in lost:
             self._entry["streams"].pop(spec.id, None)
+            positions.count_restart(self._entry, spec.id)
         if not collections:  # only the signal collection's stream
             self._record_start_points([spec for spec, _ in lost])
             self._unsaved = True
@@ -389,7 +390,7 @@ class MongoSource:
             streams.update((r.spec.id, r.entry()) for r in self._streams.readers)
         entry["streams"] = streams
         self._entry["streams"] = streams
-        position = positions.MongoPosition.from_entries(streams)
+        position = positions.MongoPosition.from_entries(streams, entry.get(positions.RESTARTS_KEY))
         offsets = Offsets({positions.OFFSET_KEY: entry}, position)
         view = snapshot.status_view(entry)
         if view is not None:

@@ -173,6 +173,23 @@ def test_mongodb_points_order_by_cluster_time_and_skip_unknown_times() -> None:
     assert a < b and not b < a
 
 
+def test_a_mongodb_stream_restarted_after_history_lost_is_not_behind_its_lost_point() -> None:
+    """A stream started afresh (history lost) may get an earlier cluster time than the lost
+    point (mongo-java-server does, within a second); its restart count orders it after."""
+    lost, fresh, later = (mongo.StreamPoint(None, False, t) for t in (10, 5, 6))
+    before = mongo.MongoPosition({"s": lost, "c": lost})
+    restarted = mongo.MongoPosition({"s": fresh, "c": lost}, {"s": 1})
+    assert not restarted < before and before < restarted
+    assert mongo.MongoPosition({"s": fresh, "c": lost}, {"s": 1}) < mongo.MongoPosition(
+        {"s": later, "c": lost}, {"s": 1}
+    )
+    block = restarted.to_offsets({"captured": ["db.c"]})["mongodb"]
+    assert block["restarts"] == {"s": 1}
+    assert mongo.MongoPosition.from_offsets({"mongodb": block}) == restarted
+    unrestarted = mongo.MongoPosition({"s": lost}).to_offsets({})["mongodb"]
+    assert "restarts" not in unrestarted  # stored states without a restart keep their format
+
+
 def test_generator_positions_are_checked_and_keep_their_format() -> None:
     config = GeneratorSourceConfig.model_validate({"type": "generator", "tables": ["s.t"]})
     context = SourceContext(pipeline="p", log=None, logger=structlog.get_logger())  # type: ignore[arg-type]
