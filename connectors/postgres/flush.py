@@ -98,8 +98,14 @@ class IdleOffers:
         self._last = 0.0
 
     def restart(self) -> None:
-        """A new session: the server resends from its start, so nothing offered carries over."""
-        self._offered = 0
+        """A new session: the server resends from its start, so nothing offered carries over.
+
+        The first offer waits an interval too: while a session starts, the server may still be
+        decoding a transaction committed just before, and its keepalives then stand inside it.
+        Storing such a position is safe, but it would cut a large transaction's batches with a
+        commit that carries no events.
+        """
+        self._offered, self._last = 0, time.monotonic()
 
     def offer(self, flush: Flush) -> Lsn | None:
         """The keepalive's WAL end, when it is new and the interval passed (or a reply is due)."""
