@@ -22,6 +22,7 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -246,7 +247,7 @@ def run_debezium(
     expect: int,
     timeout_s: float,
     *,
-    workdir: str | os.PathLike[str],
+    workdir: str | os.PathLike[str] | None = None,
     during: Callable[[], None] | None = None,
     ready: int = 0,
 ) -> list[dict[str, Any]]:
@@ -258,7 +259,8 @@ def run_debezium(
             ``table.include.list``, ``snapshot.mode``, ``decimal.handling.mode``, ...).
         expect: Records to wait for; the runner stops at this count.
         timeout_s: How long the whole run may take.
-        workdir: An existing, empty folder for the run's files.
+        workdir: An existing, empty folder for the run's files (kept, with Debezium's log);
+            None: a temp dir, removed afterwards.
         during: Called once the engine streams and ``ready`` records (the snapshot's) arrived:
             the changes made there reach Debezium by the stream.
         ready: Records to wait for before ``during``.
@@ -269,6 +271,11 @@ def run_debezium(
     Raises:
         ServiceError: The runner failed, or the records did not all come in time.
     """
+    if workdir is None:
+        with tempfile.TemporaryDirectory(prefix="debezium-") as tmp:
+            return run_debezium(
+                dsn, properties, expect, timeout_s, workdir=tmp, during=during, ready=ready
+            )
     deadline = time.monotonic() + timeout_s
     with DebeziumRun(dsn, properties, workdir, max_records=expect) as run:
         if during is not None:

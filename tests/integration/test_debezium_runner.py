@@ -1,0 +1,155 @@
+"""The real Debezium runs here: its embedded engine writes its records as JSON lines.
+
+Proves the groundwork of issue 14's differential tests (``tests/services/debezium.py`` and the
+``tests/debezium`` runner): Debezium 3.6.1 snapshots a small table and streams an insert, an
+update and a delete, and the records it writes hold the ops, keys and values PostgreSQL has.
+
+Not yet part of CI: the tests run when ``CDC_TEST_DEBEZIUM=1`` (they need the jars of
+``make jars`` and a PostgreSQL with ``wal_level=logical``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+
+from tests.services.debezium import run_debezium
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("CDC_TEST_DEBEZIUM", "") not in {"1", "true", "yes"},
+    reason="the Debezium runner tests run with CDC_TEST_DEBEZIUM=1 (not yet in CI)",
+)
+
+TABLE = """
+CREATE TABLE items (
+    id int PRIMARY KEY, name text NOT NULL, amount numeric(10,2), seen timestamptz, tags int[]
+)
+"""
+ROWS = """
+INSERT INTO items VALUES
+    (1, 'one', 1.50, '2024-01-02 03:04:05.5+00', '{1,2}'),
+    (2, 'two', NULL, NULL, '{}')
+"""
+
+
+def _prepare(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(TABLE)
+        conn.execute(ROWS)
+
+
+def _stream(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO items VALUES (3, 'three', -0.25, '1999-12-31 23:59:59+00', NULL)")
+        conn.execute("UPDATE items SET name = 'THREE', amount = 10 WHERE id = 3")
+        conn.execute("DELETE FROM items WHERE id = 1")
+
+
+def _props(dbname: str, **extra: str) -> dict[str, str]:
+    return {
+        "slot.name": f"dbz_{dbname}",
+        "publication.name": f"dbz_{dbname}",
+        "table.include.list": "public.items",
+        **extra,
+    }
+
+
+def test_debezium_snapshot_and_stream_readable(pg_db: str, tmp_path: Path) -> None:
+    """Snapshot rows, then c/u/d and a tombstone, with string decimals and ISO times."""
+    _prepare(pg_db)
+    dbname = conninfo_to_dict(pg_db)["dbname"]
+    props = _props(
+        str(dbname),
+        **{
+            "decimal.handling.mode": "string",
+            "time.precision.mode": "isostring",
+            "key.converter.schemas.enable": "false",
+            "value.converter.schemas.enable": "false",
+        },
+    )
+    records = run_debezium(
+        pg_db,
+        props,
+        expect=6,
+        timeout_s=240,
+        workdir=tmp_path,
+        during=lambda: _stream(pg_db),
+        ready=2,
+    )
+
+    assert {r["topic"] for r in records} == {"dbz.public.items"}
+    ops = [(r["value"] or {}).get("op") for r in records]
+    assert ops == ["r", "r", "c", "u", "d", None]
+    assert [r["key"] for r in records] == [{"id": k} for k in (1, 2, 3, 3, 1, 1)]
+    snap, _, create, update, delete, tombstone = (r["value"] for r in records)
+    assert snap["after"] == {
+        "id": 1,
+        "name": "one",
+        "amount": "1.50",
+        "seen": "2024-01-02T03:04:05.500000Z",
+        "tags": [1, 2],
+    }
+    assert snap["before"] is None
+    assert snap["source"]["snapshot"] == "first"
+    assert records[1]["value"]["after"] == {
+        "id": 2,
+        "name": "two",
+        "amount": None,
+        "seen": None,
+        "tags": [],
+    }
+    assert create["after"] == {
+        "id": 3,
+        "name": "three",
+        "amount": "-0.25",
+        "seen": "1999-12-31T23:59:59.000000Z",
+        "tags": None,
+    }
+    assert create["source"]["snapshot"] == "false"
+    assert update["before"] is None  # REPLICA IDENTITY DEFAULT: no old row
+    assert update["after"]["name"] == "THREE" and update["after"]["amount"] == "10.00"
+    # Under DEFAULT identity Debezium's delete carries every column, the non-key ones null.
+    assert delete["before"] == {"id": 1, "name": None, "amount": None, "seen": None, "tags": None}
+    assert delete["after"] is None
+    assert tombstone is None
+    for r in (create, update, delete):
+        source: dict[str, Any] = r["source"]
+        assert source["connector"] == "postgresql" and source["table"] == "items"
+        assert isinstance(source["lsn"], int) and isinstance(source["txId"], int)
+    # The properties file holds the password; Debezium's log must not.
+    password = str(conninfo_to_dict(pg_db).get("password", ""))
+    if password:
+        assert password not in (tmp_path / "debezium.log").read_text()
+
+
+def test_debezium_defaults_write_connect_schemas(pg_db: str, tmp_path: Path) -> None:
+    """Debezium's defaults: the JsonConverter's {"schema", "payload"}, precise decimals as bytes."""
+    _prepare(pg_db)
+    dbname = conninfo_to_dict(pg_db)["dbname"]
+    records = run_debezium(pg_db, _props(str(dbname)), expect=2, timeout_s=240, workdir=tmp_path)
+
+    key, value = records[0]["key"], records[0]["value"]
+    assert key["payload"] == {"id": 1}
+    assert key["schema"] == {
+        "type": "struct",
+        "fields": [{"type": "int32", "optional": False, "field": "id"}],
+        "optional": False,
+        "name": "dbz.public.items.Key",
+    }
+    assert value["schema"]["name"] == "dbz.public.items.Envelope"
+    after = {f["field"]: f for f in value["schema"]["fields"]}["after"]
+    assert after["name"] == "dbz.public.items.Value"
+    fields = {f["field"]: f for f in after["fields"]}
+    assert fields["amount"]["name"] == "org.apache.kafka.connect.data.Decimal"
+    assert fields["amount"]["parameters"] == {"scale": "2", "connect.decimal.precision": "10"}
+    assert fields["seen"]["name"] == "io.debezium.time.ZonedTimestamp"
+    payload = value["payload"]
+    assert payload["op"] == "r"
+    # 1.50 at scale 2: the unscaled 150 as big-endian two's complement bytes, base64.
+    assert payload["after"]["amount"] == "AJY="
+    assert payload["after"]["seen"] == "2024-01-02T03:04:05.500000Z"
