@@ -145,6 +145,9 @@ def test_debezium_defaults_write_connect_schemas(pg_db: str, tmp_path: Path) -> 
     after = {f["field"]: f for f in value["schema"]["fields"]}["after"]
     assert after["name"] == "dbz.public.items.Value"
     fields = {f["field"]: f for f in after["fields"]}
+    # Optionality follows the column's nullability, not the key alone.
+    assert fields["name"] == {"type": "string", "optional": False, "field": "name"}
+    assert fields["amount"]["optional"] is True
     assert fields["amount"]["name"] == "org.apache.kafka.connect.data.Decimal"
     assert fields["amount"]["parameters"] == {"scale": "2", "connect.decimal.precision": "10"}
     assert fields["seen"]["name"] == "io.debezium.time.ZonedTimestamp"

@@ -38,7 +38,8 @@ import org.apache.kafka.connect.source.SourceRecord;
  * Debezium's JSON exactly. Each line is flushed when written. The runner stops after MAX_RECORDS
  * records (0 or absent: never) or on SIGTERM, closing the engine (which commits its offsets).
  *
- * <p>Exit codes: 0 stopped as asked; 1 the engine stopped with an error; 2 bad arguments.
+ * <p>Exit codes: 0 stopped after MAX_RECORDS; 1 the engine stopped with an error; 2 bad arguments;
+ * 143 on SIGTERM (the JVM's code), after the engine closed.
  */
 public final class DebeziumJsonl {
   private static final String KEY_PREFIX = "key.converter.";
