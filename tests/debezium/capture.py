@@ -1,4 +1,4 @@
-"""Capture the real Debezium's records for one tricky workload, under four settings combinations.
+"""Capture the real Debezium's records for one tricky workload, under five settings combinations.
 
 Starts a throwaway PostgreSQL (Debian's 15, ``wal_level=logical``), and for each setting below a
 fresh database with two tables of every common type and a composite primary key, ``tricky``
@@ -67,6 +67,14 @@ SETTINGS: dict[str, dict[str, str]] = {
         "decimal.handling.mode": "double",
         "time.precision.mode": "connect",
         "binary.handling.mode": "hex",
+        "key.converter.schemas.enable": "true",
+        "value.converter.schemas.enable": "true",
+    },
+    # Microsecond times for time(3) too, URL-safe base64, ISO intervals, precise decimals.
+    "micro_urlsafe": {
+        "time.precision.mode": "adaptive_time_microseconds",
+        "binary.handling.mode": "base64-url-safe",
+        "interval.handling.mode": "string",
         "key.converter.schemas.enable": "true",
         "value.converter.schemas.enable": "true",
     },
