@@ -113,8 +113,9 @@ def test_debezium_snapshot_and_stream_readable(pg_db: str, tmp_path: Path) -> No
     assert create["source"]["snapshot"] == "false"
     assert update["before"] is None  # REPLICA IDENTITY DEFAULT: no old row
     assert update["after"]["name"] == "THREE" and update["after"]["amount"] == "10.00"
-    # Under DEFAULT identity Debezium's delete carries every column, the non-key ones null.
-    assert delete["before"] == {"id": 1, "name": None, "amount": None, "seen": None, "tags": None}
+    # Under DEFAULT identity Debezium's delete carries every column: the nullable non-key ones
+    # null, a NOT NULL one its type's empty value ("" for text), as observed.
+    assert delete["before"] == {"id": 1, "name": "", "amount": None, "seen": None, "tags": None}
     assert delete["after"] is None
     assert tombstone is None
     for r in (create, update, delete):

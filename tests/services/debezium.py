@@ -135,8 +135,9 @@ class DebeziumRun:
             for key, value in sorted(self._props.items()):
                 f.write(f"{key}={_escape(value)}\n")
         classpath = f"{lib}/*{os.pathsep}{DEBEZIUM_DIR / 'target' / 'classes'}"
-        argv = [java, "-cp", classpath, MAIN_CLASS, str(props_file), str(self.out_file)]
-        argv.append(str(self._max))
+        # A small heap and the serial collector: one engine on a 2-core machine beside the tests.
+        argv = [java, "-Xmx512m", "-XX:+UseSerialGC", "-cp", classpath, MAIN_CLASS]
+        argv += [str(props_file), str(self.out_file), str(self._max)]
         with self.log_file.open("ab") as log:
             self._proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=self.workdir
