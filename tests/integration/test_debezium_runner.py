@@ -4,26 +4,19 @@ Proves the groundwork of issue 14's differential tests (``tests/services/debeziu
 ``tests/debezium`` runner): Debezium 3.6.1 snapshots a small table and streams an insert, an
 update and a delete, and the records it writes hold the ops, keys and values PostgreSQL has.
 
-Not yet part of CI: the tests run when ``CDC_TEST_DEBEZIUM=1`` (they need the jars of
-``make jars`` and a PostgreSQL with ``wal_level=logical``).
+They need the jars ``make jars`` builds in ``tests/debezium/target`` and run in CI like the
+other real-server tests.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from tests.services.debezium import run_debezium
-
-pytestmark = pytest.mark.skipif(
-    os.environ.get("CDC_TEST_DEBEZIUM", "") not in {"1", "true", "yes"},
-    reason="the Debezium runner tests run with CDC_TEST_DEBEZIUM=1 (not yet in CI)",
-)
 
 TABLE = """
 CREATE TABLE items (
