@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from cdc import plugins
+from cdc.envelope_options import EnvelopeOptions
 from cdc.errors import ConfigError, PluginNotFound
 from cdc.redact import redact
 
@@ -102,6 +103,7 @@ class PipelineFile(StrictModel):
     )
     sinks: list[dict[str, Any]] = Field(default_factory=list)
     bad_records: Literal["fail", "dead_letter"] = "fail"
+    envelope: EnvelopeOptions = Field(default_factory=lambda: EnvelopeOptions.model_validate({}))
 
 
 class Pipeline(BaseModel):
@@ -121,6 +123,11 @@ class Pipeline(BaseModel):
     @property
     def log(self) -> EmbeddedLogConfig | KafkaLogConfig:
         return self.file.log
+
+    @property
+    def envelope(self) -> EnvelopeOptions:
+        """How records are written (the ``envelope:`` block, Debezium's option names)."""
+        return self.file.envelope
 
     def log_path(self) -> Path:
         """Where the embedded log lives (relative paths are relative to the working directory)."""

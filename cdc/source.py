@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import structlog
 from pydantic import BaseModel
 
+from cdc.envelope_options import EnvelopeOptions
 from cdc.events import ChangeEvent
 from cdc.log.base import Log, Record
 from cdc.schema import TableSchema
@@ -70,6 +71,7 @@ class SourceContext:
     logger: structlog.typing.FilteringBoundLogger
     on_bad_record: str = "fail"  # "fail" | "dead_letter"
     snapshot_mode: str = "initial"
+    envelope: EnvelopeOptions = field(default_factory=lambda: EnvelopeOptions.model_validate({}))
 
 
 class Source(Protocol):

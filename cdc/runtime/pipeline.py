@@ -89,6 +89,7 @@ def build_source(pipeline: Pipeline, log: Log, logger: Logger) -> Callable[[], S
         logger=logger,
         on_bad_record=pipeline.file.bad_records,
         snapshot_mode=pipeline.source.snapshot,
+        envelope=pipeline.envelope,
     )
 
     def factory() -> Source:
