@@ -35,15 +35,14 @@ from __future__ import annotations
 
 from connectors.postgres.types.errors import ConversionError
 from connectors.postgres.types.kinds import TypeKind
+from connectors.postgres.types.modes import CONVERTER_KINDS, converter_kind
 from connectors.postgres.types.names import type_name
 from connectors.postgres.types.oids import TYPE_QUERY, TypeEntry
 from connectors.postgres.types.registry import TypeRegistry
 from connectors.postgres.types.rows import row_converter
 from connectors.postgres.types.scalars import (
-    CONVERTER_KINDS,
     TEXT_FORMAT_SETTINGS,
     Converter,
-    converter_kind,
     interval_to_iso,
     parse_json,
 )

@@ -20,7 +20,10 @@ WITH RECURSIVE wanted(oid) AS (
     WHERE dep.oid <> 0
 )
 SELECT t.oid::int8, t.typname::text, t.typtype::text, t.typelem::int8, t.typbasetype::int8,
-       t.typdelim::text, t.typcategory::text, n.nspname::text
+       t.typdelim::text, t.typcategory::text, n.nspname::text,
+       ARRAY(SELECT e.enumlabel::text FROM pg_catalog.pg_enum AS e
+             WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder) AS labels,
+       t.typtypmod::int8
 FROM wanted AS w
 JOIN pg_catalog.pg_type AS t ON t.oid = w.oid
 JOIN pg_catalog.pg_namespace AS n ON n.oid = t.typnamespace
@@ -28,8 +31,10 @@ JOIN pg_catalog.pg_namespace AS n ON n.oid = t.typnamespace
 """Catalog rows for the given type OIDs and, recursively, their element and base types.
 
 One parameter: a list of OIDs (``cur.execute(TYPE_QUERY, (oids,))``). Columns: ``oid, typname,
-typtype, typelem, typbasetype, typdelim, typcategory, nspname``; pass the rows (tuples or
-dict rows) to :meth:`TypeRegistry.add_rows`.
+typtype, typelem, typbasetype, typdelim, typcategory, nspname, labels, typtypmod`` (``labels``:
+an enum's labels in sort order, the ``allowed`` of its Connect schema; ``typtypmod``: a
+domain's typmod over its base type); pass the rows (tuples or dict rows) to
+:meth:`TypeRegistry.add_rows`.
 """
 
 
@@ -43,6 +48,8 @@ class TypeEntry:
         element_oid: the element type of an array, else 0.
         base_oid: the underlying type of a domain, else 0.
         delimiter: separates this type's values in an array's text (``;`` for ``box``).
+        labels: an enum's labels, in sort order.
+        typmod: a domain's typmod of its base type (``numeric(12,2)``), else -1.
     """
 
     oid: int
@@ -53,6 +60,8 @@ class TypeEntry:
     delimiter: str = ","
     category: str = ""
     namespace: str = "pg_catalog"
+    labels: tuple[str, ...] = ()
+    typmod: int = -1
 
 
 _KINDS: Final = {
@@ -161,9 +170,10 @@ def entry_from_row(row: Sequence[Any] | Mapping[str, Any]) -> TypeEntry:
     if isinstance(row, Mapping):
         fields = [row[k] for k in ("oid", "typname", "typtype", "typelem", "typbasetype")]
         fields += [row["typdelim"], row["typcategory"], row.get("nspname", "")]
+        fields += [row.get("labels"), row.get("typtypmod")]
     else:
-        fields = list(row) + [""] * (8 - len(row))
-    oid, name, typtype, elem, base, delim, category, namespace = fields
+        fields = list(row) + [""] * (8 - len(row)) + [None] * (10 - max(8, len(row)))
+    oid, name, typtype, elem, base, delim, category, namespace, labels, typmod = fields
     kind = _KINDS.get(str(typtype), "base")
     if kind == "base" and category == "A" and int(elem) != 0:
         kind = "array"
@@ -176,4 +186,6 @@ def entry_from_row(row: Sequence[Any] | Mapping[str, Any]) -> TypeEntry:
         str(delim) or ",",
         str(category),
         str(namespace),
+        tuple(str(label) for label in labels or ()),
+        -1 if typmod is None else int(typmod),
     )

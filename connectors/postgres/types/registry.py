@@ -5,34 +5,34 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
+from cdc.envelope_options import READABLE, EnvelopeOptions
 from connectors.postgres.types.arrays import array_parser
 from connectors.postgres.types.errors import CONVERSION_FAILURES, ConversionError
 from connectors.postgres.types.kinds import TypeKind
+from connectors.postgres.types.modes import converter_kind, mode_converter
 from connectors.postgres.types.names import type_name
 from connectors.postgres.types.oids import BUILTINS, TypeEntry, entry_from_row
-from connectors.postgres.types.scalars import (
-    BUILTIN_CONVERTERS,
-    Converter,
-    converter_kind,
-    identity,
-)
+from connectors.postgres.types.scalars import Converter, identity
 
 __all__ = ["TypeRegistry"]
 
-_JSONB_OID: Final = 3802
+_MAX_DEPTH: Final = 16  # arrays of arrays, domains of domains: a corrupt catalog must not loop
 
 
 class TypeRegistry:
     """Type OID -> :class:`TypeEntry` and cached converters; built-in types are preloaded.
 
     The source adds user types (enums, domains, their arrays) from :data:`TYPE_QUERY` rows
-    when a ``Relation`` mentions an OID that :meth:`missing` reports.
+    when a ``Relation`` mentions an OID that :meth:`missing` reports. A column's converter
+    depends on its type, its typmod (``numeric(12,2)``, ``time(3)``) and ``options``, the
+    pipeline's envelope options (:mod:`.modes`); it is built once per ``(oid, typmod)``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, options: EnvelopeOptions = READABLE) -> None:
+        self.options: EnvelopeOptions = options
         self._types: dict[int, TypeEntry] = dict(BUILTINS)
-        self._raw: dict[int, Converter] = {}
-        self._guarded: dict[int, Converter] = {}
+        self._raw: dict[tuple[int, int], Converter] = {}
+        self._guarded: dict[tuple[int, int], Converter] = {}
 
     def __contains__(self, oid: object) -> bool:
         return oid in self._types
@@ -76,26 +76,28 @@ class TypeRegistry:
         """The type's name for messages: ``type_name(oid, -1)``."""
         return type_name(oid, -1, self)
 
-    def raw_converter(self, oid: int) -> Converter:
-        """The converter of ``oid`` without error translation (may raise ``ValueError``...).
+    def raw_converter(self, oid: int, typmod: int = -1) -> Converter:
+        """The converter of a column of type ``oid`` and ``typmod``, without error translation
+        (may raise ``ValueError``...).
 
         :func:`row_converter` uses it and translates errors once per row instead.
         """
-        conv = self._raw.get(oid)
+        conv = self._raw.get((oid, typmod))
         if conv is None:
-            conv = self._raw[oid] = self._build(oid, 0)
+            conv = self._raw[oid, typmod] = self._build(oid, typmod, 0)
         return conv
 
-    def converter(self, oid: int) -> Converter:
-        """The converter of ``oid``; unknown types convert to their text form unchanged.
+    def converter(self, oid: int, typmod: int = -1) -> Converter:
+        """The converter of ``oid`` (and ``typmod``); unknown types convert to their text form
+        unchanged.
 
         Its errors are :class:`ConversionError`.
         """
-        conv = self._guarded.get(oid)
+        conv = self._guarded.get((oid, typmod))
         if conv is None:
-            raw = self.raw_converter(oid)
+            raw = self.raw_converter(oid, typmod)
             conv = raw if raw is identity else _guard(raw, self.display_name(oid))
-            self._guarded[oid] = conv
+            self._guarded[oid, typmod] = conv
         return conv
 
     def resolved(self, oid: int) -> TypeEntry | None:
@@ -108,29 +110,33 @@ class TypeRegistry:
             entry = self._types.get(entry.base_oid)
         return None
 
-    def kind(self, oid: int) -> TypeKind:
-        """The kind of value ``oid`` converts to, domains followed to their base type.
+    def kind(self, oid: int, typmod: int = -1) -> TypeKind:
+        """The kind of value ``oid`` converts to (:meth:`raw_converter`'s converter's)."""
+        return converter_kind(self.raw_converter(oid, typmod))
 
-        The kind of :meth:`raw_converter`'s converter, except ``jsonb``: it shares ``json``'s
-        converter, but the server normalises its text, whereas ``json`` text keeps duplicate
-        keys and any escapes as typed; the native encoder relies on that.
-        """
-        entry = self.resolved(oid)
-        if entry is not None and entry.oid == _JSONB_OID:
-            return TypeKind.JSONB
-        return converter_kind(self.raw_converter(oid))
+    def base_typmod(self, oid: int, typmod: int) -> int:
+        """The typmod that applies to a column's base type: a domain's own
+        (``CREATE DOMAIN price AS numeric(12,2)``: the column's typmod is -1), else ``typmod``."""
+        entry = self._types.get(oid)
+        for _ in range(_MAX_DEPTH):
+            if entry is None or entry.kind != "domain":
+                break
+            if entry.typmod >= 0:
+                return entry.typmod
+            entry = self._types.get(entry.base_oid)
+        return typmod
 
-    def _build(self, oid: int, depth: int) -> Converter:
+    def _build(self, oid: int, typmod: int, depth: int) -> Converter:
         entry = self.resolved(oid)
-        if entry is None or depth > 16:  # depth: arrays of arrays of a corrupt catalog
+        if entry is None or depth > _MAX_DEPTH:
             return identity
+        typmod = self.base_typmod(oid, typmod)
         if entry.kind == "array":
             element = self._types.get(entry.element_oid)
             delimiter = element.delimiter if element is not None else ","
-            return array_parser(self._build(entry.element_oid, depth + 1), delimiter)
-        if entry.kind == "base":
-            return BUILTIN_CONVERTERS.get(entry.oid, identity)
-        return identity
+            # An array column's typmod is its elements' (numeric(12,2)[]).
+            return array_parser(self._build(entry.element_oid, typmod, depth + 1), delimiter)
+        return mode_converter(entry, typmod, self.options)
 
 
 def _guard(raw: Converter, name: str) -> Converter:

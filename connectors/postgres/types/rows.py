@@ -29,7 +29,7 @@ def row_converter(
         ConversionError: a value does not parse, or the tuple has the wrong column count.
     """
     names = tuple(column.name for column in columns)
-    raws = tuple(registry.raw_converter(column.type_oid) for column in columns)
+    raws = tuple(registry.raw_converter(c.type_oid, c.type_modifier) for c in columns)
     # None marks text passed through as is: skipping the call is the common case's speed-up.
     plan = tuple(
         (name, None if raw is identity else raw) for name, raw in zip(names, raws, strict=True)

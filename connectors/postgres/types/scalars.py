@@ -3,8 +3,9 @@
 They raise ``ValueError`` (or kin, see :data:`~connectors.postgres.types.errors.
 CONVERSION_FAILURES`) on bad input; the registry and the row converter translate that into a
 :class:`~connectors.postgres.types.errors.ConversionError`. Which converter each built-in type
-uses is :data:`BUILTIN_CONVERTERS`; which value kind each one produces, for the native encoder,
-is :data:`CONVERTER_KINDS`.
+uses in every envelope mode is :data:`BUILTIN_CONVERTERS` (:mod:`.modes` chooses those that
+depend on the options); which value kind each produces, for the native encoder, is
+:data:`~connectors.postgres.types.modes.CONVERTER_KINDS`.
 """
 
 from __future__ import annotations
@@ -13,13 +14,10 @@ import base64
 import json
 import re
 from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Final
 
 import orjson
-
-from connectors.postgres.types.kinds import TypeKind
 
 Converter = Callable[[str], Any]
 
@@ -60,14 +58,18 @@ def _bool(text: str) -> bool:
 _BYTEA_ESCAPE: Final = re.compile(r"\\(\\|[0-3][0-7]{2})")
 
 
-def _bytea(text: str) -> str:
+def bytea_bytes(text: str) -> bytes:
+    """The bytes of ``bytea`` text (``bytea_output`` hex, or escape)."""
     if text.startswith("\\x"):
-        raw = bytes.fromhex(text[2:])
-    else:  # bytea_output=escape: printable ASCII, '\\' and '\ooo' octal escapes
-        if "\\" in _BYTEA_ESCAPE.sub("", text):
-            raise ValueError("invalid bytea escape")
-        raw = _BYTEA_ESCAPE.sub(_unescape_octet, text).encode("latin-1")
-    return base64.b64encode(raw).decode("ascii")
+        return bytes.fromhex(text[2:])
+    # bytea_output=escape: printable ASCII, '\\' and '\ooo' octal escapes
+    if "\\" in _BYTEA_ESCAPE.sub("", text):
+        raise ValueError("invalid bytea escape")
+    return _BYTEA_ESCAPE.sub(_unescape_octet, text).encode("latin-1")
+
+
+def _bytea(text: str) -> str:
+    return base64.b64encode(bytea_bytes(text)).decode("ascii")
 
 
 def _unescape_octet(match: re.Match[str]) -> str:
@@ -75,97 +77,7 @@ def _unescape_octet(match: re.Match[str]) -> str:
     return "\\" if code == "\\" else chr(int(code, 8))
 
 
-def _checked(pattern: str, what: str, fast: Callable[[str], bool]) -> Converter:
-    """A converter returning the text unchanged once ``fast`` or else ``pattern`` accepts it."""
-    fullmatch = re.compile(pattern).fullmatch
-
-    def convert(text: str) -> str:
-        if not fast(text) and fullmatch(text) is None:
-            raise ValueError(f"not an ISO {what} (is DateStyle ISO?)")
-        return text
-
-    return convert
-
-
-def _plain_date(text: str) -> bool:
-    return len(text) == 10 and text[4] == "-" and text[7] == "-"
-
-
-def _plain_time(text: str) -> bool:
-    return 8 <= len(text) <= 15 and text[2] == ":" and text[5] == ":"
-
-
-_TIME = r"\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?"
-_date = _checked(r"\d{4,}-\d{2}-\d{2}(?: BC)?|-?infinity", "date", _plain_date)
-_time = _checked(_TIME, "time", _plain_time)
-_TIMETZ: Final = re.compile(rf"({_TIME})([+-]\d{{2}})(?::(\d{{2}}))?(:\d{{2}})?")
-_TIMESTAMP: Final = re.compile(rf"(\d{{4,}}-\d{{2}}-\d{{2}}) ({_TIME})( BC)?")
-_TIMESTAMPTZ: Final = re.compile(
-    r"(\d{4,})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(\.\d{1,6})?"
-    r"([+-])(\d{2})(?::(\d{2}))?(?::(\d{2}))?( BC)?"
-)
 _INFINITIES: Final = frozenset({"infinity", "-infinity"})
-
-
-def _timetz(text: str) -> str:
-    match = _TIMETZ.fullmatch(text)
-    if match is None:
-        raise ValueError("not an ISO time with time zone")
-    clock, hours, minutes, seconds = match.groups()
-    # ISO-8601 wants '+HH:MM'; PostgreSQL drops ':00' minutes ('+05', '-08').
-    return f"{clock}{hours}:{minutes or '00'}{seconds or ''}"
-
-
-def _is_iso_stamp(text: str) -> bool:
-    """Cheap shape check of 'YYYY-MM-DD HH:MM:SS...' with a 4-digit year (the hot path)."""
-    return len(text) >= 19 and text[4] == "-" and text[10] == " " and text[13] == ":"
-
-
-def _timestamp(text: str) -> str:
-    if _is_iso_stamp(text) and text[-1] != "C":  # 'BC' needs the full parse below
-        return f"{text[:10]}T{text[11:]}"
-    match = _TIMESTAMP.fullmatch(text)
-    if match is None:
-        if text in _INFINITIES:
-            return text
-        raise ValueError("not an ISO timestamp (is DateStyle ISO?)")
-    day, clock, bc = match.groups()
-    return text if bc else f"{day}T{clock}"  # ISO-8601 has no 'BC': keep the server's text
-
-
-_GREGORIAN_CYCLE_YEARS: Final = 400  # the proleptic Gregorian calendar repeats every 400 years
-
-
-def _timestamptz(text: str) -> str:
-    # With TimeZone=UTC on the session (TEXT_FORMAT_SETTINGS) every value ends in '+00'.
-    if text[-3:] == "+00" and _is_iso_stamp(text):
-        return f"{text[:10]}T{text[11:-3]}Z"
-    match = _TIMESTAMPTZ.fullmatch(text)
-    if match is None:
-        if text in _INFINITIES:
-            return text
-        raise ValueError("not an ISO timestamp with time zone (is DateStyle ISO?)")
-    year, month, day, hour, minute, second, fraction, sign, oh, om, osec, bc = match.groups()
-    if bc:
-        return text
-    offset = int(oh) * 3600 + int(om or 0) * 60 + int(osec or 0)
-    # Shift into datetime's range by whole 400-year cycles so years past 9999 work too; the
-    # fraction is untouched because offsets are whole seconds.
-    cycles = (int(year) - 2000) // _GREGORIAN_CYCLE_YEARS
-    local = datetime(
-        int(year) - cycles * _GREGORIAN_CYCLE_YEARS,
-        int(month),
-        int(day),
-        int(hour),
-        int(minute),
-        int(second),
-    )
-    u = local - timedelta(seconds=offset if sign == "+" else -offset)
-    year_utc = u.year + cycles * _GREGORIAN_CYCLE_YEARS
-    return (
-        f"{year_utc:04d}-{u.month:02d}-{u.day:02d}T{u.hour:02d}:{u.minute:02d}:{u.second:02d}"
-        f"{fraction or ''}Z"
-    )
 
 
 _INTERVAL: Final = re.compile(
@@ -273,30 +185,6 @@ BUILTIN_CONVERTERS: Final[Mapping[int, Converter]] = {
     5069: int,
     700: _float,
     701: _float,
-    114: parse_json,
-    3802: parse_json,
-    1082: _date,
-    1083: _time,
-    1266: _timetz,
-    1114: _timestamp,
-    1184: _timestamptz,
-    1186: interval_to_iso,
 }
-"""The converter of each built-in type OID that is not sent as it is."""
-
-CONVERTER_KINDS: Final[Mapping[Converter, TypeKind]] = {
-    identity: TypeKind.TEXT,
-    int: TypeKind.INT,
-    _bool: TypeKind.BOOL,
-    _timestamptz: TypeKind.TIMESTAMPTZ,
-    _timestamp: TypeKind.TIMESTAMP,
-    _date: TypeKind.DATE,
-    _time: TypeKind.TIME,
-}
-"""The kind of value each converter above produces; any other converter is
-:attr:`TypeKind.PYTHON` (see :func:`converter_kind`)."""
-
-
-def converter_kind(convert: Converter) -> TypeKind:
-    """The kind of value ``convert`` produces: what the native encoder may write itself."""
-    return CONVERTER_KINDS.get(convert, TypeKind.PYTHON)
+"""The converter of each built-in type OID that is the same in every envelope mode and not
+sent as it is; :mod:`.modes` chooses the others by the column and the options."""
