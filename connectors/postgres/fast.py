@@ -10,6 +10,17 @@ converter rejects, an escape in a COPY line) to the
 :class:`~connectors.postgres.encoding.PythonRowEncoder`, so behaviour never depends on whether
 it was built; ``tests/unit/test_pg_fast.py`` holds the two to the same bytes.
 
+Under the readable envelope defaults (:data:`~cdc.envelope_options.READABLE`) every type it
+wrote before stays native, in Debezium's forms: text, varchar, uuid, enums, ``json`` and
+``jsonb`` (a string of the server's text), integers, booleans, ``timestamptz`` (UTC, six
+fraction digits), ``timestamp``/``date``/``time`` under ``isostring`` (ISO with ``Z``),
+``numeric`` under ``decimal.handling.mode=string`` (``NaN`` as ``"NAN"``), and flat arrays of
+text, integers and booleans. The Python converter writes, per column: ``float4``/``float8``,
+``bytea`` (every ``binary.handling.mode``), ``interval``, ``timetz``, ``numeric`` under
+``precise`` and ``double``, ``date``/``time``/``timestamp`` under ``adaptive``,
+``adaptive_time_microseconds`` and ``connect`` (epoch numbers), ``money``, ``hstore``, and
+arrays of anything but text, integers and booleans.
+
 Set ``CDC_NATIVE=0`` to turn it off (to compare, or to rule it out). The source logs which one
 runs, and why, at start (:func:`log_selected`).
 """
@@ -99,8 +110,8 @@ def native_encoder(
         return None
     plan = []
     for column in columns:
-        kind, delimiter = _kind(registry, column.type_oid)
-        convert = registry.raw_converter(column.type_oid)
+        kind, delimiter = _kind(registry, column.type_oid, column.type_modifier)
+        convert = registry.raw_converter(column.type_oid, column.type_modifier)
         plan.append(
             (
                 orjson.dumps(column.name),
@@ -172,8 +183,8 @@ def _pieces(encode: Callable[..., Pieces], *args: Any) -> Pieces | None:
         return None
 
 
-def _kind(registry: t.TypeRegistry, oid: int) -> tuple[int, str | None]:
-    """The native kind of a type and, for a flat-array fast path, its delimiter.
+def _kind(registry: t.TypeRegistry, oid: int, typmod: int) -> tuple[int, str | None]:
+    """The native kind of a column's type and, for a flat-array fast path, its delimiter.
 
     A domain is its base type (``TypeRegistry.kind``); an array takes the fast path when its
     elements do, else its whole text goes to the Python converter.
@@ -181,8 +192,8 @@ def _kind(registry: t.TypeRegistry, oid: int) -> tuple[int, str | None]:
     entry = registry.resolved(oid)
     if entry is not None and entry.kind == "array":
         element = registry.get(entry.element_oid)
-        kind = registry.kind(entry.element_oid)
+        kind = registry.kind(entry.element_oid, registry.base_typmod(oid, typmod))
         if kind in _ARRAY_ELEMENT_KINDS:
             return kind, element.delimiter if element is not None else ","
         return PYTHON, None
-    return registry.kind(oid), None
+    return registry.kind(oid, typmod), None

@@ -24,6 +24,7 @@ from structlog.testing import capture_logs
 
 from cdc import envelope
 from cdc.envelope import EncodedRow
+from cdc.envelope_options import READABLE, EnvelopeOptions
 from cdc.events import ChangeEvent, Op, SourceInfo
 from connectors.postgres import fast
 from connectors.postgres.catalog import TableInfo
@@ -39,6 +40,7 @@ from connectors.postgres.toast import ToastFiller
 from connectors.postgres.types import TypeEntry, TypeRegistry, row_converter
 from snapshots.chunks import KeyChunk
 from tests.services.common import in_ci
+from tests.unit import debezium_workload as w
 from tests.unit.test_pg_stream import FakeCatalog, FakeLog
 
 # Outside CI a machine without Rust runs the pure-Python path only; in CI the encoder must exist.
@@ -58,16 +60,19 @@ CASES: dict[int, list[str]] = {
     1043: ["v1", "/slash/", "\u2028"],
     1042: ["ab ", "xyz"],
     16: ["t", "f", "true"],
-    1700: ["1.25", "NaN", "-0.000001", "123456789012345678901234.5", "Infinity"],
+    1700: ["1.25", "NaN", "-0.000001", "123456789012345678901234.5", "Infinity", "-Infinity"],
     700: ["1.5", "NaN", "Infinity", "-Infinity", "3e+10", "1.0000001"],
     701: ["0.1", "-1e+300", "2.5", "1e-05"],
     17: ["\\x", "\\xdeadbeef"],
     1082: ["2024-02-29", "0044-03-15 BC", "infinity", "-infinity", "12345-01-01"],
-    1083: ["12:34:56", "12:34:56.789012", "00:00:00"],
+    1083: ["12:34:56", "12:34:56.789012", "00:00:00", "24:00:00", "1:2:3"],
     1266: ["12:34:56.789+05:30", "01:02:03-08"],
     1114: ["2024-01-01 00:01:00", "2024-01-01 00:01:00.5", "0044-03-15 12:00:00 BC", "infinity"],
     1184: [
         "2024-01-01 00:01:00+00",
+        "2024-02-29 13:45:30.5+00",
+        "2024-02-29 13:45:30.12345+00",
+        "2024-02-29 13:45:3x.5+00",
         "2024-01-01 00:01:00.123456+00",
         "2024-01-01 05:31:00+05:30",
         "0044-03-15 12:00:00+00 BC",
@@ -108,8 +113,22 @@ CASES: dict[int, list[str]] = {
 }
 
 
-def _registry() -> TypeRegistry:
-    registry = TypeRegistry()
+#: Columns with a typmod: (type OID, typmod, values); their form depends on it.
+TYPMOD_CASES: list[tuple[int, int, list[str]]] = [
+    (1700, (12 << 16 | 2) + 4, ["1234567890.12", "-0.01", "0.10", "NaN"]),
+    (1083, 3, ["13:45:30.123", "00:00:00"]),
+    (1114, 3, ["2024-02-29 13:45:30.123", "1969-12-31 23:59:59.999"]),
+    (1231, (12 << 16 | 2) + 4, ["{1.50,NaN,NULL}"]),
+]
+#: Every column of the differential tests: (type OID, typmod, values).
+COLUMN_CASES = [(oid, -1, values) for oid, values in CASES.items()] + TYPMOD_CASES
+#: The five captured Debezium settings (tests/debezium/expected).
+SETTINGS = [w.options(setting) for setting in w.SETTINGS]
+SETTING_IDS = list(w.SETTINGS)
+
+
+def _registry(options: EnvelopeOptions = READABLE) -> TypeRegistry:
+    registry = TypeRegistry(options)
     registry.add(TypeEntry(ENUM_OID, "mood", "enum", namespace="public"))
     registry.add(TypeEntry(DOMAIN_OID, "posint", "domain", base_oid=23, namespace="public"))
     registry.add(TypeEntry(DOMAIN_ARRAY_OID, "_posint", "array", DOMAIN_OID, category="A"))
@@ -117,15 +136,20 @@ def _registry() -> TypeRegistry:
 
 
 def _columns(oids: list[int] | None = None) -> list[RelationColumn]:
+    """An ``id`` column, then one per case (``oids``: those types only, no typmods)."""
     columns = [RelationColumn(True, "id", 20, -1)]
-    columns += [RelationColumn(False, f"c{oid}", oid, -1) for oid in oids or CASES]
+    if oids is not None:
+        return columns + [RelationColumn(False, f"c{oid}", oid, -1) for oid in oids]
+    columns += [
+        RelationColumn(False, f"c{oid}_{typmod}", oid, typmod) for oid, typmod, _ in COLUMN_CASES
+    ]
     return columns
 
 
-def _native_oids() -> list[int]:
+def _native_oids(options: EnvelopeOptions = READABLE) -> list[int]:
     """The cases' types the encoder writes without a Python converter (most of their values)."""
-    registry = _registry()
-    return [oid for oid in CASES if fast._kind(registry, oid)[0] != fast.PYTHON]
+    registry = _registry(options)
+    return [oid for oid in CASES if fast._kind(registry, oid, -1)[0] != fast.PYTHON]
 
 
 def _python(columns: list[RelationColumn], registry: TypeRegistry, values: tuple[Any, ...]) -> Any:
@@ -144,14 +168,15 @@ def _native(encoder: Any, values: tuple[Any, ...]) -> Any:
         return type(exc)
 
 
-def test_every_case_alone_gives_the_python_bytes() -> None:
-    registry = _registry()
+@pytest.mark.parametrize("options", SETTINGS, ids=SETTING_IDS)
+def test_every_case_alone_gives_the_python_bytes(options: EnvelopeOptions) -> None:
+    registry = _registry(options)
     columns = _columns()
     encoder = fast.native_encoder(columns, registry, [0])
     assert encoder is not None
     compared = 0
-    for position, oid in enumerate(CASES, start=1):
-        for text in [*CASES[oid], None]:
+    for position, (oid, _, cases) in enumerate(COLUMN_CASES, start=1):
+        for text in [*cases, None]:
             values = tuple(
                 "7" if i == 0 else (text if i == position else None) for i in range(len(columns))
             )
@@ -164,14 +189,15 @@ def test_every_case_alone_gives_the_python_bytes() -> None:
     assert compared > 100
 
 
-def test_random_rows_give_the_python_bytes() -> None:
-    registry = _registry()
+@pytest.mark.parametrize("options", SETTINGS, ids=SETTING_IDS)
+def test_random_rows_give_the_python_bytes(options: EnvelopeOptions) -> None:
+    registry = _registry(options)
     columns = _columns()
     encoder = fast.native_encoder(columns, registry, [0])
     assert encoder is not None
     rng = random.Random(11)
     for _ in range(3000):
-        others = [None if rng.random() < 0.15 else rng.choice(CASES[oid]) for oid in CASES]
+        others = [None if rng.random() < 0.15 else rng.choice(cases) for *_, cases in COLUMN_CASES]
         values = (str(rng.randrange(-(10**12), 10**12)), *others)
         expected, got = _python(columns, registry, values), _native(encoder, values)
         if isinstance(expected, type):
@@ -207,13 +233,13 @@ def test_key_values_keep_their_python_types() -> None:
     result = encoder.encode_values(("-12", "x", "2024-01-01 00:00:00+00", "1.50", "NaN"))
     assert result is not None
     row, key, key_json = result
-    assert key == {"d": "1.50", "a": -12, "c": "2024-01-01T00:00:00Z", "b": "x"}
+    assert key == {"d": "1.50", "a": -12, "c": "2024-01-01T00:00:00.000000Z", "b": "x"}
     assert list(key) == ["d", "a", "c", "b"]  # key order, not column order
     assert key_json == envelope.encode_key(key)
     assert json.loads(row) == {
         "a": -12,
         "b": "x",
-        "c": "2024-01-01T00:00:00Z",
+        "c": "2024-01-01T00:00:00.000000Z",
         "d": "1.50",
         "e": "NaN",
     }
@@ -263,7 +289,7 @@ def test_an_encoded_row_makes_the_same_envelope_as_its_dict() -> None:
     encoder = fast.native_encoder(columns, registry, [0])
     assert encoder is not None
     convert = row_converter(columns, registry)
-    values = ("7", *(CASES[oid][0] for oid in CASES))
+    values = ("7", *(cases[0] for *_, cases in COLUMN_CASES))
     encoded = encoder.encode_values(values)
     assert encoded is not None
     row = EncodedRow(encoded[0], values, convert)
@@ -327,9 +353,13 @@ def _copy_line(values: tuple[str | None, ...]) -> bytes:
 
 # With a column only Python converts, the encoder keeps the interpreter lock for the piece;
 # without one it releases it, and a value it cannot write alone is written again with the lock.
-@pytest.mark.parametrize("oids", [list(CASES), _native_oids()], ids=["with-python", "native"])
-def test_copy_lines_give_the_python_records_or_are_declined(oids: list[int]) -> None:
-    registry = _registry()
+@pytest.mark.parametrize("options", SETTINGS, ids=SETTING_IDS)
+@pytest.mark.parametrize("native_only", [False, True], ids=["with-python", "native"])
+def test_copy_lines_give_the_python_records_or_are_declined(
+    native_only: bool, options: EnvelopeOptions
+) -> None:
+    oids = _native_oids(options) if native_only else list(CASES)
+    registry = _registry(options)
     columns = _columns(oids)
     encoder = fast.native_encoder(columns, registry, [0])
     assert encoder is not None
@@ -379,7 +409,7 @@ def _convertible_rows(count: int, seed: int) -> list[tuple[str | None, ...]]:
     while len(rows) < count:
         values = (
             str(len(rows)),
-            *(None if rng.random() < 0.8 else rng.choice(CASES[oid]) for oid in CASES),
+            *(None if rng.random() < 0.8 else rng.choice(cases) for *_, cases in COLUMN_CASES),
         )
         if not isinstance(_python(columns, registry, values), type):  # only rows that convert
             rows.append(values)

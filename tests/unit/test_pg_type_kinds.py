@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from cdc.envelope_options import DEBEZIUM_DEFAULTS, READABLE
 from connectors.postgres.types import CONVERTER_KINDS, TypeKind, TypeRegistry, converter_kind
 
 LIB_RS = Path(__file__).parents[2] / "connectors" / "postgres" / "native" / "src" / "lib.rs"
@@ -15,7 +16,7 @@ LIB_RS = Path(__file__).parents[2] / "connectors" / "postgres" / "native" / "src
 
 def test_codes_are_the_native_encoders() -> None:
     native = {
-        name.upper(): int(code)
+        re.sub(r"(?<!^)(?=[A-Z])", "_", name).upper(): int(code)  # IsoDate -> ISO_DATE
         for code, name in re.findall(r"(\d+) => Kind::(\w+),", LIB_RS.read_text())
     }
     assert native == {kind.name: kind.value for kind in TypeKind}
@@ -28,31 +29,51 @@ def test_codes_are_the_native_encoders() -> None:
         (1043, TypeKind.TEXT),  # varchar
         (2950, TypeKind.TEXT),  # uuid: sent as it is
         (99999, TypeKind.TEXT),  # unknown: sent as it is
+        (114, TypeKind.TEXT),  # json: a string of the server's text (io.debezium.data.Json)
+        (3802, TypeKind.TEXT),  # jsonb: the same
         (20, TypeKind.INT),
         (23, TypeKind.INT),
         (16, TypeKind.BOOL),
         (1184, TypeKind.TIMESTAMPTZ),
-        (1114, TypeKind.TIMESTAMP),
-        (1082, TypeKind.DATE),
-        (1083, TypeKind.TIME),
-        (3802, TypeKind.JSONB),
-        (114, TypeKind.PYTHON),  # json: its text is kept as typed
-        (1700, TypeKind.TEXT),  # numeric: the exact text
+        (1114, TypeKind.ISO_TIMESTAMP),
+        (1082, TypeKind.ISO_DATE),
+        (1083, TypeKind.ISO_TIME),
+        (1700, TypeKind.NUMERIC_STRING),  # numeric: the exact text, NaN as "NAN"
         (701, TypeKind.PYTHON),  # float8
         (1266, TypeKind.PYTHON),  # timetz
+        (1186, TypeKind.PYTHON),  # interval
+        (17, TypeKind.PYTHON),  # bytea
         (1007, TypeKind.PYTHON),  # int4[]: the array parser
     ],
 )
-def test_registry_kind(oid: int, kind: TypeKind) -> None:
-    assert TypeRegistry().kind(oid) is kind
+def test_registry_kind_under_the_readable_defaults(oid: int, kind: TypeKind) -> None:
+    assert TypeRegistry(READABLE).kind(oid) is kind
+
+
+@pytest.mark.parametrize(
+    ("oid", "typmod", "kind"),
+    [
+        (1184, -1, TypeKind.TIMESTAMPTZ),  # the same in every mode
+        (25, -1, TypeKind.TEXT),
+        (3802, -1, TypeKind.TEXT),
+        (1114, -1, TypeKind.PYTHON),  # epoch µs
+        (1114, 3, TypeKind.PYTHON),  # epoch ms
+        (1082, -1, TypeKind.PYTHON),  # epoch days
+        (1083, -1, TypeKind.PYTHON),
+        (1700, -1, TypeKind.PYTHON),  # VariableScaleDecimal
+        (1700, (12 << 16 | 2) + 4, TypeKind.PYTHON),  # Decimal
+    ],
+)
+def test_registry_kind_under_debeziums_defaults(oid: int, typmod: int, kind: TypeKind) -> None:
+    assert TypeRegistry(DEBEZIUM_DEFAULTS).kind(oid, typmod) is kind
 
 
 def test_domain_has_its_base_kind() -> None:
     registry = TypeRegistry()
     registry.add_rows([(90001, "positive", "d", 0, 20, ",", "N", "public")])
-    registry.add_rows([(90002, "doc", "d", 0, 3802, ",", "U", "public")])
+    registry.add_rows([(90002, "doc", "d", 0, 1082, ",", "D", "public")])
     assert registry.kind(90001) is TypeKind.INT
-    assert registry.kind(90002) is TypeKind.JSONB
+    assert registry.kind(90002) is TypeKind.ISO_DATE
 
 
 def test_converter_kind_is_the_table_or_python() -> None:

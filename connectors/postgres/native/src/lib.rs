@@ -1,8 +1,9 @@
 //! Optional accelerator of the PostgreSQL source: a row of text values to its JSON object.
 //!
 //! The Python converters (`connectors/postgres/types/`) define every value's JSON form; this
-//! module reproduces them byte for byte for the common shapes (text, integers, booleans, ISO
-//! timestamps and dates, flat arrays of those) and calls the Python converter for anything
+//! module reproduces them byte for byte for the common shapes (text, integers, booleans,
+//! Debezium's ISO dates, times and timestamps, decimal strings, flat arrays of the first three)
+//! and calls the Python converter for anything
 //! else, so its output always equals `orjson.dumps(row_converter(...)(values))`. Whenever it is
 //! not sure (an unchanged TOAST value, a binary value, bad UTF-8, a converter that raises), it
 //! answers `None` or raises, and the caller takes the pure-Python path, which produces the
@@ -21,11 +22,11 @@ enum Kind {
     Int = 1,
     Bool = 2,
     Timestamptz = 3,
-    Timestamp = 4,
-    Date = 5,
-    Time = 6,
+    IsoTimestamp = 4,
+    IsoDate = 5,
+    IsoTime = 6,
     Python = 7,
-    Jsonb = 8,
+    NumericString = 8,
 }
 
 impl Kind {
@@ -35,11 +36,11 @@ impl Kind {
             1 => Kind::Int,
             2 => Kind::Bool,
             3 => Kind::Timestamptz,
-            4 => Kind::Timestamp,
-            5 => Kind::Date,
-            6 => Kind::Time,
+            4 => Kind::IsoTimestamp,
+            5 => Kind::IsoDate,
+            6 => Kind::IsoTime,
             7 => Kind::Python,
-            8 => Kind::Jsonb,
+            8 => Kind::NumericString,
             _ => {
                 return Err(pyo3::exceptions::PyValueError::new_err(format!(
                     "unknown column kind {code}"
@@ -558,120 +559,85 @@ fn scalar(kind: Kind, text: &str, out: &mut Vec<u8>) -> bool {
             }
             _ => false,
         },
-        // scalars.py's _timestamptz: 'YYYY-MM-DD HH:MM:SS[.f]+00' -> 'YYYY-MM-DDTHH:MM:SS[.f]Z'
+        // temporal.py's timestamptz: 'YYYY-MM-DD HH:MM:SS[.f]+00' -> '...THH:MM:SS.ffffffZ'
         Kind::Timestamptz => {
-            if !(plain_ascii(bytes) && iso_stamp(bytes) && bytes.ends_with(b"+00")) {
+            let n = bytes.len();
+            if !(n >= 22 && bytes.ends_with(b"+00") && iso_day(bytes) && bytes[10] == b' ') {
+                return false;
+            }
+            let clock = &bytes[11..n - 3];
+            if !iso_clock(clock) {
                 return false;
             }
             out.push(b'"');
             out.extend_from_slice(&bytes[..10]);
             out.push(b'T');
-            out.extend_from_slice(&bytes[11..bytes.len() - 3]);
+            out.extend_from_slice(&clock[..8]);
+            out.push(b'.');
+            let fraction = if clock.len() > 8 { &clock[9..] } else { b"" };
+            out.extend_from_slice(fraction);
+            out.extend(std::iter::repeat_n(b'0', 6 - fraction.len()));
             out.extend_from_slice(b"Z\"");
             true
         }
-        // scalars.py's _timestamp: the space becomes 'T' unless the value is BC.
-        Kind::Timestamp => {
-            if !(plain_ascii(bytes) && iso_stamp(bytes) && !bytes.ends_with(b"C")) {
+        // temporal.py's iso_timestamp: 'YYYY-MM-DD HH:MM:SS[.f]' -> 'YYYY-MM-DDTHH:MM:SS[.f]Z'
+        Kind::IsoTimestamp => {
+            if !(bytes.len() >= 19 && iso_day(bytes) && bytes[10] == b' ' && iso_clock(&bytes[11..]))
+            {
                 return false;
             }
             out.push(b'"');
             out.extend_from_slice(&bytes[..10]);
             out.push(b'T');
             out.extend_from_slice(&bytes[11..]);
-            out.push(b'"');
+            out.extend_from_slice(b"Z\"");
             true
         }
-        // scalars.py's _plain_date and _plain_time: the text unchanged.
-        Kind::Date => {
-            let plain = bytes.len() == 10 && bytes[4] == b'-' && bytes[7] == b'-';
-            plain && plain_ascii(bytes) && quoted(bytes, out)
+        // temporal.py's iso_date and iso_time: the text with 'Z'.
+        Kind::IsoDate => bytes.len() == 10 && iso_day(bytes) && quoted_z(bytes, out),
+        Kind::IsoTime => iso_clock(bytes) && quoted_z(bytes, out),
+        // decimals.py's numeric_string: the text, Debezium's names for the special values.
+        Kind::NumericString => {
+            match bytes {
+                b"NaN" => out.extend_from_slice(b"\"NAN\""),
+                b"Infinity" => out.extend_from_slice(b"\"POSITIVE_INFINITY\""),
+                b"-Infinity" => out.extend_from_slice(b"\"NEGATIVE_INFINITY\""),
+                _ => json_string(text, out),
+            }
+            true
         }
-        Kind::Time => {
-            let plain = (8..=15).contains(&bytes.len()) && bytes[2] == b':' && bytes[5] == b':';
-            plain && plain_ascii(bytes) && quoted(bytes, out)
-        }
-        Kind::Jsonb => jsonb_compact(bytes, out),
         Kind::Python => false,
     }
 }
 
-/// Deepest jsonb nesting the fast path writes (orjson refuses to write past 254 levels).
-const MAX_JSON_DEPTH: usize = 128;
+/// 'YYYY-MM-DD' at the start of `bytes`, all digits: a shape temporal.py's `_day` accepts.
+fn iso_day(bytes: &[u8]) -> bool {
+    bytes.len() >= 10
+        && bytes[4] == b'-'
+        && bytes[7] == b'-'
+        && bytes[..10]
+            .iter()
+            .enumerate()
+            .all(|(i, b)| i == 4 || i == 7 || b.is_ascii_digit())
+}
 
-/// scalars.py's `parse_json` then orjson, for `jsonb` text whose numbers are all plain integers
-/// and whose strings hold no escape: PostgreSQL writes jsonb with a space after each `,` and `:`
-/// and each key once, and orjson writes the same values without the spaces. A string with an
-/// escape, or a number with a fraction or an exponent (Python's float reformats it), goes to the
-/// Python converter instead.
-fn jsonb_compact(bytes: &[u8], out: &mut Vec<u8>) -> bool {
-    let mark = out.len();
-    let (mut i, mut depth) = (0, 0usize);
-    while i < bytes.len() {
-        let start = i;
-        let done = match bytes[i] {
-            b' ' | b'\n' | b'\t' | b'\r' => {
-                i += 1;
-                true
-            }
-            b'{' | b'[' => {
-                // Deep nesting goes to Python, whose encoder has its own limit (and error).
-                depth += 1;
-                out.push(bytes[i]);
-                i += 1;
-                depth <= MAX_JSON_DEPTH
-            }
-            b'}' | b']' | b',' | b':' => {
-                depth = depth.saturating_sub(usize::from(matches!(bytes[i], b'}' | b']')));
-                out.push(bytes[i]);
-                i += 1;
-                true
-            }
-            b'"' => {
-                i += 1;
-                while i < bytes.len() && bytes[i] != b'"' && bytes[i] != b'\\' && bytes[i] >= 0x20 {
-                    i += 1;
-                }
-                let closed = i < bytes.len() && bytes[i] == b'"';
-                if closed {
-                    i += 1;
-                    out.extend_from_slice(&bytes[start..i]);
-                }
-                closed
-            }
-            b't' | b'f' | b'n' => {
-                let word: &[u8] = match bytes[i] {
-                    b't' => b"true",
-                    b'f' => b"false",
-                    _ => b"null",
-                };
-                let found = bytes[i..].starts_with(word);
-                if found {
-                    out.extend_from_slice(word);
-                    i += word.len();
-                }
-                found
-            }
-            b'-' | b'0'..=b'9' => {
-                i += 1;
-                while i < bytes.len()
-                    && matches!(bytes[i], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-')
-                {
-                    i += 1;
-                }
-                let number = &bytes[start..i];
-                if plain_int(number) {
-                    out.extend_from_slice(number);
-                }
-                plain_int(number)
-            }
-            _ => false,
-        };
-        if !done {
-            out.truncate(mark);
-            return false;
-        }
-    }
+/// 'HH:MM:SS[.f{1,6}]', all digits: a shape temporal.py's `_clock_us` accepts.
+fn iso_clock(bytes: &[u8]) -> bool {
+    let n = bytes.len();
+    let shape = n == 8 || (10..=15).contains(&n) && bytes[8] == b'.';
+    shape
+        && bytes[2] == b':'
+        && bytes[5] == b':'
+        && bytes
+            .iter()
+            .enumerate()
+            .all(|(i, b)| matches!(i, 2 | 5 | 8) || b.is_ascii_digit())
+}
+
+fn quoted_z(bytes: &[u8], out: &mut Vec<u8>) -> bool {
+    out.push(b'"');
+    out.extend_from_slice(bytes);
+    out.extend_from_slice(b"Z\"");
     true
 }
 
@@ -716,25 +682,6 @@ fn plain_int(bytes: &[u8]) -> bool {
         return false;
     }
     digits == b"0" && bytes.len() == 1 || digits[0] != b'0'
-}
-
-/// scalars.py's `_is_iso_stamp`: 'YYYY-MM-DD HH:MM:SS...' with a four-digit year.
-fn iso_stamp(bytes: &[u8]) -> bool {
-    bytes.len() >= 19 && bytes[4] == b'-' && bytes[10] == b' ' && bytes[13] == b':'
-}
-
-/// Printable ASCII without a quote or backslash: its JSON string is the text in quotes.
-fn plain_ascii(bytes: &[u8]) -> bool {
-    bytes
-        .iter()
-        .all(|&b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
-}
-
-fn quoted(bytes: &[u8], out: &mut Vec<u8>) -> bool {
-    out.push(b'"');
-    out.extend_from_slice(bytes);
-    out.push(b'"');
-    true
 }
 
 /// A JSON string as orjson writes it: short escapes for \b \t \n \f \r, `\u00xx` for other
