@@ -159,6 +159,7 @@ class PostgresSource:
             self._context.on_bad_record,
             self._logger,
             [self._heartbeat.prefix],
+            self._context.envelope,
         )
         asm.hooks.update(self.message_hooks)
         known = published_schemas(self._context.log, self._context.pipeline, list(tables))

@@ -18,6 +18,7 @@ import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from cdc.envelope_options import READABLE, EnvelopeOptions
 from cdc.events import ChangeEvent, Op, Row
 from cdc.logging import Logger
 from cdc.source import SourceBatch
@@ -78,6 +79,7 @@ class Assembler:
         toast: previous images for unchanged TOAST values.
         on_bad_record: ``fail`` or ``dead_letter``.
         logger: bound logger.
+        options: the pipeline's envelope options (how values are written).
         ignored_prefixes: logical-message prefixes dropped silently (the heartbeat's); the
             others go to :attr:`hooks` by prefix (snapshot watermarks).
     """
@@ -93,6 +95,7 @@ class Assembler:
         on_bad_record: str,
         logger: Logger,
         ignored_prefixes: Sequence[str] = (),
+        options: EnvelopeOptions = READABLE,
     ) -> None:
         self._pipeline, self._toast = pipeline, toast
         log_selected(logger)
@@ -100,7 +103,9 @@ class Assembler:
         self._ignored_prefixes = frozenset(ignored_prefixes)
         self._tx = Transaction(pipeline, db)
         self._batch = Batch()
-        self._relations = Relations(pipeline, tables, key_columns, catalog, toast, self._batch)
+        self._relations = Relations(
+            pipeline, tables, key_columns, catalog, toast, self._batch, options
+        )
         self._bad = BadRecords(on_bad_record, self._batch, self._tx)
         self._fill = ToastFill(catalog, toast, self._batch).fill
         self._handlers = self._dispatch()

@@ -179,8 +179,8 @@ def test_shape_change_cuts_the_batch_before_the_new_schema() -> None:
 
 
 def test_bad_value_fails_or_becomes_a_dead_letter() -> None:
-    rel = _relation("id", "doc", types=[INT4, JSON])
-    bad = pg.Insert(1, ("1", '{"a": 1e999}'))
+    rel = _relation("id", "n", types=[INT4, INT4])
+    bad = pg.Insert(1, ("1", "one"))  # (json is a string of its text now: any text is valid)
     with pytest.raises(ConversionError, match=r"table public\.t"):
         _tx(_assembler(FakeCatalog(), FakeLog()), rel, bad)
     batch = _tx(_assembler(FakeCatalog(), FakeLog(), "dead_letter"), rel, bad)

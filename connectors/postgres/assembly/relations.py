@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+from cdc.envelope_options import READABLE, EnvelopeOptions
 from cdc.schema import TableSchema
 from connectors.postgres import pgoutput as pg
 from connectors.postgres.assembly.batch import Batch
@@ -46,6 +47,7 @@ class Relations:
         catalog: catalog lookups.
         toast: told which columns of each topic can be TOASTed.
         batch: where a new shape's schema is published.
+        options: the pipeline's envelope options (how values are written).
     """
 
     def __init__(
@@ -56,10 +58,11 @@ class Relations:
         catalog: RelationCatalog,
         toast: ToastFiller,
         batch: Batch,
+        options: EnvelopeOptions = READABLE,
     ) -> None:
         self._pipeline, self._tables, self._key_columns = pipeline, tables, key_columns
         self._catalog, self._toast, self._batch = catalog, toast, batch
-        self.registry = TypeRegistry()
+        self.registry = TypeRegistry(options)
         #: Follows shape changes (published column ids, re-snapshots); ``None``: not followed.
         self.shapes: ShapeTracker | None = None
         #: Captured relations by OID (the hot path reads it directly).

@@ -21,6 +21,7 @@ from psycopg import sql
 
 from cdc.clock import now_ms
 from cdc.config import redact_url
+from cdc.envelope_options import READABLE, EnvelopeOptions
 from cdc.logging import Logger
 from connectors.postgres.catalog import Catalog, TableInfo
 from connectors.postgres.config import PostgresSourceConfig
@@ -51,10 +52,15 @@ class ExportedSnapshot:
 
 
 def describe_tables(
-    catalog: Catalog, config: PostgresSourceConfig, pipeline: str, role: str, logger: Logger
+    catalog: Catalog,
+    config: PostgresSourceConfig,
+    pipeline: str,
+    role: str,
+    logger: Logger,
+    options: EnvelopeOptions = READABLE,
 ) -> list[SnapshotTable]:
     """Every captured table as the snapshot reads it; warns for tables chunked by ``ctid``."""
-    registry = TypeRegistry()
+    registry = TypeRegistry(options)
     tables = []
     for schema, name in config.table_pairs():
         info = catalog.table(schema, name, role)
@@ -98,6 +104,7 @@ def start_exported(
     logger: Logger,
     slot_exists: bool,
     signal_table: tuple[str, str] | None = None,
+    options: EnvelopeOptions = READABLE,
 ) -> ExportedSnapshot:
     """Create the slot with an exported snapshot and plan every table inside it.
 
@@ -105,6 +112,7 @@ def start_exported(
         slot_exists: the slot exists but cannot serve (no position stored): it is dropped and
             created again, as only a new slot exports a snapshot.
         signal_table: a signal table to publish along with the captured tables.
+        options: the pipeline's envelope options (how values are written).
 
     Raises:
         SourceFatal: a problem a human must fix (named in the message).
@@ -113,7 +121,7 @@ def start_exported(
     dsn = config.dsn.get_secret_value()
     where = redact_url(dsn)
     slot = config.slot_name(pipeline)
-    tables, database = _prepare(config, pipeline, logger, slot_exists, signal_table)
+    tables, database = _prepare(config, pipeline, logger, slot_exists, signal_table, options)
     repl = ReplicationConnection(dsn, where, config.connect_timeout_s)
     try:
         created = create_slot(repl, slot, logger, snapshot="export")
@@ -134,6 +142,7 @@ def _prepare(
     logger: Logger,
     slot_exists: bool,
     signal_table: tuple[str, str] | None,
+    options: EnvelopeOptions = READABLE,
 ) -> tuple[list[SnapshotTable], str]:
     """Check the server, describe the tables, ensure the publication, drop a useless slot."""
     dsn = config.dsn.get_secret_value()
@@ -141,7 +150,7 @@ def _prepare(
     try:
         catalog.check_server()
         role = catalog.check_role()
-        tables = describe_tables(catalog, config, pipeline, role, logger)
+        tables = describe_tables(catalog, config, pipeline, role, logger, options)
         infos = [t.info for t in tables]
         if signal_table is not None:
             infos.append(catalog.table(*signal_table, role))

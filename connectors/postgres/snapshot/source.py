@@ -178,7 +178,13 @@ class SnapshottingPostgresSource:
         pipeline = self._context.pipeline
         self._slot = UNREAD  # about to be (re)created with the snapshot
         exported = start_exported(
-            self._config, pipeline, self._state, self._logger, slot_exists, self._channel.table
+            self._config,
+            pipeline,
+            self._state,
+            self._logger,
+            slot_exists,
+            self._channel.table,
+            self._context.envelope,
         )
         self._exported = exported
         settings = ReadSettings(

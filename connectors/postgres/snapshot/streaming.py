@@ -87,6 +87,7 @@ class StreamSnapshots:
         channel: Channel,
     ) -> None:
         self._config, self._pipeline = config, context.pipeline
+        self._envelope = context.envelope
         self._inner, self._state, self._progress = inner, state, progress
         self._logger = logger
         self._lock = threading.Lock()
@@ -432,7 +433,13 @@ class StreamSnapshots:
             role = catalog.check_role()
             info = catalog.table(schema, table, role)
             return describe_one(
-                catalog, TypeRegistry(), self._config, self._pipeline, info, self._logger, quiet
+                catalog,
+                TypeRegistry(self._envelope),
+                self._config,
+                self._pipeline,
+                info,
+                self._logger,
+                quiet,
             )
         finally:
             catalog.close()

@@ -1,33 +1,41 @@
-"""Convert PostgreSQL text-format values into faithful, JSON-ready Python values.
+"""Convert PostgreSQL text-format values into the JSON-ready values Debezium 3.6.1 writes.
 
-pgoutput sends column values in their text output form. This module maps each type to a pure
-``str -> value`` function whose result orjson serialises without losing anything:
+pgoutput sends column values in their text output form. Each column gets one ``str -> value``
+function, chosen by its type, typmod and the pipeline's envelope options
+(:class:`~cdc.envelope_options.EnvelopeOptions`, :mod:`.modes`); under the readable defaults:
 
 ================================  ==============================================================
 integers, ``oid``                 ``int``
-``numeric``, ``money``            ``str``: the exact text (``'NaN'``, ``'Infinity'`` too), as
-                                  Debezium's ``decimal.handling.mode=string``
+``numeric``                       ``str``: the exact text, ``NaN`` as ``'NAN'`` (``precise``:
+                                  Connect's Decimal; ``double``: a number)
+``money``                         ``str``: the plain decimal (``'1234.56'``)
 ``float4``, ``float8``            ``float``; ``'NaN'``, ``'Infinity'``, ``'-Infinity'`` stay
                                   strings (JSON has no such numbers)
 ``bool``                          ``bool``
-``bytea``                         base64 ``str``
-``date``, ``time``                ISO text as sent (``'infinity'``, ``BC`` dates kept as text)
-``timetz``                        ``'HH:MM:SS[.ffffff]+HH:MM'``
-``timestamp``                     ``'YYYY-MM-DDTHH:MM:SS[.ffffff]'`` (fraction as sent)
-``timestamptz``                   the same in UTC with ``'Z'``
-``interval``                      ISO-8601 duration, see :func:`interval_to_iso`
-``json``, ``jsonb``               parsed; see :func:`parse_json` for big numbers
-arrays                            nested lists of converted elements, ``NULL`` -> ``None``
-domains                           converted as their base type
+``bytea``                         base64 ``str`` (or URL-safe base64, or hex)
+``date``, ``time``                ``'2024-02-29Z'``, ``'13:45:30.5Z'`` (or epoch numbers)
+``timetz``                        UTC, fraction trimmed: ``'11:45:30.5Z'`` (every mode)
+``timestamp``                     ``'YYYY-MM-DDTHH:MM:SS[.ffffff]Z'`` (or epoch ms/µs)
+``timestamptz``                   UTC, six fraction digits, ``'Z'`` (every mode)
+``interval``                      ``'P1Y2M3DT4H5M6.789S'`` (or µs, a month 30.4375 days)
+``json``, ``jsonb``               a string holding the server's text (``io.debezium.data.Json``)
+``hstore``                        a JSON text (or the object, ``hstore.handling.mode=map``)
+arrays                            lists of converted elements, ``NULL`` -> ``None`` (nested
+                                  arrays keep their values, unlike Debezium)
+domains                           converted as their base type (with the domain's typmod)
 anything else                     the text as sent (enums, uuid, inet, ranges, composites...)
 ================================  ==============================================================
+
+:mod:`.connect` gives each column's Kafka Connect field schema.
 
 The parsers expect the text forms of these settings, which the replication connection should
 set (see :data:`TEXT_FORMAT_SETTINGS`); anything else is a :class:`ConversionError`.
 
 The modules: :mod:`.oids` (the catalog: built-in OIDs, :class:`TypeEntry`, :data:`TYPE_QUERY`),
-:mod:`.scalars` (the text-format converters and the kind of each), :mod:`.arrays` (array
-text), :mod:`.names` (``format_type`` spellings), :mod:`.registry` (OID -> entry, converter and
+:mod:`.scalars` (the converters that are the same in every mode), :mod:`.modes` (the choice per
+column and options, and the kind of each converter), :mod:`.temporal`, :mod:`.decimals`,
+:mod:`.hstore`, :mod:`.arrays` (array text), :mod:`.connect` (Connect field schemas),
+:mod:`.names` (``format_type`` spellings), :mod:`.registry` (OID -> entry, converter and
 :class:`TypeKind`), :mod:`.rows` (the per-relation row converter), :mod:`.errors`.
 """
 

@@ -40,7 +40,7 @@ def _unscaled(text: str, scale: int) -> int:
     whole, _, fraction = text.partition(".")
     if scale >= 0:
         return int(whole + fraction[:scale].ljust(scale, "0"))
-    return int(whole) // 10**-scale  # a negative scale: the text is a multiple of 10**-scale
+    return int(whole) // int(10**-scale)  # a negative scale: the text is a multiple of 10**-scale
 
 
 def _java_bytes(value: int) -> bytes:

@@ -5,7 +5,8 @@ Each public ``*_converter`` returns the ``str -> value`` function of one column 
 by the column's precision and the options); the value functions parse PostgreSQL's ISO text
 (``DateStyle=ISO``, ``IntervalStyle=postgres``, ``TimeZone=UTC``: see
 :data:`~connectors.postgres.types.scalars.TEXT_FORMAT_SETTINGS`). ``infinity`` and BC values,
-which Debezium writes as clamped or wrong numbers, keep the server's text.
+which Debezium writes as clamped or wrong numbers, keep the server's text (not compared with
+Debezium); ISO years past 9999 get Java's ``+``.
 """
 
 from __future__ import annotations
@@ -79,6 +80,11 @@ def date_converter(mode: str) -> Converter:
     return _keep_special(_day)
 
 
+def _java_year(day: str) -> str:
+    """Java's ISO date: a year past 9999 gets a ``+`` (``'+12345-06-07'``)."""
+    return "+" + day if len(day) > 10 else day
+
+
 def iso_date(text: str) -> str:
     """``date`` under ``isostring``: the ISO date with ``Z``."""
     if len(text) == 10 and text[4] == "-" and text[7] == "-":
@@ -86,7 +92,7 @@ def iso_date(text: str) -> str:
     if text in _SPECIALS or text.endswith(" BC"):
         return text
     _day(text)  # raises on a malformed date
-    return text + "Z"
+    return _java_year(text) + "Z"
 
 
 def time_converter(mode: str, precision: int) -> Converter:
@@ -128,7 +134,7 @@ def iso_timestamp(text: str) -> str:
     day, _, clock = text.partition(" ")
     _day(day)
     _clock_us(clock)
-    return f"{day}T{clock}Z"
+    return f"{_java_year(day)}T{clock}Z"
 
 
 _OFFSET: Final = re.compile(r"([+-])(\d{2})(?::(\d{2}))?(?::(\d{2}))?")
@@ -173,7 +179,7 @@ def timestamptz(text: str) -> str:
     local, offset = _offset_split(text)
     micros = _stamp_us(local) - offset * 1_000_000
     days, clock_us = divmod(micros, _DAY_US)
-    return f"{_civil(days)}T{_clock_text(clock_us, 6)}Z"
+    return f"{_java_year(_civil(days))}T{_clock_text(clock_us, 6)}Z"
 
 
 def _civil(days: int) -> str:
