@@ -11,6 +11,7 @@ alike), ``NaN`` and the infinities as JSON strings.
 from __future__ import annotations
 
 import base64
+from decimal import Decimal
 from typing import Any, Final
 
 from connectors.postgres.types.scalars import Converter
@@ -34,13 +35,21 @@ def numeric_scale(typmod: int) -> tuple[int, int] | None:
     return (packed >> 16) & 0xFFFF, scale
 
 
+def _integer(digits: str) -> int:
+    """``int(digits)``, past Python's 4300-digit limit too (numeric allows 131072 digits):
+    a Decimal is exact whatever its length, and so is its ``int``."""
+    return int(digits) if len(digits) < 4000 else int(Decimal(digits))
+
+
 def _unscaled(text: str, scale: int) -> int:
     """The integer ``text * 10**scale`` (``text`` a plain decimal with at most ``scale``
     fraction digits; more are cut, as none arrive for a column of that scale)."""
     whole, _, fraction = text.partition(".")
     if scale >= 0:
-        return int(whole + fraction[:scale].ljust(scale, "0"))
-    return int(whole) // int(10**-scale)  # a negative scale: the text is a multiple of 10**-scale
+        return _integer(whole + fraction[:scale].ljust(scale, "0"))
+    return _integer(whole) // int(
+        10**-scale
+    )  # a negative scale: the text is a multiple of 10**-scale
 
 
 def _java_bytes(value: int) -> bytes:
@@ -86,7 +95,7 @@ def _variable(text: str) -> dict[str, Any] | None:
     if text in _STRING_SPECIALS:
         return None
     whole, _, fraction = text.partition(".")
-    return {"scale": len(fraction), "value": _b64(int(whole + fraction))}
+    return {"scale": len(fraction), "value": _b64(_integer(whole + fraction))}
 
 
 def _money_decimal(text: str) -> str:

@@ -243,5 +243,6 @@ def interval_string(text: str) -> str:
 
 
 def interval_converter(mode: str) -> Converter:
-    """``interval``: µs (``numeric``) or the ISO-8601 string (``string``)."""
-    return interval_micros if mode == "numeric" else interval_string
+    """``interval``: µs (``numeric``) or the ISO-8601 string (``string``); PostgreSQL 17's
+    ``infinity`` keeps its text."""
+    return _keep_special(interval_micros if mode == "numeric" else interval_string)
