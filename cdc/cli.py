@@ -90,7 +90,12 @@ def validate(file: str) -> None:
     help="Run the source, the sinks, or both.",
 )
 @click.option("--sink", "sink_names", multiple=True, help="With --role sinks: only these sinks.")
-def run(file: str, role: str, sink_names: tuple[str, ...]) -> None:
+@click.option(
+    "--accept-envelope-change",
+    is_flag=True,
+    help="Store the file's envelope: encoding where the log was written under another one.",
+)
+def run(file: str, role: str, sink_names: tuple[str, ...], accept_envelope_change: bool) -> None:
     """Run the pipeline until SIGINT or SIGTERM, then stop cleanly."""
     from cdc.runtime.pipeline import run_until_signalled
 
@@ -99,7 +104,16 @@ def run(file: str, role: str, sink_names: tuple[str, ...]) -> None:
     if unknown:
         raise click.UsageError(f"unknown sink(s): {', '.join(unknown)}")
     with _runtime_errors():
-        sys.exit(run_until_signalled(pipeline, role, list(sink_names) or None))
+        try:
+            code = run_until_signalled(
+                pipeline, role, list(sink_names) or None, accept_envelope_change
+            )
+        except ConfigError as exc:  # the log's stored envelope encoding is not the file's
+            click.echo(f"{file}: the log was written under another envelope encoding", err=True)
+            for where, message in exc.problems:
+                click.echo(f"  {where or '(file)'}: {message}", err=True)
+            sys.exit(EXIT_CONFIG)
+    sys.exit(code)
 
 
 @main.command()

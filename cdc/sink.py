@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import structlog
 from pydantic import BaseModel
 
+from cdc.envelope_options import READABLE, EnvelopeOptions
 from cdc.log.base import TopicPartition
 from cdc.schema import TableSchema
 
@@ -52,6 +53,10 @@ class SinkContext:
     tables: Sequence[tuple[str, str]]
     schemas: SchemaLookup
     logger: structlog.typing.FilteringBoundLogger
+    envelope: EnvelopeOptions = READABLE
+    """The pipeline's envelope options: how record values are encoded (decode them with
+    :func:`cdc.values.decoder`). Keys and values reach the sink without the ``{"schema",
+    "payload"}`` wrapper of ``schemas.enable``."""
 
 
 class Sink(Protocol):

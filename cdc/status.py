@@ -12,6 +12,7 @@ from rich.table import Table
 from cdc import plugins
 from cdc.config import Pipeline
 from cdc.log.base import Log, TopicPartition
+from cdc.log.encoding import LEGACY, read_encoding
 from cdc.redact import redact
 from cdc.runtime.pipeline import sink_topics
 from cdc.runtime.sink_control import SinkControl, sink_state_report
@@ -93,6 +94,7 @@ def status_report(log: Log, pipeline: Pipeline) -> dict[str, Any]:
         "snapshot": snapshot_report(source["offsets"]),
         "topics": topics_report(log, pipeline),
         "sinks": sink_report(log, pipeline),
+        "envelope": envelope_report(log, pipeline),
     }
     if pipeline.log.type == "embedded":
         report["log_appender"] = appender_report()
@@ -112,6 +114,32 @@ def print_topics(report: list[dict[str, Any]]) -> None:
     Console().print(table)
 
 
+def envelope_report(log: Log, pipeline: Pipeline) -> dict[str, Any]:
+    """The encoding stored in the log, and whether the pipeline file's ``envelope:`` matches."""
+    stored = read_encoding(log, pipeline.name)
+    if stored is None:
+        return {"stored": None, "matches_file": True, "file": pipeline.envelope.encoding()}
+    return {
+        "stored": stored.to_json(),
+        "matches_file": not stored.differences(pipeline.envelope) and stored.name != LEGACY,
+        "file": pipeline.envelope.encoding(),
+    }
+
+
+def print_envelope(report: dict[str, Any] | None, console: Console) -> None:
+    if report is None:
+        return
+    stored = report["stored"]
+    if stored is None:
+        console.print("[bold]envelope[/bold] none stored yet (the next cdc run stores the file's)")
+        return
+    options = ", ".join(f"{k}={v}" for k, v in stored["options"].items()) or "-"
+    verdict = "matches the file" if report["matches_file"] else "DIFFERS from the file"
+    console.print(f"[bold]envelope[/bold] {stored['name']} ({escape(options)}): {verdict}")
+    if stored["since"]:
+        console.print(f"  since: {stored['since']}")
+
+
 def print_status(report: dict[str, Any]) -> None:
     console = Console()
     console.print(f"[bold]pipeline[/bold] {report['pipeline']}  [bold]log[/bold] {report['log']}")
@@ -126,6 +154,7 @@ def print_status(report: dict[str, Any]) -> None:
         if key == "offsets":
             value = _without_snapshots(value)
         console.print(f"  {key}: {value}")
+    print_envelope(report.get("envelope"), console)
     print_snapshots(report.get("snapshot") or [], console)
     print_topics(report["topics"])
     sinks = Table("sink", "type", "topic", "committed", "end", "lag")

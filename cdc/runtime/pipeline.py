@@ -22,6 +22,7 @@ from cdc import plugins
 from cdc.config import Pipeline, SinkConfig
 from cdc.events import topic_name
 from cdc.log.base import Log
+from cdc.log.encoding import ensure_encoding
 from cdc.log.factory import open_log
 from cdc.logging import Logger, get_logger
 from cdc.runtime.control_watcher import ControlWatcher
@@ -109,6 +110,7 @@ def build_sink(
         tables=pipeline.sink_tables(config),
         schemas=catalog,
         logger=logger,
+        envelope=pipeline.envelope,
     )
 
     def factory() -> Sink:
@@ -122,18 +124,33 @@ def sink_topics(pipeline: Pipeline, config: SinkConfig) -> list[str]:
     return [topic_name(pipeline.name, s, t) for s, t in pipeline.sink_tables(config)]
 
 
-def start(pipeline: Pipeline, role: str = "all", sinks: list[str] | None = None) -> PipelineRun:
+def start(
+    pipeline: Pipeline,
+    role: str = "all",
+    sinks: list[str] | None = None,
+    accept_envelope_change: bool = False,
+) -> PipelineRun:
     """Start the pipeline's tasks in threads and return at once.
 
     Args:
         pipeline: the validated pipeline.
         role: ``all``, ``source`` (only the source task) or ``sinks`` (only sink tasks).
         sinks: with role ``sinks``, only these sinks (default: all).
+        accept_envelope_change: store the file's envelope encoding where the log holds
+            another (:func:`cdc.log.encoding.ensure_encoding`), instead of refusing to start.
+
+    Raises:
+        EnvelopeChanged: the log was written under another envelope encoding.
     """
     gc.set_threshold(*GC_THRESHOLDS)
     log = open_log(pipeline)
-    run = PipelineRun(pipeline=pipeline, log=log)
     base = get_logger(pipeline=pipeline.name)
+    try:
+        ensure_encoding(log, pipeline.name, pipeline.envelope, accept_envelope_change, base)
+    except BaseException:
+        log.close()
+        raise
+    run = PipelineRun(pipeline=pipeline, log=log)
     if role == "all" and not _sinks_can_start(run, base):
         return run  # failed before the source created anything (cdc.runtime.preflight)
     if role in ("all", "source"):
@@ -228,11 +245,14 @@ def _spawn(run: PipelineRun, name: str, target: Callable[[], None]) -> None:
 
 
 def run_until_signalled(
-    pipeline: Pipeline, role: str = "all", sinks: list[str] | None = None
+    pipeline: Pipeline,
+    role: str = "all",
+    sinks: list[str] | None = None,
+    accept_envelope_change: bool = False,
 ) -> int:
     """Run until SIGINT/SIGTERM or a fatal error; returns the process exit code."""
     logger = get_logger(pipeline=pipeline.name)
-    run = start(pipeline, role, sinks)
+    run = start(pipeline, role, sinks, accept_envelope_change)
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         logger.info("pipeline.stopping", signal=signal.Signals(signum).name)

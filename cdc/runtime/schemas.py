@@ -13,6 +13,7 @@ import time
 import orjson
 
 from cdc.log.base import Log
+from cdc.log.encoding import is_encoding_key
 from cdc.schema import TableSchema, schema_topic
 
 
@@ -57,7 +58,7 @@ class SchemaCatalog:
                 if not records:
                     break
                 for record in records:
-                    if record.value is not None:
+                    if record.value is not None and not is_encoding_key(record.key):
                         parsed = TableSchema.from_json(orjson.loads(record.value))
                         self._schemas[(parsed.schema, parsed.table)] = parsed
                 offset = records[-1].offset + 1

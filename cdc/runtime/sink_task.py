@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import orjson
 
@@ -42,18 +43,30 @@ class SinkRecordStop(RecordError):
 
 
 def decode_records(records: Sequence[StoredRecord]) -> list[SinkRecord]:
-    """Parse keys and values once, for every sink."""
+    """Parse keys and values once, for every sink.
+
+    Under ``schemas.enable: true`` a key and a value are the JsonConverter's ``{"schema",
+    "payload"}``: sinks are given the payload (the schema describes what the pipeline's
+    envelope options and the published :class:`~cdc.schema.TableSchema` already say).
+    """
     loads = orjson.loads
     return [
         SinkRecord(
             r.topic,
             r.partition,
             r.offset,
-            None if r.key is None else loads(r.key),
-            None if r.value is None else loads(r.value),
+            None if r.key is None else unwrap(loads(r.key)),
+            None if r.value is None else unwrap(loads(r.value)),
         )
         for r in records
     ]
+
+
+def unwrap(data: Any) -> Any:
+    """The payload of a ``{"schema", "payload"}`` document; anything else as it is."""
+    if data.__class__ is dict and len(data) == 2 and "payload" in data and "schema" in data:
+        return data["payload"]
+    return data
 
 
 def group_name(pipeline: str, sink: str) -> str:

@@ -22,6 +22,7 @@ import duckdb
 
 from cdc.errors import CdcError, RecordError, SinkFatal
 from cdc.log.base import TopicPartition
+from cdc.log.encoding import is_encoding_key
 from cdc.schema import schema_topic
 from cdc.sink import SinkContext, SinkRecord, sink_offsets
 from sinks.duckdb import catalog, history, merge
@@ -154,7 +155,7 @@ class DuckDBSink:
         announced = [
             (str(r.key.get("schema")), str(r.key.get("table")))
             for r in schemas
-            if r.key is not None and r.value is not None
+            if r.key is not None and r.value is not None and not is_encoding_key(r.key)
         ]
         wanted = [t for t in dict.fromkeys(announced) if t in self._tables]
         return [r for r in records if r.topic != topic], wanted, sink_offsets(schemas)

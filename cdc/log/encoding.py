@@ -1,0 +1,221 @@
+"""The envelope encoding a log was written with, stored in the log itself.
+
+A topic's records are read by sinks and by consumers outside the pipeline; one written under
+``decimal.handling.mode: string`` and then appended to under ``precise`` would hold two
+encodings that nothing tells apart. So the encoding (:meth:`EnvelopeOptions.encoding`) is
+stored in the pipeline's schema topic (``<pipeline>.__schemas``) under a key of its own kind,
+``{"kind": "encoding"}``, beside the tables' schemas (keyed ``{"schema", "table"}``); compaction
+keeps its newest version. It works the same on the embedded and the Kafka log.
+
+``cdc run`` writes it when the log has none. A log with table records but no stored encoding
+was written before the ``envelope:`` block existed: its encoding is ``legacy``. When the stored
+encoding differs from the pipeline file's, the run is refused (a config error), unless asked
+with ``--accept-envelope-change``: then the new encoding is stored with the end offsets of the
+table topics where it starts, and the ones before it are kept in the same record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import orjson
+
+from cdc.envelope_options import EnvelopeOptions
+from cdc.errors import ConfigError
+from cdc.log.base import Log, Record, TopicInfo
+from cdc.logging import Logger
+from cdc.schema import schema_topic
+
+ENCODING_KEY: Final = orjson.dumps({"kind": "encoding"})
+LEGACY: Final = "legacy"
+DEBEZIUM: Final = "debezium"
+
+
+@dataclass(frozen=True)
+class StoredEncoding:
+    """How a log's records are encoded.
+
+    Attributes:
+        name: ``debezium`` (records as Debezium writes them under ``options``) or ``legacy``
+            (written before the ``envelope:`` block: the pre-Debezium-exact encoding).
+        options: :meth:`EnvelopeOptions.encoding` under Debezium's names (``{}`` for legacy).
+        since: ``{topic: {partition: offset}}``, the first offset of each table topic written
+            under this encoding (empty: from the start of every topic).
+        previous: the encodings before this one, oldest first, each as :meth:`to_json`.
+    """
+
+    name: str
+    options: dict[str, Any] = field(default_factory=dict)
+    since: dict[str, dict[str, int]] = field(default_factory=dict)
+    previous: tuple[dict[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, options: EnvelopeOptions) -> StoredEncoding:
+        return cls(DEBEZIUM, options.encoding())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": "encoding",
+            "name": self.name,
+            "options": self.options,
+            "since": self.since,
+            "previous": list(self.previous),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StoredEncoding:
+        return cls(
+            str(data["name"]),
+            dict(data.get("options") or {}),
+            {t: dict(p) for t, p in (data.get("since") or {}).items()},
+            tuple(data.get("previous") or ()),
+        )
+
+    def envelope(self) -> EnvelopeOptions | None:
+        """The options records are decoded with (``None``: the legacy encoding)."""
+        if self.name == LEGACY:
+            return None
+        return EnvelopeOptions.model_validate(self.options)
+
+    def differences(self, options: EnvelopeOptions) -> list[tuple[str, Any, Any]]:
+        """``(option, stored, wanted)`` for each encoding option ``options`` changes."""
+        wanted = options.encoding()
+        if self.name == LEGACY:
+            return [(name, LEGACY, value) for name, value in wanted.items()]
+        return [
+            (name, self.options.get(name), value)
+            for name, value in wanted.items()
+            if self.options.get(name) != value
+        ]
+
+
+def is_encoding_key(key: bytes | dict[str, Any] | None) -> bool:
+    """Whether a schema-topic key (raw or parsed) is the stored encoding's, not a table's."""
+    if isinstance(key, bytes | bytearray):
+        return bytes(key) == ENCODING_KEY
+    return isinstance(key, dict) and key.get("kind") == "encoding"
+
+
+def encoding_record(pipeline: str, stored: StoredEncoding) -> Record:
+    return Record(schema_topic(pipeline), ENCODING_KEY, orjson.dumps(stored.to_json()))
+
+
+def read_encoding(log: Log, pipeline: str) -> StoredEncoding | None:
+    """The log's stored encoding: the newest one written, ``legacy`` for a log with table
+    records and none stored, ``None`` for a log without either."""
+    infos = {info.name: info for info in log.topics()}
+    topic = schema_topic(pipeline)
+    if topic in infos:
+        newest = _newest_encoding(log, infos[topic])
+        if newest is not None:
+            return StoredEncoding.from_json(orjson.loads(newest))
+    if _table_ends(infos.values(), pipeline):
+        return StoredEncoding(LEGACY)
+    return None
+
+
+def _newest_encoding(log: Log, info: TopicInfo) -> bytes | None:
+    # Read, not looked up: the Kafka log looks keys up only for its source (latest_value).
+    # The schema topic is small, and one key's versions are in one partition, in order.
+    newest = None
+    for partition, end in info.end_offsets.items():
+        offset = info.start_offsets.get(partition, 0)
+        while offset < end:
+            records = log.read(info.name, partition, offset, 1000)
+            if not records:
+                break
+            for record in records:
+                if record.value is not None and is_encoding_key(record.key):
+                    newest = record.value
+            offset = records[-1].offset + 1
+    return newest
+
+
+def table_end_offsets(log: Log, pipeline: str) -> dict[str, dict[str, int]]:
+    """``{topic: {partition: end offset}}`` of the pipeline's table topics holding records."""
+    return _table_ends(log.topics(), pipeline)
+
+
+def _table_ends(infos: Iterable[TopicInfo], pipeline: str) -> dict[str, dict[str, int]]:
+    prefix = f"{pipeline}."
+    ends: dict[str, dict[str, int]] = {}
+    for info in infos:
+        rest = info.name.removeprefix(prefix)
+        if rest == info.name or rest.startswith("__") or rest == "transaction":
+            continue
+        if any(info.end_offsets.values()):
+            ends[info.name] = {str(p): int(o) for p, o in sorted(info.end_offsets.items())}
+    return ends
+
+
+class EnvelopeChanged(ConfigError):
+    """The pipeline file's ``envelope:`` block encodes records unlike the log holds them."""
+
+
+def ensure_encoding(
+    log: Log, pipeline: str, options: EnvelopeOptions, accept_change: bool, logger: Logger
+) -> StoredEncoding:
+    """Check (and, where the log has none, store) the log's encoding before a run.
+
+    Raises:
+        EnvelopeChanged: the stored encoding differs from ``options`` and ``accept_change``
+            is not set.
+    """
+    stored = read_encoding(log, pipeline)
+    if stored is not None and stored.name == DEBEZIUM and not stored.differences(options):
+        return stored
+    if stored is None:
+        return _write(log, pipeline, StoredEncoding.of(options))
+    changes = stored.differences(options)
+    if not accept_change:
+        raise EnvelopeChanged(_problems(stored, changes))
+    since = table_end_offsets(log, pipeline)
+    new = StoredEncoding(
+        DEBEZIUM, options.encoding(), since, (*stored.previous, _without_history(stored))
+    )
+    logger.warning(
+        "envelope.encoding_changed",
+        previous=stored.name,
+        changes={name: [old, value] for name, old, value in changes},
+        since=since,
+    )
+    return _write(log, pipeline, new)
+
+
+def _without_history(stored: StoredEncoding) -> dict[str, Any]:
+    data = stored.to_json()
+    del data["previous"], data["kind"]
+    return data
+
+
+def _write(log: Log, pipeline: str, stored: StoredEncoding) -> StoredEncoding:
+    log.ensure_topics([schema_topic(pipeline)])
+    tx = log.begin()
+    tx.append([encoding_record(pipeline, stored)])
+    tx.commit()
+    return stored
+
+
+def _problems(stored: StoredEncoding, changes: list[tuple[str, Any, Any]]) -> list[tuple[str, str]]:
+    written = (
+        "before the envelope: block existed (the legacy encoding)"
+        if stored.name == LEGACY
+        else "with other envelope settings"
+    )
+    problems = [
+        (f"envelope.{name}", f"the log was written with {old!r}, the file says {new!r}")
+        for name, old, new in changes
+    ]
+    problems.append(
+        (
+            "envelope",
+            f"the log's topics were written {written}, and one topic must not mix two "
+            "encodings. Either set the envelope: block back to the log's settings, or point "
+            "log.path at a new log (Kafka: a new pipeline name, so new topics) and snapshot "
+            "again; or run `cdc run FILE --accept-envelope-change` to store the new encoding "
+            "from the topics' current end offsets on (older records keep the old one)",
+        )
+    )
+    return problems

@@ -1,0 +1,136 @@
+"""The envelope encoding stored with the log (cdc.log.encoding), on the embedded and the Kafka log.
+
+A log keeps the encoding it was written with; a run under another one is refused, naming each
+option, unless the change is accepted, which records where the new encoding starts.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from cdc.config import KafkaLogConfig
+from cdc.envelope_options import DEBEZIUM_DEFAULTS, READABLE
+from cdc.log.base import Log, Record
+from cdc.log.embedded import EmbeddedLog
+from cdc.log.encoding import (
+    DEBEZIUM,
+    LEGACY,
+    EnvelopeChanged,
+    StoredEncoding,
+    ensure_encoding,
+    read_encoding,
+)
+from cdc.log.kafka import KafkaLog
+from cdc.logging import get_logger
+from cdc.runtime.schemas import SchemaCatalog
+from cdc.schema import Column, TableSchema, schema_record, schema_topic
+from tests.unit.log_suite import append, read_all
+
+LOGGER = get_logger(test="stored_encoding")
+Opened = tuple[Log, str]
+
+
+@pytest.fixture(params=["embedded", "kafka"])
+def opened(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Opened]]:
+    """Opens the same pipeline's log (a fresh name per test) each time it is called."""
+    pipeline = f"enc_{uuid.uuid4().hex[:10]}"
+    logs: list[Log] = []
+
+    def open_log() -> Opened:
+        log: Log
+        if request.param == "embedded":
+            log = EmbeddedLog(tmp_path / "log")
+        else:
+            server: Any = request.getfixturevalue("kafka_server")
+            config = KafkaLogConfig(type="kafka", bootstrap_servers=server.bootstrap_servers)
+            log = KafkaLog(pipeline, config)
+        logs.append(log)
+        return log, pipeline
+
+    yield open_log
+    for log in logs:
+        log.close()
+
+
+def _write_table_records(log: Log, pipeline: str) -> str:
+    """What an older cdc wrote: a table's schema and a change, no stored encoding."""
+    topic = f"{pipeline}.public.items"
+    log.ensure_topics([topic, schema_topic(pipeline)])
+    schema = TableSchema("postgresql", "public", "items", (Column("id", "int4", key=True),), 1)
+    value = orjson.dumps({"before": None, "after": {"id": 1}, "op": "c"})
+    append(log, [schema_record(pipeline, schema), Record(topic, b'{"id":1}', value)])
+    return topic
+
+
+def test_an_empty_log_stores_the_pipelines_encoding_once(opened: Callable[[], Opened]) -> None:
+    log, pipeline = opened()
+    assert read_encoding(log, pipeline) is None
+    stored = ensure_encoding(log, pipeline, DEBEZIUM_DEFAULTS, False, LOGGER)
+    assert stored == StoredEncoding(DEBEZIUM, DEBEZIUM_DEFAULTS.encoding())
+    again, _ = opened()
+    assert read_encoding(again, pipeline) == stored
+    ensure_encoding(again, pipeline, DEBEZIUM_DEFAULTS, False, LOGGER)
+    written = [r for r in read_all(again, schema_topic(pipeline)) if r.value is not None]
+    assert len(written) == 1  # the same encoding again: nothing written
+
+
+def test_a_log_with_records_and_no_encoding_is_legacy_and_refused(
+    opened: Callable[[], Opened],
+) -> None:
+    log, pipeline = opened()
+    _write_table_records(log, pipeline)
+    assert read_encoding(log, pipeline) == StoredEncoding(LEGACY)
+    with pytest.raises(EnvelopeChanged) as refused:
+        ensure_encoding(log, pipeline, READABLE, False, LOGGER)
+    where = [path for path, _ in refused.value.problems]
+    assert where[:-1] == [f"envelope.{name}" for name in READABLE.encoding()]
+    assert "'legacy'" in refused.value.problems[0][1]
+    ways_out = refused.value.problems[-1][1]
+    for hint in ("envelope: block back", "log.path", "new pipeline name", "--accept-envelope"):
+        assert hint in ways_out
+    assert read_encoding(log, pipeline) == StoredEncoding(LEGACY)  # refused: nothing stored
+
+
+def test_an_accepted_change_is_stored_with_where_it_starts(opened: Callable[[], Opened]) -> None:
+    log, pipeline = opened()
+    ensure_encoding(log, pipeline, READABLE, False, LOGGER)
+    topic = _write_table_records(log, pipeline)
+    ends = {str(p): o for p, o in log.end_offsets(topic).items()}
+    with pytest.raises(EnvelopeChanged) as refused:
+        ensure_encoding(log, pipeline, DEBEZIUM_DEFAULTS, False, LOGGER)
+    changed = {path: message for path, message in refused.value.problems[:-1]}
+    assert changed["envelope.decimal.handling.mode"] == (
+        "the log was written with 'string', the file says 'precise'"
+    )
+    assert set(changed) == {
+        "envelope.time.precision.mode",
+        "envelope.decimal.handling.mode",
+        "envelope.interval.handling.mode",
+        "envelope.binary.handling.mode",
+        "envelope.schemas.enable",
+    }
+    stored = ensure_encoding(log, pipeline, DEBEZIUM_DEFAULTS, True, LOGGER)
+    reopened, _ = opened()
+    assert read_encoding(reopened, pipeline) == stored
+    assert stored.options == DEBEZIUM_DEFAULTS.encoding()
+    assert stored.since == {topic: ends}
+    assert [p["options"] for p in stored.previous] == [READABLE.encoding()]
+    assert stored.envelope() == DEBEZIUM_DEFAULTS.model_copy(update={"skipped_operations": "none"})
+    ensure_encoding(reopened, pipeline, DEBEZIUM_DEFAULTS, False, LOGGER)  # now it matches
+
+
+def test_the_schema_catalog_does_not_take_the_encoding_for_a_table(
+    opened: Callable[[], Opened],
+) -> None:
+    log, pipeline = opened()
+    _write_table_records(log, pipeline)
+    ensure_encoding(log, pipeline, READABLE, True, LOGGER)
+    catalog = SchemaCatalog(log, pipeline, wait_s=0.5)
+    found = catalog.get("public", "items")
+    assert found is not None and found.key_columns == ["id"]
