@@ -98,8 +98,6 @@ def _nullable(convert: Decoder) -> Decoder:
 
 def _numeric(match: re.Match[str], options: EnvelopeOptions | None) -> Decoder:
     scale = None if match.group(1) is None else int(match.group(2) or 0)
-    if match.group(0) == "money":
-        scale = 2  # Debezium's money.fraction.digits default
     precise = options is not None and options.decimal_handling_mode == "precise"
     return _nullable(lambda value: numeric_value(value, scale, precise))
 
@@ -319,7 +317,7 @@ def interval_value(value: Any) -> Interval | str:
 
 
 _BUILDERS: Final[list[tuple[re.Pattern[str], Callable[..., Decoder]]]] = [
-    (re.compile(r"(?:numeric|decimal)(?:\((\d+)(?:,\s*(-?\d+))?\))?|money"), _numeric),
+    (re.compile(r"(?:numeric|decimal)(?:\((\d+)(?:,\s*(-?\d+))?\))?"), _numeric),
     (re.compile(r"real|float4|double precision|float8|float(?:\(\d+\))?"), _float),
     (re.compile(r"bytea"), _bytea),
     (re.compile(r"jsonb?"), _json),

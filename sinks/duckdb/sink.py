@@ -230,7 +230,7 @@ class DuckDBSink:
             history.close_truncated(self._con, state, truncate)
         if not len(batch):
             return
-        staged = encode(state, batch, newest_only=not self._history)
+        staged = encode(state, batch, not self._history, self._context.envelope)
         merge.select_winners(self._con, state, staged, newest_only=not self._history)
         latest = merge.select_latest(self._con, state) if self._history else merge.WINNERS
         ops = set(staged.batch.ops)

@@ -15,10 +15,12 @@ from typing import Any, Final
 
 import orjson
 
+from cdc.envelope_options import READABLE, EnvelopeOptions
 from cdc.errors import RecordError
 from sinks.duckdb.catalog import POSITION, SEQUENCE, ColumnInfo, TableState, quote
 from sinks.duckdb.plan import TableBatch
 from sinks.duckdb.types import Conversion, conversion, document_key
+from sinks.duckdb.wire import BadWireValue, wire_conversion
 
 OP: Final = "__cdc_op"
 TS: Final = "__cdc_ts"
@@ -51,13 +53,21 @@ class StageFailed(Exception):
         self.cause = cause
 
 
-def encode(state: TableState, batch: TableBatch, newest_only: bool) -> Staged:
+def encode(
+    state: TableState,
+    batch: TableBatch,
+    newest_only: bool,
+    options: EnvelopeOptions | None = READABLE,
+) -> Staged:
     """The changes of one table as one JSON document of columns.
 
-    With ``newest_only``, only the newest change of each key is staged.
+    With ``newest_only``, only the newest change of each key is staged. ``options`` is the
+    envelope encoding the records were written with (``None``: legacy), see
+    :mod:`sinks.duckdb.wire`.
 
     Raises:
-        RecordError: a change with a column the table does not know.
+        RecordError: a change with a column the table does not know, or a value its column's
+            encoding cannot hold.
     """
     batch = current_names(state, batch)
     conversions = [conversion(c.duck_type) for c in state.columns]
@@ -68,6 +78,7 @@ def encode(state: TableState, batch: TableBatch, newest_only: bool) -> Staged:
         values = _document_columns(batch)
     else:
         values = _typed_columns(state, batch)
+        _decode_wire(state, batch, values, options)
     for n, conv in enumerate(conversions):
         if conv.python is not None:
             values[n] = conv.python(values[n])
@@ -77,6 +88,23 @@ def encode(state: TableState, batch: TableBatch, newest_only: bool) -> Staged:
     doc.update((f"c{n}", column) for n, column in enumerate(values))
     payload = orjson.dumps(doc).decode()
     return Staged(payload, state.columns, conversions, batch, unique, times=not newest_only)
+
+
+def _decode_wire(
+    state: TableState, batch: TableBatch, values: list[list[Any]], options: EnvelopeOptions | None
+) -> None:
+    for n, column in enumerate(state.columns):
+        convert = wire_conversion(column.source_type, column.duck_type, options)
+        if convert is None:
+            continue
+        try:
+            values[n] = convert(values[n])
+        except BadWireValue as exc:
+            reason = (
+                f"column {column.name} ({column.source_type}): value {values[n][exc.index]!r} "
+                f"is not a {column.source_type} under the pipeline's envelope settings: {exc}"
+            )
+            raise RecordError(reason, batch.records[exc.index]) from exc
 
 
 def current_names(state: TableState, batch: TableBatch) -> TableBatch:
