@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from cdc.schema import TableSchema
+from cdc.values import Interval
 
 _INTEGER = {"smallint", "integer", "bigint", "int2", "int4", "int8", "oid"}
 _DOUBLE = {"double precision", "float8"}
@@ -116,15 +117,20 @@ def _date(value: Any) -> str:
 
 
 def _time(value: Any) -> str:
-    if isinstance(value, time):
-        return value.isoformat()
-    return time.fromisoformat(str(value)).isoformat()
+    moment: time = value if isinstance(value, time) else time.fromisoformat(str(value))
+    if moment.tzinfo is not None:  # a timetz: Debezium writes it in UTC, a sink may keep the offset
+        moment = datetime.combine(date(2000, 1, 3), moment).astimezone(UTC).timetz()
+    return moment.isoformat()
 
 
 def interval_micros(value: Any) -> int:
     """An interval as microseconds, counting a month as 30 days (as PostgreSQL's justify does)."""
     if isinstance(value, timedelta):
         return (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+    if isinstance(value, Interval):
+        return (value.months * 30 + value.days) * _MICROS_PER_DAY + value.microseconds
+    if isinstance(value, int):  # interval.handling.mode: numeric
+        return value
     match = _ISO_DURATION.match(str(value))
     if match is None:
         raise ValueError(f"not an ISO-8601 duration: {value!r}")

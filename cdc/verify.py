@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from typing import Any
 import orjson
 
 from cdc.envelope import exact
+from cdc.envelope_options import EnvelopeOptions
 from cdc.events import topic_name
 from cdc.log.base import Log, TopicPartition
 from cdc.log.offsets import end_offsets
@@ -35,6 +37,7 @@ from cdc.normalize import canonical_row
 from cdc.runtime.sink_control import SinkControl
 from cdc.runtime.sink_task import group_name
 from cdc.schema import TableSchema
+from cdc.values import decoder
 
 RowReader = Callable[[], Iterable[tuple[dict[str, Any], dict[str, Any]]]]
 
@@ -234,13 +237,42 @@ def _verify_table(
     unread = _not_compared(name, sink.name, schema, behind, read_source, read_sink)
     if unread is not None:
         return unread
+    assert schema is not None  # _not_compared answered for a table without one
+    envelope = pipeline.envelope
+    source_options = {"envelope": envelope} if _takes(read_source, "envelope") else {}
+    source_rows = _reader(read_source, pipeline.source, schema_name, table_name, **source_options)
+    sink_rows = _reader(read_sink, sink, schema_name, table_name, pipeline=pipeline.name)
     return compare(
         name,
         sink.name,
         schema,
-        _reader(read_source, pipeline.source, schema_name, table_name),
-        _reader(read_sink, sink, schema_name, table_name, pipeline=pipeline.name),
+        _decoding(source_rows, schema, envelope),
+        sink_rows if _decodes_rows(sink.type) else _decoding(sink_rows, schema, envelope),
     )
+
+
+def _takes(function: Any, name: str) -> bool:
+    return name in inspect.signature(function).parameters
+
+
+def _decodes_rows(sink_type: str) -> bool:
+    """Whether a sink's ``read_rows`` gives values by their meaning (``Decimal``, ``date``...,
+    as DuckDB does: ``rows_decoded = True`` on the plugin), not as the envelope encodes them."""
+    from cdc import plugins
+
+    return bool(getattr(plugins.load(plugins.SINK_GROUP, sink_type), "rows_decoded", False))
+
+
+def _decoding(read: RowReader, schema: TableSchema, envelope: EnvelopeOptions) -> RowReader:
+    """``read``'s rows with each value decoded from the pipeline's envelope encoding
+    (:mod:`cdc.values`), so rows encoded alike and rows a sink decoded compare alike."""
+    decoders = {c.name: decoder(c.type, envelope) for c in schema.columns}
+
+    def rows() -> Iterable[tuple[dict[str, Any], dict[str, Any]]]:
+        for key, row in read():
+            yield key, {n: (decoders[n](v) if n in decoders else v) for n, v in row.items()}
+
+    return rows
 
 
 def _not_compared(

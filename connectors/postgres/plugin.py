@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from cdc.envelope_options import READABLE, EnvelopeOptions
 from cdc.source import Source, SourceContext
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.lifecycle import drop_replication_objects
@@ -44,10 +45,15 @@ class PostgresSourcePlugin:
 
     @staticmethod
     def read_rows(
-        config: PostgresSourceConfig, schema: str, table: str
+        config: PostgresSourceConfig,
+        schema: str,
+        table: str,
+        *,
+        envelope: EnvelopeOptions = READABLE,
     ) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
-        """Every current row of ``schema.table`` as the stream shapes it (``cdc verify``)."""
-        return table_rows(config, schema, table)
+        """Every current row of ``schema.table`` as the stream shapes it under the pipeline's
+        ``envelope`` options (``cdc verify`` decodes both sides with them)."""
+        return table_rows(config, schema, table, envelope)
 
     @staticmethod
     def drop(config: PostgresSourceConfig, pipeline_name: str) -> list[str]:

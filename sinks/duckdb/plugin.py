@@ -16,6 +16,7 @@ class DuckDBSinkPlugin:
     """Builds :class:`DuckDBSink`; :meth:`read_rows` reads a table back for ``cdc verify``."""
 
     config_model = DuckDBSinkConfig
+    rows_decoded = True  # read_rows gives DuckDB's typed values, not the envelope's encoding
 
     @staticmethod
     def create(config: DuckDBSinkConfig, context: SinkContext) -> DuckDBSink:

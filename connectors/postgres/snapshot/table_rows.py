@@ -13,6 +13,7 @@ import psycopg
 from psycopg import sql
 
 from cdc.config import redact_url
+from cdc.envelope_options import READABLE, EnvelopeOptions
 from connectors.postgres.catalog import Catalog
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.replication import session_conninfo
@@ -23,9 +24,16 @@ PIECE_ROWS = 5000
 
 
 def table_rows(
-    config: PostgresSourceConfig, schema: str, table: str
+    config: PostgresSourceConfig,
+    schema: str,
+    table: str,
+    envelope: EnvelopeOptions = READABLE,
 ) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
-    """``(key, row)`` for every row of ``schema.table``, as of one consistent read."""
+    """``(key, row)`` for every row of ``schema.table``, as of one consistent read.
+
+    ``envelope``: the pipeline's options, which the stream shapes values under. The type
+    registry below is the stream's; it must be given them wherever the stream's is.
+    """
     dsn = config.dsn.get_secret_value()
     catalog = Catalog(dsn, redact_url(dsn), config.connect_timeout_s)
     try:
