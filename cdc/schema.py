@@ -2,7 +2,9 @@
 
 A source publishes a :class:`TableSchema` to the pipeline's schema topic
 (``<pipeline>.__schemas``, keyed by ``{"schema", "table"}``) before the first change of a table
-and again whenever the table's shape changes. The record envelope itself stays Debezium's.
+and again whenever the table's shape changes. The record envelope itself stays Debezium's. The
+same topic holds the log's envelope encoding under a key of its own kind (``{"kind":
+"encoding"}``, :mod:`cdc.log.encoding`); readers of the topic skip it.
 """
 
 from __future__ import annotations

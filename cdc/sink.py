@@ -8,7 +8,9 @@ and the runner starts from there.
 A sink whose class sets ``reads_schemas = True`` is also handed the records of the pipeline's
 schema topic (``<pipeline>.__schemas``: key ``{"schema", "table"}``, value a
 :class:`~cdc.schema.TableSchema` as JSON), in the same batches and under the same checkpoint
-order, so it can create a table the source published but has no rows for yet.
+order, so it can create a table the source published but has no rows for yet. The topic also
+holds the log's stored envelope encoding, under the key ``{"kind": "encoding"}``
+(:func:`cdc.log.encoding.is_encoding_key`), which is no table's schema.
 """
 
 from __future__ import annotations
