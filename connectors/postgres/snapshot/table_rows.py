@@ -31,8 +31,8 @@ def table_rows(
 ) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
     """``(key, row)`` for every row of ``schema.table``, as of one consistent read.
 
-    ``envelope``: the pipeline's options, which the stream shapes values under. The type
-    registry below is the stream's; it must be given them wherever the stream's is.
+    ``envelope``: the pipeline's options, which the stream shapes values under; the type
+    registry below gets them as the stream's does.
     """
     dsn = config.dsn.get_secret_value()
     catalog = Catalog(dsn, redact_url(dsn), config.connect_timeout_s)
@@ -40,7 +40,7 @@ def table_rows(
         info = catalog.table(schema, table, catalog.check_role())
         described = describe(
             catalog,
-            TypeRegistry(),
+            TypeRegistry(envelope),
             "verify",
             info,
             config.key_columns.get(f"{schema}.{table}"),
