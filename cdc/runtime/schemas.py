@@ -51,6 +51,8 @@ class SchemaCatalog:
             time.sleep(0.05)
 
     def _refresh(self) -> None:
+        if not self._next and not self._topic_exists():
+            return  # a pipeline just started has not created its schema topic yet
         for partition, end in self._log.end_offsets(self._topic).items():
             offset = self._next.get(partition, 0)
             while offset < end:
@@ -63,3 +65,6 @@ class SchemaCatalog:
                         self._schemas[(parsed.schema, parsed.table)] = parsed
                 offset = records[-1].offset + 1
             self._next[partition] = offset
+
+    def _topic_exists(self) -> bool:
+        return any(info.name == self._topic for info in self._log.topics())
