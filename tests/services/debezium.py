@@ -187,6 +187,27 @@ class DebeziumRun:
                 )
             time.sleep(0.2)
 
+    def wait_until(self, what: str, done: Callable[[], bool], timeout_s: float) -> None:
+        """Waits until ``done()`` (which may read :meth:`records`).
+
+        Raises:
+            ServiceError: The runner exited first, or ``timeout_s`` passed; with the log's end.
+        """
+        deadline = time.monotonic() + timeout_s
+        while not done():
+            if self._proc is not None and self._proc.poll() is not None:
+                if done():  # it may have written the last lines just before exiting
+                    return
+                raise ServiceError(
+                    f"debezium: runner exited {self._proc.returncode} before {what}:\n"
+                    f"{self.log_tail()}"
+                )
+            if time.monotonic() > deadline:
+                raise ServiceError(
+                    f"debezium: {what} not after {timeout_s:.0f} s:\n{self.log_tail()}"
+                )
+            time.sleep(0.2)
+
     def wait_streaming(self, dsn: str, timeout_s: float) -> None:
         """Waits until the engine streams: its replication slot is active in the database.
 
