@@ -18,7 +18,6 @@ import copy
 import difflib
 import json
 import re
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,10 +82,6 @@ class Difference:
         ours = "(absent)" if self.kind in ("missing", "record missing") else _show(self.ours)
         theirs = "(absent)" if self.kind in ("extra", "record extra") else _show(self.theirs)
         return f"ours {ours} != debezium {theirs}"
-
-    def group(self) -> str:
-        """The path without record-specific parts: the key ``summary`` counts by."""
-        return f"{_topic_table(self.topic)} {self.path} ({self.kind})"
 
 
 def payload(value: Any) -> dict[str, Any] | None:
@@ -217,10 +212,23 @@ def compare_record(
     b = {"key": copy.deepcopy(theirs["key"]), "value": copy.deepcopy(theirs["value"])}
     for deviation in deviations:
         deviation.apply(a, b, context)
-    return [
-        Difference(context.topic, context.index, path, kind, x, y)
-        for path, kind, x, y in diff(a, b)
-    ]
+    found: list[tuple[str, str, Any, Any]] = []
+    for part in ("key", "value"):
+        found += _diff_part(a[part], b[part], part)
+    return [Difference(context.topic, context.index, *d) for d in found]
+
+
+def _diff_part(ours: Any, theirs: Any, path: str) -> list[tuple[str, str, Any, Any]]:
+    # Debezium wrapped it in {"schema", "payload"} and ours is bare: one "shape" difference,
+    # then ours against the payload, so the values are still compared one by one.
+    if _wrapped(theirs) and isinstance(ours, dict) and not _wrapped(ours):
+        shape = (path, "shape", "no {schema, payload} wrapper", "{schema, payload}")
+        return [shape, *diff(ours, theirs["payload"], f"{path}.payload")]
+    return diff(ours, theirs, path)
+
+
+def _wrapped(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {"schema", "payload"}
 
 
 def _signatures(records: Sequence[Record]) -> list[str]:
@@ -269,17 +277,26 @@ def _topic_table(topic: str) -> str:
 
 
 def summary(differences: Sequence[Difference]) -> str:
-    """The differences grouped by table, path and kind, each with a count and an example."""
+    """The differences grouped by table, path and kind, each with a count and an example.
+
+    Fields missing (or extra) under one parent are one line naming them: a ``before`` without
+    26 columns is one fact, not 26.
+    """
     if not differences:
         return "no differences"
-    counts = Counter(d.group() for d in differences)
-    first: dict[str, Difference] = {}
+    groups: dict[tuple[str, str, str], list[Difference]] = {}
     for d in differences:
-        first.setdefault(d.group(), d)
-    lines = [f"{len(differences)} difference(s) in {len(counts)} group(s):"]
-    for group, count in sorted(counts.items()):
-        d = first[group]
-        lines.append(f"  {group} x{count}, e.g. {d.both()}")
+        parent = d.path.rpartition(".")[0]
+        merged = d.kind in ("missing", "extra") and parent != ""
+        key = (_topic_table(d.topic), parent if merged else d.path, d.kind)
+        groups.setdefault(key, []).append(d)
+    lines = [f"{len(differences)} difference(s) in {len(groups)} group(s):"]
+    for (table, path, kind), found in sorted(groups.items()):
+        leaves = sorted({d.path.rpartition(".")[2] for d in found})
+        where = path
+        if kind in ("missing", "extra"):
+            where = found[0].path if len(leaves) == 1 else f"{path}.{{{', '.join(leaves)}}}"
+        lines.append(f"  {table} {where} ({kind}) x{len(found)}, e.g. {found[0].both()}")
     return "\n".join(lines)
 
 

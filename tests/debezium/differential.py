@@ -86,6 +86,13 @@ def run_setting(pg: Any, setting: str, workdir: Path) -> Capture:
         _run(capture, dsn, workdir)
     finally:
         pg.drop_database(dbname)  # its slots first
+    # Both sides' records, for a look after a failure (CI keeps the test's temp dir).
+    dump = {
+        "error": capture.error,
+        "ours": capture.ours.phases,
+        "debezium": capture.debezium.phases,
+    }
+    (workdir / "capture.json").write_text(json.dumps(dump, indent=1), encoding="utf-8")
     return capture
 
 

@@ -118,6 +118,9 @@ ROW_3 = "(3, 'ap', NULL, NULL, NULL, NULL, NULL, '-Infinity', NULL, NULL, NULL, 
     "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)"
 )
 
+#: The 2-D arrays of the rows above, as JSON (Debezium loses them: one null per row).
+MULTI_DIMENSIONAL = ([[1, 2], [3, 4]], [[5, 6, 7], [8, 9, 10]], [[None]])
+
 #: Streamed changes of one table; {t} is the table. Records: c, u, d+tombstone+c, u, d+tombstone.
 STREAM = [
     "INSERT INTO {t} VALUES " + ROW_3,

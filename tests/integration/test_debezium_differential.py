@@ -106,7 +106,7 @@ def _unchanged_toast(ours: Record, theirs: Record, context: Context) -> None:
 
 
 def _multi_dimensional_arrays(ours: Record, theirs: Record, _: Context) -> None:
-    # Debezium gives one null per row of a 2-D array; ours keeps the rows.
+    # Debezium gives one null per row of a 2-D array; ours keeps the rows (the right ones).
     mine, their = payload(ours["value"]), payload(theirs["value"])
     for image in ("before", "after"):
         a = (mine or {}).get(image)
@@ -120,12 +120,12 @@ def _multi_dimensional_arrays(ours: Record, theirs: Record, _: Context) -> None:
 
 
 def _nulls_per_row(theirs: Any, ours: Any) -> bool:
+    # Ours must be the array the workload wrote, with as many rows as Debezium's nulls.
     return (
         isinstance(theirs, list)
-        and isinstance(ours, list)
-        and len(theirs) == len(ours) > 0
         and all(v is None for v in theirs)
-        and all(isinstance(row, list) for row in ours)
+        and ours in workload.MULTI_DIMENSIONAL
+        and len(ours) == len(theirs)
     )
 
 

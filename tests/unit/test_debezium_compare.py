@@ -1,0 +1,138 @@
+"""The differential comparison itself: strict where it must be, and each deviation excuses only
+what it names (tests/debezium/compare.py and the DEVIATIONS of the differential test)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from tests.debezium.compare import Context, compare_record, compare_topic, diff, summary
+from tests.debezium.workload import envelope_block
+from tests.integration.test_debezium_differential import DEVIATIONS, UNAVAILABLE
+
+TOPIC = "dbz.public.t"
+
+
+def record(op: str | None, key: Any = None, **envelope: Any) -> dict[str, Any]:
+    """A record of TOPIC: op None is a tombstone."""
+    key = {"id": 1} if key is None else key
+    if op is None:
+        return {"topic": TOPIC, "key": key, "value": None}
+    source = {"version": "3.6.1.Final", "ts_ms": 10, "snapshot": "false", "txId": 7, "lsn": 99}
+    source.update(envelope.pop("source", {}))
+    value = {"before": None, "after": {"id": 1}, "source": source, "op": op, "ts_ms": 5}
+    value.update(envelope)
+    return {"topic": TOPIC, "key": key, "value": value}
+
+
+def paths(ours: dict[str, Any], theirs: dict[str, Any], context: Context | None = None) -> set[str]:
+    context = context or Context(TOPIC, 0)
+    return {d.path for d in compare_record(ours, theirs, DEVIATIONS, context)}
+
+
+def test_numbers_bools_and_key_order_are_compared_strictly() -> None:
+    assert diff({"a": 0}, {"a": 0.0}) == [("a", "type", 0, 0.0)]
+    assert diff({"a": True}, {"a": 1}) == [("a", "type", True, 1)]
+    assert diff({"a": 1, "b": 2}, {"b": 2, "a": 1}) == [
+        ("(top)", "key order", ["a", "b"], ["b", "a"])
+    ]
+    assert diff({"a": 1}, {"b": 1}) == [("b", "missing", None, 1), ("a", "extra", 1, None)]
+
+
+def test_connect_schema_fields_pair_by_name() -> None:
+    ours = {"fields": [{"field": "a", "type": "int32"}, {"field": "b", "type": "string"}]}
+    theirs = {"fields": [{"field": "a", "type": "int64"}, {"field": "b", "type": "string"}]}
+    assert diff(ours, theirs) == [("fields.fields[a].type", "value", "int32", "int64")]
+
+
+def test_a_missing_record_does_not_shift_the_others() -> None:
+    theirs = [record("c"), record("u"), record("d"), record(None)]
+    ours = [record("c"), record("d"), record(None)]
+    found = compare_topic(TOPIC, ours, theirs, DEVIATIONS)
+    assert [(d.index, d.kind) for d in found] == [(1, "record missing")]
+    assert "1 difference(s)" in summary(found)
+
+
+def test_wall_clock_and_version_are_excused_but_not_a_missing_field() -> None:
+    ours, theirs = record("c", ts_ms=1), record("c", ts_ms=2, ts_us=2000)
+    ours["value"]["source"]["version"] = "0.1.0"
+    assert paths(ours, theirs) == {"value.ts_us"}
+
+
+def test_snapshot_positions_are_excused_only_in_snapshot_rows() -> None:
+    snap = {"snapshot": "true", "lsn": 1, "txId": 2, "ts_ms": 3}
+    other = {"snapshot": "true", "lsn": 4, "txId": 5, "ts_ms": 6}
+    assert paths(record("r", source=snap), record("r", source=other)) == set()
+    # A null where Debezium has a number is still a difference (the shape is compared).
+    assert paths(record("r", source={**snap, "txId": None}), record("r", source=other)) == {
+        "value.source.txId"
+    }
+    streamed = paths(record("c", source={"lsn": 1}), record("c", source={"lsn": 2}))
+    assert streamed == {"value.source.lsn"}
+
+
+def test_source_pos_is_ours_alone() -> None:
+    ours = record("c", source={"pos": [99, 0]})
+    assert paths(ours, record("c")) == set()
+    schema = {"fields": [{"field": "source", "fields": [{"field": "lsn"}, {"field": "pos"}]}]}
+    theirs_schema = {"fields": [{"field": "source", "fields": [{"field": "lsn"}]}]}
+    wrapped = {"key": {"id": 1}, "value": {"schema": schema, "payload": ours["value"]}}
+    theirs = {"key": {"id": 1}, "value": {"schema": theirs_schema, "payload": record("c")["value"]}}
+    assert paths(wrapped, theirs) == set()
+
+
+def test_unchanged_toast_must_be_the_rows_last_value() -> None:
+    context = Context(TOPIC, 1, previous={'{"id": 1}': {"id": 1, "big": "x" * 100}})
+    theirs = record("u", after={"id": 1, "big": UNAVAILABLE})
+    assert paths(record("u", after={"id": 1, "big": "x" * 100}), theirs, context) == set()
+    wrong = paths(record("u", after={"id": 1, "big": "y"}), theirs, context)
+    assert wrong == {"value.after.big"}
+
+
+def test_multi_dimensional_arrays_keep_their_rows_and_nothing_else() -> None:
+    theirs = record("c", after={"id": 1, "m": [None, None]})
+    assert paths(record("c", after={"id": 1, "m": [[1, 2], [3, 4]]}), theirs) == set()
+    assert paths(record("c", after={"id": 1, "m": [1, 2]}), theirs) == {
+        "value.after.m[0]",
+        "value.after.m[1]",
+    }
+    # Rows, but not the ones the workload wrote.
+    wrong = paths(record("c", after={"id": 1, "m": [[9, 9], [9, 9]]}), theirs)
+    assert wrong == {"value.after.m[0]", "value.after.m[1]"}
+
+
+def test_a_truncate_key_is_an_empty_object_where_debezium_has_null() -> None:
+    theirs = record("t", after=None)
+    theirs["key"] = None
+    ours = copy.deepcopy(theirs)
+    ours["key"] = {}
+    assert paths(ours, theirs) == set()
+    ours["key"] = {"id": 1}
+    assert paths(ours, theirs) == {"key"}
+
+
+def test_a_bare_record_against_a_wrapped_one_is_one_shape_difference_then_the_payload() -> None:
+    theirs = record("c", after={"id": 1, "d": 19782})
+    wrapped = {
+        "key": {"schema": {}, "payload": {"id": 1}},
+        "value": {"schema": {}, "payload": theirs["value"]},
+    }
+    found = compare_record(
+        record("c", after={"id": 1, "d": "2024-02-29"}), wrapped, DEVIATIONS, Context(TOPIC, 0)
+    )
+    assert {(d.path, d.kind) for d in found} == {
+        ("key", "shape"),
+        ("value", "shape"),
+        ("value.payload.after.d", "type"),
+    }
+
+
+def test_the_envelope_block_starts_from_debeziums_defaults() -> None:
+    block = envelope_block("defaults")
+    assert block["decimal.handling.mode"] == "precise"
+    assert block["skipped.operations"] == "t"
+    assert block["schemas.enable"] is True
+    readable = envelope_block("readable")
+    assert readable["time.precision.mode"] == "isostring"
+    assert readable["schemas.enable"] is False
+    assert not any("converter" in name for name in readable)
