@@ -259,7 +259,7 @@ def test_debezium_still_writes_the_captured_records(capture: Capture) -> None:
     the captured files the value and shape work is built against are still current."""
     lines = (EXPECTED / f"{capture.setting}.jsonl").read_text(encoding="utf-8").splitlines()
     expected = [json.loads(line) for line in lines]
-    live = capture.debezium.phases.get("snapshot", []) + capture.debezium.phases.get("stream", [])
+    live = capture.debezium.all()
     mine, their = by_topic(live, TOPICS), by_topic(expected, TOPICS)
     differences = [d for t in TOPICS for d in compare_topic(t, mine[t], their[t], RUN_SPECIFIC)]
     report = "\n".join(d.line() for d in differences)
