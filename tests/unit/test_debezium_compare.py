@@ -156,7 +156,7 @@ ARRAYS = {1: [[1, 2], [3, 4]], 2: [[5, 6, 7], [8, 9, 10]], 4: [[None]]}
 def as_ours(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Debezium's records as ours would be with only the documented deviations."""
     out: list[dict[str, Any]] = []
-    last: dict[int, dict[str, Any]] = {}
+    last: dict[Any, dict[str, Any]] = {}
     for r in copy.deepcopy(records):
         envelope = payload(r["value"])
         if envelope is not None:
