@@ -186,7 +186,10 @@ class ConnectWorker(Service):
         self._request("DELETE", f"/connectors/{name}")
 
     def status(self, name: str) -> dict[str, Any]:
-        """The connector's REST status: ``{"connector": {"state"}, "tasks": [{"state", "trace"}]}``."""
+        """The connector's REST status: ``{"connector": {"state"}, "tasks": [{"state", ...}]}``.
+
+        A failed part also has its Java stack trace under ``"trace"``.
+        """
         status: dict[str, Any] = self._request("GET", f"/connectors/{name}/status")
         return status
 
