@@ -165,6 +165,9 @@ class ConnectWorker(Service):
             "plugin.discovery": "service_load",
             "consumer.isolation.level": "read_committed",
             "consumer.auto.offset.reset": "earliest",
+            # A sink subscribed by topics.regex sees a topic created after it started only at
+            # its consumer's next metadata refresh: every 5 minutes by default.
+            "consumer.metadata.max.age.ms": "1000",
         }
         return "".join(f"{key}={value}\n" for key, value in props.items())
 
