@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from cdc.connect_schema import TableSchemas
     from cdc.envelope import PreEncoded
 
 
@@ -48,7 +49,15 @@ class SourceInfo:
         snapshot: ``"false"`` while streaming; ``"true"``, ``"first"``, ``"last"`` or
             ``"incremental"`` for snapshot rows, as Debezium writes it.
         tx_id: the source transaction id, when there is one.
-        extra: connector-specific fields added to the ``source`` block verbatim.
+        extra: connector-specific fields added to the ``source`` block verbatim, after
+            ``txId`` (PostgreSQL: ``lsn``, ``xmin``, ``origin``, ``origin_lsn``).
+        ts_us: commit time in microseconds (``source.ts_us``; ``ts_ns`` is it times 1000);
+            ``None``: ``ts_ms`` times 1000.
+        order: Debezium's ``source.sequence``, a JSON text the connector writes (PostgreSQL:
+            ``["<last commit lsn>","<lsn>"]``); ``None`` writes null.
+        table_fields: the block has ``schema``, ``table`` and ``txId`` before ``extra``;
+            ``False`` for a connector whose ``extra`` holds all its own fields (MongoDB's
+            ``collection``, ``ord``...), written right after ``ts_ns``.
     """
 
     connector: str
@@ -61,6 +70,9 @@ class SourceInfo:
     snapshot: str = "false"
     tx_id: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    ts_us: int | None = None
+    order: str | None = None
+    table_fields: bool = True
 
 
 @dataclass(slots=True)
@@ -72,6 +84,12 @@ class ChangeEvent:
     ``after`` may be any mapping (a source can hand over a row it wrote already, see
     :class:`cdc.envelope.EncodedRow`), and ``encoded`` the record it wrote for the event,
     when it did: both are the envelope module's business (:data:`cdc.envelope.PreEncoded`).
+
+    ``fields`` are connector-specific top-level fields written after ``after`` (MongoDB's
+    ``updateDescription``); ``transaction`` is the ``transaction`` block
+    (``provide.transaction.metadata``), filled by the runtime; ``connect`` the table's cached
+    Connect schemas (:class:`cdc.connect_schema.TableSchemas`) for ``schemas.enable``, from the
+    source, which knows the column types (``None``: inferred from the values).
     """
 
     op: Op
@@ -80,6 +98,9 @@ class ChangeEvent:
     after: Mapping[str, Any] | None
     source: SourceInfo
     encoded: PreEncoded | None = None
+    fields: dict[str, Any] | None = None
+    transaction: dict[str, Any] | None = None
+    connect: TableSchemas | None = None
 
     @property
     def table_id(self) -> str:

@@ -174,6 +174,7 @@ def _start_source(run: PipelineRun, base: Logger) -> None:
         logger,
         bad_records=pipeline.file.bad_records,
         first_start_timeout_s=getattr(pipeline.source, "connect_timeout_s", None),
+        envelope_options=pipeline.envelope,
     )
     _spawn(run, "source", run.source_task.run)
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from cdc import envelope
+from cdc.envelope_options import READABLE, EnvelopeOptions
 from cdc.errors import CdcError, RecordTooLarge, SourceFatal, SourceUnavailable
 from cdc.events import topic_name
 from cdc.log.base import Log, LogTransaction, Record
@@ -63,8 +64,10 @@ class SourceTask:
         poll_timeout_s: float = 0.2,
         bad_records: str = "fail",
         first_start_timeout_s: float | None = None,
+        envelope_options: EnvelopeOptions = READABLE,
     ) -> None:
         self._pipeline = pipeline
+        self._options = envelope_options
         self._first_start_timeout_s = first_start_timeout_s
         self._has_run = False  # offsets were stored, or the source opened in this process
         self._bad_records = bad_records
@@ -166,7 +169,9 @@ class SourceTask:
 
     def _append(self, tx: LogTransaction, batch: SourceBatch) -> None:
         records: list[Record] = [schema_record(self._pipeline, s) for s in batch.schemas]
-        records += envelope.batch_records(batch.events, self._pipeline, int(time.time() * 1000))
+        records += envelope.batch_records(
+            batch.events, self._pipeline, int(time.time() * 1000), self._options
+        )
         records += batch.records
         records.extend(self._dead_letter(d) for d in batch.dead_letters)
         if records:

@@ -44,10 +44,17 @@ class RowEncoder(Protocol):
         ...
 
     def copy_records(
-        self, lines: list[bytes], template: RecordTemplate, extra: bytes, now_ms: int, first: int
+        self,
+        lines: list[bytes],
+        template: RecordTemplate,
+        order: bytes,
+        extra: bytes,
+        now_ms: int,
+        first: int,
     ) -> list[tuple[bytes, bytes]]:
         """The record key and value of each line of ``COPY ... TO STDOUT`` text, the value
-        written through ``template`` with the line's sequence (from ``first``)."""
+        written through ``template`` with ``order`` (``source.sequence``), ``extra`` and the
+        line's sequence (from ``first``)."""
         ...
 
     def copy_rows(self, lines: list[bytes]) -> list[KeyedRow]:
@@ -86,19 +93,31 @@ class PythonRowEncoder:
         return key, row, dumps(row), encode_key(key)
 
     def copy_records(
-        self, lines: list[bytes], template: RecordTemplate, extra: bytes, now_ms: int, first: int
+        self,
+        lines: list[bytes],
+        template: RecordTemplate,
+        order: bytes,
+        extra: bytes,
+        now_ms: int,
+        first: int,
     ) -> list[tuple[bytes, bytes]]:
         return [
-            self.copy_record(line, template, extra, now_ms, sequence)
+            self.copy_record(line, template, order, extra, now_ms, sequence)
             for sequence, line in enumerate(lines, first)
         ]
 
     def copy_record(
-        self, line: bytes, template: RecordTemplate, extra: bytes, now_ms: int, sequence: int
+        self,
+        line: bytes,
+        template: RecordTemplate,
+        order: bytes,
+        extra: bytes,
+        now_ms: int,
+        sequence: int,
     ) -> tuple[bytes, bytes]:
         """One line's record key and value (see :meth:`copy_records`)."""
         _, _, row_json, key_json = self.encode_values(split_line(line))
-        return key_json, template.value(row_json, sequence, extra, now_ms)
+        return key_json, template.value(row_json, order, extra, sequence, now_ms)
 
     def copy_rows(self, lines: list[bytes]) -> list[KeyedRow]:
         return [self.copy_row(line) for line in lines]

@@ -151,15 +151,21 @@ class RustRowEncoder:
         return key, EncodedRow(row, message, self._python.decode_new), row, key_json
 
     def copy_records(
-        self, lines: list[bytes], template: RecordTemplate, extra: bytes, now_ms: int, first: int
+        self,
+        lines: list[bytes],
+        template: RecordTemplate,
+        order: bytes,
+        extra: bytes,
+        now_ms: int,
+        first: int,
     ) -> list[tuple[bytes, bytes]]:
-        prefix, middle, tail = template.pieces(extra, now_ms)
+        prefix, middle, tail = template.pieces(order, extra, now_ms)
         written = _pieces(self._native.copy_records, lines, prefix, middle, tail, first)
         if written is None:
-            return self._python.copy_records(lines, template, extra, now_ms, first)
+            return self._python.copy_records(lines, template, order, extra, now_ms, first)
         python = self._python.copy_record
         return [
-            python(line, template, extra, now_ms, sequence) if record is None else record
+            python(line, template, order, extra, now_ms, sequence) if record is None else record
             for sequence, (line, record) in enumerate(zip(lines, written, strict=True), first)
         ]
 

@@ -25,6 +25,7 @@ from cdc.source import SourceBatch
 from connectors.postgres import pgoutput as pg
 from connectors.postgres.assembly.bad import BadRecords
 from connectors.postgres.assembly.batch import Batch
+from connectors.postgres.assembly.connect import key_only_before, relation_schemas
 from connectors.postgres.assembly.fill import ToastFill
 from connectors.postgres.assembly.relations import Relations
 from connectors.postgres.assembly.transaction import Transaction
@@ -82,6 +83,9 @@ class Assembler:
         options: the pipeline's envelope options (how values are written).
         ignored_prefixes: logical-message prefixes dropped silently (the heartbeat's); the
             others go to :attr:`hooks` by prefix (snapshot watermarks).
+        options: the pipeline's envelope options (schemas, transaction metadata).
+        last_commit: the end LSN of the last commit stored (``source.sequence``'s first LSN
+            on a restart, as Debezium's stored ``lsn_commit``); ``None`` on a first start.
     """
 
     def __init__(
@@ -96,12 +100,17 @@ class Assembler:
         logger: Logger,
         ignored_prefixes: Sequence[str] = (),
         options: EnvelopeOptions = READABLE,
+        last_commit: int | None = None,
     ) -> None:
-        self._pipeline, self._toast = pipeline, toast
+        self._pipeline, self._toast, self._options = pipeline, toast, options
+        self._schemas = options.schemas_enable
+        # Transaction blocks are added per event by the runtime: no pre-encoded records then.
+        self._pre_encode = not options.provide_transaction_metadata
         log_selected(logger)
         self.hooks: dict[str, MessageHook] = {}
         self._ignored_prefixes = frozenset(ignored_prefixes)
         self._tx = Transaction(pipeline, db)
+        self._tx.last_commit = last_commit
         self._batch = Batch()
         self._relations = Relations(
             pipeline, tables, key_columns, catalog, toast, self._batch, options
@@ -221,7 +230,10 @@ class Assembler:
         source = self._tx.next_source(rel, lsn)
         if extra:
             source.extra.update(extra)
-        self._batch.events.append(ChangeEvent(op, key, before, after, source))
+        event = ChangeEvent(op, key, before, after, source)
+        if self._schemas:
+            event.connect = relation_schemas(rel, self._options, self.registry)
+        self._batch.events.append(event)
 
     def fast_change(self, message: bytes, lsn: int) -> bool:
         """Apply an Insert, or an Update without an old tuple, from its message bytes through
@@ -235,6 +247,8 @@ class Assembler:
         """
         tag = message[0]
         if (tag != _INSERT and tag != _UPDATE) or len(message) <= NEW_TUPLE_AT:
+            return False
+        if not self._pre_encode:
             return False
         if message[NEW_TUPLE_AT - 1] != _NEW:
             return False
@@ -250,12 +264,17 @@ class Assembler:
         if encoded is None:
             return False
         key, after, row_json, key_json = encoded
-        source = self._tx.next_source(rel, lsn)
-        template = self._tx.templates.get((rel.topic, tag))
+        tx = self._tx
+        source = tx.next_source(rel, lsn)
+        lsn = source.extra["lsn"]
+        template = tx.templates.get((rel.topic, tag))
         if template is None:
-            template = self._tx.template(rel.topic, tag, op, source)
-        value = template.value_at(row_json, source.sequence, source.extra["lsn"])
-        record = (self._pipeline, rel.topic, key_json, value)
+            schemas = relation_schemas(rel, self._options, self.registry) if self._schemas else None
+            template = tx.template(rel.topic, tag, op, source, schemas)
+        if self._schemas:
+            key_json = relation_schemas(rel, self._options, self.registry).wrap_key(key_json)
+        value = template.value_at(row_json, tx.order_json(lsn), tx.extra_json(lsn), source.sequence)
+        record = (self._pipeline, rel.topic, key_json, value, template.close)
         self._batch.events.append(ChangeEvent(op, key, None, after, source, record))
         return True
 
@@ -287,7 +306,7 @@ class Assembler:
             extra = self._fill(rel, after, image, old_key, msg.new)
         if old_key != key:
             # A key change: the old key's record must disappear, the new one appear.
-            before = old if msg.old_kind == "O" else old_key
+            before = old if msg.old_kind == "O" else self._key_only(rel, old_key)
             self._emit(Op.DELETE, rel, old_key, before, None, lsn)
             self._emit(Op.CREATE, rel, key, None, after, lsn, extra)
             return
@@ -302,10 +321,16 @@ class Assembler:
         if old is None:
             return
         key = {k: old[k] for k in rel.key}
-        before = old if msg.old_kind == "O" else key
+        before = old if msg.old_kind == "O" else self._key_only(rel, key)
         if msg.old_kind == "O" and pg.UNCHANGED in msg.old:
             before = {k: v for k, v in old.items() if v is not pg.UNCHANGED}
         self._emit(Op.DELETE, rel, key, before, None, lsn)
+
+    def _key_only(self, rel: RelationState, key: Row) -> Row:
+        """A key-only old image as Debezium writes it: every column (see key_only_before)."""
+        before = dict(key_only_before(rel, self._options, self.registry))
+        before.update(key)
+        return before
 
     def _truncate(self, msg: pg.Truncate, lsn: int) -> None:
         for oid in msg.relation_oids:

@@ -41,6 +41,9 @@ def _event(rng: random.Random) -> ChangeEvent:
         snapshot=rng.choice(["false", "true", "last"]),
         tx_id=rng.choice([None, 777]),
         extra=dict(rng.choice(EXTRAS)),
+        ts_us=rng.choice([None, 1_700_000_000_000_123]),
+        order=rng.choice([None, '[null,"5"]', '["4","5"]']),
+        table_fields=rng.choice([True, False]),
     )
     return ChangeEvent(rng.choice(list(Op)), {"id": 1}, rng.choice(ROWS), rng.choice(ROWS), source)
 
@@ -81,10 +84,11 @@ def _pre_encoded(event: ChangeEvent, pipeline: str) -> ChangeEvent:
     src = event.source
     after = event.after
     row = after.json if isinstance(after, EncodedRow) else envelope.dumps(after)
-    head = envelope.source_head(src, pipeline)
-    value = envelope.value_head(event.op, head, row, src.position, src.sequence, src.extra["lsn"])
+    template = envelope.RecordTemplate.of(event.op, src, pipeline)
+    order, extra = envelope.order_json(src.order), envelope.extra_json(src.extra)
+    value = template.value_at(row, order, extra, src.sequence)
     topic = f"{pipeline}.{src.schema}.{src.table}"
-    record = (pipeline, topic, envelope.encode_key(event.key), value)
+    record = (pipeline, topic, envelope.encode_key(event.key), value, template.close)
     return ChangeEvent(event.op, event.key, None, event.after, src, record)
 
 

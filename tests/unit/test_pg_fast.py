@@ -426,8 +426,21 @@ def test_snapshot_records_equal_the_python_records() -> None:
     records = to_records(table, lines, first_row=10, ts_ms=1, now_ms=5, **options)
     assert len(records) == len(rows)
     for sequence, (record, values) in enumerate(zip(records, rows, strict=True), (3 << 32) + 10):
-        lsn = {"lsn": 99}
-        source = SourceInfo("postgresql", "db", "public", "t", 1, 99, sequence, "true", None, lsn)
+        lsn = {"lsn": 99, "xmin": None, "origin": None, "origin_lsn": None}
+        source = SourceInfo(
+            "postgresql",
+            "db",
+            "public",
+            "t",
+            1,
+            99,
+            sequence,
+            "true",
+            None,
+            lsn,
+            None,
+            '[null,"99"]',
+        )
         key = {"id": int(values[0])}
         reference = ChangeEvent(Op.READ, key, None, state.convert(values), source)
         assert [record] == envelope.to_records(reference, "p", 5)
@@ -457,9 +470,20 @@ def test_watermark_window_records_equal_the_python_records() -> None:
     )
     assert records == python_records
     for sequence, (record, (after, _)) in enumerate(zip(records, rows, strict=True), 2 << 32):
-        lsn = {"lsn": 77}
+        lsn = {"lsn": 77, "xmin": None, "origin": None, "origin_lsn": None}
         source = SourceInfo(
-            "postgresql", "db", "public", "t", 3, 77, sequence, "incremental", None, lsn
+            "postgresql",
+            "db",
+            "public",
+            "t",
+            3,
+            77,
+            sequence,
+            "incremental",
+            None,
+            lsn,
+            None,
+            '[null,"77"]',
         )
         key = {"id": after["id"]}
         reference = ChangeEvent(Op.READ, key, None, dict(after), source)
@@ -563,9 +587,9 @@ def test_both_encoders_write_the_same_copy_records_and_rows(oids: list[int]) -> 
         for n in range(600)
     ]
     lines = [_copy_line(values) for values in rows]
-    template = envelope.RecordTemplate(b"<", b"|", b">")
+    template = envelope.RecordTemplate(b"<", b"|", b"(", b"[", b"]", b">")
     for piece in (lines[i : i + 7] for i in range(0, len(lines), 7)):
-        args = (piece, template, b"}", 5, 3 << 32)
+        args = (piece, template, b'"s"', b"}", 5, 3 << 32)
         assert _outcome(rust.copy_records, *args) == _outcome(python.copy_records, *args)
         assert _outcome(rust.copy_rows, piece) == _outcome(python.copy_rows, piece)
     good = [
@@ -574,8 +598,8 @@ def test_both_encoders_write_the_same_copy_records_and_rows(oids: list[int]) -> 
         if not isinstance(_python(columns, registry, values), type)
     ]
     assert len(good) > 100
-    assert rust.copy_records(good, template, b"}", 5, 0) == python.copy_records(
-        good, template, b"}", 5, 0
+    assert rust.copy_records(good, template, b'"s"', b"}", 5, 0) == python.copy_records(
+        good, template, b'"s"', b"}", 5, 0
     )
 
 

@@ -4,15 +4,23 @@ Positions: an event's ``source.position`` is its transaction's commit LSN (``Beg
 the start of the commit record), known from the transaction's first message, so the events of
 a large transaction delivered in several batches all carry it. The offsets stored at commit are
 the commit record's *end* LSN (:attr:`Transaction.commit_lsn`).
+
+``source.sequence`` is Debezium's ``["<last commit lsn>","<lsn>"]``: the end of the latest
+commit this run has seen (null until the first, or the stored position on a restart) and the
+change's own LSN.
 """
 
 from __future__ import annotations
 
-from cdc.envelope import RecordTemplate, source_head
+from cdc.connect_schema import TableSchemas
+from cdc.envelope import PG_TAIL, RecordTemplate
 from cdc.events import Op, SourceInfo
 from connectors.postgres.lsn import Lsn
 from connectors.postgres.protocol import pg_time_to_unix_ms
 from connectors.postgres.relations import CONNECTOR, RelationState
+
+#: Microseconds from the Unix epoch to PostgreSQL's (2000-01-01).
+_PG_EPOCH_US = 946_684_800_000_000
 
 
 class Transaction:
@@ -25,20 +33,28 @@ class Transaction:
 
     __slots__ = (
         "_db",
+        "_order_head",
+        "_order_json",
         "_pipeline",
         "commit_lsn",
         "final_lsn",
         "in_tx",
+        "last_commit",
         "seq",
         "templates",
         "ts_ms",
+        "ts_us",
         "xid",
     )
 
     def __init__(self, pipeline: str, db: str) -> None:
         self._pipeline, self._db = pipeline, db
         self.in_tx = False
-        self.xid = self.final_lsn = self.ts_ms = self.seq = 0
+        self.xid = self.final_lsn = self.ts_ms = self.ts_us = self.seq = 0
+        #: The end of the latest commit seen (``source.sequence``'s first LSN).
+        self.last_commit: int | None = None
+        self._order_head = "[null,"
+        self._order_json = b'"[null,\\"'
         #: The end of the latest commit not yet handed out with a batch.
         self.commit_lsn: int | None = None
         #: The record template per topic and message tag (see :meth:`template`).
@@ -49,13 +65,17 @@ class Transaction:
         self.in_tx = True
         self.xid, self.final_lsn = xid, final_lsn
         self.ts_ms = pg_time_to_unix_ms(commit_ts_us)
+        self.ts_us = commit_ts_us + _PG_EPOCH_US
         self.seq = 0
+        last = self.last_commit
+        self._order_head = "[null," if last is None else f'["{last}",'
+        self._order_json = b'"[null,\\"' if last is None else b'"[\\"%d\\",\\"' % last
         self.templates.clear()
 
     def commit(self, end_lsn: int) -> None:
         """End the transaction at ``end_lsn``, its commit record's end."""
         self.in_tx = False
-        self.commit_lsn = end_lsn
+        self.commit_lsn = self.last_commit = end_lsn
 
     def take_commit(self) -> int | None:
         """The commit a batch taken now ends on (only at a transaction boundary), once."""
@@ -68,6 +88,7 @@ class Transaction:
         """The ``source`` of the transaction's next change (it takes the next sequence)."""
         seq = self.seq
         self.seq = seq + 1
+        lsn = lsn or self.final_lsn
         return SourceInfo(
             CONNECTOR,
             self._db,
@@ -78,16 +99,34 @@ class Transaction:
             seq,
             "false",
             self.xid,
-            {"lsn": lsn or self.final_lsn},
+            {"lsn": lsn, "xmin": None, "origin": None, "origin_lsn": None},
+            self.ts_us,
+            f'{self._order_head}"{lsn}"]',  # order_json's text
         )
 
-    def template(self, topic: str, tag: int, op: Op, source: SourceInfo) -> RecordTemplate:
+    def order_json(self, lsn: int) -> bytes:
+        """``source.sequence`` of a change at ``lsn`` as JSON (a string holding a list)."""
+        return b'%b%d\\"]"' % (self._order_json, lsn)
+
+    @staticmethod
+    def extra_json(lsn: int) -> bytes:
+        """The ``source`` fields after ``txId`` of a change at ``lsn``."""
+        return b',"lsn":%d%b' % (lsn, PG_TAIL)
+
+    def template(
+        self,
+        topic: str,
+        tag: int,
+        op: Op,
+        source: SourceInfo,
+        schemas: TableSchemas | None = None,
+    ) -> RecordTemplate:
         """The record template of the transaction's ``op`` changes of ``topic`` (``tag`` is the
-        message tag of ``op``), its ``source`` head encoded once per transaction and table."""
+        message tag of ``op``), its ``source`` parts encoded once per transaction and table."""
         template = self.templates.get((topic, tag))
         if template is None:
-            head = source_head(source, self._pipeline)
-            template = self.templates[(topic, tag)] = RecordTemplate.of(op, head, source.position)
+            template = RecordTemplate.of(op, source, self._pipeline, schemas=schemas)
+            self.templates[(topic, tag)] = template
         return template
 
     def where(self, lsn: int) -> str:

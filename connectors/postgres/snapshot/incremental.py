@@ -24,6 +24,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from cdc.connect_schema import TableSchemas
 from cdc.envelope import lsn_extra, row_json
 from cdc.errors import SourceFatal, SourceUnavailable
 from cdc.log.base import Record
@@ -38,6 +39,7 @@ from connectors.postgres.snapshot.rows import (
     KeyedRow,
     keyed_lines,
     read_template,
+    snapshot_order,
 )
 from snapshots.chunks import Chunk
 from snapshots.state import SnapshotState
@@ -352,14 +354,21 @@ def window_records(
     position: int,
     ts_ms: int,
     now_ms: int,
+    schemas: TableSchemas | None = None,
 ) -> list[Record]:
     """The ``r`` records of a closed window, at the high watermark's position: each row's JSON
     put in the window's :class:`~cdc.envelope.RecordTemplate`, its ``source`` head encoded once.
     """
-    template = read_template(db, job.table, position, "incremental", ts_ms, pipeline)
+    template = read_template(db, job.table, position, "incremental", ts_ms, pipeline, schemas)
     topic, extra = job.table.state.topic, lsn_extra(position)
+    order = snapshot_order(position)
     value = template.value
+    wrap = schemas.wrap_key if schemas is not None else _same
     return [
-        Record(topic, key_json, value(row_json(after), sequence, extra, now_ms))
+        Record(topic, wrap(key_json), value(row_json(after), order, extra, sequence, now_ms))
         for sequence, (after, key_json) in enumerate(rows, job.chunk.index << SEQUENCE_SHIFT)
     ]
+
+
+def _same(key: bytes) -> bytes:
+    return key

@@ -23,10 +23,12 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from cdc.envelope_options import READABLE, EnvelopeOptions
 from cdc.errors import CdcError, SourceFatal
 from cdc.log.base import Record
 from cdc.logging import Logger
 from cdc.runtime.retry import Backoff, retry
+from connectors.postgres.assembly.connect import relation_schemas
 from connectors.postgres.replication import session_conninfo
 from connectors.postgres.snapshot.reader import SnapshotTable, chunk_query, read_lines
 from connectors.postgres.snapshot.rows import to_records
@@ -67,6 +69,8 @@ class ReadSettings:
     retries: int = RETRIES
     backoff_s: float = BACKOFF_S
     flag: str = "true"
+    #: The pipeline's ``schemas.enable``, for the ``{"schema", "payload"}`` wrapper.
+    options: EnvelopeOptions = READABLE
 
 
 @dataclass
@@ -226,6 +230,8 @@ class ExportedSnapshotReader:
         settings = self._settings
         query = chunk_query(table, chunk, None)
         count = 0
+        options = settings.options
+        schemas = relation_schemas(table.state, options) if options.schemas_enable else None
         for rows in read_lines(conn, query, settings.piece_rows):
             records = to_records(
                 table,
@@ -238,6 +244,7 @@ class ExportedSnapshotReader:
                 flag=settings.flag,
                 ts_ms=settings.ts_ms,
                 now_ms=int(time.time() * 1000),
+                schemas=schemas,
             )
             count += len(rows)
             if not self._put(Piece(table.name, chunk.index, records, last=False)):

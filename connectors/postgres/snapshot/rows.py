@@ -11,7 +11,8 @@ no two rows of a table share one.
 
 from __future__ import annotations
 
-from cdc.envelope import RecordTemplate, lsn_extra, source_head
+from cdc.connect_schema import TableSchemas
+from cdc.envelope import RecordTemplate, lsn_extra, order_json, pg_order
 from cdc.events import Op, SourceInfo
 from cdc.log.base import Record
 from connectors.postgres.encoding import KeyedRow
@@ -23,12 +24,23 @@ __all__ = ["SEQUENCE_SHIFT", "KeyedRow", "keyed_lines", "read_template", "to_rec
 
 
 def read_template(
-    db: str, table: SnapshotTable, position: int, flag: str, ts_ms: int, pipeline: str
+    db: str,
+    table: SnapshotTable,
+    position: int,
+    flag: str,
+    ts_ms: int,
+    pipeline: str,
+    schemas: TableSchemas | None = None,
 ) -> RecordTemplate:
     """The template of a chunk's ``r`` records, at ``position``."""
     info = table.info
     source = SourceInfo(CONNECTOR, db, info.schema, info.table, ts_ms, position, 0, flag)
-    return RecordTemplate.of(Op.READ, source_head(source, pipeline), position)
+    return RecordTemplate.of(Op.READ, source, pipeline, schemas=schemas)
+
+
+def snapshot_order(lsn: int) -> bytes:
+    """``source.sequence`` of snapshot rows: ``[null,"<lsn>"]`` (Debezium's)."""
+    return order_json(pg_order(None, lsn))
 
 
 def to_records(
@@ -43,6 +55,7 @@ def to_records(
     flag: str,
     ts_ms: int,
     now_ms: int,
+    schemas: TableSchemas | None = None,
 ) -> list[Record]:
     """The ``r`` records of ``lines`` of ``COPY ... TO STDOUT`` text (the table's columns in
     order), as the runtime would write them for the rows' events at ``now_ms``: through the
@@ -53,10 +66,14 @@ def to_records(
         ConversionError: a value cannot be converted (the snapshot has no dead-letter path:
             a row that cannot be read is a reason to stop, not to skip).
     """
-    template = read_template(db, table, position, flag, ts_ms, pipeline)
+    template = read_template(db, table, position, flag, ts_ms, pipeline, schemas)
     base = (chunk << SEQUENCE_SHIFT) + first_row
-    written = table.state.encoder.copy_records(lines, template, lsn_extra(position), now_ms, base)
+    order, extra = snapshot_order(position), lsn_extra(position)
+    written = table.state.encoder.copy_records(lines, template, order, extra, now_ms, base)
     topic = table.state.topic
+    if schemas is not None:
+        wrap = schemas.wrap_key
+        return [Record(topic, wrap(key), value) for key, value in written]
     return [Record(topic, key, value) for key, value in written]
 
 

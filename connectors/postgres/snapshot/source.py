@@ -195,6 +195,7 @@ class SnapshottingPostgresSource:
             position=exported.consistent_point - 1,  # see .rows: streams sort after
             ts_ms=exported.ts_ms,
             piece_rows=min(5000, self._config.max_batch_events),
+            options=self._context.envelope,
         )
         self._reader = ExportedSnapshotReader(
             settings,

@@ -36,6 +36,7 @@ from cdc.positions import rebuilt
 from cdc.schema import TableSchema
 from cdc.source import DeadLetter, SourceBatch, SourceContext
 from connectors.postgres import pgoutput as pg
+from connectors.postgres.assembly.connect import relation_schemas
 from connectors.postgres.catalog import Catalog
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.replication import session_conninfo
@@ -87,7 +88,7 @@ class StreamSnapshots:
         channel: Channel,
     ) -> None:
         self._config, self._pipeline = config, context.pipeline
-        self._envelope = context.envelope
+        self._options = context.envelope
         self._inner, self._state, self._progress = inner, state, progress
         self._logger = logger
         self._lock = threading.Lock()
@@ -373,8 +374,17 @@ class StreamSnapshots:
         table, rows = closed
         job = window.job
         now = now_ms()
+        options = self._options
+        connect = relation_schemas(job.table.state, options) if options.schemas_enable else None
         records = window_records(
-            job, rows, pipeline=self._pipeline, db=self._db, position=lsn, ts_ms=now, now_ms=now
+            job,
+            rows,
+            pipeline=self._pipeline,
+            db=self._db,
+            position=lsn,
+            ts_ms=now,
+            now_ms=now,
+            schemas=connect,
         )
         # The rows are in the shape of their read: publish it unless the sinks have it already
         # or the stream moved on during the window (the tracker then re-reads if rows changed).
@@ -434,7 +444,7 @@ class StreamSnapshots:
             info = catalog.table(schema, table, role)
             return describe_one(
                 catalog,
-                TypeRegistry(self._envelope),
+                TypeRegistry(self._options),
                 self._config,
                 self._pipeline,
                 info,

@@ -1,0 +1,237 @@
+"""Kafka Connect schemas, as Debezium's JsonConverter writes them (``schemas.enable: true``).
+
+A record value is then ``{"schema": <envelope schema>, "payload": <envelope>}`` and a key
+``{"schema": <key schema>, "payload": <key>}``; a tombstone stays a bare ``null``. The envelope
+schema is ``<pipeline>.<schema>.<table>.Envelope`` (version 2) with ``before``/``after`` structs
+``….Value``, the connector's ``source`` struct (``io.debezium.connector.postgresql.Source``),
+the ``transaction`` struct ``event.block`` and ``op``/``ts_ms``/``ts_us``/``ts_ns``.
+
+Row field schemas come from the connector, which knows the column types (PostgreSQL:
+``connectors.postgres.types.connect``); this module only assembles them. Everything is built
+once per table version and kept as JSON bytes (:class:`TableSchemas`), never per record.
+
+Key order inside each schema object is the converter's: ``type``, ``fields``/``items``,
+``optional``, ``name``, ``version``, ``doc``, ``parameters``, ``default``, ``field``
+(tests/debezium/OBSERVED.md). Our ``source.pos`` is described as an optional array field at
+the end of the source struct: a documented deviation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import orjson
+
+SNAPSHOT_VALUES: Final = (
+    "true,first,first_in_data_collection,last_in_data_collection,last,false,incremental"
+)
+_ORDER: Final = ("type", "fields", "items", "optional", "name", "version", "doc", "parameters")
+_LAST: Final = ("default", "field")
+
+
+def ordered(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """``schema`` with its keys in the converter's order (unknown keys before ``default``)."""
+    out = {k: schema[k] for k in _ORDER if k in schema}
+    out.update((k, v) for k, v in schema.items() if k not in _ORDER and k not in _LAST)
+    out.update((k, schema[k]) for k in _LAST if k in schema)
+    return out
+
+
+def named(schema: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """A field of a struct: ``schema`` with ``"field": name`` last."""
+    out = ordered(schema)
+    out.pop("field", None)
+    out["field"] = name
+    return out
+
+
+def _f(type_: str, field_name: str, optional: bool, **more: Any) -> dict[str, Any]:
+    return named({"type": type_, "optional": optional, **more}, field_name)
+
+
+def _common_source(connector: str) -> list[dict[str, Any]]:
+    """The fields every Debezium source struct starts with."""
+    del connector
+    return [
+        _f("string", "version", False),
+        _f("string", "connector", False),
+        _f("string", "name", False),
+        _f("int64", "ts_ms", False),
+        _f(
+            "string",
+            "snapshot",
+            True,
+            name="io.debezium.data.Enum",
+            version=1,
+            parameters={"allowed": SNAPSHOT_VALUES},
+            default="false",
+        ),
+        _f("string", "db", False),
+        _f("string", "sequence", True),
+        _f("int64", "ts_us", True),
+        _f("int64", "ts_ns", True),
+    ]
+
+
+#: The fields after ``ts_ns`` of the PostgreSQL connector's source struct.
+POSTGRES_SOURCE: Final = (
+    _f("string", "schema", False),
+    _f("string", "table", False),
+    _f("int64", "txId", True),
+    _f("int64", "lsn", True),
+    _f("int64", "xmin", True),
+    _f("string", "origin", True),
+    _f("int64", "origin_lsn", True),
+)
+
+_PG_NAMES: Final = frozenset(f["field"] for f in POSTGRES_SOURCE)
+
+TRANSACTION: Final = named(
+    {
+        "type": "struct",
+        "fields": [
+            _f("string", "id", False),
+            _f("int64", "total_order", False),
+            _f("int64", "data_collection_order", False),
+        ],
+        "optional": True,
+        "name": "event.block",
+        "version": 1,
+    },
+    "transaction",
+)
+
+
+def pos_field(item_type: str = "int64") -> dict[str, Any]:
+    """Our ``source.pos``: ``[position, sequence]``, an optional array (a deviation)."""
+    return _f("array", "pos", True, items={"type": item_type, "optional": True})
+
+
+def source_struct(
+    connector: str, tail: Sequence[Mapping[str, Any]], pos_items: str = "int64"
+) -> dict[str, Any]:
+    """The ``source`` field: the common fields, the connector's ``tail``, then ``pos``."""
+    return named(
+        {
+            "type": "struct",
+            "fields": [*_common_source(connector), *tail, pos_field(pos_items)],
+            "optional": False,
+            "name": f"io.debezium.connector.{connector}.Source",
+            "version": 1,
+        },
+        "source",
+    )
+
+
+def envelope_schema(
+    topic: str, columns: Sequence[Mapping[str, Any]], source: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The value schema of ``topic``'s change events; ``columns`` are named field schemas."""
+    row = {"type": "struct", "fields": list(columns), "optional": True, "name": f"{topic}.Value"}
+    return ordered(
+        {
+            "type": "struct",
+            "fields": [
+                named(row, "before"),
+                named(row, "after"),
+                dict(source),
+                TRANSACTION,
+                _f("string", "op", False),
+                _f("int64", "ts_ms", True),
+                _f("int64", "ts_us", True),
+                _f("int64", "ts_ns", True),
+            ],
+            "optional": False,
+            "name": f"{topic}.Envelope",
+            "version": 2,
+        }
+    )
+
+
+def key_schema(topic: str, columns: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The key schema of ``topic``: a struct of the key columns' field schemas."""
+    return {"type": "struct", "fields": list(columns), "optional": False, "name": f"{topic}.Key"}
+
+
+@dataclass(frozen=True)
+class TableSchemas:
+    """A table version's Connect schemas, encoded once.
+
+    Attributes:
+        value: the envelope schema's JSON.
+        key: the key schema's JSON (``None``: a table without key, keyed ``{}``).
+        value_prefix: ``{"schema":<value>,"payload":`` (a value is this, the envelope, ``}``).
+    """
+
+    value: bytes
+    key: bytes | None
+    value_prefix: bytes = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "value_prefix", b'{"schema":%b,"payload":' % self.value)
+
+    @classmethod
+    def of(cls, value: Mapping[str, Any], key: Mapping[str, Any] | None) -> TableSchemas:
+        return cls(orjson.dumps(value), None if key is None else orjson.dumps(key))
+
+    def wrap_value(self, envelope: bytes) -> bytes:
+        """``{"schema", "payload"}`` around an envelope's JSON."""
+        return b"%b%b}" % (self.value_prefix, envelope)
+
+    def wrap_key(self, key: bytes) -> bytes:
+        """``{"schema", "payload"}`` around a key's JSON (a truncate's ``{}`` gets no schema)."""
+        if self.key is None or key == b"{}":
+            return b'{"schema":null,"payload":%b}' % key
+        return b'{"schema":%b,"payload":%b}' % (self.key, key)
+
+
+# -- schemas of sources that do not describe their columns ---------------------------------
+
+
+def infer(value: Any) -> dict[str, Any]:
+    """A field schema for a JSON value, for sources without column types (the generator)."""
+    if value is None:
+        return {"type": "string", "optional": True}
+    if isinstance(value, bool):
+        return {"type": "boolean", "optional": True}
+    if isinstance(value, int):
+        return {"type": "int64", "optional": True}
+    if isinstance(value, float):
+        return {"type": "double", "optional": True}
+    if isinstance(value, list):
+        item = infer(value[0]) if value else {"type": "string", "optional": True}
+        return {"type": "array", "items": item, "optional": True}
+    if isinstance(value, dict):
+        return {
+            "type": "struct",
+            "fields": [named(infer(v), k) for k, v in value.items()],
+            "optional": True,
+        }
+    return {"type": "string", "optional": True}
+
+
+def inferred_schemas(
+    topic: str,
+    connector: str,
+    row: Mapping[str, Any],
+    key: Mapping[str, Any],
+    extra: Mapping[str, Any],
+    table_fields: bool,
+) -> TableSchemas:
+    """The schemas of a change of a source without column types, from its values."""
+    tail: list[dict[str, Any]] = []
+    if connector == "postgresql" and table_fields:  # its source struct is known
+        tail += POSTGRES_SOURCE
+        extra = {k: v for k, v in extra.items() if k not in _PG_NAMES}
+    elif table_fields:
+        tail += [_f("string", "schema", False), _f("string", "table", False)]
+        tail.append(_f("int64", "txId", True))
+    tail += [named(infer(v), k) for k, v in extra.items()]
+    columns = [named(infer(v), k) for k, v in row.items()]
+    keys = [named({**infer(v), "optional": False}, k) for k, v in key.items()]
+    return TableSchemas.of(
+        envelope_schema(topic, columns, source_struct(connector, tail)),
+        key_schema(topic, keys) if keys else None,
+    )
