@@ -266,8 +266,8 @@ def lsn_extra(lsn: int) -> bytes:
 def pg_order(last_commit: int | None, lsn: int) -> str:
     """PostgreSQL's ``source.sequence``: ``["<last commit lsn>","<lsn>"]`` (Debezium's)."""
     if last_commit is None:
-        return f'[null,"{lsn}"]'
-    return f'["{last_commit}","{lsn}"]'
+        return f'[null,"{int(lsn)}"]'
+    return f'["{int(last_commit)}","{int(lsn)}"]'
 
 
 def order_json(order: str | None) -> bytes:

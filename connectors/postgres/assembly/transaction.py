@@ -68,7 +68,7 @@ class Transaction:
         self.ts_us = commit_ts_us + _PG_EPOCH_US
         self.seq = 0
         last = self.last_commit
-        self._order_head = "[null," if last is None else f'["{last}",'
+        self._order_head = "[null," if last is None else f'["{int(last)}",'
         self._order_json = b'"[null,\\"' if last is None else b'"[\\"%d\\",\\"' % last
         self.templates.clear()
 
@@ -101,7 +101,7 @@ class Transaction:
             self.xid,
             {"lsn": lsn, "xmin": None, "origin": None, "origin_lsn": None},
             self.ts_us,
-            f'{self._order_head}"{lsn}"]',  # order_json's text
+            f'{self._order_head}"{int(lsn)}"]',  # order_json's text
         )
 
     def order_json(self, lsn: int) -> bytes:
