@@ -8,32 +8,70 @@ null value) so compaction can drop the key, unless ``tombstones.on.delete`` is o
 our ``pos`` last.
 
 Values reach this module already JSON-shaped (converters run in the source), so encoding is one
-``orjson.dumps`` per record. ``_default`` is a safety net for the few Python types that orjson
-does not serialise itself, keeping decimals exact and bytes readable.
-
-Every record value is written through one :class:`RecordTemplate`: this module's own
-:func:`encode_value`, a source that writes its records itself (:data:`PreEncoded`, the
-PostgreSQL stream) and the snapshot's native encoder, which is handed the template's pieces.
-``source.pos`` is written by :func:`write_pos` (the dict form) and the template (the bytes
-form), and read by :func:`read_pos`, which every sink uses.
+``orjson.dumps`` per record. Its parts live in :mod:`cdc.json_rows` (rows a source wrote
+already, the JSON rules for decimals and bytes) and :mod:`cdc.record_template` (the record
+template and the ``source`` block); both are re-exported here, so ``cdc.envelope.X`` keeps
+working. ``source.pos`` is written by :func:`write_pos` (the dict form) and the template (the
+bytes form), and read by :func:`read_pos`, which every sink uses.
 """
 
 from __future__ import annotations
 
-import base64
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from decimal import Decimal
-from typing import Any, Final, NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
 
 import orjson
 
 from cdc.connect_schema import TableSchemas, inferred_schemas
 from cdc.envelope_options import READABLE, EnvelopeOptions
-from cdc.events import ChangeEvent, Op, Row, SourceInfo, topic_name
+from cdc.events import ChangeEvent, Op, topic_name
+from cdc.json_rows import EncodedRow, dumps, exact, json_of, row_json
+from cdc.json_rows import json_default as _default
 from cdc.log.base import Record
+from cdc.record_template import (
+    _OP_PARTS,
+    CONNECTOR_VERSION,
+    PG_TAIL,
+    RecordTemplate,
+    extra_json,
+    finish,
+    lsn_extra,
+    order_json,
+    pg_order,
+    source_block,
+    source_parts,
+    stamp,
+    write_pos,
+)
 
-CONNECTOR_VERSION = "0.1.0"
+__all__ = [
+    "CONNECTOR_VERSION",
+    "PG_TAIL",
+    "EncodedRow",
+    "PreEncoded",
+    "RecordTemplate",
+    "batch_records",
+    "decode",
+    "dumps",
+    "encode_key",
+    "encode_value",
+    "encode_value_dict",
+    "exact",
+    "extra_json",
+    "finish",
+    "lsn_extra",
+    "order_json",
+    "payload",
+    "pg_order",
+    "read_pos",
+    "row_json",
+    "source_block",
+    "source_parts",
+    "stamp",
+    "to_records",
+    "write_pos",
+]
 
 #: A record a source already wrote for an event (:attr:`ChangeEvent.encoded`):
 #: ``(pipeline, topic, key JSON, value up to its top-level ts_ms number, its closing)``. A
@@ -42,97 +80,12 @@ CONNECTOR_VERSION = "0.1.0"
 PreEncoded = tuple[str, str, bytes, bytes, bytes]
 
 
-class EncodedRow(Mapping[str, Any]):
-    """A row whose JSON the source already wrote (a native encoder); the envelope embeds the
-    bytes as they are, and the values are worked out only if something reads them.
-
-    Args:
-        json: the row as a JSON object, exactly as ``orjson.dumps`` of its values would write.
-        raw: what ``decode`` turns into the row's values (a tuple, the message bytes).
-        decode: ``raw`` -> the row dict, on first access.
-    """
-
-    __slots__ = ("_decode", "_raw", "_values", "json")
-
-    def __init__(self, json: bytes, raw: Any, decode: Callable[[Any], Row]) -> None:
-        self.json = json
-        self._raw = raw
-        self._decode = decode
-        self._values: Row | None = None
-
-    @classmethod
-    def of(cls, json: bytes, values: Row) -> EncodedRow:
-        """A row whose values are known already (the Python encoder's)."""
-        row = cls(json, None, _no_decode)
-        row._values = values
-        return row
-
-    def values_dict(self) -> Row:
-        """The row's values (decoded once)."""
-        values = self._values
-        if values is None:
-            values = self._values = self._decode(self._raw)
-        return values
-
-    def __getitem__(self, name: str) -> Any:
-        return self.values_dict()[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.values_dict())
-
-    def __len__(self) -> int:
-        return len(self.values_dict())
-
-    def __repr__(self) -> str:
-        return f"EncodedRow({self.json!r})"
-
-
-def _no_decode(raw: Any) -> Row:
-    raise AssertionError("an EncodedRow.of row has its values")
-
-
-def _default(value: Any) -> Any:
-    if value.__class__ is EncodedRow:  # the source wrote its JSON already
-        return orjson.Fragment(value.json)
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, bytes | bytearray | memoryview):
-        return base64.b64encode(bytes(value)).decode("ascii")
-    if isinstance(value, set | frozenset | tuple):
-        return list(value)
-    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
-
-
-def dumps(value: Any) -> bytes:
-    """JSON-encode with the envelope's rules (exact decimals, base64 bytes)."""
-    return orjson.dumps(value, default=_default)
-
-
 def encode_key(key: dict[str, Any]) -> bytes:
     """The record key: a JSON object of the primary-key columns, in key order."""
     return exact(orjson.dumps(key, default=_default))
 
 
-def exact(data: bytes) -> bytes:
-    """``data`` in a bytes object of its own size.
-
-    orjson (3.12 and later) hands back even a 10-byte document in a 4 KiB buffer. That is
-    harmless for a value used once, but record keys and values wait in batches, and a watermark
-    window keeps its chunk's keys, so a 50,000-row chunk held 400 MB more than its data.
-    """
-    return memoryview(data).tobytes()
-
-
 # -- source.pos ----------------------------------------------------------------------------
-
-
-def write_pos(position: Any, sequence: Any) -> list[Any]:
-    """``source.pos`` as the dict envelope holds it: ``[position, sequence]``.
-
-    It orders the changes of one key totally, so a sink can skip any record whose ``pos`` is
-    not newer than what it holds. :class:`RecordTemplate` writes the same in bytes.
-    """
-    return [position, sequence]
 
 
 def read_pos(value: Mapping[str, Any]) -> tuple[Any, Any]:
@@ -150,190 +103,6 @@ def read_pos(value: Mapping[str, Any]) -> tuple[Any, Any]:
 
 
 # -- the record template -------------------------------------------------------------------
-
-
-class RecordTemplate(NamedTuple):
-    """A record value with what changes from change to change left open.
-
-    The value is ``prefix + after + head + order + mid + extra + pos + sequence + tail +
-    stamp(now) + close``: ``order`` is the JSON of ``source.sequence`` (Debezium's, per
-    change), ``extra`` the connector's fields after ``txId`` (``,"lsn":...``, per change,
-    :func:`extra_json`), ``sequence`` our ``pos`` sequence. One is built per transaction (or
-    snapshot chunk), table and operation, never per row.
-
-    Attributes:
-        prefix: ``[{"schema":<S>,"payload":]{"before":<JSON>,"after":``.
-        head: ``,"source":{"version":...,"db":...,"sequence":``.
-        mid: ``,"ts_us":...,"ts_ns":...,"schema":...,"table":...,"txId":...``.
-        pos: ``,"pos":[<position>,``.
-        tail: ``]},"transaction":null,"op":"<op>","ts_ms":``.
-        close: ``}``, or ``}}`` inside the schema wrapper.
-    """
-
-    prefix: bytes
-    head: bytes
-    mid: bytes
-    pos: bytes
-    tail: bytes
-    close: bytes
-
-    @classmethod
-    def of(
-        cls,
-        op: Op,
-        src: SourceInfo,
-        pipeline: str,
-        before: bytes = b"null",
-        schemas: TableSchemas | None = None,
-    ) -> RecordTemplate:
-        """The template of ``op`` changes with ``src``'s transaction-wide fields, ``before``
-        (JSON) as their old image, and ``schemas`` (``schemas.enable``) or none."""
-        head, mid = source_parts(src, pipeline)
-        prefix = b'{"before":%b,"after":' % before
-        close = b"}"
-        if schemas is not None:
-            prefix, close = schemas.value_prefix + prefix, b"}}"
-        position = _json(src.position)
-        return cls(prefix, head, mid, b',"pos":[%b,' % position, _OP_PARTS[op], close)
-
-    def value(self, after: bytes, order: bytes, extra: bytes, sequence: int, now_ms: int) -> bytes:
-        """The whole record value."""
-        return b"%b%b%b%b%b%b%b%d%b%b%b" % (
-            self.prefix,
-            after,
-            self.head,
-            order,
-            self.mid,
-            extra,
-            self.pos,
-            sequence,
-            self.tail,
-            stamp(now_ms),
-            self.close,
-        )
-
-    def value_at(self, after: bytes, order: bytes, extra: bytes, sequence: int) -> bytes:
-        """The value up to its ``ts_ms`` number (:data:`PreEncoded`); :func:`finish` completes
-        it with :attr:`close`."""
-        return b"%b%b%b%b%b%b%b%d%b" % (
-            self.prefix,
-            after,
-            self.head,
-            order,
-            self.mid,
-            extra,
-            self.pos,
-            sequence,
-            self.tail,
-        )
-
-    def pieces(self, order: bytes, extra: bytes, now_ms: int) -> tuple[bytes, bytes, bytes]:
-        """``(prefix, middle, tail)`` with ``prefix + after + middle + sequence + tail`` the
-        value, for rows sharing ``order`` and ``extra`` (a snapshot chunk's): for an encoder
-        that writes a batch of rows at once (the native snapshot one)."""
-        middle = b"%b%b%b%b%b" % (self.head, order, self.mid, extra, self.pos)
-        return self.prefix, middle, b"%b%b%b" % (self.tail, stamp(now_ms), self.close)
-
-    def marked(self, value: bytes, other: RecordTemplate) -> bytes:
-        """``value``, written through this template, with ``other``'s ``source`` head (the same
-        but for ``source.snapshot``): the first and last rows of a snapshot."""
-        at = value.rfind(self.head)
-        return value[:at] + other.head + value[at + len(self.head) :]
-
-
-def stamp(now_ms: int) -> bytes:
-    """The envelope's ``ts_ms`` number and its ``ts_us``/``ts_ns`` (wall clock, from ms)."""
-    return b'%d,"ts_us":%d,"ts_ns":%d' % (now_ms, now_ms * 1000, now_ms * 1_000_000)
-
-
-def extra_json(extra: Mapping[str, Any]) -> bytes:
-    """The ``source`` fields after ``txId`` as they follow it: ``,"lsn":...`` (or nothing)."""
-    if not extra:
-        return b""
-    return b"," + orjson.dumps(extra, default=_default)[1:-1]
-
-
-#: PostgreSQL's ``source`` fields after ``lsn``: always null here (no xmin, no origins).
-PG_TAIL: Final = b',"xmin":null,"origin":null,"origin_lsn":null'
-
-
-def lsn_extra(lsn: int) -> bytes:
-    """:func:`extra_json` of PostgreSQL's ``{"lsn": lsn, "xmin": None, "origin": None,
-    "origin_lsn": None}``."""
-    return b',"lsn":%d%b' % (lsn, PG_TAIL)
-
-
-def pg_order(last_commit: int | None, lsn: int) -> str:
-    """PostgreSQL's ``source.sequence``: ``["<last commit lsn>","<lsn>"]`` (Debezium's)."""
-    if last_commit is None:
-        return f'[null,"{int(lsn)}"]'
-    return f'["{int(last_commit)}","{int(lsn)}"]'
-
-
-def order_json(order: str | None) -> bytes:
-    """``source.sequence`` as JSON (a string holding JSON, or null)."""
-    return b"null" if order is None else orjson.dumps(order)
-
-
-def finish(value_head: bytes, now_ms: int, close: bytes = b"}") -> bytes:
-    """A :data:`PreEncoded` value finished with its timestamps."""
-    return b"%b%b%b" % (value_head, stamp(now_ms), close)
-
-
-# -- the source block ----------------------------------------------------------------------
-
-
-def source_block(event: ChangeEvent, pipeline: str) -> dict[str, Any]:
-    """The envelope's ``source`` block (the dict form; :func:`source_parts` is the bytes)."""
-    src = event.source
-    block = _source_common(src, pipeline)
-    block.update(_source_table(src))
-    if src.extra:
-        block.update(src.extra)
-    block["pos"] = write_pos(src.position, src.sequence)
-    return block
-
-
-def _source_common(src: SourceInfo, pipeline: str) -> dict[str, Any]:
-    """The fields every Debezium ``source`` block starts with, in its order."""
-    ts_us = src.ts_us if src.ts_us is not None else src.ts_ms * 1000
-    return {
-        "version": CONNECTOR_VERSION,
-        "connector": src.connector,
-        "name": pipeline,
-        "ts_ms": src.ts_ms,
-        "snapshot": src.snapshot,
-        "db": src.db,
-        "sequence": src.order,
-        "ts_us": ts_us,
-        "ts_ns": ts_us * 1000,
-    }
-
-
-def _source_table(src: SourceInfo) -> dict[str, Any]:
-    if not src.table_fields:
-        return {}
-    return {"schema": src.schema, "table": src.table, "txId": src.tx_id}
-
-
-def source_parts(src: SourceInfo, pipeline: str) -> tuple[bytes, bytes]:
-    """The ``source`` block's bytes around its ``sequence``: ``(head, mid)``
-    (:class:`RecordTemplate`), the same for every change of one transaction and table."""
-    common = orjson.dumps(_source_common(src, pipeline), default=_default)
-    at = common.index(b',"sequence":')
-    head = b',"source":' + common[:at] + b',"sequence":'
-    rest = common[common.index(b',"ts_us":') : -1]
-    table = _source_table(src)
-    if table:
-        rest += b"," + orjson.dumps(table, default=_default)[1:-1]
-    return head, rest
-
-
-def _json(value: Any) -> bytes:
-    if value.__class__ is int:
-        return b"%d" % value
-    return orjson.dumps(value, default=_default)
-
 
 # -- values --------------------------------------------------------------------------------
 
@@ -395,7 +164,7 @@ def _cached_template(
     close = b"}"
     if schemas is not None:
         prefix, close = schemas.value_prefix + prefix, b"}}"
-    pos = b',"pos":[%b,' % _json(src.position)
+    pos = b',"pos":[%b,' % json_of(src.position)
     return RecordTemplate(prefix, head, mid, pos, _OP_PARTS[event.op], close)
 
 
@@ -435,20 +204,7 @@ _BASE_KEYS: Final = frozenset(
         "pos",
     )
 )
-_OP_PARTS: Final = {
-    op: b']},"transaction":null,"op":"' + op.value.encode() + b'","ts_ms":' for op in Op
-}
 _last_parts: tuple[tuple[Any, ...], tuple[bytes, bytes]] = ((), (b"", b""))
-
-
-def row_json(row: Any) -> bytes:
-    """A row's JSON: the source's own for an :class:`EncodedRow`, else encoded now."""
-    if row is None:
-        return b"null"
-    if row.__class__ is EncodedRow:
-        json: bytes = row.json
-        return json
-    return orjson.dumps(row, default=_default)
 
 
 # -- records -------------------------------------------------------------------------------
