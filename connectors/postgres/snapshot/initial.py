@@ -45,6 +45,8 @@ class ExportedSnapshot:
     tables: list[SnapshotTable]
     work: list[tuple[SnapshotTable, Chunk]]
     ts_ms: int
+    #: The snapshot transaction's id (``source.txId`` of its rows), as Debezium takes it.
+    tx_id: int | None = None
 
     def release(self) -> None:
         """End the exported snapshot (closing the connection also frees the slot)."""
@@ -127,12 +129,12 @@ def start_exported(
         created = create_slot(repl, slot, logger, snapshot="export")
         point = Lsn.parse(created.consistent_point)
         assert created.snapshot_name is not None
-        work = _plan_all(config, created.snapshot_name, tables, state, point)
+        work, tx_id = _plan_all(config, created.snapshot_name, tables, state, point)
     except BaseException:
         repl.close()
         raise
     return ExportedSnapshot(
-        repl, point, created.snapshot_name, database, tables, work, ts_ms=now_ms()
+        repl, point, created.snapshot_name, database, tables, work, ts_ms=now_ms(), tx_id=tx_id
     )
 
 
@@ -171,7 +173,8 @@ def _plan_all(
     tables: list[SnapshotTable],
     state: SnapshotState,
     point: int,
-) -> list[tuple[SnapshotTable, Chunk]]:
+) -> tuple[list[tuple[SnapshotTable, Chunk]], int | None]:
+    """Every table's chunks, and the snapshot transaction's id."""
     snapshot_id = uuid.uuid4().hex
     state.begin_initial(snapshot_id, point)
     work: list[tuple[SnapshotTable, Chunk]] = []
@@ -181,7 +184,19 @@ def _plan_all(
             method = "keyset" if table.chunk_key else "ctid"
             state.plan_table(table.name, "initial", method, chunks, request=snapshot_id)
             work.extend((table, c) for c in chunks)
-    return work
+        tx_id = _snapshot_xid(conn)
+    return work, tx_id
+
+
+def _snapshot_xid(conn: psycopg.Connection[Any]) -> int | None:
+    """The id Debezium's snapshot transaction has: ``txid_current()`` (0 on a standby, which
+    assigns none). The transaction is rolled back: it wrote nothing, and an aborted one leaves
+    nothing for the stream to decode."""
+    row = conn.execute(
+        sql.SQL("SELECT CASE pg_is_in_recovery() WHEN true THEN 0 ELSE txid_current() END")
+    ).fetchone()
+    conn.rollback()
+    return None if row is None else int(row[0])
 
 
 def _snapshot_connection(config: PostgresSourceConfig, name: str) -> psycopg.Connection[Any]:

@@ -71,6 +71,10 @@ class ReadSettings:
     flag: str = "true"
     #: The pipeline's ``schemas.enable``, for the ``{"schema", "payload"}`` wrapper.
     options: EnvelopeOptions = READABLE
+    #: ``source.lsn`` of the rows (the snapshot point; ``position`` is one before it).
+    lsn: int | None = None
+    #: ``source.txId`` of the rows: the snapshot transaction's id.
+    tx_id: int | None = None
 
 
 @dataclass
@@ -245,6 +249,8 @@ class ExportedSnapshotReader:
                 ts_ms=settings.ts_ms,
                 now_ms=int(time.time() * 1000),
                 schemas=schemas,
+                lsn=settings.lsn,
+                tx_id=settings.tx_id,
             )
             count += len(rows)
             if not self._put(Piece(table.name, chunk.index, records, last=False)):

@@ -31,10 +31,12 @@ def read_template(
     ts_ms: int,
     pipeline: str,
     schemas: TableSchemas | None = None,
+    tx_id: int | None = None,
 ) -> RecordTemplate:
-    """The template of a chunk's ``r`` records, at ``position``."""
+    """The template of a chunk's ``r`` records, at ``position``, with ``source.snapshot``
+    ``flag`` and ``source.txId`` ``tx_id`` (the snapshot transaction's)."""
     info = table.info
-    source = SourceInfo(CONNECTOR, db, info.schema, info.table, ts_ms, position, 0, flag)
+    source = SourceInfo(CONNECTOR, db, info.schema, info.table, ts_ms, position, 0, flag, tx_id)
     return RecordTemplate.of(Op.READ, source, pipeline, schemas=schemas)
 
 
@@ -56,9 +58,13 @@ def to_records(
     ts_ms: int,
     now_ms: int,
     schemas: TableSchemas | None = None,
+    lsn: int | None = None,
+    tx_id: int | None = None,
 ) -> list[Record]:
     """The ``r`` records of ``lines`` of ``COPY ... TO STDOUT`` text (the table's columns in
-    order), as the runtime would write them for the rows' events at ``now_ms``: through the
+    order), as the runtime would write them for the rows' events at ``now_ms``, with
+    ``source.lsn`` and ``source.sequence`` at ``lsn`` (the snapshot point; ``position`` if not
+    given) and ``source.txId`` ``tx_id``: through the
     chunk's :class:`~cdc.envelope.RecordTemplate`, its ``source`` head encoded once. The
     relation's encoder writes them (the Rust one with the interpreter lock released).
 
@@ -66,9 +72,10 @@ def to_records(
         ConversionError: a value cannot be converted (the snapshot has no dead-letter path:
             a row that cannot be read is a reason to stop, not to skip).
     """
-    template = read_template(db, table, position, flag, ts_ms, pipeline, schemas)
+    template = read_template(db, table, position, flag, ts_ms, pipeline, schemas, tx_id)
     base = (chunk << SEQUENCE_SHIFT) + first_row
-    order, extra = snapshot_order(position), lsn_extra(position)
+    point = position if lsn is None else lsn
+    order, extra = snapshot_order(point), lsn_extra(point)
     written = table.state.encoder.copy_records(lines, template, order, extra, now_ms, base)
     topic = table.state.topic
     if schemas is not None:

@@ -20,11 +20,14 @@ since is snapshotted while streaming, as ``cdc snapshot`` would, unless the mode
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
 from cdc.config import redact_url
 from cdc.errors import SourceUnavailable
+from cdc.log.base import Record
+from cdc.record_template import RecordTemplate
 from cdc.schema import TableSchema
 from cdc.source import SourceBatch, SourceContext
 from connectors.postgres.catalog import Catalog, SlotState
@@ -38,7 +41,9 @@ from connectors.postgres.lifecycle import (
 from connectors.postgres.lsn import Lsn
 from connectors.postgres.snapshot.channel import Channel, choose, ensure_table
 from connectors.postgres.snapshot.initial import ExportedSnapshot, start_exported
+from connectors.postgres.snapshot.markers import ChunkEnd, SnapshotMarks
 from connectors.postgres.snapshot.parallel import ExportedSnapshotReader, ReadSettings
+from connectors.postgres.snapshot.rows import read_template
 from connectors.postgres.snapshot.streaming import StreamSnapshots
 from connectors.postgres.source import PostgresSource
 from snapshots.modes import Action, StartState, added_tables, decide, table_changes
@@ -61,6 +66,7 @@ class SnapshottingPostgresSource:
         self._state = SnapshotState()
         self._exported: ExportedSnapshot | None = None
         self._reader: ExportedSnapshotReader | None = None
+        self._marks: SnapshotMarks | None = None
         self._stream: StreamSnapshots | None = None
         self._schemas_due: list[TableSchema] = []
         self._reporter: Reporter | None = None
@@ -196,7 +202,10 @@ class SnapshottingPostgresSource:
             ts_ms=exported.ts_ms,
             piece_rows=min(5000, self._config.max_batch_events),
             options=self._context.envelope,
+            lsn=int(exported.consistent_point),
+            tx_id=exported.tx_id,
         )
+        self._marks = _marks(exported, settings)
         self._reader = ExportedSnapshotReader(
             settings,
             exported.snapshot_name,
@@ -249,12 +258,11 @@ class SnapshottingPostgresSource:
         schemas, self._schemas_due = self._schemas_due, []
         if piece is None and not schemas:
             return SourceBatch()
-        if piece is not None and piece.last:
-            figures = self._state.chunk_done(piece.table, piece.chunk, piece.rows)
-            self.chunks_read += 1
-            assert self._reporter is not None
-            self._reporter.chunk_done(piece.table, piece.chunk, piece.rows, figures)
-        records = piece.records if piece is not None else []
+        records: list[Record] = []
+        if piece is not None:
+            assert self._marks is not None
+            records, ends = self._marks.feed(piece)
+            self._chunks_done(ends)
         self._uncommitted += 1
         # A commit per finished chunk (and per first batch, and every few pieces to bound the log
         # transaction): fewer fsyncs than one per piece, and progress moves only at a commit.
@@ -265,9 +273,21 @@ class SnapshottingPostgresSource:
         offsets = offsets.with_items(self._state.offsets(progress=True))
         return SourceBatch(records=records, commit_offsets=offsets, schemas=schemas)
 
+    def _chunks_done(self, ends: list[ChunkEnd]) -> None:
+        """Chunks whose rows are all handed to the log (stored as done with the next commit)."""
+        assert self._reporter is not None
+        for table, chunk, rows in ends:
+            figures = self._state.chunk_done(table, chunk, rows)
+            self.chunks_read += 1
+            self._reporter.chunk_done(table, chunk, rows, figures)
+
     def _finish_exported(self, exported: ExportedSnapshot) -> SourceBatch:
-        """Every chunk is in the log: release the snapshot and stream from its point."""
-        assert self._reader is not None
+        """Every chunk is read: write the last row of all (held back for its ``last``
+        marker), release the snapshot and stream from its point."""
+        assert self._reader is not None and self._marks is not None
+        records, ends = self._marks.finish()
+        self._chunks_done(ends)
+        self._marks = None
         self._reader.close()
         self._reader = None
         exported.release()
@@ -275,7 +295,8 @@ class SnapshottingPostgresSource:
         offsets = exported.consistent_point.to_offsets()
         self._logger.info("snapshot.finished", consistent_point=int(exported.consistent_point))
         self._open_stream(offsets)
-        return SourceBatch(commit_offsets=offsets.with_items(self._state.offsets(progress=True)))
+        offsets = offsets.with_items(self._state.offsets(progress=True))
+        return SourceBatch(records=records, commit_offsets=offsets)
 
     # -- ack, close ------------------------------------------------------------------------
 
@@ -297,3 +318,17 @@ class SnapshottingPostgresSource:
         self._inner.close()
         if self._reporter is not None:
             self._reporter.close()
+
+
+def _marks(exported: ExportedSnapshot, settings: ReadSettings) -> SnapshotMarks:
+    """The ``source.snapshot`` markers of ``exported``'s rows, as ``settings`` writes them."""
+    tables = {t.name: t for t in exported.tables}
+    chunks = Counter(table.name for table, _ in exported.work)
+
+    def template_of(name: str, flag: str) -> RecordTemplate:
+        s = settings
+        return read_template(
+            s.db, tables[name], s.position, flag, s.ts_ms, s.pipeline, tx_id=s.tx_id
+        )
+
+    return SnapshotMarks(dict(chunks), template_of)
