@@ -22,6 +22,7 @@ from cdc.events import topic_name
 from cdc.log.base import Log, LogTransaction, Record
 from cdc.logging import Logger
 from cdc.runtime.retry import Backoff, Decision, Stopped, classify
+from cdc.runtime.transactions import TransactionMetadata
 from cdc.schema import dead_letter_topic, schema_record, schema_topic
 from cdc.source import DeadLetter, Source, SourceBatch
 
@@ -68,6 +69,9 @@ class SourceTask:
     ) -> None:
         self._pipeline = pipeline
         self._options = envelope_options
+        self._transactions: TransactionMetadata | None = None
+        if envelope_options.provide_transaction_metadata:
+            self._transactions = TransactionMetadata(pipeline, envelope_options)
         self._first_start_timeout_s = first_start_timeout_s
         self._has_run = False  # offsets were stored, or the source opened in this process
         self._bad_records = bad_records
@@ -165,13 +169,18 @@ class SourceTask:
 
     def _topics(self, tables: Sequence[tuple[str, str]]) -> list[str]:
         topics = [topic_name(self._pipeline, schema, table) for schema, table in tables]
+        if self._transactions is not None:
+            topics.append(self._transactions.topic)
         return [*topics, schema_topic(self._pipeline), dead_letter_topic(self._pipeline)]
 
     def _append(self, tx: LogTransaction, batch: SourceBatch) -> None:
         records: list[Record] = [schema_record(self._pipeline, s) for s in batch.schemas]
-        records += envelope.batch_records(
-            batch.events, self._pipeline, int(time.time() * 1000), self._options
-        )
+        now_ms = int(time.time() * 1000)
+        if self._transactions is not None:
+            ends = batch.commit_offsets is not None
+            records += self._transactions.records(batch.events, now_ms, ends)
+        else:
+            records += envelope.batch_records(batch.events, self._pipeline, now_ms, self._options)
         records += batch.records
         records.extend(self._dead_letter(d) for d in batch.dead_letters)
         if records:
