@@ -57,9 +57,22 @@ class Lsn(int):
                 return value if type(value) is Lsn else cls(value)
         return None
 
-    def to_offsets(self) -> Offsets:
-        """The offsets that store this position (and carry it, for the log's check)."""
-        return Offsets({OFFSET_KEY: {"lsn": int(self), "lsn_str": str(self)}}, self)
+    def to_offsets(self, commit: int | None = None) -> Offsets:
+        """The offsets that store this position (and carry it, for the log's check), and
+        ``commit``, the end of the last commit streamed (``lsn_commit``, as Debezium's offsets
+        name it: ``source.sequence``'s first LSN after a restart), when known."""
+        entry: dict[str, Any] = {"lsn": int(self), "lsn_str": str(self)}
+        if commit is not None:
+            entry["lsn_commit"] = int(commit)
+        return Offsets({OFFSET_KEY: entry}, self)
+
+    @staticmethod
+    def commit_from_offsets(offsets: Mapping[str, Any]) -> int | None:
+        """``lsn_commit`` of ``offsets`` (see :meth:`to_offsets`); ``None`` when they hold none
+        (offsets stored before it was, or at a snapshot point or a heartbeat)."""
+        entry = offsets.get(OFFSET_KEY)
+        value = entry.get("lsn_commit") if isinstance(entry, Mapping) else None
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     def __str__(self) -> str:
         return f"{self >> 32:X}/{self & 0xFFFFFFFF:X}"

@@ -77,6 +77,7 @@ class PostgresSource:
         self.publication = config.publication_name(context.pipeline)
         self._logger = context.logger.bind(slot=self.slot, publication=self.publication)
         self._toast = ToastFiller(context.log, self._logger)
+        self._last_commit: int | None = None  # the stored lsn_commit (source.sequence)
         heartbeat = f"{context.pipeline}.heartbeat"
         self._heartbeat = Heartbeat(heartbeat, config.heartbeat_interval_s, self._logger)
         self._idle = IdleOffers(config.status_interval_s)
@@ -116,6 +117,7 @@ class PostgresSource:
             SourceUnavailable: the server cannot be reached (retried by the runtime).
         """
         stored = Lsn.from_offsets(stored_offsets)
+        self._last_commit = Lsn.commit_from_offsets(stored_offsets)
         dsn = self._config.dsn.get_secret_value()
         catalog = Catalog(dsn, redact_url(dsn), self._config.connect_timeout_s)
         try:
@@ -142,12 +144,16 @@ class PostgresSource:
         except BaseException:
             repl.close()
             raise
-        session.assembler = self._assembler(catalog, database, tables)
+        session.assembler = self._assembler(catalog, database, tables, self._last_commit)
         self._logger.info("source.streaming", start_lsn=int(start), database=database)
         return session
 
     def _assembler(
-        self, catalog: Catalog, database: str, tables: dict[tuple[str, str], TableInfo]
+        self,
+        catalog: Catalog,
+        database: str,
+        tables: dict[tuple[str, str], TableInfo],
+        last_commit: int | None = None,
     ) -> Assembler:
         asm = Assembler(
             self._context.pipeline,
@@ -160,6 +166,7 @@ class PostgresSource:
             self._logger,
             [self._heartbeat.prefix],
             self._context.envelope,
+            last_commit,
         )
         asm.hooks.update(self.message_hooks)
         known = published_schemas(self._context.log, self._context.pipeline, list(tables))
@@ -273,7 +280,9 @@ class PostgresSource:
         if asm.in_tx or asm.has_output or session.wal.replaying:
             return None
         position = self._idle.offer(session.flush)
-        return None if position is None else SourceBatch(commit_offsets=position.to_offsets())
+        if position is None:
+            return None
+        return SourceBatch(commit_offsets=position.to_offsets(asm.last_commit))
 
     # -- ack, close ------------------------------------------------------------------------
 

@@ -158,6 +158,12 @@ class Assembler:
         self._relations.shapes = shapes
 
     @property
+    def last_commit(self) -> int | None:
+        """The end of the latest commit seen (or stored): what the offsets keep as
+        ``lsn_commit``."""
+        return self._tx.last_commit
+
+    @property
     def in_tx(self) -> bool:
         """Inside a transaction (a batch taken now has no offsets to store)."""
         return self._tx.in_tx
@@ -183,7 +189,7 @@ class Assembler:
         """The batch built so far; its offsets are set only at a transaction boundary."""
         committed = self._tx.take_commit()
         self.cut = False
-        return self._batch.take(None if committed is None else Lsn(committed).to_offsets())
+        return self._batch.take(None if committed is None else Lsn(committed).to_offsets(committed))
 
     def handle(self, message: pg.PgOutputMessage, lsn: int) -> None:
         """Apply one decoded message; ``lsn`` is its WAL position (0 when not known)."""

@@ -65,7 +65,11 @@ class FakeLog:
 
 
 def _assembler(
-    catalog: FakeCatalog, log: FakeLog, on_bad_record: str = "fail", identity: str = "d"
+    catalog: FakeCatalog,
+    log: FakeLog,
+    on_bad_record: str = "fail",
+    identity: str = "d",
+    last_commit: int | None = None,
 ) -> Assembler:
     info = TableInfo("public", "t", 1, identity, ("id",))
     logger = structlog.get_logger()
@@ -78,6 +82,7 @@ def _assembler(
         ToastFiller(log, logger),  # type: ignore[arg-type]
         on_bad_record,
         logger,
+        last_commit=last_commit,
     )
 
 
@@ -102,7 +107,8 @@ def test_commit_order_positions_and_offsets() -> None:
     batch = _tx(asm, _relation("id", "v"), pg.Insert(1, ("1", "a")), pg.Insert(1, ("2", None)))
     assert [e.after for e in batch.events] == [{"id": 1, "v": "a"}, {"id": 2, "v": None}]
     assert [(e.source.position, e.source.sequence) for e in batch.events] == [(100, 0), (100, 1)]
-    assert batch.commit_offsets == {"postgres": {"lsn": 150, "lsn_str": "0/96"}}
+    # lsn_commit: the commit's end, source.sequence's first LSN after a restart (Debezium's)
+    assert batch.commit_offsets == {"postgres": {"lsn": 150, "lsn_str": "0/96", "lsn_commit": 150}}
     [schema] = batch.schemas
     assert schema.key_columns == ["id"] and [c.nullable for c in schema.columns] == [False, True]
 
@@ -203,3 +209,13 @@ def test_keyless_table_is_refused_unless_configured() -> None:
         check_keyable(info, None)
     check_keyable(info, ["code"])
     check_keyable(TableInfo("public", "k", 2, "f", ()), None)
+
+
+def test_source_sequence_resumes_the_stored_last_commit() -> None:
+    fresh = _assembler(FakeCatalog(), FakeLog())
+    first = _tx(fresh, _relation("id", "v"), pg.Insert(1, ("1", "a")))
+    assert [e.source.order for e in first.events] == ['[null,"102"]']
+    # a restart: the stored lsn_commit is the first LSN of source.sequence, as Debezium's is
+    restarted = _assembler(FakeCatalog(), FakeLog(), last_commit=150)
+    later = _tx(restarted, _relation("id", "v"), pg.Insert(1, ("2", "b")), lsn=200)
+    assert [e.source.order for e in later.events] == ['["150","202"]']

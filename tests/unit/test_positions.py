@@ -201,3 +201,12 @@ def test_generator_positions_are_checked_and_keep_their_format() -> None:
     source.ack({"generator": {"next": 10}})
     with pytest.raises(PositionMovedBackwards, match="9 is before the acknowledged position 10"):
         source.ack(Generated(9).to_offsets())
+
+
+def test_last_commit_is_stored_and_old_offsets_stay_readable() -> None:
+    offsets = Lsn(200).to_offsets(180)
+    assert offsets == {"postgres": {"lsn": 200, "lsn_str": "0/C8", "lsn_commit": 180}}
+    assert Lsn.from_offsets(offsets) == 200 and Lsn.commit_from_offsets(offsets) == 180
+    old = {"postgres": {"lsn": 200, "lsn_str": "0/C8"}}  # stored before lsn_commit was
+    assert Lsn.from_offsets(old) == 200 and Lsn.commit_from_offsets(old) is None
+    assert Lsn.commit_from_offsets({}) is None
