@@ -254,9 +254,7 @@ class Assembler:
         tag = message[0]
         if (tag != _INSERT and tag != _UPDATE) or len(message) <= NEW_TUPLE_AT:
             return False
-        if not self._pre_encode:
-            return False
-        if message[NEW_TUPLE_AT - 1] != _NEW:
+        if not self._pre_encode or message[NEW_TUPLE_AT - 1] != _NEW:
             return False
         rel = self._relations.by_oid.get(_U32(message, 1)[0])
         if rel is None:
