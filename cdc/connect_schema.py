@@ -187,6 +187,46 @@ class TableSchemas:
         return b'{"schema":%b,"payload":%b}' % (self.key, key)
 
 
+#: The schemas of the BEGIN/END records on ``<pipeline>.transaction``
+#: (``provide.transaction.metadata``), as Debezium 3.6.1 writes them.
+TRANSACTION_RECORDS: Final = TableSchemas.of(
+    {
+        "type": "struct",
+        "fields": [
+            _f("string", "status", False),
+            _f("string", "id", False),
+            _f("int64", "event_count", True),
+            _f(
+                "array",
+                "data_collections",
+                True,
+                items={
+                    "type": "struct",
+                    "fields": [
+                        _f("string", "data_collection", False),
+                        _f("int64", "event_count", False),
+                    ],
+                    "optional": True,
+                    "name": "event.collection",
+                    "version": 1,
+                },
+            ),
+            _f("int64", "ts_ms", False),
+        ],
+        "optional": False,
+        "name": "io.debezium.connector.common.TransactionMetadataValue",
+        "version": 1,
+    },
+    {
+        "type": "struct",
+        "fields": [_f("string", "id", False)],
+        "optional": False,
+        "name": "io.debezium.connector.common.TransactionMetadataKey",
+        "version": 1,
+    },
+)
+
+
 # -- schemas of sources that do not describe their columns ---------------------------------
 
 

@@ -6,9 +6,16 @@ m}`` (PostgreSQL's position is the commit LSN, so the id is Debezium's ``"<txId>
 ``n`` counts the transaction's changes from 1, ``m`` its changes of that table. The BEGIN
 record comes before the transaction's first change, the END after its last, keyed ``{"id"}``:
 
-    {"status":"BEGIN","id":...,"ts_ms":<commit time>,"event_count":null,"data_collections":null}
-    {"status":"END","id":...,"ts_ms":...,"event_count":n,
-     "data_collections":[{"data_collection":"<schema>.<table>","event_count":k},...]}
+    {"status":"BEGIN","id":...,"event_count":null,"data_collections":null,"ts_ms":<commit>}
+    {"status":"END","id":...,"event_count":n,
+     "data_collections":[{"data_collection":"<schema>.<table>","event_count":k},...],"ts_ms":...}
+
+in the ``{"schema", "payload"}`` wrapper under ``schemas.enable``
+(:data:`cdc.connect_schema.TRANSACTION_RECORDS`), as Debezium 3.6.1 wrote them. One deviation:
+Debezium's PostgreSQL connector writes each change's own LSN into the id of its block and of
+the BEGIN record (``"731:26384296"``, ``"731:26384424"``, ... and the END ``"731:26384768"``),
+so ids of one transaction differ and no change's id matches its END's; ours are the
+transaction's one id, the END's (the commit LSN), everywhere.
 
 A transaction ends where the next one starts or where a batch stores offsets (a source stores
 them only at a transaction boundary), so a transaction spread over several batches has one
@@ -23,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from cdc import envelope
+from cdc.connect_schema import TRANSACTION_RECORDS
 from cdc.envelope_options import EnvelopeOptions
 from cdc.events import ChangeEvent
 from cdc.log.base import Record
@@ -101,9 +109,12 @@ class TransactionMetadata:
         value = {
             "status": status,
             "id": tx.id,
-            "ts_ms": tx.ts_ms,
             "event_count": count,
             "data_collections": collections,
+            "ts_ms": tx.ts_ms,
         }
-        key = envelope.dumps({"id": tx.id})
-        return Record(self.topic, key, envelope.exact(envelope.dumps(value)))
+        key, data = envelope.dumps({"id": tx.id}), envelope.dumps(value)
+        if self._options.schemas_enable:
+            key = TRANSACTION_RECORDS.wrap_key(key)
+            data = TRANSACTION_RECORDS.wrap_value(data)
+        return Record(self.topic, key, envelope.exact(data))

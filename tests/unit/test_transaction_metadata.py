@@ -38,13 +38,13 @@ def test_blocks_and_begin_end_records_in_order() -> None:
     ]
     begin, end = orjson.loads(records[0].value or b""), orjson.loads(records[4].value or b"")
     assert orjson.loads(records[0].key or b"") == {"id": "7:100"}
-    assert begin == {
-        "status": "BEGIN",
-        "id": "7:100",
-        "ts_ms": 1000,
-        "event_count": None,
-        "data_collections": None,
-    }
+    assert list(begin.items()) == [  # in Debezium 3.6.1's key order
+        ("status", "BEGIN"),
+        ("id", "7:100"),
+        ("event_count", None),
+        ("data_collections", None),
+        ("ts_ms", 1000),
+    ]
     assert end == {
         "status": "END",
         "id": "7:100",
@@ -67,3 +67,53 @@ def test_snapshot_rows_and_skipped_operations_take_no_part() -> None:
     records = meta.records(events, 5, ends=True)
     assert [r.topic for r in records] == ["p.public.a"]
     assert orjson.loads(records[0].value or b"")["transaction"] is None
+
+
+#: What Debezium 3.6.1 wrote for an END record under schemas.enable (its real output).
+_DEBEZIUM_KEY_SCHEMA = {
+    "type": "struct",
+    "fields": [{"type": "string", "optional": False, "field": "id"}],
+    "optional": False,
+    "name": "io.debezium.connector.common.TransactionMetadataKey",
+    "version": 1,
+}
+_DEBEZIUM_VALUE_SCHEMA = {
+    "type": "struct",
+    "fields": [
+        {"type": "string", "optional": False, "field": "status"},
+        {"type": "string", "optional": False, "field": "id"},
+        {"type": "int64", "optional": True, "field": "event_count"},
+        {
+            "type": "array",
+            "items": {
+                "type": "struct",
+                "fields": [
+                    {"type": "string", "optional": False, "field": "data_collection"},
+                    {"type": "int64", "optional": False, "field": "event_count"},
+                ],
+                "optional": True,
+                "name": "event.collection",
+                "version": 1,
+            },
+            "optional": True,
+            "field": "data_collections",
+        },
+        {"type": "int64", "optional": False, "field": "ts_ms"},
+    ],
+    "optional": False,
+    "name": "io.debezium.connector.common.TransactionMetadataValue",
+    "version": 1,
+}
+
+
+def test_schemas_enable_wraps_them_as_debezium() -> None:
+    meta = TransactionMetadata("p", _options(**{"schemas.enable": True}))
+    records = meta.records([_event("a", 7, 100, 0)], 5, ends=True)
+    end = records[-1]
+    key, value = orjson.loads(end.key or b""), orjson.loads(end.value or b"")
+    assert key == {"schema": _DEBEZIUM_KEY_SCHEMA, "payload": {"id": "7:100"}}
+    assert value["schema"] == _DEBEZIUM_VALUE_SCHEMA
+    assert orjson.dumps(value["schema"]) == orjson.dumps(_DEBEZIUM_VALUE_SCHEMA)  # key order too
+    assert value["payload"]["status"] == "END" and value["payload"]["event_count"] == 1
+    change = orjson.loads(records[1].value or b"")
+    assert change["payload"]["transaction"]["total_order"] == 1
