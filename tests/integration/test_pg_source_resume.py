@@ -146,3 +146,28 @@ def test_json_no_double_holds_is_written_as_its_text(pg_db: str, tmp_path: Path)
             ({"id": 2}, {"id": 2, "doc": '{"a": 1}'}),
         ]
         assert not h.dead
+
+
+@pytest.mark.pgcore
+def test_source_sequence_resumes_the_last_commit_after_a_restart(
+    pg_db: str, tmp_path: Path
+) -> None:
+    """``source.sequence``'s first LSN is the end of the last commit, across a restart too
+    (Debezium keeps it in its offsets as ``lsn_commit``): null only on the very first change."""
+    sql(pg_db, "CREATE TABLE t (id int PRIMARY KEY)")
+    with harness(pg_db, tmp_path / "log", ["public.t"]) as h:
+        h.open()
+        sql(pg_db, "INSERT INTO t VALUES (1)", "INSERT INTO t VALUES (2)")
+        first, second = h.collect(2)
+        assert orjson.loads(first.source.order or "")[0] is None
+        h.close()
+        stored = h.log.source_offsets()["postgres"]
+        assert stored["lsn_commit"] == stored["lsn"]  # the second commit's end
+        # the second change's last commit is the first's end
+        assert int(orjson.loads(second.source.order or "")[0]) < stored["lsn_commit"]
+        sql(pg_db, "INSERT INTO t VALUES (3)")
+        h.open()
+        third = h.collect(3)[-1]
+        assert third.key == {"id": 3}
+        last_commit, lsn = orjson.loads(third.source.order or "")
+        assert int(last_commit) == stored["lsn_commit"] and int(lsn) == third.source.extra["lsn"]
