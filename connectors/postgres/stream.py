@@ -116,11 +116,16 @@ class Assembler:
             pipeline, tables, key_columns, catalog, toast, self._batch, options
         )
         self._bad = BadRecords(on_bad_record, self._batch, self._tx)
-        self._fill = ToastFill(catalog, toast, self._batch).fill
+        record_key = self._wrapped_key if self._schemas else None
+        self._fill = ToastFill(catalog, toast, self._batch, record_key).fill
         self._handlers = self._dispatch()
         #: The batch must end before the next event (a shape change). A copy of the batch's
         #: flag, kept as a plain attribute: the source reads it once per message.
         self.cut = False
+
+    def _wrapped_key(self, rel: RelationState, key: bytes) -> bytes:
+        """A key's record key under ``schemas.enable`` (the TOAST lookup's)."""
+        return relation_schemas(rel, self._options, self.registry).wrap_key(key)
 
     def _dispatch(self) -> dict[type, Callable[[Any, int], None]]:
         relations = self._relations

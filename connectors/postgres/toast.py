@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from cdc.envelope import encode_key
+from cdc.envelope import encode_key, payload
 from cdc.log.base import Log
 from cdc.logging import Logger
 from connectors.postgres.pgoutput import UNCHANGED
@@ -97,7 +97,8 @@ class ToastFiller:
             return None
         if value is None:
             return None
-        after = orjson.loads(value).get("after")
+        # payload(): under schemas.enable the stored value is in the {"schema", "payload"} wrapper
+        after = payload(orjson.loads(value)).get("after")
         return after if isinstance(after, dict) else None
 
     def fell_back(self, table: str, columns: list[str], *, gone: bool) -> None:

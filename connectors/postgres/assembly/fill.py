@@ -8,7 +8,7 @@ the row as the database has it now, read by key.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from cdc.envelope import EncodedRow, encode_key
@@ -36,12 +36,21 @@ class ToastFill:
         reader: the fallback read.
         toast: previous images from the log, and the fallback counters.
         batch: the batch being built (the most recent images).
+        record_key: a key's JSON -> the record key the log holds it under (under
+            ``schemas.enable``, in its ``{"schema", "payload"}`` wrapper); ``None``: the same.
     """
 
-    __slots__ = ("_batch", "_reader", "_toast")
+    __slots__ = ("_batch", "_reader", "_record_key", "_toast")
 
-    def __init__(self, reader: RowReader, toast: ToastFiller, batch: Batch) -> None:
+    def __init__(
+        self,
+        reader: RowReader,
+        toast: ToastFiller,
+        batch: Batch,
+        record_key: Callable[[RelationState, bytes], bytes] | None = None,
+    ) -> None:
         self._reader, self._toast, self._batch = reader, toast, batch
+        self._record_key = record_key
 
     def fill(
         self,
@@ -60,7 +69,10 @@ class ToastFill:
         if missing:
             found, recent = self._recent(rel, lookup_key)
             if not found:
-                recent = self._toast.previous(rel.topic, encode_key(lookup_key))
+                key = encode_key(lookup_key)
+                if self._record_key is not None:
+                    key = self._record_key(rel, key)
+                recent = self._toast.previous(rel.topic, key)
             missing = fill_from(row, recent, missing)
         if not missing:
             return None
