@@ -106,3 +106,15 @@ def test_single_row_tables_take_debeziums_precedence() -> None:
 def test_only_empty_tables_have_no_markers() -> None:
     written, ends = _run({"a": 1}, [Piece("a", 0, [], last=True, rows=0)])
     assert written == [] and ends == [("a", 0, 0)]
+
+
+def test_an_unfinished_snapshot_flushes_what_it_holds() -> None:
+    marks = SnapshotMarks({"a": 2, "b": 1}, _template)
+    marks.feed(Piece("b", 0, _records("b", range(1, 3)), last=False))
+    marks.feed(Piece("b", 0, [], last=True, rows=2))  # b is done: its last row waits
+    records, ends = marks.feed(Piece("a", 0, _records("a", range(5, 7)), last=False))
+    assert ("b", 2, "last_in_data_collection") in _flags(records) and ends == [("b", 0, 2)]
+    marks.feed(Piece("a", 0, [], last=True, rows=2))  # a is not done: chunk 1 is to come
+    records, ends = marks.flush()  # chunk 1 of a failed
+    assert _flags(records) == [("a", 6, "true")] and ends == [("a", 0, 2)]
+    assert marks.finish() == ([], [])

@@ -94,6 +94,18 @@ class SnapshotMarks:
             ends.extend(held.ends)
         return out, ends
 
+    def flush(self) -> tuple[list[Record], list[ChunkEnd]]:
+        """Every row held, as it is, for a snapshot that stops unfinished (a chunk failed): its
+        read chunks are still stored as done. None of them is the last of all."""
+        out: list[Record] = []
+        ends: list[ChunkEnd] = []
+        self._release_final(out, ends)
+        for held in self._held.values():
+            out.append(held.record)
+            ends.extend(held.ends)
+        self._held.clear()
+        return out, ends
+
     def _first(self, name: str, records: list[Record]) -> tuple[list[Record], str]:
         if name in self._seen:
             return records, TRUE

@@ -42,7 +42,11 @@ from connectors.postgres.lsn import Lsn
 from connectors.postgres.snapshot.channel import Channel, choose, ensure_table
 from connectors.postgres.snapshot.initial import ExportedSnapshot, start_exported
 from connectors.postgres.snapshot.markers import ChunkEnd, SnapshotMarks
-from connectors.postgres.snapshot.parallel import ExportedSnapshotReader, ReadSettings
+from connectors.postgres.snapshot.parallel import (
+    ChunkFailed,
+    ExportedSnapshotReader,
+    ReadSettings,
+)
 from connectors.postgres.snapshot.rows import read_template
 from connectors.postgres.snapshot.streaming import StreamSnapshots
 from connectors.postgres.source import PostgresSource
@@ -67,6 +71,7 @@ class SnapshottingPostgresSource:
         self._exported: ExportedSnapshot | None = None
         self._reader: ExportedSnapshotReader | None = None
         self._marks: SnapshotMarks | None = None
+        self._failed: ChunkFailed | None = None  # raised once the rows read are in the log
         self._stream: StreamSnapshots | None = None
         self._schemas_due: list[TableSchema] = []
         self._reporter: Reporter | None = None
@@ -243,6 +248,8 @@ class SnapshottingPostgresSource:
 
     def poll(self, max_events: int, timeout_s: float) -> SourceBatch:
         """Snapshot pieces first, then the stream with any watermark windows woven in."""
+        if self._failed is not None:
+            raise self._failed
         if self._reader is not None:
             return self._poll_exported(timeout_s)
         if self._stream is None:
@@ -254,7 +261,10 @@ class SnapshottingPostgresSource:
         assert reader is not None and exported is not None
         if reader.finished:
             return self._finish_exported(exported)
-        piece = reader.next(timeout_s)
+        try:
+            piece = reader.next(timeout_s)
+        except ChunkFailed as exc:
+            return self._stop_exported(exc, exported)
         schemas, self._schemas_due = self._schemas_due, []
         if piece is None and not schemas:
             return SourceBatch()
@@ -272,6 +282,19 @@ class SnapshottingPostgresSource:
         offsets = exported.consistent_point.to_offsets()
         offsets = offsets.with_items(self._state.offsets(progress=True))
         return SourceBatch(records=records, commit_offsets=offsets, schemas=schemas)
+
+    def _stop_exported(self, exc: ChunkFailed, exported: ExportedSnapshot) -> SourceBatch:
+        """A chunk failed: first store the rows held for their markers and the chunks they
+        end (so a resumed snapshot skips them), then fail on the next poll."""
+        assert self._marks is not None
+        records, ends = self._marks.flush()
+        if not records and not ends:
+            raise exc
+        self._failed = exc
+        self._chunks_done(ends)
+        offsets = exported.consistent_point.to_offsets()
+        offsets = offsets.with_items(self._state.offsets(progress=True))
+        return SourceBatch(records=records, commit_offsets=offsets)
 
     def _chunks_done(self, ends: list[ChunkEnd]) -> None:
         """Chunks whose rows are all handed to the log (stored as done with the next commit)."""
