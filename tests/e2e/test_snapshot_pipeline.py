@@ -7,16 +7,21 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
 from cdc.config import load
 from cdc.errors import SourceFatal
+from cdc.log.embedded import EmbeddedLog
 from connectors.postgres import drop_replication_objects
 from tests.e2e.cli_helpers import cdc, start_run, stop
 from tests.e2e.snapshot_helpers import (
     PIPELINE,
+    TOPIC,
     Writer,
     chunks_done,
     create_table,
@@ -56,6 +61,33 @@ def settle_and_stop(process: object, dsn: str, log_dir: Path) -> None:
     assert code == 0
 
 
+def snapshot_sources(log_dir: Path) -> list[dict[str, Any]]:
+    """``source`` of every snapshot (``r``) record in the topic, in log order per partition."""
+    log = EmbeddedLog(log_dir)
+    sources: list[dict[str, Any]] = []
+    try:
+        for partition in sorted(log.end_offsets(TOPIC)):
+            offset = 0
+            while records := log.read(TOPIC, partition, offset, 20_000):
+                values = (orjson.loads(r.value) for r in records if r.value is not None)
+                sources += [v["source"] for v in values if v["op"] == "r"]
+                offset = records[-1].offset + 1
+    finally:
+        log.close()
+    return sources
+
+
+def assert_debezium_markers(sources: list[dict[str, Any]]) -> None:
+    """One table: ``first`` on one row, ``last`` on one, ``true`` on the rest (Debezium's);
+    every row at the snapshot point, with the snapshot transaction's id."""
+    flags = Counter(s["snapshot"] for s in sources)
+    assert flags == {"first": 1, "last": 1, "true": len(sources) - 2}
+    assert len({(s["txId"], s["lsn"], s["sequence"]) for s in sources}) == 1
+    source = sources[0]
+    assert isinstance(source["txId"], int) and source["txId"] > 0
+    assert source["sequence"] == f'[null,"{source["lsn"]}"]'
+
+
 def snapshot_finished(log_dir: Path) -> bool:
     tables = snapshot_tables(log_dir)
     return bool(tables) and all(len(chunks_done(t)) == t["chunks_total"] for t in tables.values())
@@ -84,6 +116,7 @@ def test_initial_snapshot_of_300k_rows_under_1000_changes_per_second(
         [entry] = snapshot_tables(log_dir).values()
         assert entry["rows"] >= 299_000  # the snapshot read the table, not only the stream
         assert len(run_log_events(tmp_path, "snapshot.chunk_done")) == entry["chunks_total"]
+        assert_debezium_markers(snapshot_sources(log_dir))
     finally:
         drop_objects(pipeline, *runs)
 
