@@ -32,6 +32,7 @@ class RelationState:
         convert: tuple -> row dict (``UNCHANGED`` passes through).
         index: column name -> position in a tuple.
         encoder: the row encoder (:mod:`connectors.postgres.fast` chose its implementation).
+        registry: the types its columns were described with (their Connect schemas too).
     """
 
     relation: Relation
@@ -43,6 +44,7 @@ class RelationState:
     index: Mapping[str, int]
     table_schema: TableSchema
     encoder: RowEncoder
+    registry: TypeRegistry
 
     @property
     def schema(self) -> str:
@@ -136,6 +138,7 @@ def build_state(
         index=index,
         table_schema=TableSchema(CONNECTOR, info.schema, info.table, columns, position),
         encoder=row_encoder(relation.columns, registry, key_index, convert),
+        registry=registry,
     )
 
 

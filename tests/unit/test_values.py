@@ -18,9 +18,9 @@ import pytest
 
 from cdc.envelope_options import DEBEZIUM_DEFAULTS, READABLE, EnvelopeOptions
 from cdc.values import Interval, decode, decoder
+from tests.debezium.workload import COLUMNS
 
 EXPECTED = Path(__file__).resolve().parents[1] / "debezium" / "expected"
-CAPTURE = Path(__file__).resolve().parents[1] / "debezium" / "capture.py"
 UTC = dt.UTC
 
 SETTINGS: dict[str, EnvelopeOptions] = {
@@ -45,9 +45,8 @@ SETTINGS: dict[str, EnvelopeOptions] = {
 
 
 def column_types() -> dict[str, str]:
-    """The tricky table's columns and their types, from capture.py's DDL."""
-    text = CAPTURE.read_text()
-    ddl = text.split('COLUMNS = """', 1)[1].split('"""', 1)[0]
+    """The tricky table's columns and their types, from the capture workload's DDL."""
+    ddl = COLUMNS
     found = re.findall(r"(id|region|c_\w+) ([a-z0-9_]+(?:\(\d+(?:,\d+)?\))?(?:\[\])*)", ddl)
     types = dict(found)
     types["c_mood"] = "mood"

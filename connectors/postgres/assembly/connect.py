@@ -51,7 +51,12 @@ def _build(
     for column, published in zip(state.relation.columns, state.table_schema.columns, strict=True):
         optional = published.nullable and not published.key
         fields[column.name] = column_schema(
-            column.type_oid, column.type_modifier, column.name, optional, options, registry
+            column.type_oid,
+            column.type_modifier,
+            column.name,
+            optional,
+            options,
+            registry or state.registry,
         )
     value = envelope_schema(
         state.topic, list(fields.values()), source_struct(CONNECTOR, POSTGRES_SOURCE)
