@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from cdc import extended_json
 from cdc.clock import now_ms
 from cdc.errors import RecordError
 from cdc.log.base import Consumer, Log, StoredRecord, TopicPartition
@@ -48,18 +49,18 @@ def decode_records(records: Sequence[StoredRecord]) -> list[SinkRecord]:
     Under ``schemas.enable: true`` a key and a value are the JsonConverter's ``{"schema",
     "payload"}``: sinks are given the payload (the schema describes what the pipeline's
     envelope options and the published :class:`~cdc.schema.TableSchema` already say).
+    MongoDB's rows, Extended JSON texts in Debezium's format, become row objects.
     """
-    loads = orjson.loads
-    return [
-        SinkRecord(
+    loads, mongo = orjson.loads, extended_json.rows
+    decoded = []
+    for r in records:
+        key, value = mongo(
             r.topic,
-            r.partition,
-            r.offset,
             None if r.key is None else unwrap(loads(r.key)),
             None if r.value is None else unwrap(loads(r.value)),
         )
-        for r in records
-    ]
+        decoded.append(SinkRecord(r.topic, r.partition, r.offset, key, value))
+    return decoded
 
 
 def unwrap(data: Any) -> Any:

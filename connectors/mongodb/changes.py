@@ -4,8 +4,9 @@ Operation types:
 
 * ``insert`` -> ``c``; ``update`` and ``replace`` -> ``u``; ``delete`` -> ``d``. ``after`` is
   ``fullDocument`` (``updateLookup``: the document when the change was read; ``required``: the
-  exact post-image). ``before`` is ``fullDocumentBeforeChange`` when pre-images are on; a delete
-  without one carries the key as ``before``, as Debezium does.
+  exact post-image). ``before`` is ``fullDocumentBeforeChange`` when pre-images are on, else
+  null (a delete's too), and an ``update`` carries ``updateDescription``, as Debezium's
+  MongoDB connector writes them (:mod:`connectors.mongodb.records`).
 * An ``update`` whose looked-up document is gone (deleted since) has no ``after``: it is left
   out and logged, because the ``delete`` that removed the document follows in the stream.
 * ``drop`` of a captured collection, and ``rename`` away from one, become a truncate (``t``) of
@@ -21,10 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from cdc.events import ChangeEvent, Op, SourceInfo
-from connectors.mongodb.convert import document, key_of, to_json
+from cdc.events import ChangeEvent, Op, Row, SourceInfo
+from connectors.mongodb import records
 from connectors.mongodb.positions import position
 
 CONNECTOR = "mongodb"
@@ -61,15 +62,24 @@ def namespace(change: Mapping[str, Any], field_name: str = "ns") -> Collection |
 def source_info(
     change: Mapping[str, Any], coll: Collection, sequence: int, snapshot: str = "false"
 ) -> SourceInfo:
-    """The ``source`` block: position from ``clusterTime``, transaction fields when present."""
+    """The ``source`` block: position from ``clusterTime``, transaction fields when present.
+
+    ``ts_ms`` is ``wallTime`` (MongoDB 6.0+), else the cluster time's second, as Debezium has it.
+    """
     cluster_time = change["clusterTime"]
-    extra: dict[str, Any] = {"ord": cluster_time.inc, "collection": coll[1]}
     txn = change.get("txnNumber")
-    if txn is not None:
-        extra["txnNumber"] = int(txn)
-        extra["lsid"] = to_json(change.get("lsid"))
     wall = change.get("wallTime")
-    ts_ms = int(wall.timestamp() * 1000) if wall is not None else cluster_time.time * 1000
+    wall_ms = int(wall.timestamp() * 1000) if wall is not None else None
+    ts_ms = wall_ms if wall_ms is not None else cluster_time.time * 1000
+    lsid = change.get("lsid")
+    extra = records.source_extra(
+        coll[1],
+        ts_ms,
+        cluster_time.inc,
+        lsid if isinstance(lsid, Mapping) else None,
+        None if txn is None else int(txn),
+        wall_ms,
+    )
     return SourceInfo(
         connector=CONNECTOR,
         db=coll[0],
@@ -81,6 +91,7 @@ def source_info(
         snapshot=snapshot,
         tx_id=None if txn is None else int(txn),
         extra=extra,
+        table_fields=False,
     )
 
 
@@ -115,27 +126,30 @@ def convert(change: Mapping[str, Any], captured: set[Collection], sequence: int)
 
 def _data_change(change: Mapping[str, Any], kind: str, coll: Collection, sequence: int) -> Outcome:
     try:
-        key = key_of(change["documentKey"])
+        key = records.key(change["documentKey"]["_id"])
         info = source_info(change, coll, sequence)
     except (KeyError, TypeError, AttributeError) as exc:
         raise BadChange(f"{kind} event without {exc}") from exc
     pre = change.get("fullDocumentBeforeChange")
-    before = document(pre) if isinstance(pre, Mapping) else None
+    # A Mapping where the event has a Row: read like one, written as Debezium's text.
+    before = cast(Row, records.row(pre)) if isinstance(pre, Mapping) else None
     full = change.get("fullDocument")
-    after = document(full) if isinstance(full, Mapping) else None
+    after = records.row(full) if isinstance(full, Mapping) else None
     op = _DATA_OPS[kind]
+    fields = {"updateDescription": records.update_description(change)}
     if op is Op.DELETE:
-        return Outcome([ChangeEvent(op, key, before or dict(key), None, info)])
+        return Outcome([ChangeEvent(op, key, before, None, info, fields=fields)])
     if after is None:
         if kind == "update":
             notice = ("update.skipped_document_gone", {"table": f"{coll[0]}.{coll[1]}", "key": key})
             return Outcome(notice=notice)
         raise BadChange(f"{kind} event without fullDocument")
-    return Outcome([ChangeEvent(op, key, before, after, info)])
+    return Outcome([ChangeEvent(op, key, before, after, info, fields=fields)])
 
 
 def _truncate(change: Mapping[str, Any], coll: Collection, sequence: int) -> ChangeEvent:
-    return ChangeEvent(Op.TRUNCATE, {}, None, None, source_info(change, coll, sequence))
+    info = source_info(change, coll, sequence)
+    return ChangeEvent(Op.TRUNCATE, {}, None, None, info, fields={"updateDescription": None})
 
 
 def _dropped(

@@ -32,10 +32,9 @@ from cdc.config import redact_url
 from cdc.events import ChangeEvent, Op, SourceInfo
 from cdc.positions import Offsets, carried, require_forward
 from cdc.source import SourceBatch, SourceContext
-from connectors.mongodb import changes, errors, positions, snapshot
+from connectors.mongodb import changes, errors, positions, records, snapshot
 from connectors.mongodb.client import check_collections, connect, load_schemas
 from connectors.mongodb.config import MongoSourceConfig
-from connectors.mongodb.convert import document
 from connectors.mongodb.fields import FieldTracker
 from connectors.mongodb.plan import StreamSpec, plan_streams
 from connectors.mongodb.stream import StreamReader, start_point
@@ -56,6 +55,24 @@ def decide(mode: str, entry: Mapping[str, Any]) -> str | None:
     if mode == "always":
         return "snapshot mode always"
     return None
+
+
+def _snapshot_info(db: str, coll: str, position: int, snapshot_flag: str) -> SourceInfo:
+    """A snapshot row's ``source``: read now, ``ord`` 0, as Debezium writes it."""
+    ts = now_ms()
+    extra = records.source_extra(coll, ts, 0)
+    return SourceInfo(
+        changes.CONNECTOR,
+        db,
+        db,
+        coll,
+        ts,
+        position,
+        0,
+        snapshot_flag,
+        extra=extra,
+        table_fields=False,
+    )
 
 
 class MongoSource:
@@ -348,17 +365,23 @@ class MongoSource:
         state = self._entry["snapshot"]
         collected = Collected()
         db, coll = batch.table.split(".", 1)
-        info = SourceInfo(changes.CONNECTOR, db, db, coll, now_ms(), state["position"], 0, "true")
+        info = _snapshot_info(db, coll, state["position"], "true")
+        fields = {"updateDescription": None}
         for doc in batch.docs:
-            row = document(doc)  # converts _id too: the key reuses it
-            collected.events.append(ChangeEvent(Op.READ, {"_id": row["_id"]}, None, row, info))
-        schema = self._tracker.observe((db, coll), [e.after for e in collected.events])
+            collected.events.append(
+                ChangeEvent(
+                    Op.READ, records.key(doc["_id"]), None, records.row(doc), info, None, fields
+                )
+            )
+        schema = self._tracker.observe((db, coll), batch.docs)
         if schema is not None:
             collected.schemas[(db, coll)] = schema
         figures = snapshot.record(state, batch)
         if batch.done and self._reporter is not None:
             self._reporter.chunk_done(batch.table, batch.index, len(batch.docs), figures)
         if self._scanner.remaining == 0:
+            if collected.events:  # Debezium marks the snapshot's last row "last"
+                collected.events[-1].source = _snapshot_info(db, coll, state["position"], "last")
             self._finish_snapshot(state)
         return self._batch(collected, self.offsets())
 

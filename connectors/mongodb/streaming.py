@@ -146,7 +146,9 @@ class StreamSet:
             self._logger.warning(name, stream=reader.spec.id, **fields)
         for event in outcome.events:
             table = (event.source.schema, event.source.table)
-            schema = self._tracker.observe(table, [event.after, event.before])
+            # The change's own documents: their field names, without decoding the rows.
+            docs = [change.get("fullDocument"), change.get("fullDocumentBeforeChange")]
+            schema = self._tracker.observe(table, [d for d in docs if isinstance(d, Mapping)])
             if schema is not None:
                 out.schemas[table] = schema
             out.events.append(event)

@@ -83,7 +83,8 @@ def test_every_bson_type_through_insert_update_replace_delete(
     assert events[0].after["int64"] == 2**40 + 1
     assert events[1].after is not None and events[1].after["nested"]["a"]["z"] == 7
     assert events[2].after == relaxed(replaced)
-    assert events[3].before == key and events[3].after is None
+    # Debezium writes no before for a delete without pre-images; the key names the document.
+    assert events[3].before is None and events[3].after is None and events[3].key == key
     positions = [(e.source.position, e.source.sequence) for e in events]
     assert positions == sorted(positions) and len(set(positions)) == 4
     schema = h.schemas[-1]
@@ -280,7 +281,8 @@ def test_read_rows_matches_the_after_images(mongo_server: Any, tmp_path: Path) -
             h.open()
             events = h.collect(3)
             rows = list(MongoSourcePlugin.read_rows(h.config, db.name, "v"))
-    assert sorted(orjson.dumps(r) for _, r in rows) == sorted(orjson.dumps(e.after) for e in events)
+    images = [dict(e.after) for e in events if e.after is not None]  # the rows' values
+    assert sorted(orjson.dumps(r) for _, r in rows) == sorted(orjson.dumps(a) for a in images)
     assert [k for k, _ in rows] == [{"_id": {"$oid": str(d["_id"])}} for d in docs]
 
 

@@ -74,13 +74,33 @@ def test_insert() -> None:
     assert created.source.position == (1625478000 << 32) | 1
     assert created.source.ts_ms == int(WALL.timestamp() * 1000)
     assert created.source.schema == "engineering" and created.source.table == "users"
-    assert created.source.extra == {"ord": 1, "collection": "users"}
+    ts = int(WALL.timestamp() * 1000)
+    # Debezium's MongoDB source fields after db, in its order (tests/debezium_mongo/expected).
+    assert list(created.source.extra.items()) == [
+        ("sequence", None),
+        ("ts_us", ts * 1000),
+        ("ts_ns", ts * 1_000_000),
+        ("collection", "users"),
+        ("ord", 1),
+        ("lsid", None),
+        ("txnNumber", None),
+        ("wallTime", ts),
+    ]
+    assert created.source.table_fields is False
+    assert created.fields == {"updateDescription": None}
 
 
 def test_update_with_update_description_takes_the_looked_up_document() -> None:
     updated = one(UPDATE, sequence=0)
     assert updated.op is Op.UPDATE and updated.before is None
     assert updated.after == {"_id": KEY["_id"], "userName": "alice123", "email": "alice@10gen.com"}
+    assert updated.fields == {
+        "updateDescription": {
+            "removedFields": ["phoneNumber"],
+            "updatedFields": '{"email": "alice@10gen.com"}',
+            "truncatedArrays": [{"field": "vacation_time", "size": 36}],
+        }
+    }
 
 
 def test_update_whose_document_is_gone_is_left_out_with_a_notice() -> None:
@@ -97,7 +117,9 @@ def test_replace_and_delete() -> None:
         "name": "Alice B.",
     }
     deleted = one(DELETE)
-    assert deleted.op is Op.DELETE and deleted.after is None and deleted.before == KEY
+    # Debezium writes no before without pre-images, for a delete too (the key names the row).
+    assert deleted.op is Op.DELETE and deleted.after is None and deleted.before is None
+    assert replaced.fields == deleted.fields == {"updateDescription": None}
 
 
 def test_pre_and_post_images() -> None:
@@ -113,7 +135,13 @@ def test_transaction_fields() -> None:
     inside = one(INSERT | {"lsid": lsid, "txnNumber": Int64(12)}, sequence=3)
     assert inside.source.tx_id == 12 and inside.source.sequence == 3
     assert inside.source.extra["txnNumber"] == 12
-    assert inside.source.extra["lsid"]["id"]["$binary"]["subType"] == "04"
+    # The driver's STRICT compact text of the lsid document, as Debezium writes it.
+    assert inside.source.extra["lsid"] == (
+        '{"id": {"$binary": "AAAAAAAAAAAAAAAAAAAACQ==","$type": "04"},'
+        '"uid": {"$binary": "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=","$type": "00"}}'
+    )
+    outside = one(INSERT, sequence=3)
+    assert outside.source.extra["lsid"] is None and outside.source.extra["txnNumber"] is None
 
 
 def test_drop_and_rename_of_a_captured_collection_truncate_it() -> None:

@@ -1,0 +1,80 @@
+"""The parts of a record that Debezium's MongoDB connector shapes its own way.
+
+* Key ``{"id": "<relaxed Extended JSON of _id>"}`` (a string ``_id`` keeps its quotes).
+* ``after`` and ``before``: a JSON *string* holding the document in the driver's STRICT text
+  (:mod:`connectors.mongodb.extjson`); ``before`` only with pre-images, so a delete's is null.
+* ``updateDescription`` after ``after``: ``{removedFields, updatedFields, truncatedArrays}``
+  for an ``update`` (null otherwise); empty lists are null, ``updatedFields`` is a JSON text.
+* ``source``: no ``schema``/``table``/``txId``; after ``db`` come ``sequence`` (null),
+  ``ts_us``, ``ts_ns``, ``collection``, ``ord`` (the cluster time's increment), ``lsid`` and
+  ``txnNumber`` (in a transaction), and ``wallTime`` (MongoDB 6.0+).
+
+In-process, key and rows stay readable mappings of relaxed Extended JSON values (what the
+change event always held, :func:`connectors.mongodb.convert.document`): they are
+:class:`cdc.envelope.EncodedRow` objects, whose JSON (what the envelope writes) is Debezium's
+form and whose values are worked out only when something reads them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, cast
+
+import orjson
+
+from cdc.envelope import EncodedRow
+from cdc.events import Row
+from connectors.mongodb.convert import document, to_json
+from connectors.mongodb.extjson import STRICT, document_text, id_text, updated_fields_text
+
+
+def key(doc_id: Any) -> Row:
+    """The record key of a document whose ``_id`` is ``doc_id`` (as pymongo decodes it)."""
+    json = orjson.dumps({"id": id_text(doc_id)})
+    # A Mapping, not a dict: the envelope writes its JSON, readers see {"_id": ...}.
+    return cast(Row, EncodedRow.of(json, {"_id": to_json(doc_id)}))
+
+
+def row(doc: Mapping[str, Any]) -> EncodedRow:
+    """``after``/``before`` of a document: the STRICT text as a JSON string."""
+    return EncodedRow(orjson.dumps(document_text(doc)), doc, document)
+
+
+def update_description(change: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``updateDescription`` of an ``update`` event (``None`` for every other one)."""
+    description = change.get("updateDescription")
+    if change.get("operationType") != "update" or not isinstance(description, Mapping):
+        return None
+    removed = list(description.get("removedFields") or []) or None
+    updated = description.get("updatedFields")
+    truncated = [
+        {"field": str(t["field"]), "size": int(t["newSize"])}
+        for t in description.get("truncatedArrays") or []
+    ]
+    return {
+        "removedFields": removed,
+        "updatedFields": None if updated is None else updated_fields_text(updated),
+        "truncatedArrays": truncated or None,
+    }
+
+
+def source_extra(
+    collection: str,
+    ts_ms: int,
+    order: int,
+    lsid: Mapping[str, Any] | None = None,
+    txn_number: int | None = None,
+    wall_ms: int | None = None,
+) -> dict[str, Any]:
+    """The ``source`` fields after ``db``, in Debezium's order."""
+    in_txn = lsid is not None and txn_number is not None
+    return {
+        "sequence": None,
+        "ts_us": ts_ms * 1000,
+        "ts_ns": ts_ms * 1_000_000,
+        "collection": collection,
+        "ord": order,
+        "lsid": STRICT.document(lsid) if in_txn and lsid is not None else None,
+        "txnNumber": txn_number if in_txn else None,
+        "wallTime": wall_ms,
+    }
