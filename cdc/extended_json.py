@@ -116,6 +116,10 @@ def rows(topic: str, record_key: Any, value: Any) -> tuple[Any, Any]:
     if not isinstance(source, dict) or source.get("connector") != "mongodb":
         return record_key, value
     _MONGO_TOPICS.add(topic)
+    # Sinks find a record's table by source.schema and source.table, which Debezium's MongoDB
+    # source block names db and collection.
+    source.setdefault("schema", source.get("db"))
+    source.setdefault("table", source.get("collection"))
     for image in ("before", "after"):
         text = envelope.get(image)
         if isinstance(text, str):
