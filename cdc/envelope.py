@@ -127,6 +127,7 @@ def encode_value(
         sequence.__class__ is not int
         or event.transaction is not None
         or event.fields
+        or not src.table_fields  # the MongoDB envelope's other tail (encode_value_dict)
         or (extra and not _BASE_KEYS.isdisjoint(extra))
     ):
         return encode_value_dict(event, pipeline, now_ms, schemas)
@@ -180,9 +181,14 @@ def encode_value_dict(
     if event.fields:
         value.update(event.fields)
     value["source"] = source_block(event, pipeline)
-    value["transaction"] = event.transaction
-    value["op"] = event.op.value
-    value.update(ts_ms=now, ts_us=now * 1000, ts_ns=now * 1_000_000)
+    if event.source.table_fields:
+        value["transaction"] = event.transaction
+        value["op"] = event.op.value
+        value.update(ts_ms=now, ts_us=now * 1000, ts_ns=now * 1_000_000)
+    else:
+        # A connector whose source block is all its own (MongoDB's) has Debezium's older
+        # envelope tail: op, ts_ms, then transaction, and no ts_us/ts_ns.
+        value.update(op=event.op.value, ts_ms=now, transaction=event.transaction)
     data = orjson.dumps(value, default=_default)
     return exact(data if schemas is None else schemas.wrap_value(data))
 

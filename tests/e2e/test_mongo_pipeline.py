@@ -19,7 +19,7 @@ import orjson
 import pytest
 from bson import Binary, Decimal128, Int64, ObjectId
 
-from cdc import config
+from cdc import config, extended_json
 from connectors.mongodb import MongoSourcePlugin
 from tests.e2e.cli_helpers import cdc, latest_per_key, start_run, stop, tail_all, wait_for
 from tests.integration.mongo_kit import database, private_server, scope
@@ -234,13 +234,23 @@ def _stop_after_a_sentinel(
     """
     db.events.insert_one({"_id": "sentinel"})
     sentinel = orjson.dumps({"_id": "sentinel"}).decode()
-    wait_for(lambda: sentinel in latest_per_key(tail_all(pipeline, topic, tmp_path)), 60)
+    wait_for(lambda: sentinel in latest_per_key(_as_rows(tail_all(pipeline, topic, tmp_path))), 60)
     assert stop(process)[0] == 0
-    records = tail_all(pipeline, topic, tmp_path)
+    records = _as_rows(tail_all(pipeline, topic, tmp_path))
     config_model = config.load(pipeline).source
     rows = MongoSourcePlugin.read_rows(config_model, db.name, "events")  # type: ignore[arg-type]
     collection = {orjson.dumps(key).decode(): row for key, row in rows}
     return records, collection
+
+
+def _as_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tailed records as a sink reads them: Debezium's MongoDB key and Extended JSON texts
+    turned back into ``{"_id": ...}`` keys and row objects (:mod:`cdc.extended_json`)."""
+    out = []
+    for record in records:
+        key, value = extended_json.rows(record["topic"], record["key"], record["value"])
+        out.append({**record, "key": key, "value": value})
+    return out
 
 
 def test_cdc_snapshot_rereads_a_collection_while_the_pipeline_runs(
