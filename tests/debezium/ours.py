@@ -43,6 +43,10 @@ def pipeline_file(tables: Sequence[str], slot: str, envelope: Mapping[str, Any])
             "dsn": "${" + DSN_VAR + "}",
             "tables": list(tables),
             "snapshot": "initial",
+            # One reader, as Debezium's snapshot has: tables are then read one after the other in
+            # their listed order, and so marked first/last. With more (the default 2) they are
+            # read at once and marked in the order their rows reach the log (README: differences).
+            "snapshot_workers": 1,
             "slot": slot,
             "publication": slot,
         },

@@ -96,8 +96,15 @@ def _expected(setting: str) -> dict[str, list[dict[str, Any]]]:
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for line in (EXPECTED / f"{setting}.jsonl").read_text().splitlines():
         record = orjson.loads(line)
+        if _incremental(record):
+            continue  # the online re-snapshot: the differential suite runs that part
         by_topic.setdefault(record["topic"], []).append(record)
     return by_topic
+
+
+def _incremental(record: dict[str, Any]) -> bool:
+    value = _payload(record["value"])
+    return value is not None and value["source"]["snapshot"] == "incremental"
 
 
 def _payload(data: Any) -> Any:
@@ -187,7 +194,6 @@ def _run(pg_db: str, tmp_path: Path, setting: str, transactions: bool) -> dict[s
     return ours
 
 
-@pytest.mark.pgcore
 @pytest.mark.parametrize("setting", ["defaults", "readable", "readable_schemas"])
 def test_records_have_debeziums_shape(pg_db: str, tmp_path: Path, setting: str) -> None:
     ours = _run(pg_db, tmp_path, setting, transactions=False)
@@ -195,7 +201,6 @@ def test_records_have_debeziums_shape(pg_db: str, tmp_path: Path, setting: str) 
         assert _comparable(ours[topic]) == _comparable(theirs), topic
 
 
-@pytest.mark.pgcore
 def test_transaction_metadata_blocks_match_begin_and_end(pg_db: str, tmp_path: Path) -> None:
     ours = _run(pg_db, tmp_path, "readable", transactions=True)
     changes = [

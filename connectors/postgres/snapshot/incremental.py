@@ -25,7 +25,7 @@ import psycopg
 from psycopg import sql
 
 from cdc.connect_schema import TableSchemas
-from cdc.envelope import lsn_extra, row_json
+from cdc.envelope import PG_TAIL, order_json, pg_order, row_json
 from cdc.errors import SourceFatal, SourceUnavailable
 from cdc.log.base import Record
 from cdc.logging import Logger
@@ -39,7 +39,6 @@ from connectors.postgres.snapshot.rows import (
     KeyedRow,
     keyed_lines,
     read_template,
-    snapshot_order,
 )
 from snapshots.chunks import Chunk
 from snapshots.state import SnapshotState
@@ -326,7 +325,9 @@ class WatermarkReader:
     def _read(self, conn: psycopg.Connection[Any], job: ChunkJob) -> dict[bytes, KeyedRow]:
         state = job.table.state
         rows: dict[bytes, KeyedRow] = {}
-        for lines in read_lines(conn, chunk_query(job.table, job.chunk, job.where), 5000):
+        for lines in read_lines(
+            conn, chunk_query(job.table, job.chunk, job.where, ordered=True), 5000
+        ):
             for row in keyed_lines(state, lines):
                 rows[row[1]] = row
         return rows
@@ -360,8 +361,10 @@ def window_records(
     put in the window's :class:`~cdc.envelope.RecordTemplate`, its ``source`` head encoded once.
     """
     template = read_template(db, job.table, position, "incremental", ts_ms, pipeline, schemas)
-    topic, extra = job.table.state.topic, lsn_extra(position)
-    order = snapshot_order(position)
+    # As Debezium writes an incremental snapshot's rows: no lsn (nor txId) of their own, and a
+    # sequence at the stream's position when the window closed.
+    topic, extra = job.table.state.topic, b',"lsn":null%b' % PG_TAIL
+    order = order_json(pg_order(position, position))
     value = template.value
     wrap = schemas.wrap_key if schemas is not None else _same
     return [

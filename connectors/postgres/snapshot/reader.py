@@ -149,11 +149,15 @@ def plan(conn: psycopg.Connection[Any], table: SnapshotTable, chunk_rows: int) -
     return list(page_chunks(int(pages), float(estimate), chunk_rows))
 
 
-def chunk_query(table: SnapshotTable, chunk: Chunk, where: str | None) -> sql.Composed:
+def chunk_query(
+    table: SnapshotTable, chunk: Chunk, where: str | None, ordered: bool = False
+) -> sql.Composed:
     """``COPY (SELECT <columns> FROM t WHERE <range> [AND (<where>)]) TO STDOUT``.
 
     ``where`` is the operator's own SQL (``cdc snapshot --where``): trusted input, passed
     through as :class:`psycopg.sql.SQL` after :func:`.where.check_where_text` accepted it.
+    ``ordered``: a key chunk's rows in key order, as Debezium's incremental snapshot reads its
+    chunks (its initial snapshot, like ours, reads them as they lie).
     """
     conditions: list[sql.Composable] = [_range(table, chunk)]
     if where:
@@ -163,6 +167,9 @@ def chunk_query(table: SnapshotTable, chunk: Chunk, where: str | None) -> sql.Co
         sql.Identifier(table.info.schema, table.info.table),
         sql.SQL(" AND ").join(conditions),
     )
+    if ordered and isinstance(chunk, KeyChunk):
+        order = sql.SQL(", ").join(sql.Identifier(k) for k in table.chunk_key)
+        select = sql.SQL("{} ORDER BY {}").format(select, order)
     return sql.SQL("COPY ({}) TO STDOUT").format(select)
 
 
