@@ -41,6 +41,7 @@ import structlog
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
 
 from bench.report import Figures
+from cdc.envelope_options import READABLE
 from cdc.log.embedded import EmbeddedLog
 from cdc.logging import configure
 from cdc.runtime.pipeline import GC_THRESHOLDS
@@ -88,17 +89,25 @@ def copy_baseline(pg: LocalPostgres, dsn: str) -> float:
     return time.perf_counter() - started
 
 
-def snapshot(dsn: str, workers: int, chunk_rows: int, online: bool) -> tuple[float, float, int]:
+def snapshot(
+    dsn: str, workers: int, chunk_rows: int, online: bool, schemas: bool = False
+) -> tuple[float, float, int]:
     """Seconds the snapshot takes through the runtime, the CPU seconds this process spent on
-    it (all threads), and the rows it stored."""
+    it (all threads), and the rows it stored; ``schemas``: under ``schemas.enable: true``."""
     directory = Path(tempfile.mkdtemp(prefix="cdc-bench-snapshot-"))
     log = EmbeddedLog(directory / "log")
     config = _config(dsn, workers, chunk_rows, online)
     logger = structlog.get_logger()
-    context = SourceContext(pipeline=PIPELINE, log=log, logger=logger)
+    options = READABLE.model_copy(update={"schemas_enable": schemas})
+    context = SourceContext(pipeline=PIPELINE, log=log, logger=logger, envelope=options)
     stop = threading.Event()
     task = SourceTask(
-        PIPELINE, log, lambda: SnapshottingPostgresSource(config, context), stop, logger
+        PIPELINE,
+        log,
+        lambda: SnapshottingPostgresSource(config, context),
+        stop,
+        logger,
+        envelope_options=options,
     )
     thread = threading.Thread(target=task.run, daemon=True)
     done: Callable[[], bool] = lambda: _done(log)  # noqa: E731
@@ -172,6 +181,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--chunk-rows", type=int, default=50_000)
     parser.add_argument("--online", action="store_true", help="the watermark path instead")
+    parser.add_argument("--schemas", action="store_true", help="envelope schemas.enable: true")
     args = parser.parse_args()
     configure("warning", json=True)
     with LocalPostgres(settings={"shared_buffers": "256MB"}) as pg:
@@ -181,7 +191,7 @@ def main() -> None:
             conn.execute(FILL, (args.rows,))  # type: ignore[arg-type]
             conn.execute("VACUUM ANALYZE t")
         copy_s = min(copy_baseline(pg, dsn) for _ in range(2))
-        took, cpu, rows = snapshot(dsn, args.workers, args.chunk_rows, args.online)
+        took, cpu, rows = snapshot(dsn, args.workers, args.chunk_rows, args.online, args.schemas)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     rate, copy_rate = rows / took, args.rows / copy_s
     print(
@@ -200,7 +210,7 @@ def main() -> None:
     verdict = "ok" if rss_mb < TARGET_RSS_MB else "MISSED"
     print(f"peak RSS {rss_mb:,.0f} MB (target < {TARGET_RSS_MB} MB): {verdict}")
     figures = Figures("pg_snapshot")
-    kind = "online_snapshot" if args.online else "snapshot"
+    kind = ("online_snapshot" if args.online else "snapshot") + ("_schemas" if args.schemas else "")
     figures.add(f"{kind}_rows_per_s", rate, copy_rate)  # baseline: psql COPY TO STDOUT
     figures.add(f"{kind}_cpu_us_per_row", cpu / rows * 1e6)
     figures.add(f"{kind}_peak_rss_mb", rss_mb)

@@ -48,6 +48,7 @@ import structlog
 from bench.report import Figures
 
 PIPELINE = "bench"
+SCHEMAS_ENV = "CDC_BENCH_SCHEMAS"
 TABLE = "public.bench"
 DDL = (
     "CREATE TABLE bench (id int8 PRIMARY KEY, name text, amount numeric(12,2),"
@@ -95,8 +96,18 @@ def _bench_source(dsn: str, log: Any) -> Any:
     config = PostgresSourceConfig.model_validate(
         {"type": "postgres", "dsn": dsn, "tables": [TABLE]}  # cdc run's defaults
     )
-    context = SourceContext(pipeline=PIPELINE, log=log, logger=structlog.get_logger())
+    context = SourceContext(
+        pipeline=PIPELINE, log=log, logger=structlog.get_logger(), envelope=_options()
+    )
     return PostgresSource(config, context)
+
+
+def _options() -> Any:
+    """The envelope options of the run: the readable defaults, with ``schemas.enable: true``
+    under ``--schemas`` (handed to the children through the environment)."""
+    from cdc.envelope_options import READABLE
+
+    return READABLE.model_copy(update={"schemas_enable": os.environ.get(SCHEMAS_ENV) == "1"})
 
 
 def _stream(source: Any, log: Any, run: _Run, rows: int, deadline: float) -> None:
@@ -104,6 +115,7 @@ def _stream(source: Any, log: Any, run: _Run, rows: int, deadline: float) -> Non
     until ``rows`` events are committed (or the deadline)."""
     from cdc import envelope
 
+    options = _options()
     tx = None
     while (run.rows < rows or tx is not None) and time.monotonic() < deadline:
         t0 = time.perf_counter()
@@ -116,7 +128,7 @@ def _stream(source: Any, log: Any, run: _Run, rows: int, deadline: float) -> Non
             continue
         tx = tx or log.begin()
         now_ms = int(time.time() * 1000)
-        records = envelope.batch_records(batch.events, PIPELINE, now_ms)
+        records = envelope.batch_records(batch.events, PIPELINE, now_ms, options)
         t2 = time.perf_counter()
         run.spent["encode"] += t2 - t1
         if records:
@@ -391,7 +403,7 @@ def main(args: argparse.Namespace) -> None:
         print(f"log: {args.log}")
         _prepare(dsn)
         rows = args.rows
-        figures = Figures("pg_stream")
+        figures = Figures("pg_stream_schemas" if args.schemas else "pg_stream")
         print(f"PostgreSQL at {pg.port}; {rows:,} rows per workload")
         # First, on a quiet database: after the bulk phases, autovacuum of the big table writes
         # WAL that the server must decode past, which would show as the source's latency.
@@ -447,11 +459,14 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--rows", type=int, default=500_000)
     parser.add_argument("--big", type=int, default=1_000_000)
     parser.add_argument("--steady-s", type=float, default=20.0)
+    parser.add_argument("--schemas", action="store_true", help="envelope schemas.enable: true")
     return parser.parse_args()
 
 
 if __name__ == "__main__":
     arguments = parse()
+    if getattr(arguments, "schemas", False):
+        os.environ[SCHEMAS_ENV] = "1"  # the children read it
     if arguments.command == "child":
         child(arguments)
     else:
