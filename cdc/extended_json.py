@@ -1,14 +1,13 @@
 """MongoDB records back into rows a sink stores: Debezium's text forms to relaxed Extended JSON.
 
-A MongoDB record holds what Debezium's MongoDB connector writes: the key
-``{"id": "<relaxed Extended JSON of _id>"}`` and ``after``/``before`` as a JSON *string* in the
-Java driver's STRICT mode (``{"$numberLong": "5"}``, ``{"$date": 1704164645123}``, bare
-``NaN``...). Sinks keep storing what they always stored: the key ``{"_id": ...}`` and the row as
-an object of relaxed Extended JSON values (the form ``bson.json_util`` writes with
-``RELAXED_JSON_OPTIONS``, ``cdc verify`` reads from the source, and the sinks' tests hold).
-:func:`rows` is the one place that turns the first into the second; it knows no plugin: a
-record is MongoDB's when its ``source.connector`` says so, and a tombstone when its topic had
-MongoDB records before (a tombstone carries only its key).
+A MongoDB record's value holds what Debezium's MongoDB connector writes: ``after``/``before``
+as a JSON *string* in the Java driver's STRICT mode (``{"$numberLong": "5"}``,
+``{"$date": 1704164645123}``, bare ``NaN``...); its key is ``{"_id": ...}`` in relaxed
+Extended JSON. Sinks keep storing what they always stored: the row as an object of relaxed
+Extended JSON values (the form ``bson.json_util`` writes with ``RELAXED_JSON_OPTIONS``,
+``cdc verify`` reads from the source, and the sinks' tests hold). :func:`rows` is the one place
+that turns the first into the second; it knows no plugin: a record is MongoDB's when its
+``source.connector`` says so.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ import orjson
 
 _EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MAX_ISO_MS: Final = 253_402_300_799_999
-_MONGO_TOPICS: set[str] = set()  # topics seen with a MongoDB record: their tombstones too
 
 
 def _relaxed_date(millis: int) -> dict[str, Any]:
@@ -93,12 +91,6 @@ def document(text: str) -> dict[str, Any]:
     return result
 
 
-def key(record_key: dict[str, Any]) -> dict[str, Any]:
-    """The record key ``{"id": "<text>"}`` (or its schema wrapper) as ``{"_id": ...}``."""
-    payload = record_key.get("payload", record_key)
-    return {"_id": relaxed(orjson.loads(payload["id"]))}
-
-
 def rows(topic: str, record_key: Any, value: Any) -> tuple[Any, Any]:
     """``(key, value)`` of a decoded record, a MongoDB one turned into rows (see the module
     docstring); any other record is returned as it is.
@@ -106,8 +98,6 @@ def rows(topic: str, record_key: Any, value: Any) -> tuple[Any, Any]:
     ``value`` may be the ``{"schema", "payload"}`` wrapper; the payload is converted in place.
     """
     if value is None:
-        if topic in _MONGO_TOPICS and _is_mongo_key(record_key):
-            return key(record_key), None
         return record_key, None
     envelope = value.get("payload", value) if isinstance(value, dict) else None
     if not isinstance(envelope, dict):
@@ -115,7 +105,6 @@ def rows(topic: str, record_key: Any, value: Any) -> tuple[Any, Any]:
     source = envelope.get("source")
     if not isinstance(source, dict) or source.get("connector") != "mongodb":
         return record_key, value
-    _MONGO_TOPICS.add(topic)
     # Sinks find a record's table by source.schema and source.table, which Debezium's MongoDB
     # source block names db and collection.
     source.setdefault("schema", source.get("db"))
@@ -124,11 +113,4 @@ def rows(topic: str, record_key: Any, value: Any) -> tuple[Any, Any]:
         text = envelope.get(image)
         if isinstance(text, str):
             envelope[image] = document(text)
-    if _is_mongo_key(record_key):
-        record_key = key(record_key)
     return record_key, value
-
-
-def _is_mongo_key(record_key: Any) -> bool:
-    payload = record_key.get("payload", record_key) if isinstance(record_key, dict) else None
-    return isinstance(payload, dict) and len(payload) == 1 and isinstance(payload.get("id"), str)
