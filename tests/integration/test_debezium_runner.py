@@ -55,7 +55,24 @@ def _props(dbname: str, **extra: str) -> dict[str, str]:
 def test_debezium_snapshot_and_stream_readable(pg_db: str, tmp_path: Path) -> None:
     """Snapshot rows, then c/u/d and a tombstone, with string decimals and ISO times."""
     _prepare(pg_db)
-    dbname = conninfo_to_dict(pg_db)["dbname"]
+    records = _run_readable(pg_db, tmp_path)
+
+    assert {r["topic"] for r in records} == {"dbz.public.items"}
+    ops = [(r["value"] or {}).get("op") for r in records]
+    assert ops == ["r", "r", "c", "u", "d", None]
+    assert [r["key"] for r in records] == [{"id": k} for k in (1, 2, 3, 3, 1, 1)]
+    values = [r["value"] for r in records]
+    _check_snapshot_rows(values[0], values[1])
+    _check_stream_rows(*values[2:])
+    # The properties file holds the password; Debezium's log must not.
+    password = str(conninfo_to_dict(pg_db).get("password", ""))
+    if password:
+        assert password not in (tmp_path / "debezium.log").read_text()
+
+
+def _run_readable(dsn: str, workdir: Path) -> list[dict[str, Any]]:
+    """Debezium under the readable settings: the two snapshot rows, then ``_stream``'s changes."""
+    dbname = conninfo_to_dict(dsn)["dbname"]
     props = _props(
         str(dbname),
         **{
@@ -65,21 +82,18 @@ def test_debezium_snapshot_and_stream_readable(pg_db: str, tmp_path: Path) -> No
             "value.converter.schemas.enable": "false",
         },
     )
-    records = run_debezium(
-        pg_db,
+    return run_debezium(
+        dsn,
         props,
         expect=6,
         timeout_s=240,
-        workdir=tmp_path,
-        during=lambda: _stream(pg_db),
+        workdir=workdir,
+        during=lambda: _stream(dsn),
         ready=2,
     )
 
-    assert {r["topic"] for r in records} == {"dbz.public.items"}
-    ops = [(r["value"] or {}).get("op") for r in records]
-    assert ops == ["r", "r", "c", "u", "d", None]
-    assert [r["key"] for r in records] == [{"id": k} for k in (1, 2, 3, 3, 1, 1)]
-    snap, _, create, update, delete, tombstone = (r["value"] for r in records)
+
+def _check_snapshot_rows(snap: dict[str, Any], second: dict[str, Any]) -> None:
     assert snap["after"] == {
         "id": 1,
         "name": "one",
@@ -89,13 +103,18 @@ def test_debezium_snapshot_and_stream_readable(pg_db: str, tmp_path: Path) -> No
     }
     assert snap["before"] is None
     assert snap["source"]["snapshot"] == "first"
-    assert records[1]["value"]["after"] == {
+    assert second["after"] == {
         "id": 2,
         "name": "two",
         "amount": None,
         "seen": None,
         "tags": [],
     }
+
+
+def _check_stream_rows(
+    create: dict[str, Any], update: dict[str, Any], delete: dict[str, Any], tombstone: Any
+) -> None:
     assert create["after"] == {
         "id": 3,
         "name": "three",
@@ -115,10 +134,6 @@ def test_debezium_snapshot_and_stream_readable(pg_db: str, tmp_path: Path) -> No
         source: dict[str, Any] = r["source"]
         assert source["connector"] == "postgresql" and source["table"] == "items"
         assert isinstance(source["lsn"], int) and isinstance(source["txId"], int)
-    # The properties file holds the password; Debezium's log must not.
-    password = str(conninfo_to_dict(pg_db).get("password", ""))
-    if password:
-        assert password not in (tmp_path / "debezium.log").read_text()
 
 
 def test_debezium_defaults_write_connect_schemas(pg_db: str, tmp_path: Path) -> None:
