@@ -295,9 +295,20 @@ def run_debezium(
     """
     if workdir is None:
         with tempfile.TemporaryDirectory(prefix="debezium-") as tmp:
-            return run_debezium(
-                dsn, properties, expect, timeout_s, workdir=tmp, during=during, ready=ready
-            )
+            return _run_in(tmp, dsn, properties, expect, timeout_s, during, ready)
+    return _run_in(workdir, dsn, properties, expect, timeout_s, during, ready)
+
+
+def _run_in(
+    workdir: str | os.PathLike[str],
+    dsn: str,
+    properties: Mapping[str, str],
+    expect: int,
+    timeout_s: float,
+    during: Callable[[], None] | None,
+    ready: int,
+) -> list[dict[str, Any]]:
+    """``run_debezium`` in an existing ``workdir``."""
     deadline = time.monotonic() + timeout_s
     with DebeziumRun(dsn, properties, workdir, max_records=expect) as run:
         if during is not None:
