@@ -198,10 +198,16 @@ class SnapshottingPostgresSource:
             self._context.envelope,
         )
         self._exported = exported
-        settings = ReadSettings(
+        settings = self._read_settings(exported)
+        self._marks = _marks(exported, settings)
+        self._start_reader(exported, settings)
+
+    def _read_settings(self, exported: ExportedSnapshot) -> ReadSettings:
+        """How the snapshot's rows are read and written: at the slot's consistent point."""
+        return ReadSettings(
             dsn=self._dsn,
             connect_timeout_s=self._config.connect_timeout_s,
-            pipeline=pipeline,
+            pipeline=self._context.pipeline,
             db=exported.database,
             position=exported.consistent_point - 1,  # see .rows: streams sort after
             ts_ms=exported.ts_ms,
@@ -210,7 +216,9 @@ class SnapshottingPostgresSource:
             lsn=int(exported.consistent_point),
             tx_id=exported.tx_id,
         )
-        self._marks = _marks(exported, settings)
+
+    def _start_reader(self, exported: ExportedSnapshot, settings: ReadSettings) -> None:
+        """Start reading the exported snapshot's chunks with the configured workers."""
         self._reader = ExportedSnapshotReader(
             settings,
             exported.snapshot_name,
