@@ -115,6 +115,11 @@ class StreamSnapshots:
             logger,
             refresh=self._refresh,
         )
+        self._hook_into(inner, channel)
+
+    def _hook_into(self, inner: PostgresSource, channel: Channel) -> None:
+        """The inner source hands its watermark and signal messages to this object, and asks it
+        to re-snapshot a table whose rows DDL rewrote unlogged."""
         inner.message_hooks[channel.prefix(WATERMARK)] = self._on_watermark
         inner.message_hooks[channel.prefix(SIGNAL)] = self._on_signal
         inner.resnapshot = self._resnapshot
