@@ -97,26 +97,11 @@ def snapshot(
     directory = Path(tempfile.mkdtemp(prefix="cdc-bench-snapshot-"))
     log = EmbeddedLog(directory / "log")
     config = _config(dsn, workers, chunk_rows, online)
-    logger = structlog.get_logger()
-    options = READABLE.model_copy(update={"schemas_enable": schemas})
-    context = SourceContext(pipeline=PIPELINE, log=log, logger=logger, envelope=options)
     stop = threading.Event()
-    task = SourceTask(
-        PIPELINE,
-        log,
-        lambda: SnapshottingPostgresSource(config, context),
-        stop,
-        logger,
-        envelope_options=options,
-    )
-    thread = threading.Thread(target=task.run, daemon=True)
+    thread = threading.Thread(target=_task(config, log, schemas, stop).run, daemon=True)
     done: Callable[[], bool] = lambda: _done(log)  # noqa: E731
     if online:
-        thread.start()
-        while not log.source_offsets():  # streaming: the slot exists and a position is stored
-            time.sleep(0.05)
-        request = request_snapshot(config, PIPELINE, "public.t", None)
-        done = lambda: request_finished(log.source_offsets(), request["id"])  # noqa: E731
+        done = _start_online(config, log, thread)
     started = time.perf_counter()
     cpu_started = time.process_time()
     if not online:
@@ -133,6 +118,34 @@ def snapshot(
         log.close()
         shutil.rmtree(directory, ignore_errors=True)
     return took, cpu, rows
+
+
+def _task(
+    config: PostgresSourceConfig, log: EmbeddedLog, schemas: bool, stop: threading.Event
+) -> SourceTask:
+    """The runtime's source task of the snapshotting source, appending to ``log``."""
+    logger = structlog.get_logger()
+    options = READABLE.model_copy(update={"schemas_enable": schemas})
+    context = SourceContext(pipeline=PIPELINE, log=log, logger=logger, envelope=options)
+    return SourceTask(
+        PIPELINE,
+        log,
+        lambda: SnapshottingPostgresSource(config, context),
+        stop,
+        logger,
+        envelope_options=options,
+    )
+
+
+def _start_online(
+    config: PostgresSourceConfig, log: EmbeddedLog, thread: threading.Thread
+) -> Callable[[], bool]:
+    """Start the task streaming, then request the re-snapshot; returns whether it finished."""
+    thread.start()
+    while not log.source_offsets():  # streaming: the slot exists and a position is stored
+        time.sleep(0.05)
+    request = request_snapshot(config, PIPELINE, "public.t", None)
+    return lambda: request_finished(log.source_offsets(), request["id"])
 
 
 def _config(dsn: str, workers: int, chunk_rows: int, online: bool) -> PostgresSourceConfig:
@@ -176,23 +189,39 @@ def _done(log: EmbeddedLog) -> bool:
 
 def main() -> None:
     gc.set_threshold(*GC_THRESHOLDS)  # as `cdc run` does
+    args = _arguments()
+    configure("warning", json=True)
+    with LocalPostgres(settings={"shared_buffers": "256MB"}) as pg:
+        dsn = pg.dsn_for(dbname=pg.create_database("bench"))
+        _fill(dsn, args.rows)
+        copy_s = min(copy_baseline(pg, dsn) for _ in range(2))
+        took, cpu, rows = snapshot(dsn, args.workers, args.chunk_rows, args.online, args.schemas)
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    _report(args, rows, took, cpu, copy_s, rss_mb)
+
+
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--chunk-rows", type=int, default=50_000)
     parser.add_argument("--online", action="store_true", help="the watermark path instead")
     parser.add_argument("--schemas", action="store_true", help="envelope schemas.enable: true")
-    args = parser.parse_args()
-    configure("warning", json=True)
-    with LocalPostgres(settings={"shared_buffers": "256MB"}) as pg:
-        dsn = pg.dsn_for(dbname=pg.create_database("bench"))
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(SCHEMA)
-            conn.execute(FILL, (args.rows,))  # type: ignore[arg-type]
-            conn.execute("VACUUM ANALYZE t")
-        copy_s = min(copy_baseline(pg, dsn) for _ in range(2))
-        took, cpu, rows = snapshot(dsn, args.workers, args.chunk_rows, args.online, args.schemas)
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return parser.parse_args()
+
+
+def _fill(dsn: str, rows: int) -> None:
+    """Table ``t`` of ``rows`` rows, vacuumed and analyzed."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(SCHEMA)
+        conn.execute(FILL, (rows,))  # type: ignore[arg-type]
+        conn.execute("VACUUM ANALYZE t")
+
+
+def _report(
+    args: argparse.Namespace, rows: int, took: float, cpu: float, copy_s: float, rss_mb: float
+) -> None:
+    """The figures as a table against the targets, then as JSON lines."""
     rate, copy_rate = rows / took, args.rows / copy_s
     print(
         f"{rows:,} rows, {args.workers} workers, {args.chunk_rows:,} rows per chunk, "
