@@ -22,6 +22,8 @@ class Figures:
 
     bench: str
     metrics: list[dict[str, Any]] = field(default_factory=list)
+    #: Appended to every metric's name: a variant of the run (``_schemas``).
+    variant: str = ""
 
     def add(self, metric: str, ours: float | None, baseline: float | None = None) -> None:
         """Record one metric; a missing or NaN figure is ``null``."""
@@ -32,7 +34,7 @@ class Figures:
         self.metrics.append(
             {
                 "bench": self.bench,
-                "metric": metric,
+                "metric": metric + self.variant,
                 "ours": ours,
                 "baseline": baseline,
                 "ratio": ratio,
