@@ -403,7 +403,8 @@ def main(args: argparse.Namespace) -> None:
         print(f"log: {args.log}")
         _prepare(dsn)
         rows = args.rows
-        figures = Figures("pg_stream", variant="_schemas" if args.schemas else "")
+        figures = Figures("pg_stream")
+        figures.variant = "_schemas" if args.schemas else ""
         print(f"PostgreSQL at {pg.port}; {rows:,} rows per workload")
         # First, on a quiet database: after the bulk phases, autovacuum of the big table writes
         # WAL that the server must decode past, which would show as the source's latency.
