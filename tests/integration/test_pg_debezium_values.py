@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.debezium import capture
+from tests.debezium import workload as capture
 from tests.integration.snapshot_kit import execute, pipeline
 from tests.unit import debezium_workload as w
 
