@@ -51,9 +51,8 @@ def _f(type_: str, field_name: str, optional: bool, **more: Any) -> dict[str, An
     return named({"type": type_, "optional": optional, **more}, field_name)
 
 
-def _common_source(connector: str) -> list[dict[str, Any]]:
+def _common_source() -> list[dict[str, Any]]:
     """The fields every Debezium source struct starts with."""
-    del connector
     return [
         _f("string", "version", False),
         _f("string", "connector", False),
@@ -116,7 +115,7 @@ def source_struct(
     return named(
         {
             "type": "struct",
-            "fields": [*_common_source(connector), *tail, pos_field(pos_items)],
+            "fields": [*_common_source(), *tail, pos_field(pos_items)],
             "optional": False,
             "name": f"io.debezium.connector.{connector}.Source",
             "version": 1,
