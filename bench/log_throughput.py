@@ -88,7 +88,8 @@ class Baseline:
         start, ts = self.offset, now_ms()
         self.conn.execute("BEGIN IMMEDIATE")
         rows = (
-            (1, 0, start + i, k, v, ts) for i, (k, v) in enumerate(zip(keys, values, strict=True))
+            (1, 0, start + i, k, v, ts, None)
+            for i, (k, v) in enumerate(zip(keys, values, strict=True))
         )
         self.conn.executemany(INSERT_RECORD, rows)
         self.conn.execute("COMMIT")

@@ -43,7 +43,7 @@ def _count_native_appends(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     def counted(self: embedded_native.NativeAppender, *args: Any) -> Any:
         result = original(self, *args)
-        calls.append(len(args[-1]))
+        calls.append(len(args[5]))  # sql, topic id, partition, first, ts, records, heads
         return result
 
     monkeypatch.setattr(embedded_native.NativeAppender, "append", counted)
@@ -127,7 +127,7 @@ def test_an_append_that_sqlite_refuses_is_fatal_and_leaves_only_abort(
     log.ensure_topics([TOPIC])
     # A row at the next offset that the partition's high-water mark does not know of.
     with sqlite3.connect(log.path / embedded_store.DB_FILE) as other:
-        other.execute("INSERT INTO records VALUES (1, 0, 0, x'01', x'02', 0)")
+        other.execute("INSERT INTO records VALUES (1, 0, 0, x'01', x'02', 0, NULL)")
     other.close()
     txn = log.begin()
     with pytest.raises(LogFatal, match="UNIQUE constraint failed"):

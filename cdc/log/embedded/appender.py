@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Final, Literal, NamedTuple
 
 from cdc.log.base import Record
+from cdc.log.embedded.heads import Known
 from cdc.logging import get_logger
 
 _LIBRARY: Final = "libsqlite3.so.0"
@@ -118,6 +119,10 @@ def announce() -> None:
         logger.info("native.selected", implementation=implementation, reason=reason)
 
 
+#: :meth:`NativeAppender.append`'s code for a value whose head is not among the known ones.
+UNKNOWN_HEAD: Final = -1
+
+
 class NativeAppender:
     """Appends through one connection; see :func:`appender`."""
 
@@ -132,10 +137,13 @@ class NativeAppender:
         first: int,
         ts_ms: int,
         records: list[Record],
+        heads: Known,
     ) -> tuple[int, str] | None:
         """Insert ``records`` with ``sql`` (parameters: topic id, partition, offset, key, value,
-        timestamp), offsets from ``first``; ``None``, or SQLite's extended error code and
-        message.
+        timestamp, head id), offsets from ``first``, each value that starts with one of
+        ``heads`` without it (:func:`cdc.log.embedded.heads.strip`); ``None``, SQLite's
+        extended error code and message, or :data:`UNKNOWN_HEAD` and the index of a record
+        whose value is wrapped in a head not among ``heads`` (then nothing was inserted).
 
         Raises:
             TypeError: a key or value that is not bytes or ``None``, or the connection is
@@ -145,7 +153,7 @@ class NativeAppender:
         if not handle:
             raise TypeError("the connection is closed")
         result: tuple[int, str] | None = _SQLITE.append(
-            handle, sql, topic_id, partition, first, ts_ms, records
+            handle, sql, topic_id, partition, first, ts_ms, records, heads
         )
         return result
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 from cdc.errors import LogError
@@ -63,6 +64,7 @@ class EmbeddedConsumer:
     ) -> None:
         self._connections = state.connections
         self._appends = state.appends
+        self._heads = state.heads
         conn = self._connections.get()
         state.catalog.ensure(conn, topics)
         self._group = group
@@ -155,7 +157,9 @@ class EmbeddedConsumer:
             batch = rows.fetchall()
             if batch:
                 self._positions[tp] = batch[-1][0] + 1
-                out += stored_records(tp.topic, tp.partition, batch)
+                out += stored_records(
+                    tp.topic, tp.partition, batch, partial(self._heads.whole, conn)
+                )
         self._turn = (self._turn + 1) % max(count, 1)
         return out
 

@@ -30,6 +30,7 @@ from cdc.errors import LogError, LogFatal, LogUnavailable
 from cdc.log.base import PartitionsCallback, StartOffsets, StoredRecord, TopicInfo, TopicPartition
 from cdc.log.embedded import compaction as embedded_compaction
 from cdc.log.embedded.consumer import EmbeddedConsumer, committed_offsets
+from cdc.log.embedded.heads import ValueHeads
 from cdc.log.embedded.shared import AppendSignal, Connections, LogState, TopicCatalog
 from cdc.log.embedded.store import (
     BUSY_TIMEOUT_MS,
@@ -46,7 +47,7 @@ from cdc.log.embedded.txn import EmbeddedTransaction
 from cdc.partitioner import partition_for
 
 _LATEST = (
-    "SELECT value FROM records WHERE topic_id = ? AND partition = ? AND key = ?"
+    "SELECT value, head_id FROM records WHERE topic_id = ? AND partition = ? AND key = ?"
     " ORDER BY offset DESC LIMIT 1"
 )
 _START_OFFSET = "SELECT min(offset) FROM records WHERE topic_id = ? AND partition = ?"
@@ -91,7 +92,7 @@ class EmbeddedLog:
         self._connections = Connections(self.path / DB_FILE, durability, busy_timeout_ms)
         self._catalog = TopicCatalog(partitions, tombstone_retention_ms)
         # What transactions and consumers get instead of the log itself.
-        self._state = LogState(self._connections, self._catalog, AppendSignal())
+        self._state = LogState(self._connections, self._catalog, AppendSignal(), ValueHeads())
         try:
             migrate(self._conn())
         except BaseException:
@@ -146,7 +147,7 @@ class EmbeddedLog:
             raise LogError(f"embedded log: topic {topic!r} has no partition {partition}")
         with translated("reading records"):
             rows = self._conn().execute(SELECT_RANGE, (meta.id, partition, offset, max_records))
-            return stored_records(topic, partition, rows.fetchall())
+            return stored_records(topic, partition, rows.fetchall(), self._whole)
 
     def end_offsets(self, topic: str) -> dict[int, int]:
         """The next offset of each partition (the high-water mark, kept across compaction)."""
@@ -203,7 +204,10 @@ class EmbeddedLog:
         args = (meta.id, partition_for(key, meta.partitions), key)
         with translated("looking a key up"):
             row = self._conn().execute(_LATEST, args).fetchone()
-        return None if row is None else cast(bytes | None, row[0])
+        if row is None:
+            return None
+        value, head_id = row
+        return cast(bytes | None, value if head_id is None else self._whole(head_id, value))
 
     def committed_offsets(self, group: str) -> dict[TopicPartition, int]:
         """The group's committed next offsets."""
@@ -268,6 +272,9 @@ class EmbeddedLog:
 
     def _conn(self) -> sqlite3.Connection:
         return self._connections.get()
+
+    def _whole(self, head_id: int, payload: bytes) -> bytes:
+        return self._state.heads.whole(self._conn(), head_id, payload)
 
     def _meta(self, topic: str) -> TopicMeta:
         return self._catalog.meta(self._conn(), topic)

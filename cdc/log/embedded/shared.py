@@ -18,6 +18,7 @@ from pathlib import Path
 import orjson
 
 from cdc.errors import LogError
+from cdc.log.embedded.heads import ValueHeads
 from cdc.log.embedded.store import (
     INSERT_PARTITION,
     INSERT_TOPIC,
@@ -203,3 +204,4 @@ class LogState:
     connections: Connections
     catalog: TopicCatalog
     appends: AppendSignal
+    heads: ValueHeads

@@ -13,7 +13,8 @@ from cdc import positions
 from cdc.clock import now_ms
 from cdc.errors import LogError
 from cdc.log.base import Record, TransactionContext
-from cdc.log.embedded.appender import appender
+from cdc.log.embedded.appender import UNKNOWN_HEAD, appender
+from cdc.log.embedded.heads import Known, head_of, strip
 from cdc.log.embedded.store import (
     ADVANCE_PARTITION,
     DELETE_SOURCE_OFFSET,
@@ -57,6 +58,8 @@ class EmbeddedTransaction(TransactionContext):
         self._appends = state.appends
         self._conn = conn
         self._native = appender(conn, state.connections.database)
+        self._heads = state.heads
+        self._new_heads: dict[bytes, int] = {}  # stored by this transaction, shared on commit
         self._next: dict[tuple[int, int], int] = {}
         self._first: dict[tuple[int, int], int] = {}
         self._topics: dict[str, TopicMeta] = {}  # created by this transaction, cached on commit
@@ -139,6 +142,7 @@ class EmbeddedTransaction(TransactionContext):
             raise
         self._state = "committed"
         self._catalog.remember(self._topics)
+        self._heads.remember(self._new_heads)
         self._appends.notify()
 
     def abort(self) -> None:
@@ -155,10 +159,11 @@ class EmbeddedTransaction(TransactionContext):
             raise LogError(f"embedded log: the transaction is {self._state}")
 
     def _insert(self, tid: int, partition: int, first: int, ts: int, records: list[Record]) -> None:
-        """One partition's records at consecutive offsets from ``first``."""
+        """One partition's records at consecutive offsets from ``first``, each wrapped value
+        without its head (:mod:`cdc.log.embedded.heads`)."""
         if self._native is not None:
             try:
-                failed = self._native.append(INSERT_RECORD, tid, partition, first, ts, records)
+                failed = self._append_native(tid, partition, first, ts, records)
             except TypeError:
                 pass  # not bytes, or closed: executemany accepts it or says why
             else:
@@ -166,9 +171,41 @@ class EmbeddedTransaction(TransactionContext):
                     return
                 code, detail = failed
                 raise translate_code(code, f"{detail} (code {code})", "appending records")
-        rows = [(tid, partition, first + i, r.key, r.value, ts) for i, r in enumerate(records)]
+        rows = []
+        for i, record in enumerate(records):
+            value, head_id = strip(record.value, self._known())
+            if head_id is None and isinstance(value, bytes) and head_of(value) is not None:
+                self._store_head(value)  # a head this log has not seen
+                value, head_id = strip(value, self._known())
+            rows.append((tid, partition, first + i, record.key, value, ts, head_id))
         with translated("appending records"):
             self._conn.executemany(INSERT_RECORD, rows)
+
+    def _append_native(
+        self, tid: int, partition: int, first: int, ts: int, records: list[Record]
+    ) -> tuple[int, str] | None:
+        """The native appender's result, after storing every head it did not know (it inserts
+        nothing until it knows them all)."""
+        assert self._native is not None
+        while True:
+            failed = self._native.append(
+                INSERT_RECORD, tid, partition, first, ts, records, self._known()
+            )
+            if failed is None or failed[0] != UNKNOWN_HEAD:
+                return failed
+            self._store_head(records[int(failed[1])].value)
+
+    def _known(self) -> Known:
+        """The heads a value may be stored without: the committed ones and this transaction's."""
+        known = self._heads.known()
+        return known + list(self._new_heads.items()) if self._new_heads else known
+
+    def _store_head(self, value: bytes | None) -> None:
+        head = None if value is None else head_of(value)
+        if head is None:  # cannot happen: the appender flags only wrapped values
+            raise LogError("embedded log: a value flagged as wrapped has no head")
+        with translated("storing a value head"):
+            self._new_heads[head] = self._heads.store(self._conn, head)
 
     def _by_partition(self, records: Sequence[Record]) -> Placed:
         """The records of each ``(topic id, partition)``, in order, and the partition's first

@@ -8,7 +8,7 @@
 //! caller opened, through the very SQLite library the `sqlite3` module uses: the symbols are
 //! looked up in the already loaded `libsqlite3.so.0` (`RTLD_NOLOAD`), never a second copy,
 //! which would break SQLite's POSIX locks (sqlite.org/howtocorrupt.html, 2.2.1).
-//! `cdc/log/embedded_native.py` finds the connection's handle and checks it before use.
+//! `cdc/log/embedded/appender.py` finds the connection's handle and checks it before use.
 
 use pyo3::exceptions::PyOSError;
 use pyo3::intern;
@@ -64,12 +64,41 @@ struct Sqlite {
 }
 
 /// One record's key and value as raw parts (NULL as a null pointer), valid while the caller
-/// holds the records.
+/// holds the records; `head` is the id of the value head the value was stripped of.
 struct Part {
     key: *const u8,
     key_len: usize,
     value: *const u8,
     value_len: usize,
+    head: Option<i64>,
+}
+
+/// The start of a value written with `schemas.enable` (`{"schema":{...},"payload":...}`).
+const WRAPPED: &[u8] = b"{\"schema\":{";
+/// Where such a value's head ends: the first `,"payload":` (it cannot occur earlier: a Connect
+/// schema has no `payload` key, and a quote inside a JSON string is escaped).
+const PAYLOAD: &[u8] = b",\"payload\":";
+/// `append`'s result code for a value whose head is not among the known ones; the message is
+/// the record's index. Nothing was inserted: the caller stores the head and calls again.
+const UNKNOWN_HEAD: i32 = -1;
+
+/// `value` without one of `heads` (and without its closing brace), and that head's id; the
+/// value itself and `None` when it is not wrapped; `Err(())` when it is wrapped in a head not
+/// among `heads`.
+fn strip<'a>(value: &'a [u8], heads: &[(&[u8], i64)]) -> Result<(&'a [u8], Option<i64>), ()> {
+    if !value.starts_with(WRAPPED) || value.last() != Some(&b'}') {
+        return Ok((value, None));
+    }
+    for &(head, id) in heads {
+        if value.len() > head.len() && value.starts_with(head) {
+            return Ok((&value[head.len()..value.len() - 1], Some(id)));
+        }
+    }
+    if value.windows(PAYLOAD.len()).any(|w| w == PAYLOAD) {
+        Err(())
+    } else {
+        Ok((value, None))
+    }
 }
 
 /// What the unlocked loop needs: the connection, its prepared statement, and the parts, which
@@ -156,8 +185,10 @@ impl Sqlite {
     }
 
     /// Insert `records` (objects with `key` and `value`, each bytes or None) with `sql`, whose
-    /// parameters are topic id, partition, offset, key, value and timestamp; offsets count up
-    /// from `first`. Returns `None`, or SQLite's extended error code and message.
+    /// parameters are topic id, partition, offset, key, value, timestamp and head id; offsets
+    /// count up from `first`. A wrapped value that starts with one of `heads` (`(head, id)`
+    /// pairs) is stored without it, with its id. Returns `None`, SQLite's extended error code
+    /// and message, or `UNKNOWN_HEAD` and the index of a record whose head is not in `heads`.
     #[allow(clippy::too_many_arguments)]
     fn append(
         &self,
@@ -169,20 +200,31 @@ impl Sqlite {
         first: i64,
         ts_ms: i64,
         records: &Bound<'_, PyList>,
+        heads: Vec<(Bound<'_, PyBytes>, i64)>,
     ) -> PyResult<Option<(i32, String)>> {
+        let heads: Vec<(&[u8], i64)> = heads.iter().map(|(h, id)| (h.as_bytes(), *id)).collect();
         // The keys and values themselves are held until the call returns: the parts point
         // into them, whatever happens to the records meanwhile.
         let mut owners = Vec::with_capacity(2 * records.len());
         let mut parts = Vec::with_capacity(records.len());
         let (key_name, value_name) = (intern!(py, "key"), intern!(py, "value"));
-        for record in records.iter() {
+        for (index, record) in records.iter().enumerate() {
             let (key, value) = (record.getattr(key_name)?, record.getattr(value_name)?);
-            let ((key_ptr, key_len), (value_ptr, value_len)) = (raw(&key)?, raw(&value)?);
+            let ((key_ptr, key_len), (mut value_ptr, mut value_len)) = (raw(&key)?, raw(&value)?);
+            let mut head = None;
+            if !value_ptr.is_null() {
+                let whole = unsafe { std::slice::from_raw_parts(value_ptr, value_len) };
+                let Ok((stored, id)) = strip(whole, &heads) else {
+                    return Ok(Some((UNKNOWN_HEAD, index.to_string())));
+                };
+                (value_ptr, value_len, head) = (stored.as_ptr(), stored.len(), id);
+            }
             parts.push(Part {
                 key: key_ptr,
                 key_len,
                 value: value_ptr,
                 value_len,
+                head,
             });
             owners.push(key);
             owners.push(value);
@@ -225,6 +267,10 @@ impl Sqlite {
                 self.bind(stmt, 4, part.key, part.key_len),
                 self.bind(stmt, 5, part.value, part.value_len),
                 (self.bind_int64)(stmt, 6, ts_ms),
+                match part.head {
+                    Some(id) => (self.bind_int64)(stmt, 7, id),
+                    None => (self.bind_null)(stmt, 7),
+                },
             ];
             // A refused bind (a blob over SQLite's length limit) leaves the parameter NULL:
             // stepping then would store a tombstone instead of the value. It sets no error on
