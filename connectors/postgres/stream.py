@@ -276,12 +276,12 @@ class Assembler:
         tx = self._tx
         source = tx.next_source(rel, lsn)
         lsn = source.extra["lsn"]
+        schemas = relation_schemas(rel, self._options, self.registry) if self._schemas else None
         template = tx.templates.get((rel.topic, tag))
         if template is None:
-            schemas = relation_schemas(rel, self._options, self.registry) if self._schemas else None
             template = tx.template(rel.topic, tag, op, source, schemas)
-        if self._schemas:
-            key_json = relation_schemas(rel, self._options, self.registry).wrap_key(key_json)
+        if schemas is not None:
+            key_json = schemas.wrap_key(key_json)
         value = template.value_at(row_json, tx.order_json(lsn), tx.extra_json(lsn), source.sequence)
         record = (self._pipeline, rel.topic, key_json, value, template.close)
         self._batch.events.append(ChangeEvent(op, key, None, after, source, record))

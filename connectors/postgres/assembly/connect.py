@@ -34,7 +34,8 @@ def relation_schemas(
     """The Connect schemas of ``state``'s records, cached per relation state (a new
     ``Relation`` message builds a new state, so a new shape gets new schemas)."""
     found = _CACHE.get(id(state))
-    if found is not None and found[0] is state and found[1] == options:
+    # ``is`` first: one options object serves a whole run, and pydantic's ``==`` costs a µs.
+    if found is not None and found[0] is state and (found[1] is options or found[1] == options):
         return found[2]
     schemas = _build(state, options, registry)
     with _LOCK:
