@@ -260,7 +260,9 @@ def schemas_of(event: ChangeEvent, topic: str, options: EnvelopeOptions) -> Tabl
     if row.__class__ is EncodedRow:
         row = row.values_dict()
     src = event.source
-    ident = (topic, src.connector, src.table_fields, *_shape(row), *_shape(src.extra))
+    # The key's shape too: its schema is inferred from it, and its types may vary per record.
+    shapes = (*_shape(row), None, *_shape(event.key), None, *_shape(src.extra))
+    ident = (topic, src.connector, src.table_fields, *shapes)
     found = _INFERRED.get(ident)
     if found is None:
         found = inferred_schemas(topic, src.connector, row, event.key, src.extra, src.table_fields)

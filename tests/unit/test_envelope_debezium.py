@@ -86,3 +86,15 @@ def test_schemas_enable_wraps_values_and_keys_and_tombstones_stay_bare() -> None
     assert ours_fields["source"]["fields"][-1]["field"] == "pos"
     assert key["payload"] == {"id": 3, "region": "ap"}
     assert key["schema"]["name"] == "dbz.public.tricky.Key"
+
+
+def test_an_inferred_key_schema_follows_the_keys_type() -> None:
+    # A source without Connect schemas of its own gets them inferred; two records of one table
+    # whose keys differ in type must not share one cached key schema.
+    source = SourceInfo("generator", "db", "public", "t", 1, 1, extra={})
+    events = [
+        ChangeEvent(Op.CREATE, {"id": 1}, None, {"v": "a"}, source),
+        ChangeEvent(Op.CREATE, {"id": "one"}, None, {"v": "b"}, source),
+    ]
+    keys = [orjson.loads(r.key) for r in envelope.batch_records(events, "p", 1, DEBEZIUM_DEFAULTS)]
+    assert [k["schema"]["fields"][0]["type"] for k in keys] == ["int64", "string"]
