@@ -35,6 +35,7 @@ from cdc.source import SourceBatch, SourceContext
 from connectors.mongodb import changes, errors, positions, records, snapshot
 from connectors.mongodb.client import check_collections, connect, load_schemas
 from connectors.mongodb.config import MongoSourceConfig
+from connectors.mongodb.connect import Schemas
 from connectors.mongodb.fields import FieldTracker
 from connectors.mongodb.plan import StreamSpec, plan_streams
 from connectors.mongodb.stream import StreamReader, start_point
@@ -92,6 +93,8 @@ class MongoSource:
         self._streams: StreamSet | None = None
         self._unsaved = False
         self._acked: positions.MongoPosition | None = None  # the session's last ack
+        # Debezium's fixed MongoDB schemas, not ones inferred from the values.
+        self._connect = Schemas(context.pipeline) if context.envelope.schemas_enable else None
 
     def tables(self) -> list[tuple[str, str]]:
         """``(db, collection)`` of every captured collection."""
@@ -347,6 +350,8 @@ class MongoSource:
         self._start_scanner()
 
     def _batch(self, collected: Collected, offsets: Doc | None) -> SourceBatch:
+        if self._connect is not None:
+            self._connect.attach(collected.events)
         return SourceBatch(
             events=collected.events,
             commit_offsets=offsets,

@@ -21,12 +21,17 @@ import orjson
 import pytest
 
 from cdc import envelope, extended_json
+from cdc.connect_schema import pos_field
+from cdc.envelope_options import READABLE, EnvelopeOptions
 from cdc.events import ChangeEvent, Op
 from connectors.mongodb import changes, records
+from connectors.mongodb.connect import Schemas
 from connectors.mongodb.convert import document
 from connectors.mongodb.extjson import document_text, java_double, string
 
-EXPECTED = Path(__file__).parents[1] / "debezium_mongo" / "expected" / "schemaless.jsonl"
+CAPTURED = Path(__file__).parents[1] / "debezium_mongo" / "expected"
+EXPECTED = CAPTURED / "schemaless.jsonl"
+EXPECTED_SCHEMAS = CAPTURED / "schemas.jsonl"
 SNAPSHOT = [
     {
         "_id": 1,
@@ -76,8 +81,8 @@ INSERTED = [
 ]
 
 
-def expected() -> list[dict[str, Any]]:
-    return [orjson.loads(line) for line in EXPECTED.read_text().splitlines()]
+def expected(path: Path = EXPECTED) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in path.read_text().splitlines()]
 
 
 def change(kind: str, inc: int, doc_id: Any, **fields: Any) -> dict[str, Any]:
@@ -90,8 +95,21 @@ def change(kind: str, inc: int, doc_id: Any, **fields: Any) -> dict[str, Any]:
     }
 
 
-def ours() -> list[tuple[bytes, bytes | None]]:
+def ours(options: EnvelopeOptions = READABLE) -> list[tuple[bytes, bytes | None]]:
     """Our records for the captured workload, as (key, value) bytes."""
+    # The schemas.enable run streamed the workload's last change too (workload.py.txt's last
+    # line); the schemaless capture ends before it.
+    events = workload_events(last_update=options.schemas_enable)
+    if options.schemas_enable:
+        Schemas("dbz").attach(events)  # what MongoSource does with schemas.enable
+    out: list[tuple[bytes, bytes | None]] = []
+    for event in events:
+        out += [(r.key, r.value) for r in envelope.to_records(event, "dbz", 0, options)]
+    return out
+
+
+def workload_events(last_update: bool) -> list[ChangeEvent]:
+    """Our change events for the captured workload."""
     events: list[ChangeEvent] = []
     for i, doc in enumerate(SNAPSHOT):
         flag = "last" if i == len(SNAPSHOT) - 1 else "true"
@@ -110,6 +128,10 @@ def ours() -> list[tuple[bytes, bytes | None]]:
         change("replace", 10, "s1", fullDocument={"name": "replaced", "_id": "s1"}),
         change("delete", 11, 1),
     ]
+    if last_update:
+        grown = {"_id": 2.5, "v": 2, "w": [1, 2]}
+        described = {"updatedFields": {"v": 2, "w": [1, 2]}}
+        stream.append(change("update", 12, 2.5, updateDescription=described, fullDocument=grown))
     for item in stream:
         item.setdefault("fullDocument", None)
         outcome = changes.convert(item, {("shop", "items")}, 0)
@@ -119,10 +141,7 @@ def ours() -> list[tuple[bytes, bytes | None]]:
             events.append(_as_debezium_update(item))
             continue
         events.extend(outcome.events)
-    out: list[tuple[bytes, bytes | None]] = []
-    for event in events:
-        out += [(r.key, r.value) for r in envelope.to_records(event, "dbz", 0)]
-    return out
+    return events
 
 
 def _as_debezium_update(item: dict[str, Any]) -> ChangeEvent:
@@ -162,6 +181,118 @@ def test_records_equal_debeziums_own() -> None:
             source_keys = [k for k in parsed["source"] if k != "pos"]
             assert source_keys == list(real["value"]["source"])
             assert real["value"]["transaction"] is None
+
+
+SCHEMAS = EnvelopeOptions.model_validate({"schemas.enable": True})
+
+
+def conforms(schema: dict[str, Any], value: Any) -> bool:
+    """Whether ``value`` is what Connect's JsonConverter reads under ``schema``."""
+    if value is None:
+        return bool(schema["optional"]) or "default" in schema
+    kind = schema["type"]
+    if kind == "struct":
+        fields = {f["field"]: f for f in schema["fields"]}
+        return (
+            isinstance(value, dict)
+            and list(value) == list(fields)
+            and all(conforms(fields[k], v) for k, v in value.items())
+        )
+    if kind == "array":
+        return isinstance(value, list) and all(conforms(schema["items"], v) for v in value)
+    if isinstance(value, bool):
+        return kind == "boolean"
+    if kind in ("int32", "int64"):
+        return isinstance(value, int)
+    return isinstance(value, {"double": (int, float), "string": str}[kind])
+
+
+def _without_pos(schema: dict[str, Any]) -> dict[str, Any]:
+    """Our value schema without ``source.pos`` (a documented deviation), which must be last in
+    the source struct and described as the PostgreSQL source's schema describes it."""
+    schema = dict(schema)
+    fields = schema["fields"] = list(schema["fields"])
+    at = [f["field"] for f in fields].index("source")
+    source = fields[at] = dict(fields[at])
+    assert source["fields"][-1] == pos_field()
+    source["fields"] = source["fields"][:-1]
+    return schema
+
+
+def test_records_under_schemas_enable_equal_debeziums_own() -> None:
+    theirs = expected(EXPECTED_SCHEMAS)
+    mine = ours(SCHEMAS)
+    assert len(mine) == len(theirs)
+    for (key, value), real in zip(mine, theirs, strict=True):
+        parsed_key = orjson.loads(key)
+        assert list(parsed_key) == ["schema", "payload"]
+        # The key is DESIGN.md's {"_id": <relaxed>} (a documented deviation), its schema named
+        # as Debezium's and describing the one field it has.
+        their_id = extended_json.relaxed(orjson.loads(real["key"]["payload"]["id"]))
+        assert parsed_key["payload"] == {"_id": their_id}
+        assert parsed_key["schema"]["name"] == real["key"]["schema"]["name"] == "dbz.shop.items.Key"
+        assert [f["field"] for f in parsed_key["schema"]["fields"]] == ["_id"]
+        assert conforms(parsed_key["schema"], parsed_key["payload"])
+        if value is None:
+            assert real["value"] is None
+            continue
+        parsed, their = orjson.loads(value), real["value"]
+        assert list(parsed) == ["schema", "payload"]
+        # The value schema exactly, key order included, but for our source.pos.
+        assert orjson.dumps(_without_pos(parsed["schema"])) == orjson.dumps(their["schema"])
+        assert _comparable(parsed["payload"]) == _comparable(their["payload"])
+        assert list(parsed["payload"]) == list(their["payload"])
+        assert conforms(parsed["schema"], parsed["payload"])
+        assert conforms(their["schema"], their["payload"])  # the checker accepts Debezium's
+
+
+def test_key_schemas_follow_the_ids_kind_and_are_built_once() -> None:
+    schemas = Schemas("p")
+    ints = schemas.of("shop", "items", {"_id": 1})
+    assert schemas.of("shop", "items", {"_id": 2}) is ints  # cached, not built per record
+    kinds = {
+        1: {"type": "int64", "optional": False, "field": "_id"},
+        "s": {"type": "string", "optional": False, "field": "_id"},
+        2.5: {"type": "double", "optional": False, "field": "_id"},
+    }
+    for doc_id, field in kinds.items():
+        found = schemas.of("shop", "items", {"_id": doc_id})
+        assert found.value is ints.value  # one value schema per collection
+        assert found.key is not None
+        key = orjson.loads(found.key)
+        assert key == {
+            "type": "struct",
+            "fields": [field],
+            "optional": False,
+            "name": "p.shop.items.Key",
+        }
+    oid = schemas.of("shop", "items", {"_id": {"$oid": "65a1b2c3d4e5f60718293a4c"}})
+    assert oid.key is not None and conforms(orjson.loads(oid.key), {"_id": {"$oid": "x"}})
+    assert orjson.loads(schemas.of("shop", "other", {"_id": 1}).value)["name"] == (
+        "p.shop.other.Envelope"
+    )
+    truncate = schemas.of("shop", "items", {})
+    assert truncate.wrap_key(b"{}") == b'{"schema":null,"payload":{}}'
+
+
+def test_transaction_changes_fit_the_schema() -> None:
+    """lsid, txnNumber, wallTime and the transaction block (not in the captured run:
+    mongo-java-server has no transactions) are what the schema says."""
+    lsid = {"id": bson.Binary(uuid.UUID(int=3).bytes, 4), "uid": bson.Binary(b"\x01" * 32, 0)}
+    item = change(
+        "insert", 4, 9, fullDocument={"_id": 9}, lsid=lsid, txnNumber=bson.Int64(2),
+        wallTime=dt.datetime(2026, 1, 2, tzinfo=dt.UTC),
+    )  # fmt: skip
+    events = changes.convert(item, {("shop", "items")}, 0).events
+    Schemas("dbz").attach(events)
+    events[0].transaction = {"id": "1", "total_order": 1, "data_collection_order": 1}
+    [record] = envelope.to_records(events[0], "dbz", 0, SCHEMAS)
+    assert record.value is not None
+    value = orjson.loads(record.value)
+    source = value["payload"]["source"]
+    assert isinstance(source["lsid"], str) and source["txnNumber"] == 2
+    assert source["wallTime"] == 1767312000000
+    assert conforms(value["schema"], value["payload"])
 
 
 def test_sinks_read_the_rows_they_always_stored() -> None:
