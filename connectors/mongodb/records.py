@@ -8,6 +8,7 @@
 * ``source``: no ``schema``/``table``/``txId``; after ``db`` come ``sequence`` (null),
   ``ts_us``, ``ts_ns``, ``collection``, ``ord`` (the cluster time's increment), ``lsid`` and
   ``txnNumber`` (in a transaction), and ``wallTime`` (MongoDB 6.0+).
+* Under ``schemas.enable``, the Connect schemas of all of this: :mod:`connectors.mongodb.connect`.
 
 In-process, key and rows stay readable mappings of relaxed Extended JSON values (what the
 change event always held, :func:`connectors.mongodb.convert.document`): they are

@@ -7,6 +7,10 @@ how it was run). The same documents go through our converter and envelope here, 
 must be equal as parsed JSON, except for the documented exceptions: wall-clock times
 (``ts_ms``, ``source.ts_*``), ``source.version`` and ``name``, our ``source.pos``, and the
 envelope's ``transaction`` block (written by the envelope, not the connector).
+
+``schemas.jsonl`` is the same workload (and one more update) with ``schemas.enable=true``: our
+value schema must equal Debezium's exactly, key order included, but for our ``source.pos``; the
+key schema is named as Debezium's and describes our ``{"_id": ...}`` key (docs/mongodb.md).
 """
 
 from __future__ import annotations
