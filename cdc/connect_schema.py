@@ -47,8 +47,12 @@ def named(schema: Mapping[str, Any], name: str) -> dict[str, Any]:
     return out
 
 
-def _f(type_: str, field_name: str, optional: bool, **more: Any) -> dict[str, Any]:
+def field_schema(type_: str, field_name: str, optional: bool, **more: Any) -> dict[str, Any]:
+    """A struct field of ``type_``, with ``more`` (``name``, ``parameters``...)."""
     return named({"type": type_, "optional": optional, **more}, field_name)
+
+
+_f = field_schema
 
 
 def _common_source() -> list[dict[str, Any]]:
@@ -74,18 +78,16 @@ def _common_source() -> list[dict[str, Any]]:
     ]
 
 
-#: The fields after ``ts_ns`` of the PostgreSQL connector's source struct.
-POSTGRES_SOURCE: Final = (
-    _f("string", "schema", False),
-    _f("string", "table", False),
-    _f("int64", "txId", True),
-    _f("int64", "lsn", True),
-    _f("int64", "xmin", True),
-    _f("string", "origin", True),
-    _f("int64", "origin_lsn", True),
-)
+#: The fields after ``ts_ns`` of each connector's source struct, by connector name, as the
+#: connectors register them (:func:`register_source_fields`): inference uses them for that
+#: connector's events that come without schemas of their own.
+_SOURCE_FIELDS: dict[str, tuple[dict[str, Any], ...]] = {}
 
-_PG_NAMES: Final = frozenset(f["field"] for f in POSTGRES_SOURCE)
+
+def register_source_fields(connector: str, fields: Sequence[dict[str, Any]]) -> None:
+    """Record ``connector``'s source struct fields after ``ts_ns`` (at the connector's import)."""
+    _SOURCE_FIELDS[connector] = tuple(fields)
+
 
 TRANSACTION: Final = named(
     {
@@ -261,9 +263,11 @@ def inferred_schemas(
 ) -> TableSchemas:
     """The schemas of a change of a source without column types, from its values."""
     tail: list[dict[str, Any]] = []
-    if connector == "postgresql" and table_fields:  # its source struct is known
-        tail += POSTGRES_SOURCE
-        extra = {k: v for k, v in extra.items() if k not in _PG_NAMES}
+    known = _SOURCE_FIELDS.get(connector) if table_fields else None
+    if known:  # the connector registered its source struct
+        tail += known
+        names = {f["field"] for f in known}
+        extra = {k: v for k, v in extra.items() if k not in names}
     elif table_fields:
         tail += [_f("string", "schema", False), _f("string", "table", False)]
         tail.append(_f("int64", "txId", True))

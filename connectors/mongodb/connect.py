@@ -24,14 +24,11 @@ from typing import Any, Final
 import orjson
 
 from cdc.connect_schema import TRANSACTION, TableSchemas, infer, named, source_struct
+from cdc.connect_schema import field_schema as _f
 from cdc.events import ChangeEvent, topic_name
 
 _JSON: Final = {"type": "string", "optional": True, "name": "io.debezium.data.Json", "version": 1}
 _CHANGESTREAM: Final = "io.debezium.connector.mongodb.changestream"
-
-
-def _f(type_: str, field_name: str, optional: bool, **more: Any) -> dict[str, Any]:
-    return named({"type": type_, "optional": optional, **more}, field_name)
 
 
 UPDATE_DESCRIPTION: Final = named(

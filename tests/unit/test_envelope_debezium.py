@@ -8,6 +8,7 @@ from pathlib import Path
 
 import orjson
 
+import connectors.postgres.assembly.connect  # noqa: F401  (registers PostgreSQL's source struct)
 from cdc import envelope
 from cdc.envelope_options import DEBEZIUM_DEFAULTS, READABLE, EnvelopeOptions
 from cdc.events import ChangeEvent, Op, SourceInfo

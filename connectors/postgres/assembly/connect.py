@@ -1,28 +1,42 @@
 """A relation's Connect schemas (``schemas.enable``), built once per relation version.
 
 The row fields come from :func:`connectors.postgres.types.connect.column_schema`, the source
-struct is Debezium's PostgreSQL one (:data:`cdc.connect_schema.POSTGRES_SOURCE`) with our
-``pos``. Debezium makes a key column and a ``NOT NULL`` column ``optional: false``.
+struct is Debezium's PostgreSQL one (:data:`POSTGRES_SOURCE`, registered with
+:mod:`cdc.connect_schema` for events without schemas of their own) with our ``pos``.
+Debezium makes a key column and a ``NOT NULL`` column ``optional: false``.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
 from cdc.connect_schema import (
-    POSTGRES_SOURCE,
     TableSchemas,
     envelope_schema,
+    field_schema,
     key_schema,
+    register_source_fields,
     source_struct,
 )
 from cdc.envelope_options import EnvelopeOptions
 from connectors.postgres.relations import CONNECTOR, RelationState
 from connectors.postgres.types import TypeRegistry
 from connectors.postgres.types.connect import column_schema
+
+#: The fields after ``ts_ns`` of Debezium's PostgreSQL source struct.
+POSTGRES_SOURCE: Final = (
+    field_schema("string", "schema", False),
+    field_schema("string", "table", False),
+    field_schema("int64", "txId", True),
+    field_schema("int64", "lsn", True),
+    field_schema("int64", "xmin", True),
+    field_schema("string", "origin", True),
+    field_schema("int64", "origin_lsn", True),
+)
+register_source_fields(CONNECTOR, POSTGRES_SOURCE)
 
 _CACHE: dict[int, tuple[RelationState, EnvelopeOptions, TableSchemas]] = {}
 _LOCK = threading.Lock()
