@@ -54,16 +54,20 @@ def strip(value: Any, known: Known) -> tuple[Any, int | None]:
 
 
 class ValueHeads:
-    """The heads a log's connections have seen committed, by id and as a list for writers."""
+    """The heads a log's connections have seen committed: by id for readers, and per topic
+    for writers (a head names its topic, so a batch is matched against its topic's few table
+    versions only, however many topics the log has)."""
 
     def __init__(self) -> None:
         self._by_id: dict[int, bytes] = {}
-        self._known: Known = []
+        self._by_topic: dict[int, Known] = {}
         self._lock = threading.Lock()
 
-    def known(self) -> Known:
-        """The committed heads (a list that is replaced, never changed, when one is added)."""
-        return self._known
+    def known(self, topic_id: int) -> Known:
+        """The committed heads of a topic that this process wrote or stored (a list that is
+        replaced, never changed, when one is added). A head written by an earlier run is
+        learnt again the first time a record uses it (:meth:`store` finds its id)."""
+        return self._by_topic.get(topic_id, [])
 
     def store(self, conn: sqlite3.Connection, head: bytes) -> int:
         """The id of ``head``, inserted in ``conn``'s open transaction if it is new there."""
@@ -71,13 +75,16 @@ class ValueHeads:
         head_id: int = conn.execute(_ID, (head,)).fetchone()[0]
         return head_id
 
-    def remember(self, heads: Mapping[bytes, int]) -> None:
-        """Add heads whose transaction committed."""
+    def remember(self, heads: Mapping[bytes, int], topic_id: int | None = None) -> None:
+        """Add heads whose transaction committed (of ``topic_id``, for its writers)."""
         if not heads:
             return
         with self._lock:
             self._by_id.update({i: h for h, i in heads.items()})
-            self._known = [(h, i) for i, h in self._by_id.items()]
+            if topic_id is not None:
+                known = dict(self._by_topic.get(topic_id, []))
+                known.update(heads)
+                self._by_topic[topic_id] = list(known.items())
 
     def whole(self, conn: sqlite3.Connection, head_id: int, payload: bytes) -> bytes:
         """The value stored as ``payload`` under head ``head_id``."""

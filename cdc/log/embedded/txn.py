@@ -59,7 +59,8 @@ class EmbeddedTransaction(TransactionContext):
         self._conn = conn
         self._native = appender(conn, state.connections.database)
         self._heads = state.heads
-        self._new_heads: dict[bytes, int] = {}  # stored by this transaction, shared on commit
+        # Heads stored by this transaction, by topic id: shared with the log on commit.
+        self._new_heads: dict[int, dict[bytes, int]] = {}
         self._next: dict[tuple[int, int], int] = {}
         self._first: dict[tuple[int, int], int] = {}
         self._topics: dict[str, TopicMeta] = {}  # created by this transaction, cached on commit
@@ -142,7 +143,8 @@ class EmbeddedTransaction(TransactionContext):
             raise
         self._state = "committed"
         self._catalog.remember(self._topics)
-        self._heads.remember(self._new_heads)
+        for topic_id, heads in self._new_heads.items():
+            self._heads.remember(heads, topic_id)
         self._appends.notify()
 
     def abort(self) -> None:
@@ -173,10 +175,10 @@ class EmbeddedTransaction(TransactionContext):
                 raise translate_code(code, f"{detail} (code {code})", "appending records")
         rows = []
         for i, record in enumerate(records):
-            value, head_id = strip(record.value, self._known())
+            value, head_id = strip(record.value, self._known(tid))
             if head_id is None and isinstance(value, bytes) and head_of(value) is not None:
-                self._store_head(value)  # a head this log has not seen
-                value, head_id = strip(value, self._known())
+                self._store_head(tid, value)  # a head this topic's writer has not seen
+                value, head_id = strip(value, self._known(tid))
             rows.append((tid, partition, first + i, record.key, value, ts, head_id))
         with translated("appending records"):
             self._conn.executemany(INSERT_RECORD, rows)
@@ -189,23 +191,26 @@ class EmbeddedTransaction(TransactionContext):
         assert self._native is not None
         while True:
             failed = self._native.append(
-                INSERT_RECORD, tid, partition, first, ts, records, self._known()
+                INSERT_RECORD, tid, partition, first, ts, records, self._known(tid)
             )
             if failed is None or failed[0] != UNKNOWN_HEAD:
                 return failed
-            self._store_head(records[int(failed[1])].value)
+            self._store_head(tid, records[int(failed[1])].value)
 
-    def _known(self) -> Known:
-        """The heads a value may be stored without: the committed ones and this transaction's."""
-        known = self._heads.known()
-        return known + list(self._new_heads.items()) if self._new_heads else known
+    def _known(self, topic_id: int) -> Known:
+        """The heads a value of the topic may be stored without: the committed ones and this
+        transaction's."""
+        known = self._heads.known(topic_id)
+        new = self._new_heads.get(topic_id)
+        return known + list(new.items()) if new else known
 
-    def _store_head(self, value: bytes | None) -> None:
+    def _store_head(self, topic_id: int, value: bytes | None) -> None:
         head = None if value is None else head_of(value)
         if head is None:  # cannot happen: the appender flags only wrapped values
             raise LogError("embedded log: a value flagged as wrapped has no head")
         with translated("storing a value head"):
-            self._new_heads[head] = self._heads.store(self._conn, head)
+            head_id = self._heads.store(self._conn, head)
+        self._new_heads.setdefault(topic_id, {})[head] = head_id
 
     def _by_partition(self, records: Sequence[Record]) -> Placed:
         """The records of each ``(topic id, partition)``, in order, and the partition's first
