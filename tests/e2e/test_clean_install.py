@@ -3,7 +3,8 @@
 The system Python of a developer's or CI's machine may carry packages a user's machine lacks (it
 once hid an undeclared ``click``). This test builds a virtualenv without system site-packages,
 installs the checkout into it, runs ``cdc --help`` and imports every module of the four packages
-from outside the checkout, so only what the install declared can be found.
+from outside the checkout, so only what the install declared can be found; where cargo is, the
+native extensions must be in the install too.
 """
 
 from __future__ import annotations
@@ -19,6 +20,18 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("cdc", "connectors", "sinks", "snapshots")
+# The Rust crates of the two native extensions (pyproject.toml's setuptools-rust modules).
+CRATES = ("connectors/postgres/native", "cdc/log/embedded/native")
+NATIVE = ("connectors.postgres._native", "cdc.log.embedded._native")
+
+# Imports each native extension, and prints whether the row encoder takes the native path.
+IMPORT_NATIVE = """
+import importlib, sys
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+from connectors.postgres import fast
+print(fast.available())
+"""
 
 # Imports every module of the installed packages and prints where the first one came from.
 IMPORT_ALL = """
@@ -53,16 +66,34 @@ def clean_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
         source,
         ignore=shutil.ignore_patterns(".git", ".venv", "build", "target", "*.so", "__pycache__"),
     )
+    _copy_cargo_targets(source)
     root = work / "venv"
     venv.EnvBuilder(with_pip=True, system_site_packages=False, clear=True).create(root)
     python = root / "bin" / "python"
+    # PyO3 configures the crates for PYO3_PYTHON, which setuptools-rust sets to the building
+    # interpreter unless it is given: this suite's, as it was for the checkout's build, so
+    # cargo's cache applies. Both are virtualenvs of one base Python: the same configuration.
+    env = {**_clean_env(), "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYO3_PYTHON": sys.executable}
     subprocess.run(
         [str(python), "-m", "pip", "install", "-q", f"{source}[testing]"],
         check=True,
-        env={**_clean_env(), "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+        env=env,
         timeout=900,
     )
     return root
+
+
+def _copy_cargo_targets(source: Path) -> None:
+    """Give the copy the checkout's cargo build output (``make pip`` left it), a cache only.
+
+    Cargo fingerprints a workspace's crates by their paths relative to it and by their sources'
+    contents and times (kept by the copy), so it reuses what is fresh and rebuilds the rest: a
+    release build of both crates is most of this module's time otherwise.
+    """
+    for crate in CRATES:
+        target = REPO_ROOT / crate / "target"
+        if target.is_dir():
+            shutil.copytree(target, source / crate / "target", symlinks=True)
 
 
 def test_the_installed_cdc_command_runs(clean_venv: Path, tmp_path: Path) -> None:
@@ -108,3 +139,19 @@ def test_the_clean_virtualenv_sees_no_system_packages(clean_venv: Path, tmp_path
         timeout=60,
     )
     assert result.stdout.split() == ["True", "False"], result.stdout + result.stderr
+
+
+def test_the_native_extensions_are_in_the_clean_install(clean_venv: Path, tmp_path: Path) -> None:
+    # They are optional (no Rust toolchain, no extensions): with cargo here they must be built.
+    if shutil.which("cargo") is None:
+        pytest.skip("no Rust toolchain: the install leaves the native extensions out")
+    result = subprocess.run(
+        [str(clean_venv / "bin" / "python"), "-c", IMPORT_NATIVE, *NATIVE],
+        cwd=tmp_path,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True"], result.stdout + result.stderr
