@@ -33,6 +33,9 @@ def write_pipeline(tmp_path: Path) -> Path:
     path.write_text(
         "version: 1\nname: shop\nsource:\n  type: postgres\n  dsn: ${PG_DSN}\n"
         "  tables: [public.items]\n  snapshot: initial\n"
+        # Each convergence waits for the slot to confirm the WAL (wait_caught_up), which an
+        # idle source reports once per status interval: 1 s, not the default 10 s.
+        "  status_interval_s: 1\n"
         "sinks:\n"
         "  - name: warehouse\n    type: duckdb\n    path: out/shop.duckdb\n"
         "  - name: cache\n    type: redis\n    url: ${REDIS_URL}\n"
