@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import base64
 
+import orjson
 import pytest
 
 from cdc.envelope_options import DEBEZIUM_DEFAULTS, READABLE, EnvelopeOptions
 from connectors.postgres.types import ConversionError, TypeEntry, TypeRegistry
 from connectors.postgres.types.connect import column_schema
-from connectors.postgres.types.hstore import parse_hstore
+from connectors.postgres.types.hstore import hstore_json, parse_hstore
 
 HSTORE = 70_900
 NUMERIC_12_2 = (12 << 16 | 2) + 4
@@ -35,6 +36,23 @@ def test_hstore_as_json_text_or_map() -> None:
     assert column_schema(HSTORE, -1, "h", True, as_map.options, as_map)["type"] == "map"
     with pytest.raises(ConversionError):
         as_map.converter(HSTORE)('"a"=>')
+
+
+def test_hstore_keys_come_in_javas_hash_map_order() -> None:
+    # Debezium put them into a java.util.HashMap: "q\"uote" (bucket 5) before "é" (bucket 9),
+    # though the server sorts "é" (2 bytes) first. Jackson writes control characters in
+    # upper-case hex. Both checked against the JVM (pgjdbc's HStoreConverter, Jackson).
+    text = '"a"=>"1", "b"=>NULL, "é"=>"", "q\\"uote"=>"back\\\\slash"'
+    json_text = _registry(READABLE).converter(HSTORE)(text)
+    assert json_text == '{"a":"1","b":null,"q\\"uote":"back\\\\slash","é":""}'
+    as_map = _registry(_options(hstore_handling_mode="map")).converter(HSTORE)(text)
+    assert list(as_map) == ["a", "b", 'q"uote', "é"]
+    assert hstore_json('"k"=>"\x1f\n"') == '{"k":"\\u001F\\n"}'
+    # 13 keys: past 12 the table doubles to 32 buckets (the JVM's order for these keys).
+    many = ", ".join(f'"x{i}"=>"{i}"' for i in range(13))
+    assert list(orjson.loads(hstore_json(many))) == [
+        "x8", "x9", "x10", "x0", "x12", "x1", "x11", "x2", "x3", "x4", "x5", "x6", "x7",
+    ]  # fmt: skip
 
 
 def test_money_is_a_scale_2_decimal() -> None:
@@ -90,6 +108,14 @@ def test_a_domain_keeps_its_typmod() -> None:
         (1083, -1, "24:00:00", 86_400_000_000, 86_400_000),
         (1114, 6, "1900-01-01 00:00:00.000001", -2_208_988_799_999_999, -2_208_988_800_000),
         (1186, -1, "-1 years -2 mons +3 days -04:05:06.25", -36_572_706_250_000, None),
+        # What Debezium 3.6.1 streamed (tests/debezium/OBSERVED.md): sentinels, proleptic years.
+        (1082, -1, "infinity", -2_147_472_692, -2_147_472_692),
+        (1082, -1, "-infinity", -2_147_472_691, -2_147_472_691),
+        (1082, -1, "4713-01-01 BC", -2_440_550, -2_440_550),
+        (1114, 6, "infinity", 9_223_372_036_825_200_000, 9_223_372_036_825_200),
+        (1114, 3, "-infinity", -9_223_372_036_832_400, -9_223_372_036_832_400),
+        (1114, 6, "0044-03-15 13:45:30.123456 BC", -63_517_774_469_876_544, -63_517_774_469_877),
+        (1114, 3, "0100-02-28 23:59:59.999 BC", -65_286_259_200_001, -65_286_259_200_001),
     ],
 )
 def test_epoch_numbers(
@@ -106,9 +132,12 @@ def test_epoch_numbers(
     [
         (1184, "2024-01-01 00:30:00.25-01:30", "2024-01-01T02:00:00.250000Z"),
         (1184, "10000-01-01 00:00:00+00", "+10000-01-01T00:00:00.000000Z"),  # Java's year sign
-        (1184, "infinity", "infinity"),  # not compared with Debezium
+        (1184, "infinity", "infinity"),  # the differential test compares these live
         (1266, "00:30:00.000001+01", "23:30:00.000001Z"),
-        (1114, "2024-02-29 00:00:00 BC", "2024-02-29 00:00:00 BC"),
+        (1114, "0001-02-29 00:00:00 BC", "0000-02-29T00:00:00Z"),  # 1 BC is year 0, a leap year
+        (1114, "-infinity", "-290308-12-21T19:59:27.6Z"),
+        (1082, "4713-01-01 BC", "-4712-01-01Z"),
+        (1082, "-infinity", "-5877611-06-22Z"),
         (1186, "00:00:00.000001", "P0Y0M0DT0H0M0.000001S"),
         (1186, "-00:01:00.5", "P0Y0M0DT0H-1M-0.5S"),
         (1186, "-infinity", "-infinity"),  # PostgreSQL 17

@@ -4,9 +4,15 @@ and ``interval.handling.mode``.
 Each public ``*_converter`` returns the ``str -> value`` function of one column (chosen once,
 by the column's precision and the options); the value functions parse PostgreSQL's ISO text
 (``DateStyle=ISO``, ``IntervalStyle=postgres``, ``TimeZone=UTC``: see
-:data:`~connectors.postgres.types.scalars.TEXT_FORMAT_SETTINGS`). ``infinity`` and BC values,
-which Debezium writes as clamped or wrong numbers, keep the server's text (not compared with
-Debezium); ISO years past 9999 get Java's ``+``.
+:data:`~connectors.postgres.types.scalars.TEXT_FORMAT_SETTINGS`).
+
+The special values are what Debezium 3.6.1's streaming writes (``tests/debezium/OBSERVED.md``,
+compared live by the differential test): a BC year is the proleptic year ``1 - year``
+(``0044-03-15 BC`` is ``-0043-03-15``); ``date`` ``infinity``/``-infinity`` are its sentinel
+days ``-5877611-06-21``/``-5877611-06-22``; ``timestamp`` ``infinity``/``-infinity`` are
+pgjdbc's sentinels read as µs (``+294247-01-10T04:00:25.2``/``-290308-12-21T19:59:27.6``);
+``timestamptz`` ``infinity`` keeps its text. ISO years get Java's form: ``+`` past 9999, a
+``-`` and four digits below 0.
 """
 
 from __future__ import annotations
@@ -28,6 +34,14 @@ __all__ = [
 _DAY_US: Final = 86_400_000_000
 _MONTH_US: Final = 2_629_800_000_000  # Debezium's month: 30.4375 days
 _SPECIALS: Final = frozenset({"infinity", "-infinity"})
+#: Debezium's POSITIVE/NEGATIVE_INFINITY_LOCAL_DATE (-5877611-06-21, -22) as epoch days.
+_INFINITY_DAYS: Final = {"infinity": -2_147_472_692, "-infinity": -2_147_472_691}
+#: pgjdbc's DATE_POSITIVE/NEGATIVE_INFINITY, which Debezium takes for µs since the epoch.
+_INFINITY_US: Final = {
+    "infinity": 9_223_372_036_825_200_000,
+    "-infinity": -9_223_372_036_832_400_000,
+}
+_BC: Final = " BC"
 
 
 def _epoch_day(year: int, month: int, day: int) -> int:
@@ -39,12 +53,24 @@ def _epoch_day(year: int, month: int, day: int) -> int:
     return era * 146_097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719_468
 
 
-def _day(text: str) -> int:
-    """Epoch days of ``YYYY-MM-DD`` (a year of 4 or more digits)."""
-    year, month, day = text.split("-")
+def _ymd(text: str) -> tuple[int, int, int]:
+    """The proleptic year (1 BC is 0), month and day of ``YYYY-MM-DD[ BC]``."""
+    bc = text.endswith(_BC)
+    year, month, day = (text[:-3] if bc else text).split("-")
     if len(month) != 2 or len(day) != 2 or len(year) < 4:
         raise ValueError("not an ISO date (is DateStyle ISO?)")
-    return _epoch_day(int(year), int(month), int(day))
+    return (1 - int(year) if bc else int(year)), int(month), int(day)
+
+
+def _day(text: str) -> int:
+    """Epoch days of ``YYYY-MM-DD[ BC]`` (a year of 4 or more digits)."""
+    return _epoch_day(*_ymd(text))
+
+
+def _date_days(text: str) -> int:
+    """``date`` as epoch days, ``infinity`` and ``-infinity`` as Debezium's sentinel days."""
+    special = _INFINITY_DAYS.get(text)
+    return _day(text) if special is None else special
 
 
 def _clock_us(text: str) -> int:
@@ -57,16 +83,27 @@ def _clock_us(text: str) -> int:
     return (int(text[:2]) * 3600 + int(text[3:5]) * 60 + int(text[6:8])) * 1_000_000 + micros
 
 
+def _split_stamp(text: str) -> tuple[str, str]:
+    """The date (with its era, ``YYYY-MM-DD[ BC]``) and the clock of a timestamp's text."""
+    bc = text.endswith(_BC)
+    day, _, clock = (text[:-3] if bc else text).partition(" ")
+    return (day + _BC if bc else day), clock
+
+
 def _stamp_us(text: str) -> int:
-    day, _, clock = text.partition(" ")
+    """µs since the epoch of ``timestamp`` text; the infinities as Debezium's sentinels."""
+    special = _INFINITY_US.get(text)
+    if special is not None:
+        return special
+    day, clock = _split_stamp(text)
     return _day(day) * _DAY_US + _clock_us(clock)
 
 
 def _keep_special(convert: Converter) -> Converter:
-    """``convert``, but ``infinity`` and BC values keep their text (see the module)."""
+    """``convert``, but ``infinity`` and ``-infinity`` keep their text (``interval``)."""
 
     def guarded(text: str) -> object:
-        if text in _SPECIALS or text.endswith(" BC"):
+        if text in _SPECIALS:
             return text
         return convert(text)
 
@@ -77,21 +114,33 @@ def date_converter(mode: str) -> Converter:
     """``date``: epoch days, or ``'2024-02-29Z'`` under ``isostring``."""
     if mode == "isostring":
         return iso_date
-    return _keep_special(_day)
+    return _date_days
+
+
+def _java_date(year: int, month: int, day: int) -> str:
+    """Java's ISO date: a year past 9999 gets a ``+`` (``'+12345-06-07'``), one below 0 a
+    ``-`` and at least four digits (``'-0043-03-15'``)."""
+    if year > 9999:
+        head = f"+{year}"
+    elif year < 0:
+        head = f"-{-year:04d}"
+    else:
+        head = f"{year:04d}"
+    return f"{head}-{month:02d}-{day:02d}"
 
 
 def _java_year(day: str) -> str:
-    """Java's ISO date: a year past 9999 gets a ``+`` (``'+12345-06-07'``)."""
-    return "+" + day if len(day) > 10 else day
+    """The ISO date of ``YYYY-MM-DD[ BC]`` text in Java's form (see :func:`_java_date`)."""
+    return _java_date(*_ymd(day))
 
 
 def iso_date(text: str) -> str:
     """``date`` under ``isostring``: the ISO date with ``Z``."""
     if len(text) == 10 and text[4] == "-" and text[7] == "-":
         return text + "Z"
-    if text in _SPECIALS or text.endswith(" BC"):
-        return text
-    _day(text)  # raises on a malformed date
+    special = _INFINITY_DAYS.get(text)
+    if special is not None:
+        return _java_date(*_civil(special)) + "Z"
     return _java_year(text) + "Z"
 
 
@@ -119,8 +168,8 @@ def timestamp_converter(mode: str, precision: int) -> Converter:
     if mode == "isostring":
         return iso_timestamp
     if mode == "connect" or 0 <= precision <= 3:
-        return _keep_special(_stamp_ms)
-    return _keep_special(_stamp_us)
+        return _stamp_ms
+    return _stamp_us
 
 
 def _stamp_ms(text: str) -> int:
@@ -129,10 +178,10 @@ def _stamp_ms(text: str) -> int:
 
 def iso_timestamp(text: str) -> str:
     """``timestamp`` under ``isostring``: ``'2024-02-29T13:45:30.5Z'``."""
-    if text in _SPECIALS or text.endswith(" BC"):
-        return text
-    day, _, clock = text.partition(" ")
-    _day(day)
+    if text in _INFINITY_US:
+        days, clock_us = divmod(_INFINITY_US[text], _DAY_US)
+        return f"{_java_date(*_civil(days))}T{_clock_text(clock_us, None)}Z"
+    day, clock = _split_stamp(text)
     _clock_us(clock)
     return f"{_java_year(day)}T{clock}Z"
 
@@ -174,16 +223,18 @@ def timestamptz(text: str) -> str:
         _clock_us(clock)
         fraction = clock[9:] if len(clock) > 8 else ""
         return f"{text[:10]}T{clock[:8]}.{fraction:0<6}Z"
-    if text in _SPECIALS or text.endswith(" BC"):
+    if text in _SPECIALS:
         return text
-    local, offset = _offset_split(text)
-    micros = _stamp_us(local) - offset * 1_000_000
+    bc = text.endswith(_BC)
+    local, offset = _offset_split(text[:-3] if bc else text)
+    day, clock = _split_stamp(local)
+    micros = _day(day + _BC if bc else day) * _DAY_US + _clock_us(clock) - offset * 1_000_000
     days, clock_us = divmod(micros, _DAY_US)
-    return f"{_java_year(_civil(days))}T{_clock_text(clock_us, 6)}Z"
+    return f"{_java_date(*_civil(days))}T{_clock_text(clock_us, 6)}Z"
 
 
-def _civil(days: int) -> str:
-    """``YYYY-MM-DD`` of epoch days (the inverse of :func:`_epoch_day`)."""
+def _civil(days: int) -> tuple[int, int, int]:
+    """The proleptic year, month and day of epoch days (the inverse of :func:`_epoch_day`)."""
     z = days + 719_468
     era = z // 146_097
     doe = z - era * 146_097
@@ -193,7 +244,7 @@ def _civil(days: int) -> str:
     day = doy - (153 * mp + 2) // 5 + 1
     month = mp + 3 if mp < 10 else mp - 9
     year = yoe + era * 400 + (month <= 2)
-    return f"{year:04d}-{month:02d}-{day:02d}"
+    return year, month, day
 
 
 _INTERVAL: Final = re.compile(
