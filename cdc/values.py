@@ -145,6 +145,12 @@ def _rescale(number: Decimal, scale: int | None) -> Decimal:
 _FLOAT_TEXT: Final = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
 
 
+def _money(match: re.Match[str], options: EnvelopeOptions | None) -> Decoder:
+    # Debezium writes money as a numeric of scale 2 (its money.fraction.digits).
+    precise = options is not None and options.decimal_handling_mode == "precise"
+    return _nullable(lambda value: numeric_value(value, 2, precise))
+
+
 def _float(match: re.Match[str], options: EnvelopeOptions | None) -> Decoder:
     return _nullable(lambda v: _FLOAT_TEXT[v] if isinstance(v, str) else float(v))
 
@@ -181,16 +187,75 @@ def _date(match: re.Match[str], options: EnvelopeOptions | None) -> Decoder:
 def date_value(value: Any) -> dt.date | str:
     """Epoch days (every numeric mode) or ISO text (``2024-02-29Z``; legacy without ``Z``).
 
-    Text Python's ``date`` cannot hold (``0044-03-15 BC``, ``infinity``) stays text.
+    A date Python's ``date`` cannot hold is PostgreSQL's text (:func:`far_text`).
     """
     if isinstance(value, dt.date):
         return value
     if isinstance(value, int):
-        return EPOCH + dt.timedelta(days=value)
+        try:
+            return EPOCH + dt.timedelta(days=value)
+        except OverflowError:
+            return far_text(value * _DAY_US, clock=False)
     try:
         return dt.date.fromisoformat(value.removesuffix("Z"))
     except ValueError:
-        return str(value)
+        return far_iso(str(value))
+
+
+# -- what Python's date and datetime cannot hold --------------------------------------------------
+
+#: Debezium's sentinels for PostgreSQL's infinities, as µs since the epoch or ISO text (what its
+#: streaming writes, and so ours): dates -5877611-06-21/-22, timestamps pgjdbc's constants.
+_INFINITE: Final[dict[int | str, str]] = {
+    -2_147_472_692 * _DAY_US: "infinity",
+    -2_147_472_691 * _DAY_US: "-infinity",
+    9_223_372_036_825_200_000: "infinity",
+    -9_223_372_036_832_400_000: "-infinity",
+    "-5877611-06-21": "infinity",
+    "-5877611-06-22": "-infinity",
+    "+294247-01-10T04:00:25.2": "infinity",
+    "-290308-12-21T19:59:27.6": "-infinity",
+}
+_FAR_ISO: Final = re.compile(r"(-\d{4,}|0000)-(\d\d)-(\d\d)(?:T(\d\d:\d\d:\d\d(?:\.\d+)?))?")
+_CYCLE_DAYS, _CYCLE_YEARS = 146_097, 400  # the Gregorian calendar repeats every 400 years
+
+
+def _pg_text(year: int, month: int, day: int, clock: str | None, zone: str) -> str:
+    """PostgreSQL's text of a date or timestamp: ``0044-03-15 BC``, ``12345-01-01 00:00:00``."""
+    era = ""
+    if year <= 0:
+        year, era = 1 - year, " BC"
+    text = f"{year:04d}-{month:02d}-{day:02d}"
+    if clock is not None:
+        trimmed = clock.rstrip("0").rstrip(".") if "." in clock else clock
+        text += f" {trimmed}{zone}"
+    return text + era
+
+
+def far_text(micros: int, clock: bool = True, zone: str = "") -> str:
+    """µs since the epoch past Python's years: ``infinity``, ``-infinity`` (Debezium's
+    sentinels), else PostgreSQL's text (``0044-03-15 12:00:00 BC``)."""
+    if micros in _INFINITE:
+        return _INFINITE[micros]
+    days, clock_us = divmod(micros, _DAY_US)
+    cycles = -days // _CYCLE_DAYS + 1 if days < 0 else -(days // _CYCLE_DAYS)
+    shifted = EPOCH + dt.timedelta(days=days + cycles * _CYCLE_DAYS)
+    text = (EPOCH_DT + dt.timedelta(microseconds=clock_us)).time().isoformat()
+    year = shifted.year - cycles * _CYCLE_YEARS
+    return _pg_text(year, shifted.month, shifted.day, text if clock else None, zone)
+
+
+def far_iso(text: str, zone: str = "") -> str:
+    """ISO text past Python's years: the infinities' sentinels and BC (``-0043-03-15``, year 0
+    is 1 BC) as PostgreSQL's text; any other text as it is."""
+    bare = text.removesuffix("Z")
+    if bare in _INFINITE:
+        return _INFINITE[bare]
+    match = _FAR_ISO.fullmatch(bare)
+    if match is None:
+        return text
+    year, month, day, clock = match.groups()
+    return _pg_text(int(year), int(month), int(day), clock, zone)
 
 
 _TEMPORAL: Final = re.compile(
@@ -270,11 +335,14 @@ def timestamp_value(value: Any, unit: int) -> dt.datetime | str:
     if isinstance(value, dt.datetime):
         return value
     if isinstance(value, int):
-        return EPOCH_DT + dt.timedelta(microseconds=value * unit)
+        try:
+            return EPOCH_DT + dt.timedelta(microseconds=value * unit)
+        except OverflowError:
+            return far_text(value * unit)
     try:
         return dt.datetime.fromisoformat(_fraction(value.removesuffix("Z")))
     except ValueError:
-        return str(value)
+        return far_iso(str(value))
 
 
 def timestamptz_value(value: Any) -> dt.datetime | str:
@@ -284,7 +352,7 @@ def timestamptz_value(value: Any) -> dt.datetime | str:
     try:
         parsed = dt.datetime.fromisoformat(_fraction(value))
     except ValueError:
-        return str(value)
+        return far_iso(str(value), zone="+00")
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 
@@ -318,6 +386,7 @@ def interval_value(value: Any) -> Interval | str:
 
 _BUILDERS: Final[list[tuple[re.Pattern[str], Callable[..., Decoder]]]] = [
     (re.compile(r"(?:numeric|decimal)(?:\((\d+)(?:,\s*(-?\d+))?\))?"), _numeric),
+    (re.compile(r"money"), _money),
     (re.compile(r"real|float4|double precision|float8|float(?:\(\d+\))?"), _float),
     (re.compile(r"bytea"), _bytea),
     (re.compile(r"jsonb?"), _json),

@@ -32,6 +32,7 @@ SETTINGS: dict[str, EnvelopeOptions] = {
             "decimal_handling_mode": "double",
             "time_precision_mode": "connect",
             "binary_handling_mode": "hex",
+            "hstore_handling_mode": "map",
         }
     ),
     "micro_urlsafe": DEBEZIUM_DEFAULTS.model_copy(
@@ -80,7 +81,8 @@ def decoded(row: dict[str, Any] | None, options: EnvelopeOptions) -> dict[str, A
 
 
 def test_every_column_type_is_known() -> None:
-    assert len(TYPES) == 28 and TYPES["c_numeric"] == "numeric(12,2)"
+    assert len(TYPES) == 34 and TYPES["c_numeric"] == "numeric(12,2)"
+    assert TYPES["c_money"] == "money" and TYPES["c_hstore"] == "hstore"
     assert TYPES["c_int_2d"] == "int4[][]" and TYPES["c_time3"] == "time(3)"
 
 
@@ -122,9 +124,12 @@ def _lossy(setting: str, name: str, value: Any) -> Any:
     if isinstance(value, Decimal) and options.decimal_handling_mode == "double":
         return value if not value.is_finite() else decode(float(value), TYPES[name], options)
     connect = options.time_precision_mode == "connect"
-    zoned = name in ("c_timetz", "c_timestamptz")
+    zoned = TYPES[name] in ("timetz", "timestamptz")
     if connect and not zoned and isinstance(value, dt.time | dt.datetime):
         return value.replace(microsecond=value.microsecond // 1000 * 1000)
+    if connect and not zoned and isinstance(value, str) and value.endswith(" BC"):
+        # PostgreSQL's text of a BC timestamp: the fraction cut to ms, then trimmed.
+        return re.sub(r"\.(\d{1,3})\d*", lambda m: f".{m[1]}".rstrip("0").rstrip("."), value)
     return value
 
 
@@ -132,7 +137,14 @@ def _nan(value: Any) -> bool:
     return isinstance(value, Decimal) and value.is_nan()
 
 
-def _comparable(value: Any) -> Any:
+#: Debezium's snapshots overflow a date infinity, differently as epoch days and as ISO text
+#: (the differential test's documented "dates in snapshot rows"): not comparable across modes.
+_SNAPSHOT_INFINITY = ("+292278994-08-16Z", "+292269055-12-02Z")
+
+
+def _comparable(name: str, value: Any) -> Any:
+    if TYPES[name] == "hstore" and isinstance(value, str):  # JSON text (json), or a map (map)
+        return orjson.loads(value)
     if isinstance(value, Decimal) and value.is_nan():
         return "NaN"
     if isinstance(value, float) and value != value:
@@ -152,10 +164,13 @@ def test_every_setting_decodes_to_the_readable_values(setting: str) -> None:
                 assert got == want
                 continue
             for name, expected in want.items():
+                if mine["op"] == "r" and expected in _SNAPSHOT_INFINITY:
+                    continue
                 if _nan(expected) and options.decimal_handling_mode == "precise":
                     assert got[name] is None, (setting, name)  # Connect's Decimal has no NaN
                     continue
-                assert _comparable(got[name]) == _comparable(_lossy(setting, name, expected)), (
+                lossy = _lossy(setting, name, expected)
+                assert _comparable(name, got[name]) == _comparable(name, lossy), (
                     setting,
                     mine["op"],
                     side,
