@@ -15,6 +15,7 @@ are built from (:func:`mask_paths`, ...) live here.
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import difflib
 import json
 import re
@@ -32,6 +33,7 @@ __all__ = [
     "key_text",
     "mask",
     "payload",
+    "snapshot_date",
     "summary",
 ]
 
@@ -125,6 +127,38 @@ def mask_paths(record: Record, paths: Iterable[str]) -> None:
             node = node.get(part) if isinstance(node, dict) else None
         if isinstance(node, dict) and leaf in node:
             node[leaf] = mask(node[leaf])
+
+
+#: Debezium's streamed date sentinels (-5877611-06-21/-22) and what its snapshot writes instead.
+_SNAPSHOT_INFINITY: dict[Any, Any] = {
+    -2_147_472_692: -622_191_234,
+    -2_147_472_691: -625_821_272,
+    "-5877611-06-21Z": "+292278994-08-16Z",
+    "-5877611-06-22Z": "+292269055-12-02Z",
+}
+_EPOCH_ORDINAL = dt.date(1970, 1, 1).toordinal()
+_CYCLE_DAYS, _CYCLE_YEARS = 146_097, 400  # the Gregorian calendar repeats every 400 years
+_ISO_BC = re.compile(r"(-\d{4,}|0000)(-\d\d-\d\dZ)")
+
+
+def snapshot_date(value: Any) -> Any:
+    """What Debezium's snapshot writes for a date its streaming (and ours, everywhere) writes as
+    ``value``: it reads dates through JDBC, which overflows an infinity and drops a BC date's
+    era (the same month and day in year ``1 - year``), as epoch days or ISO under isostring.
+    None for any other value (and for anything not a date's form)."""
+    if type(value) in (int, str) and value in _SNAPSHOT_INFINITY:
+        return _SNAPSHOT_INFINITY[value]
+    if isinstance(value, str):
+        match = _ISO_BC.fullmatch(value)
+        return f"{1 - int(match[1]):04d}{match[2]}" if match else None
+    if type(value) is not int or value >= dt.date(1, 1, 1).toordinal() - _EPOCH_ORDINAL:
+        return None
+    cycles = -value // _CYCLE_DAYS + 1  # into the years Python's date holds
+    day = dt.date.fromordinal(value + _EPOCH_ORDINAL + cycles * _CYCLE_DAYS)
+    year = day.year - cycles * _CYCLE_YEARS
+    if year > 0 or 1 - year > dt.MAXYEAR:
+        return None
+    return day.replace(year=1 - year).toordinal() - _EPOCH_ORDINAL
 
 
 def diff(ours: Any, theirs: Any, path: str = "") -> list[tuple[str, str, Any, Any]]:

@@ -1,6 +1,7 @@
 """The differential workload: one tricky schema, its changes, and the five settings combinations.
 
-Two tables of every common type with a composite primary key, ``tricky`` (REPLICA IDENTITY
+Two tables of every common type (with ``money``, ``hstore``, and dates and timestamps at
+``infinity``, ``-infinity`` and BC) with a composite primary key, ``tricky`` (REPLICA IDENTITY
 DEFAULT) and ``tricky_full`` (FULL), three rows in each (the snapshot); then, one transaction
 per statement, an insert, an update, a primary-key update, an update that leaves a TOASTed
 value unchanged and a delete on each, a truncate of ``tricky`` and a last insert (so a skipped
@@ -51,9 +52,11 @@ SETTINGS: dict[str, dict[str, str]] = {
         "key.converter.schemas.enable": "true",
         "value.converter.schemas.enable": "true",
     },
-    # The other modes: Kafka Connect's own temporal types, doubles, hex bytes.
+    # The other modes: Kafka Connect's own temporal types, doubles, hex bytes, hstore as a map
+    # (json, Debezium's default, in the others).
     "connect_double_hex": {
         "decimal.handling.mode": "double",
+        "hstore.handling.mode": "map",
         "time.precision.mode": "connect",
         "binary.handling.mode": "hex",
         "key.converter.schemas.enable": "true",
@@ -86,6 +89,9 @@ COLUMNS = """
     c_timestamp timestamp, c_timestamp3 timestamp(3), c_timestamptz timestamptz,
     c_interval interval, c_json json, c_jsonb jsonb, c_mood mood,
     c_int_arr int4[], c_int_2d int4[][], c_bool bool, c_toast text,
+    c_money money, c_hstore hstore,
+    c_date_x date, c_timestamp_x timestamp, c_timestamp3_x timestamp(3),
+    c_timestamptz_x timestamptz,
     PRIMARY KEY (id, region)
 """
 
@@ -95,7 +101,9 @@ ROW_1 = """(1, 'eu', 32767, 2147483647, 9223372036854775807,
     '2024-02-29', '13:45:30.123456', '13:45:30.123', '13:45:30.5+02',
     '2024-02-29 13:45:30.123456', '2024-02-29 13:45:30.123', '2024-02-29 13:45:30.5+00',
     '1 year 2 mons 3 days 04:05:06.789', '{"a": [1, 2.50, null]}', '{"b": {"c": true}}', 'happy',
-    '{1,2,3}', '{{1,2},{3,4}}', true, 'short')"""
+    '{1,2,3}', '{{1,2},{3,4}}', true, 'short',
+    1234567.89, '"a"=>"1", "b"=>NULL, "q\\"uote"=>"back\\\\slash", "é"=>""',
+    'infinity', 'infinity', 'infinity', 'infinity')"""
 
 ROW_2 = """(2, 'us', -32768, -2147483648, -9223372036854775808,
     'NaN', 'NaN', 'NaN', '-Infinity',
@@ -103,7 +111,9 @@ ROW_2 = """(2, 'us', -32768, -2147483648, -9223372036854775808,
     '1969-12-31', '00:00:00', '23:59:59.999', '23:59:59-05:30',
     '1969-12-31 23:59:59.999999', '1969-12-31 23:59:59.999', '2024-06-30 23:59:59.999999-07',
     '-1 day -1 second', '[]', '"str"', 'sad',
-    '{}', '{{5,6,7},{8,9,10}}', false, repeat('x', 10000))"""
+    '{}', '{{5,6,7},{8,9,10}}', false, repeat('x', 10000),
+    -92233720368547758.08, '',
+    '-infinity', '-infinity', '-infinity', '-infinity')"""
 
 ROW_4 = """(4, 'mid', 0, 0, 0,
     -0.01, 100000000000000000000, 0, 0,
@@ -112,10 +122,14 @@ ROW_4 = """(4, 'mid', 0, 0, 0,
     '2000-01-01', '23:59:59.999999', '00:00:00', '00:00:00+00',
     '9999-12-31 23:59:59.999999', '2000-01-01 00:00:00', '2000-01-01 00:00:00+00',
     '0', '{"u": "é"}', '{}', 'ok',
-    '{NULL,-1}', '{{NULL}}', NULL, NULL)"""
+    '{NULL,-1}', '{{NULL}}', NULL, NULL,
+    0, '"k"=>"v"',
+    '0044-03-15 BC', '0044-03-15 13:45:30.123456 BC', '0001-01-01 00:00:00.5 BC',
+    '0001-12-31 23:59:59.999999+00 BC')"""
 
 ROW_3 = "(3, 'ap', NULL, NULL, NULL, NULL, NULL, '-Infinity', NULL, NULL, NULL, NULL, NULL, " + (
-    "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)"
+    "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
+    "NULL, NULL, NULL, NULL, NULL, NULL)"
 )
 
 #: The 2-D arrays of the rows above, as JSON (Debezium loses them: one null per row).
@@ -126,7 +140,10 @@ STREAM = [
     "INSERT INTO {t} VALUES " + ROW_3,
     "UPDATE {t} SET c_int4 = 42, c_numeric = 0.10, c_numeric_var = -0.000123, c_text = 'updated',"
     " c_interval = '1 mon -2 days 03:00:00', c_timestamptz = '2000-01-01 00:00:00+00',"
-    " c_bytea = '\\xdeadbeef', c_json = '{\"k\": 1}' WHERE id = 3",
+    " c_bytea = '\\xdeadbeef', c_json = '{\"k\": 1}', c_money = -0.01,"
+    ' c_hstore = \'"x"=>NULL, "y"=>"2"\', c_date_x = \'4713-01-01 BC\','
+    " c_timestamp_x = 'infinity', c_timestamp3_x = '0100-02-28 23:59:59.999 BC',"
+    " c_timestamptz_x = '0044-03-15 12:00:00+02 BC' WHERE id = 3",
     "UPDATE {t} SET region = 'apac' WHERE id = 3 AND region = 'ap'",
     "UPDATE {t} SET c_int2 = 7 WHERE id = 2",
     "DELETE FROM {t} WHERE id = 1",
@@ -149,9 +166,11 @@ def streamed_records(properties: Mapping[str, str]) -> int:
 
 
 def prepare(dsn: str) -> None:
-    """Creates the type, the two tables and their snapshot rows, and Debezium's signal table."""
+    """Creates the type, the hstore extension, the two tables and their snapshot rows, and
+    Debezium's signal table."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')")
+        conn.execute("CREATE EXTENSION hstore")
         for table in TABLES:
             conn.execute(f"CREATE TABLE {table} ({COLUMNS})")
             conn.execute(f"ALTER TABLE {table} ALTER COLUMN c_toast SET STORAGE EXTERNAL")

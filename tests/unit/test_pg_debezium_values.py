@@ -28,7 +28,7 @@ def test_values_equal_debezium(setting: str, row: tuple[str, int, str]) -> None:
     for name, value in expected.items():
         if name in w.DEVIATIONS:
             continue
-        assert ours[name] == value, f"{setting} {name}: {ours[name]!r} != {value!r}"
+        assert w.equal(row[0], ours[name], value), f"{setting} {name}: {ours[name]!r} != {value!r}"
     assert list(ours) == list(expected)
 
 
