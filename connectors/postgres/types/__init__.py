@@ -17,9 +17,14 @@ integers, ``oid``                 ``int``
 ``timetz``                        UTC, fraction trimmed: ``'11:45:30.5Z'`` (every mode)
 ``timestamp``                     ``'YYYY-MM-DDTHH:MM:SS[.ffffff]Z'`` (or epoch ms/µs)
 ``timestamptz``                   UTC, six fraction digits, ``'Z'`` (every mode)
+infinity, BC                      what Debezium streams: ``date`` ``'-5877611-06-21Z'`` (its
+                                  sentinel), ``timestamp`` ``'+294247-01-10T04:00:25.2Z'``
+                                  (pgjdbc's, as µs), ``timestamptz`` ``'infinity'``; BC is
+                                  the proleptic year (``'-0043-03-15Z'``)
 ``interval``                      ``'P1Y2M3DT4H5M6.789S'`` (or µs, a month 30.4375 days)
 ``json``, ``jsonb``               a string holding the server's text (``io.debezium.data.Json``)
-``hstore``                        a JSON text (or the object, ``hstore.handling.mode=map``)
+``hstore``                        a JSON text (or the object, ``hstore.handling.mode=map``),
+                                  keys in Java's ``HashMap`` order, as Debezium's
 arrays                            lists of converted elements, ``NULL`` -> ``None`` (nested
                                   arrays keep their values, unlike Debezium)
 domains                           converted as their base type (with the domain's typmod)
