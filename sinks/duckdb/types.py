@@ -192,11 +192,23 @@ def _interval_value(value: Any) -> Any:
     return value
 
 
+#: Debezium's ISO sentinels for PostgreSQL's infinities (``isostring``), which DuckDB would take
+#: for far dates or refuse: DuckDB's own infinities.
+_INFINITY_ISO: Final = {
+    "+294247-01-10T04:00:25.2Z": "infinity",
+    "-290308-12-21T19:59:27.6Z": "-infinity",
+    "-5877611-06-21Z": "infinity",
+    "-5877611-06-22Z": "-infinity",
+}
+
+
 def _bc_value(value: Any) -> Any:
     if isinstance(value, list):
         return [_bc_value(v) for v in value]
     if isinstance(value, str) and value.endswith(" BC"):
         return bc_to_duckdb(value)
+    if isinstance(value, str) and value[:1] in "+-":
+        return _INFINITY_ISO.get(value, value)
     return value
 
 
@@ -233,7 +245,9 @@ def _intervals(column: list[Any]) -> list[Any]:
 def _bc_dates(column: list[Any]) -> list[Any]:
     # Nearly every value is a plain string that does not end in BC: keep that path inline.
     return [
-        (bc_to_duckdb(v) if v.endswith(" BC") else v) if v.__class__ is str else _bc_value(v)
+        (bc_to_duckdb(v) if v.endswith(" BC") else v)
+        if v.__class__ is str and v[:1] not in "+-"
+        else _bc_value(v)
         for v in column
     ]
 

@@ -177,6 +177,40 @@ def test_infinite_and_bc_dates_and_timestamps_are_kept(wh: Harness) -> None:
     assert wh.rows("dates") == {1: inf, 2: bc}
 
 
+def test_debeziums_infinities_and_bc_years_are_kept(wh: Harness) -> None:
+    # What the source writes under isostring (Debezium's forms, tests/debezium/OBSERVED.md):
+    # its sentinels for the infinities and ISO years below 1 (0044 BC is -0043, 1 BC is 0000).
+    wh.schemas.publish(
+        "dates",
+        Column("id", "bigint", key=True),
+        Column("d", "date"),
+        Column("ts", "timestamp without time zone"),
+        Column("tstz", "timestamp with time zone"),
+    )
+    inf = {"id": 1, "d": "-5877611-06-21Z", "ts": "+294247-01-10T04:00:25.2Z", "tstz": "infinity"}
+    neg = {"id": 2, "d": "-5877611-06-22Z", "ts": "-290308-12-21T19:59:27.6Z", "tstz": "-infinity"}
+    bc = {
+        "id": 3,
+        "d": "-0043-03-15Z",
+        "ts": "0000-01-01T00:00:00.5Z",
+        "tstz": "-0043-03-15T12:00:00.000000Z",
+    }
+    wh.apply(
+        *(
+            event(Op.CREATE, {"id": r["id"]}, r, 5 + i, table="dates")
+            for i, r in enumerate((inf, neg, bc))
+        )
+    )
+    assert wh.sql(
+        "SELECT id, d::VARCHAR, ts::VARCHAR, tstz = '-infinity'::TIMESTAMPTZ, isinf(tstz), "
+        f"tstz = '{BC_TSTZ}'::TIMESTAMPTZ FROM public.dates ORDER BY id"
+    ) == [
+        (1, "infinity", "infinity", False, True, False),
+        (2, "-infinity", "-infinity", True, True, False),
+        (3, "0044-03-15 (BC)", "0001-01-01 (BC) 00:00:00.5", False, False, True),
+    ]
+
+
 def test_a_value_that_does_not_fit_is_a_record_error_naming_it(wh: Harness) -> None:
     wh.schemas.publish("prices", Column("id", "bigint", key=True), Column("p", "numeric(6,2)"))
     good = event(Op.CREATE, {"id": 1}, {"id": 1, "p": "12.50"}, 5, table="prices")
