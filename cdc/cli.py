@@ -194,6 +194,25 @@ def status(file: str, as_json: bool) -> None:
 
 @main.command()
 @click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def doctor(file: str, as_json: bool) -> None:
+    """Preflight: check the source, the log and every sink; each line ok or its fix.
+
+    Exit 0 when no check failed (warnings pass), 1 otherwise, 2 for an invalid file.
+    """
+    from cdc import doctor as doctor_mod
+
+    checks = doctor_mod.run_checks(_load(file))
+    if as_json:
+        click.echo(doctor_mod.render_json(checks))
+    else:
+        for line in doctor_mod.render_text(checks):
+            click.echo(line)
+    sys.exit(doctor_mod.exit_code(checks))
+
+
+@main.command()
+@click.argument("file", type=click.Path(dir_okay=False))
 @click.argument("topic")
 @click.option("--from-beginning", is_flag=True, help="Start at the earliest offset.")
 @click.option("--max-records", type=click.IntRange(min=1), default=None, help="Stop after N.")

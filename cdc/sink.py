@@ -99,6 +99,10 @@ class SinkPlugin(Protocol):
     Optional, for ``cdc verify``: ``read_rows(config, schema, table, *, pipeline)``, an iterator
     of ``(key, row)`` of every row the sink holds for ``schema.table``, where ``pipeline`` is the
     pipeline's name (a sink that keys its store by pipeline, like Redis, needs it).
+
+    Optional, for ``cdc doctor``: ``doctor(config, pipeline_name)``, a list of
+    :class:`cdc.doctor.Check`: whether the store can be reached and written (cheaply; a probe
+    it writes is removed again), each ok or with the exact fix.
     """
 
     config_model: type[BaseModel]

@@ -97,7 +97,13 @@ class Source(Protocol):
 
 
 class SourcePlugin(Protocol):
-    """What a ``cdc.sources`` entry point names."""
+    """What a ``cdc.sources`` entry point names.
+
+    Optional, for ``cdc doctor``: ``doctor(config, pipeline_name)``, a list of
+    :class:`cdc.doctor.Check`, one per precondition of a start (server settings, privileges,
+    replication objects), each ok or with the exact fix. It changes nothing, and reports an
+    unreachable server as a failed check rather than raising.
+    """
 
     config_model: type[BaseModel]
 

@@ -10,12 +10,14 @@ from typing import Any
 from pymongo import errors as px
 
 from cdc.config import redact_url
+from cdc.doctor import Check
 from cdc.errors import ConfigError
 from cdc.source import SourceContext
 from connectors.mongodb import errors, positions
 from connectors.mongodb.client import client_for
 from connectors.mongodb.config import MongoSourceConfig
 from connectors.mongodb.convert import document
+from connectors.mongodb.doctor import doctor
 from connectors.mongodb.source import MongoSource
 
 
@@ -120,3 +122,8 @@ class MongoSourcePlugin:
         if entry.get("history_lost"):
             report["history_lost"] = entry["history_lost"]
         return report
+
+    @staticmethod
+    def doctor(config: MongoSourceConfig, pipeline_name: str) -> list[Check]:
+        """The preflight checks of ``cdc doctor`` (:mod:`connectors.mongodb.doctor`)."""
+        return doctor(config, pipeline_name)

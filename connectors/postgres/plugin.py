@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from cdc.doctor import Check
 from cdc.envelope_options import READABLE, EnvelopeOptions
 from cdc.source import Source, SourceContext
 from connectors.postgres.config import PostgresSourceConfig
+from connectors.postgres.doctor import doctor
 from connectors.postgres.lifecycle import drop_replication_objects
 from connectors.postgres.snapshot.signal import cancel_snapshot, request_snapshot
 from connectors.postgres.snapshot.source import SnapshottingPostgresSource
@@ -59,3 +61,8 @@ class PostgresSourcePlugin:
     def drop(config: PostgresSourceConfig, pipeline_name: str) -> list[str]:
         """Drop the pipeline's slot and publication (``cdc drop``)."""
         return drop_replication_objects(config, pipeline_name)
+
+    @staticmethod
+    def doctor(config: PostgresSourceConfig, pipeline_name: str) -> list[Check]:
+        """The preflight checks of ``cdc doctor`` (:mod:`connectors.postgres.doctor`)."""
+        return doctor(config, pipeline_name)

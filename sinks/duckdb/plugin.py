@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from cdc.sink import SinkContext
+from sinks.duckdb import doctor as preflight
 from sinks.duckdb import reader
 from sinks.duckdb.config import DuckDBSinkConfig
 from sinks.duckdb.sink import DuckDBSink
@@ -29,3 +30,5 @@ class DuckDBSinkPlugin:
         """``(key, row)`` of every current row of ``schema.table`` (see :mod:`.reader`);
         ``pipeline`` is not needed, the file is the sink's own."""
         return reader.read_rows(Path(config.path), schema, table)
+
+    doctor = staticmethod(preflight.doctor)  # cdc doctor: the file opens, or can be created

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from cdc.doctor import Check, writable_dir
 from cdc.sink import SinkContext
 from sinks.jsonl.config import JsonlSinkConfig
 from sinks.jsonl.sink import JsonlSink
@@ -15,3 +18,8 @@ class JsonlSinkPlugin:
     @staticmethod
     def create(config: JsonlSinkConfig, context: SinkContext) -> JsonlSink:
         return JsonlSink(config, context)
+
+    @staticmethod
+    def doctor(config: JsonlSinkConfig, pipeline_name: str) -> list[Check]:
+        """``cdc doctor``: files can be created in the directory (or where it will be made)."""
+        return [writable_dir("path", Path(config.path), "path")]

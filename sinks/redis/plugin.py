@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cdc.sink import SinkContext
+from sinks.redis import doctor as preflight
 from sinks.redis import reader
 from sinks.redis.config import RedisSinkConfig
 from sinks.redis.sink import RedisSink
@@ -18,3 +19,4 @@ class RedisSinkPlugin:
         return RedisSink(config, context)
 
     read_rows = staticmethod(reader.read_rows)
+    doctor = staticmethod(preflight.doctor)  # cdc doctor: PING, and a probe key's SET and DEL

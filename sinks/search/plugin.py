@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from cdc.doctor import Check, writable_dir
 from cdc.sink import SinkContext
 from sinks.search import reader
 from sinks.search.config import SearchSinkConfig
@@ -20,3 +23,8 @@ class SearchSinkPlugin:
 
     read_rows = staticmethod(reader.read_rows)
     search = staticmethod(reader.search)
+
+    @staticmethod
+    def doctor(config: SearchSinkConfig, pipeline_name: str) -> list[Check]:
+        """``cdc doctor``: the index directory is writable (or can be created)."""
+        return [writable_dir("path", Path(config.path), "path")]

@@ -1,0 +1,98 @@
+"""``cdc doctor`` for the MongoDB source: the server answers, it has change streams (a replica
+set or a sharded cluster), every collection exists, and, under ``full_document: required``, each
+collection records pre- and post-images. Nothing is changed; the DSN appears only redacted.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pymongo import MongoClient
+from pymongo import errors as px
+
+from cdc.config import redact_url
+from cdc.doctor import Check, failed, passed
+from cdc.errors import SourceError
+from cdc.redact import redact
+from connectors.mongodb.client import connect
+from connectors.mongodb.config import MongoSourceConfig
+
+Doc = dict[str, Any]
+
+_REPLICA_SET_FIX = (
+    "start mongod with --replSet NAME and run rs.initiate() once (a single-member replica set "
+    "is enough)"
+)
+
+
+def doctor(config: MongoSourceConfig, pipeline_name: str) -> list[Check]:
+    """Every check of the MongoDB source (``pipeline_name`` names nothing on the server)."""
+    dsn = config.dsn.get_secret_value()
+    where = redact_url(dsn)
+    try:
+        client = connect(config, where)
+    except SourceError as exc:
+        return _unconnected(str(exc), where)
+    try:
+        checks = [passed("connect", f"{where}, MongoDB {_version(client)}"), _topology(client)]
+        checks += _collections(client, config)
+    except px.PyMongoError as exc:
+        fix = "check the role's privileges (listCollections) and the server's health"
+        return [failed("connect", f"MongoDB at {where} failed: {redact(str(exc), dsn)}", fix)]
+    finally:
+        client.close()
+    return checks
+
+
+def _unconnected(message: str, where: str) -> list[Check]:
+    if "standalone" in message:
+        reached = passed("connect", f"{where} answered")
+        return [
+            reached,
+            failed("replica set", "a standalone server: no change streams", _REPLICA_SET_FIX),
+        ]
+    fix = "check source.dsn, that the server is up, and the credentials"
+    return [failed("connect", message, fix)]
+
+
+def _version(client: MongoClient[Doc]) -> str:
+    return str(client.server_info().get("version", "(unknown version)"))
+
+
+def _topology(client: MongoClient[Doc]) -> Check:
+    hello = dict(client.admin.command("hello"))
+    if hello.get("setName"):
+        return passed("replica set", f"{hello['setName']}")
+    if hello.get("msg") == "isdbgrid":
+        return passed("replica set", "a sharded cluster (mongos)")
+    return passed("replica set", "no replica set name, but the server has change streams")
+
+
+def _collections(client: MongoClient[Doc], config: MongoSourceConfig) -> list[Check]:
+    checks = []
+    for index, (db, coll) in enumerate(config.collections()):
+        found = list(client[db].list_collections(filter={"name": coll}))
+        label = f"collection {db}.{coll}"
+        if not found:
+            fix = f"create it (db.createCollection), or take source.tables[{index}] out"
+            checks.append(failed(label, "does not exist", fix))
+            continue
+        checks.append(passed(label, "exists"))
+        if config.full_document == "required":
+            checks.append(_images(db, coll, found[0].get("options", {})))
+    return checks
+
+
+def _images(db: str, coll: str, options: Doc) -> Check:
+    """``full_document: required`` asks the server for the exact pre- and post-images, which
+    only a collection with ``changeStreamPreAndPostImages`` enabled records (MongoDB 6.0+)."""
+    label = f"collection {db}.{coll}: pre-/post-images"
+    if options.get("changeStreamPreAndPostImages", {}).get("enabled"):
+        return passed(label, "changeStreamPreAndPostImages enabled")
+    command = (
+        f"db.getSiblingDB({json.dumps(db)}).runCommand({{collMod: {json.dumps(coll)}, "
+        "changeStreamPreAndPostImages: {enabled: true}})"
+    )
+    detail = "not recorded, and source.full_document is required: its changes would fail"
+    return failed(label, detail, f"run in mongosh: {command}")
