@@ -35,8 +35,9 @@ def doctor(config: MongoSourceConfig, pipeline_name: str) -> list[Check]:
     except SourceError as exc:
         return _unconnected(str(exc), where)
     try:
-        checks = [passed("connect", f"{where}, MongoDB {_version(client)}"), _topology(client)]
-        checks += _collections(client, config)
+        version = _version(client)
+        checks = [passed("connect", f"{where}, MongoDB {version}"), _topology(client)]
+        checks += _collections(client, config, _major(version))
     except px.PyMongoError as exc:
         fix = "check the role's privileges (listCollections) and the server's health"
         return [failed("connect", f"MongoDB at {where} failed: {redact(str(exc), dsn)}", fix)]
@@ -60,8 +61,16 @@ def _version(client: MongoClient[Doc]) -> str:
     return str(client.server_info().get("version", "(unknown version)"))
 
 
+def _major(version: str) -> int:
+    head = version.split(".", 1)[0]
+    return int(head) if head.isdigit() else 0
+
+
 def _topology(client: MongoClient[Doc]) -> Check:
-    hello = dict(client.admin.command("hello"))
+    try:
+        hello = dict(client.admin.command("hello"))
+    except px.OperationFailure:  # servers older than 4.4.2 (and mongo-java-server)
+        hello = dict(client.admin.command("isMaster"))
     if hello.get("setName"):
         return passed("replica set", f"{hello['setName']}")
     if hello.get("msg") == "isdbgrid":
@@ -69,22 +78,25 @@ def _topology(client: MongoClient[Doc]) -> Check:
     return passed("replica set", "no replica set name, but the server has change streams")
 
 
-def _collections(client: MongoClient[Doc], config: MongoSourceConfig) -> list[Check]:
+def _collections(client: MongoClient[Doc], config: MongoSourceConfig, major: int) -> list[Check]:
     checks = []
+    listed: dict[str, dict[str, Doc]] = {}
     for index, (db, coll) in enumerate(config.collections()):
-        found = list(client[db].list_collections(filter={"name": coll}))
+        if db not in listed:  # all of them, matched here: mongo-java-server ignores a filter
+            listed[db] = {str(i["name"]): dict(i) for i in client[db].list_collections()}
+        found = listed[db].get(coll)
         label = f"collection {db}.{coll}"
-        if not found:
+        if found is None:
             fix = f"create it (db.createCollection), or take source.tables[{index}] out"
             checks.append(failed(label, "does not exist", fix))
             continue
         checks.append(passed(label, "exists"))
         if config.full_document == "required":
-            checks.append(_images(db, coll, found[0].get("options", {})))
+            checks.append(_images(db, coll, found.get("options", {}), major))
     return checks
 
 
-def _images(db: str, coll: str, options: Doc) -> Check:
+def _images(db: str, coll: str, options: Doc, major: int) -> Check:
     """``full_document: required`` asks the server for the exact pre- and post-images, which
     only a collection with ``changeStreamPreAndPostImages`` enabled records (MongoDB 6.0+)."""
     label = f"collection {db}.{coll}: pre-/post-images"
@@ -95,4 +107,7 @@ def _images(db: str, coll: str, options: Doc) -> Check:
         "changeStreamPreAndPostImages: {enabled: true}})"
     )
     detail = "not recorded, and source.full_document is required: its changes would fail"
-    return failed(label, detail, f"run in mongosh: {command}")
+    fix = f"run in mongosh: {command}"
+    if major < 6:
+        fix = f"upgrade to MongoDB 6.0 or later (the first with pre-images), then {fix}"
+    return failed(label, detail, fix)

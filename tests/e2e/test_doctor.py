@@ -273,3 +273,51 @@ def test_kafka_topics_that_are_not_compacted_are_named(kafka_server: Any, tmp_pa
         f"run: kafka-configs.sh --bootstrap-server {bootstrap} --alter --entity-type topics "
         "--entity-name gk.public.customers --add-config cleanup.policy=compact"
     )
+
+
+def test_mongodb_pre_and_post_images_are_checked(mongo_server: Any, tmp_path: Path) -> None:
+    import pymongo
+
+    client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(mongo_server.uri)
+    try:
+        client["doctor_db"]["orders"].insert_one({"_id": 1})
+    finally:
+        client.close()
+    path = tmp_path / "mg.yaml"
+    path.write_text(
+        "version: 1\nname: mg\nsource:\n  type: mongodb\n  dsn: ${DOCTOR_DSN}\n"
+        "  tables: [doctor_db.orders, doctor_db.missing]\n  full_document: required\n"
+        "  server_selection_timeout_ms: 5000\n"
+        "log:\n  type: embedded\n  path: log\n"
+    )
+    code, checks = _checks(path, mongo_server.uri)
+    assert code == 1
+    assert checks[("source", "connect")]["ok"] and checks[("source", "replica set")]["ok"]
+    assert checks[("source", "collection doctor_db.orders")]["ok"]
+    images = checks[("source", "collection doctor_db.orders: pre-/post-images")]
+    assert not images["ok"]
+    assert images["fix"].endswith(
+        'run in mongosh: db.getSiblingDB("doctor_db").runCommand({collMod: "orders", '
+        "changeStreamPreAndPostImages: {enabled: true}})"
+    )
+    if checks[("source", "connect")]["detail"].endswith("MongoDB 4.4.0"):  # mongo-java-server
+        assert images["fix"].startswith("upgrade to MongoDB 6.0 or later")
+    missing = checks[("source", "collection doctor_db.missing")]
+    assert not missing["ok"] and "source.tables[1]" in missing["fix"]
+
+
+def test_an_invalid_file_exits_2_and_a_down_mongodb_is_one_failed_check(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\nname: Bad-Name\nsource: {type: generator, tables: [a.b]}\n")
+    assert cdc("doctor", str(bad), cwd=tmp_path).returncode == 2
+    path = tmp_path / "down.yaml"
+    path.write_text(
+        "version: 1\nname: down\nsource:\n  type: mongodb\n  dsn: ${DOCTOR_DSN}\n"
+        "  tables: [db.c]\n  server_selection_timeout_ms: 500\n"
+    )
+    dsn = f"mongodb://cdc:{PASSWORD}@127.0.0.1:{free_port()}/?directConnection=true"
+    code, out, err = _doctor(path, dsn)
+    assert code == 1
+    lines = [line for line in out.splitlines() if "[source]" in line]
+    assert len(lines) == 1 and lines[0].startswith("FAIL  [source] connect: "), out
+    assert "unreachable" in lines[0] and PASSWORD not in out + err
