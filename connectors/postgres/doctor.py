@@ -136,7 +136,7 @@ def _checks(
     may = (role.superuser, role.may_create_in_db)
     checks += publication_checks(catalog, publication, tables, role.name, *may)
     checks += _slot_checks(slot_name, slot, server)
-    return checks
+    return checks if not server.in_recovery else [*checks[:2], _standby(server), *checks[2:]]
 
 
 def _statement(catalog: Catalog, query: Query) -> str:
@@ -162,6 +162,16 @@ def _version(server: Server) -> Check:
     if server.version_num > MAX_VERSION:
         return warned("server version", f"{detail}: newer than 18, the last version tested")
     return passed("server version", detail)
+
+
+def _standby(server: Server) -> Check:
+    """Logical decoding on a standby exists from PostgreSQL 16 on (with hot_standby_feedback
+    and a physical slot upstream, so the primary keeps the catalog rows it needs)."""
+    if server.version_num >= 160000:
+        detail = "a standby: decoding here needs hot_standby_feedback = on and a physical slot"
+        return warned("standby", detail, "or point source.dsn at the primary")
+    detail = "a standby: PostgreSQL before 16 decodes changes on the primary only"
+    return failed("standby", detail, "point source.dsn at the primary")
 
 
 def _conf(setting: str, value: str | int, restart: bool = True) -> str:
