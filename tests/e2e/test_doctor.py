@@ -70,7 +70,7 @@ def _line(check: dict[str, Any]) -> str:
 
 
 @pytest.fixture
-def healthy(tmp_path: Path) -> Iterator[Any]:
+def healthy() -> Iterator[Any]:
     from tests.services.postgres import LocalPostgres
 
     with LocalPostgres(settings={"max_slot_wal_keep_size": "1GB"}) as server:
@@ -78,7 +78,7 @@ def healthy(tmp_path: Path) -> Iterator[Any]:
 
 
 @pytest.fixture
-def broken(tmp_path: Path) -> Iterator[Any]:
+def broken() -> Iterator[Any]:
     """``wal_level=replica`` and two slots, both taken by physical slots of other standbys."""
     from tests.services.postgres import LocalPostgres
 
