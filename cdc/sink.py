@@ -24,6 +24,7 @@ from pydantic import BaseModel
 
 from cdc.envelope_options import READABLE, EnvelopeOptions
 from cdc.log.base import TopicPartition
+from cdc.log.eras import Era
 from cdc.schema import TableSchema
 
 
@@ -36,6 +37,9 @@ class SinkRecord:
     offset: int
     key: dict[str, Any] | None
     value: dict[str, Any] | None
+    era: Era | None = None
+    """The encoding the record was written under (:mod:`cdc.log.eras`); ``None``: not known,
+    the pipeline's (:attr:`SinkContext.envelope`). Use :func:`record_options`."""
 
     @property
     def tp(self) -> TopicPartition:
@@ -58,7 +62,15 @@ class SinkContext:
     envelope: EnvelopeOptions = READABLE
     """The pipeline's envelope options: how record values are encoded (decode them with
     :func:`cdc.values.decoder`). Keys and values reach the sink without the ``{"schema",
-    "payload"}`` wrapper of ``schemas.enable``."""
+    "payload"}`` wrapper of ``schemas.enable``. After an accepted envelope change a topic's
+    older records are in another encoding: each record's :attr:`SinkRecord.era` says which
+    (:func:`record_options`)."""
+
+
+def record_options(record: SinkRecord, context: SinkContext) -> EnvelopeOptions | None:
+    """The options ``record`` was written under (``None``: the legacy encoding)."""
+    era = record.era
+    return context.envelope if era is None else era.options
 
 
 class Sink(Protocol):

@@ -32,6 +32,8 @@ from cdc.envelope import exact
 from cdc.envelope_options import EnvelopeOptions
 from cdc.events import topic_name
 from cdc.log.base import Log, TopicPartition
+from cdc.log.encoding import read_stored
+from cdc.log.eras import Eras, eras_of
 from cdc.log.offsets import end_offsets
 from cdc.normalize import canonical_row
 from cdc.runtime.sink_control import SinkControl
@@ -40,6 +42,7 @@ from cdc.schema import TableSchema
 from cdc.values import decoder
 
 RowReader = Callable[[], Iterable[tuple[dict[str, Any], dict[str, Any]]]]
+RowDecoding = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 @dataclass
@@ -93,14 +96,41 @@ class TableComparison:
 def _state(
     rows: Iterable[tuple[dict[str, Any], dict[str, Any]]], schema: TableSchema
 ) -> dict[bytes, bytes]:
-    key_columns = schema.key_columns
     state = {}
     for key, row in rows:
-        canonical = canonical_row(row, schema)
-        key_part = {c: canonical.get(c, key.get(c)) for c in key_columns} if key_columns else key
-        # Exact-size copies: the state holds a whole table, and orjson's own buffers are 4 KiB+.
-        key_json = exact(orjson.dumps(key_part, option=orjson.OPT_SORT_KEYS))
-        state[key_json] = exact(orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS))
+        key_json, row_json = _entry(key, row, schema)
+        state[key_json] = row_json
+    return state
+
+
+def _entry(key: dict[str, Any], row: dict[str, Any], schema: TableSchema) -> tuple[bytes, bytes]:
+    key_columns = schema.key_columns
+    canonical = canonical_row(row, schema)
+    key_part = {c: canonical.get(c, key.get(c)) for c in key_columns} if key_columns else key
+    # Exact-size copies: the state holds a whole table, and orjson's own buffers are 4 KiB+.
+    key_json = exact(orjson.dumps(key_part, option=orjson.OPT_SORT_KEYS))
+    return key_json, exact(orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS))
+
+
+def _matching_state(
+    rows: Iterable[tuple[dict[str, Any], dict[str, Any]]],
+    schema: TableSchema,
+    decodings: Sequence[RowDecoding],
+    source: dict[bytes, bytes],
+) -> dict[bytes, bytes]:
+    """The sink's state, each row decoded with the first of ``decodings`` that makes it equal
+    the source's row of its key, else with the first (see :func:`compare_table`)."""
+    state = {}
+    for key, row in rows:
+        first = None
+        for decode in decodings:
+            entry = _entry(key, decode(row), schema)
+            first = first or entry
+            if source.get(entry[0]) == entry[1]:
+                first = entry
+                break
+        if first is not None:
+            state[first[0]] = first[1]
     return state
 
 
@@ -130,13 +160,24 @@ def compare_table(
     attempts: int = 3,
     wait_s: float = 2.0,
     limit: int = 20,
+    sink_decodings: Sequence[RowDecoding] = (),
 ) -> TableComparison:
-    """Compare one table; keys are reported only if they differed in every attempt."""
+    """Compare one table; keys are reported only if they differed in every attempt.
+
+    ``sink_decodings``: the sink's rows are as the envelope carried them, in one of several
+    encodings (the log's eras, newest first, :mod:`cdc.log.eras`), and the store does not say
+    which: each row is decoded with the first under which it equals the source's row, or with
+    the newest if none does (a difference). Empty: ``read_sink``'s rows are compared as read.
+    """
     persistent: tuple[set[bytes], set[bytes], set[bytes]] | None = None
     result = TableComparison(table, sink)
     for attempt in range(max(1, attempts)):
         source_state = _state(read_source(), schema)
-        sink_state = _state(read_sink(), schema)
+        sink_state = (
+            _matching_state(read_sink(), schema, sink_decodings, source_state)
+            if sink_decodings
+            else _state(read_sink(), schema)
+        )
         result.source_count, result.sink_count = len(source_state), len(sink_state)
         result.source_checksum = checksum(source_state)
         result.sink_checksum = checksum(sink_state)
@@ -206,12 +247,15 @@ def verify_pipeline(
         for s in selected
     }
     behind = {} if log is None else lagging(log, pipeline.name, wanted, wait_for_sinks_s)
+    encodings = () if log is None else _encodings(eras_of(read_stored(log, pipeline.name)))
     compare = functools.partial(compare_table, attempts=attempts, wait_s=wait_s, limit=limit)
     results = []
     for sink in selected:
         readers = (read_source, _read_rows(plugins.SINK_GROUP, sink.type))
         for name in wanted[sink.name]:
-            results.append(_verify_table(pipeline, sink, name, catalog, readers, behind, compare))
+            results.append(
+                _verify_table(pipeline, sink, name, catalog, readers, behind, compare, encodings)
+            )
     return results
 
 
@@ -230,7 +274,10 @@ def _verify_table(
     readers: tuple[Any, Any],
     behind: dict[tuple[str, str], dict[str, Any]],
     compare: Callable[..., TableComparison],
+    encodings: tuple[EnvelopeOptions | None, ...] = (),
 ) -> TableComparison:
+    """Compare one table of one sink; ``encodings`` are the log's, newest first (a sink that
+    keeps rows as the envelope carried them can hold each of them)."""
     schema_name, table_name = table
     name, schema = f"{schema_name}.{table_name}", catalog.get(schema_name, table_name)
     read_source, read_sink = readers
@@ -242,13 +289,21 @@ def _verify_table(
     source_options = {"envelope": envelope} if _takes(read_source, "envelope") else {}
     source_rows = _reader(read_source, pipeline.source, schema_name, table_name, **source_options)
     sink_rows = _reader(read_sink, sink, schema_name, table_name, pipeline=pipeline.name)
-    return compare(
-        name,
-        sink.name,
-        schema,
-        _decoding(source_rows, schema, envelope),
-        sink_rows if _decodes_rows(sink.type) else _decoding(sink_rows, schema, envelope),
-    )
+    source_decoded = _decoding(source_rows, schema, envelope)
+    if _decodes_rows(sink.type):
+        return compare(name, sink.name, schema, source_decoded, sink_rows)
+    if len(encodings) < 2:  # one encoding in the log: every row is in it
+        sink_decoded = _decoding(sink_rows, schema, encodings[0] if encodings else envelope)
+        return compare(name, sink.name, schema, source_decoded, sink_decoded)
+    decodings = [_row_decoding(schema, options) for options in encodings]
+    return compare(name, sink.name, schema, source_decoded, sink_rows, sink_decodings=decodings)
+
+
+def _encodings(eras: Eras | None) -> tuple[EnvelopeOptions | None, ...]:
+    """The distinct options of the log's eras, newest first (empty: none stored)."""
+    if eras is None:
+        return ()
+    return tuple(dict.fromkeys(era.options for era in eras.all))
 
 
 def _takes(function: Any, name: str) -> bool:
@@ -263,16 +318,25 @@ def _decodes_rows(sink_type: str) -> bool:
     return bool(getattr(plugins.load(plugins.SINK_GROUP, sink_type), "rows_decoded", False))
 
 
-def _decoding(read: RowReader, schema: TableSchema, envelope: EnvelopeOptions) -> RowReader:
-    """``read``'s rows with each value decoded from the pipeline's envelope encoding
+def _decoding(read: RowReader, schema: TableSchema, envelope: EnvelopeOptions | None) -> RowReader:
+    """``read``'s rows with each value decoded from the envelope encoding ``envelope``
     (:mod:`cdc.values`), so rows encoded alike and rows a sink decoded compare alike."""
-    decoders = {c.name: _lenient(decoder(c.type, envelope)) for c in schema.columns}
+    decode = _row_decoding(schema, envelope)
 
     def rows() -> Iterable[tuple[dict[str, Any], dict[str, Any]]]:
         for key, row in read():
-            yield key, {n: (decoders[n](v) if n in decoders else v) for n, v in row.items()}
+            yield key, decode(row)
 
     return rows
+
+
+def _row_decoding(schema: TableSchema, envelope: EnvelopeOptions | None) -> RowDecoding:
+    decoders = {c.name: _lenient(decoder(c.type, envelope)) for c in schema.columns}
+
+    def decode(row: dict[str, Any]) -> dict[str, Any]:
+        return {n: (decoders[n](v) if n in decoders else v) for n, v in row.items()}
+
+    return decode
 
 
 def _lenient(decode: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -281,7 +345,7 @@ def _lenient(decode: Callable[[Any], Any]) -> Callable[[Any], Any]:
     def run(value: Any) -> Any:
         try:
             return decode(value)
-        except (ValueError, TypeError, KeyError):
+        except (ValueError, TypeError, KeyError, ArithmeticError):  # InvalidOperation too
             return value
 
     return run

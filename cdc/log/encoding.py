@@ -106,14 +106,24 @@ def read_encoding(log: Log, pipeline: str) -> StoredEncoding | None:
     """The log's stored encoding: the newest one written, ``legacy`` for a log with table
     records and none stored, ``None`` for a log without either."""
     infos = {info.name: info for info in log.topics()}
-    topic = schema_topic(pipeline)
-    if topic in infos:
-        newest = _newest_encoding(log, infos[topic])
-        if newest is not None:
-            return StoredEncoding.from_json(orjson.loads(newest))
+    stored = _stored(log, infos, pipeline)
+    if stored is not None:
+        return stored
     if _table_ends(infos.values(), pipeline):
         return StoredEncoding(LEGACY)
     return None
+
+
+def read_stored(log: Log, pipeline: str) -> StoredEncoding | None:
+    """The newest encoding record of the log, ``None`` where none was ever written (unlike
+    :func:`read_encoding`, a log with table records and none stored is not called legacy)."""
+    return _stored(log, {info.name: info for info in log.topics()}, pipeline)
+
+
+def _stored(log: Log, infos: dict[str, TopicInfo], pipeline: str) -> StoredEncoding | None:
+    topic = schema_topic(pipeline)
+    newest = _newest_encoding(log, infos[topic]) if topic in infos else None
+    return None if newest is None else StoredEncoding.from_json(orjson.loads(newest))
 
 
 def _newest_encoding(log: Log, info: TopicInfo) -> bytes | None:

@@ -29,6 +29,8 @@ from cdc import extended_json
 from cdc.clock import now_ms
 from cdc.errors import RecordError
 from cdc.log.base import Consumer, Log, StoredRecord, TopicPartition
+from cdc.log.encoding import read_stored
+from cdc.log.eras import Eras, eras_of
 from cdc.logging import Logger
 from cdc.runtime.control_watcher import ControlWatcher
 from cdc.runtime.retry import Backoff, Decision, Stopped, classify, retry_until_stopped
@@ -43,23 +45,26 @@ class SinkRecordStop(RecordError):
     """A record a sink cannot apply, under the ``fail`` policy."""
 
 
-def decode_records(records: Sequence[StoredRecord]) -> list[SinkRecord]:
+def decode_records(records: Sequence[StoredRecord], eras: Eras | None = None) -> list[SinkRecord]:
     """Parse keys and values once, for every sink.
 
     Under ``schemas.enable: true`` a key and a value are the JsonConverter's ``{"schema",
     "payload"}``: sinks are given the payload (the schema describes what the pipeline's
     envelope options and the published :class:`~cdc.schema.TableSchema` already say).
-    MongoDB's rows, Extended JSON texts in Debezium's format, become row objects.
+    MongoDB's rows, Extended JSON texts in Debezium's format, become row objects. ``eras``,
+    the log's stored encodings, gives each record the one it was written under
+    (:attr:`SinkRecord.era`; ``None``: the sink decodes with the pipeline's options).
     """
     loads, mongo = orjson.loads, extended_json.rows
+    written = [None] * len(records) if eras is None else eras.of(records)
     decoded = []
-    for r in records:
+    for r, era in zip(records, written, strict=True):
         key, value = mongo(
             r.topic,
             None if r.key is None else unwrap(loads(r.key)),
             None if r.value is None else unwrap(loads(r.value)),
         )
-        decoded.append(SinkRecord(r.topic, r.partition, r.offset, key, value))
+        decoded.append(SinkRecord(r.topic, r.partition, r.offset, key, value, era))
     return decoded
 
 
@@ -114,6 +119,7 @@ class SinkTask:
         self._poll_timeout_s = poll_timeout_s
         self._sink: Sink | None = None
         self._consumer: Consumer | None = None
+        self._eras: Eras | None = None
         self._control = control
         self._resets = None if control is None else self._table_resets(control, tables)
         self.records_applied = 0
@@ -194,6 +200,8 @@ class SinkTask:
         """A new consumer, starting where the sink's stored offsets (or the group) say."""
         assert self._sink is not None
         topics = list(self._topics)
+        # Read at each (re)subscription: a change is stored by `cdc run` before it writes.
+        self._eras = eras_of(read_stored(self._log, self._pipeline))
         if getattr(self._sink, "reads_schemas", False):
             topics.append(schema_topic(self._pipeline))
         self._consumer = self._log.consumer(
@@ -225,7 +233,7 @@ class SinkTask:
         stored = self._consumer.poll(self._max_records, self._poll_timeout_s)
         if not stored:
             return 0
-        batch = decode_records(stored)
+        batch = decode_records(stored, self._eras)
         self._apply(batch)
         offsets = sink_offsets(batch)
         consumer = self._consumer

@@ -10,6 +10,7 @@ the record and column to blame.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
@@ -17,6 +18,7 @@ import orjson
 
 from cdc.envelope_options import READABLE, EnvelopeOptions
 from cdc.errors import RecordError
+from cdc.sink import SinkRecord
 from sinks.duckdb.catalog import POSITION, SEQUENCE, ColumnInfo, TableState, quote
 from sinks.duckdb.plan import TableBatch
 from sinks.duckdb.types import Conversion, conversion, document_key
@@ -62,7 +64,8 @@ def encode(
     """The changes of one table as one JSON document of columns.
 
     With ``newest_only``, only the newest change of each key is staged. ``options`` is the
-    envelope encoding the records were written with (``None``: legacy), see
+    envelope encoding of the records that do not carry their own era (``None``: legacy): each
+    run of records is decoded with the encoding it was written under, see
     :mod:`sinks.duckdb.wire`.
 
     Raises:
@@ -93,18 +96,50 @@ def encode(
 def _decode_wire(
     state: TableState, batch: TableBatch, values: list[list[Any]], options: EnvelopeOptions | None
 ) -> None:
+    runs = encoding_runs(batch.records, options)
     for n, column in enumerate(state.columns):
-        convert = wire_conversion(column.source_type, column.duck_type, options)
-        if convert is None:
-            continue
-        try:
-            values[n] = convert(values[n])
-        except BadWireValue as exc:
-            reason = (
-                f"column {column.name} ({column.source_type}): value {values[n][exc.index]!r} "
-                f"is not a {column.source_type} under the pipeline's envelope settings: {exc}"
-            )
-            raise RecordError(reason, batch.records[exc.index]) from exc
+        for run_options, start, stop in runs:
+            convert = wire_conversion(column.source_type, column.duck_type, run_options)
+            if convert is None:
+                continue
+            whole = start == 0 and stop == len(values[n])
+            try:
+                if whole:
+                    values[n] = convert(values[n])
+                else:
+                    values[n][start:stop] = convert(values[n][start:stop])
+            except BadWireValue as exc:
+                index = start + exc.index
+                reason = (
+                    f"column {column.name} ({column.source_type}): value {values[n][index]!r} "
+                    f"is not a {column.source_type} under the envelope settings it was written "
+                    f"with: {exc}"
+                )
+                raise RecordError(reason, batch.records[index]) from exc
+
+
+Run = tuple[EnvelopeOptions | None, int, int]
+
+
+def encoding_runs(records: Sequence[SinkRecord], fallback: EnvelopeOptions | None) -> list[Run]:
+    """``(options, start, stop)`` of each run of ``records`` written under one encoding.
+
+    Records carry their era (:mod:`cdc.log.eras`), ``None`` for ``fallback``, the pipeline's
+    options. A log with one encoding is one run, found without looking at every record.
+    """
+    if not records:
+        return []
+    era = records[0].era
+    if era is None or era.only:
+        return [(fallback if era is None else era.options, 0, len(records))]
+    runs: list[Run] = []
+    start = 0
+    for index, record in enumerate(records):
+        if record.era is not era:
+            runs.append((fallback if era is None else era.options, start, index))
+            start, era = index, record.era
+    runs.append((fallback if era is None else era.options, start, len(records)))
+    return runs
 
 
 def current_names(state: TableState, batch: TableBatch) -> TableBatch:
