@@ -75,7 +75,9 @@ def encode(
     batch = current_names(state, batch)
     conversions = [conversion(c.duck_type) for c in state.columns]
     unique = False
-    if newest_only:
+    # Across an envelope change one key's value can be in two encodings (a numeric key as
+    # base64, then as text): only its decoded form tells, so SQL picks the newest per key.
+    if newest_only and len(encoding_runs(batch.records, options)) < 2:
         batch, unique = newest_per_key(state, batch)
     if state.layout == "document":
         values = _document_columns(batch)
