@@ -16,6 +16,7 @@ table topics where it starts, and the ones before it are kept in the same record
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -29,6 +30,7 @@ from cdc.logging import Logger
 from cdc.schema import schema_topic
 
 ENCODING_KEY: Final = orjson.dumps({"kind": "encoding"})
+_LOOK_AGAIN_S: Final = 5.0
 LEGACY: Final = "legacy"
 DEBEZIUM: Final = "debezium"
 
@@ -131,16 +133,81 @@ def _newest_encoding(log: Log, info: TopicInfo) -> bytes | None:
     # The schema topic is small, and one key's versions are in one partition, in order.
     newest = None
     for partition, end in info.end_offsets.items():
-        offset = info.start_offsets.get(partition, 0)
-        while offset < end:
-            records = log.read(info.name, partition, offset, 1000)
-            if not records:
-                break
-            for record in records:
-                if record.value is not None and is_encoding_key(record.key):
-                    newest = record.value
-            offset = records[-1].offset + 1
+        found, _ = _read_encodings(
+            log, info.name, partition, info.start_offsets.get(partition, 0), end
+        )
+        newest = found or newest
     return newest
+
+
+def _read_encodings(
+    log: Log, topic: str, partition: int, offset: int, end: int
+) -> tuple[bytes | None, int]:
+    """The newest encoding record in ``[offset, end)`` of one partition, and where it stopped."""
+    newest = None
+    while offset < end:
+        records = log.read(topic, partition, offset, 1000)
+        if not records:
+            break
+        for record in records:
+            if record.value is not None and is_encoding_key(record.key):
+                newest = record.value
+        offset = records[-1].offset + 1
+    return newest, offset
+
+
+class EncodingFollower:
+    """The log's newest stored encoding, followed as the schema topic grows.
+
+    A sink that runs in its own process (``cdc run --role sinks``) outlives a source restarted
+    with an accepted change. The change is stored before the source writes anything under it,
+    so a reader that calls :meth:`refresh` after each poll knows every record's encoding; when
+    nothing is new, a refresh costs one end-offsets read.
+    """
+
+    def __init__(self, log: Log, pipeline: str) -> None:
+        self._log = log
+        self._topic = schema_topic(pipeline)
+        self._next: dict[int, int] | None = None
+        self._looked = -_LOOK_AGAIN_S
+        self.newest: StoredEncoding | None = None
+
+    def refresh(self) -> bool:
+        """Read what the schema topic gained; True when a newer encoding was stored."""
+        if self._next is None:
+            return self._first()
+        found = None
+        for partition, end in self._log.end_offsets(self._topic).items():
+            start = self._next.get(partition, 0)
+            newest, self._next[partition] = _read_encodings(
+                self._log, self._topic, partition, start, end
+            )
+            found = newest or found
+        if found is None:
+            return False
+        self.newest = StoredEncoding.from_json(orjson.loads(found))
+        return True
+
+    def _first(self) -> bool:
+        # Listing topics is dear on Kafka: a log without a schema topic is looked at again
+        # only every few seconds (`cdc run` stores the encoding before any sink starts).
+        if time.monotonic() - self._looked < _LOOK_AGAIN_S:
+            return False
+        self._looked = time.monotonic()
+        info = next((i for i in self._log.topics() if i.name == self._topic), None)
+        if info is None:
+            return False
+        self._next = {}
+        found = None
+        for partition, end in info.end_offsets.items():
+            start = info.start_offsets.get(partition, 0)
+            newest, self._next[partition] = _read_encodings(
+                self._log, self._topic, partition, start, end
+            )
+            found = newest or found
+        if found is not None:
+            self.newest = StoredEncoding.from_json(orjson.loads(found))
+        return found is not None
 
 
 def table_end_offsets(log: Log, pipeline: str) -> dict[str, dict[str, int]]:

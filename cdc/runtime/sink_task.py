@@ -29,8 +29,8 @@ from cdc import extended_json
 from cdc.clock import now_ms
 from cdc.errors import RecordError
 from cdc.log.base import Consumer, Log, StoredRecord, TopicPartition
-from cdc.log.encoding import read_stored
-from cdc.log.eras import Eras, eras_of
+from cdc.log.encoding import EncodingFollower
+from cdc.log.eras import Eras
 from cdc.logging import Logger
 from cdc.runtime.control_watcher import ControlWatcher
 from cdc.runtime.retry import Backoff, Decision, Stopped, classify, retry_until_stopped
@@ -120,6 +120,7 @@ class SinkTask:
         self._sink: Sink | None = None
         self._consumer: Consumer | None = None
         self._eras: Eras | None = None
+        self._encoding = EncodingFollower(log, pipeline)
         self._control = control
         self._resets = None if control is None else self._table_resets(control, tables)
         self.records_applied = 0
@@ -200,8 +201,7 @@ class SinkTask:
         """A new consumer, starting where the sink's stored offsets (or the group) say."""
         assert self._sink is not None
         topics = list(self._topics)
-        # Read at each (re)subscription: a change is stored by `cdc run` before it writes.
-        self._eras = eras_of(read_stored(self._log, self._pipeline))
+        self._follow_encoding()
         if getattr(self._sink, "reads_schemas", False):
             topics.append(schema_topic(self._pipeline))
         self._consumer = self._log.consumer(
@@ -233,6 +233,7 @@ class SinkTask:
         stored = self._consumer.poll(self._max_records, self._poll_timeout_s)
         if not stored:
             return 0
+        self._follow_encoding()  # after the poll: a change is stored before what it encodes
         batch = decode_records(stored, self._eras)
         self._apply(batch)
         offsets = sink_offsets(batch)
@@ -246,6 +247,14 @@ class SinkTask:
         if self._resets is not None:
             self._resets.applied(offsets)
         return len(batch)
+
+    def _follow_encoding(self) -> None:
+        """The log's encodings, read again when an envelope change was stored since."""
+        newest = self._encoding.newest if self._encoding.refresh() else None
+        if newest is not None:
+            self._eras = Eras(newest)
+            if self._consumer is not None:  # not at the start: a change made while running
+                self._logger.info("sink.envelope_followed", encodings=len(self._eras.all))
 
     def _open_sink(self) -> Sink:
         sink = self._factory()

@@ -6,8 +6,10 @@ option, unless the change is accepted, which records where the new encoding star
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from cdc.log.embedded import EmbeddedLog
 from cdc.log.encoding import (
     DEBEZIUM,
     LEGACY,
+    EncodingFollower,
     EnvelopeChanged,
     StoredEncoding,
     ensure_encoding,
@@ -29,7 +32,9 @@ from cdc.log.encoding import (
 from cdc.log.kafka import KafkaLog
 from cdc.logging import get_logger
 from cdc.runtime.schemas import SchemaCatalog
+from cdc.runtime.sink_task import SinkTask
 from cdc.schema import Column, TableSchema, schema_record, schema_topic
+from cdc.sink import SinkRecord
 from tests.unit.log_suite import append, read_all
 
 LOGGER = get_logger(test="stored_encoding")
@@ -134,3 +139,80 @@ def test_the_schema_catalog_does_not_take_the_encoding_for_a_table(
     catalog = SchemaCatalog(log, pipeline, wait_s=0.5)
     found = catalog.get("public", "items")
     assert found is not None and found.key_columns == ["id"]
+
+
+def test_a_follower_sees_each_change_once(opened: Callable[[], Opened]) -> None:
+    log, pipeline = opened()
+    follower = EncodingFollower(log, pipeline)
+    assert not follower.refresh() and follower.newest is None  # nothing stored yet
+    first = ensure_encoding(log, pipeline, READABLE, False, LOGGER)
+    follower._looked = -1e9  # the topic now exists: look now, not in a few seconds
+    assert follower.refresh() and follower.newest == first
+    _write_table_records(log, pipeline)  # a table's schema: no new encoding
+    assert not follower.refresh()
+    changed = ensure_encoding(log, pipeline, DEBEZIUM_DEFAULTS, True, LOGGER)
+    assert follower.refresh() and follower.newest == changed
+    assert not follower.refresh()
+    late = EncodingFollower(log, pipeline)  # one started after both: the newest at once
+    assert late.refresh() and late.newest == changed
+
+
+def test_a_running_sink_task_follows_a_change_made_meanwhile(
+    opened: Callable[[], Opened],
+) -> None:
+    log, pipeline = opened()
+    ensure_encoding(log, pipeline, READABLE, False, LOGGER)
+    topic = _write_table_records(log, pipeline)
+    seen: list[SinkRecord] = []
+    task = SinkTask(
+        pipeline,
+        "s",
+        log,
+        lambda: _Collecting(seen),
+        [topic],
+        threading.Event(),
+        LOGGER,
+        poll_timeout_s=0.05,
+    )
+    task._sink = _Collecting(seen)
+    task._subscribe()
+    try:
+        _step_until(task, seen, 1)
+        # Another process (cdc run --role source) accepts a change and writes under it.
+        ensure_encoding(log, pipeline, DEBEZIUM_DEFAULTS, True, LOGGER)
+        value = orjson.dumps({"before": None, "after": {"id": 2}, "op": "c"})
+        append(log, [Record(topic, b'{"id":2}', value)])
+        _step_until(task, seen, 2)
+    finally:
+        task._close()
+    old, new = seen
+    assert old.era is not None and old.era.options == READABLE.model_copy(
+        update={"skipped_operations": "none"}
+    )
+    assert new.era is not None and new.era.options is not None
+    assert new.era.options.decimal_handling_mode == "precise"
+
+
+def _step_until(task: SinkTask, seen: list[SinkRecord], count: int) -> None:
+    deadline = time.monotonic() + 30
+    while len(seen) < count:
+        assert time.monotonic() < deadline, seen
+        task.step()
+
+
+class _Collecting:
+    """A sink that keeps what it is given."""
+
+    def __init__(self, seen: list[SinkRecord]) -> None:
+        self._seen = seen
+
+    def open(self) -> None: ...
+    def stored_offsets(self) -> None:
+        return None
+
+    def write(self, records: Sequence[SinkRecord]) -> None:
+        self._seen.extend(records)
+
+    def flush(self) -> None: ...
+    def close(self) -> None: ...
+    def reset_table(self, table: tuple[str, str], partitions: Sequence[Any]) -> None: ...
