@@ -31,6 +31,8 @@ from cdc.schema import schema_topic
 
 ENCODING_KEY: Final = orjson.dumps({"kind": "encoding"})
 _LOOK_AGAIN_S: Final = 5.0
+_FOLLOW_FACTOR: Final = 20.0
+_FOLLOW_MAX_S: Final = 1.0
 LEGACY: Final = "legacy"
 DEBEZIUM: Final = "debezium"
 
@@ -162,18 +164,39 @@ class EncodingFollower:
     A sink that runs in its own process (``cdc run --role sinks``) outlives a source restarted
     with an accepted change. The change is stored before the source writes anything under it,
     so a reader that calls :meth:`refresh` after each poll knows every record's encoding; when
-    nothing is new, a refresh costs one end-offsets read.
+    nothing is new, a refresh costs one end-offsets read. On Kafka, where that read is dear,
+    it is made at most once a second (see :meth:`refresh`): a source restarted in another
+    process takes longer than that between storing the change and writing under it.
     """
 
-    def __init__(self, log: Log, pipeline: str) -> None:
+    def __init__(self, log: Log, pipeline: str, paced: bool = True) -> None:
+        """``paced=False``: every :meth:`refresh` looks, whatever it costs."""
         self._log = log
+        self._paced = paced
         self._topic = schema_topic(pipeline)
         self._next: dict[int, int] | None = None
         self._looked = -_LOOK_AGAIN_S
+        self._due = 0.0
         self.newest: StoredEncoding | None = None
 
     def refresh(self) -> bool:
-        """Read what the schema topic gained; True when a newer encoding was stored."""
+        """Read what the schema topic gained; True when a newer encoding was stored.
+
+        At most ~5% of the caller's time goes here: where a look is dear (tens of ms for
+        Kafka's list-offsets), it is made at most every ``20 x`` its cost, capped at a second;
+        the embedded log's, well under a millisecond, is made at every call.
+        """
+        now = time.monotonic()
+        if now < self._due:
+            return False
+        try:
+            return self._refresh()
+        finally:
+            done = time.monotonic()
+            if self._paced:
+                self._due = done + min(_FOLLOW_MAX_S, (done - now) * _FOLLOW_FACTOR)
+
+    def _refresh(self) -> bool:
         if self._next is None:
             return self._first()
         found = None
@@ -191,7 +214,7 @@ class EncodingFollower:
     def _first(self) -> bool:
         # Listing topics is dear on Kafka: a log without a schema topic is looked at again
         # only every few seconds (`cdc run` stores the encoding before any sink starts).
-        if time.monotonic() - self._looked < _LOOK_AGAIN_S:
+        if self._paced and time.monotonic() - self._looked < _LOOK_AGAIN_S:
             return False
         self._looked = time.monotonic()
         info = next((i for i in self._log.topics() if i.name == self._topic), None)

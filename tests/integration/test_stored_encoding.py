@@ -143,10 +143,9 @@ def test_the_schema_catalog_does_not_take_the_encoding_for_a_table(
 
 def test_a_follower_sees_each_change_once(opened: Callable[[], Opened]) -> None:
     log, pipeline = opened()
-    follower = EncodingFollower(log, pipeline)
+    follower = EncodingFollower(log, pipeline, paced=False)
     assert not follower.refresh() and follower.newest is None  # nothing stored yet
     first = ensure_encoding(log, pipeline, READABLE, False, LOGGER)
-    follower._looked = -1e9  # the topic now exists: look now, not in a few seconds
     assert follower.refresh() and follower.newest == first
     _write_table_records(log, pipeline)  # a table's schema: no new encoding
     assert not follower.refresh()
@@ -180,6 +179,7 @@ def test_a_running_sink_task_follows_a_change_made_meanwhile(
         _step_until(task, seen, 1)
         # Another process (cdc run --role source) accepts a change and writes under it.
         ensure_encoding(log, pipeline, DEBEZIUM_DEFAULTS, True, LOGGER)
+        time.sleep(1.1)  # a source takes longer to start than a paced follower takes to look
         value = orjson.dumps({"before": None, "after": {"id": 2}, "op": "c"})
         append(log, [Record(topic, b'{"id":2}', value)])
         _step_until(task, seen, 2)
