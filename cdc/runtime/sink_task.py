@@ -201,7 +201,9 @@ class SinkTask:
         """A new consumer, starting where the sink's stored offsets (or the group) say."""
         assert self._sink is not None
         topics = list(self._topics)
-        self._follow_encoding()
+        retry_until_stopped(
+            self._follow_encoding, self._stop, self._logger, "sink.encoding_retrying"
+        )
         if getattr(self._sink, "reads_schemas", False):
             topics.append(schema_topic(self._pipeline))
         self._consumer = self._log.consumer(
@@ -233,7 +235,11 @@ class SinkTask:
         stored = self._consumer.poll(self._max_records, self._poll_timeout_s)
         if not stored:
             return 0
-        self._follow_encoding()  # after the poll: a change is stored before what it encodes
+        # After the poll: a change is stored before what it encodes. A log that is away
+        # (a broker restart) is waited for, as a commit is.
+        retry_until_stopped(
+            self._follow_encoding, self._stop, self._logger, "sink.encoding_retrying"
+        )
         batch = decode_records(stored, self._eras)
         self._apply(batch)
         offsets = sink_offsets(batch)
