@@ -37,6 +37,8 @@ apt:
 	command -v redis-server >/dev/null || missing+=(redis-server)
 	command -v kcat >/dev/null || command -v kafkacat >/dev/null || missing+=(kcat)
 	command -v mvn >/dev/null || missing+=(maven)
+	# The metrics tests scrape a pipeline with a real Prometheus and check with promtool.
+	command -v prometheus >/dev/null && command -v promtool >/dev/null || missing+=(prometheus)
 	# Maven compiles the Mongo server's main class, so a JRE alone is not enough.
 	command -v javac >/dev/null || missing+=(openjdk-17-jdk-headless)
 	# A distribution Python needs python3-venv for `-m venv` (ensurepip); pyenv's has it built in.

@@ -15,7 +15,7 @@ import orjson
 
 from cdc import config as config_mod
 from cdc import plugins
-from cdc.config import Pipeline
+from cdc.config import Pipeline, parse_listen
 from cdc.errors import CdcError, ConfigError
 from cdc.log.base import Log
 from cdc.log.factory import open_log
@@ -80,6 +80,25 @@ def validate(file: str) -> None:
     )
 
 
+METRICS_LISTEN = click.option(
+    "--metrics-listen",
+    metavar="ADDR",
+    default=None,
+    help="Serve /metrics, /healthz and /readyz on ADDR (host:port); overrides metrics.listen.",
+)
+
+
+def _with_metrics_listen(pipeline: Pipeline, listen: str | None) -> Pipeline:
+    """``pipeline`` with ``--metrics-listen`` applied; a bad address is a usage error."""
+    if listen is None:
+        return pipeline
+    try:
+        parse_listen(listen)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--metrics-listen") from exc
+    return pipeline.with_metrics_listen(listen)
+
+
 @main.command()
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option(
@@ -95,11 +114,18 @@ def validate(file: str) -> None:
     is_flag=True,
     help="Store the file's envelope: encoding where the log was written under another one.",
 )
-def run(file: str, role: str, sink_names: tuple[str, ...], accept_envelope_change: bool) -> None:
+@METRICS_LISTEN
+def run(
+    file: str,
+    role: str,
+    sink_names: tuple[str, ...],
+    accept_envelope_change: bool,
+    metrics_listen: str | None = None,
+) -> None:
     """Run the pipeline until SIGINT or SIGTERM, then stop cleanly."""
     from cdc.runtime.pipeline import run_until_signalled
 
-    pipeline = _load(file)
+    pipeline = _with_metrics_listen(_load(file), metrics_listen)
     unknown = [n for n in sink_names if n not in {s.name for s in pipeline.sinks}]
     if unknown:
         raise click.UsageError(f"unknown sink(s): {', '.join(unknown)}")
@@ -128,6 +154,7 @@ def run(file: str, role: str, sink_names: tuple[str, ...], accept_envelope_chang
 )
 @click.option("--wait", is_flag=True, help="With --reset-table: wait until the table is rebuilt.")
 @click.option("--timeout-s", type=click.FloatRange(min=0), default=300.0, show_default=True)
+@METRICS_LISTEN
 @click.pass_context
 def sink(
     ctx: click.Context,
@@ -136,6 +163,7 @@ def sink(
     reset_tables: tuple[str, ...],
     wait: bool,
     timeout_s: float,
+    metrics_listen: str | None = None,
 ) -> None:
     """Run one sink worker: the same as ``cdc run FILE --role sinks --sink NAME``.
 
@@ -151,7 +179,7 @@ def sink(
     if not reset_tables:
         if wait:
             raise click.UsageError("--wait goes with --reset-table")
-        ctx.invoke(run, file=file, role="sinks", sink_names=(name,))
+        ctx.invoke(run, file=file, role="sinks", sink_names=(name,), metrics_listen=metrics_listen)
         return
     from cdc.sink_reset import request_resets
 

@@ -92,6 +92,34 @@ class KafkaLogConfig(StrictModel):
     state_path: str | None = None
 
 
+class MetricsConfig(StrictModel):
+    """The HTTP endpoint of ``cdc run`` and ``cdc sink`` (:mod:`cdc.metrics`)."""
+
+    listen: str | None = None  # host:port of /metrics, /healthz, /readyz; None: off
+    # A task that makes no progress while work waits for it this long is stalled.
+    stall_after_s: float = Field(default=300.0, gt=0)
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, listen: str | None) -> str | None:
+        if listen is not None:
+            parse_listen(listen)
+        return listen
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``host:port`` (``[::1]:9464`` for IPv6) as ``(host, port)``.
+
+    Raises:
+        ValueError: not ``host:port`` with a port in 0-65535.
+    """
+    host, sep, port = listen.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"must be host:port, e.g. 127.0.0.1:9464 (got {listen!r})")
+    return host, int(port)
+
+
 class PipelineFile(StrictModel):
     """The core model; ``source`` and ``sinks`` are checked again by their plugins' models."""
 
@@ -104,6 +132,7 @@ class PipelineFile(StrictModel):
     sinks: list[dict[str, Any]] = Field(default_factory=list)
     bad_records: Literal["fail", "dead_letter"] = "fail"
     envelope: EnvelopeOptions = Field(default_factory=lambda: EnvelopeOptions.model_validate({}))
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
 
 
 class Pipeline(BaseModel):
@@ -128,6 +157,13 @@ class Pipeline(BaseModel):
     def envelope(self) -> EnvelopeOptions:
         """How records are written (the ``envelope:`` block, Debezium's option names)."""
         return self.file.envelope
+
+    def with_metrics_listen(self, listen: str | None) -> Pipeline:
+        """This pipeline with ``metrics.listen`` set (``--metrics-listen``), if ``listen``."""
+        if listen is None:
+            return self
+        metrics = MetricsConfig(listen=listen, stall_after_s=self.file.metrics.stall_after_s)
+        return self.model_copy(update={"file": self.file.model_copy(update={"metrics": metrics})})
 
     def log_path(self) -> Path:
         """Where the embedded log lives (relative paths are relative to the working directory)."""

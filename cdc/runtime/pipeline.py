@@ -25,10 +25,11 @@ from cdc.log.base import Log
 from cdc.log.encoding import ensure_encoding
 from cdc.log.factory import open_log
 from cdc.logging import Logger, get_logger
+from cdc.metrics import Telemetry
 from cdc.runtime.control_watcher import ControlWatcher
 from cdc.runtime.preflight import SinkCannotStart, check_sinks, is_first_start
 from cdc.runtime.schemas import SchemaCatalog
-from cdc.runtime.sink_task import SinkTask
+from cdc.runtime.sink_task import SinkTask, group_name
 from cdc.runtime.source_task import SourceTask
 from cdc.sink import Sink, SinkContext
 from cdc.source import Source, SourceContext
@@ -60,6 +61,7 @@ class PipelineRun:
     source_task: SourceTask | None = None
     sink_tasks: dict[str, SinkTask] = field(default_factory=dict)
     control: ControlWatcher | None = None
+    telemetry: Telemetry | None = None
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -151,16 +153,51 @@ def start(
         log.close()
         raise
     run = PipelineRun(pipeline=pipeline, log=log)
+    try:
+        run.telemetry = _telemetry(run, base)
+    except BaseException:
+        log.close()
+        raise
     if role == "all" and not _sinks_can_start(run, base):
         return run  # failed before the source created anything (cdc.runtime.preflight)
     if role in ("all", "source"):
         _start_source(run, base)
     if role in ("all", "sinks"):
         _start_sinks(run, base, sinks)
+    if run.telemetry is not None:
+        _sample(run, run.telemetry)
     compact = getattr(log, "maybe_compact", None)
     if compact is not None and role in ("all", "source"):
         _spawn(run, "compaction", lambda: _compaction_loop(compact, run.stop_event))
     return run
+
+
+def _telemetry(run: PipelineRun, base: Logger) -> Telemetry | None:
+    """The metrics endpoint, when ``metrics.listen`` (or ``--metrics-listen``) asks for it."""
+    config = run.pipeline.file.metrics
+    if config.listen is None:
+        return None
+
+    def dead_tasks() -> list[str]:
+        return [t.name for t in run.threads if not t.is_alive()]
+
+    return Telemetry(run.pipeline.name, config.listen, config.stall_after_s, base, dead_tasks)
+
+
+def _sample(run: PipelineRun, telemetry: Telemetry) -> None:
+    """Sample the tasks of this process: the source's probe, its sinks' lag."""
+    pipeline = run.pipeline
+    probe = None
+    if run.source_task is not None:
+        plugin = plugins.load(plugins.SOURCE_GROUP, pipeline.source.type)
+        make_probe = getattr(plugin, "probe", None)
+        if make_probe is not None:
+            probe = make_probe(pipeline.source, pipeline.name)
+    sinks = {
+        name: (group_name(pipeline.name, name), sink_topics(pipeline, pipeline.sink(name)))
+        for name in run.sink_tasks
+    }
+    telemetry.sample(run.log, probe, sinks)
 
 
 def _start_source(run: PipelineRun, base: Logger) -> None:
@@ -175,6 +212,7 @@ def _start_source(run: PipelineRun, base: Logger) -> None:
         bad_records=pipeline.file.bad_records,
         first_start_timeout_s=getattr(pipeline.source, "connect_timeout_s", None),
         envelope_options=pipeline.envelope,
+        observer=None if run.telemetry is None else run.telemetry.source(),
     )
     _spawn(run, "source", run.source_task.run)
 
@@ -200,6 +238,7 @@ def _start_sinks(run: PipelineRun, base: Logger, only: list[str] | None) -> None
             bad_records=pipeline.file.bad_records,
             control=run.control,
             tables=pipeline.sink_tables(config),
+            observer=None if run.telemetry is None else run.telemetry.sink(config.name),
         )
         run.sink_tasks[config.name] = task
         _spawn(run, f"sink:{config.name}", task.serve)
@@ -270,6 +309,8 @@ def run_until_signalled(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if run.telemetry is not None:
+            run.telemetry.close()
         run.log.close()
     return _exit_code(run, clean, logger)
 

@@ -32,6 +32,7 @@ from cdc.log.base import Consumer, Log, StoredRecord, TopicPartition
 from cdc.log.encoding import EncodingFollower
 from cdc.log.eras import Eras
 from cdc.logging import Logger
+from cdc.metrics.observers import SinkObserver
 from cdc.runtime.control_watcher import ControlWatcher
 from cdc.runtime.retry import Backoff, Decision, Stopped, classify, retry_until_stopped
 from cdc.runtime.sink_control import RUNNING, STOPPED
@@ -97,6 +98,7 @@ class SinkTask:
         poll_timeout_s: float = 0.2,
         control: ControlWatcher | None = None,
         tables: Sequence[tuple[str, str]] | None = None,
+        observer: SinkObserver | None = None,
     ) -> None:
         """A sink's task.
 
@@ -106,7 +108,9 @@ class SinkTask:
                 table resets (``None``: no state is recorded and no reset is applied).
             tables: ``(schema, table)`` of each of ``topics``, in the same order (default:
                 read from the topic names, ``<pipeline>.<schema>.<table>``).
+            observer: the process's metrics (``None``: off), told once per batch.
         """
+        self._observer = observer
         self._pipeline = pipeline
         self._name = name
         self._log = log
@@ -148,6 +152,8 @@ class SinkTask:
                 self.failure = exc
                 self._logger.error("sink.stopped", error=str(exc), error_type=type(exc).__name__)
                 self._record_state(STOPPED, exc)
+                if self._observer is not None:
+                    self._observer.state("stopped", exc)
             if not self._wait_for_reset():
                 return
             self._logger.info("sink.restarting", reason="a table reset was requested")
@@ -188,6 +194,8 @@ class SinkTask:
             self._subscribe()
             self._logger.info("sink.opened", topics=self._topics)
             self._record_state(RUNNING)
+            if self._observer is not None:
+                self._observer.opened()
             while not self._stop.is_set():
                 self.step()
                 if self._resets is not None and self._resets.pending():
@@ -250,6 +258,8 @@ class SinkTask:
             lambda: consumer.commit(offsets), self._stop, self._logger, "sink.commit_retrying"
         )
         self.records_applied += len(batch)
+        if self._observer is not None:
+            self._observer.applied(batch)
         if self._resets is not None:
             self._resets.applied(offsets)
         return len(batch)
@@ -287,8 +297,23 @@ class SinkTask:
 
     def _write_and_flush(self, batch: list[SinkRecord]) -> None:
         assert self._sink is not None
-        self._sink.write(batch)
-        self._sink.flush()
+        try:
+            self._sink.write(batch)
+            self._sink.flush()
+        except Exception as exc:
+            if self._observer is not None:
+                self._observed_error(self._observer, exc)
+            raise
+
+    @staticmethod
+    def _observed_error(observer: SinkObserver, exc: Exception) -> None:
+        """Count a failed write by kind; a retried one puts the sink in ``retrying``."""
+        decision = classify(exc)
+        if decision is Decision.RETRY:
+            observer.error("unavailable")
+            observer.state("retrying", exc)
+        else:
+            observer.error("record" if decision is Decision.SKIP else "fatal")
 
     def _handle_bad_record(self, batch: list[SinkRecord], exc: RecordError) -> list[SinkRecord]:
         bad = exc.record
@@ -311,6 +336,8 @@ class SinkTask:
         tx = self._log.begin()
         tx.append([with_reason])
         tx.commit()
+        if self._observer is not None:
+            self._observer.dead_lettered()
         return [r for r in batch if r is not bad]
 
     def _close(self) -> None:

@@ -21,6 +21,7 @@ from cdc.errors import CdcError, RecordTooLarge, SourceFatal, SourceUnavailable
 from cdc.events import topic_name
 from cdc.log.base import Log, LogTransaction, Record
 from cdc.logging import Logger
+from cdc.metrics.observers import SourceObserver
 from cdc.runtime.retry import Backoff, Decision, Stopped, classify
 from cdc.runtime.transactions import TransactionMetadata
 from cdc.schema import dead_letter_topic, schema_record, schema_topic
@@ -52,6 +53,7 @@ class SourceTask:
             the source not opened yet in this process) retries an unreachable source before
             it stops with the error; once it has run, an unreachable source is retried with
             backoff for as long as it takes. ``None``: always retried.
+        observer: the process's metrics (``None``: off), told once per batch.
     """
 
     def __init__(
@@ -66,7 +68,9 @@ class SourceTask:
         bad_records: str = "fail",
         first_start_timeout_s: float | None = None,
         envelope_options: EnvelopeOptions = READABLE,
+        observer: SourceObserver | None = None,
     ) -> None:
+        self._observer = observer
         self._pipeline = pipeline
         self._options = envelope_options
         self._transactions: TransactionMetadata | None = None
@@ -148,10 +152,16 @@ class SourceTask:
             self._has_run = True
             self._log.ensure_topics(self._topics(source.tables()))
             self._logger.info("source.opened")
+            observer = self._observer
+            if observer is not None:
+                observer.opened()
             while not self._stop.is_set():
                 batch = source.poll(self._max_events, self._poll_timeout_s)
                 if batch.empty:
+                    if observer is not None:
+                        observer.idle()
                     continue
+                started = time.perf_counter()
                 if tx is None:
                     tx = self._log.begin()
                 self._append(tx, batch)
@@ -160,6 +170,8 @@ class SourceTask:
                     tx.commit()
                     tx = None
                     self._committed(batch.commit_offsets)
+                    if observer is not None:
+                        observer.committed(batch.commit_offsets, time.perf_counter() - started)
                     source.ack(batch.commit_offsets)
                     backoff.reset()
         finally:
@@ -186,6 +198,10 @@ class SourceTask:
         if records:
             self._append_records(tx, records)
         self.events_appended += len(batch.events) + len(batch.records)
+        if self._observer is not None:
+            self._observer.appended(batch.events, batch.records, records)
+            if batch.dead_letters:
+                self._observer.dead_letters("bad_value", len(batch.dead_letters))
 
     def _append_records(self, tx: LogTransaction, records: list[Record]) -> None:
         try:
@@ -203,6 +219,8 @@ class SourceTask:
 
     def _too_large(self, record: Record, exc: RecordTooLarge) -> Record:
         self._logger.warning("record.dead_lettered", topic=record.topic, reason=str(exc))
+        if self._observer is not None:
+            self._observer.dead_letters("too_large")
         key = None if record.key is None else envelope.decode(record.key)
         payload = {"topic": record.topic, "bytes": len(record.value or b"")}
         return dead_letter_record(self._pipeline, "source", record.topic, key, str(exc), payload)

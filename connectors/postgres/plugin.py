@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from cdc.doctor import Check
@@ -11,6 +11,7 @@ from cdc.source import Source, SourceContext
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.doctor import doctor
 from connectors.postgres.lifecycle import drop_replication_objects
+from connectors.postgres.probe import SlotProbe
 from connectors.postgres.snapshot.signal import cancel_snapshot, request_snapshot
 from connectors.postgres.snapshot.source import SnapshottingPostgresSource
 from connectors.postgres.snapshot.table_rows import table_rows
@@ -44,6 +45,23 @@ class PostgresSourcePlugin:
         """Ask the pipeline to drop snapshot request ``request_id`` (``None``: every request),
         queued, running or failed (``cdc snapshot --cancel``)."""
         return cancel_snapshot(config, pipeline_name, request_id)
+
+    @staticmethod
+    def probe(config: PostgresSourceConfig, pipeline_name: str) -> SlotProbe:
+        """The slot's health on a side connection, for the metrics sampler
+        (:mod:`cdc.metrics.sampler`)."""
+        return SlotProbe(config, pipeline_name)
+
+    @staticmethod
+    def status(
+        config: PostgresSourceConfig, pipeline_name: str, offsets: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The slot's health for ``cdc status`` (retained WAL, active, wal_status)."""
+        probe = SlotProbe(config, pipeline_name)
+        try:
+            return {"slot": dict(probe())}
+        finally:
+            probe.close()
 
     @staticmethod
     def read_rows(

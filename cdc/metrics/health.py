@@ -1,0 +1,142 @@
+"""Liveness, readiness and the stall alarm of a running pipeline's tasks.
+
+Each task (``source``, ``sink:<name>``) reports what it does: it opened, it made progress (a
+commit to the log, an applied batch), it is retrying or stopped. The sampler
+(:mod:`cdc.metrics.sampler`) reports whether work is waiting for it: for the source, the server
+has WAL past the slot's position; for a sink, its lag is above 0. A task that makes no progress
+while work waits for ``stall_after_s`` is *stalled*: an error event is logged once, the
+``cdc_task_stalled`` gauge is 1 and ``/readyz`` fails, until progress resumes.
+
+- ``/healthz``: every task's thread is alive (a sink an error stopped is alive: it waits for a
+  table reset; the source's death ends the process).
+- ``/readyz``: the source is open (streaming, or snapshotting: its rows are its progress) and
+  every sink is open and running, and no task is stalled; else 503 with the reasons.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from cdc.logging import Logger
+from cdc.metrics.registry import SINK_STATES, Metrics
+
+
+@dataclass
+class TaskState:
+    """What one task said of itself, and what the sampler saw."""
+
+    name: str
+    opened: bool = False
+    state: str = "starting"  # running, retrying, stopped (sinks); running (the source)
+    error: str | None = None
+    last_progress: float = field(default_factory=time.monotonic)
+    waiting: bool = False  # work is waiting for the task (the sampler's view)
+    stalled: bool = False
+
+
+class Health:
+    """The tasks' states, the stall alarm and the two probes' answers.
+
+    Args:
+        metrics: where the stall and progress gauges live.
+        pipeline: the ``pipeline`` label.
+        stall_after_s: how long a task may make no progress while work waits for it.
+        logger: where the stall is reported (once per stall).
+        alive: the names of the task threads that are not alive (dead ones fail ``/healthz``).
+    """
+
+    def __init__(
+        self,
+        metrics: Metrics,
+        pipeline: str,
+        stall_after_s: float,
+        logger: Logger,
+        alive: Callable[[], list[str]] = list,
+    ) -> None:
+        self._metrics = metrics
+        self._pipeline = pipeline
+        self._stall_after_s = stall_after_s
+        self._logger = logger
+        self._dead = alive
+        self._tasks: dict[str, TaskState] = {}
+        self._lock = threading.Lock()
+
+    def task(self, name: str) -> TaskState:
+        with self._lock:
+            state = self._tasks.get(name)
+            if state is None:
+                state = self._tasks[name] = TaskState(name)
+                self._metrics.task_stalled.labels(self._pipeline, name).set(0)
+            return state
+
+    def opened(self, name: str) -> None:
+        state = self.task(name)
+        state.opened, state.error = True, None
+        self.set_state(name, "running")
+        self.progress(name)
+
+    def progress(self, name: str) -> None:
+        """The task moved: resets its stall clock (and clears a stall)."""
+        state = self.task(name)
+        state.last_progress = time.monotonic()
+        self._metrics.last_progress.labels(self._pipeline, name).set(time.time())
+        if state.stalled:
+            self._clear(state)
+
+    def set_state(self, name: str, value: str, error: BaseException | None = None) -> None:
+        """A sink's state (running, retrying, stopped), as ``cdc_sink_state`` reports it."""
+        state = self.task(name)
+        state.state = value
+        state.error = None if error is None else str(error)
+        sink = name.removeprefix("sink:")
+        if name.startswith("sink:"):
+            for each in SINK_STATES:
+                self._metrics.sink_state.labels(self._pipeline, sink, each).set(each == value)
+
+    def waiting(self, name: str, waiting: bool) -> None:
+        self.task(name).waiting = waiting
+
+    def evaluate(self) -> None:
+        """Flag the tasks stalled now (the sampler calls this after each sample)."""
+        now = time.monotonic()
+        for state in list(self._tasks.values()):
+            idle_s = now - state.last_progress
+            if state.waiting and idle_s >= self._stall_after_s and not state.stalled:
+                state.stalled = True
+                self._metrics.task_stalled.labels(self._pipeline, state.name).set(1)
+                self._logger.error(
+                    "task.stalled",
+                    task=state.name,
+                    no_progress_s=round(idle_s, 1),
+                    stall_after_s=self._stall_after_s,
+                )
+            elif state.stalled and not state.waiting:
+                self._clear(state)
+
+    def _clear(self, state: TaskState) -> None:
+        state.stalled = False
+        self._metrics.task_stalled.labels(self._pipeline, state.name).set(0)
+        self._logger.info("task.stall_cleared", task=state.name)
+
+    def liveness(self) -> tuple[bool, dict[str, Any]]:
+        dead = self._dead()
+        return not dead, {"status": "ok" if not dead else "dead", "dead_tasks": dead}
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        reasons = []
+        for state in sorted(self._tasks.values(), key=lambda s: s.name):
+            if not state.opened:
+                reasons.append(f"{state.name}: not open yet")
+            elif state.state != "running":
+                detail = f": {state.error}" if state.error else ""
+                reasons.append(f"{state.name}: {state.state}{detail}")
+            if state.stalled:
+                reasons.append(f"{state.name}: stalled (no progress while work waits)")
+        if not self._tasks:
+            reasons.append("no task has started")
+        ready = not reasons
+        return ready, {"status": "ready" if ready else "not ready", "reasons": reasons}

@@ -1,0 +1,148 @@
+"""What the source and sink tasks tell the metrics, once per batch.
+
+A task holds one observer (or ``None`` when metrics are off, so the hot path pays one ``is
+None`` test a batch). Counting a batch's events by table and operation walks it once with C
+iterators (``Counter`` over ``attrgetter`` maps): about 0.1 µs a record, no Python frame per
+record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from operator import attrgetter
+from typing import Any
+
+from cdc.events import ChangeEvent, Op
+from cdc.log.base import Record
+from cdc.metrics.health import Health
+from cdc.metrics.registry import Metrics
+from cdc.positions import carried
+
+SOURCE_TASK = "source"
+#: How long the source must read nothing before its lag counts as 0 (caught up). Shorter gaps
+#: are the server decoding the next transaction of a backlog, not the end of it.
+IDLE_S = 1.0
+
+_SCHEMA, _TABLE, _OP = attrgetter("source.schema"), attrgetter("source.table"), attrgetter("op")
+_TOPIC = attrgetter("topic")
+_TS_MS = attrgetter("source.ts_ms")
+
+
+def sink_task(sink: str) -> str:
+    """The ``task`` label of a sink."""
+    return f"sink:{sink}"
+
+
+class SourceObserver:
+    """The source task's metrics: events, appends, position, lag, dead letters, progress."""
+
+    def __init__(self, metrics: Metrics, health: Health, pipeline: str) -> None:
+        self._m = metrics
+        self._health = health
+        self._pipeline = pipeline
+        self._lag = metrics.source_lag.labels(pipeline)
+        self._position = metrics.source_position.labels(pipeline)
+        self._append = metrics.log_append.labels(pipeline)
+        self._last_ts_ms: int | None = None
+        self._idle_since: float | None = None
+
+    def opened(self) -> None:
+        self._health.opened(SOURCE_TASK)
+
+    def appended(
+        self, events: Sequence[ChangeEvent], written: Sequence[Record], records: Sequence[Record]
+    ) -> None:
+        """A batch went into the open log transaction: its ``events``, the ``written`` ones
+        (changes the source wrote as records itself: snapshot rows, op ``r``), and every
+        record appended for them (``records``, tombstones and schemas included)."""
+        pipeline, prefix = self._pipeline, f"{self._pipeline}."
+        if events:
+            keys = zip(map(_SCHEMA, events), map(_TABLE, events), map(_OP, events), strict=True)
+            for (schema, table, op), n in Counter(keys).items():
+                self._count(f"{schema}.{table}", op.value, n)
+            # A log transaction may span many source transactions of a backlog: the lag is
+            # measured as changes are appended, not only at commits.
+            self._last_ts_ms = _TS_MS(events[-1])
+            self._lag.set(max(0.0, time.time() - self._last_ts_ms / 1000))
+        for topic, n in Counter(map(_TOPIC, written)).items():
+            self._count(topic.removeprefix(prefix), Op.READ.value, n)
+        for topic, n in Counter(map(_TOPIC, records)).items():
+            self._m.log_records.labels(pipeline, topic).inc(n)
+        if events or written:
+            self._idle_since = None
+            self._health.progress(SOURCE_TASK)
+
+    def _count(self, table: str, op: str, n: int) -> None:
+        self._m.source_events.labels(self._pipeline, table, op).inc(n)
+        if op == Op.READ.value:
+            self._m.snapshot_rows.labels(self._pipeline, table).inc(n)
+
+    def dead_letters(self, reason: str, count: int = 1) -> None:
+        self._m.dead_letters.labels(self._pipeline, reason).inc(count)
+
+    def committed(self, offsets: Mapping[str, Any], append_s: float) -> None:
+        """A transaction with ``offsets`` committed, ``append_s`` after it began."""
+        self._append.observe(append_s)
+        position = carried(offsets)
+        if position is not None:
+            # A position that is not a number (a resume token) is not shown.
+            with contextlib.suppress(TypeError, ValueError):
+                self._position.set(int(position))  # type: ignore[call-overload]
+        self._health.progress(SOURCE_TASK)
+
+    def idle(self) -> None:
+        """An empty poll; after :data:`IDLE_S` of them the source is caught up: lag 0."""
+        now = time.monotonic()
+        if self._idle_since is None:
+            self._idle_since = now
+        elif now - self._idle_since >= IDLE_S:
+            self._lag.set(0)
+
+
+class SinkObserver:
+    """A sink task's metrics: applied records, errors, state, end-to-end latency, progress."""
+
+    def __init__(self, metrics: Metrics, health: Health, pipeline: str, sink: str) -> None:
+        self._m = metrics
+        self._health = health
+        self._pipeline = pipeline
+        self._sink = sink
+        self._task = sink_task(sink)
+        self._latency = metrics.end_to_end.labels(pipeline, sink)
+        health.set_state(self._task, "starting")
+
+    def opened(self) -> None:
+        self._health.opened(self._task)
+
+    def state(self, value: str, error: BaseException | None = None) -> None:
+        self._health.set_state(self._task, value, error)
+
+    def error(self, kind: str) -> None:
+        self._m.sink_errors.labels(self._pipeline, self._sink, kind).inc()
+
+    def dead_lettered(self) -> None:
+        self._m.dead_letters.labels(self._pipeline, "sink_rejected").inc()
+
+    def applied(self, batch: Sequence[Any]) -> None:
+        """A batch of :class:`~cdc.sink.SinkRecord` was written and flushed."""
+        counts: Counter[tuple[str, str]] = Counter()
+        newest_ms = None
+        for record in batch:  # decoded values: op and source are dict lookups
+            value = record.value
+            if value is None:
+                counts[record.topic, "tombstone"] += 1
+                continue
+            counts[record.topic, value.get("op") or "?"] += 1
+            newest_ms = value.get("source", {}).get("ts_ms", newest_ms)
+        prefix = f"{self._pipeline}."
+        for (topic, op), n in counts.items():
+            table = topic.removeprefix(prefix)
+            self._m.sink_applied.labels(self._pipeline, self._sink, table, op).inc(n)
+        if isinstance(newest_ms, int):
+            self._latency.observe(max(0.0, time.time() - newest_ms / 1000))
+        if self._health.task(self._task).state != "running":
+            self.state("running")
+        self._health.progress(self._task)
