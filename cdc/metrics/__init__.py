@@ -50,8 +50,9 @@ class Telemetry:
     def source(self) -> SourceObserver:
         return SourceObserver(self.metrics, self.health, self.pipeline)
 
-    def sink(self, name: str) -> SinkObserver:
-        return SinkObserver(self.metrics, self.health, self.pipeline, name)
+    def sink(self, name: str, topics: Sequence[str]) -> SinkObserver:
+        """The observer of sink ``name``, which applies ``topics``."""
+        return SinkObserver(self.metrics, self.health, self.pipeline, name, topics)
 
     def sample(
         self,

@@ -105,8 +105,13 @@ class SourceObserver:
 class SinkObserver:
     """A sink task's metrics: applied records, errors, state, end-to-end latency, progress."""
 
-    def __init__(self, metrics: Metrics, health: Health, pipeline: str, sink: str) -> None:
+    def __init__(
+        self, metrics: Metrics, health: Health, pipeline: str, sink: str, topics: Sequence[str]
+    ) -> None:
         self._m = metrics
+        # The table of each of the sink's topics; records of others (the schema topic) are not
+        # changes it applies.
+        self._tables = {t: t.removeprefix(f"{pipeline}.") for t in topics}
         self._health = health
         self._pipeline = pipeline
         self._sink = sink
@@ -130,17 +135,18 @@ class SinkObserver:
         """A batch of :class:`~cdc.sink.SinkRecord` was written and flushed."""
         counts: Counter[tuple[str, str]] = Counter()
         newest_ms = None
+        tables = self._tables
         for record in batch:  # decoded values: op and source are dict lookups
             value = record.value
+            if record.topic not in tables:
+                continue
             if value is None:
                 counts[record.topic, "tombstone"] += 1
                 continue
             counts[record.topic, value.get("op") or "?"] += 1
             newest_ms = value.get("source", {}).get("ts_ms", newest_ms)
-        prefix = f"{self._pipeline}."
         for (topic, op), n in counts.items():
-            table = topic.removeprefix(prefix)
-            self._m.sink_applied.labels(self._pipeline, self._sink, table, op).inc(n)
+            self._m.sink_applied.labels(self._pipeline, self._sink, tables[topic], op).inc(n)
         if isinstance(newest_ms, int):
             self._latency.observe(max(0.0, time.time() - newest_ms / 1000))
         if self._health.task(self._task).state != "running":

@@ -25,7 +25,7 @@ from cdc.log.base import Log
 from cdc.log.encoding import ensure_encoding
 from cdc.log.factory import open_log
 from cdc.logging import Logger, get_logger
-from cdc.metrics import Telemetry
+from cdc.metrics import SinkObserver, Telemetry
 from cdc.runtime.control_watcher import ControlWatcher
 from cdc.runtime.preflight import SinkCannotStart, check_sinks, is_first_start
 from cdc.runtime.schemas import SchemaCatalog
@@ -238,10 +238,16 @@ def _start_sinks(run: PipelineRun, base: Logger, only: list[str] | None) -> None
             bad_records=pipeline.file.bad_records,
             control=run.control,
             tables=pipeline.sink_tables(config),
-            observer=None if run.telemetry is None else run.telemetry.sink(config.name),
+            observer=_sink_observer(run, config),
         )
         run.sink_tasks[config.name] = task
         _spawn(run, f"sink:{config.name}", task.serve)
+
+
+def _sink_observer(run: PipelineRun, config: SinkConfig) -> SinkObserver | None:
+    if run.telemetry is None:
+        return None
+    return run.telemetry.sink(config.name, sink_topics(run.pipeline, config))
 
 
 def _sinks_can_start(run: PipelineRun, logger: Logger) -> bool:
