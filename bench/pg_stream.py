@@ -22,7 +22,8 @@ RSS is its own. The child drives the source like the runtime's source task: poll
 
 The figures end with one JSON line a metric (:mod:`bench.report`).
 
-Usage: ``python -m bench.pg_stream [--rows 500000] [--big 1000000] [--steady-s 20]``
+Usage: ``python -m bench.pg_stream [--rows 500000] [--big 1000000] [--steady-s 20] [--schemas]
+[--metrics]`` (``--metrics``: the source task's metrics observer on, as with ``metrics.listen``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from bench.report import Figures
 
 PIPELINE = "bench"
 SCHEMAS_ENV = "CDC_BENCH_SCHEMAS"
+METRICS_ENV = "CDC_BENCH_METRICS"
 TABLE = "public.bench"
 DDL = (
     "CREATE TABLE bench (id int8 PRIMARY KEY, name text, amount numeric(12,2),"
@@ -110,12 +112,24 @@ def _options() -> Any:
     return READABLE.model_copy(update={"schemas_enable": os.environ.get(SCHEMAS_ENV) == "1"})
 
 
+def _observer() -> Any:
+    """Under ``--metrics``: the source task's metrics observer, served on a loopback port (a
+    scrape is not part of the cost measured), as ``cdc run`` with ``metrics.listen`` has it."""
+    if os.environ.get(METRICS_ENV) != "1":
+        return None
+    from cdc.metrics import Telemetry
+
+    telemetry = Telemetry(PIPELINE, "127.0.0.1:0", 300.0, structlog.get_logger(), list)
+    return telemetry.source()
+
+
 def _stream(source: Any, log: Any, run: _Run, rows: int, deadline: float) -> None:
     """Poll -> records -> append -> store offsets -> commit -> ack, as the source task does,
     until ``rows`` events are committed (or the deadline)."""
     from cdc import envelope
 
     options = _options()
+    observer = _observer()
     tx = None
     while (run.rows < rows or tx is not None) and time.monotonic() < deadline:
         t0 = time.perf_counter()
@@ -125,6 +139,8 @@ def _stream(source: Any, log: Any, run: _Run, rows: int, deadline: float) -> Non
         if batch.events:
             run.polled(batch.events)
         if batch.empty:
+            if observer is not None:
+                observer.idle()
             continue
         tx = tx or log.begin()
         now_ms = int(time.time() * 1000)
@@ -133,11 +149,15 @@ def _stream(source: Any, log: Any, run: _Run, rows: int, deadline: float) -> Non
         run.spent["encode"] += t2 - t1
         if records:
             tx.append(records)
+        if observer is not None:
+            observer.appended(batch.events, batch.records, records)
         run.rows += len(batch.events)
         if batch.commit_offsets is not None:
             tx.store_offsets(batch.commit_offsets)
             run.commit(tx)
             tx = None
+            if observer is not None:
+                observer.committed(batch.commit_offsets, time.perf_counter() - t1)
             source.ack(batch.commit_offsets)
             run.acked()
         run.spent["log"] += time.perf_counter() - t2
@@ -404,7 +424,9 @@ def main(args: argparse.Namespace) -> None:
         _prepare(dsn)
         rows = args.rows
         figures = Figures("pg_stream")
-        figures.variant = "_schemas" if args.schemas else ""
+        figures.variant = ("_schemas" if args.schemas else "") + (
+            "_metrics" if args.metrics else ""
+        )
         print(f"PostgreSQL at {pg.port}; {rows:,} rows per workload")
         # First, on a quiet database: after the bulk phases, autovacuum of the big table writes
         # WAL that the server must decode past, which would show as the source's latency.
@@ -461,6 +483,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--big", type=int, default=1_000_000)
     parser.add_argument("--steady-s", type=float, default=20.0)
     parser.add_argument("--schemas", action="store_true", help="envelope schemas.enable: true")
+    parser.add_argument("--metrics", action="store_true", help="with the source's metrics on")
     return parser.parse_args()
 
 
@@ -468,6 +491,8 @@ if __name__ == "__main__":
     arguments = parse()
     if getattr(arguments, "schemas", False):
         os.environ[SCHEMAS_ENV] = "1"  # the children read it
+    if getattr(arguments, "metrics", False):
+        os.environ[METRICS_ENV] = "1"
     if arguments.command == "child":
         child(arguments)
     else:
