@@ -56,17 +56,40 @@ def decode_records(records: Sequence[StoredRecord], eras: Eras | None = None) ->
     the log's stored encodings, gives each record the one it was written under
     (:attr:`SinkRecord.era`; ``None``: the sink decodes with the pipeline's options).
     """
-    loads, mongo = orjson.loads, extended_json.rows
+    parse, mongo = payload_of, extended_json.rows
     written = [None] * len(records) if eras is None else eras.of(records)
     decoded = []
     for r, era in zip(records, written, strict=True):
         key, value = mongo(
             r.topic,
-            None if r.key is None else unwrap(loads(r.key)),
-            None if r.value is None else unwrap(loads(r.value)),
+            None if r.key is None else parse(r.key),
+            None if r.value is None else parse(r.value),
         )
         decoded.append(SinkRecord(r.topic, r.partition, r.offset, key, value, era))
     return decoded
+
+
+_WRAPPED = b'{"schema":{'
+_PAYLOAD = b',"payload":'
+
+
+def payload_of(data: bytes) -> Any:
+    """A key or value parsed, and unwrapped from ``{"schema", "payload"}`` (:func:`unwrap`).
+
+    A wrapped value's schema is a few KB against a few hundred bytes of payload, so only the
+    payload is parsed: the text after the first ``,"payload":`` up to the closing brace. That
+    text parses only when the document is exactly ``{"schema":<S>,"payload":<P>}`` (a Connect
+    schema has no ``payload`` key; anything after ``<P>`` makes it invalid), and anything else
+    is parsed whole, so the result is always :func:`unwrap`'s.
+    """
+    if data.startswith(_WRAPPED) and data.endswith(b"}"):
+        at = data.find(_PAYLOAD)
+        if at > 0:
+            try:
+                return orjson.loads(memoryview(data)[at + len(_PAYLOAD) : -1])
+            except orjson.JSONDecodeError:
+                pass
+    return unwrap(orjson.loads(data))
 
 
 def unwrap(data: Any) -> Any:

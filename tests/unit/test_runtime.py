@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+import orjson
 import pytest
 
 from cdc.errors import RecordError, SinkFatal, SourceFatal, SourceUnavailable
@@ -250,3 +251,24 @@ def test_bad_record_under_fail_policy_stops_without_commit(log: EmbeddedLog) -> 
         task.run()
     assert committed_total(log) == 0
     assert TopicPartition(TOPIC, 0) not in log.committed_offsets(group_name("p", "s"))
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        b'{"schema":{"type":"struct","fields":[]},"payload":{"after":{"id":1}}}',
+        b'{"schema":{"type":"int64"},"payload":7}',
+        b'{"schema":{"type":"struct"},"payload":null}',
+        b'{"schema":{"a":1,"payload":{"x":1}}}',  # "payload" inside the schema: no wrapper
+        b'{"schema":{"a":1,"payload":{}},"payload":3}',
+        b'{"schema":{"type":"x"},"payload":1,"extra":2}',  # three keys: not a wrapper
+        b'{"payload":1,"schema":{"type":"x"}}',  # the other order is still a wrapper
+        b'{"schema":{"t":1},"payload":"a,\\"payload\\":b"}',
+        b'{"before":null,"after":{"id":1}}',
+        b"[1,2]",
+    ],
+)
+def test_payload_of_is_unwrap_of_the_whole_document(doc: bytes) -> None:
+    from cdc.runtime.sink_task import payload_of, unwrap
+
+    assert payload_of(doc) == unwrap(orjson.loads(doc))
