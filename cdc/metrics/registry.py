@@ -8,7 +8,8 @@ record (:mod:`cdc.metrics.observers`).
 
 from __future__ import annotations
 
-from typing import Final
+from dataclasses import dataclass
+from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
@@ -31,108 +32,68 @@ _LATENCY_BUCKETS: Final = (
 )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Spec:
+    """One metric of the contract: its kind, name (without ``_total``), labels after
+    ``pipeline``, help text, and histogram buckets."""
+
+    kind: type[Counter] | type[Gauge] | type[Histogram]
+    name: str
+    labels: tuple[str, ...]
+    help: str
+    buckets: tuple[float, ...] = ()
+
+
+#: Every metric, by the :class:`Metrics` attribute that holds it.
+SPECS: Final = {
+    "source_events": Spec(Counter, "cdc_source_events", ("table", "op"), "Changes read from the source."),
+    "source_lag": Spec(Gauge, "cdc_source_lag_seconds", (), "Commit time of the last appended change to now; 0 when idle and caught up."),
+    "source_position": Spec(Gauge, "cdc_source_position", (), "The source position last committed to the log, as a number (PostgreSQL: the LSN)."),
+    "retained_wal": Spec(Gauge, "cdc_source_retained_wal_bytes", (), "WAL the server keeps for the slot: pg_current_wal_lsn() - restart_lsn."),
+    "slot_active": Spec(Gauge, "cdc_source_slot_active", (), "1 while a process streams from the slot."),
+    "slot_wal_status": Spec(Gauge, "cdc_source_slot_wal_status", ("status",), "The slot's wal_status: 1 for the current one (lost: the slot is unusable)."),
+    "log_records": Spec(Counter, "cdc_log_records", ("topic",), "Records appended to the log."),
+    "log_append": Spec(Histogram, "cdc_log_append_seconds", (), "Time to append one batch to the log (records and offsets, until committed).", _APPEND_BUCKETS),
+    "sink_lag": Spec(Gauge, "cdc_sink_lag_records", ("sink", "topic", "partition"), "Records in the log not yet applied by the sink."),
+    "sink_applied": Spec(Counter, "cdc_sink_applied", ("sink", "table", "op"), "Records the sink applied."),
+    "sink_errors": Spec(Counter, "cdc_sink_errors", ("sink", "kind"), "Failed sink writes, by kind: unavailable (retried), record (a bad record), fatal."),
+    "sink_state": Spec(Gauge, "cdc_sink_state", ("sink", "state"), "The sink's state: 1 for the current one of running, retrying, stopped."),
+    "snapshot_rows": Spec(Counter, "cdc_snapshot_rows", ("table",), "Snapshot rows appended to the log."),
+    "snapshot_chunks": Spec(Gauge, "cdc_snapshot_chunks", ("table", "state"), "Snapshot chunks by state."),
+    "dead_letters": Spec(Counter, "cdc_dead_letters", ("reason",), "Records routed to the dead-letter topic, by reason."),
+    "last_progress": Spec(Gauge, "cdc_last_progress_timestamp_seconds", ("task",), "When the task last made progress (source: a change appended; sink: an applied batch), as a Unix time."),
+    "task_stalled": Spec(Gauge, "cdc_task_stalled", ("task",), "1 while the task makes no progress although work is waiting for it."),
+    "end_to_end": Spec(Histogram, "cdc_end_to_end_latency_seconds", ("sink",), "Source commit to sink apply, one sample per applied batch (its newest record).", _LATENCY_BUCKETS),
+}  # fmt: skip
+
+
 class Metrics:
-    """Every metric of the contract, registered in ``registry`` (a new one by default)."""
+    """Every metric of the contract (:data:`SPECS`), registered in ``registry`` (a new one by
+    default), each an attribute named as in :data:`SPECS`."""
+
+    source_events: Counter
+    source_lag: Gauge
+    source_position: Gauge
+    retained_wal: Gauge
+    slot_active: Gauge
+    slot_wal_status: Gauge
+    log_records: Counter
+    log_append: Histogram
+    sink_lag: Gauge
+    sink_applied: Counter
+    sink_errors: Counter
+    sink_state: Gauge
+    snapshot_rows: Counter
+    snapshot_chunks: Gauge
+    dead_letters: Counter
+    last_progress: Gauge
+    task_stalled: Gauge
+    end_to_end: Histogram
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        r = self.registry = registry if registry is not None else CollectorRegistry()
-        p = ("pipeline",)
-        self.source_events = Counter(
-            "cdc_source_events", "Changes read from the source.", [*p, "table", "op"], registry=r
-        )
-        self.source_lag = Gauge(
-            "cdc_source_lag_seconds",
-            "Commit time of the last appended change to now; 0 when idle and caught up.",
-            p,
-            registry=r,
-        )
-        self.source_position = Gauge(
-            "cdc_source_position",
-            "The source position last committed to the log, as a number (PostgreSQL: the LSN).",
-            p,
-            registry=r,
-        )
-        self.retained_wal = Gauge(
-            "cdc_source_retained_wal_bytes",
-            "WAL the server keeps for the slot: pg_current_wal_lsn() - restart_lsn.",
-            p,
-            registry=r,
-        )
-        self.slot_active = Gauge(
-            "cdc_source_slot_active", "1 while a process streams from the slot.", p, registry=r
-        )
-        self.slot_wal_status = Gauge(
-            "cdc_source_slot_wal_status",
-            "The slot's wal_status: 1 for the current one (lost: the slot is unusable).",
-            [*p, "status"],
-            registry=r,
-        )
-        self.log_records = Counter(
-            "cdc_log_records", "Records appended to the log.", [*p, "topic"], registry=r
-        )
-        self.log_append = Histogram(
-            "cdc_log_append_seconds",
-            "Time to append one batch to the log (records and offsets, until committed).",
-            p,
-            buckets=_APPEND_BUCKETS,
-            registry=r,
-        )
-        self.sink_lag = Gauge(
-            "cdc_sink_lag_records",
-            "Records in the log not yet applied by the sink.",
-            [*p, "sink", "topic", "partition"],
-            registry=r,
-        )
-        self.sink_applied = Counter(
-            "cdc_sink_applied",
-            "Records the sink applied.",
-            [*p, "sink", "table", "op"],
-            registry=r,
-        )
-        self.sink_errors = Counter(
-            "cdc_sink_errors",
-            "Failed sink writes, by kind: unavailable (retried), record (a bad record), fatal.",
-            [*p, "sink", "kind"],
-            registry=r,
-        )
-        self.sink_state = Gauge(
-            "cdc_sink_state",
-            "The sink's state: 1 for the current one of running, retrying, stopped.",
-            [*p, "sink", "state"],
-            registry=r,
-        )
-        self.snapshot_rows = Counter(
-            "cdc_snapshot_rows", "Snapshot rows appended to the log.", [*p, "table"], registry=r
-        )
-        self.snapshot_chunks = Gauge(
-            "cdc_snapshot_chunks",
-            "Snapshot chunks by state.",
-            [*p, "table", "state"],
-            registry=r,
-        )
-        self.dead_letters = Counter(
-            "cdc_dead_letters",
-            "Records routed to the dead-letter topic, by reason.",
-            [*p, "reason"],
-            registry=r,
-        )
-        self.last_progress = Gauge(
-            "cdc_last_progress_timestamp_seconds",
-            "When the task last made progress (source: a commit to the log; sink: an applied"
-            " batch), as a Unix time.",
-            [*p, "task"],
-            registry=r,
-        )
-        self.task_stalled = Gauge(
-            "cdc_task_stalled",
-            "1 while the task makes no progress although work is waiting for it.",
-            [*p, "task"],
-            registry=r,
-        )
-        self.end_to_end = Histogram(
-            "cdc_end_to_end_latency_seconds",
-            "Source commit to sink apply, one sample per applied batch (its newest record).",
-            [*p, "sink"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
+        self.registry = registry if registry is not None else CollectorRegistry()
+        for attribute, spec in SPECS.items():
+            labels = ("pipeline", *spec.labels)
+            more: dict[str, Any] = {"buckets": spec.buckets} if spec.buckets else {}
+            metric = spec.kind(spec.name, spec.help, labels, registry=self.registry, **more)
+            setattr(self, attribute, metric)
