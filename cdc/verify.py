@@ -172,15 +172,7 @@ def compare_table(
     persistent: tuple[set[bytes], set[bytes], set[bytes]] | None = None
     result = TableComparison(table, sink)
     for attempt in range(max(1, attempts)):
-        source_state = _state(read_source(), schema)
-        sink_state = (
-            _matching_state(read_sink(), schema, sink_decodings, source_state)
-            if sink_decodings
-            else _state(read_sink(), schema)
-        )
-        result.source_count, result.sink_count = len(source_state), len(sink_state)
-        result.source_checksum = checksum(source_state)
-        result.sink_checksum = checksum(sink_state)
+        source_state, sink_state = _states(result, schema, read_source, read_sink, sink_decodings)
         found = _differences(source_state, sink_state)
         persistent = (
             found
@@ -202,6 +194,27 @@ def compare_table(
 
 
 DETAILED_DIFFERENCES = 5
+
+
+def _states(
+    result: TableComparison,
+    schema: TableSchema,
+    read_source: RowReader,
+    read_sink: RowReader,
+    sink_decodings: Sequence[RowDecoding],
+) -> tuple[dict[bytes, bytes], dict[bytes, bytes]]:
+    """Both sides' canonical rows by key, read once; their counts and checksums go to
+    ``result``."""
+    source_state = _state(read_source(), schema)
+    sink_state = (
+        _matching_state(read_sink(), schema, sink_decodings, source_state)
+        if sink_decodings
+        else _state(read_sink(), schema)
+    )
+    result.source_count, result.sink_count = len(source_state), len(sink_state)
+    result.source_checksum = checksum(source_state)
+    result.sink_checksum = checksum(sink_state)
+    return source_state, sink_state
 
 
 def _column_differences(key: bytes, source_row: bytes, sink_row: bytes) -> dict[str, Any]:
@@ -242,10 +255,7 @@ def verify_pipeline(
 
     read_source = _read_rows(plugins.SOURCE_GROUP, pipeline.source.type)
     selected = [s for s in pipeline.sinks if not sinks or s.name in sinks]
-    wanted = {
-        s.name: [t for t in pipeline.sink_tables(s) if not tables or f"{t[0]}.{t[1]}" in tables]
-        for s in selected
-    }
+    wanted = _wanted(pipeline, selected, tables)
     behind = {} if log is None else lagging(log, pipeline.name, wanted, wait_for_sinks_s)
     encodings = () if log is None else _encodings(eras_of(read_stored(log, pipeline.name)))
     compare = functools.partial(compare_table, attempts=attempts, wait_s=wait_s, limit=limit)
@@ -257,6 +267,16 @@ def verify_pipeline(
                 _verify_table(pipeline, sink, name, catalog, readers, behind, compare, encodings)
             )
     return results
+
+
+def _wanted(
+    pipeline: Any, selected: Sequence[Any], tables: Sequence[str]
+) -> dict[str, list[tuple[str, str]]]:
+    """Each selected sink's tables, only ``tables`` (``schema.table``) when given."""
+    return {
+        s.name: [t for t in pipeline.sink_tables(s) if not tables or f"{t[0]}.{t[1]}" in tables]
+        for s in selected
+    }
 
 
 def _read_rows(group: str, type_name: str) -> Any:

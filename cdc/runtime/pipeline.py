@@ -145,19 +145,9 @@ def start(
         EnvelopeChanged: the log was written under another envelope encoding.
     """
     gc.set_threshold(*GC_THRESHOLDS)
-    log = open_log(pipeline)
     base = get_logger(pipeline=pipeline.name)
-    try:
-        ensure_encoding(log, pipeline.name, pipeline.envelope, accept_envelope_change, base)
-    except BaseException:
-        log.close()
-        raise
-    run = PipelineRun(pipeline=pipeline, log=log)
-    try:
-        run.telemetry = _telemetry(run, base)
-    except BaseException:
-        log.close()
-        raise
+    run = _opened(pipeline, accept_envelope_change, base)
+    log = run.log
     if role == "all" and not _sinks_can_start(run, base):
         return run  # failed before the source created anything (cdc.runtime.preflight)
     if role in ("all", "source"):
@@ -169,6 +159,20 @@ def start(
     compact = getattr(log, "maybe_compact", None)
     if compact is not None and role in ("all", "source"):
         _spawn(run, "compaction", lambda: _compaction_loop(compact, run.stop_event))
+    return run
+
+
+def _opened(pipeline: Pipeline, accept_envelope_change: bool, base: Logger) -> PipelineRun:
+    """The run with its log open, its envelope encoding checked and its metrics endpoint up
+    (if asked); the log is closed again when either fails."""
+    log = open_log(pipeline)
+    try:
+        ensure_encoding(log, pipeline.name, pipeline.envelope, accept_envelope_change, base)
+        run = PipelineRun(pipeline=pipeline, log=log)
+        run.telemetry = _telemetry(run, base)
+    except BaseException:
+        log.close()
+        raise
     return run
 
 

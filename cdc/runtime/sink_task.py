@@ -105,7 +105,16 @@ def group_name(pipeline: str, sink: str) -> str:
 
 
 class SinkTask:
-    """Runs one sink until ``stop`` is set or a fatal error happens."""
+    """Runs one sink until ``stop`` is set or a fatal error happens.
+
+    Args:
+        topics: the topics of the sink's tables.
+        control: the process's watcher of the control topic, for the sink's state and
+            table resets (``None``: no state is recorded and no reset is applied).
+        tables: ``(schema, table)`` of each of ``topics``, in the same order (default:
+            read from the topic names, ``<pipeline>.<schema>.<table>``).
+        observer: the process's metrics (``None``: off), told once per batch.
+    """
 
     def __init__(
         self,
@@ -123,16 +132,6 @@ class SinkTask:
         tables: Sequence[tuple[str, str]] | None = None,
         observer: SinkObserver | None = None,
     ) -> None:
-        """A sink's task.
-
-        Args:
-            topics: the topics of the sink's tables.
-            control: the process's watcher of the control topic, for the sink's state and
-                table resets (``None``: no state is recorded and no reset is applied).
-            tables: ``(schema, table)`` of each of ``topics``, in the same order (default:
-                read from the topic names, ``<pipeline>.<schema>.<table>``).
-            observer: the process's metrics (``None``: off), told once per batch.
-        """
         self._observer = observer
         self._pipeline = pipeline
         self._name = name
