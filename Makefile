@@ -148,8 +148,10 @@ typecheck:
 pytest:
 	@# Exit 5 means no test ran: a broken collection, never a pass.
 	rc=0
+	@# build/pytest-junit.xml keeps every test's duration, to compare suite times test by test.
+	mkdir -p build
 	$(PYTHON) -m pytest -q -p no:cacheprovider --import-mode=importlib -ra --durations=20 \
-	  $(PYTEST_ARGS) || rc=$$?
+	  --junitxml=build/pytest-junit.xml $(PYTEST_ARGS) || rc=$$?
 	if [ $$rc -eq 5 ]; then echo "pytest: no tests were collected" >&2; fi
 	exit $$rc
 
