@@ -99,6 +99,10 @@ class Source(Protocol):
 class SourcePlugin(Protocol):
     """What a ``cdc.sources`` entry point names.
 
+    Optional, for ``cdc verify``: ``read_rows(config, schema, table, *, envelope)``, an
+    iterator of ``(key, row)`` of every current row of the table, as the pipeline's records
+    under ``envelope`` (:class:`~cdc.envelope_options.EnvelopeOptions`) shape them.
+
     Optional, for ``cdc doctor``: ``doctor(config, pipeline_name)``, a list of
     :class:`cdc.doctor.Check`, one per precondition of a start (server settings, privileges,
     replication objects), each ok or with the exact fix. It changes nothing, and reports an

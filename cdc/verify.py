@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import inspect
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -306,8 +305,7 @@ def _verify_table(
         return unread
     assert schema is not None  # _not_compared answered for a table without one
     envelope = pipeline.envelope
-    source_options = {"envelope": envelope} if _takes(read_source, "envelope") else {}
-    source_rows = _reader(read_source, pipeline.source, schema_name, table_name, **source_options)
+    source_rows = _reader(read_source, pipeline.source, schema_name, table_name, envelope=envelope)
     sink_rows = _reader(read_sink, sink, schema_name, table_name, pipeline=pipeline.name)
     source_decoded = _decoding(source_rows, schema, envelope)
     if _decodes_rows(sink.type):
@@ -324,10 +322,6 @@ def _encodings(eras: Eras | None) -> tuple[EnvelopeOptions | None, ...]:
     if eras is None:
         return ()
     return tuple(dict.fromkeys(era.options for era in eras.all))
-
-
-def _takes(function: Any, name: str) -> bool:
-    return name in inspect.signature(function).parameters
 
 
 def _decodes_rows(sink_type: str) -> bool:

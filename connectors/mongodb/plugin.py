@@ -11,6 +11,7 @@ from pymongo import errors as px
 
 from cdc.config import redact_url
 from cdc.doctor import Check
+from cdc.envelope_options import READABLE, EnvelopeOptions
 from cdc.errors import ConfigError
 from cdc.source import SourceContext
 from connectors.mongodb import errors, positions
@@ -73,10 +74,15 @@ class MongoSourcePlugin:
 
     @staticmethod
     def read_rows(
-        config: MongoSourceConfig, schema: str, table: str
+        config: MongoSourceConfig,
+        schema: str,
+        table: str,
+        *,
+        envelope: EnvelopeOptions = READABLE,
     ) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
         """``(key, document)`` of every document of ``schema.table`` (database, collection),
-        in the JSON form the envelope's ``after`` uses.
+        in the JSON form the envelope's ``after`` uses (the same under every ``envelope``:
+        MongoDB's documents are Extended JSON text whatever the converter options).
 
         Raises:
             SourceUnavailable: the server cannot be reached.
