@@ -11,6 +11,7 @@ from rich.table import Table
 
 from cdc import plugins
 from cdc.config import Pipeline
+from cdc.errors import CdcError
 from cdc.log.base import Log, TopicPartition
 from cdc.log.encoding import LEGACY, read_encoding
 from cdc.redact import redact
@@ -18,6 +19,8 @@ from cdc.runtime.pipeline import sink_topics
 from cdc.runtime.sink_control import SinkControl, sink_state_report
 from cdc.runtime.sink_task import group_name
 from cdc.snapshot_report import print_snapshots, snapshot_report
+
+NOT_TRACKED = "the embedded log has none: one process reads every partition"
 
 
 def topics_report(log: Log, pipeline: Pipeline) -> list[dict[str, Any]]:
@@ -37,31 +40,95 @@ def topics_report(log: Log, pipeline: Pipeline) -> list[dict[str, Any]]:
 
 
 def sink_report(log: Log, pipeline: Pipeline) -> list[dict[str, Any]]:
-    """Each sink's committed offsets and lag (records not yet applied) per topic, and its state
+    """Each sink's committed offsets and lag (records not yet applied) per topic and per
+    partition, its consumer group's members and who owns which partition, and its state
     (running, or stopped and why) with its table resets."""
     report = []
     existing = {info.name for info in log.topics()}
     control = SinkControl(log, pipeline.name)
     for sink in pipeline.sinks:
-        committed = log.committed_offsets(group_name(pipeline.name, sink.name))
-        topics = []
-        total_lag = 0
-        for topic in sink_topics(pipeline, sink):
-            ends = log.end_offsets(topic) if topic in existing else {}
-            done = sum(committed.get(TopicPartition(topic, p), 0) for p in ends)
-            end = sum(ends.values())
-            topics.append({"topic": topic, "committed": done, "end": end, "lag": end - done})
-            total_lag += end - done
+        group = group_name(pipeline.name, sink.name)
+        committed = log.committed_offsets(group)
+        members = group_report(log, group)
+        owners = {
+            (topic, partition): m["member_id"]
+            for m in members.get("members") or []
+            for topic, partition in m["assigned"]
+        }
+        topics = [
+            _topic_lag(log, topic, topic in existing, committed, owners)
+            for topic in sink_topics(pipeline, sink)
+        ]
+        for member in members.get("members") or []:
+            member["partitions"] = [f"{t}[{p}]" for t, p in member.pop("assigned")]
         report.append(
             {
                 "sink": sink.name,
                 "type": sink.type,
-                "lag": total_lag,
+                "lag": sum(t["lag"] for t in topics),
                 "topics": topics,
+                "group": members,
                 **sink_state_report(control, sink.name),
             }
         )
     return report
+
+
+def _topic_lag(
+    log: Log,
+    topic: str,
+    exists: bool,
+    committed: dict[TopicPartition, int],
+    owners: dict[tuple[str, int], str],
+) -> dict[str, Any]:
+    """One topic of a sink: committed, end and lag in all, and per partition with its owner
+    (the member id, ``None`` while no member holds it)."""
+    ends = log.end_offsets(topic) if exists else {}
+    partitions: list[dict[str, Any]] = [
+        {
+            "partition": p,
+            "committed": committed.get(TopicPartition(topic, p), 0),
+            "end": end,
+            "lag": end - committed.get(TopicPartition(topic, p), 0),
+            "owner": owners.get((topic, p)),
+        }
+        for p, end in sorted(ends.items())
+    ]
+    done = sum(row["committed"] for row in partitions)
+    end = sum(ends.values())
+    return {
+        "topic": topic,
+        "committed": done,
+        "end": end,
+        "lag": end - done,
+        "partitions": partitions,
+    }
+
+
+def group_report(log: Log, group: str) -> dict[str, Any]:
+    """The consumer group as the log knows it: on Kafka its state and members, each with
+    client id, host and partitions; the embedded log tracks no members (every consumer reads
+    every partition)."""
+    describe = getattr(log, "describe_group", None)  # only the Kafka log has members
+    if describe is None:
+        return {"id": group, "state": "not tracked", "members": None, "note": NOT_TRACKED}
+    try:
+        found = describe(group)
+    except CdcError as exc:  # status shows what it can while the coordinator is away
+        return {"id": group, "state": "unknown", "members": None, "error": redact(str(exc))}
+    return {
+        "id": group,
+        "state": found.state,
+        "members": [
+            {
+                "member_id": m.member_id,
+                "client_id": m.client_id,
+                "host": m.host,
+                "assigned": [(tp.topic, tp.partition) for tp in m.partitions],
+            }
+            for m in found.members
+        ],
+    }
 
 
 def source_report(log: Log, pipeline: Pipeline) -> dict[str, Any]:
@@ -157,19 +224,61 @@ def print_status(report: dict[str, Any]) -> None:
     print_envelope(report.get("envelope"), console)
     print_snapshots(report.get("snapshot") or [], console)
     print_topics(report["topics"])
-    sinks = Table("sink", "type", "topic", "committed", "end", "lag")
-    for sink in report["sinks"]:
-        for row in sink["topics"]:
-            sinks.add_row(
-                sink["sink"],
-                sink["type"],
-                row["topic"],
-                str(row["committed"]),
-                str(row["end"]),
-                str(row["lag"]),
-            )
-    console.print(sinks)
+    print_sink_lag(report["sinks"], console)
+    print_groups(report["sinks"], console)
     print_sink_states(report["sinks"], console)
+
+
+def print_sink_lag(sinks: list[dict[str, Any]], console: Console) -> None:
+    """One row per partition of every sink's topics: offsets, lag and the member owning it
+    (``#n``, as :func:`print_groups` numbers them)."""
+    table = Table("sink", "type", "topic", "partition", "committed", "end", "lag", "owner")
+    for sink in sinks:
+        numbers = _member_numbers(sink)
+        for row in sink["topics"]:
+            for part in row.get("partitions") or [{**row, "partition": "-"}]:
+                owner = part.get("owner")
+                table.add_row(
+                    sink["sink"],
+                    sink["type"],
+                    row["topic"],
+                    str(part["partition"]),
+                    str(part["committed"]),
+                    str(part["end"]),
+                    str(part["lag"]),
+                    "-" if owner is None else numbers.get(owner, owner),
+                )
+    console.print(table)
+
+
+def print_groups(sinks: list[dict[str, Any]], console: Console) -> None:
+    """Each sink's consumer group: state, then its members numbered, with what they own."""
+    for sink in sinks:
+        group = sink.get("group")
+        if group is None:
+            continue
+        members = group.get("members")
+        line = f"group {group['id']} (sink {sink['sink']}): "
+        if members is None and group["state"] == "not tracked":
+            line += f"members not tracked ({group.get('note')})"
+        elif members is None:
+            line += f"{group['state']}, members unknown: {group.get('error')}"
+        else:
+            line += f"{group['state']}, {len(members)} member{'' if len(members) == 1 else 's'}"
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+        numbers = _member_numbers(sink)
+        for member in members or []:
+            owned = ", ".join(member["partitions"]) or "no partitions"
+            line = (
+                f"  {numbers[member['member_id']]} {member['member_id']} "
+                f"(client {member['client_id']} at {member['host']}): {owned}"
+            )
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _member_numbers(sink: dict[str, Any]) -> dict[str, str]:
+    members = (sink.get("group") or {}).get("members") or []
+    return {m["member_id"]: f"#{i}" for i, m in enumerate(members, 1)}
 
 
 def print_sink_states(sinks: list[dict[str, Any]], console: Console) -> None:

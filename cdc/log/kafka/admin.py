@@ -24,6 +24,7 @@ from cdc.config import KafkaLogConfig
 from cdc.errors import LogUnavailable
 from cdc.log.base import TopicPartition
 from cdc.log.kafka.common import client_config, describe, error_of, translate, translated
+from cdc.log.kafka.groups import GroupDescription, described
 from cdc.runtime.retry import Backoff, retry
 
 TIMEOUT_S = 15.0
@@ -161,6 +162,26 @@ class KafkaAdmin:
         with translated("listing consumer groups", self.servers):
             result = self._admin.list_consumer_groups(request_timeout=TIMEOUT_S).result()
         return sorted(g.group_id for g in result.valid)
+
+    def describe_group(self, group: str) -> GroupDescription:
+        """The group's state and members with their partitions (none: it never had any).
+
+        Not asked before the cluster has a group coordinator (``__consumer_offsets``): asking
+        would create it, and the AdminClient's group requests are the ones that crash while it
+        loads (see :meth:`committed`).
+        """
+        if _GROUP_OFFSETS_TOPIC not in self.partitions(refresh=True):
+            return GroupDescription(group, "Dead", ())
+
+        def attempt() -> GroupDescription:
+            futures = self._admin.describe_consumer_groups([group], request_timeout=TIMEOUT_S)
+            return described(futures[group].result())
+
+        try:
+            result: GroupDescription = self._retrying(attempt)
+        except KafkaException as exc:
+            raise translate(exc, f"describing consumer group {group}", self.servers) from exc
+        return result
 
     def _list_offsets(self, request: dict[Any, Any], timeout_s: float) -> dict[Any, Any]:
         futures: dict[Any, Any] = self._admin.list_offsets(

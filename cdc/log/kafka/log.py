@@ -45,6 +45,7 @@ from cdc.log.base import (
 from cdc.log.kafka.admin import EARLIEST, LATEST, KafkaAdmin
 from cdc.log.kafka.common import client_config, producer_config, reader_config, translated
 from cdc.log.kafka.consumer import KafkaConsumer, PartitionReader, RecordsCallback
+from cdc.log.kafka.groups import GroupDescription
 from cdc.log.kafka.image_sync import SourceImages, split_mark
 from cdc.log.kafka.txn import KafkaTransaction, Prepared, TransactionalWriter
 from cdc.partitioner import partition_for
@@ -232,6 +233,11 @@ class KafkaLog:
     def groups(self) -> list[str]:
         """Every consumer group the cluster knows, sorted."""
         return self._admin.groups()
+
+    def describe_group(self, group: str) -> GroupDescription:
+        """The group's state, members and each member's partitions (Kafka only: ``cdc
+        status`` asks for it where a log has it)."""
+        return self._admin.describe_group(group)
 
     def latest_value(self, topic: str, key: bytes) -> bytes | None:
         """``{"after": {kept fields}}`` of the key's latest record, from the local store of a
