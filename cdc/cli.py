@@ -457,11 +457,13 @@ def _wait_for_request(
 ) -> None:
     """Print the request's progress until it ends; exits with an error unless it ended as
     ``expect``, or on ``timeout_s``."""
+    from cdc.progress import TerminalProgress, progress_echo
     from cdc.snapshot_report import follow_request
 
-    with _opened_log(pipeline) as log:
-        cancel = expect == "cancelled"
-        outcome = follow_request(log.source_offsets, target, timeout_s, click.echo, cancel)
+    cancel = expect == "cancelled"
+    with _opened_log(pipeline) as log, TerminalProgress(pipeline, request=target, show=not cancel):
+        echo = progress_echo(click.echo, shown=not cancel)  # the display replaces the lines
+        outcome = follow_request(log.source_offsets, target, timeout_s, echo, cancel)
     if outcome is None:
         click.echo(f"error: timed out waiting for {target}", err=True)
         sys.exit(EXIT_RUNTIME)

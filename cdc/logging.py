@@ -15,7 +15,7 @@ import threading
 import traceback
 from collections.abc import Mapping, MutableMapping
 from types import TracebackType
-from typing import Any
+from typing import Any, TextIO, cast
 
 import structlog
 
@@ -50,11 +50,22 @@ def configure(level: str = "info", json: bool | None = None) -> None:
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, _CurrentStderr())),
         cache_logger_on_first_use=False,
     )
     sys.excepthook = _redacted_excepthook
     threading.excepthook = _redacted_thread_excepthook
+
+
+class _CurrentStderr:
+    """``sys.stderr`` as it is at each write, not as it was at :func:`configure`: a live
+    display (:mod:`cdc.progress`) swaps it for a proxy that prints lines above itself."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
 
 
 def redact_event(_logger: Any, _method: str, event: MutableMapping[str, Any]) -> dict[str, Any]:

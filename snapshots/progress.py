@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from cdc import progress
 from cdc.logging import Logger
 
 
@@ -76,8 +77,19 @@ class RichReporter:
         self._progress.stop()
 
 
+class SilentReporter:
+    """Nothing: ``cdc run``'s own display (:mod:`cdc.progress`) shows the stored figures."""
+
+    def chunk_done(self, table: str, chunk: int, rows: int, figures: dict[str, Any]) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
 def reporter(logger: Logger) -> Reporter:
-    """The bar on a terminal, log lines otherwise."""
+    """The bar on a terminal (unless ``cdc run`` shows its display there), log lines
+    otherwise."""
     if sys.stderr.isatty():
-        return RichReporter()
+        return SilentReporter() if progress.claimed() else RichReporter()
     return LogReporter(logger)

@@ -301,7 +301,10 @@ def run_until_signalled(
     accept_envelope_change: bool = False,
 ) -> int:
     """Run until SIGINT/SIGTERM or a fatal error; returns the process exit code."""
+    from cdc.progress import TerminalProgress  # rich's import only where a run starts
+
     logger = get_logger(pipeline=pipeline.name)
+    progress = TerminalProgress(pipeline, role)  # before start: it claims the terminal
     run = start(pipeline, role, sinks, accept_envelope_change)
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -311,8 +314,9 @@ def run_until_signalled(
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         logger.info("pipeline.started", role=role)
-        while not run.stop_event.wait(0.5):
-            pass
+        with progress:  # a terminal's snapshot and stream display, else nothing
+            while not run.stop_event.wait(0.5):
+                pass
         clean = run.wait(STOP_GRACE_S)
         if run.control is not None:
             run.control.join(CONTROL_GRACE_S)  # the sinks' last states, if the log takes them
