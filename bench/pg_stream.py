@@ -118,18 +118,21 @@ def _observer() -> Any:
     if os.environ.get(METRICS_ENV) != "1":
         return None
     from cdc.metrics import Telemetry
+    from cdc.runtime.lag import LagClock
 
     telemetry = Telemetry(PIPELINE, "127.0.0.1:0", 300.0, structlog.get_logger(), list)
-    return telemetry.source()
+    return telemetry.source(LagClock())
 
 
 def _stream(source: Any, log: Any, run: _Run, rows: int, deadline: float) -> None:
     """Poll -> records -> append -> store offsets -> commit -> ack, as the source task does,
     until ``rows`` events are committed (or the deadline)."""
     from cdc import envelope
+    from cdc.runtime.lag import LagClock
 
     options = _options()
     observer = _observer()
+    lag = LagClock()  # the source task feeds it once per batch, metrics or not
     tx = None
     while (run.rows < rows or tx is not None) and time.monotonic() < deadline:
         t0 = time.perf_counter()
@@ -139,8 +142,7 @@ def _stream(source: Any, log: Any, run: _Run, rows: int, deadline: float) -> Non
         if batch.events:
             run.polled(batch.events)
         if batch.empty:
-            if observer is not None:
-                observer.idle()
+            lag.idle()
             continue
         tx = tx or log.begin()
         now_ms = int(time.time() * 1000)
@@ -149,6 +151,8 @@ def _stream(source: Any, log: Any, run: _Run, rows: int, deadline: float) -> Non
         run.spent["encode"] += t2 - t1
         if records:
             tx.append(records)
+        if batch.events:
+            lag.appended(batch.events[-1].source.ts_ms)
         if observer is not None:
             observer.appended(batch.events, batch.records, records)
         run.rows += len(batch.events)

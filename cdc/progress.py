@@ -88,6 +88,11 @@ class TerminalProgress:
         if self._display is not None:
             self._display.stop()
 
+    def follow_lag(self, lag: Callable[[], float]) -> None:
+        """Show the stream's lag (``cdc run``'s own source: :class:`cdc.runtime.lag.LagClock`)."""
+        if self._display is not None:
+            self._display.stream.lag = lag
+
 
 class ProgressDisplay:
     """The live display's thread: open a log, read its offsets, render, until stopped."""
@@ -97,7 +102,7 @@ class ProgressDisplay:
         self._request = request
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="progress", daemon=True)
-        self._stream = StreamWatch()
+        self.stream = StreamWatch()
         self._snapshot_seen = False
 
     def start(self) -> None:
@@ -144,7 +149,7 @@ class ProgressDisplay:
         if self._snapshot_seen:  # it just ended: a line that stays above the display
             self._snapshot_seen = False
             live.console.print(snapshot_summary(rows))
-        live.update(self._stream.render(offsets), refresh=True)
+        live.update(self.stream.render(offsets), refresh=True)
 
     def _wanted(self, row: Mapping[str, Any]) -> bool:
         return self._request is None or row.get("request") == self._request
@@ -181,6 +186,8 @@ class StreamWatch:
     def __init__(self) -> None:
         self._position: Any = None
         self._moved = time.monotonic()
+        #: The stream's lag in seconds, when this process runs the source (else ``None``).
+        self.lag: Callable[[], float] | None = None
 
     def render(self, offsets: Mapping[str, Any]) -> Text:
         position = {k: v for k, v in offsets.items() if k != OFFSET_KEY}
@@ -189,7 +196,10 @@ class StreamWatch:
         if position != self._position:
             self._position, self._moved = position, time.monotonic()
         idle = time.monotonic() - self._moved
-        return Text(f"streaming: position {_readable(position)}, moved {_duration(idle)} ago")
+        where = f"position {_readable(position)}, moved {_duration(idle)} ago"
+        if self.lag is None:
+            return Text(f"streaming: {where}")
+        return Text(f"streaming: lag {self.lag():.1f} s, {where}")
 
 
 def _readable(position: Mapping[str, Any]) -> str:

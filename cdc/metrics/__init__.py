@@ -18,6 +18,7 @@ from cdc.metrics.observers import SinkObserver, SourceObserver
 from cdc.metrics.registry import Metrics
 from cdc.metrics.sampler import Sampler, SourceProbe
 from cdc.metrics.server import MetricsServer
+from cdc.runtime.lag import LagClock
 
 __all__ = ["Health", "Metrics", "MetricsServer", "SinkObserver", "SourceObserver", "Telemetry"]
 
@@ -47,8 +48,9 @@ class Telemetry:
         self.server = MetricsServer(listen, self.metrics, self.health)
         logger.info("metrics.listening", address=self.server.address)
 
-    def source(self) -> SourceObserver:
-        return SourceObserver(self.metrics, self.health, self.pipeline)
+    def source(self, lag: LagClock) -> SourceObserver:
+        """The source task's observer; ``cdc_source_lag_seconds`` reads ``lag``."""
+        return SourceObserver(self.metrics, self.health, self.pipeline, lag)
 
     def sink(self, name: str, topics: Sequence[str]) -> SinkObserver:
         """The observer of sink ``name``, which applies ``topics``."""

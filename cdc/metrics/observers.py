@@ -20,15 +20,12 @@ from cdc.log.base import Record
 from cdc.metrics.health import Health
 from cdc.metrics.registry import Metrics
 from cdc.positions import carried
+from cdc.runtime.lag import LagClock
 
 SOURCE_TASK = "source"
-#: How long the source must read nothing before its lag counts as 0 (caught up). Shorter gaps
-#: are the server decoding the next transaction of a backlog, not the end of it.
-IDLE_S = 1.0
 
 _SCHEMA, _TABLE, _OP = attrgetter("source.schema"), attrgetter("source.table"), attrgetter("op")
 _TOPIC = attrgetter("topic")
-_TS_MS = attrgetter("source.ts_ms")
 
 
 def sink_task(sink: str) -> str:
@@ -39,15 +36,14 @@ def sink_task(sink: str) -> str:
 class SourceObserver:
     """The source task's metrics: events, appends, position, lag, dead letters, progress."""
 
-    def __init__(self, metrics: Metrics, health: Health, pipeline: str) -> None:
+    def __init__(self, metrics: Metrics, health: Health, pipeline: str, lag: LagClock) -> None:
         self._m = metrics
         self._health = health
         self._pipeline = pipeline
-        self._lag = metrics.source_lag.labels(pipeline)
+        # Read at each scrape: a stuck source's lag grows between batches.
+        metrics.source_lag.labels(pipeline).set_function(lag.seconds)
         self._position = metrics.source_position.labels(pipeline)
         self._append = metrics.log_append.labels(pipeline)
-        self._last_ts_ms: int | None = None
-        self._idle_since: float | None = None
 
     def opened(self) -> None:
         self._health.opened(SOURCE_TASK)
@@ -63,16 +59,11 @@ class SourceObserver:
             keys = zip(map(_SCHEMA, events), map(_TABLE, events), map(_OP, events), strict=True)
             for (schema, table, op), n in Counter(keys).items():
                 self._count(f"{schema}.{table}", op.value, n)
-            # A log transaction may span many source transactions of a backlog: the lag is
-            # measured as changes are appended, not only at commits.
-            self._last_ts_ms = _TS_MS(events[-1])
-            self._lag.set(max(0.0, time.time() - self._last_ts_ms / 1000))
         for topic, n in Counter(map(_TOPIC, written)).items():
             self._count(topic.removeprefix(prefix), Op.READ.value, n)
         for topic, n in Counter(map(_TOPIC, records)).items():
             self._m.log_records.labels(pipeline, topic).inc(n)
         if events or written:
-            self._idle_since = None
             self._health.progress(SOURCE_TASK)
 
     def _count(self, table: str, op: str, n: int) -> None:
@@ -92,14 +83,6 @@ class SourceObserver:
             with contextlib.suppress(TypeError, ValueError):
                 self._position.set(int(position))  # type: ignore[call-overload]
         self._health.progress(SOURCE_TASK)
-
-    def idle(self) -> None:
-        """An empty poll; after :data:`IDLE_S` of them the source is caught up: lag 0."""
-        now = time.monotonic()
-        if self._idle_since is None:
-            self._idle_since = now
-        elif now - self._idle_since >= IDLE_S:
-            self._lag.set(0)
 
 
 class SinkObserver:

@@ -27,6 +27,7 @@ from cdc.log.factory import open_log
 from cdc.logging import Logger, get_logger
 from cdc.metrics import SinkObserver, Telemetry
 from cdc.runtime.control_watcher import ControlWatcher
+from cdc.runtime.lag import LagClock
 from cdc.runtime.preflight import SinkCannotStart, check_sinks, is_first_start
 from cdc.runtime.schemas import SchemaCatalog
 from cdc.runtime.sink_task import SinkTask, group_name
@@ -207,6 +208,7 @@ def _sample(run: PipelineRun, telemetry: Telemetry) -> None:
 def _start_source(run: PipelineRun, base: Logger) -> None:
     pipeline, log = run.pipeline, run.log
     logger = base.bind(source=pipeline.source.type)
+    lag = LagClock()
     run.source_task = SourceTask(
         pipeline.name,
         log,
@@ -216,7 +218,8 @@ def _start_source(run: PipelineRun, base: Logger) -> None:
         bad_records=pipeline.file.bad_records,
         first_start_timeout_s=getattr(pipeline.source, "connect_timeout_s", None),
         envelope_options=pipeline.envelope,
-        observer=None if run.telemetry is None else run.telemetry.source(),
+        observer=None if run.telemetry is None else run.telemetry.source(lag),
+        lag=lag,
     )
     _spawn(run, "source", run.source_task.run)
 
@@ -306,6 +309,8 @@ def run_until_signalled(
     logger = get_logger(pipeline=pipeline.name)
     progress = TerminalProgress(pipeline, role)  # before start: it claims the terminal
     run = start(pipeline, role, sinks, accept_envelope_change)
+    if run.source_task is not None:
+        progress.follow_lag(run.source_task.lag.seconds)
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         logger.info("pipeline.stopping", signal=signal.Signals(signum).name)

@@ -22,6 +22,7 @@ from cdc.events import topic_name
 from cdc.log.base import Log, LogTransaction, Record
 from cdc.logging import Logger
 from cdc.metrics.observers import SourceObserver
+from cdc.runtime.lag import LagClock
 from cdc.runtime.retry import Backoff, Decision, Stopped, classify
 from cdc.runtime.transactions import TransactionMetadata
 from cdc.schema import dead_letter_topic, schema_record, schema_topic
@@ -54,6 +55,8 @@ class SourceTask:
             it stops with the error; once it has run, an unreachable source is retried with
             backoff for as long as it takes. ``None``: always retried.
         observer: the process's metrics (``None``: off), told once per batch.
+        lag: the source's lag (:mod:`cdc.runtime.lag`), fed once per batch; read by the
+            metrics and the terminal display.
     """
 
     def __init__(
@@ -69,8 +72,10 @@ class SourceTask:
         first_start_timeout_s: float | None = None,
         envelope_options: EnvelopeOptions = READABLE,
         observer: SourceObserver | None = None,
+        lag: LagClock | None = None,
     ) -> None:
         self._observer = observer
+        self.lag = lag if lag is not None else LagClock()
         self._pipeline = pipeline
         self._options = envelope_options
         self._transactions: TransactionMetadata | None = None
@@ -158,8 +163,7 @@ class SourceTask:
             while not self._stop.is_set():
                 batch = source.poll(self._max_events, self._poll_timeout_s)
                 if batch.empty:
-                    if observer is not None:
-                        observer.idle()
+                    self.lag.idle()
                     continue
                 started = time.perf_counter()
                 if tx is None:
@@ -198,6 +202,8 @@ class SourceTask:
         if records:
             self._append_records(tx, records)
         self.events_appended += len(batch.events) + len(batch.records)
+        if batch.events:
+            self.lag.appended(batch.events[-1].source.ts_ms)
         if self._observer is not None:
             self._observer.appended(batch.events, batch.records, records)
             if batch.dead_letters:

@@ -21,6 +21,7 @@ from cdc.errors import ConfigError
 from cdc.events import ChangeEvent, Op, SourceInfo
 from cdc.log.base import Record
 from cdc.metrics import Health, Metrics, MetricsServer, SinkObserver, SourceObserver
+from cdc.runtime.lag import LagClock
 from cdc.sink import SinkRecord
 
 
@@ -138,21 +139,37 @@ def _event(table: str, op: Op, ts_ms: int) -> ChangeEvent:
 
 def test_the_source_observer_counts_a_batch_by_table_and_op(health: Health) -> None:
     metrics = health._metrics
-    observer = SourceObserver(metrics, health, "p")
+    lag = LagClock()
+    observer = SourceObserver(metrics, health, "p", lag)
     now_ms = int(time.time() * 1000)
     events = [_event("a", Op.CREATE, now_ms - 5000)] * 3 + [_event("b", Op.UPDATE, now_ms - 2000)]
     written = [Record("p.public.c", b"{}", b"{}")] * 2  # snapshot rows the source wrote itself
     records = [Record("p.public.a", b"{}", b"{}")] * 3 + [Record("p.public.b", b"{}", b"{}")]
     observer.appended(events, written, records + written)
+    lag.appended(now_ms - 2000)  # what the source task does with the batch's last change
     assert _value(metrics, "cdc_source_events_total", pipeline="p", table="public.a", op="c") == 3
     assert _value(metrics, "cdc_source_events_total", pipeline="p", table="public.b", op="u") == 1
     assert _value(metrics, "cdc_source_events_total", pipeline="p", table="public.c", op="r") == 2
     assert _value(metrics, "cdc_snapshot_rows_total", pipeline="p", table="public.c") == 2
     assert _value(metrics, "cdc_log_records_total", pipeline="p", topic="p.public.a") == 3
-    lag = _value(metrics, "cdc_source_lag_seconds", pipeline="p")
-    assert lag is not None and 1.9 < lag < 3.0  # the last appended change's commit time
-    observer.idle()  # one empty poll is not yet caught up
-    assert _value(metrics, "cdc_source_lag_seconds", pipeline="p") == lag
+    seconds = _value(metrics, "cdc_source_lag_seconds", pipeline="p")
+    assert seconds is not None and 1.9 < seconds < 3.0  # the last appended change's commit
+
+
+def test_the_lag_grows_while_stuck_and_is_0_after_a_second_with_nothing_to_read() -> None:
+    lag = LagClock()
+    assert lag.seconds() == 0.0  # nothing appended yet
+    lag.appended(int(time.time() * 1000) - 3000)
+    first = lag.seconds()
+    time.sleep(0.2)
+    assert 2.9 < first < lag.seconds()  # read when asked: it grows until the next change
+    lag.idle()  # one empty poll: a gap in a backlog, not caught up
+    assert lag.seconds() > 3.0
+    time.sleep(1.05)
+    lag.idle()
+    assert lag.seconds() == 0.0
+    lag.appended(int(time.time() * 1000) - 500)  # new changes: behind again
+    assert lag.seconds() > 0.4
 
 
 def test_the_sink_observer_counts_its_tables_and_observes_latency(health: Health) -> None:

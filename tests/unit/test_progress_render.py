@@ -50,6 +50,8 @@ def test_the_stream_line_shows_the_position_and_when_it_moved() -> None:
     offsets = {"postgres": {"lsn": 1, "lsn_str": "0/1"}, "captured": ["public.a"]}
     line = watch.render(offsets).plain
     assert line.startswith("streaming: position postgres 0/1, moved ")
+    watch.lag = lambda: 2.25  # in the process that runs the source
+    assert watch.render(offsets).plain.startswith("streaming: lag 2.2 s, position postgres 0/1")
 
 
 def test_off_a_terminal_nothing_is_drawn_nor_claimed(capsys: Any) -> None:
