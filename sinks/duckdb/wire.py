@@ -49,7 +49,7 @@ def wire_conversion(
     if not _needs_decoding(base, duck_type, options):
         return None
     decode = decoder(source_type, options)
-    stage = _document if base in ("json", "jsonb") else _staged
+    stage = {"json": _document, "jsonb": _document, "hstore": _json_text}.get(base, _staged)
     return functools.partial(_convert, decode, stage)
 
 
@@ -66,6 +66,10 @@ def _needs_decoding(base: str, duck_type: str, options: EnvelopeOptions | None) 
         return options.interval_handling_mode == "numeric"
     if base == "bytea":
         return options.binary_handling_mode in ("hex", "base64-url-safe")
+    if base == "money":  # a VARCHAR (a legacy log holds "$1,234.56"): the decimal's digits
+        return options.decimal_handling_mode != "string"
+    if base == "hstore":  # text under json; an object under map, kept as the same text
+        return options.hstore_handling_mode == "map"
     return base in ("json", "jsonb")
 
 
@@ -86,6 +90,13 @@ def _document(value: Any) -> Any:
     if isinstance(value, list):
         return [_document(v) for v in value]
     return orjson.Fragment(value) if isinstance(value, str) else value
+
+
+def _json_text(value: Any) -> Any:
+    """``hstore`` under ``map``: the object as the JSON text ``json`` mode writes."""
+    if isinstance(value, list):
+        return [_json_text(v) for v in value]
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
 
 
 def _staged(value: Any) -> Any:

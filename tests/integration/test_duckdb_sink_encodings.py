@@ -9,6 +9,7 @@ ms times, µs intervals), compared at what that setting keeps.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,13 @@ FORMAT_TYPES = {
     "c_int_2d": "integer[]",
     "c_bool": "boolean",
     "c_toast": "text",
+    # The workload's money, hstore and special dates (infinity, BC).
+    "c_money": "money",
+    "c_hstore": "hstore",
+    "c_date_x": "date",
+    "c_timestamp_x": "timestamp without time zone",
+    "c_timestamp3_x": "timestamp(3) without time zone",
+    "c_timestamptz_x": "timestamp with time zone",
 }
 
 
@@ -139,6 +147,10 @@ def _kept(options: EnvelopeOptions, name: str, value: Any) -> Any:
     if value is None:
         return None
     if options.time_precision_mode == "connect" and name in ("c_time", "c_timestamp"):
+        return value.replace(microsecond=value.microsecond // 1000 * 1000)
+    if options.time_precision_mode == "connect" and name == "c_timestamp_x":
+        if isinstance(value, str):  # a BC timestamp, kept as PostgreSQL's text: ms too
+            return re.sub(r"(\.\d{3})\d+", r"\1", value)
         return value.replace(microsecond=value.microsecond // 1000 * 1000)
     if options.decimal_handling_mode == "double" and name == "c_numeric_var" and not _nan(value):
         return format(Decimal(repr(float(value))), "f")  # numeric without typmod: text
