@@ -4,7 +4,7 @@ The pipeline streams a PostgreSQL table into the embedded log and two sinks (Red
 DuckDB), with ``metrics.listen`` on and ``stall_after_s: 6``. Debian's Prometheus scrapes it
 every 0.5 s, and the test asks Prometheus's HTTP API, as a dashboard or an alert would:
 - the endpoint passes ``promtool check metrics``, and ``/healthz`` and ``/readyz`` answer 200;
-- the source lag rises under a burst of 300,000 rows and returns to 0;
+- the source lag rises under a burst of 150,000 rows and returns to 0;
 - retained WAL is reported for an active slot in ``reserved`` state, and each row is counted
   once as a source event and once as applied by each sink;
 - a stopped Redis shows as sink errors and the ``retrying`` state, then, after 6 s without
@@ -30,8 +30,8 @@ from tests.services.ports import LOOPBACK, free_port
 from tests.services.prometheus import LocalPrometheus, promtool_check
 from tests.services.redis import LocalRedis
 
-BURST_ROWS = 300_000
-BURST_TXS = 30
+BURST_ROWS = 150_000
+BURST_TXS = 15
 
 
 def _get(url: str) -> tuple[int, bytes]:
