@@ -5,10 +5,28 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pytest
+
 from cdc.log.embedded import EmbeddedLog
+from cdc.log.embedded import appender as embedded_native
+from cdc.log.embedded import txn as embedded_txn
+from tests.services.common import in_ci
 from tests.unit.log_suite import read_all
 
 TOPIC = "shop.public.customers"
+
+#: Run a test on the native appender and on ``executemany``.
+both_paths = pytest.mark.parametrize("native", [True, False], ids=["native", "executemany"])
+
+
+def use_appender(native: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The native appender, or ``executemany`` (the native one is off for this test)."""
+    if native and not embedded_native.available():
+        if in_ci():
+            pytest.fail("the native log appender was not built")
+        pytest.skip("the native log appender is not built (no Rust toolchain)")
+    if not native:
+        monkeypatch.setattr(embedded_txn, "appender", lambda conn, path: None)
 
 
 def opened_logs(tmp_path: Path) -> Iterator[Callable[..., EmbeddedLog]]:

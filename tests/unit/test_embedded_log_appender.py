@@ -14,27 +14,15 @@ from cdc.log.base import Record
 from cdc.log.embedded import EmbeddedLog
 from cdc.log.embedded import appender as embedded_native
 from cdc.log.embedded import store as embedded_store
-from cdc.log.embedded import txn as embedded_txn
 from tests.services.common import in_ci
-from tests.unit.embedded_log_kit import TOPIC, opened_logs, values
+from tests.unit.embedded_log_kit import TOPIC, both_paths, opened_logs, values
+from tests.unit.embedded_log_kit import use_appender as _use
 from tests.unit.log_suite import append, key
 
 
 @pytest.fixture
 def log_factory(tmp_path: Path) -> Iterator[Callable[..., EmbeddedLog]]:
     yield from opened_logs(tmp_path)
-
-
-both_paths = pytest.mark.parametrize("native", [True, False], ids=["native", "executemany"])
-
-
-def _use(native: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    if native and not embedded_native.available():
-        if in_ci():
-            pytest.fail("the native log appender was not built")
-        pytest.skip("the native log appender is not built (no Rust toolchain)")
-    if not native:
-        monkeypatch.setattr(embedded_txn, "appender", lambda conn, path: None)
 
 
 def _count_native_appends(monkeypatch: pytest.MonkeyPatch) -> list[int]:

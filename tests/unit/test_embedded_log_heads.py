@@ -12,27 +12,14 @@ import pytest
 
 from cdc.log.base import Record
 from cdc.log.embedded import EmbeddedLog
-from cdc.log.embedded import appender as embedded_native
-from cdc.log.embedded import txn as embedded_txn
-from tests.services.common import in_ci
-from tests.unit.embedded_log_kit import TOPIC, opened_logs, values
+from tests.unit.embedded_log_kit import TOPIC, both_paths, opened_logs, values
+from tests.unit.embedded_log_kit import use_appender as _use
 from tests.unit.log_suite import append, key
-
-both_paths = pytest.mark.parametrize("native", [True, False], ids=["native", "executemany"])
 
 
 @pytest.fixture
 def log_factory(tmp_path: Path) -> Iterator[Callable[..., EmbeddedLog]]:
     yield from opened_logs(tmp_path)
-
-
-def _use(native: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    if native and not embedded_native.available():
-        if in_ci():
-            pytest.fail("the native log appender was not built")
-        pytest.skip("the native log appender is not built (no Rust toolchain)")
-    if not native:
-        monkeypatch.setattr(embedded_txn, "appender", lambda conn, path: None)
 
 
 def wrapped(schema_name: str, payload: object) -> bytes:
