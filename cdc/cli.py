@@ -306,7 +306,9 @@ def verify(
     with _opened_log(pipeline) as log:
         results = verify_pipeline(
             pipeline,
-            SchemaCatalog(log, pipeline.name),
+            # No wait for a missing schema: verify first waits for the sinks to reach the
+            # log's end, and by then every schema they could need is readable.
+            SchemaCatalog(log, pipeline.name, wait_s=0),
             attempts,
             wait_s,
             limit,

@@ -108,8 +108,12 @@ def check_collections(client: MongoClient[Doc], config: MongoSourceConfig, where
 
 
 def load_schemas(log: Log, pipeline: str, tables: Sequence[tuple[str, str]]) -> list[TableSchema]:
-    """The schemas this pipeline already published for ``tables``."""
-    catalog = SchemaCatalog(log, pipeline)
+    """The schemas this pipeline already published for ``tables``.
+
+    Nothing is waited for: the source wrote them itself, in committed transactions, so what it
+    finds now is all there is (a collection whose documents were all alike has none yet).
+    """
+    catalog = SchemaCatalog(log, pipeline, wait_s=0)
     try:
         found = [catalog.get(db, coll) for db, coll in tables]
     except LogError:
