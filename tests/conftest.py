@@ -36,6 +36,14 @@ def _serve(factory: Callable[[], Any]) -> Iterator[Any]:
         server.close()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that needs PostgreSQL ``pg``, from its fixtures: ``-m pg`` is then the
+    whole PostgreSQL suite, which CI runs once more on another server version."""
+    for item in items:
+        if "pg_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.pg)
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[Any]:
     """A PostgreSQL server with ``wal_level=logical`` (a ``PostgresServer``): Debian's 15, or

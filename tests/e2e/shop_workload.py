@@ -1,5 +1,7 @@
-"""A table with every type the PostgreSQL source converts, and a random workload over it:
-inserts, updates, deletes and primary-key changes, in small transactions."""
+"""A table with every type the PostgreSQL source converts, a table with a composite key and a
+TOASTed column, and a random workload over both: inserts, updates, deletes and primary-key
+changes, in small transactions. Most updates of the second table leave its TOASTed ``body``
+unchanged, so ``pgoutput`` sends it as unchanged-TOAST and the source must fill it in."""
 
 from __future__ import annotations
 
@@ -26,7 +28,19 @@ CREATE TABLE public.everything (
   u uuid, j json, jb jsonb, ai integer[], at text[], a2 integer[][],
   e mood, dom posint
 );
+CREATE TABLE public.lines (
+  order_id bigint, line_no int, qty int, body text,
+  PRIMARY KEY (order_id, line_no)
+);
 """
+
+#: Rows of ``public.lines`` written by :func:`create`.
+LINES = 200
+
+
+def random_body(rng: random.Random) -> str:
+    """About 10 kB that does not compress below the TOAST threshold: stored out of line."""
+    return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(10_000))
 
 
 def random_row(rng: random.Random, key: int) -> dict[str, Any]:
@@ -103,6 +117,10 @@ def create(dsn: str, rows: int, seed: int = 1) -> None:
         conn.execute(DDL)
         with conn.transaction(), conn.cursor() as cur:
             cur.executemany(INSERT, [tuple(random_row(rng, k).values()) for k in range(rows)])
+            cur.executemany(
+                "INSERT INTO public.lines VALUES (%s, %s, %s, %s)",
+                [(k // 4, k % 4, k, random_body(rng)) for k in range(LINES)],
+            )
 
 
 class Workload(threading.Thread):
@@ -125,6 +143,9 @@ class Workload(threading.Thread):
                 time.sleep(self.pause_s)
 
     def _change(self, conn: psycopg.Connection[Any]) -> None:
+        if self.rng.random() < 0.25:
+            self._change_line(conn)
+            return
         roll = self.rng.random()
         existing = conn.execute(
             "SELECT id FROM public.everything ORDER BY random() LIMIT 1"
@@ -145,6 +166,32 @@ class Workload(threading.Thread):
             self.next_key += 1
             conn.execute(
                 "UPDATE public.everything SET id = %s WHERE id = %s", (self.next_key, existing[0])
+            )
+
+    def _change_line(self, conn: psycopg.Connection[Any]) -> None:
+        """A change to ``public.lines``: mostly an update that leaves ``body`` unchanged."""
+        roll = self.rng.random()
+        existing = conn.execute(
+            "SELECT order_id, line_no FROM public.lines ORDER BY random() LIMIT 1"
+        ).fetchone()
+        if roll < 0.15 or existing is None:
+            self.next_key += 1
+            conn.execute(
+                "INSERT INTO public.lines VALUES (%s, 0, 1, %s)",
+                (self.next_key, random_body(self.rng)),
+            )
+        elif roll < 0.8:
+            conn.execute(
+                "UPDATE public.lines SET qty = %s WHERE order_id = %s AND line_no = %s",
+                (self.rng.randrange(1000), *existing),
+            )
+        elif roll < 0.9:
+            conn.execute("DELETE FROM public.lines WHERE order_id = %s AND line_no = %s", existing)
+        else:  # one part of the composite key changes; body stays (TOAST follows the row)
+            self.next_key += 1
+            conn.execute(
+                "UPDATE public.lines SET line_no = %s WHERE order_id = %s AND line_no = %s",
+                (self.next_key - 10**6 + 4, *existing),  # unique: next_key only grows
             )
 
     def stop(self) -> None:

@@ -52,7 +52,7 @@ def write_pipeline(
     path = tmp_path / "shop.yaml"
     path.write_text(
         "version: 1\nname: ${PIPE:-shop}\nsource:\n  type: postgres\n  dsn: ${PG_DSN}\n"
-        "  tables: [public.everything]\n  snapshot: initial\n"
+        "  tables: [public.everything, public.lines]\n  snapshot: initial\n"
         f"  status_interval_s: {status_interval_s}\n"
         f"{log}"
         "sinks:\n"
@@ -229,9 +229,31 @@ def verify(tmp_path: Path, pipeline: Path, env: dict[str, str]) -> None:
     assert all(r["ok"] and not r["skipped"] for r in report)
 
 
+def lines_rows(dsn: str) -> dict[tuple[int, int], tuple[int, str]]:
+    """``public.lines`` (composite key, TOASTed body) as ``{(order_id, line_no): (qty, body)}``."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT order_id, line_no, qty, body FROM public.lines").fetchall()
+    return {(o, n): (q, b) for o, n, q, b in rows}
+
+
+def assert_lines_equal(
+    expected: dict[tuple[int, int], tuple[int, str]], rows: Any, sink: str
+) -> None:
+    got = {(int(r["order_id"]), int(r["line_no"])): (int(r["qty"]), r["body"]) for r in rows}
+    assert got.keys() == expected.keys(), sink
+    assert got == expected, sink  # every body whole: unchanged TOAST was filled in
+
+
 def compare_row_by_row(tmp_path: Path, pipeline: Path, env: dict[str, str], dsn: str) -> None:
     """Each sink against the table (after ``cdc run`` stopped: DuckDB allows one process)."""
     assert_duckdb_equals_table(dsn, tmp_path / "out" / "shop.duckdb")
+    lines = lines_rows(dsn)
+    with duckdb.connect(str(tmp_path / "out" / "shop.duckdb"), read_only=True) as db:
+        cursor = db.execute('SELECT order_id, line_no, qty, body FROM "public"."lines"')
+        names = [d[0] for d in cursor.description]
+        assert_lines_equal(
+            lines, [dict(zip(names, r, strict=True)) for r in cursor.fetchall()], "warehouse"
+        )
     with contextlib.chdir(tmp_path):
         config = load(pipeline, {**os.environ, **env})
         log = open_log(config)
@@ -240,6 +262,10 @@ def compare_row_by_row(tmp_path: Path, pipeline: Path, env: dict[str, str], dsn:
         with contextlib.chdir(tmp_path):  # sink paths in the file are relative to it
             assert_json_sink_equals_table(pipeline, env, RedisSinkPlugin, "cache", catalog)
             assert_json_sink_equals_table(pipeline, env, SearchSinkPlugin, "search", catalog)
+            config = load(pipeline, {**os.environ, **env})
+            for plugin, sink in ((RedisSinkPlugin, "cache"), (SearchSinkPlugin, "search")):
+                rows = (r for _, r in plugin.read_rows(config.sink(sink), "public", "lines"))
+                assert_lines_equal(lines, rows, sink)
     finally:
         log.close()
 
@@ -311,6 +337,7 @@ def kill_mid_work(
     return table_records(report)
 
 
+@pytest.mark.pgcore
 def test_three_sigkills_then_exact_state_and_no_history_duplicates(
     shop: tuple[str, dict[str, str]], tmp_path: Path
 ) -> None:
@@ -332,11 +359,12 @@ def test_three_sigkills_then_exact_state_and_no_history_duplicates(
     wait_caught_up(process, tmp_path, pipeline, env, dsn, timeout=240)
     finish(process, tmp_path, pipeline, env, dsn)
     with duckdb.connect(str(tmp_path / "out" / "shop.duckdb"), read_only=True) as db:
-        duplicates = db.execute(
-            "SELECT count(*) FROM (SELECT id, __cdc_position, __cdc_sequence, count(*) AS n "
-            'FROM "public"."everything__history" GROUP BY ALL HAVING n > 1)'
-        ).fetchone()
-        assert duplicates == (0,)
+        for table, key in (("everything", "id"), ("lines", "order_id, line_no")):
+            duplicates = db.execute(
+                f"SELECT count(*) FROM (SELECT {key}, __cdc_position, __cdc_sequence, "
+                f'count(*) AS n FROM "public"."{table}__history" GROUP BY ALL HAVING n > 1)'
+            ).fetchone()
+            assert duplicates == (0,), table
         # Exactly the current rows are open versions (deletes close theirs).
         current = db.execute(
             'SELECT count(*) FROM "public"."everything__history" WHERE valid_to IS NULL'
