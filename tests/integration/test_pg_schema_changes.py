@@ -45,6 +45,7 @@ def requests(p: Pipeline) -> int:
     return len(p.snapshot_state().get("finished") or [])
 
 
+@pytest.mark.pgcore
 def test_a_default_a_rename_a_type_change_and_a_drop_converge(p: Pipeline) -> None:
     done = requests(p)
     with capture_logs() as logs:
