@@ -1,10 +1,11 @@
-"""Transactions the server streams before they commit (protocol version 2, ``streaming on``).
+"""Transactions the server streams before they commit (protocol 2+, ``streaming`` on/parallel).
 
 Their changes arrive in blocks (``StreamStart`` ... ``StreamStop``) interleaved with other
 transactions, and may still abort. Nothing may reach the log before the commit (records and the
 commit position are appended atomically, in commit order), so each transaction's raw messages
 are spooled to a temporary file, in constant memory, and replayed as one ordinary transaction
-when ``StreamCommit`` arrives.
+when ``StreamCommit`` arrives. An aborted one is dropped and logged, with the abort's LSN and
+time where the server sends them (protocol 4, ``streaming = parallel``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import IO
 
+from cdc.logging import Logger
 from connectors.postgres import pgoutput as pg
 
 _HEAD = struct.Struct("!QI")
@@ -32,9 +34,14 @@ class _Spool:
 
 
 class StreamedTransactions:
-    """Spools of the transactions streamed so far, by top-level xid."""
+    """Spools of the transactions streamed so far, by top-level xid.
 
-    def __init__(self) -> None:
+    Args:
+        logger: the source's logger (an abort of a whole streamed transaction is logged).
+    """
+
+    def __init__(self, logger: Logger) -> None:
+        self._logger = logger
         self._spools: dict[int, _Spool] = {}
         self._current: int | None = None
 
@@ -67,9 +74,20 @@ class StreamedTransactions:
         if message.subxid == message.xid:
             spool = self._spools.pop(message.xid, None)
             if spool is not None:
+                self._logger.info(
+                    "stream.aborted",
+                    xid=message.xid,
+                    spooled_bytes=spool.file.tell(),
+                    abort_lsn=message.abort_lsn,
+                    abort_ts_us=message.abort_ts_us,
+                )
                 spool.close()
         elif message.xid in self._spools:
             self._spools[message.xid].aborted.add(message.subxid)
+            # Debug only: every rolled-back exception block of a large PL/pgSQL run is one.
+            self._logger.debug(
+                "stream.subtransaction_aborted", xid=message.xid, subxid=message.subxid
+            )
 
     def replay(self, commit: pg.StreamCommit) -> Iterator[tuple[pg.PgOutputMessage, int]]:
         """The committed transaction as ``Begin``, its surviving messages, ``Commit``."""

@@ -378,8 +378,11 @@ def test_decodes_synthetic_messages_of_every_layout() -> None:
     )
     assert decode(b"E") is decode(b"E") == StreamStop()
     assert decode(b"S" + struct.pack("!IB", 5, 0)) == StreamStart(5, False)
-    # PostgreSQL 16 appends the abort LSN and time; they are ignored.
-    assert decode(b"A" + struct.pack("!IIQq", 5, 6, 1, 2)) == StreamAbort(5, 6)
+    # Protocol 4's streaming = parallel appends the abort LSN and time; before, they are None.
+    assert decode(b"A" + struct.pack("!IIQq", 5, 6, 1, 2)) == StreamAbort(5, 6, 1, 2)
+    assert decode(b"A" + struct.pack("!II", 5, 6)) == StreamAbort(5, 6, None, None)
+    with pytest.raises(ProtocolError, match="stream abort message of 13 bytes"):
+        decode(b"A" + struct.pack("!III", 5, 6, 1))
 
 
 def test_unchanged_sentinel() -> None:

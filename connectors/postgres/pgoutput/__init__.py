@@ -1,11 +1,13 @@
 """Decode pgoutput logical replication messages, as pure functions over bytes.
 
-The format is PostgreSQL's "Logical Replication Message Formats" (protocol versions 1 and 2).
+The format is PostgreSQL's "Logical Replication Message Formats" (protocol versions 1 to 4;
+3's two-phase messages are refused, as the source never turns ``two_phase`` on).
 :func:`decode` turns one message (the payload of an XLogData frame, or one ``data`` value of
 ``pg_logical_slot_peek_binary_changes``) into a frozen dataclass.
 
 Protocol version 2 streams large in-progress transactions: between ``StreamStart`` and
 ``StreamStop`` the data messages carry the xid of the (sub)transaction right after their tag.
+Protocol 4 (``streaming = parallel``) adds the abort LSN and time to ``StreamAbort``.
 The caller says whether it is inside such a block (``streaming=True``), or uses :class:`Decoder`,
 which tracks it.
 

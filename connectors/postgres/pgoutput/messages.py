@@ -208,11 +208,15 @@ class StreamAbort:
     """Abort of a streamed transaction or subtransaction ('A', protocol 2).
 
     ``subxid == xid`` when the whole transaction aborted; otherwise only the changes the
-    subtransaction ``subxid`` streamed are void.
+    subtransaction ``subxid`` streamed are void. ``abort_lsn`` and ``abort_ts_us`` (the abort
+    record's LSN and time, microseconds since 2000-01-01 UTC) come with protocol 4's
+    ``streaming = parallel`` only, ``None`` otherwise.
     """
 
     xid: int
     subxid: int
+    abort_lsn: int | None = None
+    abort_ts_us: int | None = None
 
 
 PgOutputMessage: TypeAlias = (

@@ -44,6 +44,7 @@ _BEGIN = struct.Struct("!QqI").unpack_from
 _COMMIT = struct.Struct("!BQQq").unpack_from
 _STREAM_COMMIT = struct.Struct("!IBQQq").unpack_from
 _STREAM_START = struct.Struct("!IB").unpack_from
+_STREAM_ABORT_PARALLEL = struct.Struct("!IIQq")
 _MESSAGE_HEAD = struct.Struct("!BQ").unpack_from
 _TRUNCATE_HEAD = struct.Struct("!IB").unpack_from
 _COLUMN = struct.Struct("!Ii").unpack_from
@@ -253,7 +254,12 @@ def _stream_commit(data: bytes, streaming: bool) -> StreamCommit:
 
 
 def _stream_abort(data: bytes, streaming: bool) -> StreamAbort:
-    # PostgreSQL 16+ may append the abort LSN and time (parallel apply); they are not needed.
+    # The message's length alone tells whether protocol 4's abort LSN and time follow: the
+    # server appends them only under streaming = parallel.
+    if len(data) == _STREAM_ABORT_PARALLEL.size + 1:
+        return StreamAbort(*_STREAM_ABORT_PARALLEL.unpack_from(data, 1))
+    if len(data) != 9:
+        raise ProtocolError(f"stream abort message of {len(data)} bytes (9 or 25 expected)")
     xid, subxid = _U32_PAIR(data, 1)
     return StreamAbort(xid, subxid)
 
