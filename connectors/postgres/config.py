@@ -28,7 +28,11 @@ class PostgresSourceConfig(SourceConfig):
         publication: publication name; ``<pipeline>_pub`` when omitted.
         slot: replication slot name; ``<pipeline>_slot`` when omitted.
         stream_in_progress: ask the server (PostgreSQL 14+) to stream large transactions
-            before they commit (protocol version 2); they are spooled to disk until commit.
+            before they commit (``streaming = on``, or ``parallel`` from PostgreSQL 16); they
+            are spooled to disk until commit.
+        skip_replicated: leave out the changes a logical replication subscriber applied to
+            this database (pgoutput's ``origin = none``, PostgreSQL 16+), so a bidirectional
+            setup does not capture its own changes back; local writes are still captured.
         heartbeat_interval_s: emit a ``pg_logical_emit_message`` this often so the slot's
             position moves even when this database is idle; off when omitted.
         status_interval_s: how often a standby status update reports the flush position.
@@ -52,6 +56,7 @@ class PostgresSourceConfig(SourceConfig):
     publication: str | None = Field(default=None, pattern=PUBLICATION_PATTERN)
     slot: str | None = Field(default=None, pattern=SLOT_PATTERN)
     stream_in_progress: bool = False
+    skip_replicated: bool = False
     heartbeat_interval_s: float | None = Field(default=None, gt=0)
     status_interval_s: float = Field(default=10.0, gt=0)
     # 2,000 rather than 5,000: a batch's events, records and rows then stay in the CPU caches,

@@ -1,6 +1,7 @@
 """The PostgreSQL source: logical replication with pgoutput over the streaming protocol.
 
-Lifecycle, and why in this order: ``open`` checks the server and the role, makes sure the
+Lifecycle, and why in this order: ``open`` checks the server (PostgreSQL 14 or later, and the
+options its version offers: :mod:`connectors.postgres.versions`) and the role, makes sure the
 publication and the slot exist (or fails loudly when a stored position can no longer be
 honoured), then starts streaming from the stored commit LSN; PostgreSQL skips every
 transaction that committed at or before it, so a restart gives no duplicate and no gap.
@@ -43,9 +44,8 @@ from connectors.postgres.replication import ReplicationCommandError, Replication
 from connectors.postgres.shapes import Resnapshot, ShapeTracker, published_schemas
 from connectors.postgres.stream import Assembler, MessageHook
 from connectors.postgres.toast import ToastFiller
+from connectors.postgres.versions import check_supported, stream_options
 from connectors.postgres.wal import WalReader
-
-_STREAMING_MIN_VERSION = 140000
 
 
 class Session:
@@ -129,7 +129,7 @@ class PostgresSource:
     def _connect(
         self, catalog: Catalog, stored: Lsn | None, slot: SlotState | Unread | None
     ) -> Session:
-        version = catalog.check_server()
+        options = self.check_server(catalog)
         role = catalog.check_role()
         tables = self._describe(catalog, role)
         self.declare_toast(catalog)
@@ -140,13 +140,39 @@ class PostgresSource:
         repl = ReplicationConnection(dsn, redact_url(dsn), self._config.connect_timeout_s)
         try:
             start = self._start_point(repl, state, stored)
-            session = self._start(catalog, repl, start, version)
+            session = self._start(catalog, repl, start, options)
         except BaseException:
             repl.close()
             raise
         session.assembler = self._assembler(catalog, database, tables, self._last_commit)
-        self._logger.info("source.streaming", start_lsn=int(start), database=database)
+        self._logger.info(
+            "source.streaming",
+            start_lsn=int(start),
+            database=database,
+            proto_version=int(options["proto_version"]),
+            streaming=options.get("streaming", "off"),
+            origin=options.get("origin", "any"),
+        )
         return session
+
+    def check_server(self, catalog: Catalog) -> dict[str, str]:
+        """Check the server and return the pgoutput options this configuration asks it for.
+
+        Called before anything is created (the snapshot layer calls it first too), so a server
+        too old for the source or for an option stops the start with the version it needs.
+
+        Raises:
+            SourceFatal: logical decoding is off, the server is older than PostgreSQL 14, or
+                an option needs a later version.
+        """
+        version = catalog.check_server()
+        check_supported(version, redact_url(self._config.dsn.get_secret_value()))
+        return stream_options(
+            version,
+            self.publication,
+            stream_in_progress=self._config.stream_in_progress,
+            skip_replicated=self._config.skip_replicated,
+        )
 
     def _assembler(
         self,
@@ -226,13 +252,9 @@ class PostgresSource:
         return max(stored, confirmed)
 
     def _start(
-        self, catalog: Catalog, repl: ReplicationConnection, start: Lsn, version: int
+        self, catalog: Catalog, repl: ReplicationConnection, start: Lsn, options: dict[str, str]
     ) -> Session:
-        options = {"proto_version": "1", "publication_names": self.publication, "messages": "true"}
-        streams = None
-        if self._config.stream_in_progress and version >= _STREAMING_MIN_VERSION:
-            options.update(proto_version="2", streaming="on")
-            streams = StreamedTransactions()
+        streams = StreamedTransactions(self._logger) if "streaming" in options else None
         try:
             repl.start(self.slot, start, options)
         except ReplicationCommandError as exc:

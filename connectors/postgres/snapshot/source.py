@@ -129,6 +129,7 @@ class SnapshottingPostgresSource:
         stored = Lsn.from_offsets(stored_offsets)
         catalog = Catalog(self._dsn, redact_url(self._dsn), self._config.connect_timeout_s)
         try:
+            self._inner.check_server(catalog)  # a version the source lacks stops it here
             self._slot = slot = catalog.slot(self._config.slot_name(self._context.pipeline))
             self._channel = choose(catalog.conn, self._config, self._context.pipeline)
             self._use_channel(catalog)
