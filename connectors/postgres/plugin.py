@@ -56,7 +56,8 @@ class PostgresSourcePlugin:
     def status(
         config: PostgresSourceConfig, pipeline_name: str, offsets: Mapping[str, Any]
     ) -> dict[str, Any]:
-        """The slot's health for ``cdc status`` (retained WAL, active, wal_status)."""
+        """The slot's health for ``cdc status`` (retained WAL, active, wal_status; from
+        PostgreSQL 17 also inactive_since and invalidation_reason, absent before)."""
         probe = SlotProbe(config, pipeline_name)
         try:
             return {"slot": dict(probe())}

@@ -4,6 +4,9 @@ One query of ``pg_replication_slots`` for the pipeline's slot: ``active``, ``wal
 WAL it holds (the server's WAL position minus ``restart_lsn``), its ``confirmed_flush_lsn``
 and whether the server has WAL past it (work waiting for the source). On a standby the
 server's position is the last replayed one (``pg_current_wal_lsn()`` fails in recovery).
+From PostgreSQL 17 the row also says since when the slot is inactive (``inactive_since``) and
+why the server invalidated it (``invalidation_reason``); older servers lack the columns, so they
+are neither queried nor shown there.
 The connection is opened on first use and again after it breaks; the sampler's interval bounds
 how often it is used.
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -20,14 +24,23 @@ from psycopg import sql
 from cdc.config import redact_url
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.replication import session_conninfo
+from connectors.postgres.versions import SLOT_INACTIVE_SINCE_VERSION
 
-_SLOT = sql.SQL(
+_HEALTH = (
     "WITH here AS (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()"
     " ELSE pg_current_wal_lsn() END AS lsn)"
     " SELECT s.active, s.wal_status, pg_wal_lsn_diff(here.lsn, s.restart_lsn)::int8,"
     " pg_wal_lsn_diff(s.confirmed_flush_lsn, '0/0')::int8, here.lsn > s.confirmed_flush_lsn"
-    " FROM pg_replication_slots s, here WHERE s.slot_name = %s"
 )
+_FROM = " FROM pg_replication_slots s, here WHERE s.slot_name = %s"
+_SLOT = sql.SQL(_HEALTH + _FROM)
+_SLOT_17 = sql.SQL(_HEALTH + ", s.inactive_since, s.invalidation_reason::text" + _FROM)
+
+
+def slot_query(server_version: int) -> sql.SQL:
+    """The slot's row on a server of ``server_version``: with PostgreSQL 17's
+    ``inactive_since`` and ``invalidation_reason`` from 17 on."""
+    return _SLOT_17 if server_version >= SLOT_INACTIVE_SINCE_VERSION else _SLOT
 
 
 class SlotProbe:
@@ -41,7 +54,9 @@ class SlotProbe:
 
     def __call__(self) -> Mapping[str, Any]:
         """``retained_wal_bytes``, ``slot_active``, ``wal_status``, ``position`` (the
-        confirmed LSN as a number) and ``behind``; ``{"slot_exists": False}`` when the slot is
+        confirmed LSN as a number) and ``behind``; from PostgreSQL 17 also ``inactive_since``
+        (ISO 8601, ``None`` while a process streams) and ``invalidation_reason`` (``None``
+        unless the server invalidated the slot); ``{"slot_exists": False}`` when the slot is
         not there (yet).
 
         Raises:
@@ -49,21 +64,15 @@ class SlotProbe:
         """
         with self._lock:
             try:
-                row = self._connection().execute(_SLOT, (self._slot,)).fetchone()
+                conn = self._connection()
+                query = slot_query(conn.info.server_version)
+                row = conn.execute(query, (self._slot,)).fetchone()
             except psycopg.Error:
                 self.close()  # reconnect next time
                 raise
         if row is None:
             return {"slot_exists": False, "slot_active": False}
-        active, wal_status, retained, confirmed, behind = row
-        return {
-            "slot_exists": True,
-            "slot_active": bool(active),
-            "wal_status": wal_status,
-            "retained_wal_bytes": max(0, int(retained or 0)),
-            "position": confirmed,
-            "behind": bool(behind),
-        }
+        return _health(row)
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
@@ -79,6 +88,26 @@ class SlotProbe:
         return self._conn
 
     def close(self) -> None:
+        """Disconnect (the next call connects again)."""
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _health(row: tuple[Any, ...]) -> dict[str, Any]:
+    """The mapping of one row of :func:`slot_query` (5 columns, or 7 from PostgreSQL 17)."""
+    active, wal_status, retained, confirmed, behind = row[:5]
+    health: dict[str, Any] = {
+        "slot_exists": True,
+        "slot_active": bool(active),
+        "wal_status": wal_status,
+        "retained_wal_bytes": max(0, int(retained or 0)),
+        "position": confirmed,
+        "behind": bool(behind),
+    }
+    if len(row) > 5:
+        since, reason = row[5:]
+        # A string, so that ``cdc status --json`` shows it as the server's time.
+        health["inactive_since"] = since.isoformat() if isinstance(since, datetime) else since
+        health["invalidation_reason"] = reason
+    return health
