@@ -21,6 +21,10 @@ from connectors.postgres.types import TYPE_QUERY, TypeRegistry
 
 Query = sql.SQL | sql.Composed
 
+#: The first version whose pgoutput publishes generated columns (stored ones, with the
+#: publication's ``publish_generated_columns = stored``); virtual ones (18+) never are.
+PUBLISHES_GENERATED_MIN_VERSION = 180000
+
 #: ``pg_logical_emit_message(transactional, prefix, content)``, the text variant. The casts name
 #: it by type rather than leave it to overload resolution of untyped parameters, which has more
 #: candidates since PostgreSQL 17 (a fourth ``flush`` argument, with a default, on both the text
@@ -35,6 +39,12 @@ class TableInfo:
     Attributes:
         replica_identity: ``d`` default, ``n`` nothing, ``f`` full, ``i`` index.
         primary_key: primary-key columns in key order (empty without a primary key).
+        partitioned: a partitioned table (``relkind`` ``p``): its partitions' changes are
+            published through it (``publish_via_partition_root``).
+        ancestors: ``schema.table`` of the partitioned tables this one is a partition of
+            (nearest first; empty for a table that is no partition).
+        generated: ``(column, kind)`` of its generated columns in column order, ``kind``
+            ``s`` stored or ``v`` virtual (PostgreSQL 18).
     """
 
     schema: str
@@ -42,6 +52,13 @@ class TableInfo:
     oid: int
     replica_identity: str
     primary_key: tuple[str, ...]
+    partitioned: bool = False
+    ancestors: tuple[str, ...] = ()
+    generated: tuple[tuple[str, str], ...] = ()
+
+    def generated_of(self, kind: str) -> tuple[str, ...]:
+        """The generated columns of ``kind`` (``s`` stored, ``v`` virtual)."""
+        return tuple(name for name, k in self.generated if k == kind)
 
     @property
     def name(self) -> str:
@@ -64,7 +81,14 @@ _TABLE = sql.SQL(
     " ARRAY(SELECT a.attname::text FROM pg_index i"
     "  CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)"
     "  JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
-    "  WHERE i.indrelid = c.oid AND i.indisprimary ORDER BY k.ord)"
+    "  WHERE i.indrelid = c.oid AND i.indisprimary ORDER BY k.ord),"
+    " c.relkind = 'p',"
+    " ARRAY(SELECT an.nspname || '.' || ac.relname FROM pg_partition_ancestors(c.oid)"
+    "  WITH ORDINALITY AS x(relid, ord) JOIN pg_class ac ON ac.oid = x.relid"
+    "  JOIN pg_namespace an ON an.oid = ac.relnamespace WHERE x.relid <> c.oid ORDER BY x.ord),"
+    " ARRAY(SELECT ARRAY[g.attname::text, g.attgenerated::text] FROM pg_attribute g"
+    "  WHERE g.attrelid = c.oid AND g.attnum > 0 AND NOT g.attisdropped"
+    "  AND g.attgenerated <> '' ORDER BY g.attnum)"
     " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
     " WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')"
 )
@@ -73,8 +97,19 @@ _TOASTABLE = sql.SQL(
     "SELECT a.attname::text FROM pg_attribute a"
     " JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
     " WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped"
-    " AND a.attlen = -1 AND a.attstorage <> 'p' ORDER BY a.attnum"
+    " AND a.attlen = -1 AND a.attstorage <> 'p' AND {} ORDER BY a.attnum"
 )
+
+
+def published_column(alias: str, version: int) -> sql.Composed:
+    """The condition on ``pg_attribute`` row ``alias``: a column pgoutput publishes on
+    ``version``, and so the snapshot reads. Generated columns are left out of the stream up to
+    17, and virtual ones on 18 too: a snapshot that read them would give a table's rows a
+    column its streamed rows lack (a sink would drop the value at the row's next change)."""
+    attgenerated = sql.Identifier(alias, "attgenerated")
+    if version >= PUBLISHES_GENERATED_MIN_VERSION:
+        return sql.SQL("{} IN ('', 's')").format(attgenerated)
+    return sql.SQL("{} = ''").format(attgenerated)
 
 
 class Catalog:
@@ -88,6 +123,7 @@ class Catalog:
 
     def __init__(self, dsn: str, where: str, connect_timeout_s: float) -> None:
         self._where = where
+        self._version: int | None = None
         try:
             self.conn = psycopg.connect(session_conninfo(dsn, connect_timeout_s), autocommit=True)
             self.conn.adapters.register_dumper(_Untyped, _UntypedDumper)
@@ -117,12 +153,21 @@ class Catalog:
         [(level, version)] = self.rows(
             sql.SQL("SELECT current_setting('wal_level'), current_setting('server_version_num')")
         )
+        self._version = int(version)
         if level != "logical":
             raise SourceFatal(
                 f"wal_level is {level!r} on {self._where}; logical replication needs "
                 "wal_level = logical (ALTER SYSTEM SET wal_level = logical; then restart)"
             )
         return int(version)
+
+    @property
+    def server_version(self) -> int:
+        """``server_version_num`` (read once)."""
+        if self._version is None:
+            [(version,)] = self.rows(sql.SQL("SELECT current_setting('server_version_num')"))
+            self._version = int(version)
+        return self._version
 
     def check_role(self) -> str:
         """Check that the role may replicate; returns its name.
@@ -154,7 +199,7 @@ class Catalog:
         found = self.rows(_TABLE, (schema, table))
         if not found:
             raise SourceFatal(f"table {schema}.{table} does not exist (source.tables)")
-        oid, identity, readable, key = found[0]
+        oid, identity, readable, key, partitioned, ancestors, generated = found[0]
         if not readable:
             grant = sql.SQL("GRANT SELECT ON {} TO {};").format(
                 sql.Identifier(schema, table), sql.Identifier(role)
@@ -163,7 +208,16 @@ class Catalog:
                 f"role {role!r} may not SELECT from {schema}.{table}; a DBA must run: "
                 + grant.as_string(self.conn)
             )
-        return TableInfo(schema, table, int(oid), identity, tuple(key))
+        return TableInfo(
+            schema,
+            table,
+            int(oid),
+            identity,
+            tuple(key),
+            bool(partitioned),
+            tuple(ancestors),
+            tuple((str(name), str(kind)) for name, kind in generated),
+        )
 
     def slot(self, name: str) -> SlotState | None:
         """The slot called ``name``, or ``None``."""
@@ -226,7 +280,8 @@ class Catalog:
     def toastable_columns(self, schema: str, table: str) -> list[str]:
         """The columns whose values PostgreSQL can store out of line (TOAST), in order: those
         of variable-length types (``attlen`` -1) whose storage is not ``plain``."""
-        return [str(row[0]) for row in self.rows(_TOASTABLE, (schema, table))]
+        query = _TOASTABLE.format(published_column("a", self.server_version))
+        return [str(row[0]) for row in self.rows(query, (schema, table))]
 
     def load_types(self, registry: TypeRegistry, oids: Sequence[int]) -> None:
         """Add the catalog rows of ``oids`` (and the types they build on) to ``registry``."""

@@ -50,6 +50,9 @@ class Attribute:
         has_missing: ``atthasmissing``: rows written before the column was added read a stored
             value (a non-volatile ``ADD COLUMN ... DEFAULT``).
         identity: ``attidentity`` is set (``GENERATED ... AS IDENTITY`` fills existing rows).
+        generated: ``attgenerated`` is set: a generated column, computed for every existing
+            row when added (published from PostgreSQL 18 when stored, else in no record:
+            :func:`connectors.postgres.catalog.published_column`).
     """
 
     attnum: int
@@ -58,6 +61,7 @@ class Attribute:
     has_default: bool = False
     has_missing: bool = False
     identity: bool = False
+    generated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +191,8 @@ def _filled_by(column: Column, current: Mapping[int, Attribute]) -> str | None:
     attribute = None if column.id is None else current.get(column.id)
     if attribute is None or attribute.name != column.name:
         return "(its default cannot be known any more: the catalog has changed since)"
+    if attribute.generated:
+        return "as a generated column"
     if attribute.has_missing or attribute.has_default:
         return "with a default"
     if attribute.identity:

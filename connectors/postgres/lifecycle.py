@@ -1,117 +1,46 @@
 """Publication and slot lifecycle: create when missing, reuse when present, fail loudly when a
-stored position can no longer be honoured, and drop on request (``cdc drop``)."""
+stored position can no longer be honoured, and drop on request (``cdc drop``).
+
+The publication's own functions live in :mod:`connectors.postgres.publication` (re-exported
+here, where the callers have always found them)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from enum import Enum
 from typing import Final, Literal
 
-import psycopg
 import structlog
 from psycopg import sql
 
 from cdc.config import redact_url
 from cdc.errors import SourceFatal
 from cdc.logging import Logger
-from connectors.postgres.catalog import Catalog, Query, SlotState, TableInfo
+from connectors.postgres.catalog import Catalog, SlotState
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.lsn import Lsn
+from connectors.postgres.publication import (
+    drop_from_publication,
+    ensure_publication,
+    publication_tables,
+)
+from connectors.postgres.publication import run_ddl as _run_ddl
 from connectors.postgres.replication import (
     CreatedSlot,
     ReplicationCommandError,
     ReplicationConnection,
 )
 
+__all__ = [
+    "drop_from_publication",
+    "drop_replication_objects",
+    "ensure_publication",
+    "publication_tables",
+]
+
 #: How long a slot may stay active before we call it taken: a walsender of a process that was
 #: just killed needs a moment to notice its client is gone.
 ACTIVE_SLOT_GRACE_S = 10.0
-
-
-def _table_list(tables: Sequence[TableInfo]) -> sql.Composed:
-    return sql.SQL(", ").join(sql.Identifier(t.schema, t.table) for t in tables)
-
-
-def publication_tables(catalog: Catalog, name: str) -> set[tuple[str, str]] | None:
-    """``(schema, table)`` of every table in publication ``name``; ``None`` when it is missing."""
-    if not catalog.rows(sql.SQL("SELECT 1 FROM pg_publication WHERE pubname = %s"), (name,)):
-        return None
-    query = sql.SQL(
-        "SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = %s"
-    )
-    return {(s, t) for s, t in catalog.rows(query, (name,))}
-
-
-def ensure_publication(
-    catalog: Catalog, name: str, tables: Sequence[TableInfo], role: str, logger: Logger
-) -> None:
-    """Create publication ``name`` for ``tables``, or add the tables it lacks.
-
-    Raises:
-        SourceFatal: the role may not create or alter it; the message gives the DBA's statement.
-    """
-    published = publication_tables(catalog, name)
-    if published is None:
-        statement = sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
-            sql.Identifier(name), _table_list(tables)
-        )
-        _run_ddl(catalog, statement, f"role {role!r} may not create publication {name!r}")
-        logger.info("publication.created", publication=name, tables=[t.name for t in tables])
-        return
-    for table in tables:
-        if (table.schema, table.table) in published:
-            continue
-        statement = sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
-            sql.Identifier(name), sql.Identifier(table.schema, table.table)
-        )
-        _run_ddl(
-            catalog,
-            statement,
-            f"table {table.name} is not in publication {name!r} and role {role!r} may not add it",
-        )
-        logger.info("publication.table_added", publication=name, table=table.name)
-
-
-def drop_from_publication(
-    catalog: Catalog, name: str, tables: Sequence[tuple[str, str]], logger: Logger
-) -> None:
-    """Take ``tables`` (no longer captured) out of publication ``name``, so the server stops
-    decoding their changes for this slot.
-
-    Not fatal when it cannot be done (no privilege, a ``FOR ALL TABLES`` publication): the
-    source skips the changes of a table it does not capture, so capture stops either way; the
-    warning gives the DBA's statement.
-    """
-    published = publication_tables(catalog, name) or set()
-    for schema, table in tables:
-        if (schema, table) not in published:
-            continue  # dropped from the database, or never added
-        statement = sql.SQL("ALTER PUBLICATION {} DROP TABLE {}").format(
-            sql.Identifier(name), sql.Identifier(schema, table)
-        )
-        try:
-            _run_ddl(catalog, statement, f"cannot take {schema}.{table} out of {name!r}")
-        except SourceFatal as exc:
-            logger.warning(
-                "publication.table_kept",
-                publication=name,
-                table=f"{schema}.{table}",
-                reason=str(exc),
-            )
-            continue
-        logger.info("publication.table_dropped", publication=name, table=f"{schema}.{table}")
-
-
-def _run_ddl(catalog: Catalog, statement: Query, problem: str) -> None:
-    try:
-        catalog.run(statement)
-    except psycopg.errors.InsufficientPrivilege as exc:
-        text = statement.as_string(catalog.conn)
-        reason = exc.diag.message_primary
-        raise SourceFatal(f"{problem} ({reason}); a DBA must run: {text};") from exc
-    except psycopg.errors.ObjectNotInPrerequisiteState as exc:
-        raise SourceFatal(f"{problem}: {exc.diag.message_primary}") from exc
 
 
 class _Unread(Enum):

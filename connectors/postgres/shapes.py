@@ -32,15 +32,16 @@ Resnapshot = Callable[[str, str], None]
 
 _ATTRIBUTES = sql.SQL(
     "SELECT attnum::int, attname::text, attisdropped, atthasdef, atthasmissing,"
-    " attidentity <> '' FROM pg_attribute WHERE attrelid = %s AND attnum > 0 ORDER BY attnum"
+    " attidentity <> '', attgenerated <> ''"
+    " FROM pg_attribute WHERE attrelid = %s AND attnum > 0 ORDER BY attnum"
 )
 
 
 def attributes(catalog: Catalog, oid: int) -> list[Attribute]:
     """Every column of table ``oid`` in the catalog now, dropped ones included."""
     return [
-        Attribute(int(n), str(name), bool(d), bool(h), bool(m), bool(i))
-        for n, name, d, h, m, i in catalog.rows(_ATTRIBUTES, (oid,))
+        Attribute(int(n), str(name), bool(d), bool(h), bool(m), bool(i), bool(g))
+        for n, name, d, h, m, i, g in catalog.rows(_ATTRIBUTES, (oid,))
     ]
 
 

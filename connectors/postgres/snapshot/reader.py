@@ -17,7 +17,7 @@ import psycopg
 from psycopg import sql
 
 from cdc.errors import SourceFatal
-from connectors.postgres.catalog import Catalog, TableInfo
+from connectors.postgres.catalog import Catalog, TableInfo, published_column
 from connectors.postgres.pgoutput import Relation, RelationColumn
 from connectors.postgres.relations import RelationState, build_state
 from connectors.postgres.snapshot.copytext import split_line
@@ -31,7 +31,7 @@ _COLUMNS = sql.SQL(
     " EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = a.attrelid AND i.indisreplident"
     "  AND a.attnum = ANY(i.indkey)), a.attnum"
     " FROM pg_attribute a WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped"
-    " AND a.attgenerated = '' ORDER BY a.attnum"
+    " AND {} ORDER BY a.attnum"
 )
 
 
@@ -72,7 +72,8 @@ def describe(
         chunk_columns: configured chunking columns (``source.snapshot_key_columns``): unique
             and NOT NULL; default the primary key.
     """
-    rows = catalog.rows(_COLUMNS, (info.oid,))
+    # The columns pgoutput publishes on this server, no more: see published_column.
+    rows = catalog.rows(_COLUMNS.format(published_column("a", catalog.server_version)), (info.oid,))
     identity = info.replica_identity
     columns = tuple(
         RelationColumn(_is_key(identity, name, info.primary_key, in_index), name, int(oid), mod)
@@ -139,14 +140,23 @@ def plan(conn: psycopg.Connection[Any], table: SnapshotTable, chunk_rows: int) -
         )
         boundaries = [tuple(str(v) for v in row) for row in conn.execute(query).fetchall()]
         return list(key_chunks(boundaries))
-    pages, estimate = conn.execute(
-        sql.SQL(
-            "SELECT pg_relation_size(c.oid) / current_setting('block_size')::int8,"
-            " c.reltuples::float8 FROM pg_class c WHERE c.oid = %s"
-        ),
-        (table.info.oid,),
-    ).fetchone() or (0, 0.0)
-    return list(page_chunks(int(pages), float(estimate), chunk_rows))
+    sizes = _PARTITION_PAGES if table.info.partitioned else _PAGES
+    pages, estimate = conn.execute(sizes, (table.info.oid,)).fetchone() or (0, 0.0)
+    return list(page_chunks(int(pages or 0), float(estimate or 0.0), chunk_rows))
+
+
+_PAGES = sql.SQL(
+    "SELECT pg_relation_size(c.oid) / current_setting('block_size')::int8,"
+    " c.reltuples::float8 FROM pg_class c WHERE c.oid = %s"
+)
+
+#: A partitioned table has no pages of its own; a ``ctid`` range applies to each partition, so
+#: the ranges must span its largest partition and hold the rows of all of them.
+_PARTITION_PAGES = sql.SQL(
+    "SELECT max(pg_relation_size(t.relid)) / current_setting('block_size')::int8,"
+    " sum(greatest(c.reltuples, 0))::float8 FROM pg_partition_tree(%s) t"
+    " JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf"
+)
 
 
 def chunk_query(
