@@ -29,6 +29,7 @@ from connectors.postgres.catalog import PUBLISHES_GENERATED_MIN_VERSION, Catalog
 #: Row filters and column lists on a publication's tables.
 ROW_FILTER_MIN_VERSION = 150000
 _SCHEMA_PUBLICATION_MIN_VERSION = 150000
+_VIA_ROOT = "publish_via_partition_root"
 
 _EXISTS = sql.SQL("SELECT 1 FROM pg_publication WHERE pubname = %s")
 
@@ -110,7 +111,7 @@ def options_wanted(tables: Sequence[TableInfo], version: int) -> dict[str, str]:
     """The publication options the captured ``tables`` need on ``version``."""
     options = {}
     if any(t.partitioned for t in tables):
-        options["publish_via_partition_root"] = "true"
+        options[_VIA_ROOT] = "true"
     if version >= PUBLISHES_GENERATED_MIN_VERSION and any(t.generated_of("s") for t in tables):
         options["publish_generated_columns"] = "stored"
     return options
@@ -218,7 +219,9 @@ def ensure_publication(
         run_ddl(catalog, statement, f"role {role!r} may not create publication {name!r}")
         logger.info("publication.created", publication=name, tables=[t.name for t in tables])
         return
-    _ensure_options(catalog, name, options, role, logger)
+    via_root = _ensure_options(catalog, name, options, role, logger)
+    if via_root:
+        check_leaves(tables, published, name)
     for spec in chosen:
         if (spec.schema, spec.table) in published:
             continue
@@ -243,24 +246,42 @@ def _current_options(catalog: Catalog, name: str) -> dict[str, str]:
         " FROM pg_publication WHERE pubname = %s"
     ).format(generated)
     [(via_root, stored)] = catalog.rows(query, (name,))
-    return {"publish_via_partition_root": via_root, "publish_generated_columns": stored}
+    return {_VIA_ROOT: via_root, "publish_generated_columns": stored}
+
+
+def check_leaves(
+    tables: Sequence[TableInfo], published: set[tuple[str, str]], publication: str
+) -> None:
+    """Raises SourceFatal: a captured partition whose ancestor the publication holds, while it
+    publishes through the root: the partition's changes arrive as the ancestor's, which is not
+    captured, so they would be skipped without a word."""
+    for table in tables:
+        held = [a for a in table.ancestors if tuple(a.split(".", 1)) in published]
+        if held:
+            raise SourceFatal(
+                f"source.tables names {table.name}, a partition of {held[-1]}, which publication "
+                f"{publication!r} publishes with publish_via_partition_root: its changes arrive "
+                f"as {held[-1]}'s; capture {held[-1]} instead"
+            )
 
 
 def _ensure_options(
     catalog: Catalog, name: str, wanted: Mapping[str, str], role: str, logger: Logger
-) -> None:
+) -> bool:
     """``ALTER PUBLICATION name SET (...)`` for the wanted options it lacks (it must be ours,
-    or a DBA must run it: the error says so)."""
+    or a DBA must run it: the error says so); returns whether it publishes through roots."""
     current = _current_options(catalog, name)
     lacking = {k: v for k, v in wanted.items() if current.get(k) != v}
+    via_root = "true" in (current["publish_via_partition_root"], wanted.get(_VIA_ROOT))
     if not lacking:
-        return
+        return via_root
     statement = sql.SQL("ALTER PUBLICATION {} SET ({})").format(
         sql.Identifier(name), _pairs(lacking)
     )
     problem = f"publication {name!r} lacks {_pairs_text(lacking)} and role {role!r} may not set it"
     run_ddl(catalog, statement, problem)
     logger.info("publication.options_set", publication=name, options=lacking)
+    return via_root
 
 
 def _pairs(options: Mapping[str, str]) -> sql.Composed:

@@ -12,6 +12,7 @@ from connectors.postgres.catalog import TableInfo, published_column
 from connectors.postgres.evolution import Attribute, diff, resnapshot_reasons
 from connectors.postgres.publication import (
     TableSpec,
+    check_leaves,
     check_partitions,
     check_specs,
     create_statement,
@@ -102,3 +103,10 @@ def test_an_added_generated_column_is_re_read() -> None:
         "column 'total' was added as a generated column: existing rows hold a value PostgreSQL "
         "does not log"
     ]
+
+
+def test_a_partition_whose_root_is_published_through_is_refused() -> None:
+    leaf = _info("public.events_eu", ancestors=("public.events",))
+    check_leaves([leaf], {("public", "events_eu"), ("public", "other")}, "p")
+    with pytest.raises(SourceFatal, match=r"arrive as public\.events's; capture public\.events"):
+        check_leaves([leaf], {("public", "events"), ("public", "events_eu")}, "p")
