@@ -231,3 +231,23 @@ def test_the_snapshot_reads_the_root(pg_db: str, tmp_path: Path, keyed: bool) ->
         request = request_snapshot(p.config, snapshot_kit.PIPELINE, "public.events", None)
         p.wait(lambda: request["id"] in (p.snapshot_state().get("finished") or []))
         assert _topic_rows(p, "public.events") == _table_rows(pg_db, "events")
+
+
+def test_truncate_of_the_root_and_of_one_partition(pg_db: str, tmp_path: Path) -> None:
+    """Through the root, pgoutput sends a TRUNCATE only when the statement names the root (or
+    a table above it): a TRUNCATE of one partition alone is not published (14 to 18)."""
+    sql(pg_db, *_EVENTS, "INSERT INTO events VALUES (1, 'eu', 'a'), (2, 'us', 'b')")
+    with harness(pg_db, tmp_path / "log", ["public.events"]) as h:
+        h.open()
+        sql(
+            pg_db,
+            "TRUNCATE events_eu",
+            "INSERT INTO events VALUES (3, 'eu', 'marker')",
+            "TRUNCATE events",
+            "INSERT INTO events VALUES (4, 'us', 'end')",
+        )
+        assert _changes(h.collect(3)) == [
+            ("events", "c", {"id": 3, "region": "eu"}, "marker"),
+            ("events", "t", {}, None),
+            ("events", "c", {"id": 4, "region": "us"}, "end"),
+        ]
