@@ -306,9 +306,7 @@ def verify(
     with _opened_log(pipeline) as log:
         results = verify_pipeline(
             pipeline,
-            # No wait for a missing schema: verify first waits for the sinks to reach the
-            # log's end, and by then every schema they could need is readable.
-            SchemaCatalog(log, pipeline.name, wait_s=0),
+            SchemaCatalog(log, pipeline.name, wait_s=0),  # verify waits for the sinks first
             attempts,
             wait_s,
             limit,

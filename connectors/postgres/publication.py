@@ -222,9 +222,14 @@ def ensure_publication(
     via_root = _ensure_options(catalog, name, options, role, logger)
     if via_root:
         check_leaves(tables, published, name)
+    _add_missing(catalog, name, [s for s in chosen if (s.schema, s.table) not in published], role)
     for spec in chosen:
-        if (spec.schema, spec.table) in published:
-            continue
+        if (spec.schema, spec.table) not in published:
+            logger.info("publication.table_added", publication=name, table=spec.name)
+
+
+def _add_missing(catalog: Catalog, name: str, missing: Sequence[TableSpec], role: str) -> None:
+    for spec in missing:
         statement = sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
             sql.Identifier(name), table_clause(spec)
         )
@@ -232,7 +237,6 @@ def ensure_publication(
             f"table {spec.name} is not in publication {name!r} and role {role!r} may not add it"
         )
         run_ddl(catalog, statement, problem)
-        logger.info("publication.table_added", publication=name, table=spec.name)
 
 
 def _current_options(catalog: Catalog, name: str) -> dict[str, str]:
