@@ -48,6 +48,11 @@ class PostgresSourceConfig(SourceConfig):
             and ``cdc snapshot`` requests instead of logical messages; by default one
             (``<schema>.<pipeline>_cdc_signal``) is used only when the role may not run
             ``pg_logical_emit_message``.
+        slot_failover: create the slot as a failover slot (PostgreSQL 17+), which standbys
+            with ``sync_replication_slots = on`` copy, so the pipeline resumes on a promoted
+            standby; an existing slot without it is altered at start. The primary should name
+            the standbys' physical slots in ``synchronized_standby_slots`` (``cdc doctor`` says
+            what is missing).
     """
 
     type: Literal["postgres"] = "postgres"
@@ -67,6 +72,7 @@ class PostgresSourceConfig(SourceConfig):
     snapshot_chunk_rows: int = Field(default=50_000, ge=1)
     snapshot_key_columns: dict[str, list[str]] = Field(default_factory=dict)
     snapshot_signal_table: str | None = Field(default=None, pattern=SIGNAL_TABLE_PATTERN)
+    slot_failover: bool = False
 
     @field_validator("dsn")
     @classmethod

@@ -17,6 +17,7 @@ from cdc.doctor import Check, failed, passed, warned
 from cdc.errors import SourceError
 from connectors.postgres.catalog import Catalog, Query
 from connectors.postgres.config import PostgresSourceConfig
+from connectors.postgres.doctor_failover import Standby, failover_checks, standby_check
 from connectors.postgres.doctor_tables import TableFacts, publication_checks, table_checks
 
 #: The server versions the source is tested on.
@@ -32,7 +33,8 @@ _SERVER = sql.SQL(
     " current_setting('max_slot_wal_keep_size', true),"
     " (SELECT count(*) FROM pg_replication_slots)::int,"
     " (SELECT count(*) FROM pg_stat_replication)::int,"
-    " current_database()::text, pg_is_in_recovery()"
+    " current_database()::text, pg_is_in_recovery(),"
+    " current_setting('hot_standby_feedback'), current_setting('primary_slot_name')"
 )
 
 _ROLE = sql.SQL(
@@ -70,6 +72,8 @@ class Server:
     senders_used: int
     database: str
     in_recovery: bool
+    hot_standby_feedback: str
+    primary_slot_name: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,10 +137,16 @@ def _checks(
     for facts in tables:
         checks += table_checks(catalog, facts, role.name, config.key_columns.get(facts.name))
     publication = config.publication_name(pipeline_name)
-    may = (role.superuser, role.may_create_in_db)
+    may = (role.superuser, role.may_create_in_db, server.in_recovery)
     checks += publication_checks(catalog, publication, tables, role.name, *may)
     checks += _slot_checks(slot_name, slot, server)
-    return checks if not server.in_recovery else [*checks[:2], _standby(server), *checks[2:]]
+    checks += failover_checks(
+        catalog, slot_name, server.version_num, server.in_recovery, config.slot_failover
+    )
+    if not server.in_recovery:
+        return checks
+    standby = Standby(server.version_num, server.hot_standby_feedback, server.primary_slot_name)
+    return [*checks[:2], standby_check(standby), *checks[2:]]
 
 
 def _statement(catalog: Catalog, query: Query) -> str:
@@ -162,16 +172,6 @@ def _version(server: Server) -> Check:
     if server.version_num > MAX_VERSION:
         return warned("server version", f"{detail}: newer than 18, the last version tested")
     return passed("server version", detail)
-
-
-def _standby(server: Server) -> Check:
-    """Logical decoding on a standby exists from PostgreSQL 16 on (with hot_standby_feedback
-    and a physical slot upstream, so the primary keeps the catalog rows it needs)."""
-    if server.version_num >= 160000:
-        detail = "a standby: decoding here needs hot_standby_feedback = on and a physical slot"
-        return warned("standby", detail, "or point source.dsn at the primary")
-    detail = "a standby: PostgreSQL before 16 decodes changes on the primary only"
-    return failed("standby", detail, "point source.dsn at the primary")
 
 
 def _conf(setting: str, value: str | int, restart: bool = True) -> str:

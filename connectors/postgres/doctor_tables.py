@@ -137,10 +137,12 @@ def publication_checks(
     role: str,
     superuser: bool,
     may_create_in_db: bool,
+    on_standby: bool = False,
 ) -> list[Check]:
     """The publication exists and holds every configured table, or the role can make it so:
     a first start creates it (CREATE on the database and ownership of the tables, or
-    superuser) and adds the tables it lacks (ownership)."""
+    superuser) and adds the tables it lacks (ownership). A standby creates nothing: there it
+    must come from the primary."""
     label = f"publication {name}"
     existing = [t for t in tables if t.exists]
     published = publication_tables(catalog, name)
@@ -152,12 +154,15 @@ def publication_checks(
             sql.SQL(", ").join(sql.Identifier(t.schema, t.table) for t in existing),
         )
         statement = create.as_string(catalog.conn)
+        if on_standby:
+            detail = "does not exist, and a standby cannot create it (read-only)"
+            return [failed(label, detail, f"run on the primary: {statement}")]
         if superuser or (may_create_in_db and all(t.owned for t in existing)):
             return [passed(label, f"does not exist yet: cdc run creates it ({statement})")]
         why = f"does not exist, and role {role} may not create it (it needs CREATE on the database"
         return [failed(label, f"{why} and to own the tables)", f"a DBA must run: {statement}")]
     state = _publication_state(catalog, name)
-    return [state, *_publication_tables(catalog, name, existing, published, superuser)]
+    return [state, *_publication_tables(catalog, name, existing, published, superuser, on_standby)]
 
 
 def _publication_state(catalog: Catalog, name: str) -> Check:
@@ -180,13 +185,14 @@ def _publication_tables(
     tables: Sequence[TableFacts],
     published: set[tuple[str, str]],
     superuser: bool,
+    on_standby: bool = False,
 ) -> list[Check]:
     label = f"publication {name}: tables"
     absent = [t for t in tables if (t.schema, t.table) not in published]
     if not absent:
         return [passed(label, f"holds every table of source.tables ({len(tables)})")]
     names = ", ".join(t.name for t in absent)
-    if superuser or all(t.owned for t in absent):
+    if not on_standby and (superuser or all(t.owned for t in absent)):
         return [passed(label, f"lacks {names}: cdc run adds them")]
     add = sql.SQL(" ").join(
         sql.SQL("ALTER PUBLICATION {} ADD TABLE {};").format(
@@ -194,5 +200,8 @@ def _publication_tables(
         )
         for t in absent
     )
+    if on_standby:
+        detail = f"lacks {names}, and a standby cannot add them (read-only)"
+        return [failed(label, detail, f"run on the primary: {add.as_string(catalog.conn)}")]
     detail = f"lacks {names}, and the role does not own them to add them"
     return [failed(label, detail, f"a DBA must run: {add.as_string(catalog.conn)}")]

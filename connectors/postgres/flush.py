@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from cdc.logging import Logger
 from cdc.positions import carried, require_forward
@@ -119,6 +120,9 @@ class IdleOffers:
         return Lsn(position)
 
 
+_IN_RECOVERY = sql.SQL("SELECT pg_is_in_recovery()")
+
+
 class Heartbeat:
     """Writes a logical message every interval, so an idle slot still advances (with WAL of
     other databases moving on) and the pipeline's lag shows."""
@@ -129,8 +133,20 @@ class Heartbeat:
         self._last = 0.0
 
     def start(self, catalog: Catalog) -> None:
-        """A new session, on ``catalog``: the first beat is one interval away."""
+        """A new session, on ``catalog``: the first beat is one interval away.
+
+        Off on a standby, which cannot write WAL; the primary's own messages (and its other
+        WAL) reach the slot there through replication.
+        """
         self._catalog, self._last = catalog, time.monotonic()
+        if self.interval_s is not None and catalog.rows(_IN_RECOVERY)[0][0]:
+            self.interval_s = None
+            self._logger.warning(
+                "heartbeat.disabled",
+                reason="source.dsn points at a standby, which cannot write the heartbeat "
+                "(pg_logical_emit_message); run it on the primary instead: SELECT "
+                f"pg_logical_emit_message(false, '{self.prefix}', '');",
+            )
 
     def due(self, now: float) -> None:
         """Beat when the interval passed; off for good (every later session too) when the role

@@ -29,6 +29,13 @@ from connectors.postgres.replication import (
     CreatedSlot,
     ReplicationCommandError,
     ReplicationConnection,
+    require_failover_version,
+)
+from connectors.postgres.standby import (
+    FACTS_SQL,
+    FAILOVER_ON_STANDBY,
+    ServerFacts,
+    check_decoding_here,
 )
 
 __all__ = [
@@ -41,6 +48,8 @@ __all__ = [
 #: How long a slot may stay active before we call it taken: a walsender of a process that was
 #: just killed needs a moment to notice its client is gone.
 ACTIVE_SLOT_GRACE_S = 10.0
+
+_log: Logger = structlog.get_logger()
 
 
 class _Unread(Enum):
@@ -63,10 +72,14 @@ def check_slot(
 
     Raises:
         SourceFatal: the slot belongs to another plugin or database, or stays active in another
-            process past the grace period.
+            process past the grace period; on a standby, what decoding there lacks
+            (:func:`connectors.postgres.standby.check_decoding_here`).
     """
     deadline = time.monotonic() + ACTIVE_SLOT_GRACE_S
     state = catalog.slot(slot) if read is UNREAD else read
+    if state is not None:
+        # A slot that exists is checked here; a new one by create_slot before it is made.
+        check_decoding_here(ServerFacts.from_row(catalog.rows(sql.SQL(FACTS_SQL))[0]), False, _log)
     while True:
         if state is None:
             return None
@@ -93,18 +106,88 @@ def slot_in_use(slot: str, pid: int | None) -> SourceFatal:
 
 
 def create_slot(
-    repl: ReplicationConnection, slot: str, logger: Logger, snapshot: str = "nothing"
+    repl: ReplicationConnection,
+    slot: str,
+    logger: Logger,
+    snapshot: str = "nothing",
+    failover: bool = False,
 ) -> CreatedSlot:
-    """Create the slot; the caller decides whether a missing slot may be re-created."""
+    """Create the slot (a failover slot when asked); the caller decides whether a missing slot
+    may be re-created.
+
+    Raises:
+        SourceFatal: the server refused, or cannot make this slot (a failover slot before
+            PostgreSQL 17 or on a standby; a standby that cannot decode).
+    """
+    facts = ServerFacts.from_row(repl.command(FACTS_SQL.encode())[0])
+    check_decoding_here(facts, failover, logger)
+    if failover:
+        require_failover_version(facts.version)
     # The server waits for transactions running now to finish before the slot is consistent:
-    # say so, or a long-running transaction elsewhere looks like a hang.
-    logger.info("slot.creating", slot=slot)
+    # say so, or a long-running transaction elsewhere looks like a hang. On a standby it waits
+    # for the primary's next running-transactions record, which an idle primary never writes.
+    if facts.in_recovery:
+        logger.info(
+            "slot.creating",
+            slot=slot,
+            on_standby=True,
+            note="waits for the primary's next running-transactions record (about every 15 s "
+            "while the primary writes; SELECT pg_log_standby_snapshot(); on the primary "
+            "makes one now)",
+        )
+    else:
+        logger.info("slot.creating", slot=slot, failover=failover)
     try:
-        created = repl.create_slot(slot, "export" if snapshot == "export" else "nothing")
+        created = repl.create_slot(slot, "export" if snapshot == "export" else "nothing", failover)
     except ReplicationCommandError as exc:
         raise SourceFatal(f"cannot create replication slot {slot!r}: {exc}") from exc
     logger.info("slot.created", slot=slot, consistent_point=created.consistent_point)
     return created
+
+
+_FAILOVER = sql.SQL(
+    "SELECT s.failover, current_setting('synchronized_standby_slots'), pg_is_in_recovery()"
+    " FROM pg_replication_slots s WHERE s.slot_name = %s"
+)
+
+
+def ensure_failover(
+    catalog: Catalog, repl: ReplicationConnection, slot: str, wanted: bool, logger: Logger
+) -> None:
+    """With ``source.slot_failover``: make the existing slot a failover slot, and warn when the
+    primary does not wait for a standby before sending (``synchronized_standby_slots``).
+
+    Run before streaming starts (altering a slot needs it inactive).
+
+    Raises:
+        SourceFatal: the server is before PostgreSQL 17, or the slot lives on a standby.
+    """
+    if not wanted:
+        return
+    require_failover_version(repl.server_version)
+    found = catalog.rows(_FAILOVER, (slot,))
+    if not found:
+        return
+    failover, standby_slots, in_recovery = found[0]
+    if in_recovery:
+        raise SourceFatal(FAILOVER_ON_STANDBY)
+    if not failover:
+        try:
+            repl.enable_failover(slot)
+        except ReplicationCommandError as exc:
+            raise SourceFatal(f"cannot make slot {slot!r} a failover slot: {exc}") from exc
+        logger.info("slot.failover_enabled", slot=slot)
+    if not standby_slots:
+        logger.warning("slot.failover_unguarded", slot=slot, reason=UNGUARDED)
+
+
+#: Why ``synchronized_standby_slots`` matters (the start's warning and ``cdc doctor``).
+UNGUARDED = (
+    "synchronized_standby_slots is empty on the primary: the pipeline may receive "
+    "transactions a standby has not received yet, which a promoted standby would not have; "
+    "name the standbys' physical slots there (ALTER SYSTEM SET synchronized_standby_slots = "
+    "'<physical slot>'; SELECT pg_reload_conf();)"
+)
 
 
 def lost_slot(slot: str, stored: Lsn) -> SourceFatal:
@@ -150,7 +233,7 @@ def drop_replication_objects(
             dropped.append(f"slot {slot}")
         publication = config.publication_name(pipeline_name)
         exists = sql.SQL("SELECT 1 FROM pg_publication WHERE pubname = %s")
-        if catalog.rows(exists, (publication,)):
+        if catalog.rows(exists, (publication,)) and not _on_standby(catalog, publication, logger):
             statement = sql.SQL("DROP PUBLICATION {}").format(sql.Identifier(publication))
             _run_ddl(catalog, statement, f"cannot drop publication {publication!r}")
             dropped.append(f"publication {publication}")
@@ -158,6 +241,19 @@ def drop_replication_objects(
         catalog.close()
     logger.info("replication_objects.dropped", dropped=dropped)
     return dropped
+
+
+def _on_standby(catalog: Catalog, publication: str, logger: Logger) -> bool:
+    """Whether the server is a standby, where the publication (the primary's) stays."""
+    if not catalog.rows(sql.SQL("SELECT pg_is_in_recovery()"))[0][0]:
+        return False
+    logger.warning(
+        "publication.kept",
+        publication=publication,
+        reason="source.dsn points at a standby: the publication is the primary's; drop it "
+        "there when no other pipeline uses it",
+    )
+    return True
 
 
 def _released(catalog: Catalog, slot: str, wait_s: float) -> SlotState | None:

@@ -25,6 +25,7 @@ from psycopg import sql
 from cdc.errors import SourceFatal
 from cdc.logging import Logger
 from connectors.postgres.catalog import PUBLISHES_GENERATED_MIN_VERSION, Catalog, Query, TableInfo
+from connectors.postgres.standby import read_only_problem
 
 #: Row filters and column lists on a publication's tables.
 ROW_FILTER_MIN_VERSION = 150000
@@ -353,6 +354,10 @@ def run_ddl(catalog: Catalog, statement: Query, problem: str) -> None:
         raise SourceFatal(f"{problem} ({reason}); a DBA must run: {text};") from exc
     except psycopg.errors.ObjectNotInPrerequisiteState as exc:
         raise SourceFatal(f"{problem}: {exc.diag.message_primary}") from exc
+    except psycopg.errors.ReadOnlySqlTransaction as exc:  # a hot standby: the primary's job
+        raise SourceFatal(
+            read_only_problem(f"cannot run {statement.as_string(catalog.conn)}")
+        ) from exc
     except (psycopg.ProgrammingError, psycopg.NotSupportedError, psycopg.DataError) as exc:
         # A column list or row filter the server refuses (an unknown column, a bad expression).
         text = statement.as_string(catalog.conn)

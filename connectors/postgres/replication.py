@@ -118,16 +118,23 @@ class ReplicationConnection:
         state = result.error_field(pq.DiagnosticField.SQLSTATE)
         raise ReplicationCommandError(" ".join(message.split()), (state or b"").decode())
 
-    def create_slot(self, slot: str, snapshot: SnapshotAction = "nothing") -> CreatedSlot:
-        """``CREATE_REPLICATION_SLOT slot LOGICAL pgoutput`` with the snapshot action, in the
-        syntax of this server's version (see :func:`create_slot_command`).
+    def create_slot(
+        self, slot: str, snapshot: SnapshotAction = "nothing", failover: bool = False
+    ) -> CreatedSlot:
+        """``CREATE_REPLICATION_SLOT slot LOGICAL pgoutput`` with the snapshot action (and
+        ``FAILOVER``), in the syntax of this server's version (see :func:`create_slot_command`).
 
         With ``export``, the snapshot stays valid only while this connection runs no other
         command, so the caller keeps it idle until its snapshot reads are done.
         """
-        rows = self.command(create_slot_command(slot, snapshot, self.server_version))
-        name, point, snapshot_name, _plugin = rows[0]
+        command = create_slot_command(slot, snapshot, self.server_version, failover)
+        name, point, snapshot_name, _plugin = self.command(command)[0]
         return CreatedSlot(name or slot, point or "0/0", snapshot_name)
+
+    def enable_failover(self, slot: str) -> None:
+        """``ALTER_REPLICATION_SLOT slot (FAILOVER true)`` (PostgreSQL 17+)."""
+        require_failover_version(self.server_version)
+        self.command(f"ALTER_REPLICATION_SLOT {quote_ident(slot)} (FAILOVER true)".encode())
 
     def start(self, slot: str, lsn: int, options: dict[str, str]) -> None:
         """``START_REPLICATION SLOT slot LOGICAL lsn (options)``; switches to non-blocking."""
@@ -222,7 +229,26 @@ _LEGACY_SNAPSHOT_KEYWORDS: dict[SnapshotAction, str] = {
 }
 
 
-def create_slot_command(slot: str, snapshot: SnapshotAction, server_version: int) -> bytes:
+#: The first version with failover slots (``FAILOVER``, ``ALTER_REPLICATION_SLOT``).
+FAILOVER_VERSION = 170000
+
+
+def require_failover_version(server_version: int) -> None:
+    """Raise the start error for ``source.slot_failover`` on a server before PostgreSQL 17.
+
+    Raises:
+        SourceFatal: the server has no failover slots.
+    """
+    if server_version < FAILOVER_VERSION:
+        raise SourceFatal(
+            "source.slot_failover needs PostgreSQL 17 or later (failover slots); the server is "
+            f"PostgreSQL {server_version // 10000}: set slot_failover: false, or upgrade"
+        )
+
+
+def create_slot_command(
+    slot: str, snapshot: SnapshotAction, server_version: int, failover: bool = False
+) -> bytes:
     """The ``CREATE_REPLICATION_SLOT`` command for a pgoutput slot on ``server_version``.
 
     Args:
@@ -230,13 +256,22 @@ def create_slot_command(slot: str, snapshot: SnapshotAction, server_version: int
         snapshot: What to do with the slot's snapshot: export it, use it in this transaction,
             or nothing.
         server_version: ``server_version_num``, e.g. 140019 or 170006.
+        failover: create a failover slot, which the standbys' slot sync worker copies
+            (PostgreSQL 17+).
 
     Returns:
-        The command: ``(SNAPSHOT 'export')`` from PostgreSQL 15 on, ``EXPORT_SNAPSHOT`` before.
+        The command: ``(SNAPSHOT 'export')`` from PostgreSQL 15 on, ``EXPORT_SNAPSHOT`` before;
+        ``(SNAPSHOT 'export', FAILOVER true)`` with failover.
+
+    Raises:
+        SourceFatal: failover on a server before PostgreSQL 17.
     """
+    if failover:
+        require_failover_version(server_version)
     command = f"CREATE_REPLICATION_SLOT {quote_ident(slot)} LOGICAL pgoutput "
     if server_version >= PARENTHESISED_OPTIONS_VERSION:
-        command += f"(SNAPSHOT {quote_literal(snapshot)})"
+        options = f"SNAPSHOT {quote_literal(snapshot)}" + (", FAILOVER true" if failover else "")
+        command += f"({options})"
     else:
         command += _LEGACY_SNAPSHOT_KEYWORDS[snapshot]
     return command.encode()

@@ -34,6 +34,7 @@ from connectors.postgres.lifecycle import (
     Unread,
     check_slot,
     create_slot,
+    ensure_failover,
     ensure_publication,
     lost_slot,
     slot_in_use,
@@ -140,6 +141,7 @@ class PostgresSource:
         repl = ReplicationConnection(dsn, redact_url(dsn), self._config.connect_timeout_s)
         try:
             start = self._start_point(repl, state, stored)
+            ensure_failover(catalog, repl, self.slot, self._config.slot_failover, self._logger)
             session = self._start(catalog, repl, start, options)
         except BaseException:
             repl.close()
@@ -237,7 +239,7 @@ class PostgresSource:
                 "re-snapshots them)",
                 stored_lsn=int(stored),
             )
-        created = create_slot(repl, self.slot, self._logger)
+        created = create_slot(repl, self.slot, self._logger, failover=self._config.slot_failover)
         return Lsn.parse(created.consistent_point)
 
     def _resume_point(self, confirmed: Lsn, stored: Lsn | None) -> Lsn:

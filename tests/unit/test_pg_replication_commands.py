@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from cdc.errors import SourceFatal
 from connectors.postgres.replication import create_slot_command
+from connectors.postgres.standby import ServerFacts
 
 
 @pytest.mark.parametrize(
@@ -29,3 +31,25 @@ def test_the_slot_name_is_quoted() -> None:
     assert create_slot_command('a"b', "nothing", 140000).startswith(
         b'CREATE_REPLICATION_SLOT "a""b"'
     )
+
+
+@pytest.mark.parametrize("version", [170006, 180006])
+def test_a_failover_slot_from_postgres_17(version: int) -> None:
+    command = create_slot_command("shop_slot", "export", version, failover=True)
+    expected = (
+        "CREATE_REPLICATION_SLOT \"shop_slot\" LOGICAL pgoutput (SNAPSHOT 'export', FAILOVER true)"
+    )
+    assert command == expected.encode()
+
+
+@pytest.mark.parametrize("version", [140019, 150004, 160010])
+def test_a_failover_slot_before_17_is_an_error_naming_the_versions(version: int) -> None:
+    major = version // 10000
+    with pytest.raises(SourceFatal, match=f"needs PostgreSQL 17 or later.*PostgreSQL {major}"):
+        create_slot_command("shop_slot", "nothing", version, failover=True)
+
+
+def test_server_facts_read_as_text() -> None:
+    facts = ServerFacts.from_row(("true", "160010", "on", "phys"))
+    assert facts == ServerFacts(True, 160010, True, "phys")
+    assert not ServerFacts.from_row(("false", "170006", "off", "")).in_recovery

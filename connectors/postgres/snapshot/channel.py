@@ -23,6 +23,7 @@ from cdc.errors import SourceFatal
 from cdc.events import ChangeEvent, Op
 from connectors.postgres.catalog import EMIT_MESSAGE
 from connectors.postgres.config import PostgresSourceConfig
+from connectors.postgres.standby import read_only_problem
 from snapshots.watermark import parse
 
 WATERMARK = "wm"
@@ -85,6 +86,12 @@ class Channel:
             raise SourceFatal(
                 f"cannot write a snapshot {kind}: {exc.diag.message_primary}"
             ) from exc
+        except (psycopg.errors.ReadOnlySqlTransaction, psycopg.errors.InternalError) as exc:
+            if not in_recovery(conn):
+                raise
+            # A standby writes no WAL, and the snapshot's windows need a mark in the stream.
+            what = f"cannot write a snapshot {kind} (online snapshots write watermarks)"
+            raise SourceFatal(read_only_problem(what)) from exc
         return str(row[0]) if row else ""
 
     def clean(self, conn: psycopg.Connection[Any], payloads: list[str]) -> None:
@@ -124,6 +131,12 @@ def ensure_table(conn: psycopg.Connection[Any], channel: Channel) -> None:
     ).format(sql.Identifier(*channel.table))
     try:
         conn.execute(statement)
+    except psycopg.errors.ReadOnlySqlTransaction as exc:
+        found = conn.execute(sql.SQL("SELECT to_regclass(%s)"), (channel.table_id,)).fetchone()
+        if found and found[0] is not None:
+            return  # created on the primary: the standby has it too
+        what = f"cannot create the snapshot signal table; run: {statement.as_string(conn)}"
+        raise SourceFatal(read_only_problem(what)) from exc
     except psycopg.errors.InsufficientPrivilege as exc:
         row = conn.execute(_EMIT_FUNCTION).fetchone()
         function = row[1] if row else "pg_logical_emit_message(boolean, text, text)"
@@ -132,6 +145,12 @@ def ensure_table(conn: psycopg.Connection[Any], channel: Channel) -> None:
             f"({exc.diag.message_primary}); a DBA must run: {statement.as_string(conn)}; "
             f"and GRANT SELECT, INSERT, DELETE on it (or GRANT EXECUTE ON FUNCTION {function})"
         ) from exc
+
+
+def in_recovery(conn: psycopg.Connection[Any]) -> bool:
+    """Whether ``conn``'s server is a standby (read-only)."""
+    row = conn.execute(sql.SQL("SELECT pg_is_in_recovery()")).fetchone()
+    return bool(row and row[0])
 
 
 def signal_rows(

@@ -126,7 +126,7 @@ def start_exported(
     tables, database = _prepare(config, pipeline, logger, slot_exists, signal_table, options)
     repl = ReplicationConnection(dsn, where, config.connect_timeout_s)
     try:
-        created = create_slot(repl, slot, logger, snapshot="export")
+        created = create_slot(repl, slot, logger, "export", config.slot_failover)
         point = Lsn.parse(created.consistent_point)
         assert created.snapshot_name is not None
         work, tx_id = _plan_all(config, created.snapshot_name, tables, state, point)
