@@ -21,7 +21,16 @@ from connectors.postgres.doctor import doctor
 from connectors.postgres.snapshot.signal import request_snapshot
 from tests.integration.pg_source_kit import harness
 from tests.integration.snapshot_kit import PIPELINE, execute, pipeline, table_state
-from tests.integration.standby_kit import Pair, key_ops, pair_fixture, slots, writes
+from tests.integration.standby_kit import (
+    Pair,
+    key_ops,
+    pair_fixture,
+    primary_and_standby,
+    slots,
+    writes,
+)
+from tests.services.pg_binaries import find_bin_dir
+from tests.services.standby import server_major
 
 SLOT = f"{PIPELINE}_slot"
 
@@ -131,3 +140,20 @@ def _setting(dsn: str) -> str:
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute("SHOW hot_standby_feedback").fetchone()
     return str(row[0]) if row else ""
+
+
+def test_a_standby_before_16_is_refused(tmp_path: Path) -> None:
+    """Before PostgreSQL 16 a standby cannot decode: the start says so, naming the version."""
+    bin_dir = find_bin_dir()
+    if bin_dir is None or server_major(bin_dir) >= 16:
+        pytest.skip("checks the error a standby before PostgreSQL 16 gives; this one is 16+")
+    with primary_and_standby() as pair:
+        execute(pair.primary_dsn, "CREATE TABLE t (id int PRIMARY KEY)")
+        execute(pair.primary_dsn, "CREATE PUBLICATION pgt_pub FOR TABLE t")
+        pair.standby.wait_replayed()
+        with harness(pair.standby_dsn, tmp_path / "log", ["public.t"]) as h:
+            [check] = [c for c in doctor(h.config, "pgt") if c.name == "standby"]
+            assert not check.ok and "before 16" in check.detail
+            with pytest.raises(SourceFatal, match="needs PostgreSQL 16 or later"):
+                h.open()
+            h.close()
