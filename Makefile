@@ -168,7 +168,8 @@ pytest:
 	exit $$rc
 
 ## pytest-pg-versions: the PostgreSQL tests once per version, each on its own server: on
-## PG_FULL_VERSION every test that needs PostgreSQL (marker pg), on PG_CORE_VERSIONS the core set
+## PG_FULL_VERSION every test that needs PostgreSQL (markers pg and pgstandby), on
+## PG_CORE_VERSIONS the core set
 ## (marker pgcore: snapshot under writes, streaming with TOAST and key changes, SIGKILL and
 ## restart, schema change, online re-snapshot, stream_in_progress), plus the standby and
 ## failover tests (marker pgstandby) on PG_STANDBY_VERSIONS. Prints each version's count and time.
@@ -180,7 +181,7 @@ pytest-pg-versions: pgbins
 	for v in $(PG_CORE_VERSIONS) $(PG_FULL_VERSION); do
 	  marker=pgcore
 	  case " $(PG_STANDBY_VERSIONS) " in *" $$v "*) marker="pgcore or pgstandby";; esac
-	  if [ "$$v" = "$(PG_FULL_VERSION)" ]; then marker=pg; fi
+	  if [ "$$v" = "$(PG_FULL_VERSION)" ]; then marker="pg or pgstandby"; fi
 	  echo "==> PostgreSQL $$v: pytest -m '$$marker'"
 	  start=$$SECONDS rc=0
 	  CDC_TEST_PG_VERSION=$$v $(PYTHON) -m pytest -q -p no:cacheprovider --import-mode=importlib \

@@ -27,6 +27,9 @@ from tests.integration.snapshot_kit import PIPELINE, execute, pipeline, table_st
 from tests.integration.standby_kit import Pair, key_ops, primary_and_standby, require_major, writes
 from tests.services.standby import require_synchronized_standby
 
+#: A primary and a standby: CI runs these on 17 and 18 (make pytest-pg-versions).
+pytestmark = pytest.mark.pgstandby
+
 SLOT = f"{PIPELINE}_slot"
 
 

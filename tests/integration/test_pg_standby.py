@@ -32,6 +32,9 @@ from tests.integration.standby_kit import (
 from tests.services.pg_binaries import find_bin_dir
 from tests.services.standby import server_major
 
+#: A primary and a standby: CI runs these on 17 and 18 (make pytest-pg-versions).
+pytestmark = pytest.mark.pgstandby
+
 SLOT = f"{PIPELINE}_slot"
 
 
