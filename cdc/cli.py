@@ -6,6 +6,7 @@ Exit codes: 0 success, 1 runtime failure, 2 usage or config error.
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 import orjson
@@ -20,6 +21,9 @@ from cdc.cli_support import runtime_errors as _runtime_errors
 from cdc.config import Pipeline, parse_listen
 from cdc.errors import ConfigError
 from cdc.logging import configure
+
+if TYPE_CHECKING:
+    from cdc.verify import TableComparison
 
 
 @click.group()
@@ -278,7 +282,8 @@ def drop(file: str, yes: bool) -> None:
     type=click.FloatRange(min=0),
     default=0.0,
     metavar="S",
-    help="Give lagging sinks up to S seconds to reach the log's end before comparing.",
+    help="Give lagging sinks up to S seconds to reach the log's end before comparing (and a "
+    "table's first schema as long to be published).",
 )
 @click.option("--sink", "sink_names", multiple=True, help="Only this sink (repeatable).")
 @click.option("--table", "table_names", multiple=True, help="Only this table (repeatable).")
@@ -306,7 +311,8 @@ def verify(
     with _opened_log(pipeline) as log:
         results = verify_pipeline(
             pipeline,
-            SchemaCatalog(log, pipeline.name, wait_s=0),  # verify waits for the sinks first
+            # A table's first schema is waited for as long as the sinks are (--wait).
+            SchemaCatalog(log, pipeline.name, wait_s=wait_for_sinks_s),
             attempts,
             wait_s,
             limit,
@@ -315,13 +321,17 @@ def verify(
             sinks=sink_names,
             tables=table_names,
         )
+    _print_verify(results, as_json)
+    sys.exit(0 if all(r.ok for r in results) else EXIT_RUNTIME)
+
+
+def _print_verify(results: list[TableComparison], as_json: bool) -> None:
     if as_json:
         _emit_json([r.to_json() for r in results])
     else:
         from cdc.verify_report import print_verify
 
         print_verify(results)
-    sys.exit(0 if all(r.ok for r in results) else EXIT_RUNTIME)
 
 
 def _check_names(pipeline: Pipeline, sinks: tuple[str, ...], tables: tuple[str, ...]) -> None:

@@ -42,20 +42,17 @@ class SchemaCatalog:
         deadline = time.monotonic() + (0.0 if name in self._waited else self._wait_s)
         while True:
             with self._lock:
-                published = self._refresh()
+                self._refresh()
                 found = self._schemas.get(name)
-            # No schema topic at all: nothing was ever published, so there is nothing to wait
-            # for (a source creates the topic before it writes its first change).
-            if found is not None or not published or time.monotonic() >= deadline:
+            if found is not None or time.monotonic() >= deadline:
                 if found is None:
                     self._waited.add(name)
                 return found
             time.sleep(0.05)
 
-    def _refresh(self) -> bool:
-        """Read what is new on the schema topic; ``False`` if the topic does not exist yet."""
+    def _refresh(self) -> None:
         if not self._next and not self._topic_exists():
-            return False  # a pipeline just started has not created its schema topic yet
+            return  # a pipeline just started has not created its schema topic yet
         for partition, end in self._log.end_offsets(self._topic).items():
             offset = self._next.get(partition, 0)
             while offset < end:
@@ -68,7 +65,6 @@ class SchemaCatalog:
                         self._schemas[(parsed.schema, parsed.table)] = parsed
                 offset = records[-1].offset + 1
             self._next[partition] = offset
-        return True
 
     def _topic_exists(self) -> bool:
         return any(info.name == self._topic for info in self._log.topics())

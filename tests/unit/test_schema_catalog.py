@@ -35,18 +35,3 @@ def test_a_missing_schema_is_waited_for_once_then_found_when_published(
         schema = TableSchema("postgresql", "public", "t", columns, 1)
         append(log, [schema_record("p", schema)])
         assert catalog.get("public", "t") == schema  # published later: found
-
-
-def test_without_a_schema_topic_nothing_is_waited_for_and_a_later_schema_is_found(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    slept: list[float] = []
-    monkeypatch.setattr(time, "sleep", slept.append)
-    with EmbeddedLog(tmp_path / "log") as log:
-        catalog = SchemaCatalog(log, "p", wait_s=30.0)
-        assert catalog.get("public", "t") is None  # no topic: nothing was ever published
-        assert slept == []
-        log.ensure_topics(["p.__schemas"])
-        schema = TableSchema("postgresql", "public", "t", (Column("id", "bigint", key=True),), 1)
-        append(log, [schema_record("p", schema)])
-        assert catalog.get("public", "t") == schema
