@@ -312,11 +312,19 @@ def test_postgres_to_kafka_survives_a_sigkill(
     run = start_run(pipeline, tmp_path, env)
     try:
         wait_for(lambda: "source.opened" in (tmp_path / "run.log").read_text(), timeout=60)
-        writer = threading.Thread(target=_workload, args=(pg_db, time.monotonic() + 6, 11))
+        # The workload runs until the kill is done (a loaded machine starts a Kafka producer
+        # slowly: a fixed few seconds of writes could end before the run is mid-work).
+        done = threading.Event()
+        writer = threading.Thread(target=_workload, args=(pg_db, time.monotonic() + 90, 11, done))
         writer.start()
         topic = f"{name}.public.accounts"
         kill_mid_workload(run, writer, pipeline, topic, tmp_path, env)
+        time.sleep(1)  # writes while it is down
         run = start_run(pipeline, tmp_path, env)
+        opened = lambda: (tmp_path / "run.log").read_text().count("source.opened")  # noqa: E731
+        wait_for(lambda: opened() >= 2, timeout=60, process=run)  # the log is appended to
+        time.sleep(1)  # and some after the restart
+        done.set()
         writer.join()
         expected = _table(pg_db)
         wait_for(

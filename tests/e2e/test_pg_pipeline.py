@@ -37,10 +37,11 @@ def _pipeline(tmp_path: Path) -> Path:
     return path
 
 
-def _workload(dsn: str, stop_at: float, seed: int) -> None:
+def _workload(dsn: str, stop_at: float, seed: int, stop: threading.Event | None = None) -> None:
+    """Random changes to ``accounts`` until ``stop_at`` or, sooner, until ``stop`` is set."""
     rng = random.Random(seed)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        while time.monotonic() < stop_at:
+        while time.monotonic() < stop_at and not (stop is not None and stop.is_set()):
             with conn.transaction():
                 for _ in range(rng.randint(1, 20)):
                     key = rng.randint(1, 300)

@@ -288,6 +288,9 @@ def test_a_sink_never_waits_on_the_control_topic(log: EmbeddedLog) -> None:
     thread.join(5)
     assert not thread.is_alive() and time.monotonic() - started < 2  # and stops at once
     release.set()
+    # The watcher ends too before the fixture closes the log: a thread still reading a log
+    # while it closes every thread's connection crashed the interpreter (CI, once).
+    control.join(5)
 
 
 def test_a_control_write_that_always_fails_is_dropped_not_retried_forever(
