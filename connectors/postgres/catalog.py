@@ -287,6 +287,10 @@ class Catalog:
         """Add the catalog rows of ``oids`` (and the types they build on) to ``registry``."""
         registry.add_rows(self.rows(sql.SQL(TYPE_QUERY), (list(oids),)))
 
+    def in_recovery(self) -> bool:
+        """Whether the server is a standby (read-only: it cannot write WAL or DDL)."""
+        return bool(self.rows(sql.SQL("SELECT pg_is_in_recovery()"))[0][0])
+
     def database(self) -> str:
         """The name of the connected database."""
         return str(self.rows(sql.SQL("SELECT current_database()::text"))[0][0])

@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from cdc.logging import Logger
 from cdc.positions import carried, require_forward
@@ -120,9 +119,6 @@ class IdleOffers:
         return Lsn(position)
 
 
-_IN_RECOVERY = sql.SQL("SELECT pg_is_in_recovery()")
-
-
 class Heartbeat:
     """Writes a logical message every interval, so an idle slot still advances (with WAL of
     other databases moving on) and the pipeline's lag shows."""
@@ -139,7 +135,7 @@ class Heartbeat:
         WAL) reach the slot there through replication.
         """
         self._catalog, self._last = catalog, time.monotonic()
-        if self.interval_s is not None and catalog.rows(_IN_RECOVERY)[0][0]:
+        if self.interval_s is not None and catalog.in_recovery():
             self.interval_s = None
             self._logger.warning(
                 "heartbeat.disabled",

@@ -245,7 +245,7 @@ def drop_replication_objects(
 
 def _on_standby(catalog: Catalog, publication: str, logger: Logger) -> bool:
     """Whether the server is a standby, where the publication (the primary's) stays."""
-    if not catalog.rows(sql.SQL("SELECT pg_is_in_recovery()"))[0][0]:
+    if not catalog.in_recovery():
         return False
     logger.warning(
         "publication.kept",
