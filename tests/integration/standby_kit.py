@@ -58,7 +58,9 @@ def require_major(major: int, feature: str) -> None:
         if in_ci():
             pytest.fail(str(exc), pytrace=False)
         pytest.skip(str(exc))
-    if bin_dir is None:
+    if bin_dir is None:  # a server given by address or a container: no standby to make
+        if in_ci():
+            pytest.fail("no PostgreSQL server binaries here for a standby", pytrace=False)
         pytest.skip("no PostgreSQL server binaries here")
     found = server_major(bin_dir)
     if found < major:
