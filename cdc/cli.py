@@ -91,6 +91,7 @@ def run(
     metrics_listen: str | None = None,
 ) -> None:
     """Run the pipeline until SIGINT or SIGTERM, then stop cleanly."""
+    from cdc.runtime.fingerprints import TransformsChanged
     from cdc.runtime.pipeline import run_until_signalled
 
     pipeline = _with_metrics_listen(_load(file), metrics_listen)
@@ -102,8 +103,13 @@ def run(
             code = run_until_signalled(
                 pipeline, role, list(sink_names) or None, accept_envelope_change
             )
-        except ConfigError as exc:  # the log's stored envelope encoding is not the file's
-            click.echo(f"{file}: the log was written under another envelope encoding", err=True)
+        except ConfigError as exc:  # the log was written under another encoding or transforms
+            what = (
+                "other transforms or table filters"
+                if isinstance(exc, TransformsChanged)
+                else "another envelope encoding"
+            )
+            click.echo(f"{file}: the log was written under {what}", err=True)
             for where, message in exc.problems:
                 click.echo(f"  {where or '(file)'}: {message}", err=True)
             sys.exit(EXIT_CONFIG)

@@ -14,12 +14,25 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
-from cdc import plugins
+from cdc import filters, plugins
 from cdc.envelope_options import EnvelopeOptions
 from cdc.errors import ConfigError, PluginNotFound
+from cdc.filters import TableEntry
+from cdc.masks import MIN_KEY_LENGTH
 from cdc.redact import redact
+from cdc.transforms.base import TransformConfig
+from cdc.transforms.chain import TransformChain, build_chain
 
 NAME_PATTERN = r"^[a-z][a-z0-9_]*$"
 # A ``${`` that does not start a whole reference matches the second branch: it is an error, not
@@ -33,22 +46,68 @@ class StrictModel(BaseModel):
 
 
 class SourceConfig(StrictModel):
-    """Fields every source shares; a plugin's model extends it."""
+    """Fields every source shares; a plugin's model extends it.
+
+    ``tables`` holds each captured table as a :class:`~cdc.filters.TableEntry` (a plain name in
+    the file becomes one with no filters); :attr:`table_names` lists their names, in order.
+    ``mask_key`` keys the hash masks (a secret: never logged, never stored).
+    """
 
     type: str
-    tables: list[str] = Field(min_length=1)
+    tables: list[TableEntry] = Field(min_length=1)
     snapshot: Literal["initial", "never", "always", "when_needed"] = "initial"
+    mask_key: SecretStr | None = Field(default=None, validate_default=True)
+
+    @field_validator("tables", mode="before")
+    @classmethod
+    def _entries(cls, tables: Any) -> Any:
+        if not isinstance(tables, list):
+            return tables
+        for table in tables:
+            if isinstance(table, str):
+                TableEntry.check_name(table)  # reported under source.tables, as it is written
+        return [filters.entry(t) for t in tables]
 
     @field_validator("tables")
     @classmethod
-    def _qualified(cls, tables: list[str]) -> list[str]:
-        for table in tables:
-            parts = table.split(".")
-            if len(parts) != 2 or not all(parts):
-                raise ValueError(f"{table!r} must be qualified as schema.table (or db.collection)")
-        if len(set(tables)) != len(tables):
+    def _distinct(cls, tables: list[TableEntry]) -> list[TableEntry]:
+        names = [t.name for t in tables]
+        if len(set(names)) != len(names):
             raise ValueError("tables are listed more than once")
         return tables
+
+    @field_validator("mask_key")
+    @classmethod
+    def _key_for_hashes(cls, key: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        hashed = [
+            f"{t.name}.{column}"
+            for t in info.data.get("tables") or []
+            for column, spec in t.mask.items()
+            if spec.type == "hash"
+        ]
+        if key is None and hashed:
+            raise ValueError(
+                f"is required by the hash masks of {', '.join(hashed)} (a secret: give it as "
+                "${CDC_MASK_KEY}, e.g. from `openssl rand -hex 32`)"
+            )
+        if key is not None and len(key.get_secret_value()) < MIN_KEY_LENGTH:
+            raise ValueError(
+                f"must be at least {MIN_KEY_LENGTH} characters: a short key can be guessed"
+            )
+        return key
+
+    @property
+    def table_names(self) -> list[str]:
+        """``schema.table`` (or ``db.collection``) of every captured table, in order."""
+        return [t.name for t in self.tables]
+
+    def table_entry(self, name: str) -> TableEntry:
+        """The entry of table ``name`` (a plain one if it is not captured)."""
+        return next((t for t in self.tables if t.name == name), TableEntry(name=name))
+
+    def mask_key_bytes(self) -> bytes | None:
+        """The hash masks' key, as HMAC takes it."""
+        return None if self.mask_key is None else self.mask_key.get_secret_value().encode()
 
 
 class SinkConfig(StrictModel):
@@ -133,6 +192,10 @@ class PipelineFile(StrictModel):
     bad_records: Literal["fail", "dead_letter"] = "fail"
     envelope: EnvelopeOptions = Field(default_factory=lambda: EnvelopeOptions.model_validate({}))
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    transforms: list[dict[str, Any]] = Field(default_factory=list)
+    # What a start does when the log was written under other transforms or table filters
+    # (cdc.runtime.fingerprints).
+    on_transform_change: Literal["resnapshot", "continue", "fail"] = "fail"
 
 
 class Pipeline(BaseModel):
@@ -143,7 +206,9 @@ class Pipeline(BaseModel):
     file: PipelineFile
     source: SourceConfig
     sinks: list[SinkConfig]
+    transforms: list[TransformConfig] = Field(default_factory=list)
     path: Path | None = None
+    _chain: TransformChain | None = PrivateAttr(default=None)
 
     @property
     def name(self) -> str:
@@ -180,10 +245,28 @@ class Pipeline(BaseModel):
         return self.log_path()
 
     def source_tables(self) -> list[tuple[str, str]]:
-        return [_split(t) for t in self.source.tables]
+        return [_split(t) for t in self.source.table_names]
+
+    def chain(self) -> TransformChain:
+        """The pipeline's transforms, built once."""
+        if self._chain is None:
+            self._chain = build_chain(self.transforms, self.name, self.source.table_names)
+        return self._chain
+
+    def output_tables(self) -> list[str]:
+        """``schema.table`` of every table with a topic: the source's tables after the
+        transforms routed them (two tables merged into one are one), in order."""
+        chain = self.chain()
+        return list(dict.fromkeys(chain.table(t) for t in self.source.table_names))
+
+    def routed_from(self, table: str) -> list[str]:
+        """The source tables whose events reach ``table``'s topic."""
+        chain = self.chain()
+        return [t for t in self.source.table_names if chain.table(t) == table]
 
     def sink_tables(self, sink: SinkConfig) -> list[tuple[str, str]]:
-        return [_split(t) for t in (sink.tables or self.source.tables)]
+        """The tables (topics) ``sink`` consumes: its ``tables``, else every output table."""
+        return [_split(t) for t in (sink.tables or self.output_tables())]
 
     def sink(self, name: str) -> SinkConfig:
         for sink in self.sinks:
@@ -330,30 +413,85 @@ def parse(text: str, env: dict[str, str] | None = None, path: Path | None = None
         problems.extend(sub)
         if sink is not None:
             sinks.append(sink)
-    problems.extend(_cross_checks(source, sinks))
+    transforms, sub = _transforms(expanded.get("transforms"))
+    problems.extend(sub)
+    chain = _built_chain(transforms, expanded, source, problems)
+    problems.extend(_cross_checks(source, sinks, chain))
     problems = list(dict.fromkeys(problems))  # one mistake can surface in two layers
     # A value that could not be expanded fails its plugin's checks too; that says nothing new.
     bad_values = {where for where, _ in unexpanded}
     problems = [p for p in problems if p in unexpanded or p[0] not in bad_values]
     if problems or core is None or source is None:
         raise ConfigError(problems or [("", "invalid pipeline file")])
-    return Pipeline(file=core, source=source, sinks=sinks, path=path)
+    return Pipeline(file=core, source=source, sinks=sinks, transforms=transforms, path=path)
 
 
-def _cross_checks(source: SourceConfig | None, sinks: list[SinkConfig]) -> list[tuple[str, str]]:
+def _transforms(raw: Any) -> tuple[list[TransformConfig], list[tuple[str, str]]]:
+    """Each ``transforms`` item validated by its plugin's model."""
+    configs: list[TransformConfig] = []
+    problems: list[tuple[str, str]] = []
+    for index, section in enumerate(raw if isinstance(raw, list) else []):
+        config, sub = _plugin_section(
+            plugins.TRANSFORM_GROUP, section, TransformConfig, ("transforms", index)
+        )
+        problems.extend(sub)
+        if config is not None:
+            configs.append(config)
+    return configs, problems
+
+
+def _built_chain(
+    transforms: list[TransformConfig],
+    expanded: dict[str, Any],
+    source: SourceConfig | None,
+    problems: list[tuple[str, str]],
+) -> TransformChain | None:
+    """The transforms built as a run builds them (``None`` if the file's problems prevent it);
+    a plugin that refuses its settings adds a problem under ``transforms``."""
+    raw = expanded.get("transforms")
+    if source is None or len(transforms) != len(raw if isinstance(raw, list) else []):
+        return None
+    name = expanded.get("name")
+    try:
+        return build_chain(transforms, name if isinstance(name, str) else "", source.table_names)
+    except (ValueError, PluginNotFound) as exc:
+        problems.append(("transforms", str(exc)))
+        return None
+
+
+def _cross_checks(
+    source: SourceConfig | None, sinks: list[SinkConfig], chain: TransformChain | None
+) -> list[tuple[str, str]]:
     problems: list[tuple[str, str]] = []
     seen: set[str] = set()
+    outputs = _outputs(source, chain)
     for index, sink in enumerate(sinks):
         if sink.name in seen:
             problems.append((f"sinks[{index}].name", f"sink name {sink.name!r} is used twice"))
         seen.add(sink.name)
         if source is not None and sink.tables:
             for t_index, table in enumerate(sink.tables):
-                if table not in source.tables:
-                    problems.append(
-                        (f"sinks[{index}].tables[{t_index}]", f"{table!r} is not a source table")
-                    )
+                problem = _sink_table_problem(table, source, outputs)
+                if problem is not None:
+                    problems.append((f"sinks[{index}].tables[{t_index}]", problem))
     return problems
+
+
+def _outputs(source: SourceConfig | None, chain: TransformChain | None) -> dict[str, str]:
+    """Each source table's output table (itself unless a transform routes it)."""
+    if source is None:
+        return {}
+    return {t: (chain.table(t) if chain is not None else t) for t in source.table_names}
+
+
+def _sink_table_problem(table: str, source: SourceConfig, outputs: dict[str, str]) -> str | None:
+    if table in outputs.values():
+        return None
+    if table in outputs:
+        return f"{table!r} is routed to {outputs[table]!r} by the transforms: name that table"
+    if table in source.table_names:
+        return None
+    return f"{table!r} is not a source table"
 
 
 def load(path: str | Path, env: dict[str, str] | None = None) -> Pipeline:

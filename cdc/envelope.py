@@ -237,8 +237,7 @@ def to_records(
     if encoded is not None and encoded[0] == pipeline:
         ts = now_ms if now_ms is not None else int(time.time() * 1000)
         return [Record(encoded[1], encoded[2], finish(encoded[3], ts, encoded[4]))]
-    src = event.source
-    topic = topic_name(pipeline, src.schema, src.table)
+    topic = topic_name(pipeline, *event.topic_table)
     schemas = schemas_of(event, topic, options)
     key = encode_key(event.key)
     if schemas is not None:

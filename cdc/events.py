@@ -90,6 +90,8 @@ class ChangeEvent:
     (``provide.transaction.metadata``), filled by the runtime; ``connect`` the table's cached
     Connect schemas (:class:`cdc.connect_schema.TableSchemas`) for ``schemas.enable``, from the
     source, which knows the column types (``None``: inferred from the values).
+    ``destination`` is the ``(schema, table)`` whose topic the event goes to when a transform
+    routed it elsewhere (``None``: its own table's, :attr:`topic_table`).
     """
 
     op: Op
@@ -101,11 +103,18 @@ class ChangeEvent:
     fields: dict[str, Any] | None = None
     transaction: dict[str, Any] | None = None
     connect: TableSchemas | None = None
+    destination: tuple[str, str] | None = None
 
     @property
     def table_id(self) -> str:
         """``schema.table`` of the changed table."""
         return f"{self.source.schema}.{self.source.table}"
+
+    @property
+    def topic_table(self) -> tuple[str, str]:
+        """``(schema, table)`` of the topic the event goes to."""
+        destination = self.destination
+        return destination if destination is not None else (self.source.schema, self.source.table)
 
 
 def topic_name(pipeline: str, schema: str, table: str) -> str:

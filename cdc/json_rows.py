@@ -43,6 +43,11 @@ class EncodedRow(Mapping[str, Any]):
         row._values = values
         return row
 
+    @property
+    def raw(self) -> Any:
+        """What the row's values are decoded from (``None`` for :meth:`of` rows)."""
+        return self._raw
+
     def values_dict(self) -> Row:
         """The row's values (decoded once)."""
         values = self._values
@@ -61,6 +66,32 @@ class EncodedRow(Mapping[str, Any]):
 
     def __repr__(self) -> str:
         return f"EncodedRow({self.json!r})"
+
+
+#: Edits a row's values: the row dict in, the edited row dict out (a transform's work).
+RowEdit = Callable[[dict[str, Any]], dict[str, Any]]
+#: A connector's way to edit one of its rows, keeping the row in its own form.
+RowEditor = Callable[[Mapping[str, Any], RowEdit], Mapping[str, Any]]
+_EDITORS: dict[str, RowEditor] = {}
+
+
+def register_row_editor(connector: str, editor: RowEditor) -> None:
+    """Say how ``connector``'s rows are edited (at the connector's import). A connector whose
+    rows are not JSON objects of their values needs one: MongoDB's are documents written as
+    Extended JSON text, which must stay such text when a transform renames or adds a field."""
+    _EDITORS[connector] = editor
+
+
+def edit_row(row: Mapping[str, Any] | None, connector: str, edit: RowEdit) -> Any:
+    """``row`` with ``edit`` applied to its values, in the connector's form (``None`` stays
+    ``None``); a row the source wrote already (:class:`EncodedRow`) is decoded first."""
+    if row is None:
+        return None
+    editor = _EDITORS.get(connector)
+    if editor is not None:
+        return editor(row, edit)
+    values = row.values_dict() if isinstance(row, EncodedRow) else row
+    return edit(dict(values))
 
 
 def _no_decode(raw: Any) -> Row:

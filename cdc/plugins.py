@@ -1,7 +1,7 @@
 """Find source and sink plugins through entry points, loaded when first named.
 
 ``cdc`` imports none of ``connectors``, ``sinks`` or ``snapshots``: a third-party sink is a pip
-package that declares a ``cdc.sinks`` entry point.
+package that declares a ``cdc.sinks`` entry point (a transform: ``cdc.transforms``).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from cdc.errors import PluginNotFound
 
 SOURCE_GROUP = "cdc.sources"
 SINK_GROUP = "cdc.sinks"
+TRANSFORM_GROUP = "cdc.transforms"
+_KINDS = {SOURCE_GROUP: "source", SINK_GROUP: "sink", TRANSFORM_GROUP: "transform"}
 
 
 @cache
@@ -27,6 +29,6 @@ def load(group: str, name: str) -> Any:
     """The plugin object that entry point ``name`` of ``group`` names."""
     for ep in entry_points(group=group, name=name):
         return ep.load()
-    kind = "source" if group == SOURCE_GROUP else "sink"
+    kind = _KINDS.get(group, group)
     known = ", ".join(available(group)) or "none"
     raise PluginNotFound(f"unknown {kind} type {name!r} (installed: {known})")

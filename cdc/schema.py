@@ -106,6 +106,33 @@ def dead_letter_topic(pipeline: str) -> str:
     return f"{pipeline}.__dlq"
 
 
-def schema_record(pipeline: str, schema: TableSchema) -> Record:
+def schema_record(pipeline: str, schema: TableSchema, transformed: bool = False) -> Record:
+    """The record publishing ``schema`` to sinks; ``transformed``: the shape the pipeline's
+    transforms gave the table, not the source's own (which :func:`source_shape_record` keeps)."""
     key = orjson.dumps({"schema": schema.schema, "table": schema.table})
+    value = schema.to_json()
+    if transformed:
+        value["transformed"] = True
+    return Record(topic=schema_topic(pipeline), key=key, value=orjson.dumps(value))
+
+
+#: The key kind of a source table's own shape, kept beside a transformed one: the source
+#: compares a table's next shape with it (``schema.changed``), sinks never read it.
+SOURCE_SHAPE = "source_shape"
+
+
+def source_shape_record(pipeline: str, schema: TableSchema) -> Record:
+    """The record keeping ``schema`` as the source saw it, where transforms changed it."""
+    key = orjson.dumps({"kind": SOURCE_SHAPE, "schema": schema.schema, "table": schema.table})
     return Record(topic=schema_topic(pipeline), key=key, value=orjson.dumps(schema.to_json()))
+
+
+def is_table_schema_key(key: bytes | dict[str, Any] | None) -> bool:
+    """Whether a schema-topic key (raw or parsed) is a table's published schema: not the
+    stored encoding's nor a source shape's (both carry a ``kind``)."""
+    if isinstance(key, bytes | bytearray):
+        try:
+            key = orjson.loads(key)
+        except orjson.JSONDecodeError:
+            return False
+    return isinstance(key, dict) and "kind" not in key

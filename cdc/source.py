@@ -18,6 +18,7 @@ from cdc.envelope_options import EnvelopeOptions
 from cdc.events import ChangeEvent
 from cdc.log.base import Log, Record
 from cdc.schema import TableSchema
+from cdc.transforms.chain import EMPTY, TransformChain
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +65,17 @@ class SourceBatch:
 
 @dataclass(frozen=True)
 class SourceContext:
-    """What the runtime gives a source when building it."""
+    """What the runtime gives a source when building it.
+
+    Attributes:
+        transforms: the pipeline's transforms. The runtime applies them to a batch's
+            ``events`` and ``schemas``; a source that writes ``records`` itself (a snapshot's
+            rows) runs those rows through :meth:`TransformChain.apply` first, and a source that
+            pre-encodes events (:attr:`ChangeEvent.encoded`) does not while there are any.
+        resnapshot: ``schema.table`` of the tables to re-read while streaming at this start,
+            because the transforms or their filters changed (``on_transform_change:
+            resnapshot``).
+    """
 
     pipeline: str
     log: Log
@@ -72,6 +83,8 @@ class SourceContext:
     on_bad_record: str = "fail"  # "fail" | "dead_letter"
     snapshot_mode: str = "initial"
     envelope: EnvelopeOptions = field(default_factory=lambda: EnvelopeOptions.model_validate({}))
+    transforms: TransformChain = EMPTY
+    resnapshot: tuple[str, ...] = ()
 
 
 class Source(Protocol):

@@ -26,6 +26,7 @@ from cdc.log.encoding import ensure_encoding
 from cdc.log.factory import open_log
 from cdc.logging import Logger, get_logger
 from cdc.metrics import SinkObserver, Telemetry
+from cdc.runtime import fingerprints
 from cdc.runtime.control_watcher import ControlWatcher
 from cdc.runtime.lag import LagClock
 from cdc.runtime.preflight import SinkCannotStart, check_sinks, is_first_start
@@ -85,7 +86,9 @@ class PipelineRun:
         return not any(t.is_alive() for t in self.threads)
 
 
-def build_source(pipeline: Pipeline, log: Log, logger: Logger) -> Callable[[], Source]:
+def build_source(
+    pipeline: Pipeline, log: Log, logger: Logger, resnapshot: tuple[str, ...] = ()
+) -> Callable[[], Source]:
     plugin = plugins.load(plugins.SOURCE_GROUP, pipeline.source.type)
     context = SourceContext(
         pipeline=pipeline.name,
@@ -94,6 +97,8 @@ def build_source(pipeline: Pipeline, log: Log, logger: Logger) -> Callable[[], S
         on_bad_record=pipeline.file.bad_records,
         snapshot_mode=pipeline.source.snapshot,
         envelope=pipeline.envelope,
+        transforms=pipeline.chain(),
+        resnapshot=resnapshot,
     )
 
     def factory() -> Source:
@@ -149,10 +154,17 @@ def start(
     base = get_logger(pipeline=pipeline.name)
     run = _opened(pipeline, accept_envelope_change, base)
     log = run.log
+    filters = fingerprints.StartPlan({})
+    if role in ("all", "source"):
+        try:
+            filters = fingerprints.plan(pipeline, log.source_offsets(), base)
+        except BaseException:
+            log.close()
+            raise
     if role == "all" and not _sinks_can_start(run, base):
         return run  # failed before the source created anything (cdc.runtime.preflight)
     if role in ("all", "source"):
-        _start_source(run, base)
+        _start_source(run, base, filters)
     if role in ("all", "sinks"):
         _start_sinks(run, base, sinks)
     if run.telemetry is not None:
@@ -205,14 +217,14 @@ def _sample(run: PipelineRun, telemetry: Telemetry) -> None:
     telemetry.sample(run.log, probe, sinks)
 
 
-def _start_source(run: PipelineRun, base: Logger) -> None:
+def _start_source(run: PipelineRun, base: Logger, filters: fingerprints.StartPlan) -> None:
     pipeline, log = run.pipeline, run.log
     logger = base.bind(source=pipeline.source.type)
     lag = LagClock()
     run.source_task = SourceTask(
         pipeline.name,
         log,
-        build_source(pipeline, log, logger),
+        build_source(pipeline, log, logger, filters.resnapshot),
         run.stop_event,
         logger,
         bad_records=pipeline.file.bad_records,
@@ -220,6 +232,9 @@ def _start_source(run: PipelineRun, base: Logger) -> None:
         envelope_options=pipeline.envelope,
         observer=None if run.telemetry is None else run.telemetry.source(lag),
         lag=lag,
+        transforms=pipeline.chain(),
+        table_ops={t.name: frozenset(t.ops) for t in pipeline.source.tables if t.ops},
+        stored_with_first_commit={fingerprints.OFFSET_KEY: filters.store},
     )
     _spawn(run, "source", run.source_task.run)
 

@@ -14,15 +14,25 @@ import orjson
 
 from cdc.log.base import Log
 from cdc.log.encoding import is_encoding_key
-from cdc.schema import TableSchema, schema_topic
+from cdc.schema import TableSchema, is_table_schema_key, schema_topic
 
 
 class SchemaCatalog:
-    """Latest schema per ``(schema, table)``, refreshed from the schema topic on demand."""
+    """Latest schema per ``(schema, table)``, refreshed from the schema topic on demand.
 
-    def __init__(self, log: Log, pipeline: str, wait_s: float = 5.0) -> None:
+    Args:
+        source_shapes: read the source tables' own shapes (what a source compares a table's
+            next shape with) instead of the published ones: where transforms changed a table's
+            shape or name, the source's own is kept beside it
+            (:func:`cdc.schema.source_shape_record`).
+    """
+
+    def __init__(
+        self, log: Log, pipeline: str, wait_s: float = 5.0, source_shapes: bool = False
+    ) -> None:
         self._log = log
         self._wait_s = wait_s
+        self._source_shapes = source_shapes
         self._topic = schema_topic(pipeline)
         self._next: dict[int, int] = {}
         self._schemas: dict[tuple[str, str], TableSchema] = {}
@@ -60,11 +70,21 @@ class SchemaCatalog:
                 if not records:
                     break
                 for record in records:
-                    if record.value is not None and not is_encoding_key(record.key):
-                        parsed = TableSchema.from_json(orjson.loads(record.value))
-                        self._schemas[(parsed.schema, parsed.table)] = parsed
+                    self._take(record.key, record.value)
                 offset = records[-1].offset + 1
             self._next[partition] = offset
+
+    def _take(self, key: bytes | None, value: bytes | None) -> None:
+        if value is None or is_encoding_key(key):
+            return
+        data = orjson.loads(value)
+        if self._source_shapes:
+            if data.get("transformed"):
+                return  # a transformed shape: the source's own is in its source_shape record
+        elif not is_table_schema_key(key):
+            return  # a source's own shape: not what its records look like
+        parsed = TableSchema.from_json(data)
+        self._schemas[(parsed.schema, parsed.table)] = parsed
 
     def _topic_exists(self) -> bool:
         return any(info.name == self._topic for info in self._log.topics())

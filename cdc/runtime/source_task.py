@@ -18,15 +18,23 @@ from typing import Any
 from cdc import envelope
 from cdc.envelope_options import READABLE, EnvelopeOptions
 from cdc.errors import CdcError, RecordTooLarge, SourceFatal, SourceUnavailable
-from cdc.events import topic_name
+from cdc.events import ChangeEvent, topic_name
 from cdc.log.base import Log, LogTransaction, Record
 from cdc.logging import Logger
 from cdc.metrics.observers import SourceObserver
 from cdc.runtime.lag import LagClock
 from cdc.runtime.retry import Backoff, Decision, Stopped, classify
 from cdc.runtime.transactions import TransactionMetadata
-from cdc.schema import dead_letter_topic, schema_record, schema_topic
+from cdc.schema import (
+    TableSchema,
+    dead_letter_topic,
+    schema_record,
+    schema_topic,
+    source_shape_record,
+)
 from cdc.source import DeadLetter, Source, SourceBatch
+from cdc.transforms.base import TransformError
+from cdc.transforms.chain import EMPTY, TransformChain
 
 SourceFactory = Callable[[], Source]
 
@@ -57,6 +65,12 @@ class SourceTask:
         observer: the process's metrics (``None``: off), told once per batch.
         lag: the source's lag (:mod:`cdc.runtime.lag`), fed once per batch; read by the
             metrics and the terminal display.
+        transforms: the pipeline's transforms, applied to each batch's events and schemas
+            before they are encoded (:mod:`cdc.transforms`).
+        table_ops: the operations captured of each table (``schema.table``) whose entry limits
+            them (``ops:``); the others' events are dropped before the transforms.
+        stored_with_first_commit: offsets stored with the first commit of each session beside
+            the source's (the transforms' fingerprint, :mod:`cdc.runtime.fingerprints`).
     """
 
     def __init__(
@@ -73,8 +87,14 @@ class SourceTask:
         envelope_options: EnvelopeOptions = READABLE,
         observer: SourceObserver | None = None,
         lag: LagClock | None = None,
+        transforms: TransformChain = EMPTY,
+        table_ops: Mapping[str, frozenset[str]] | None = None,
+        stored_with_first_commit: Mapping[str, Any] | None = None,
     ) -> None:
         self._observer = observer
+        self._chain = transforms
+        self._ops = dict(table_ops or {})
+        self._with_first_commit = dict(stored_with_first_commit or {})
         self.lag = lag if lag is not None else LagClock()
         self._pipeline = pipeline
         self._options = envelope_options
@@ -149,6 +169,7 @@ class SourceTask:
     def _session(self, backoff: Backoff) -> None:
         source = self._factory()
         tx: LogTransaction | None = None
+        unstored = self._with_first_commit
         try:
             self._log.claim_source()  # fences an older writer before the offsets are read
             offsets = self._log.source_offsets()
@@ -171,7 +192,10 @@ class SourceTask:
                 self._append(tx, batch)
                 if batch.commit_offsets is not None:
                     tx.store_offsets(batch.commit_offsets)
+                    if unstored:
+                        tx.store_offsets(unstored)
                     tx.commit()
+                    unstored = {}
                     tx = None
                     self._committed(batch.commit_offsets)
                     if observer is not None:
@@ -184,21 +208,23 @@ class SourceTask:
             source.close()
 
     def _topics(self, tables: Sequence[tuple[str, str]]) -> list[str]:
-        topics = [topic_name(self._pipeline, schema, table) for schema, table in tables]
+        routed = dict.fromkeys(self._chain.table(f"{s}.{t}") for s, t in tables)
+        topics = [topic_name(self._pipeline, *table.split(".", 1)) for table in routed]
         if self._transactions is not None:
             topics.append(self._transactions.topic)
         return [*topics, schema_topic(self._pipeline), dead_letter_topic(self._pipeline)]
 
     def _append(self, tx: LogTransaction, batch: SourceBatch) -> None:
-        records: list[Record] = [schema_record(self._pipeline, s) for s in batch.schemas]
+        records = self._schema_records(batch.schemas)
         now_ms = int(time.time() * 1000)
+        events, letters = self._captured(batch.events)
         if self._transactions is not None:
             ends = batch.commit_offsets is not None
-            records += self._transactions.records(batch.events, now_ms, ends)
+            records += self._transactions.records(events, now_ms, ends)
         else:
-            records += envelope.batch_records(batch.events, self._pipeline, now_ms, self._options)
+            records += envelope.batch_records(events, self._pipeline, now_ms, self._options)
         records += batch.records
-        records.extend(self._dead_letter(d) for d in batch.dead_letters)
+        records.extend(self._dead_letter(d) for d in (*batch.dead_letters, *letters))
         if records:
             self._append_records(tx, records)
         self.events_appended += len(batch.events) + len(batch.records)
@@ -208,6 +234,42 @@ class SourceTask:
             self._observer.appended(batch.events, batch.records, records)
             if batch.dead_letters:
                 self._observer.dead_letters("bad_value", len(batch.dead_letters))
+            if letters:
+                self._observer.dead_letters("transform", len(letters))
+
+    def _schema_records(self, schemas: Sequence[TableSchema]) -> list[Record]:
+        """The records publishing ``schemas``: as the transforms shape the tables, and where
+        they changed one, the source's own shape beside it (what the source compares with)."""
+        records = []
+        for schema in schemas:
+            shaped = self._chain.schema(schema) if self._chain else schema
+            records.append(schema_record(self._pipeline, shaped, transformed=shaped != schema))
+            if shaped != schema:
+                records.append(source_shape_record(self._pipeline, schema))
+        return records
+
+    def _captured(
+        self, events: Sequence[ChangeEvent]
+    ) -> tuple[Sequence[ChangeEvent], list[DeadLetter]]:
+        """``events`` without the operations their table's ``ops`` leave out, through the
+        transforms; an event a transform fails on becomes a dead letter under
+        ``bad_records: dead_letter`` (under ``fail`` its error stops the source)."""
+        ops = self._ops
+        if ops:
+            events = [e for e in events if e.op.value in ops.get(e.table_id, e.op.value)]
+        chain = self._chain
+        if not chain:
+            return events, []
+        out: list[ChangeEvent] = []
+        letters: list[DeadLetter] = []
+        for event in events:
+            try:
+                out.extend(chain.apply(event))
+            except TransformError as exc:
+                if self._bad_records != "dead_letter":
+                    raise
+                letters.append(_transform_letter(event, exc))
+        return out, letters
 
     def _append_records(self, tx: LogTransaction, records: list[Record]) -> None:
         try:
@@ -241,6 +303,13 @@ class SourceTask:
         self.committed_batches += 1
         self.last_commit_ms = int(time.time() * 1000)
         self._logger.debug("checkpoint.committed", offsets=dict(offsets))
+
+
+def _transform_letter(event: ChangeEvent, exc: TransformError) -> DeadLetter:
+    """The dead letter of an event a transform failed on: where it is, not its rows."""
+    src = event.source
+    payload = {"op": event.op.value, "position": src.position, "sequence": src.sequence}
+    return DeadLetter(table=event.table_id, key=dict(event.key), reason=exc.reason, payload=payload)
 
 
 def dead_letter_record(

@@ -65,7 +65,7 @@ class GeneratorSource:
     def __init__(self, config: GeneratorSourceConfig, context: SourceContext) -> None:
         self._config = config
         self._context = context
-        self._tables = [tuple(t.split(".", 1)) for t in config.tables]
+        self._tables = [tuple(t.split(".", 1)) for t in config.table_names]
         self._next = 0
         self._started = 0.0
         self._announced: set[str] = set()

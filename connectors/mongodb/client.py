@@ -113,7 +113,7 @@ def load_schemas(log: Log, pipeline: str, tables: Sequence[tuple[str, str]]) -> 
     Nothing is waited for: the source wrote them itself, in committed transactions, so what it
     finds now is all there is (a collection whose documents were all alike has none yet).
     """
-    catalog = SchemaCatalog(log, pipeline, wait_s=0)
+    catalog = SchemaCatalog(log, pipeline, wait_s=0, source_shapes=True)
     try:
         found = [catalog.get(db, coll) for db, coll in tables]
     except LogError:

@@ -77,4 +77,4 @@ class MongoSourceConfig(SourceConfig):
 
     def collections(self) -> list[tuple[str, str]]:
         """``(db, collection)`` of every captured collection, in configuration order."""
-        return [(t.partition(".")[0], t.partition(".")[2]) for t in self.tables]
+        return [(t.partition(".")[0], t.partition(".")[2]) for t in self.table_names]

@@ -47,7 +47,7 @@ class MongoSourcePlugin:
         problems = []
         if signal is None:
             problems.append(("source.signal_collection", "set one to request snapshots"))
-        if table not in config.tables:
+        if table not in config.table_names:
             problems.append(("--table", f"{table!r} is not a captured collection"))
         if where is not None:
             problems.append(("--where", "not supported by the MongoDB source"))

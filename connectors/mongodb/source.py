@@ -120,7 +120,7 @@ class MongoSource:
             self._tracker.restore(schema)
         known = self._entry.get("captured")
         published = {f"{s.schema}.{s.table}" for s in schemas}
-        added = captured_changes(self._entry, self._config.tables, published, self._logger)
+        added = captured_changes(self._entry, self._config.table_names, published, self._logger)
         self._unsaved = self._entry["captured"] != known  # stored even with nothing to stream
         reason = decide(self._context.snapshot_mode, self._entry)
         if reason is not None:
@@ -334,7 +334,7 @@ class MongoSource:
         older than every change after it, which streams again once the scan is done.
         """
         table, request_id = str(request.get("table")), str(request.get("_id"))
-        if table not in self._config.tables:
+        if table not in self._config.table_names:
             self._logger.warning("signal.ignored", table=table, reason="not a captured table")
             return
         assert self._client is not None and self._streams is not None

@@ -92,10 +92,10 @@ class PostgresSourceConfig(SourceConfig):
 
     @model_validator(mode="after")
     def _key_tables_captured(self) -> PostgresSourceConfig:
-        unknown = sorted(set(self.key_columns) - set(self.tables))
+        unknown = sorted(set(self.key_columns) - set(self.table_names))
         if unknown:
             raise ValueError(f"key_columns names tables that are not captured: {unknown}")
-        unknown = sorted(set(self.snapshot_key_columns) - set(self.tables))
+        unknown = sorted(set(self.snapshot_key_columns) - set(self.table_names))
         if unknown:
             raise ValueError(f"snapshot_key_columns names tables that are not captured: {unknown}")
         return self
@@ -110,7 +110,7 @@ class PostgresSourceConfig(SourceConfig):
 
     def table_pairs(self) -> list[tuple[str, str]]:
         """``(schema, table)`` of every configured table, in configuration order."""
-        return [(t.partition(".")[0], t.partition(".")[2]) for t in self.tables]
+        return [(t.partition(".")[0], t.partition(".")[2]) for t in self.table_names]
 
 
 def parse_dsn(dsn: str) -> dict[str, Any]:

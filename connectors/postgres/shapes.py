@@ -49,7 +49,7 @@ def published_schemas(
     log: Log, pipeline: str, tables: Sequence[tuple[str, str]]
 ) -> dict[tuple[str, str], TableSchema]:
     """The shapes the pipeline last published for ``tables`` (none on a first start)."""
-    catalog = SchemaCatalog(log, pipeline, wait_s=0)
+    catalog = SchemaCatalog(log, pipeline, wait_s=0, source_shapes=True)
     found: dict[tuple[str, str], TableSchema] = {}
     try:
         for schema, table in tables:

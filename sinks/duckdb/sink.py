@@ -22,8 +22,7 @@ import duckdb
 
 from cdc.errors import CdcError, RecordError, SinkFatal
 from cdc.log.base import TopicPartition
-from cdc.log.encoding import is_encoding_key
-from cdc.schema import schema_topic
+from cdc.schema import is_table_schema_key, schema_topic
 from cdc.sink import SinkContext, SinkRecord, sink_offsets
 from sinks.duckdb import catalog, history, merge
 from sinks.duckdb.config import DuckDBSinkConfig
@@ -155,7 +154,7 @@ class DuckDBSink:
         announced = [
             (str(r.key.get("schema")), str(r.key.get("table")))
             for r in schemas
-            if r.key is not None and r.value is not None and not is_encoding_key(r.key)
+            if r.key is not None and r.value is not None and is_table_schema_key(r.key)
         ]
         wanted = [t for t in dict.fromkeys(announced) if t in self._tables]
         return [r for r in records if r.topic != topic], wanted, sink_offsets(schemas)

@@ -58,8 +58,10 @@ def request_snapshot(
         ConfigError: the table is not captured, or ``where`` is not a valid expression.
         SourceFatal: the request could not be written.
     """
-    if table not in config.tables:
-        raise ConfigError([("--table", f"{table} is not one of source.tables {config.tables}")])
+    if table not in config.table_names:
+        raise ConfigError(
+            [("--table", f"{table} is not one of source.tables {config.table_names}")]
+        )
     if where is not None:
         check_where_text(where)
     request = {"id": uuid.uuid4().hex, "type": "snapshot", "table": table, "where": where}

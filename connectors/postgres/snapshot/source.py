@@ -26,6 +26,7 @@ from typing import Any
 
 from cdc.config import redact_url
 from cdc.errors import SourceUnavailable
+from cdc.filters import TableEntry
 from cdc.log.base import Record
 from cdc.record_template import RecordTemplate
 from cdc.schema import TableSchema
@@ -101,7 +102,7 @@ class SnapshottingPostgresSource:
         self._logger.info("snapshot.decision", action=decision.action.value, reason=decision.reason)
         self._reporter = reporter(self._logger)
         added = self._announce_added(decision.action)
-        self._state.set_captured(self._config.tables)  # stored with the next commit
+        self._state.set_captured(self._config.table_names)  # stored with the next commit
         if decision.action is Action.EXPORT:
             self._open_exported(start.slot_exists)
             return
@@ -155,7 +156,7 @@ class SnapshottingPostgresSource:
         captured = self._state.captured()
         if captured is None:
             captured = self._published_captured(catalog, publication)
-        changes = table_changes(self._config.tables, captured)
+        changes = table_changes(self._config.table_names, captured)
         self._added = changes.added
         if changes.removed:
             pairs = [(t.partition(".")[0], t.partition(".")[2]) for t in changes.removed]
@@ -171,7 +172,7 @@ class SnapshottingPostgresSource:
     def _published_captured(self, catalog: Catalog, publication: str) -> list[str]:
         published = publication_tables(catalog, publication)
         if published is None:
-            return list(self._config.tables)  # nothing to tell: take them all as captured
+            return list(self._config.table_names)  # nothing to tell: take them all as captured
         return [".".join(pair) for pair in self._config.table_pairs() if pair in published]
 
     def _use_channel(self, catalog: Catalog) -> None:
@@ -181,8 +182,8 @@ class SnapshottingPostgresSource:
             return
         ensure_table(catalog.conn, self._channel)
         self._logger.info("snapshot.signal_table", table=table_id)
-        if table_id not in self._config.tables:
-            tables = [*self._config.tables, table_id]
+        if table_id not in self._config.table_names:
+            tables = [*self._config.tables, TableEntry(name=table_id)]
             inner_config = self._config.model_copy(update={"tables": tables})
             self._inner = PostgresSource(inner_config, self._context)
 

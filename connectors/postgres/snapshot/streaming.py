@@ -187,7 +187,7 @@ class StreamSnapshots:
 
     def request_all(self, reason: str) -> None:
         """Queue every captured table (``always``, or a position that cannot be honoured)."""
-        for table in self._config.tables:
+        for table in self._config.table_names:
             self.queue(table, reason)
         self._logger.warning("snapshot.requested_all", reason=reason)
 
@@ -221,7 +221,7 @@ class StreamSnapshots:
         """Re-read ``table`` as ``cdc snapshot --table`` does: DDL rewrote rows unlogged. Not
         twice while a request waits to be planned; never under ``snapshot: never``, whose sinks
         hold only the rows changed since the start."""
-        if table not in self._config.tables:
+        if table not in self._config.table_names:
             return  # the signal table
         if self._config.snapshot == "never":
             self._logger.warning(
@@ -418,7 +418,7 @@ class StreamSnapshots:
             self._logger.warning(
                 "snapshot.signal_ignored", reason=f"unknown type {kind!r}", payload=payload
             )
-        elif target not in self._config.tables:
+        elif target not in self._config.table_names:
             self._logger.warning(
                 "snapshot.signal_ignored", reason=f"{target} is not captured", payload=payload
             )

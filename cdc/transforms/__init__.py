@@ -1,0 +1,26 @@
+"""Transforms: reshape change events before they are encoded (see :mod:`.base`)."""
+
+from cdc.transforms.base import (
+    Applied,
+    BaseTransform,
+    MatchingConfig,
+    Transform,
+    TransformConfig,
+    TransformContext,
+    TransformError,
+    TransformPlugin,
+)
+from cdc.transforms.chain import TransformChain, build_chain
+
+__all__ = [
+    "Applied",
+    "BaseTransform",
+    "MatchingConfig",
+    "Transform",
+    "TransformChain",
+    "TransformConfig",
+    "TransformContext",
+    "TransformError",
+    "TransformPlugin",
+    "build_chain",
+]

@@ -1,0 +1,128 @@
+"""The pipeline's ``transforms:``, in order, as one object the runtime and ``cdc verify`` use.
+
+Events go through each transform in turn (several events out of one go on to the next
+transform each); published table shapes and table names go through the same steps, so the
+runtime knows every topic and each sink every table before any event arrives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from cdc import plugins
+from cdc.events import ChangeEvent
+from cdc.filters import digest
+from cdc.logging import Logger, get_logger
+from cdc.schema import TableSchema
+from cdc.transforms.base import Transform, TransformConfig, TransformContext, TransformError
+
+
+class TransformChain:
+    """The transforms of a pipeline, in order.
+
+    Args:
+        steps: ``(label, config, transform)`` of each, ``label`` as the file names it
+            (``transforms[0] (route)``).
+    """
+
+    def __init__(self, steps: Sequence[tuple[str, TransformConfig, Transform]]) -> None:
+        self._steps = list(steps)
+        self._transforms = [(label, t) for label, _, t in steps]
+
+    def __bool__(self) -> bool:
+        return bool(self._steps)
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+    def apply(self, event: ChangeEvent) -> list[ChangeEvent]:
+        """The events ``event`` becomes after every transform (none, one or several).
+
+        Raises:
+            TransformError: a transform raised or returned something that is not events; the
+                message names the transform, the table and the error.
+        """
+        events = [event]
+        for label, transform in self._transforms:
+            out: list[ChangeEvent] = []
+            for current in events:
+                out.extend(_applied(label, transform, current))
+            events = out
+            if not events:
+                break
+        return events
+
+    def apply_all(self, events: Iterable[ChangeEvent]) -> list[ChangeEvent]:
+        """:meth:`apply` of each event, in order."""
+        out: list[ChangeEvent] = []
+        for event in events:
+            out.extend(self.apply(event))
+        return out
+
+    def table(self, table: str) -> str:
+        """The ``schema.table`` whose topic the events of source table ``table`` go to."""
+        for _, transform in self._transforms:
+            table = getattr(transform, "table", _same)(table)
+        return table
+
+    def schema(self, schema: TableSchema) -> TableSchema:
+        """A source table's published shape as its transformed events have it."""
+        for _, transform in self._transforms:
+            schema = getattr(transform, "schema", _same)(schema)
+        return schema
+
+    def unverifiable(self) -> list[str]:
+        """The transforms ``cdc verify`` cannot apply to the source's rows (their labels)."""
+        return [
+            label
+            for label, transform in self._transforms
+            if not getattr(transform, "applies_to_rows", True)
+        ]
+
+    def fingerprint(self) -> str:
+        """A digest of the transforms' configuration: what the log stores to notice a change."""
+        return digest([config.model_dump(mode="json") for _, config, _ in self._steps])
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _applied(label: str, transform: Transform, event: ChangeEvent) -> list[ChangeEvent]:
+    try:
+        result = transform.apply(event)
+    except Exception as exc:
+        raise TransformError(
+            f"{label} failed on a change of {event.table_id}: {type(exc).__name__}: {exc}"
+        ) from exc
+    if result is None:
+        return []
+    if isinstance(result, ChangeEvent):
+        return [result]
+    if isinstance(result, list | tuple) and all(isinstance(e, ChangeEvent) for e in result):
+        return list(result)
+    raise TransformError(
+        f"{label} returned {type(result).__name__} for a change of {event.table_id}: "
+        "a transform returns a ChangeEvent, a list of them, or None"
+    )
+
+
+def build_chain(
+    configs: Sequence[TransformConfig],
+    pipeline: str,
+    tables: Sequence[str] = (),
+    logger: Logger | None = None,
+) -> TransformChain:
+    """The chain of validated ``configs`` (each built by its plugin's ``create``) for a
+    pipeline capturing ``tables``."""
+    context = TransformContext(pipeline, logger or get_logger(pipeline=pipeline), tuple(tables))
+    steps = []
+    for index, config in enumerate(configs):
+        plugin = plugins.load(plugins.TRANSFORM_GROUP, config.type)
+        label = f"transforms[{index}] ({config.type})"
+        steps.append((label, config, plugin.create(config, context)))
+    return TransformChain(steps)
+
+
+EMPTY = TransformChain(())
