@@ -28,7 +28,7 @@ runs, and why, at start (:func:`log_selected`).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import orjson
@@ -36,6 +36,7 @@ import orjson
 from cdc import envelope
 from cdc.envelope import EncodedRow, RecordTemplate
 from cdc.logging import Logger
+from cdc.masks import Mask
 from connectors.postgres import types as t
 from connectors.postgres.encoding import (
     NEW_TUPLE_AT,
@@ -91,11 +92,13 @@ def row_encoder(
     registry: t.TypeRegistry,
     key_index: Sequence[int],
     convert: Callable[[Any], dict[str, Any]],
+    masks: Mapping[str, Mask] | None = None,
 ) -> RowEncoder:
     """The encoder of a relation's rows, of the implementation chosen at import; ``convert`` is
-    the relation's :func:`~connectors.postgres.types.row_converter`."""
+    the relation's :func:`~connectors.postgres.types.row_converter` (with ``masks``, the
+    masked columns' masks by name)."""
     python = PythonRowEncoder(convert, [columns[i].name for i in key_index])
-    native = native_encoder(columns, registry, key_index)
+    native = native_encoder(columns, registry, key_index, masks)
     return python if native is None else RustRowEncoder(native, python)
 
 
@@ -103,13 +106,20 @@ def native_encoder(
     columns: Sequence[RelationColumn],
     registry: t.TypeRegistry,
     key_index: Sequence[int],
+    masks: Mapping[str, Mask] | None = None,
 ) -> Any:
     """The bare native encoder of a relation's rows (``None`` without it), which declines what
-    it cannot write: :class:`RustRowEncoder` completes it."""
+    it cannot write: :class:`RustRowEncoder` completes it. A masked column's text goes to its
+    mask, a Python call."""
     if _NATIVE is None:
         return None
-    plan = []
+    plan: list[tuple[bytes, int, str | None, Callable[[str], Any] | None]] = []
+    masked = masks or {}
     for column in columns:
+        mask = masked.get(column.name)
+        if mask is not None:
+            plan.append((orjson.dumps(column.name), PYTHON, None, mask))
+            continue
         kind, delimiter = _kind(registry, column.type_oid, column.type_modifier)
         convert = registry.raw_converter(column.type_oid, column.type_modifier)
         plan.append(

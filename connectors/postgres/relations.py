@@ -7,15 +7,17 @@ change in a session and again after its shape changes (``ALTER TABLE`` mid-strea
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cdc.errors import SourceFatal
 from cdc.events import topic_name
+from cdc.masks import MASKED_TYPE, Mask
 from cdc.schema import Column, TableSchema
 from connectors.postgres.catalog import TableInfo
 from connectors.postgres.encoding import RowEncoder
 from connectors.postgres.fast import row_encoder
+from connectors.postgres.filters import PLAIN, TableFilter
 from connectors.postgres.pgoutput import Relation, TupleData
 from connectors.postgres.types import TypeRegistry, row_converter, type_name
 
@@ -27,12 +29,17 @@ class RelationState:
     """One captured relation as of its latest ``Relation`` message.
 
     Attributes:
+        relation: the relation as captured: without the columns its filter leaves out.
         key: record-key columns in key order.
         key_index: their positions in a tuple.
         convert: tuple -> row dict (``UNCHANGED`` passes through).
         index: column name -> position in a tuple.
         encoder: the row encoder (:mod:`connectors.postgres.fast` chose its implementation).
         registry: the types its columns were described with (their Connect schemas too).
+        masks: the masked columns' masks, by name (:mod:`cdc.masks`).
+        project: where the server sends columns the filter leaves out (PostgreSQL 14, or a
+            table whose replica identity needs them), the positions of the captured ones in
+            the server's tuples: :meth:`captured` keeps only those; ``None``: every column.
     """
 
     relation: Relation
@@ -45,6 +52,13 @@ class RelationState:
     table_schema: TableSchema
     encoder: RowEncoder
     registry: TypeRegistry
+    masks: Mapping[str, Mask] = field(default_factory=dict)
+    project: tuple[int, ...] | None = None
+
+    def captured(self, values: TupleData) -> TupleData:
+        """A tuple as the server sent it, without the columns the filter leaves out."""
+        project = self.project
+        return values if project is None else tuple([values[i] for i in project])
 
     @property
     def schema(self) -> str:
@@ -116,18 +130,27 @@ def build_state(
     position: int,
     array_dims: Mapping[str, int] | None = None,
     ids: Sequence[int | None] | None = None,
+    table_filter: TableFilter = PLAIN,
 ) -> RelationState:
     """The relation's state after a ``Relation`` message (types must already be loaded).
 
     ``array_dims`` gives the declared dimensions of multi-dimensional array columns, published
     as ``integer[][]`` so sinks with fixed nesting can type them. ``ids`` gives each column's
-    ``attnum`` (:attr:`cdc.schema.Column.id`), where known.
+    ``attnum`` (:attr:`cdc.schema.Column.id`), where known. ``table_filter`` leaves columns
+    out (those the server still sends, :attr:`RelationState.project`) and masks others.
+
+    Raises:
+        SourceFatal: no key, or the filter leaves out or masks a key column (other than by
+            hash).
     """
+    relation, ids, project = _captured(relation, ids or (), table_filter)
     key = resolve_key(info, relation, configured_key)
+    table_filter.check_key(key)
     index = {c.name: i for i, c in enumerate(relation.columns)}
-    columns = _schema_columns(relation, registry, key, not_null, array_dims or {}, ids or ())
+    masks = {name: mask for name, mask in table_filter.masks.items() if name in index}
+    columns = _schema_columns(relation, registry, key, not_null, array_dims or {}, ids, masks)
     key_index = tuple(index[k] for k in key)
-    convert = row_converter(relation.columns, registry)
+    convert = row_converter(relation.columns, registry, masks)
     return RelationState(
         relation=relation,
         info=info,
@@ -137,9 +160,26 @@ def build_state(
         convert=convert,
         index=index,
         table_schema=TableSchema(CONNECTOR, info.schema, info.table, columns, position),
-        encoder=row_encoder(relation.columns, registry, key_index, convert),
+        encoder=row_encoder(relation.columns, registry, key_index, convert, masks),
         registry=registry,
+        masks=masks,
+        project=project,
     )
+
+
+def _captured(
+    relation: Relation, ids: Sequence[int | None], table_filter: TableFilter
+) -> tuple[Relation, Sequence[int | None], tuple[int, ...] | None]:
+    """The relation without the columns ``table_filter`` leaves out, their ids, and the
+    positions of those it keeps (``None`` when it keeps them all)."""
+    if not table_filter.narrows_columns:
+        return relation, ids, None
+    kept = [i for i, c in enumerate(relation.columns) if table_filter.keeps(c.name)]
+    if len(kept) == len(relation.columns):
+        return relation, ids, None
+    columns = tuple(relation.columns[i] for i in kept)
+    known = [ids[i] for i in kept if i < len(ids)]
+    return replace(relation, columns=columns), known, tuple(kept)
 
 
 def _schema_columns(
@@ -149,17 +189,26 @@ def _schema_columns(
     not_null: set[str],
     dims: Mapping[str, int],
     ids: Sequence[int | None],
+    masks: Mapping[str, Mask],
 ) -> tuple[Column, ...]:
-    """The published columns of a relation (see :func:`build_state`)."""
+    """The published columns of a relation (see :func:`build_state`); a masked column is
+    published as what its mask writes (:data:`cdc.masks.MASKED_TYPE`)."""
     known = list(ids)
-    return tuple(
-        Column(
-            name=c.name,
-            type=type_name(c.type_oid, c.type_modifier, registry)
-            + "[]" * max(0, dims.get(c.name, 1) - 1),
-            key=c.name in key,
-            nullable=c.name not in not_null,
-            id=known[n] if n < len(known) else None,
+    columns = []
+    for n, c in enumerate(relation.columns):
+        mask = masks.get(c.name)
+        if mask is None:
+            kind = type_name(c.type_oid, c.type_modifier, registry)
+            kind += "[]" * max(0, dims.get(c.name, 1) - 1)
+        else:
+            kind = MASKED_TYPE
+        columns.append(
+            Column(
+                name=c.name,
+                type=kind,
+                key=c.name in key,
+                nullable=c.name not in not_null or (mask is not None and mask.nullable),
+                id=known[n] if n < len(known) else None,
+            )
         )
-        for n, c in enumerate(relation.columns)
-    )
+    return tuple(columns)

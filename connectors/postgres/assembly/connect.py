@@ -65,6 +65,9 @@ def _build(
     fields: dict[str, dict[str, Any]] = {}
     for column, published in zip(state.relation.columns, state.table_schema.columns, strict=True):
         optional = published.nullable and not published.key
+        if column.name in state.masks:  # what the mask writes: text, or always null
+            fields[column.name] = field_schema("string", column.name, optional)
+            continue
         fields[column.name] = column_schema(
             column.type_oid,
             column.type_modifier,

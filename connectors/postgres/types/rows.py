@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from connectors.postgres.types.errors import CONVERSION_FAILURES, ConversionError
@@ -17,19 +17,25 @@ __all__ = ["row_converter"]
 
 
 def row_converter(
-    columns: Sequence[RelationColumn], registry: TypeRegistry
+    columns: Sequence[RelationColumn],
+    registry: TypeRegistry,
+    masks: Mapping[str, Callable[[str], Any]] | None = None,
 ) -> Callable[[TupleData], dict[str, Any]]:
     """A function turning one tuple of a relation into a row dict, column name -> value.
 
     Converters are looked up once here, not per row. ``None`` stays ``None``, the
     ``UNCHANGED`` sentinel passes through for the source to fill from the previous image, and
-    binary values (``bytes``) pass through (the envelope writes them as base64).
+    binary values (``bytes``) pass through (the envelope writes them as base64). A masked
+    column's text goes to its mask (:class:`cdc.masks.Mask`) instead of its converter.
 
     Raises (from the returned function):
         ConversionError: a value does not parse, or the tuple has the wrong column count.
     """
     names = tuple(column.name for column in columns)
-    raws = tuple(registry.raw_converter(c.type_oid, c.type_modifier) for c in columns)
+    masked = masks or {}
+    raws = tuple(
+        masked.get(c.name) or registry.raw_converter(c.type_oid, c.type_modifier) for c in columns
+    )
     # None marks text passed through as is: skipping the call is the common case's speed-up.
     plan = tuple(
         (name, None if raw is identity else raw) for name, raw in zip(names, raws, strict=True)
