@@ -21,6 +21,10 @@ text, integers and booleans. The Python converter writes, per column: ``float4``
 ``adaptive_time_microseconds`` and ``connect`` (epoch numbers), ``money``, ``hstore``, and
 arrays of anything but text, integers and booleans.
 
+A masked column (:mod:`cdc.masks`) is written by its mask: ``hash``, ``redact``, ``null`` and
+``keep_last`` natively (:class:`~connectors.postgres.types.kinds.MaskKind`), a ``plugin`` mask
+through its Python call.
+
 Set ``CDC_NATIVE=0`` to turn it off (to compare, or to rule it out). The source logs which one
 runs, and why, at start (:func:`log_selected`).
 """
@@ -46,10 +50,21 @@ from connectors.postgres.encoding import (
     RowEncoder,
 )
 from connectors.postgres.pgoutput import RelationColumn
+from connectors.postgres.types.kinds import MaskKind
 
 # The native encoder's kind codes (native/src/lib.rs) are TypeKind's values.
 PYTHON: Final = t.TypeKind.PYTHON
 _ARRAY_ELEMENT_KINDS: Final = frozenset({t.TypeKind.TEXT, t.TypeKind.INT, t.TypeKind.BOOL})
+#: The masks the native encoder computes itself, by :attr:`cdc.masks.Mask.kind`; any other (a
+#: plugin) is a Python call.
+_NATIVE_MASKS: Final = {
+    "hash": MaskKind.HASH,
+    "redact": MaskKind.REDACT,
+    "null": MaskKind.NULL,
+    "keep_last": MaskKind.KEEP_LAST,
+}
+# A value is at most 1 GB: keeping 2**32 characters keeps all of it, as any larger n does.
+_KEEP_ALL: Final = 1 << 32
 
 
 #: What the native encoder returns for a row: its JSON, its key (the key columns' values by
@@ -57,6 +72,11 @@ _ARRAY_ELEMENT_KINDS: Final = frozenset({t.TypeKind.TEXT, t.TypeKind.INT, t.Type
 #: give; ``None`` where it declines.
 Encoded = tuple[bytes, dict[str, Any], bytes]
 Pieces = list[tuple[bytes, bytes] | None]
+#: A column as the native encoder takes it: name JSON, kind code, array delimiter, converter
+#: (``None`` for text passed through), built-in mask (code, ``hash``'s key, ``keep_last``'s n).
+ColumnPlan = tuple[
+    bytes, int, str | None, Callable[[str], Any] | None, tuple[int, bytes, int] | None
+]
 
 
 def _load() -> tuple[Any, str | None]:
@@ -110,28 +130,34 @@ def native_encoder(
 ) -> Any:
     """The bare native encoder of a relation's rows (``None`` without it), which declines what
     it cannot write: :class:`RustRowEncoder` completes it. A masked column's text goes to its
-    mask, a Python call."""
+    mask (:func:`_masked`)."""
     if _NATIVE is None:
         return None
-    plan: list[tuple[bytes, int, str | None, Callable[[str], Any] | None]] = []
     masked = masks or {}
-    for column in columns:
-        mask = masked.get(column.name)
-        if mask is not None:
-            plan.append((orjson.dumps(column.name), PYTHON, None, mask))
-            continue
-        kind, delimiter = _kind(registry, column.type_oid, column.type_modifier)
-        convert = registry.raw_converter(column.type_oid, column.type_modifier)
-        plan.append(
-            (
-                orjson.dumps(column.name),
-                kind,
-                delimiter,
-                None if t.converter_kind(convert) is t.TypeKind.TEXT else convert,
-            )
-        )
+    plan = [_column(column, registry, masked.get(column.name)) for column in columns]
     key_names = [columns[i].name for i in key_index]
     return _NATIVE(plan, list(key_index), key_names, envelope.dumps)
+
+
+def _column(column: RelationColumn, registry: t.TypeRegistry, mask: Mask | None) -> ColumnPlan:
+    """A column's plan: its mask's (:func:`_masked`), else its type's kind and its converter
+    (none for text passed as it is)."""
+    name_json = orjson.dumps(column.name)
+    if mask is not None:
+        return _masked(name_json, mask)
+    kind, delimiter = _kind(registry, column.type_oid, column.type_modifier)
+    convert = registry.raw_converter(column.type_oid, column.type_modifier)
+    passed = t.converter_kind(convert) is t.TypeKind.TEXT
+    return name_json, kind, delimiter, None if passed else convert, None
+
+
+def _masked(name_json: bytes, mask: Mask) -> ColumnPlan:
+    """A masked column's plan: a built-in mask the encoder computes itself (the lock released),
+    a plugin's a Python call."""
+    code = _NATIVE_MASKS.get(mask.kind)
+    if code is None:
+        return name_json, PYTHON, None, mask, None
+    return name_json, t.TypeKind.TEXT, None, None, (code, mask.key, min(mask.n, _KEEP_ALL))
 
 
 class RustRowEncoder:

@@ -1,25 +1,38 @@
-"""The public type-kind table: its codes are the native encoder's, and the registry's kinds
-are what the converters produce."""
+"""The public type-kind and mask-kind tables: their codes are the native encoder's, and the
+registry's kinds are what the converters produce."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
 from cdc.envelope_options import DEBEZIUM_DEFAULTS, READABLE
+from cdc.masks import MaskType
 from connectors.postgres.types import CONVERTER_KINDS, TypeKind, TypeRegistry, converter_kind
+from connectors.postgres.types.kinds import MaskKind
 
 LIB_RS = Path(__file__).parents[2] / "connectors" / "postgres" / "native" / "src" / "lib.rs"
 
 
-def test_codes_are_the_native_encoders() -> None:
-    native = {
+def _native_codes(enum: str) -> dict[str, int]:
+    """The codes of ``enum``'s variants in lib.rs's ``from_code``/``from_plan``, by Python name."""
+    return {
         re.sub(r"(?<!^)(?=[A-Z])", "_", name).upper(): int(code)  # IsoDate -> ISO_DATE
-        for code, name in re.findall(r"(\d+) => Kind::(\w+),", LIB_RS.read_text())
+        for code, name in re.findall(rf"(\d+) => {enum}::(\w+)", LIB_RS.read_text())
     }
-    assert native == {kind.name: kind.value for kind in TypeKind}
+
+
+def test_codes_are_the_native_encoders() -> None:
+    assert _native_codes("Kind") == {kind.name: kind.value for kind in TypeKind}
+
+
+def test_mask_codes_are_the_native_encoders_and_name_the_masks() -> None:
+    assert _native_codes("Mask") == {kind.name: kind.value for kind in MaskKind}
+    # every cdc.masks kind but a plugin's, which only Python can call
+    assert {kind.name.lower() for kind in MaskKind} == set(get_args(MaskType)) - {"plugin"}
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,11 @@
-"""The kinds of value a column's converter produces, as the native row encoder knows them."""
+"""The kinds of value a column's converter produces, and the masks, as the native row encoder
+knows them."""
 
 from __future__ import annotations
 
 from enum import IntEnum
 
-__all__ = ["TypeKind"]
+__all__ = ["MaskKind", "TypeKind"]
 
 
 class TypeKind(IntEnum):
@@ -33,3 +34,19 @@ class TypeKind(IntEnum):
     """Any other converter: only Python knows its value."""
     NUMERIC_STRING = 8
     """``numeric`` under ``decimal.handling.mode=string``: the text, ``NaN`` as ``"NAN"``."""
+
+
+class MaskKind(IntEnum):
+    """The built-in masks (:mod:`cdc.masks`) the native encoder computes itself, by the names of
+    :attr:`cdc.masks.Mask.kind`; a ``plugin`` mask is a :attr:`TypeKind.PYTHON` converter.
+
+    The codes are those of ``Mask::from_plan`` in ``connectors/postgres/native/src/lib.rs``
+    (``tests/unit/test_pg_type_kinds.py`` holds the two lists together).
+    """
+
+    HASH = 0
+    """HMAC-SHA256 of the text keyed by :attr:`cdc.masks.Mask.key`, in lower-case hex."""
+    REDACT = 1
+    NULL = 2
+    KEEP_LAST = 3
+    """Every character but the last :attr:`cdc.masks.Mask.n` replaced by ``*``."""

@@ -8,11 +8,18 @@
 //! not sure (an unchanged TOAST value, a binary value, bad UTF-8, a converter that raises), it
 //! answers `None` or raises, and the caller takes the pure-Python path, which produces the
 //! value or the precise error.
+//!
+//! A masked column (`cdc/masks.py`) is written by its mask: `hash` (HMAC-SHA256 in hex),
+//! `redact`, `null` and `keep_last` here, without the interpreter; a `plugin` mask is a Python
+//! converter like any other.
 
+use std::borrow::Cow;
 use std::io::Write;
 
+use hmac::{Hmac, Mac};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
+use sha2::Sha256;
 
 /// How a column's text becomes JSON: the codes of `TypeKind`
 /// (`connectors/postgres/types/kinds.py`), which `connectors/postgres/fast.py` passes.
@@ -50,6 +57,91 @@ impl Kind {
     }
 }
 
+/// A built-in mask (`cdc/masks.py`): the codes of `MaskKind`
+/// (`connectors/postgres/types/kinds.py`), with their parameters.
+enum Mask {
+    /// HMAC-SHA256 of the text's UTF-8 in lower-case hex; the keyed state, cloned per value.
+    Hash(Hmac<Sha256>),
+    /// `***`.
+    Redact,
+    /// Always null.
+    Null,
+    /// Every character (code point) but the last `n` replaced by `*`.
+    KeepLast(usize),
+}
+
+/// A column's mask as `connectors/postgres/fast.py` plans it: code, `hash`'s key, `keep_last`'s
+/// count.
+type MaskPlan = (u8, Vec<u8>, usize);
+
+impl Mask {
+    fn from_plan((code, key, n): MaskPlan) -> PyResult<Mask> {
+        Ok(match code {
+            0 => Mask::Hash(
+                Hmac::new_from_slice(&key)
+                    .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?,
+            ),
+            1 => Mask::Redact,
+            2 => Mask::Null,
+            3 => Mask::KeepLast(n),
+            _ => {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "unknown mask kind {code}"
+                )))
+            }
+        })
+    }
+
+    /// The masked text of a value's text; `None` for null (`masks.py`'s `Mask.__call__`).
+    fn apply<'a>(&self, text: &'a str) -> Option<Cow<'a, str>> {
+        match self {
+            Mask::Hash(keyed) => {
+                let mut mac = keyed.clone();
+                mac.update(text.as_bytes());
+                Some(Cow::Owned(hex(&mac.finalize().into_bytes())))
+            }
+            Mask::Redact => Some(Cow::Borrowed("***")),
+            Mask::Null => None,
+            Mask::KeepLast(n) => Some(keep_last(text, *n)),
+        }
+    }
+
+    /// Appends the JSON of a value's masked text, as orjson writes it.
+    fn write(&self, text: &str, out: &mut Vec<u8>) {
+        match self.apply(text) {
+            Some(masked) => json_string(&masked, out),
+            None => out.extend_from_slice(b"null"),
+        }
+    }
+}
+
+/// `masks.py`'s `keep_last`: `text` with every character but the last `n` replaced by `*`.
+fn keep_last(text: &str, n: usize) -> Cow<'_, str> {
+    let hidden = text.chars().count().saturating_sub(n);
+    if hidden == 0 {
+        return Cow::Borrowed(text);
+    }
+    let kept = text
+        .char_indices()
+        .nth(hidden)
+        .map_or(text.len(), |(i, _)| i);
+    let mut masked = "*".repeat(hidden);
+    masked.push_str(&text[kept..]);
+    Cow::Owned(masked)
+}
+
+/// Lower-case hex digits.
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+fn hex(bytes: &[u8]) -> String {
+    let mut text = String::with_capacity(bytes.len() * 2);
+    for &b in bytes {
+        text.push(HEX[(b >> 4) as usize] as char);
+        text.push(HEX[(b & 0xf) as usize] as char);
+    }
+    text
+}
+
 struct Column {
     /// `"name":`, with a leading comma for every column but the first.
     prefix: Vec<u8>,
@@ -60,6 +152,8 @@ struct Column {
     delimiter: Option<u8>,
     /// The Python converter (`str -> value`); `None` for text passed through.
     convert: Option<PyObject>,
+    /// A built-in mask, which writes the column instead of its kind.
+    mask: Option<Mask>,
 }
 
 /// Encodes the rows of one relation (one column layout).
@@ -81,8 +175,14 @@ struct RowEncoder {
 type Encoded<'py> = (Bound<'py, PyBytes>, Bound<'py, PyDict>, Bound<'py, PyBytes>);
 
 /// A column as `connectors/postgres/fast.py` plans it: name JSON, kind code, array delimiter,
-/// converter.
-type ColumnPlan = (Vec<u8>, u8, Option<String>, Option<PyObject>);
+/// converter, built-in mask.
+type ColumnPlan = (
+    Vec<u8>,
+    u8,
+    Option<String>,
+    Option<PyObject>,
+    Option<MaskPlan>,
+);
 
 /// A record's key JSON and value (`copy_records`).
 type KeyValue<'py> = (Bound<'py, PyBytes>, Bound<'py, PyBytes>);
@@ -94,8 +194,8 @@ enum Cell<'a> {
 
 #[pymethods]
 impl RowEncoder {
-    /// `columns`: `(name JSON bytes, kind code, array delimiter or None, converter or None)`
-    /// per column; `key_index`: the key columns' positions, in key order; `key_names`: their
+    /// `columns`: `(name JSON bytes, kind code, array delimiter or None, converter or None,
+    /// mask or None)` per column, a mask being `(mask kind code, key, n)`; `key_index`: the key columns' positions, in key order; `key_names`: their
     /// names; `dumps`: value -> JSON bytes.
     #[new]
     fn new(
@@ -106,7 +206,7 @@ impl RowEncoder {
         dumps: PyObject,
     ) -> PyResult<Self> {
         let mut built = Vec::with_capacity(columns.len());
-        for (i, (name_json, code, delimiter, convert)) in columns.into_iter().enumerate() {
+        for (i, (name_json, code, delimiter, convert, mask)) in columns.into_iter().enumerate() {
             let mut prefix = Vec::with_capacity(name_json.len() + 2);
             if i > 0 {
                 prefix.push(b',');
@@ -134,6 +234,7 @@ impl RowEncoder {
                 kind,
                 delimiter,
                 convert,
+                mask: mask.map(Mask::from_plan).transpose()?,
             });
         }
         if key_index.iter().any(|&i| i >= built.len()) {
@@ -158,6 +259,13 @@ impl RowEncoder {
             dumps,
             python_columns,
         })
+    }
+
+    /// Whether a column only its Python converter writes (a plugin mask's, say): `copy_records`
+    /// then holds the interpreter lock for the whole piece.
+    #[getter]
+    fn python_columns(&self) -> bool {
+        self.python_columns
     }
 
     /// The row JSON, key and key JSON of the pgoutput TupleData at `data[pos..]`, or `None` when
@@ -401,6 +509,10 @@ impl RowEncoder {
         text: &str,
         out: &mut Vec<u8>,
     ) -> PyResult<bool> {
+        if let Some(mask) = &column.mask {
+            mask.write(text, out);
+            return Ok(true);
+        }
         let done = match column.delimiter {
             Some(delimiter) => flat_array(column.kind, delimiter, text, out),
             None => scalar(column.kind, text, out),
@@ -490,6 +602,12 @@ fn key_value(py: Python<'_>, column: &Column, cell: &Cell<'_>) -> PyResult<PyObj
         Cell::Null => return Ok(py.None()),
         Cell::Text(text) => *text,
     };
+    if let Some(mask) = &column.mask {
+        return Ok(match mask.apply(text) {
+            Some(masked) => PyString::new(py, &masked).into_any().unbind(),
+            None => py.None(),
+        });
+    }
     if column.delimiter.is_none() {
         if column.kind == Kind::Int && plain_int(text.as_bytes()) {
             if let Ok(number) = text.parse::<i64>() {
@@ -582,7 +700,10 @@ fn scalar(kind: Kind, text: &str, out: &mut Vec<u8>) -> bool {
         }
         // temporal.py's iso_timestamp: 'YYYY-MM-DD HH:MM:SS[.f]' -> 'YYYY-MM-DDTHH:MM:SS[.f]Z'
         Kind::IsoTimestamp => {
-            if !(bytes.len() >= 19 && iso_day(bytes) && bytes[10] == b' ' && iso_clock(&bytes[11..]))
+            if !(bytes.len() >= 19
+                && iso_day(bytes)
+                && bytes[10] == b' '
+                && iso_clock(&bytes[11..]))
             {
                 return false;
             }
@@ -687,7 +808,6 @@ fn plain_int(bytes: &[u8]) -> bool {
 /// A JSON string as orjson writes it: short escapes for \b \t \n \f \r, `\u00xx` for other
 /// control characters, everything else (including non-ASCII) as UTF-8.
 fn json_string(text: &str, out: &mut Vec<u8>) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     out.push(b'"');
     let bytes = text.as_bytes();
     let mut start = 0;
