@@ -25,6 +25,7 @@ from cdc.metrics.observers import SourceObserver
 from cdc.runtime.lag import LagClock
 from cdc.runtime.retry import Backoff, Decision, Stopped, classify
 from cdc.runtime.transactions import TransactionMetadata
+from cdc.runtime.transformed import apply_chain
 from cdc.schema import (
     TableSchema,
     dead_letter_topic,
@@ -33,7 +34,6 @@ from cdc.schema import (
     source_shape_record,
 )
 from cdc.source import DeadLetter, Source, SourceBatch
-from cdc.transforms.base import TransformError
 from cdc.transforms.chain import EMPTY, TransformChain
 
 SourceFactory = Callable[[], Source]
@@ -257,19 +257,9 @@ class SourceTask:
         ops = self._ops
         if ops:
             events = [e for e in events if e.op.value in ops.get(e.table_id, e.op.value)]
-        chain = self._chain
-        if not chain:
+        if not self._chain:
             return events, []
-        out: list[ChangeEvent] = []
-        letters: list[DeadLetter] = []
-        for event in events:
-            try:
-                out.extend(chain.apply(event))
-            except TransformError as exc:
-                if self._bad_records != "dead_letter":
-                    raise
-                letters.append(_transform_letter(event, exc))
-        return out, letters
+        return apply_chain(self._chain, events, self._bad_records)
 
     def _append_records(self, tx: LogTransaction, records: list[Record]) -> None:
         try:
@@ -295,9 +285,7 @@ class SourceTask:
 
     def _dead_letter(self, letter: DeadLetter) -> Record:
         self._logger.warning("record.dead_lettered", table=letter.table, reason=letter.reason)
-        return dead_letter_record(
-            self._pipeline, "source", letter.table, letter.key, letter.reason, letter.payload
-        )
+        return letter_record(self._pipeline, letter)
 
     def _committed(self, offsets: Mapping[str, Any]) -> None:
         self.committed_batches += 1
@@ -305,11 +293,11 @@ class SourceTask:
         self._logger.debug("checkpoint.committed", offsets=dict(offsets))
 
 
-def _transform_letter(event: ChangeEvent, exc: TransformError) -> DeadLetter:
-    """The dead letter of an event a transform failed on: where it is, not its rows."""
-    src = event.source
-    payload = {"op": event.op.value, "position": src.position, "sequence": src.sequence}
-    return DeadLetter(table=event.table_id, key=dict(event.key), reason=exc.reason, payload=payload)
+def letter_record(pipeline: str, letter: DeadLetter) -> Record:
+    """The dead-letter record of a source's :class:`DeadLetter`."""
+    return dead_letter_record(
+        pipeline, "source", letter.table, letter.key, letter.reason, letter.payload
+    )
 
 
 def dead_letter_record(

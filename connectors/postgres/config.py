@@ -9,6 +9,7 @@ from psycopg.conninfo import conninfo_to_dict
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from cdc.config import SourceConfig
+from cdc.filters import TableEntry
 from cdc.redact import redact
 
 #: Slot names allow only these characters (PostgreSQL's rule), which also makes them safe to
@@ -89,6 +90,28 @@ class PostgresSourceConfig(SourceConfig):
             if not columns:
                 raise ValueError(f"key_columns of {table!r} is empty")
         return key_columns
+
+    @field_validator("tables")
+    @classmethod
+    def _sql_filters(cls, tables: list[TableEntry]) -> list[TableEntry]:
+        for entry in tables:
+            if entry.where is not None and not isinstance(entry.where, str):
+                raise ValueError(
+                    f"where of {entry.name} must be an SQL expression over its columns "
+                    '(a text, such as "tenant_id = 42"), the publication\'s row filter'
+                )
+        return tables
+
+    @model_validator(mode="after")
+    def _key_columns_kept(self) -> PostgresSourceConfig:
+        for entry in self.tables:
+            dropped = [c for c in self.key_columns.get(entry.name, ()) if not entry.keeps(c)]
+            if dropped:
+                raise ValueError(
+                    f"key_columns of {entry.name} names {dropped}, which its columns leave "
+                    "out: the record key is made of them"
+                )
+        return self
 
     @model_validator(mode="after")
     def _key_tables_captured(self) -> PostgresSourceConfig:

@@ -27,6 +27,7 @@ from cdc.events import topic_name
 from cdc.source import SourceBatch, SourceContext
 from connectors.postgres.catalog import Catalog, SlotState, TableInfo
 from connectors.postgres.config import PostgresSourceConfig
+from connectors.postgres.filters import table_filters
 from connectors.postgres.flush import Flush, Heartbeat, IdleOffers
 from connectors.postgres.inprogress import StreamedTransactions
 from connectors.postgres.lifecycle import (
@@ -35,11 +36,11 @@ from connectors.postgres.lifecycle import (
     check_slot,
     create_slot,
     ensure_failover,
-    ensure_publication,
     lost_slot,
     slot_in_use,
 )
 from connectors.postgres.lsn import Lsn
+from connectors.postgres.publication_filters import prepare_publication
 from connectors.postgres.relations import check_keyable
 from connectors.postgres.replication import ReplicationCommandError, ReplicationConnection
 from connectors.postgres.shapes import Resnapshot, ShapeTracker, published_schemas
@@ -83,6 +84,7 @@ class PostgresSource:
         self._heartbeat = Heartbeat(heartbeat, config.heartbeat_interval_s, self._logger)
         self._idle = IdleOffers(config.status_interval_s)
         self._session: Session | None = None
+        self._filters = table_filters(config)
         #: Logical-message handlers by prefix, installed at ``open`` (the watermarks and signals
         #: of :mod:`snapshots`); each is called as ``hook(message, lsn)`` during ``poll``.
         self.message_hooks: dict[str, MessageHook] = {}
@@ -134,7 +136,9 @@ class PostgresSource:
         role = catalog.check_role()
         tables = self._describe(catalog, role)
         self.declare_toast(catalog)
-        ensure_publication(catalog, self.publication, list(tables.values()), role, self._logger)
+        prepare_publication(
+            catalog, self.publication, list(tables.values()), role, self._logger, self._filters
+        )
         database = catalog.database()
         state = check_slot(catalog, self.slot, database, slot)
         dsn = self._config.dsn.get_secret_value()
@@ -195,6 +199,8 @@ class PostgresSource:
             [self._heartbeat.prefix],
             self._context.envelope,
             last_commit,
+            self._filters,
+            transforms=bool(self._context.transforms),
         )
         asm.hooks.update(self.message_hooks)
         known = published_schemas(self._context.log, self._context.pipeline, list(tables))
@@ -206,9 +212,12 @@ class PostgresSource:
         record of this session is written (a snapshot's too): the Kafka log keeps their latest
         values from then on, and restores from the topics what its store lacks."""
         pipeline = self._context.pipeline
+        filters = self._filters
         self._toast.declare(
             {
-                topic_name(pipeline, schema, table): catalog.toastable_columns(schema, table)
+                topic_name(pipeline, schema, table): filters[f"{schema}.{table}"].kept(
+                    catalog.toastable_columns(schema, table)
+                )
                 for schema, table in self.tables()
             }
         )

@@ -32,6 +32,7 @@ from connectors.postgres.assembly.transaction import Transaction
 from connectors.postgres.catalog import TableInfo
 from connectors.postgres.encoding import NEW_TUPLE_AT
 from connectors.postgres.fast import log_selected
+from connectors.postgres.filters import TableFilter
 from connectors.postgres.lsn import Lsn
 from connectors.postgres.pgoutput import tuple_at
 from connectors.postgres.relations import RelationState
@@ -86,6 +87,8 @@ class Assembler:
         options: the pipeline's envelope options (schemas, transaction metadata).
         last_commit: the end LSN of the last commit stored (``source.sequence``'s first LSN
             on a restart, as Debezium's stored ``lsn_commit``); ``None`` on a first start.
+        filters: each table's filters (columns, masks) by ``schema.table``.
+        transforms: the pipeline has transforms (which see events before they are encoded).
     """
 
     def __init__(
@@ -101,11 +104,14 @@ class Assembler:
         ignored_prefixes: Sequence[str] = (),
         options: EnvelopeOptions = READABLE,
         last_commit: int | None = None,
+        filters: Mapping[str, TableFilter] | None = None,
+        transforms: bool = False,
     ) -> None:
         self._pipeline, self._toast, self._options = pipeline, toast, options
         self._schemas = options.schemas_enable
-        # Transaction blocks are added per event by the runtime: no pre-encoded records then.
-        self._pre_encode = not options.provide_transaction_metadata
+        # Transaction blocks are added per event by the runtime, and transforms see events
+        # before they are encoded: no pre-encoded records then.
+        self._pre_encode = not (options.provide_transaction_metadata or transforms)
         log_selected(logger)
         self.hooks: dict[str, MessageHook] = {}
         self._ignored_prefixes = frozenset(ignored_prefixes)
@@ -113,7 +119,7 @@ class Assembler:
         self._tx.last_commit = last_commit
         self._batch = Batch()
         self._relations = Relations(
-            pipeline, tables, key_columns, catalog, toast, self._batch, options
+            pipeline, tables, key_columns, catalog, toast, self._batch, options, filters
         )
         self._bad = BadRecords(on_bad_record, self._batch, self._tx)
         record_key = self._wrapped_key if self._schemas else None
@@ -262,8 +268,8 @@ class Assembler:
         if not self._pre_encode or message[NEW_TUPLE_AT - 1] != _NEW:
             return False
         rel = self._relations.by_oid.get(_U32(message, 1)[0])
-        if rel is None:
-            return False
+        if rel is None or rel.project is not None:
+            return False  # not captured, or the server sends columns the filter leaves out
         op = Op.CREATE if tag == _INSERT else Op.UPDATE
         try:
             encoded = rel.encoder.encode_tuple(message)
@@ -291,7 +297,7 @@ class Assembler:
         rel = self._relations.get(msg.relation_oid)
         if rel is None:
             return
-        new = msg.new
+        new = rel.captured(msg.new)
         after = self._bad.convert(rel, new, "c", lsn)
         if after is None:
             return
@@ -303,16 +309,18 @@ class Assembler:
         rel = self._relations.get(msg.relation_oid)
         if rel is None:
             return
-        after = self._bad.convert(rel, msg.new, "u", lsn)
-        old = None if msg.old is None else self._bad.convert(rel, msg.old, "u", lsn)
-        if after is None or (msg.old is not None and old is None):
+        new = rel.captured(msg.new)
+        old_values = None if msg.old is None else rel.captured(msg.old)
+        after = self._bad.convert(rel, new, "u", lsn)
+        old = None if old_values is None else self._bad.convert(rel, old_values, "u", lsn)
+        if after is None or (old_values is not None and old is None):
             return
         key = {k: after[k] for k in rel.key}
         old_key = key if old is None else {k: old[k] for k in rel.key}
         extra = None
-        if pg.UNCHANGED in msg.new:
+        if pg.UNCHANGED in new:
             image = old if msg.old_kind == "O" else None
-            extra = self._fill(rel, after, image, old_key, msg.new)
+            extra = self._fill(rel, after, image, old_key, new)
         if old_key != key:
             # A key change: the old key's record must disappear, the new one appear.
             before = old if msg.old_kind == "O" else self._key_only(rel, old_key)
@@ -326,12 +334,13 @@ class Assembler:
         rel = self._relations.get(msg.relation_oid)
         if rel is None:
             return
-        old = self._bad.convert(rel, msg.old, "d", lsn)
+        values = rel.captured(msg.old)
+        old = self._bad.convert(rel, values, "d", lsn)
         if old is None:
             return
         key = {k: old[k] for k in rel.key}
         before = old if msg.old_kind == "O" else self._key_only(rel, key)
-        if msg.old_kind == "O" and pg.UNCHANGED in msg.old:
+        if msg.old_kind == "O" and pg.UNCHANGED in values:
             before = {k: v for k, v in old.items() if v is not pg.UNCHANGED}
         self._emit(Op.DELETE, rel, key, before, None, lsn)
 

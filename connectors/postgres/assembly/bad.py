@@ -58,6 +58,10 @@ class BadRecords:
             n: (None if v is None or v is pg.UNCHANGED else v if isinstance(v, str) else v.hex())
             for n, v in zip(names, values, strict=False)
         }
+        for name, mask in rel.masks.items():  # a dead letter shows no more than a record would
+            text = raw.get(name)
+            if text is not None:
+                raw[name] = mask(text)
         return DeadLetter(
             table=rel.info.name,
             key={k: raw.get(k) for k in rel.key},

@@ -11,6 +11,7 @@ from cdc.schema import TableSchema
 from connectors.postgres import pgoutput as pg
 from connectors.postgres.assembly.batch import Batch
 from connectors.postgres.catalog import TableInfo
+from connectors.postgres.filters import PLAIN, TableFilter
 from connectors.postgres.relations import RelationState, build_state
 from connectors.postgres.shapes import ShapeTracker
 from connectors.postgres.toast import ToastFiller
@@ -48,6 +49,7 @@ class Relations:
         toast: told which columns of each topic can be TOASTed.
         batch: where a new shape's schema is published.
         options: the pipeline's envelope options (how values are written).
+        filters: each table's filters (``schema.table``; absent: captured whole).
     """
 
     def __init__(
@@ -59,8 +61,10 @@ class Relations:
         toast: ToastFiller,
         batch: Batch,
         options: EnvelopeOptions = READABLE,
+        filters: Mapping[str, TableFilter] | None = None,
     ) -> None:
         self._pipeline, self._tables, self._key_columns = pipeline, tables, key_columns
+        self._filters = filters or {}
         self._catalog, self._toast, self._batch = catalog, toast, batch
         self.registry = TypeRegistry(options)
         #: Follows shape changes (published column ids, re-snapshots); ``None``: not followed.
@@ -102,7 +106,8 @@ class Relations:
         if self.shapes is not None:
             self.shapes.observe(info.oid, state.table_schema)
         self._publish(state.table_schema)
-        self._toast.track(state.topic, self._catalog.toastable_columns(info.schema, info.table))
+        toastable = self._catalog.toastable_columns(info.schema, info.table)
+        self._toast.track(state.topic, [c for c in toastable if c in state.index])
 
     def _build(self, info: TableInfo, msg: pg.Relation, position: int) -> RelationState:
         shapes = self.shapes
@@ -116,6 +121,7 @@ class Relations:
             position,
             self._catalog.array_dims(info.oid),
             None if shapes is None else shapes.ids(info.oid, msg),
+            self._filters.get(info.name, PLAIN),
         )
 
     def _publish(self, schema: TableSchema) -> None:

@@ -26,10 +26,13 @@ from psycopg import sql
 
 from cdc.connect_schema import TableSchemas
 from cdc.envelope import PG_TAIL, order_json, pg_order, row_json
+from cdc.envelope_options import READABLE, EnvelopeOptions
 from cdc.errors import SourceFatal, SourceUnavailable
+from cdc.events import SourceInfo
 from cdc.log.base import Record
 from cdc.logging import Logger
 from cdc.runtime.retry import Backoff, Decision, Stopped, classify, retry, retry_until_stopped
+from connectors.postgres.relations import CONNECTOR
 from connectors.postgres.replication import session_conninfo
 from connectors.postgres.snapshot.channel import WATERMARK, Channel
 from connectors.postgres.snapshot.parallel import ChunkFailed
@@ -37,7 +40,10 @@ from connectors.postgres.snapshot.reader import SnapshotTable, chunk_query, read
 from connectors.postgres.snapshot.rows import (
     SEQUENCE_SHIFT,
     KeyedRow,
+    Transforms,
+    event_records,
     keyed_lines,
+    lsn_fields,
     read_template,
 )
 from snapshots.chunks import Chunk
@@ -356,20 +362,31 @@ def window_records(
     ts_ms: int,
     now_ms: int,
     schemas: TableSchemas | None = None,
+    options: EnvelopeOptions = READABLE,
+    transforms: Transforms | None = None,
 ) -> list[Record]:
     """The ``r`` records of a closed window, at the high watermark's position: each row's JSON
-    put in the window's :class:`~cdc.envelope.RecordTemplate`, its ``source`` head encoded once.
+    put in the window's :class:`~cdc.envelope.RecordTemplate`, its ``source`` head encoded once
+    (with ``transforms``, each row's event through them: :func:`.rows.event_records`).
     """
-    template = read_template(db, job.table, position, "incremental", ts_ms, pipeline, schemas)
+    first = job.chunk.index << SEQUENCE_SHIFT
     # As Debezium writes an incremental snapshot's rows: no lsn (nor txId) of their own, and a
     # sequence at the stream's position when the window closed.
+    if transforms:
+        info = job.table.info
+        source = SourceInfo(
+            CONNECTOR, db, info.schema, info.table, ts_ms, position, 0, "incremental"
+        )
+        source.extra, source.order = lsn_fields(None), pg_order(position, position)
+        return event_records(job.table, rows, source, first, pipeline, now_ms, options, transforms)
+    template = read_template(db, job.table, position, "incremental", ts_ms, pipeline, schemas)
     topic, extra = job.table.state.topic, b',"lsn":null%b' % PG_TAIL
     order = order_json(pg_order(position, position))
     value = template.value
     wrap = schemas.wrap_key if schemas is not None else _same
     return [
         Record(topic, wrap(key_json), value(row_json(after), order, extra, sequence, now_ms))
-        for sequence, (after, key_json) in enumerate(rows, job.chunk.index << SEQUENCE_SHIFT)
+        for sequence, (after, key_json) in enumerate(rows, first)
     ]
 
 

@@ -25,8 +25,10 @@ from cdc.envelope_options import READABLE, EnvelopeOptions
 from cdc.logging import Logger
 from connectors.postgres.catalog import Catalog, TableInfo
 from connectors.postgres.config import PostgresSourceConfig
-from connectors.postgres.lifecycle import check_slot, create_slot, ensure_publication
+from connectors.postgres.filters import PLAIN, TableFilter, table_filters
+from connectors.postgres.lifecycle import check_slot, create_slot
 from connectors.postgres.lsn import Lsn
+from connectors.postgres.publication_filters import prepare_publication
 from connectors.postgres.replication import ReplicationConnection, session_conninfo
 from connectors.postgres.snapshot.reader import SnapshotTable, describe, plan
 from connectors.postgres.types import TypeRegistry
@@ -63,10 +65,16 @@ def describe_tables(
 ) -> list[SnapshotTable]:
     """Every captured table as the snapshot reads it; warns for tables chunked by ``ctid``."""
     registry = TypeRegistry(options)
+    filters = table_filters(config)
     tables = []
     for schema, name in config.table_pairs():
         info = catalog.table(schema, name, role)
-        tables.append(describe_one(catalog, registry, config, pipeline, info, logger))
+        table_filter = filters[info.name]
+        tables.append(
+            describe_one(
+                catalog, registry, config, pipeline, info, logger, table_filter=table_filter
+            )
+        )
     return tables
 
 
@@ -78,8 +86,10 @@ def describe_one(
     info: TableInfo,
     logger: Logger,
     quiet: bool = False,
+    table_filter: TableFilter = PLAIN,
 ) -> SnapshotTable:
-    """The table as the snapshot reads it; warns (unless ``quiet``) for ``ctid`` chunks."""
+    """The table as the snapshot reads it, through ``table_filter``; warns (unless ``quiet``)
+    for ``ctid`` chunks."""
     table = describe(
         catalog,
         registry,
@@ -87,6 +97,7 @@ def describe_one(
         info,
         config.key_columns.get(info.name),
         config.snapshot_key_columns.get(info.name),
+        table_filter,
     )
     if not table.chunk_key and not quiet:
         logger.warning(
@@ -156,7 +167,8 @@ def _prepare(
         infos = [t.info for t in tables]
         if signal_table is not None:
             infos.append(catalog.table(*signal_table, role))
-        ensure_publication(catalog, config.publication_name(pipeline), infos, role, logger)
+        publication = config.publication_name(pipeline)
+        prepare_publication(catalog, publication, infos, role, logger, table_filters(config))
         database = catalog.database()
         slot = config.slot_name(pipeline)
         if slot_exists and check_slot(catalog, slot, database) is not None:
@@ -180,6 +192,8 @@ def _plan_all(
     work: list[tuple[SnapshotTable, Chunk]] = []
     with _snapshot_connection(config, snapshot_name) as conn:
         for table in tables:
+            if not table.read:
+                continue  # its ops leave out r: no snapshot row of it reaches the log
             chunks = plan(conn, table, config.snapshot_chunk_rows)
             method = "keyset" if table.chunk_key else "ctid"
             state.plan_table(table.name, "initial", method, chunks, request=snapshot_id)

@@ -31,7 +31,7 @@ from cdc.runtime.retry import Backoff, retry
 from connectors.postgres.assembly.connect import relation_schemas
 from connectors.postgres.replication import session_conninfo
 from connectors.postgres.snapshot.reader import SnapshotTable, chunk_query, read_lines
-from connectors.postgres.snapshot.rows import to_records
+from connectors.postgres.snapshot.rows import Transforms, to_records
 from snapshots.chunks import Chunk
 
 RETRIES = 3
@@ -75,6 +75,8 @@ class ReadSettings:
     lsn: int | None = None
     #: ``source.txId`` of the rows: the snapshot transaction's id.
     tx_id: int | None = None
+    #: The pipeline's transforms, which the rows go through (``None``: none).
+    transforms: Transforms | None = None
 
 
 @dataclass
@@ -251,6 +253,8 @@ class ExportedSnapshotReader:
                 schemas=schemas,
                 lsn=settings.lsn,
                 tx_id=settings.tx_id,
+                options=options,
+                transforms=settings.transforms,
             )
             count += len(rows)
             if not self._put(Piece(table.name, chunk.index, records, last=False)):

@@ -18,6 +18,7 @@ from psycopg import sql
 
 from cdc.errors import SourceFatal
 from connectors.postgres.catalog import Catalog, TableInfo, published_column
+from connectors.postgres.filters import PLAIN, TableFilter
 from connectors.postgres.pgoutput import Relation, RelationColumn
 from connectors.postgres.relations import RelationState, build_state
 from connectors.postgres.snapshot.copytext import split_line
@@ -42,11 +43,15 @@ class SnapshotTable:
     Attributes:
         state: the same relation state the stream builds (key, converter, published schema).
         chunk_key: columns the keyset chunks range over; empty means ``ctid`` page ranges.
+        where: the table's row filter (``source.tables``), on every read of it.
+        read: snapshots read the table (its ``ops`` keep ``r``).
     """
 
     info: TableInfo
     state: RelationState
     chunk_key: tuple[str, ...]
+    where: str | None = None
+    read: bool = True
 
     @property
     def name(self) -> str:
@@ -64,6 +69,7 @@ def describe(
     info: TableInfo,
     key_columns: Sequence[str] | None,
     chunk_columns: Sequence[str] | None,
+    table_filter: TableFilter = PLAIN,
 ) -> SnapshotTable:
     """Build the table's relation state from the catalog, as a pgoutput Relation would.
 
@@ -71,9 +77,12 @@ def describe(
         key_columns: configured record-key columns (``source.key_columns``).
         chunk_columns: configured chunking columns (``source.snapshot_key_columns``): unique
             and NOT NULL; default the primary key.
+        table_filter: the table's filters: the columns it leaves out are not read, its masks
+            and row filter apply to every read.
     """
     # The columns pgoutput publishes on this server, no more: see published_column.
     rows = catalog.rows(_COLUMNS.format(published_column("a", catalog.server_version)), (info.oid,))
+    rows = [row for row in rows if table_filter.keeps(row[0])]
     identity = info.replica_identity
     columns = tuple(
         RelationColumn(_is_key(identity, name, info.primary_key, in_index), name, int(oid), mod)
@@ -86,11 +95,13 @@ def describe(
     not_null = {str(r[0]) for r in rows if r[3]}
     dims = catalog.array_dims(info.oid)
     ids = [int(r[5]) for r in rows]
-    state = build_state(pipeline, info, relation, registry, key_columns, not_null, 0, dims, ids)
+    state = build_state(
+        pipeline, info, relation, registry, key_columns, not_null, 0, dims, ids, table_filter
+    )
     if chunk_columns:
         _check_chunk_columns(info.name, chunk_columns, {c.name for c in columns}, not_null)
     chunk_key = tuple(chunk_columns or info.primary_key)
-    return SnapshotTable(info, state, chunk_key)
+    return SnapshotTable(info, state, chunk_key, table_filter.where, table_filter.allows("r"))
 
 
 def _check_chunk_columns(
@@ -162,16 +173,20 @@ _PARTITION_PAGES = sql.SQL(
 def chunk_query(
     table: SnapshotTable, chunk: Chunk, where: str | None, ordered: bool = False
 ) -> sql.Composed:
-    """``COPY (SELECT <columns> FROM t WHERE <range> [AND (<where>)]) TO STDOUT``.
+    """``COPY (SELECT <columns> FROM t WHERE <range> [AND (<filter>)] [AND (<where>)]) TO
+    STDOUT``.
 
-    ``where`` is the operator's own SQL (``cdc snapshot --where``): trusted input, passed
-    through as :class:`psycopg.sql.SQL` after :func:`.where.check_where_text` accepted it.
-    ``ordered``: a key chunk's rows in key order, as Debezium's incremental snapshot reads its
-    chunks (its initial snapshot, like ours, reads them as they lie).
+    ``where`` is the operator's own SQL (``cdc snapshot --where``), and the table's row filter
+    its configuration's: trusted input, passed through as :class:`psycopg.sql.SQL` (the first
+    after :func:`.where.check_where_text` accepted it, the second after the server accepted it
+    as a publication's row filter). ``ordered``: a key chunk's rows in key order, as Debezium's
+    incremental snapshot reads its chunks (its initial snapshot, like ours, reads them as they
+    lie).
     """
     conditions: list[sql.Composable] = [_range(table, chunk)]
-    if where:
-        conditions.append(sql.SQL("({})").format(sql.SQL(where)))
+    for condition in (table.where, where):
+        if condition:
+            conditions.append(sql.SQL("({})").format(sql.SQL(condition)))
     select = sql.SQL("SELECT {} FROM {} WHERE {}").format(
         sql.SQL(", ").join(sql.Identifier(c) for c in table.columns),
         sql.Identifier(table.info.schema, table.info.table),

@@ -11,10 +11,19 @@ no two rows of a table share one.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
 from cdc.connect_schema import TableSchemas
-from cdc.envelope import RecordTemplate, lsn_extra, order_json, pg_order
-from cdc.events import Op, SourceInfo
+from cdc.envelope import RecordTemplate, batch_records, lsn_extra, order_json, pg_order
+from cdc.envelope_options import READABLE, EnvelopeOptions
+from cdc.events import ChangeEvent, Op, SourceInfo
 from cdc.log.base import Record
+from cdc.runtime.source_task import letter_record
+from cdc.runtime.transformed import apply_chain
+from cdc.transforms.chain import TransformChain
+from connectors.postgres.assembly.connect import relation_schemas
 from connectors.postgres.encoding import KeyedRow
 from connectors.postgres.relations import CONNECTOR, RelationState
 from connectors.postgres.snapshot.reader import SnapshotTable
@@ -60,21 +69,32 @@ def to_records(
     schemas: TableSchemas | None = None,
     lsn: int | None = None,
     tx_id: int | None = None,
+    options: EnvelopeOptions = READABLE,
+    transforms: Transforms | None = None,
 ) -> list[Record]:
     """The ``r`` records of ``lines`` of ``COPY ... TO STDOUT`` text (the table's columns in
     order), as the runtime would write them for the rows' events at ``now_ms``, with
     ``source.lsn`` and ``source.sequence`` at ``lsn`` (the snapshot point; ``position`` if not
     given) and ``source.txId`` ``tx_id``: through the
     chunk's :class:`~cdc.envelope.RecordTemplate`, its ``source`` head encoded once. The
-    relation's encoder writes them (the Rust one with the interpreter lock released).
+    relation's encoder writes them (the Rust one with the interpreter lock released). With
+    ``transforms``, each row becomes its event first and goes through them (:func:`event_records`).
 
     Raises:
         ConversionError: a value cannot be converted (the snapshot has no dead-letter path:
             a row that cannot be read is a reason to stop, not to skip).
+        TransformError: a transform failed on a row, under ``bad_records: fail``.
     """
-    template = read_template(db, table, position, flag, ts_ms, pipeline, schemas, tx_id)
     base = (chunk << SEQUENCE_SHIFT) + first_row
     point = position if lsn is None else lsn
+    if transforms:
+        source = SourceInfo(
+            CONNECTOR, db, table.info.schema, table.info.table, ts_ms, position, 0, flag, tx_id
+        )
+        source.extra, source.order = lsn_fields(point), pg_order(None, point)
+        rows = table.state.encoder.copy_rows(lines)
+        return event_records(table, rows, source, base, pipeline, now_ms, options, transforms)
+    template = read_template(db, table, position, flag, ts_ms, pipeline, schemas, tx_id)
     order, extra = snapshot_order(point), lsn_extra(point)
     written = table.state.encoder.copy_records(lines, template, order, extra, now_ms, base)
     topic = table.state.topic
@@ -94,3 +114,46 @@ def keyed_lines(state: RelationState, lines: list[bytes]) -> list[KeyedRow]:
         ConversionError: a value cannot be converted.
     """
     return state.encoder.copy_rows(lines)
+
+
+@dataclass(frozen=True)
+class Transforms:
+    """The pipeline's transforms as a snapshot applies them, with its ``bad_records``."""
+
+    chain: TransformChain
+    bad_records: str = "fail"
+
+    def __bool__(self) -> bool:
+        return bool(self.chain)
+
+
+def lsn_fields(lsn: int | None) -> dict[str, Any]:
+    """PostgreSQL's ``source`` fields after ``txId`` (:func:`cdc.envelope.lsn_extra`'s)."""
+    return {"lsn": lsn, "xmin": None, "origin": None, "origin_lsn": None}
+
+
+def event_records(
+    table: SnapshotTable,
+    rows: Sequence[KeyedRow],
+    source: SourceInfo,
+    first: int,
+    pipeline: str,
+    now_ms: int,
+    options: EnvelopeOptions,
+    transforms: Transforms,
+) -> list[Record]:
+    """The records of snapshot ``rows`` as events through the pipeline's transforms: each row
+    an ``r`` event with ``source`` (its sequence counting from ``first``), then the records the
+    runtime writes for what the transforms return, and the dead letters of those they fail on.
+    Without a transform that changes them, the bytes are those of :func:`to_records`."""
+    state = table.state
+    connect = relation_schemas(state, options) if options.schemas_enable else None
+    events = []
+    for sequence, (row, _) in enumerate(rows, first):
+        src = replace(source, sequence=sequence, extra=dict(source.extra))
+        key = {name: row[name] for name in state.key}
+        events.append(ChangeEvent(Op.READ, key, None, row, src, connect=connect))
+    kept, letters = apply_chain(transforms.chain, events, transforms.bad_records)
+    records = batch_records(kept, pipeline, now_ms, options)
+    records.extend(letter_record(pipeline, letter) for letter in letters)
+    return records

@@ -62,6 +62,8 @@ def request_snapshot(
         raise ConfigError(
             [("--table", f"{table} is not one of source.tables {config.table_names}")]
         )
+    if not config.table_entry(table).allows("r"):
+        raise ConfigError([("--table", f"the ops of {table} leave out r: no snapshot reads it")])
     if where is not None:
         check_where_text(where)
     request = {"id": uuid.uuid4().hex, "type": "snapshot", "table": table, "where": where}

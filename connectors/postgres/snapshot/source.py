@@ -48,7 +48,7 @@ from connectors.postgres.snapshot.parallel import (
     ExportedSnapshotReader,
     ReadSettings,
 )
-from connectors.postgres.snapshot.rows import read_template
+from connectors.postgres.snapshot.rows import Transforms, read_template
 from connectors.postgres.snapshot.streaming import StreamSnapshots
 from connectors.postgres.source import PostgresSource
 from snapshots.modes import Action, StartState, added_tables, decide, table_changes
@@ -114,6 +114,9 @@ class SnapshottingPostgresSource:
             self._stream.request_all(decision.reason)
         for table in added:
             self._stream.queue(table, "added to source.tables")
+        for table in self._context.resnapshot:
+            if table not in added:
+                self._stream.queue(table, "its filters or the pipeline's transforms changed")
         self._stream.resume_requests()
 
     def _announce_added(self, action: Action) -> list[str]:
@@ -217,6 +220,7 @@ class SnapshottingPostgresSource:
             options=self._context.envelope,
             lsn=int(exported.consistent_point),
             tx_id=exported.tx_id,
+            transforms=Transforms(self._context.transforms, self._context.on_bad_record),
         )
 
     def _start_reader(self, exported: ExportedSnapshot, settings: ReadSettings) -> None:

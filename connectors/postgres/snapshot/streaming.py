@@ -39,12 +39,13 @@ from connectors.postgres import pgoutput as pg
 from connectors.postgres.assembly.connect import relation_schemas
 from connectors.postgres.catalog import Catalog
 from connectors.postgres.config import PostgresSourceConfig
+from connectors.postgres.filters import PLAIN, table_filters
 from connectors.postgres.replication import session_conninfo
 from connectors.postgres.snapshot.channel import SIGNAL, WATERMARK, Channel, Marker, signal_rows
 from connectors.postgres.snapshot.incremental import ChunkJob, WatermarkReader, Work, window_records
 from connectors.postgres.snapshot.initial import describe_one
 from connectors.postgres.snapshot.reader import SnapshotTable, plan
-from connectors.postgres.snapshot.rows import KeyedRow
+from connectors.postgres.snapshot.rows import KeyedRow, Transforms
 from connectors.postgres.snapshot.where import check_where_text
 from connectors.postgres.source import PostgresSource
 from connectors.postgres.types import TypeRegistry
@@ -89,6 +90,8 @@ class StreamSnapshots:
     ) -> None:
         self._config, self._pipeline = config, context.pipeline
         self._options = context.envelope
+        self._filters = table_filters(config)
+        self._transforms = Transforms(context.transforms, context.on_bad_record)
         self._inner, self._state, self._progress = inner, state, progress
         self._logger = logger
         self._lock = threading.Lock()
@@ -165,9 +168,21 @@ class StreamSnapshots:
             The request id (``ident``, or a new one).
         """
         ident = ident or uuid.uuid4().hex
+        if not self._reads(table):
+            self._logger.warning(
+                "snapshot.not_requested",
+                table=table,
+                reason=f"its ops leave out r (source.tables), so no snapshot reads it ({reason})",
+            )
+            return ident
         request = {"id": ident, "type": "snapshot", "table": table, "where": where}
         self._state.add_request({**request, "reason": reason})
         return ident
+
+    def _reads(self, table: str) -> bool:
+        """Whether snapshots read ``table`` (its ``ops`` keep ``r``)."""
+        found = self._filters.get(table)
+        return found is None or found.allows("r")
 
     def request(
         self, table: str, reason: str, where: str | None = None, ident: str | None = None
@@ -181,6 +196,8 @@ class StreamSnapshots:
             The request id.
         """
         ident = self.queue(table, reason, where, ident)
+        if not self._reads(table):
+            return ident
         self._logger.info("snapshot.requested", table=table, request=ident, reason=reason)
         self._reader.submit(self._request_work({"id": ident, "table": table, "where": where}))
         return ident
@@ -390,6 +407,8 @@ class StreamSnapshots:
             ts_ms=now,
             now_ms=now,
             schemas=connect,
+            options=options,
+            transforms=self._transforms,
         )
         # The rows are in the shape of their read: publish it unless the sinks have it already
         # or the stream moved on during the window (the tracker then re-reads if rows changed).
@@ -455,6 +474,7 @@ class StreamSnapshots:
                 info,
                 self._logger,
                 quiet,
+                self._filters.get(name, PLAIN),
             )
         finally:
             catalog.close()

@@ -1,7 +1,8 @@
 """Read a whole table's current rows in the stream's value form, for ``cdc verify``.
 
 Values go through the same text converters as the stream and the snapshot, so a row read here
-equals the ``after`` image a sink received for it.
+equals the ``after`` image a sink received for it; the table's filters (``source.tables``:
+columns, masks, row filter) apply as they do there.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from cdc.config import redact_url
 from cdc.envelope_options import READABLE, EnvelopeOptions
 from connectors.postgres.catalog import Catalog
 from connectors.postgres.config import PostgresSourceConfig
+from connectors.postgres.filters import PLAIN, table_filters
 from connectors.postgres.replication import session_conninfo
 from connectors.postgres.snapshot.reader import describe, read_rows
 from connectors.postgres.types import TypeRegistry
@@ -36,6 +38,7 @@ def table_rows(
     """
     dsn = config.dsn.get_secret_value()
     catalog = Catalog(dsn, redact_url(dsn), config.connect_timeout_s)
+    name = f"{schema}.{table}"
     try:
         info = catalog.table(schema, table, catalog.check_role())
         described = describe(
@@ -43,14 +46,18 @@ def table_rows(
             TypeRegistry(envelope),
             "verify",
             info,
-            config.key_columns.get(f"{schema}.{table}"),
+            config.key_columns.get(name),
             None,
+            table_filters(config).get(name, PLAIN),
         )
     finally:
         catalog.close()
-    query = sql.SQL("COPY (SELECT {} FROM {}) TO STDOUT").format(
+    # The row filter is the operator's SQL, accepted by the server as the publication's.
+    where = sql.SQL(" WHERE ({})").format(sql.SQL(described.where)) if described.where else None
+    query = sql.SQL("COPY (SELECT {} FROM {}{}) TO STDOUT").format(
         sql.SQL(", ").join(sql.Identifier(c) for c in described.columns),
         sql.Identifier(schema, table),
+        where or sql.SQL(""),
     )
     convert, key_names = described.state.convert, described.state.key
     conninfo = session_conninfo(dsn, config.connect_timeout_s, application_name="cdc-verify")
