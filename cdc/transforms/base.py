@@ -72,7 +72,8 @@ class TransformContext:
     Attributes:
         pipeline: the pipeline's name (topic names are ``<pipeline>.<schema>.<table>``).
         logger: bound to the pipeline.
-        tables: ``schema.table`` of every table the source captures.
+        tables: ``schema.table`` of every table whose events reach the transform: the
+            source's tables, as the transforms before it named them (:meth:`BaseTransform.table`).
     """
 
     pipeline: str

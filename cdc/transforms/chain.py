@@ -8,6 +8,7 @@ runtime knows every topic and each sink every table before any event arrives.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from cdc import plugins
@@ -99,13 +100,25 @@ def _applied(label: str, transform: Transform, event: ChangeEvent) -> list[Chang
     if result is None:
         return []
     if isinstance(result, ChangeEvent):
-        return [result]
+        return [_unencoded(result, event)]
     if isinstance(result, list | tuple) and all(isinstance(e, ChangeEvent) for e in result):
-        return list(result)
+        return [_unencoded(e, event) for e in result]
     raise TransformError(
         f"{label} returned {type(result).__name__} for a change of {event.table_id}: "
         "a transform returns a ChangeEvent, a list of them, or None"
     )
+
+
+def _unencoded(result: ChangeEvent, given: ChangeEvent) -> ChangeEvent:
+    """``result`` without the record its source wrote for it, unless it is the event given.
+
+    A pre-encoded event (:attr:`ChangeEvent.encoded`) is written as those bytes, whatever its
+    fields say: a transform that built a new event with ``dataclasses.replace`` and changed a
+    row but kept ``encoded`` would see its change silently lost.
+    """
+    if result is given or result.encoded is None:
+        return result
+    return replace(result, encoded=None)
 
 
 def build_chain(
@@ -115,13 +128,29 @@ def build_chain(
     logger: Logger | None = None,
 ) -> TransformChain:
     """The chain of validated ``configs`` (each built by its plugin's ``create``) for a
-    pipeline capturing ``tables``."""
-    context = TransformContext(pipeline, logger or get_logger(pipeline=pipeline), tuple(tables))
-    steps = []
+    pipeline capturing ``tables``.
+
+    Each transform's context lists the tables as they reach it: the source's, renamed by the
+    transforms before it (a second ``route`` sees the first one's targets, so it knows which
+    tables it merges).
+
+    Raises:
+        ValueError: a plugin refused its settings for these tables.
+        PluginNotFound: no ``cdc.transforms`` entry point has a config's ``type``.
+    """
+    bound = logger or get_logger(pipeline=pipeline)
+    reaching = list(dict.fromkeys(tables))
+    steps: list[tuple[str, TransformConfig, Transform]] = []
     for index, config in enumerate(configs):
         plugin = plugins.load(plugins.TRANSFORM_GROUP, config.type)
         label = f"transforms[{index}] ({config.type})"
-        steps.append((label, config, plugin.create(config, context)))
+        try:
+            transform = plugin.create(config, TransformContext(pipeline, bound, tuple(reaching)))
+        except ValueError as exc:
+            raise ValueError(f"{label}: {exc}") from exc
+        steps.append((label, config, transform))
+        rename = getattr(transform, "table", _same)
+        reaching = list(dict.fromkeys(rename(t) for t in reaching))
     return TransformChain(steps)
 
 

@@ -16,8 +16,13 @@ key alone (only for tables whose keys never collide).
 
 A ``TRUNCATE`` of one of several merged tables would empty the merged table in every sink,
 the other tables' rows with it: it is refused (a transform error, which ``bad_records``
-handles: the pipeline stops, or the truncate goes to the dead-letter topic). A table routed
-alone keeps its truncates.
+handles: the pipeline stops, or the truncate goes to the dead-letter topic). That holds for a
+table the pattern leaves alone too, when other tables are routed onto its name. A table
+routed alone keeps its truncates.
+
+Under ``schemas.enable`` the events' Connect schemas are renamed after the new topic
+(``<topic>.Envelope``, ``.Value``, ``.Key``), as Debezium's router does, and gain
+``key_field`` as a string; every column keeps its type.
 """
 
 from __future__ import annotations
@@ -33,9 +38,11 @@ from cdc.events import ChangeEvent, Op, topic_name
 from cdc.json_rows import edit_row
 from cdc.schema import Column, TableSchema
 from cdc.transforms.base import BaseTransform, TransformConfig, TransformContext, topic_table_id
+from cdc.transforms.connect import routed
 
 DEBEZIUM_KEY_FIELD = "__dbz__physicalTableIdentifier"
 _GROUP_REF = re.compile(r"\\(\d+)|\\g<(\d+)>")
+_NAMED_REF = re.compile(r"\\g<\w+>")
 
 
 class RouteConfig(TransformConfig):
@@ -58,15 +65,24 @@ class RouteConfig(TransformConfig):
 
     @model_validator(mode="after")
     def _target(self) -> RouteConfig:
-        groups = re.compile(self.match).groups
+        pattern = re.compile(self.match)
         for ref in _GROUP_REF.finditer(self.topic):
-            if int(ref.group(1) or ref.group(2)) > groups:
+            if int(ref.group(1) or ref.group(2)) > pattern.groups:
                 raise ValueError(f"topic refers to group {ref.group(0)}, which match lacks")
-        plain = _GROUP_REF.sub("x", self.topic)
-        parts = plain.split(".")
-        if len(parts) != 2 or not all(parts):
+        try:
+            pattern.sub(self.topic, "")  # parses the template: named groups, escapes
+        except (re.error, IndexError) as exc:
+            raise ValueError(
+                f"topic {self.topic!r} is not a replacement for match: {exc}"
+            ) from None
+        if not _is_table(_NAMED_REF.sub("x", _GROUP_REF.sub("x", self.topic))):
             raise ValueError(f"topic {self.topic!r} must be a schema.table (or db.collection)")
         return self
+
+
+def _is_table(name: str) -> bool:
+    parts = name.split(".")
+    return len(parts) == 2 and all(parts)
 
 
 class Route(BaseTransform):
@@ -78,7 +94,15 @@ class Route(BaseTransform):
         self._key_field = config.key_field
         self._pipeline = context.pipeline
         self._targets: dict[str, tuple[str, str] | None] = {}
-        merged = Counter(self.table(t) for t in context.tables if self._routed(t) is not None)
+        for table in context.tables:
+            target = self.table(table)
+            if not _is_table(target):
+                raise ValueError(
+                    f"route {config.match!r} sends {table} to {target!r}, which is not a "
+                    "schema.table: check the groups topic refers to"
+                )
+        # A table the pattern leaves alone still merges with those routed onto its name.
+        merged = Counter(self.table(t) for t in context.tables)
         self._merged = {t for t, n in merged.items() if n > 1}
 
     def _routed(self, table: str) -> tuple[str, str] | None:
@@ -102,19 +126,24 @@ class Route(BaseTransform):
             return schema
         columns = schema.columns
         if self._key_field is not None:
-            columns = (*columns, Column(self._key_field, "text", key=True, nullable=False))
+            kept = tuple(c for c in columns if c.name != self._key_field)
+            columns = (*kept, Column(self._key_field, "text", key=True, nullable=False))
         return replace(schema, schema=target[0], table=target[1], columns=columns)
 
     def apply(self, event: ChangeEvent) -> ChangeEvent:
         table = topic_table_id(event)
         target = self._routed(table)
-        if target is None:
-            return event
         if event.op is Op.TRUNCATE:
             return self._truncate(event, table, target)
+        if target is None:
+            return event
         field = self._key_field
+        topic = topic_name(self._pipeline, *target)
+        connect = event.connect
+        if connect is not None:
+            connect = routed(connect, topic, field)
         if field is None:
-            return replace(event, destination=target, encoded=None)
+            return replace(event, destination=target, encoded=None, connect=connect)
         original = topic_name(self._pipeline, *event.topic_table)
 
         def add(row: dict[str, Any]) -> dict[str, Any]:
@@ -129,17 +158,21 @@ class Route(BaseTransform):
             after=edit_row(event.after, connector, add),
             destination=target,
             encoded=None,
-            connect=None,  # the key and the rows gained a field: their schemas are inferred
+            connect=connect,
         )
 
-    def _truncate(self, event: ChangeEvent, table: str, target: tuple[str, str]) -> ChangeEvent:
-        routed = f"{target[0]}.{target[1]}"
-        if routed in self._merged:
+    def _truncate(
+        self, event: ChangeEvent, table: str, target: tuple[str, str] | None
+    ) -> ChangeEvent:
+        reached = table if target is None else f"{target[0]}.{target[1]}"
+        if reached in self._merged:
             raise ValueError(
-                f"a TRUNCATE of {table} cannot reach {routed}, which merges several tables: it "
-                f"would empty the rows of all of them in every sink; delete {table}'s rows "
+                f"a TRUNCATE of {table} cannot reach {reached}, which merges several tables: "
+                f"it would empty the rows of all of them in every sink; delete {table}'s rows "
                 "instead, or re-snapshot after resetting the sinks' table"
             )
+        if target is None:
+            return event
         return replace(event, destination=target, encoded=None)
 
 

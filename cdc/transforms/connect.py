@@ -1,0 +1,110 @@
+"""The Connect schemas (``schemas.enable: true``) of transformed events.
+
+A source hands its events over with their table's Connect schemas
+(:attr:`cdc.events.ChangeEvent.connect`), which carry the column types the values alone do not
+tell (an ``int32``, a ``Decimal``, a ``Timestamp``). A transform that renames, adds or routes
+edits those schemas the way it edits the rows, so the types of every other column survive;
+dropping them instead would have the envelope infer every column's type from its value.
+
+Each edit is cached per schema version: a table's schemas are the same object for all its
+changes, so the JSON is parsed and written once per table version, not per event. An edit
+returns ``None`` where the rows are not structs (MongoDB's rows are JSON text): the envelope
+then infers the schemas from the edited values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any, Final
+
+import orjson
+
+from cdc.connect_schema import TableSchemas, field_schema
+
+#: The Connect type of each published column type a transform gives an added field.
+CONNECT_TYPES: Final = {
+    "bigint": "int64",
+    "boolean": "boolean",
+    "double precision": "double",
+    "text": "string",
+}
+_ROWS: Final = ("before", "after")
+
+Fields = list[dict[str, Any]]
+
+
+@lru_cache(maxsize=4096)
+def routed(schemas: TableSchemas, topic: str, key_field: str | None) -> TableSchemas | None:
+    """``schemas`` of events routed to ``topic`` (``<pipeline>.<schema>.<table>``): named
+    after it, and with ``key_field`` (a string) in the key and the rows."""
+    value = orjson.loads(schemas.value)
+    key = None if schemas.key is None else orjson.loads(schemas.key)
+    rows = _row_structs(value)
+    if rows is None:
+        return None
+    value["name"] = f"{topic}.Envelope"
+    for row in rows:
+        row["name"] = f"{topic}.Value"
+    if key_field is not None:
+        added = field_schema("string", key_field, False)
+        for row in rows:
+            row["fields"] = _with(row["fields"], added)
+        if key is None:
+            key = {"type": "struct", "fields": [], "optional": False}
+        key["fields"] = _with(key["fields"], added)
+    if key is not None:
+        key["name"] = f"{topic}.Key"
+    return TableSchemas.of(value, key)
+
+
+@lru_cache(maxsize=4096)
+def renamed(schemas: TableSchemas, names: tuple[tuple[str, str], ...]) -> TableSchemas | None:
+    """``schemas`` with the row and key fields renamed (``(old, new)`` pairs)."""
+    mapping = dict(names)
+
+    def rename(fields: Fields) -> Fields:
+        return [{**f, "field": mapping.get(f["field"], f["field"])} for f in fields]
+
+    return _edited(schemas, rename, rename)
+
+
+@lru_cache(maxsize=4096)
+def with_field(schemas: TableSchemas, name: str, column_type: str) -> TableSchemas | None:
+    """``schemas`` with an optional row field ``name`` of published type ``column_type``."""
+    added = field_schema(CONNECT_TYPES.get(column_type, "string"), name, True)
+    return _edited(schemas, lambda fields: _with(fields, added), None)
+
+
+def _edited(
+    schemas: TableSchemas,
+    rows: Callable[[Fields], Fields],
+    keys: Callable[[Fields], Fields] | None,
+) -> TableSchemas | None:
+    value = orjson.loads(schemas.value)
+    structs = _row_structs(value)
+    if structs is None:
+        return None
+    for struct in structs:
+        struct["fields"] = rows(struct["fields"])
+    key = None if schemas.key is None else orjson.loads(schemas.key)
+    if key is not None and keys is not None:
+        key["fields"] = keys(key["fields"])
+    return TableSchemas.of(value, key)
+
+
+def _row_structs(value: Any) -> list[dict[str, Any]] | None:
+    """The ``before`` and ``after`` struct schemas of an envelope schema (``None``: the rows
+    are not structs)."""
+    fields = value.get("fields") if isinstance(value, dict) else None
+    if not isinstance(fields, list):
+        return None
+    rows = [f for f in fields if isinstance(f, dict) and f.get("field") in _ROWS]
+    if len(rows) != len(_ROWS) or any(r.get("type") != "struct" for r in rows):
+        return None
+    return rows
+
+
+def _with(fields: Fields, added: dict[str, Any]) -> Fields:
+    """``fields`` with ``added`` last (in place of a field of the same name)."""
+    return [*(f for f in fields if f.get("field") != added["field"]), added]
