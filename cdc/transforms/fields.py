@@ -9,8 +9,11 @@
 
 Both work on ``before`` and ``after`` (and a renamed key column in the key too) and on the
 published shape, so sinks create the renamed or added column. ``add_field``'s ``source`` is one
-of ``op``, ``table`` (``schema.table``) or ``source.<field>`` (``source.db``,
-``source.ts_ms``, ``source.lsn``...). A value that changes from change to change (``op``,
+of ``op``, ``table`` (``schema.table``) or ``source.<field>``: a field of the envelope's
+``source`` block as the record has it (``source.name`` is the pipeline, ``source.db``,
+``source.ts_ms``, ``source.lsn``...; null where the block has no such field). Renaming a
+column onto the name of another one the table keeps is refused (a transform error: one of
+the two values would be lost). A value that changes from change to change (``op``,
 times, positions) is not what a row read now would get, so ``cdc verify`` reports the tables
 of such a field as not verifiable.
 """
@@ -24,6 +27,7 @@ from pydantic import Field, model_validator
 
 from cdc.events import ChangeEvent, Op
 from cdc.json_rows import edit_row
+from cdc.record_template import source_block
 from cdc.schema import Column, TableSchema
 from cdc.transforms.base import (
     BaseTransform,
@@ -32,10 +36,11 @@ from cdc.transforms.base import (
     TransformContext,
     topic_table_id,
 )
+from cdc.transforms.connect import renamed, with_field
 
 _FIELD = r"^[A-Za-z_][A-Za-z0-9_]*$"
 #: ``source.<field>`` values that are the same for a row whichever change wrote it.
-_STABLE_SOURCE = frozenset(("connector", "db", "schema", "table", "collection", "name"))
+_STABLE_SOURCE = frozenset(("version", "connector", "name", "db", "schema", "table", "collection"))
 _NUMERIC_SOURCE = frozenset(("ts_ms", "ts_us", "ts_ns", "txId", "lsn", "xmin", "ord"))
 
 
@@ -59,22 +64,27 @@ class RenameFields(BaseTransform):
     def __init__(self, config: RenameFieldsConfig) -> None:
         self._matches = Matcher(config.match)
         self._names = dict(config.fields)
+        self._pairs = tuple(sorted(self._names.items()))
 
     def _rename(self, row: dict[str, Any]) -> dict[str, Any]:
         names = self._names
-        return {names.get(name, name): value for name, value in row.items()}
+        out = {names.get(name, name): value for name, value in row.items()}
+        if len(out) != len(row):
+            raise ValueError(_collision(list(row), names))
+        return out
 
     def apply(self, event: ChangeEvent) -> ChangeEvent:
         if not self._matches(topic_table_id(event)):
             return event
         connector = event.source.connector
+        connect = event.connect
         return replace(
             event,
             key=self._rename(event.key),
             before=edit_row(event.before, connector, self._rename),
             after=edit_row(event.after, connector, self._rename),
             encoded=None,
-            connect=None,
+            connect=None if connect is None else renamed(connect, self._pairs),
         )
 
     def schema(self, schema: TableSchema) -> TableSchema:
@@ -82,7 +92,22 @@ class RenameFields(BaseTransform):
             return schema
         names = self._names
         columns = tuple(replace(c, name=names.get(c.name, c.name)) for c in schema.columns)
+        if len({c.name for c in columns}) != len(columns):
+            raise ValueError(
+                f"{schema.schema}.{schema.table}: "
+                + _collision([c.name for c in schema.columns], names)
+            )
         return replace(schema, columns=columns)
+
+
+def _collision(columns: list[str], names: dict[str, str]) -> str:
+    """Why renaming ``columns`` by ``names`` would merge two of them (one value lost)."""
+    taken = [new for old, new in names.items() if old in columns and new in columns]
+    kept = [new for new in taken if new not in names]
+    return (
+        f"rename_fields would give two columns the name {', '.join(kept or taken)}, "
+        "and one's values would be lost: rename that column too, or choose another name"
+    )
 
 
 class AddFieldConfig(MatchingConfig):
@@ -127,9 +152,11 @@ class AddFieldConfig(MatchingConfig):
 class AddField(BaseTransform):
     """The ``add_field`` transform (see the module docstring)."""
 
-    def __init__(self, config: AddFieldConfig) -> None:
+    def __init__(self, config: AddFieldConfig, pipeline: str) -> None:
         self._matches = Matcher(config.match)
         self._config = config
+        self._pipeline = pipeline
+        self._type = config.column_type()
         self.applies_to_rows = config.stable
 
     def _value(self, event: ChangeEvent) -> Any:
@@ -140,7 +167,7 @@ class AddField(BaseTransform):
             return event.op.value
         if source == "table":
             return event.table_id
-        return _source_field(event, source[len("source.") :])
+        return source_block(event, self._pipeline).get(source[len("source.") :])
 
     def apply(self, event: ChangeEvent) -> ChangeEvent:
         if event.op is Op.TRUNCATE or not self._matches(topic_table_id(event)):
@@ -152,12 +179,13 @@ class AddField(BaseTransform):
             return row
 
         connector = event.source.connector
+        connect = event.connect
         return replace(
             event,
             before=edit_row(event.before, connector, add),
             after=edit_row(event.after, connector, add),
             encoded=None,
-            connect=None,
+            connect=None if connect is None else with_field(connect, name, self._type),
         )
 
     def schema(self, schema: TableSchema) -> TableSchema:
@@ -166,23 +194,6 @@ class AddField(BaseTransform):
         field = self._config.field
         columns = tuple(c for c in schema.columns if c.name != field)
         return replace(schema, columns=(*columns, Column(field, self._config.column_type())))
-
-
-def _source_field(event: ChangeEvent, name: str) -> Any:
-    src = event.source
-    known = {
-        "connector": src.connector,
-        "db": src.db,
-        "schema": src.schema,
-        "table": src.table,
-        "ts_ms": src.ts_ms,
-        "ts_us": src.ts_us if src.ts_us is not None else src.ts_ms * 1000,
-        "snapshot": src.snapshot,
-        "txId": src.tx_id,
-    }
-    if name in known:
-        return known[name]
-    return src.extra.get(name)
 
 
 class RenameFieldsPlugin:
@@ -202,4 +213,4 @@ class AddFieldPlugin:
 
     @staticmethod
     def create(config: AddFieldConfig, context: TransformContext) -> AddField:
-        return AddField(config)
+        return AddField(config, context.pipeline)
