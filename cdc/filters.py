@@ -161,7 +161,13 @@ class TableEntry(_Strict):
         """A digest of what the entry captures: equal for equal filters, whatever the YAML's
         spelling or key order (the masks' key is not in it: see
         :func:`cdc.runtime.fingerprints.key_check`)."""
-        return digest(self.model_dump(mode="json", exclude={"name"}, exclude_defaults=True))
+        data = self.model_dump(mode="json", exclude={"name"}, exclude_defaults=True)
+        # Lists whose order means nothing: [c, u] and [u, c] capture the same.
+        if "ops" in data:
+            data["ops"] = sorted(data["ops"])
+        for kind, listed in (data.get("columns") or {}).items():
+            data["columns"][kind] = sorted(listed)
+        return digest(data)
 
 
 def digest(value: Any) -> str:
