@@ -29,7 +29,7 @@ import orjson
 
 from cdc.envelope import exact
 from cdc.envelope_options import EnvelopeOptions
-from cdc.events import topic_name
+from cdc.events import ChangeEvent, Op, SourceInfo, topic_name
 from cdc.log.base import Log, TopicPartition
 from cdc.log.encoding import read_stored
 from cdc.log.eras import Eras, eras_of
@@ -60,19 +60,24 @@ class TableComparison:
     details: list[dict[str, Any]] = field(default_factory=list)  # columns of a few differences
     skipped: str | None = None
     lag: dict[str, Any] | None = None  # the sink is behind the log: offsets, not compared
+    unverifiable: str | None = None  # a transform cannot be applied to the source's rows
 
     @property
     def state(self) -> str:
-        """``ok``, ``different``, ``lagging`` (not compared) or ``skipped``."""
+        """``ok``, ``different``, ``lagging`` (not compared), ``unverifiable`` (not compared:
+        the pipeline's transforms cannot be applied to rows read now) or ``skipped``."""
         if self.skipped is not None:
             return "skipped"
+        if self.unverifiable is not None:
+            return "unverifiable"
         if self.lag is not None:
             return "lagging"
         return "different" if (self.missing or self.extra or self.different) else "ok"
 
     @property
     def ok(self) -> bool:
-        """Agreed (or cannot be read back); a lagging sink was not verified, so not ok."""
+        """Agreed (or cannot be read back); a lagging sink, or a table a transform makes
+        unverifiable, was not verified, so not ok."""
         return self.state in ("ok", "skipped")
 
     def to_json(self) -> dict[str, Any]:
@@ -89,6 +94,7 @@ class TableComparison:
             "different": self.different,
             "details": self.details,
             "skipped": self.skipped,
+            "unverifiable": self.unverifiable,
         }
 
 
@@ -304,8 +310,16 @@ def _verify_table(
     if unread is not None:
         return unread
     assert schema is not None  # _not_compared answered for a table without one
+    unverifiable = pipeline.chain().unverifiable()
+    if unverifiable:
+        return TableComparison(
+            name,
+            sink.name,
+            unverifiable=f"{', '.join(unverifiable)} cannot be applied to the rows as they are "
+            "now (its values depend on the change that wrote each row): not compared",
+        )
     envelope = pipeline.envelope
-    source_rows = _reader(read_source, pipeline.source, schema_name, table_name, envelope=envelope)
+    source_rows = _source_reader(pipeline, read_source, name)
     sink_rows = _reader(read_sink, sink, schema_name, table_name, pipeline=pipeline.name)
     source_decoded = _decoding(source_rows, schema, envelope)
     if _decodes_rows(sink.type):
@@ -446,6 +460,41 @@ def _behind(
                 "reason": state.get("reason"),
             }
     return behind
+
+
+def _source_reader(pipeline: Any, read_rows: Any, table: str) -> RowReader:
+    """The source's rows of output table ``table`` (``schema.table``), as the sinks got them:
+    each source table routed to it read through the source's filters, and each row, as an
+    ``r`` event, through the pipeline's transforms."""
+    chain = pipeline.chain()
+    sources = pipeline.routed_from(table)
+    envelope = pipeline.envelope
+    if not chain:
+        schema, _, name = table.partition(".")
+        return _reader(read_rows, pipeline.source, schema, name, envelope=envelope)
+
+    def read() -> Iterable[tuple[dict[str, Any], dict[str, Any]]]:
+        for source_table in sources:
+            schema, _, name = source_table.partition(".")
+            for key, row in read_rows(pipeline.source, schema, name, envelope=envelope):
+                for event in chain.apply(_read_event(pipeline.name, schema, name, key, row)):
+                    if f"{event.topic_table[0]}.{event.topic_table[1]}" == table and event.after:
+                        yield dict(event.key), dict(event.after)
+
+    return read
+
+
+def _read_event(
+    pipeline: str, schema: str, table: str, key: dict[str, Any], row: dict[str, Any]
+) -> ChangeEvent:
+    """A source row as the ``r`` event a snapshot reads it as (its position unknown: 0)."""
+    # A connector of no source: its rows are plain mappings, edited as such by the transforms.
+    source = SourceInfo(VERIFY_CONNECTOR, "", schema, table, 0, 0)
+    return ChangeEvent(Op.READ, dict(key), None, dict(row), source)
+
+
+#: The connector name of the events ``cdc verify`` makes of the source's rows.
+VERIFY_CONNECTOR = "cdc-verify"
 
 
 def _reader(read_rows: Any, config: Any, schema: str, table: str, **options: Any) -> RowReader:

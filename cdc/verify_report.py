@@ -8,7 +8,13 @@ import click
 
 from cdc.verify import TableComparison
 
-STATES = {"ok": "ok", "different": "DIFFERENT", "lagging": "LAGGING", "skipped": "skipped"}
+STATES = {
+    "ok": "ok",
+    "different": "DIFFERENT",
+    "lagging": "LAGGING",
+    "skipped": "skipped",
+    "unverifiable": "NOT VERIFIABLE",
+}
 
 
 def print_verify(results: list[TableComparison]) -> None:
@@ -17,6 +23,9 @@ def print_verify(results: list[TableComparison]) -> None:
         state = STATES[r.state]
         if r.lag is not None:
             click.echo(f"{r.sink:<12} {r.table:<30} {state:<9} {_lag_line(r.lag)}")
+            continue
+        if r.unverifiable is not None:
+            click.echo(f"{r.sink:<12} {r.table:<30} {state:<9} {r.unverifiable}")
             continue
         click.echo(
             f"{r.sink:<12} {r.table:<30} {state:<9} source {r.source_count} rows "

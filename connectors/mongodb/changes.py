@@ -16,21 +16,28 @@ Operation types:
   is logged with the advice to re-snapshot the collection.
 * ``dropDatabase`` is logged (the server sends a ``drop`` for each collection before it).
 * ``invalidate`` ends the stream; the source resumes with ``startAfter`` its token.
+
+A collection's filters (:mod:`connectors.mongodb.filters`) apply before anything is encoded:
+the row filter decides the operation (an update may become a create or a delete), the images
+and ``updateDescription`` lose the fields left out and have the masked ones masked, and a hashed
+``_id`` makes the key.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from cdc.events import ChangeEvent, Op, Row, SourceInfo
 from connectors.mongodb import records
+from connectors.mongodb.filters import CollectionFilter
 from connectors.mongodb.positions import position
 
-CONNECTOR = "mongodb"
+CONNECTOR = records.CONNECTOR
 _DATA_OPS = {"insert": Op.CREATE, "update": Op.UPDATE, "replace": Op.UPDATE, "delete": Op.DELETE}
 Collection = tuple[str, str]
+Filters = Mapping[Collection, CollectionFilter]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,11 +48,13 @@ class Outcome:
         events: change events to publish (possibly none).
         control: ``invalidate`` when the stream ended; else ``None``.
         notice: ``(log event name, fields)`` to log, for the operations worth a line.
+        documents: the filtered documents of ``events`` (their field names make the schema).
     """
 
     events: list[ChangeEvent] = field(default_factory=list)
     control: str | None = None
     notice: tuple[str, dict[str, Any]] | None = None
+    documents: Sequence[Mapping[str, Any]] = ()
 
 
 class BadChange(ValueError):
@@ -95,13 +104,19 @@ def source_info(
     )
 
 
-def convert(change: Mapping[str, Any], captured: set[Collection], sequence: int) -> Outcome:
+def convert(
+    change: Mapping[str, Any],
+    captured: set[Collection],
+    sequence: int,
+    filters: Filters | None = None,
+) -> Outcome:
     """The outcome of one change-stream event.
 
     Args:
         change: the event as pymongo decodes it.
         captured: the configured collections.
         sequence: the event's index among the stream's events of the same ``clusterTime``.
+        filters: the filters of the collections that have any.
 
     Raises:
         BadChange: a data change without the fields every such event has.
@@ -111,6 +126,9 @@ def convert(change: Mapping[str, Any], captured: set[Collection], sequence: int)
     if kind in _DATA_OPS:
         if coll is None or coll not in captured:
             return Outcome()
+        table_filter = filters.get(coll) if filters else None
+        if table_filter is not None:
+            return _filtered_change(change, kind, coll, sequence, table_filter)
         return _data_change(change, kind, coll, sequence)
     if kind == "invalidate":
         return Outcome(control="invalidate", notice=("stream.invalidated", {}))
@@ -140,11 +158,58 @@ def _data_change(change: Mapping[str, Any], kind: str, coll: Collection, sequenc
     if op is Op.DELETE:
         return Outcome([ChangeEvent(op, key, before, None, info, fields=fields)])
     if after is None:
-        if kind == "update":
-            notice = ("update.skipped_document_gone", {"table": f"{coll[0]}.{coll[1]}", "key": key})
-            return Outcome(notice=notice)
-        raise BadChange(f"{kind} event without fullDocument")
-    return Outcome([ChangeEvent(op, key, before, after, info, fields=fields)])
+        return _gone(kind, coll, key)
+    docs = [d for d in (full, pre) if isinstance(d, Mapping)]
+    return Outcome([ChangeEvent(op, key, before, after, info, fields=fields)], documents=docs)
+
+
+def _gone(kind: str, coll: Collection, key: Row) -> Outcome:
+    """An update whose looked-up document is gone: left out (its delete follows)."""
+    if kind == "update":
+        notice = ("update.skipped_document_gone", {"table": f"{coll[0]}.{coll[1]}", "key": key})
+        return Outcome(notice=notice)
+    raise BadChange(f"{kind} event without fullDocument")
+
+
+def _filtered_change(
+    change: Mapping[str, Any],
+    kind: str,
+    coll: Collection,
+    sequence: int,
+    table_filter: CollectionFilter,
+) -> Outcome:
+    """A data change under its collection's filters (see the module docstring)."""
+    try:
+        key = table_filter.key(change["documentKey"]["_id"])
+        info = source_info(change, coll, sequence)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise BadChange(f"{kind} event without {exc}") from exc
+    pre, full = _image(change, "fullDocumentBeforeChange"), _image(change, "fullDocument")
+    op = table_filter.op(kind, full, pre)
+    if op is None:
+        return Outcome()
+    if op is not Op.DELETE and full is None:
+        return _gone(kind, coll, key)
+    old = table_filter.document(pre) if pre is not None and op is not Op.CREATE else None
+    new = table_filter.document(full) if full is not None and op is not Op.DELETE else None
+    fields: dict[str, Any] = {"updateDescription": None}
+    if kind == "update" and op is Op.UPDATE:
+        description = change.get("updateDescription")
+        if isinstance(description, Mapping):
+            description = table_filter.update_description(description)
+        fields["updateDescription"] = records.update_description(
+            {"operationType": kind, "updateDescription": description}
+        )
+    # A Mapping where the event has a Row: read like one, written as Debezium's text.
+    before = cast(Row, records.row(old)) if old is not None else None
+    after = records.row(new) if new is not None else None
+    docs = [d for d in (new, old) if d is not None]
+    return Outcome([ChangeEvent(op, key, before, after, info, fields=fields)], documents=docs)
+
+
+def _image(change: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
+    doc = change.get(name)
+    return doc if isinstance(doc, Mapping) else None
 
 
 def _truncate(change: Mapping[str, Any], coll: Collection, sequence: int) -> ChangeEvent:

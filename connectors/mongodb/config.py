@@ -2,11 +2,67 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
 
 from cdc.config import SourceConfig
+from cdc.filters import ColumnSelection, MaskSpec, TableEntry
+from connectors.mongodb.match import QueryError, compile_query, from_extended_json
+
+KEY = "_id"
+
+
+class MongoTableEntry(TableEntry):
+    """A ``source.tables`` entry as the MongoDB source takes it: ``columns`` and ``mask`` name
+    top-level fields; ``where`` is a query document (:mod:`connectors.mongodb.match` lists the
+    operators); ``_id``, the key, is never left out and may be masked only with ``hash``."""
+
+    @field_validator("where")
+    @classmethod
+    def _query_document(cls, where: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
+        if isinstance(where, str):
+            raise ValueError(
+                "is SQL text, but a MongoDB row filter is a query document (a mapping), e.g. "
+                "{tenant_id: 42, deleted: {$ne: true}}"
+            )
+        if where is not None:
+            try:
+                compile_query(from_extended_json(where))
+            except QueryError as exc:
+                raise ValueError(str(exc)) from None
+        return where
+
+    @field_validator("columns")
+    @classmethod
+    def _key_kept(cls, columns: ColumnSelection | None) -> ColumnSelection | None:
+        if columns is not None:
+            _top_level(columns.named())
+            if KEY in (columns.exclude or []):
+                raise ValueError(
+                    "cannot leave out _id: the record key is made of it (mask it with hash "
+                    "instead)"
+                )
+        return columns
+
+    @field_validator("mask")
+    @classmethod
+    def _key_hashed(cls, mask: dict[str, MaskSpec]) -> dict[str, MaskSpec]:
+        _top_level(list(mask))
+        spec = mask.get(KEY)
+        if spec is not None and spec.type != "hash":
+            raise ValueError(
+                f"masks _id with {spec.type}; the key may only be hashed (equal keys must stay "
+                "equal, different ones different)"
+            )
+        return mask
+
+
+def _top_level(names: list[str]) -> None:
+    """Raises ValueError: a name is a path or an operator, not a top-level field."""
+    bad = [n for n in names if "." in n or n.startswith("$") or not n]
+    if bad:
+        raise ValueError(f"{bad} are not top-level field names (no dots, no leading $)")
 
 
 class MongoSourceConfig(SourceConfig):
@@ -15,7 +71,8 @@ class MongoSourceConfig(SourceConfig):
     Attributes:
         dsn: a ``mongodb://`` or ``mongodb+srv://`` URI of a replica set or sharded cluster; a
             secret, never logged (see ``cdc.config.redact_url``).
-        tables: ``db.collection`` of every captured collection.
+        tables: ``db.collection`` of every captured collection, or an entry with its filters
+            (:class:`MongoTableEntry`, :mod:`connectors.mongodb.filters`).
         full_document: ``updateLookup`` (default): an update's ``after`` is the document as it
             is when the change is read; ``required``: the exact post-image at the change (with
             ``fullDocumentBeforeChange: required`` for the pre-image; MongoDB 6.0+ with
@@ -37,6 +94,8 @@ class MongoSourceConfig(SourceConfig):
     """
 
     type: Literal["mongodb"] = "mongodb"
+    # The same entries, with the MongoDB source's checks (errors under source.tables[N]).
+    tables: list[MongoTableEntry] = Field(min_length=1)  # type: ignore[assignment]
     dsn: SecretStr
     full_document: Literal["updateLookup", "required"] = "updateLookup"
     stream_scope: Literal["auto", "collection", "database", "cluster"] = "auto"

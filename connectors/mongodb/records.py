@@ -18,15 +18,24 @@ form and whose values are worked out only when something reads them.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 import orjson
+from bson import json_util
+from bson.json_util import JSONOptions
 
 from cdc.envelope import EncodedRow
 from cdc.events import Row
+from cdc.json_rows import RowEdit, register_row_editor
 from connectors.mongodb.convert import document, to_json
 from connectors.mongodb.extjson import STRICT, document_text, updated_fields_text
+
+CONNECTOR: Final = "mongodb"
+_RELAXED: Final = JSONOptions(
+    json_mode=json_util.JSONMode.RELAXED, tz_aware=True, tzinfo=dt.UTC
+)
 
 
 def key(doc_id: Any) -> Row:
@@ -39,6 +48,25 @@ def key(doc_id: Any) -> Row:
 def row(doc: Mapping[str, Any]) -> EncodedRow:
     """``after``/``before`` of a document: the STRICT text as a JSON string."""
     return EncodedRow(orjson.dumps(document_text(doc)), doc, document)
+
+
+def edit(current: Mapping[str, Any], change: RowEdit) -> Mapping[str, Any]:
+    """``current`` with ``change`` applied to its document, in the form it came in (the row editor
+    of :func:`cdc.json_rows.edit_row`, which transforms use).
+
+    A row this source wrote (:func:`row`) is edited as its BSON document and written again as
+    Debezium's STRICT text, so a renamed or added field keeps every value's exact type. A
+    plain row (relaxed Extended JSON values, what ``cdc verify`` reads) is turned back into
+    BSON values, edited, and returned as relaxed Extended JSON values again.
+    """
+    if isinstance(current, EncodedRow) and isinstance(current.raw, Mapping):
+        return row(change(dict(current.raw)))
+    values = current.values_dict() if isinstance(current, EncodedRow) else current
+    doc = json_util.loads(orjson.dumps(dict(values)), json_options=_RELAXED)
+    return document(change(dict(doc)))
+
+
+register_row_editor(CONNECTOR, edit)
 
 
 def update_description(change: Mapping[str, Any]) -> dict[str, Any] | None:

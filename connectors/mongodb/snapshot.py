@@ -10,6 +10,12 @@ range after its last committed ``_id``)::
 Workers only read; the poll thread alone updates the state, after it handed a batch on, so the
 stored state never runs ahead of the stored records. The queue between them is bounded: memory
 stays at about ``2 * workers`` batches whatever the collection's size.
+
+A collection's filters narrow each read (``find`` with the row filter and the projection,
+:mod:`connectors.mongodb.filters`); the source checks and masks each document again. A
+collection whose ``_id`` is masked is read as one range that stores no ``_id`` (a boundary or
+the last one read would put the raw value in the log's offsets): a restart reads it again
+from its start, which the sinks absorb.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from pymongo import MongoClient
 
 from cdc.clock import now_ms
 from connectors.mongodb import ranges
+from connectors.mongodb.filters import CollectionFilter
 from snapshots.chunks import rate_and_eta, to_ranges
 
 Doc = dict[str, Any]
@@ -41,8 +48,13 @@ class Batch:
     done: bool
 
 
-def plan_collection(client: MongoClient[Doc], table: str, range_docs: int) -> list[Doc]:
-    """Ranges of ``table`` from one walk over its ``_id`` index (ids only, never documents)."""
+def plan_collection(
+    client: MongoClient[Doc], table: str, range_docs: int, masked_key: bool = False
+) -> list[Doc]:
+    """Ranges of ``table`` from one walk over its ``_id`` index (ids only, never documents);
+    one range, marked to store no ``_id``, when the ``_id`` is masked."""
+    if masked_key:
+        return [{**entry, "restart": True} for entry in ranges.plan([])]
     db, coll = table.split(".", 1)
     bounds: list[Any] = []
     cursor = client[db][coll].find({}, {"_id": 1}).sort("_id", 1).batch_size(10_000)
@@ -102,7 +114,7 @@ def record(state: Doc, batch: Batch) -> dict[str, Any]:
     """Mark ``batch`` handed on; returns the table's progress figures."""
     info = state["collections"][batch.table]
     entry = info["ranges"][batch.index]
-    if batch.docs:
+    if batch.docs and not entry.get("restart"):
         entry["last"] = ranges.encode(batch.docs[-1]["_id"])
     entry["done"] = entry["done"] or batch.done
     info["rows"] += len(batch.docs)
@@ -160,8 +172,16 @@ def _view(total: int, done: list[int], info: Doc, now: int, request: str | None)
 class Scanner:
     """Worker threads reading the pending ranges of a snapshot state into a bounded queue."""
 
-    def __init__(self, client: MongoClient[Doc], state: Doc, workers: int, batch: int) -> None:
+    def __init__(
+        self,
+        client: MongoClient[Doc],
+        state: Doc,
+        workers: int,
+        batch: int,
+        filters: dict[str, CollectionFilter] | None = None,
+    ) -> None:
         self._client = client
+        self._filters = filters or {}  # by db.collection
         self._work = pending(state)
         self._batch = batch
         self._queue: queue.Queue[Batch | BaseException] = queue.Queue(maxsize=2 * workers)
@@ -225,9 +245,13 @@ class Scanner:
 
     def _read(self, table: str, index: int, entry: Doc) -> Iterator[Batch]:
         db, coll = table.split(".", 1)
+        query, projection = ranges.resume_filter(entry), None
+        table_filter = self._filters.get(table)
+        if table_filter is not None:
+            query, projection = table_filter.find_filter(query), table_filter.projection()
         cursor = (
             self._client[db][coll]
-            .find(ranges.resume_filter(entry))
+            .find(query, projection)
             .sort("_id", 1)
             .batch_size(self._batch)
         )

@@ -3,6 +3,11 @@
 The resume point advances only when the source hands an event to a batch (:meth:`advance`), or
 when the server reports a post-batch resume token after an empty read (:meth:`idle_point`), so
 what the source stores is always "everything up to here is in the log".
+
+A real server's resume token of a data change holds the document's ``_id`` (hex-encoded in
+``_data``). For a collection whose ``_id`` is masked that value must not be stored, so after
+such a change the point is its cluster time alone (``startAtOperationTime``, which replays the
+changes of that cluster time on a resume: harmless, the sinks skip what they hold).
 """
 
 from __future__ import annotations
@@ -53,13 +58,32 @@ def start_point(client: MongoClient[Doc], spec: StreamSpec) -> tuple[Doc | None,
     return token, when
 
 
+def _namespace(event: Mapping[str, Any]) -> tuple[str, str] | None:
+    ns = event.get("ns")
+    if not isinstance(ns, Mapping):
+        return None
+    return str(ns.get("db")), str(ns.get("coll"))
+
+
 class StreamReader:
     """Reads one change stream (see the module docstring)."""
 
-    def __init__(self, client: MongoClient[Doc], spec: StreamSpec, config: MongoSourceConfig):
+    def __init__(
+        self,
+        client: MongoClient[Doc],
+        spec: StreamSpec,
+        config: MongoSourceConfig,
+        stages: list[Doc] | None = None,
+        tokenless: frozenset[tuple[str, str]] = frozenset(),
+    ):
+        """Args beyond the obvious: ``stages`` follow the spec's own ``$match`` (the filters'
+        stages); ``tokenless`` are the collections whose change tokens are not stored."""
         self.spec = spec
         self._client = client
         self._config = config
+        self._stages = list(stages or [])
+        self._tokenless = tokenless
+        self._withheld: Doc | None = None  # the last token not stored
         self._stream: ChangeStream[Doc] | None = None
         self._pending: Doc | None = None
         self.token: Doc | None = None
@@ -93,7 +117,8 @@ class StreamReader:
             kwargs["start_after" if self.start_after else "resume_after"] = self.token
         elif self.cluster_time is not None:
             kwargs["start_at_operation_time"] = positions.timestamp(self.cluster_time)
-        self._stream = _target(self._client, self.spec).watch(self.spec.match(), **kwargs)
+        pipeline = self.spec.match() + self._stages
+        self._stream = _target(self._client, self.spec).watch(pipeline, **kwargs)
         # The first getMore surfaces a refused resume point here, not in the middle of a poll.
         self._pending = self._stream.try_next()
 
@@ -112,6 +137,8 @@ class StreamReader:
     def advance(self, event: Mapping[str, Any]) -> int:
         """Take ``event`` as handed on; returns its sequence among events of its cluster time."""
         self.token = dict(event["_id"])
+        if self._tokenless and _namespace(event) in self._tokenless:
+            self._withheld, self.token = self.token, None
         self.start_after = False
         now = positions.position(event["clusterTime"])
         self._sequence = self._sequence + 1 if now == self._last_position else 0
@@ -123,7 +150,7 @@ class StreamReader:
         if self._stream is None or self._pending is not None:
             return False
         token = self._stream.resume_token
-        if token is None or token == self.token:
+        if token is None or token == self.token or token == self._withheld:
             return False
         self.token = dict(token)
         self.start_after = False

@@ -60,8 +60,10 @@ class StreamSet:
         where: str,
         signal: tuple[str, str] | None = None,
         pipeline: str = "",
+        filters: changes.Filters | None = None,
     ) -> None:
         self.readers = readers
+        self._filters = dict(filters or {})
         self._signal = signal
         self._pipeline = pipeline
         #: Snapshot requests read from the signal collection: ``(request document, position)``.
@@ -137,7 +139,7 @@ class StreamSet:
             self._take_signal(change)
             return
         try:
-            outcome = changes.convert(change, self._captured, sequence)
+            outcome = changes.convert(change, self._captured, sequence, self._filters)
         except changes.BadChange as exc:
             self._bad(change, str(exc), out)
             return
@@ -146,9 +148,8 @@ class StreamSet:
             self._logger.warning(name, stream=reader.spec.id, **fields)
         for event in outcome.events:
             table = (event.source.schema, event.source.table)
-            # The change's own documents: their field names, without decoding the rows.
-            docs = [change.get("fullDocument"), change.get("fullDocumentBeforeChange")]
-            schema = self._tracker.observe(table, [d for d in docs if isinstance(d, Mapping)])
+            # The change's own (filtered) documents: their field names, without decoding rows.
+            schema = self._tracker.observe(table, outcome.documents)
             if schema is not None:
                 out.schemas[table] = schema
             out.events.append(event)
@@ -174,6 +175,9 @@ class StreamSet:
     def _bad(self, change: dict[str, Any], reason: str, out: Collected) -> None:
         ns = changes.namespace(change)
         table = f"{ns[0]}.{ns[1]}" if ns else "?"
+        table_filter = self._filters.get(ns) if ns else None
+        if table_filter is not None:  # a dead letter holds nothing the filters leave out
+            change = table_filter.scrub(change)
         key = change.get("documentKey")
         key_json = to_json(key) if key is not None else None
         if self._on_bad_record != "dead_letter":

@@ -361,4 +361,9 @@ def run_ddl(catalog: Catalog, statement: Query, problem: str) -> None:
     except (psycopg.ProgrammingError, psycopg.NotSupportedError, psycopg.DataError) as exc:
         # A column list or row filter the server refuses (an unknown column, a bad expression).
         text = statement.as_string(catalog.conn)
-        raise SourceFatal(f"the server refused {text}: {exc.diag.message_primary}") from exc
+        detail = f" ({exc.diag.message_detail})" if exc.diag.message_detail else ""
+        raise SourceFatal(
+            f"the server refused {text}: {exc.diag.message_primary}{detail} (source.tables: a "
+            "row filter is a plain expression over the table's own columns, with immutable "
+            "functions only)"
+        ) from exc

@@ -143,9 +143,9 @@ def build_state(
         SourceFatal: no key, or the filter leaves out or masks a key column (other than by
             hash).
     """
-    relation, ids, project = _captured(relation, ids or (), table_filter)
     key = resolve_key(info, relation, configured_key)
     table_filter.check_key(key)
+    relation, ids, project = _captured(relation, ids or (), table_filter)
     index = {c.name: i for i, c in enumerate(relation.columns)}
     masks = {name: mask for name, mask in table_filter.masks.items() if name in index}
     columns = _schema_columns(relation, registry, key, not_null, array_dims or {}, ids, masks)

@@ -21,6 +21,7 @@ from cdc.envelope import read_pos
 from cdc.errors import RecordError
 from cdc.log.base import TopicPartition
 from cdc.sink import SinkRecord
+from sinks.keyed import TopicTables
 
 Pos = tuple[int, int]
 TableId = tuple[str, str]
@@ -76,13 +77,17 @@ class TableBatch:
 
 
 def plan(
-    records: Sequence[SinkRecord], applied: Mapping[TopicPartition, int]
+    records: Sequence[SinkRecord],
+    applied: Mapping[TopicPartition, int],
+    tables: TopicTables | None = None,
 ) -> tuple[dict[TableId, TableBatch], dict[TopicPartition, int]]:
     """Group ``records`` by table; return the batches and the next offset per partition.
 
     Args:
         records: the records, in the order the runner handed them over.
         applied: next offset per partition already stored with the data (older is skipped).
+        tables: each topic's table: a record's table is its topic's (``route`` sends several
+            source tables to one); ``None``: the ``source`` block's.
 
     Raises:
         RecordError: a record that is not a change envelope.
@@ -99,6 +104,8 @@ def plan(
         if value is None or record.offset < floor.get(tp, 0):
             continue
         table, op, position, sequence, ts_ms = _envelope(record, value)
+        if tables is not None:
+            table = tables.table(record.topic)
         batch = batches.get(table)
         if batch is None:
             batch = batches[table] = TableBatch(table)

@@ -30,6 +30,7 @@ from sinks.duckdb.connection import connect, translate
 from sinks.duckdb.evolve import prepare
 from sinks.duckdb.plan import TableBatch, plan
 from sinks.duckdb.stage import StageFailed, encode, find_bad_value
+from sinks.keyed import TopicTables
 
 
 class DuckDBSink:
@@ -42,6 +43,7 @@ class DuckDBSink:
         self._context = context
         self._schema_topic = schema_topic(context.pipeline)
         self._tables = set(context.tables)
+        self._topic_tables = TopicTables(context.pipeline, context.tables)
         self._history = config.mode == "history"
         self._con: Any = None
         self._states: dict[tuple[str, str], catalog.TableState] = {}
@@ -87,7 +89,7 @@ class DuckDBSink:
         if self._con is None:
             raise SinkFatal("DuckDB sink: flush before open")
         records, announced, schema_offsets = self._split_schemas(records)
-        batches, offsets = plan(records, self._offsets)
+        batches, offsets = plan(records, self._offsets, self._topic_tables)
         offsets.update(schema_offsets)
         try:
             with self._undone_on_error("applying a batch"):

@@ -14,10 +14,12 @@ import orjson
 import psycopg
 import structlog
 
+from cdc import plugins
 from cdc.events import topic_name
 from cdc.log.embedded import EmbeddedLog
 from cdc.runtime.source_task import SourceTask
 from cdc.source import SourceContext
+from cdc.transforms.chain import TransformChain, build_chain
 from connectors.postgres import PostgresSourceConfig, drop_replication_objects
 from connectors.postgres.snapshot.source import SnapshottingPostgresSource
 
@@ -40,18 +42,30 @@ def table_state(dsn: str, table: str, key: str = "id") -> dict[Any, dict[str, An
 class Pipeline:
     """A source task running in a thread; ``sources`` are the sources it built, in order."""
 
-    def __init__(self, dsn: str, log_dir: Path, tables: Sequence[str], **options: Any) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        log_dir: Path,
+        tables: Sequence[str | dict[str, Any]],
+        transforms: Sequence[dict[str, Any]] = (),
+        bad_records: str = "fail",
+        **options: Any,
+    ) -> None:
         self.dsn = dsn
-        self.tables = list(tables)
         self.log = EmbeddedLog(log_dir)
         self.config = PostgresSourceConfig.model_validate(
-            {"type": "postgres", "dsn": dsn, "tables": self.tables, **options}
+            {"type": "postgres", "dsn": dsn, "tables": list(tables), **options}
         )
+        self.tables = self.config.table_names
+        self.chain = _chain(transforms, self.tables)
+        self.bad_records = bad_records
         self.context = SourceContext(
             pipeline=PIPELINE,
             log=self.log,
             logger=structlog.get_logger(),
             snapshot_mode=self.config.snapshot,
+            on_bad_record=bad_records,
+            transforms=self.chain,
         )
         self.sources: list[SnapshottingPostgresSource] = []
         self.stop_event = threading.Event()
@@ -66,7 +80,13 @@ class Pipeline:
     def start(self) -> None:
         self.stop_event.clear()
         self.task = SourceTask(
-            PIPELINE, self.log, self._factory, self.stop_event, structlog.get_logger()
+            PIPELINE,
+            self.log,
+            self._factory,
+            self.stop_event,
+            structlog.get_logger(),
+            bad_records=self.bad_records,
+            transforms=self.chain,
         )
 
         def body() -> None:
@@ -111,6 +131,23 @@ class Pipeline:
                 offset = records[-1].offset + 1
         return state
 
+    def topic_records(self, table: str, raw_topic: bool = False) -> list[dict[str, Any]]:
+        """Every record of ``table``'s topic (``raw_topic``: of the topic so named) in order:
+        its value with ``key`` set to the record key (``op`` ``None`` for a tombstone)."""
+        schema, _, name = table.partition(".")
+        topic = table if raw_topic else topic_name(PIPELINE, schema, name)
+        if topic not in {t.name for t in self.log.topics()}:
+            return []
+        out: list[dict[str, Any]] = []
+        for partition in sorted(self.log.end_offsets(topic)):
+            offset = 0
+            while records := self.log.read(topic, partition, offset, 10_000):
+                for record in records:
+                    value = orjson.loads(record.value) if record.value else {"op": None}
+                    out.append({**value, "key": orjson.loads(record.key or b"null")})
+                offset = records[-1].offset + 1
+        return out
+
     def wait(self, done: Callable[[], bool], timeout_s: float = 60) -> None:
         deadline = time.monotonic() + timeout_s
         while not done():
@@ -132,8 +169,19 @@ class Pipeline:
         return self.topic_state(table) == table_state(self.dsn, table)
 
 
+def _chain(configs: Sequence[dict[str, Any]], tables: Sequence[str]) -> TransformChain:
+    """The transforms of ``configs`` (``transforms:`` items), validated as a pipeline file's."""
+    models = [
+        plugins.load(plugins.TRANSFORM_GROUP, c["type"]).config_model.model_validate(c)
+        for c in configs
+    ]
+    return build_chain(models, PIPELINE, tables)
+
+
 @contextmanager
-def pipeline(dsn: str, log_dir: Path, tables: Sequence[str], **options: Any) -> Iterator[Pipeline]:
+def pipeline(
+    dsn: str, log_dir: Path, tables: Sequence[str | dict[str, Any]], **options: Any
+) -> Iterator[Pipeline]:
     """A pipeline whose slot and publication are dropped at exit."""
     p = Pipeline(dsn, log_dir, tables, **options)
     try:

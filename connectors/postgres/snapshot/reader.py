@@ -81,8 +81,8 @@ def describe(
             and row filter apply to every read.
     """
     # The columns pgoutput publishes on this server, no more: see published_column.
+    # The filter's excluded columns go in build_state, which refuses an excluded key column.
     rows = catalog.rows(_COLUMNS.format(published_column("a", catalog.server_version)), (info.oid,))
-    rows = [row for row in rows if table_filter.keeps(row[0])]
     identity = info.replica_identity
     columns = tuple(
         RelationColumn(_is_key(identity, name, info.primary_key, in_index), name, int(oid), mod)
