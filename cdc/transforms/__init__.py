@@ -9,6 +9,7 @@ from cdc.transforms.base import (
     TransformContext,
     TransformError,
     TransformPlugin,
+    TransformShapeError,
 )
 from cdc.transforms.chain import TransformChain, build_chain
 
@@ -22,5 +23,6 @@ __all__ = [
     "TransformContext",
     "TransformError",
     "TransformPlugin",
+    "TransformShapeError",
     "build_chain",
 ]

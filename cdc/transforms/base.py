@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from cdc.errors import RecordError
+from cdc.errors import CdcError, Fatal, RecordError
 from cdc.events import ChangeEvent
 from cdc.logging import Logger
 from cdc.schema import TableSchema
@@ -141,6 +141,11 @@ def topic_table_id(event: ChangeEvent) -> str:
 
 class TransformError(RecordError):
     """A transform raised on one event: the pipeline's ``bad_records`` policy decides."""
+
+
+class TransformShapeError(CdcError, Fatal):
+    """A transform refused a table's shape (:meth:`BaseTransform.schema`): no change of the
+    table could be written as the sinks expect, so the pipeline stops with it."""
 
 
 #: Field names a transform may add (Debezium's and SQL's: letters, digits, ``_``).

@@ -16,7 +16,13 @@ from cdc.events import ChangeEvent
 from cdc.filters import digest
 from cdc.logging import Logger, get_logger
 from cdc.schema import TableSchema
-from cdc.transforms.base import Transform, TransformConfig, TransformContext, TransformError
+from cdc.transforms.base import (
+    Transform,
+    TransformConfig,
+    TransformContext,
+    TransformError,
+    TransformShapeError,
+)
 
 
 class TransformChain:
@@ -68,9 +74,20 @@ class TransformChain:
         return table
 
     def schema(self, schema: TableSchema) -> TableSchema:
-        """A source table's published shape as its transformed events have it."""
-        for _, transform in self._transforms:
-            schema = getattr(transform, "schema", _same)(schema)
+        """A source table's published shape as its transformed events have it.
+
+        Raises:
+            TransformShapeError: a transform raised on the shape; the message names it and
+                the table.
+        """
+        table = f"{schema.schema}.{schema.table}"
+        for label, transform in self._transforms:
+            try:
+                schema = getattr(transform, "schema", _same)(schema)
+            except Exception as exc:
+                raise TransformShapeError(
+                    f"{label} failed on the shape of {table}: {type(exc).__name__}: {exc}"
+                ) from exc
         return schema
 
     def unverifiable(self) -> list[str]:

@@ -23,8 +23,8 @@ from cdc.runtime.source_task import BadRecordStop, SourceTask
 from cdc.schema import Column, TableSchema, dead_letter_topic, schema_topic
 from cdc.source import SourceBatch
 from cdc.testing import ScriptedSource, make_event
-from cdc.transforms import TransformChain, TransformConfig, build_chain
-from cdc.transforms.fields import AddFieldConfig
+from cdc.transforms import TransformChain, TransformConfig, TransformShapeError, build_chain
+from cdc.transforms.fields import AddFieldConfig, RenameFieldsConfig
 from cdc.transforms.route import DEBEZIUM_KEY_FIELD, RouteConfig
 
 PIPELINE = "p"
@@ -328,3 +328,15 @@ def test_fingerprint_is_not_stored_without_a_commit(log: EmbeddedLog) -> None:
     source = ScriptedSource([SourceBatch(events=[make_event(1, table="items")])])
     assert run(log, source, first_commit={OFFSET_KEY: stored}) is None
     assert log.source_offsets() == {}
+
+
+def test_a_shape_a_transform_refuses_stops_the_pipeline(log: EmbeddedLog) -> None:
+    source = ScriptedSource(
+        [SourceBatch(schemas=[shape("items")], commit_offsets={"src": 1})], table_names=SHARDS
+    )
+    rename = chain(RenameFieldsConfig(fields={"secret": "id"}))
+    error = run(log, source, rename, bad_records="dead_letter")
+    assert isinstance(error, TransformShapeError)
+    assert "transforms[0] (rename_fields) failed on the shape of public.items" in str(error)
+    assert source.acked == []
+    assert schema_records(log) == []

@@ -15,7 +15,13 @@ from cdc.envelope_options import READABLE, EnvelopeOptions
 from cdc.events import ChangeEvent, Op, SourceInfo
 from cdc.json_rows import EncodedRow
 from cdc.schema import Column, TableSchema
-from cdc.transforms import TransformChain, TransformConfig, TransformError, build_chain
+from cdc.transforms import (
+    TransformChain,
+    TransformConfig,
+    TransformError,
+    TransformShapeError,
+    build_chain,
+)
 from cdc.transforms.fields import AddFieldConfig, RenameFieldsConfig
 from cdc.transforms.route import DEBEZIUM_KEY_FIELD, RouteConfig
 
@@ -236,8 +242,12 @@ def test_rename_onto_a_kept_column_is_refused() -> None:
     rename = chain(RenameFieldsConfig(fields={"total": "id"}))
     with pytest.raises(TransformError, match="two columns the name id"):
         rename.apply(event())
-    with pytest.raises(ValueError, match="two columns the name id"):
+    with pytest.raises(TransformShapeError) as info:
         rename.schema(shape())
+    assert str(info.value).startswith(
+        "transforms[0] (rename_fields) failed on the shape of public.orders_1: ValueError: "
+    )
+    assert "two columns the name id" in str(info.value)
 
 
 def test_rename_fields_only_where_match_matches() -> None:
