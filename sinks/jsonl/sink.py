@@ -1,5 +1,9 @@
 """JSON-lines files, one per topic, written exactly once.
 
+With ``unwrap`` each line's ``value`` is the change's row state instead of its envelope
+(Debezium's ``ExtractNewRecordState``, :mod:`cdc.transforms.unwrap`); a record unwrap leaves
+out writes no line, and its offset is stored all the same.
+
 Each flush fsyncs the files, then atomically replaces a small state file holding the next offset
 per partition and each file's length. On open, every file is cut back to its recorded length, so
 whatever was written after the last flush (and will be read again) disappears first: replays
@@ -18,6 +22,7 @@ import orjson
 from cdc.errors import SinkFatal
 from cdc.log.base import TopicPartition
 from cdc.sink import SinkContext, SinkRecord
+from cdc.transforms.unwrap import unwrap_records
 from sinks.jsonl.config import JsonlSinkConfig
 from sinks.offsets import offset_field, parse_offsets, replace_file
 
@@ -29,6 +34,7 @@ class JsonlSink:
 
     def __init__(self, config: JsonlSinkConfig, context: SinkContext) -> None:
         self._dir = Path(config.path)
+        self._unwrap = config.unwrap
         self._files: dict[str, IO[bytes]] = {}
         self._offsets: dict[TopicPartition, int] = {}
         self._lengths: dict[str, int] = {}
@@ -50,7 +56,8 @@ class JsonlSink:
         return dict(self._offsets)
 
     def write(self, records: Sequence[SinkRecord]) -> None:
-        for record in records:
+        written = records if self._unwrap is None else unwrap_records(records, self._unwrap)
+        for record in written:
             line = {
                 "topic": record.topic,
                 "partition": record.partition,
@@ -59,6 +66,9 @@ class JsonlSink:
                 "value": record.value,
             }
             self._file(record.topic).write(orjson.dumps(line) + b"\n")
+        # Every record given counts as applied, the ones unwrap leaves out too (a tombstone,
+        # a truncate): else a batch ending in them would be read again after every restart.
+        for record in records:
             self._offsets[record.tp] = record.offset + 1
 
     def flush(self) -> None:
