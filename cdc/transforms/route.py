@@ -173,7 +173,10 @@ class Route(BaseTransform):
             )
         if target is None:
             return event
-        return replace(event, destination=target, encoded=None)
+        connect = event.connect
+        if connect is not None:
+            connect = routed(connect, topic_name(self._pipeline, *target), None)
+        return replace(event, destination=target, encoded=None, connect=connect)
 
 
 class RoutePlugin:

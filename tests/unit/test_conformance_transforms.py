@@ -37,9 +37,13 @@ def change(
         "postgresql", "db", "public", table, 1_700_000_000_000, position, key, tx_id=position,
         extra={"lsn": position * 8, "xmin": None},
     )  # fmt: skip
-    if op is Op.TRUNCATE:
-        return ChangeEvent(op, {}, None, None, source)
     row: dict[str, Any] = {"id": key, "email": f"u{key}@example.test", "qty": key * 2}
+    if op is Op.TRUNCATE:
+        truncate = ChangeEvent(op, {}, None, None, source)
+        truncate.connect = inferred_schemas(
+            topic_name(PIPELINE, "public", table), "postgresql", row, {"id": key}, {}, True
+        )
+        return truncate
     image: Any = EncodedRow.of(orjson_bytes(row), row) if encoded_row else row
     before, after = (image, None) if op is Op.DELETE else (None, image)
     if op is Op.UPDATE:
