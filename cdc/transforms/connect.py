@@ -7,9 +7,10 @@ edits those schemas the way it edits the rows, so the types of every other colum
 dropping them instead would have the envelope infer every column's type from its value.
 
 Each edit is cached per schema version: a table's schemas are the same object for all its
-changes, so the JSON is parsed and written once per table version, not per event. An edit
-returns ``None`` where the rows are not structs (MongoDB's rows are JSON text): the envelope
-then infers the schemas from the edited values.
+changes, so the JSON is parsed and written once per table version, not per event. Where the
+rows are not structs (MongoDB's are JSON text, ``io.debezium.data.Json``), the row schemas
+stay as they are (the edited document is still such text) and only the names and the key
+are edited.
 """
 
 from __future__ import annotations
@@ -35,14 +36,12 @@ Fields = list[dict[str, Any]]
 
 
 @lru_cache(maxsize=4096)
-def routed(schemas: TableSchemas, topic: str, key_field: str | None) -> TableSchemas | None:
+def routed(schemas: TableSchemas, topic: str, key_field: str | None) -> TableSchemas:
     """``schemas`` of events routed to ``topic`` (``<pipeline>.<schema>.<table>``): named
     after it, and with ``key_field`` (a string) in the key and the rows."""
     value = orjson.loads(schemas.value)
     key = None if schemas.key is None else orjson.loads(schemas.key)
     rows = _row_structs(value)
-    if rows is None:
-        return None
     value["name"] = f"{topic}.Envelope"
     for row in rows:
         row["name"] = f"{topic}.Value"
@@ -59,7 +58,7 @@ def routed(schemas: TableSchemas, topic: str, key_field: str | None) -> TableSch
 
 
 @lru_cache(maxsize=4096)
-def renamed(schemas: TableSchemas, names: tuple[tuple[str, str], ...]) -> TableSchemas | None:
+def renamed(schemas: TableSchemas, names: tuple[tuple[str, str], ...]) -> TableSchemas:
     """``schemas`` with the row and key fields renamed (``(old, new)`` pairs)."""
     mapping = dict(names)
 
@@ -70,7 +69,7 @@ def renamed(schemas: TableSchemas, names: tuple[tuple[str, str], ...]) -> TableS
 
 
 @lru_cache(maxsize=4096)
-def with_field(schemas: TableSchemas, name: str, column_type: str) -> TableSchemas | None:
+def with_field(schemas: TableSchemas, name: str, column_type: str) -> TableSchemas:
     """``schemas`` with an optional row field ``name`` of published type ``column_type``."""
     added = field_schema(CONNECT_TYPES.get(column_type, "string"), name, True)
     return _edited(schemas, lambda fields: _with(fields, added), None)
@@ -80,12 +79,9 @@ def _edited(
     schemas: TableSchemas,
     rows: Callable[[Fields], Fields],
     keys: Callable[[Fields], Fields] | None,
-) -> TableSchemas | None:
+) -> TableSchemas:
     value = orjson.loads(schemas.value)
-    structs = _row_structs(value)
-    if structs is None:
-        return None
-    for struct in structs:
+    for struct in _row_structs(value):
         struct["fields"] = rows(struct["fields"])
     key = None if schemas.key is None else orjson.loads(schemas.key)
     if key is not None and keys is not None:
@@ -93,16 +89,15 @@ def _edited(
     return TableSchemas.of(value, key)
 
 
-def _row_structs(value: Any) -> list[dict[str, Any]] | None:
-    """The ``before`` and ``after`` struct schemas of an envelope schema (``None``: the rows
-    are not structs)."""
+def _row_structs(value: Any) -> list[dict[str, Any]]:
+    """The ``before`` and ``after`` schemas of an envelope schema that are structs (none
+    where the rows are JSON text)."""
     fields = value.get("fields") if isinstance(value, dict) else None
-    if not isinstance(fields, list):
-        return None
-    rows = [f for f in fields if isinstance(f, dict) and f.get("field") in _ROWS]
-    if len(rows) != len(_ROWS) or any(r.get("type") != "struct" for r in rows):
-        return None
-    return rows
+    return [
+        f
+        for f in fields or ()
+        if isinstance(f, dict) and f.get("field") in _ROWS and f.get("type") == "struct"
+    ]
 
 
 def _with(fields: Fields, added: dict[str, Any]) -> Fields:

@@ -73,6 +73,35 @@ def every_op(table: str, first: int, truncate: bool = True) -> list[ChangeEvent]
     return events
 
 
+def mongo_events(collection: str) -> list[ChangeEvent]:
+    """Changes of ``shop.<collection>`` as the MongoDB source gives them: documents as
+    :class:`EncodedRow` STRICT text, its source block and Connect schemas."""
+    from bson import ObjectId
+
+    from connectors.mongodb import records
+    from connectors.mongodb.connect import Schemas
+
+    def source(position: int) -> SourceInfo:
+        extra = records.source_extra(collection, 1_700_000_000_000, position)
+        return SourceInfo(
+            "mongodb", "shop", "shop", collection, 1_700_000_000_000, position, 0,
+            extra=extra, table_fields=False,
+        )  # fmt: skip
+
+    doc = {"_id": ObjectId("65a1b2c3d4e5f60718293a4b"), "name": "n", "qty": 2}
+    key = records.key(doc["_id"])
+    events = [
+        ChangeEvent(Op.READ, key, None, records.row(doc), source(1)),
+        ChangeEvent(Op.UPDATE, key, None, records.row({**doc, "qty": 3}), source(2)),
+        ChangeEvent(Op.DELETE, key, None, None, source(3)),
+        ChangeEvent(Op.TRUNCATE, {}, None, None, source(4)),
+    ]
+    for event in events:
+        event.fields = {"updateDescription": None}
+    Schemas(PIPELINE).attach(events)
+    return events
+
+
 class TestRouteMergeConformance(TransformConformance):
     config_model = RouteConfig
     config = {"type": "route", "match": r"public\.orders_\d+", "topic": "public.orders"}
@@ -240,3 +269,25 @@ def test_the_kit_catches_a_config_model_that_takes_unknown_keys() -> None:
 
     with pytest.raises(AssertionError, match="accepts keys it does not know"):
         Kit().test_kit_config_model_rejects_unknown_keys()
+
+
+class TestRouteMongoConformance(TestRouteMergeConformance):
+    config = {"type": "route", "match": r"shop\.orders_\d+", "topic": "shop.orders"}
+
+    def sample_events(self) -> Sequence[ChangeEvent]:
+        shards = [e for e in mongo_events("orders_1") if e.op is not Op.TRUNCATE]
+        return [*shards, *mongo_events("orders_2")[:2], *mongo_events("users")]
+
+
+class TestRenameFieldsMongoConformance(TestRenameFieldsConformance):
+    config = {"type": "rename_fields", "fields": {"qty": "quantity"}}
+
+    def sample_events(self) -> Sequence[ChangeEvent]:
+        return mongo_events("users")
+
+
+class TestAddFieldMongoConformance(TestAddFieldConformance):
+    config = {"type": "add_field", "field": "collection", "source": "source.collection"}
+
+    def sample_events(self) -> Sequence[ChangeEvent]:
+        return mongo_events("users")
