@@ -61,6 +61,18 @@ def connect(config: MongoSourceConfig, where: str) -> MongoClient[Doc]:
     return client
 
 
+def replica_set_or_mongos(client: MongoClient[Doc]) -> bool:
+    """Whether the server says it is a replica-set member or a ``mongos``: a real server, not
+    one that only has change streams (mongo-java-server, which runs a ``$match`` of its own
+    making; see :func:`connectors.mongodb.filters.stream_stages`).
+
+    Raises:
+        pymongo.errors.PyMongoError: translated by the caller.
+    """
+    hello = _hello(client)
+    return bool(hello.get("setName")) or hello.get("msg") == "isdbgrid"
+
+
 def _hello(client: MongoClient[Doc]) -> Doc:
     try:
         return dict(client.admin.command("hello"))

@@ -40,8 +40,7 @@ class MongoTableEntry(TableEntry):
             _top_level(columns.named())
             if KEY in (columns.exclude or []):
                 raise ValueError(
-                    "cannot leave out _id: the record key is made of it (mask it with hash "
-                    "instead)"
+                    "cannot leave out _id: the record key is made of it (mask it with hash instead)"
                 )
         return columns
 

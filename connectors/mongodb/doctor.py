@@ -1,6 +1,7 @@
 """``cdc doctor`` for the MongoDB source: the server answers, it has change streams (a replica
 set or a sharded cluster), every collection exists, and, under ``full_document: required``, each
-collection records pre- and post-images. Nothing is changed; the DSN appears only redacted.
+collection records pre- and post-images; a row filter (``where``) without pre-images is a
+warning (what it means: :func:`row_filters`). Nothing is changed; the DSN appears only redacted.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pymongo import MongoClient
 from pymongo import errors as px
 
 from cdc.config import redact_url
-from cdc.doctor import Check, failed, passed
+from cdc.doctor import Check, failed, passed, warned
 from cdc.errors import SourceError
 from cdc.redact import redact
 from connectors.mongodb.client import connect
@@ -33,7 +34,7 @@ def doctor(config: MongoSourceConfig, pipeline_name: str) -> list[Check]:
     try:
         client = connect(config, where)
     except SourceError as exc:
-        return _unconnected(str(exc), where)
+        return _unconnected(str(exc), where) + row_filters(config)
     try:
         version = _version(client)
         checks = [passed("connect", f"{where}, MongoDB {version}"), _topology(client)]
@@ -43,6 +44,37 @@ def doctor(config: MongoSourceConfig, pipeline_name: str) -> list[Check]:
         return [failed("connect", f"MongoDB at {where} failed: {redact(str(exc), dsn)}", fix)]
     finally:
         client.close()
+    return checks + row_filters(config)
+
+
+def row_filters(config: MongoSourceConfig) -> list[Check]:
+    """A check per collection with a row filter: exact with pre-images, else a warning.
+
+    Without the document before a change, the source cannot tell whether an update's document
+    matched before: an update whose document does not match now is emitted as a delete of its
+    key (it may have moved out), and every delete is emitted. Sinks end up right (a delete of a
+    key they never held does nothing), but the topic carries deletes of documents that never
+    matched, and a move in arrives as an update.
+    """
+    checks = []
+    for entry in config.tables:
+        if entry.where is None:
+            continue
+        label = f"collection {entry.name}: row filter"
+        if config.full_document == "required":
+            checks.append(passed(label, "exact: pre-images give each change's document before"))
+            continue
+        detail = (
+            "no pre-images (full_document: updateLookup): an update whose document does not "
+            "match is emitted as a delete of its key and every delete is emitted, matched or "
+            "not; sinks end up right, but the topic holds deletes of documents that never "
+            "matched, and a move in arrives as an update"
+        )
+        fix = (
+            "for exact move-in/move-out set source.full_document: required (MongoDB 6.0+, "
+            "with changeStreamPreAndPostImages enabled on the collection)"
+        )
+        checks.append(warned(label, detail, fix))
     return checks
 
 

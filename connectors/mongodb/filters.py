@@ -3,10 +3,9 @@
 What runs where:
 
 * **Columns** (top-level fields): the snapshot's ``find`` projection; on a change stream, an
-  exclusion ``$project`` of ``fullDocument.<f>``, ``fullDocumentBeforeChange.<f>`` and
-  ``updateDescription.updatedFields.<f>`` for the fields every collection of the stream leaves
-  out (an ``include`` list has no server stage that is correct on every server: see
-  :func:`stream_stages`); and always here, on every document, ``updateDescription`` key
+  exclusion ``$project`` of the fields every collection of the stream leaves out (an
+  ``include`` list has no stage that is correct on every server: see :func:`stream_stages`);
+  and always here, on every document, ``updateDescription`` key
   (``password_hash``, ``password_hash.x``), removed field and truncated array before anything is
   encoded. ``_id`` is always kept: it is the key.
 * **Masks**: here only (the hash needs the key), on the top-level fields of ``after``,
@@ -14,8 +13,9 @@ What runs where:
   (``email.domain``) is dropped, as is a truncated masked array (``after`` holds the field
   masked whole). A mask reads a string field as it is and any other value as its relaxed
   Extended JSON text (:func:`mask_text`). A hashed ``_id`` makes the key ``{"_id": <hash>}``.
-* **Row filter** (``where``, a query document): the snapshot's ``find`` filter; on a change
-  stream a ``$match`` that drops only what cannot matter (see :func:`stream_stages`); and here,
+* **Row filter** (``where``, a query document): the snapshot's ``find`` filter; on a real
+  server's change stream a ``$match`` that drops only what cannot matter (see
+  :func:`stream_stages`); and here,
   the exact decision with PostgreSQL's row-filter semantics (:meth:`CollectionFilter.op`).
 """
 
@@ -125,7 +125,9 @@ class CollectionFilter:
             return doc is not None
         return doc is not None and self._match(doc)
 
-    def op(self, kind: str, new: Mapping[str, Any] | None, old: Mapping[str, Any] | None) -> Op | None:
+    def op(
+        self, kind: str, new: Mapping[str, Any] | None, old: Mapping[str, Any] | None
+    ) -> Op | None:
         """The operation a data change of ``kind`` becomes under the row filter, or ``None``.
 
         PostgreSQL's row-filter semantics: an update whose new document matches is an update,
@@ -259,31 +261,38 @@ def stream_stages(
     collections: Sequence[Collection],
     filters: Mapping[Collection, CollectionFilter],
     single: bool,
+    match_on_server: bool,
 ) -> list[Doc]:
     """The stages after ``$changeStream`` (and the stream's own ``$match`` on ``ns``) for a
     stream delivering ``collections`` (``single``: a collection-level stream).
 
-    What is sent is what is correct both on a real replica set and on mongo-java-server, which
-    runs these stages on its raw events, *before* the test backend repairs them (it adds
-    ``ns`` and ``updateDescription`` and, for an update or a replace, puts the document back
-    in ``fullDocument``):
+    Only what is correct both on a real replica set and on mongo-java-server (the test server)
+    is sent. What mongo-java-server 1.47 does with stages after ``$changeStream``: it runs
+    them, with its own query matcher, on its raw events, *before* the test backend repairs
+    them (``ChangeStreamBackend`` then adds ``ns`` and ``updateDescription`` and, for an update
+    or a replace, puts the document in ``fullDocument`` afresh). So:
 
-    * a ``$match`` on the row filters: without pre-images it drops only inserts whose document
-      does not match (an update or replace whose new document does not match must still become
-      a delete: it may have moved out; a delete without a pre-image is always kept); with
-      them, data events neither of whose images matches. Every other event passes. On a
-      database- or cluster-wide stream, events of other collections pass (a condition on
-      ``ns``, which only a real server has: those streams exist only there);
-    * an exclusion ``$project`` of the fields every collection of the stream leaves out (on
-      the fake server it reaches inserts only; the source removes them from every event).
-
-    Not sent: an ``include`` selection, which would need ``$addFields`` with
-    ``$objectToArray`` (mongo-java-server fails on an event without a ``fullDocument``), and
-    masks (the hash key never leaves the source).
+    * an exclusion ``$project`` of ``fullDocument.<f>``, ``fullDocumentBeforeChange.<f>`` and
+      ``updateDescription.updatedFields.<f>`` for the fields every collection of the stream
+      leaves out: correct on both, as it only removes; on the fake server it reaches inserts
+      only (the repair brings the fields back into updates and replaces), and the source
+      removes them from every event whatever the server did;
+    * a ``$match`` on the row filters, only where ``match_on_server`` (a server that says it is
+      a replica set or a ``mongos``): mongo-java-server's matcher is stricter than MongoDB's in
+      corner cases (``$gte: null``, arrays inside arrays, ``{"a.b": null}`` over an array of
+      scalars), so there it would drop inserts the filter lets through. The ``$match`` drops
+      only what cannot matter: without pre-images, inserts whose document does not match (an
+      update or replace whose new document does not match must still become a delete: it may
+      have moved out; a delete without a pre-image is always kept); with them, data events
+      neither of whose images matches. Every other event passes, and on a database- or
+      cluster-wide stream so do the events of the other collections;
+    * nothing for an ``include`` selection (it would need ``$addFields`` with
+      ``$objectToArray``, which mongo-java-server fails on for an event without a
+      ``fullDocument``) or for masks (the hash key never leaves the source).
     """
     stages: list[Doc] = []
     filtered = [(c, filters[c]) for c in collections if c in filters and filters[c].query]
-    if filtered:
+    if filtered and match_on_server:
         stages.append({"$match": _row_match(filtered, single)})
     excluded = _common_exclusions([filters.get(c) for c in collections])
     if excluded:
@@ -294,9 +303,7 @@ def stream_stages(
 
 def _row_match(filtered: list[tuple[Collection, CollectionFilter]], single: bool) -> Doc:
     pre_images = filtered[0][1].pre_images
-    passing: list[Doc] = [
-        {"operationType": {"$nin": _FILTERED_OPS if pre_images else ["insert"]}}
-    ]
+    passing: list[Doc] = [{"operationType": {"$nin": _FILTERED_OPS if pre_images else ["insert"]}}]
     if not single:
         passing.append({"$nor": [{"ns.db": db, "ns.coll": coll} for (db, coll), _ in filtered]})
     for (db, coll), table_filter in filtered:
@@ -305,7 +312,9 @@ def _row_match(filtered: list[tuple[Collection, CollectionFilter]], single: bool
         if pre_images:
             images.append(match.prefixed(table_filter.query, "fullDocumentBeforeChange"))
         condition: Doc = images[0] if len(images) == 1 else {"$or": images}
-        passing.append(condition if single else {"$and": [{"ns.db": db, "ns.coll": coll}, condition]})
+        passing.append(
+            condition if single else {"$and": [{"ns.db": db, "ns.coll": coll}, condition]}
+        )
     return {"$or": passing}
 
 

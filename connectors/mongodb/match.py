@@ -259,8 +259,10 @@ def _check_value(value: Any, at: str) -> None:
 
 def resolve(value: Any, steps: Sequence[str], index: int = 0) -> list[Any]:
     """The values a path leads to, as the server's path traversal finds them: into documents,
-    and into each document of an array (a numeric step also takes the array's element); a
-    document of such an array without the field contributes :data:`MISSING`."""
+    and into each document of an array (a numeric step also takes the array's element). A
+    document of such an array without the field contributes :data:`MISSING`; its other
+    elements contribute nothing, so ``{"a.b": null}`` matches ``{a: [{}]}`` but neither
+    ``{a: []}`` nor ``{a: [5]}`` (the server's own tests, ``jstests/core/null2.js``)."""
     if index == len(steps):
         return [value]
     step = steps[index]
@@ -276,7 +278,7 @@ def resolve(value: Any, steps: Sequence[str], index: int = 0) -> list[Any]:
         if isinstance(item, Mapping):
             inner = resolve(item, steps, index)
             found += [v for v in inner if v is not MISSING] if numeric else inner
-    return found or [MISSING]
+    return found
 
 
 # -- comparing ----------------------------------------------------------------------------------

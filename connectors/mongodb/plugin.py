@@ -19,6 +19,7 @@ from connectors.mongodb.client import client_for
 from connectors.mongodb.config import MongoSourceConfig
 from connectors.mongodb.convert import document
 from connectors.mongodb.doctor import doctor
+from connectors.mongodb.filters import compile_filter
 from connectors.mongodb.source import MongoSource
 
 
@@ -49,6 +50,8 @@ class MongoSourcePlugin:
             problems.append(("source.signal_collection", "set one to request snapshots"))
         if table not in config.table_names:
             problems.append(("--table", f"{table!r} is not a captured collection"))
+        elif not config.table_entry(table).allows("r"):
+            problems.append(("--table", f"{table!r} has ops without r: it is never snapshotted"))
         if where is not None:
             problems.append(("--where", "not supported by the MongoDB source"))
         if problems or signal is None:
@@ -80,19 +83,27 @@ class MongoSourcePlugin:
         *,
         envelope: EnvelopeOptions = READABLE,
     ) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
-        """``(key, document)`` of every document of ``schema.table`` (database, collection),
-        in the JSON form the envelope's ``after`` uses (the same under every ``envelope``:
-        MongoDB's documents are Extended JSON text whatever the converter options).
+        """``(key, document)`` of every document of ``schema.table`` (database, collection)
+        that its row filter lets through, without the fields left out and with the masked ones
+        masked, as the pipeline's records hold them, in the JSON form the envelope's ``after``
+        uses (the same under every ``envelope``: MongoDB's documents are Extended JSON text
+        whatever the converter options).
 
         Raises:
             SourceUnavailable: the server cannot be reached.
         """
         where = redact_url(config.dsn.get_secret_value())
+        pre_images = config.full_document == "required"
+        entry = config.table_entry(f"{schema}.{table}")
+        table_filter = compile_filter(entry, config.mask_key_bytes(), pre_images)
+        query, projection = table_filter.find_filter({}), table_filter.projection()
         client = client_for(config)
         try:
-            for doc in client[schema][table].find().batch_size(5000):
-                row = document(doc)
-                yield {"_id": row["_id"]}, row
+            for doc in client[schema][table].find(query, projection).batch_size(5000):
+                if not table_filter.matches(doc):
+                    continue
+                key = table_filter.key(doc["_id"])
+                yield key, document(table_filter.document(doc))
         except px.PyMongoError as exc:
             raise errors.translate(exc, where, f"reading {schema}.{table}") from exc
         finally:

@@ -33,9 +33,7 @@ from connectors.mongodb.convert import document, to_json
 from connectors.mongodb.extjson import STRICT, document_text, updated_fields_text
 
 CONNECTOR: Final = "mongodb"
-_RELAXED: Final = JSONOptions(
-    json_mode=json_util.JSONMode.RELAXED, tz_aware=True, tzinfo=dt.UTC
-)
+_RELAXED: Final = JSONOptions(json_mode=json_util.JSONMode.RELAXED, tz_aware=True, tzinfo=dt.UTC)
 
 
 def key(doc_id: Any) -> Row:

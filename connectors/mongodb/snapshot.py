@@ -250,10 +250,7 @@ class Scanner:
         if table_filter is not None:
             query, projection = table_filter.find_filter(query), table_filter.projection()
         cursor = (
-            self._client[db][coll]
-            .find(query, projection)
-            .sort("_id", 1)
-            .batch_size(self._batch)
+            self._client[db][coll].find(query, projection).sort("_id", 1).batch_size(self._batch)
         )
         docs: list[Doc] = []
         for doc in cursor:

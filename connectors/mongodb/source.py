@@ -33,14 +33,26 @@ from cdc.events import ChangeEvent, Op, SourceInfo
 from cdc.positions import Offsets, carried, require_forward
 from cdc.source import SourceBatch, SourceContext
 from connectors.mongodb import changes, errors, positions, records, snapshot
-from connectors.mongodb.client import check_collections, connect, load_schemas
+from connectors.mongodb.client import (
+    check_collections,
+    connect,
+    load_schemas,
+    replica_set_or_mongos,
+)
 from connectors.mongodb.config import MongoSourceConfig
 from connectors.mongodb.connect import Schemas
 from connectors.mongodb.fields import FieldTracker
+from connectors.mongodb.filters import CollectionFilter, collection_filters, stream_stages
 from connectors.mongodb.plan import StreamSpec, plan_streams
 from connectors.mongodb.stream import StreamReader, start_point
 from connectors.mongodb.streaming import Collected, StreamSet
-from connectors.mongodb.tables import announce_added, captured_changes
+from connectors.mongodb.tables import (
+    announce_added,
+    announce_filters,
+    captured_changes,
+    resnapshot_due,
+    without_reads,
+)
 from snapshots.progress import Reporter, reporter
 from snapshots.state import FINISHED_KEPT
 
@@ -76,6 +88,18 @@ def _snapshot_info(db: str, coll: str, position: int, snapshot_flag: str) -> Sou
     )
 
 
+def _filtered(docs: list[Doc], table_filter: CollectionFilter | None) -> list[tuple[Any, Doc]]:
+    """``(key, document)`` of the snapshot documents that pass the filter, filtered and masked
+    (the server ran the filter already: this is the check that never trusts it)."""
+    if table_filter is None:
+        return [(records.key(doc["_id"]), doc) for doc in docs]
+    return [
+        (table_filter.key(doc["_id"]), table_filter.document(doc))
+        for doc in docs
+        if table_filter.matches(doc)
+    ]
+
+
 class MongoSource:
     """Captures the configured collections (see the module docstring)."""
 
@@ -86,6 +110,9 @@ class MongoSource:
         self._collections = config.collections()
         self._specs = plan_streams(config.watched(), config.stream_scope)
         self._tracker = FieldTracker(changes.CONNECTOR)
+        self._filters = collection_filters(
+            config.tables, config.mask_key_bytes(), config.full_document == "required"
+        )
         self._client: MongoClient[Doc] | None = None
         self._entry: Doc = {}
         self._scanner: snapshot.Scanner | None = None
@@ -122,13 +149,15 @@ class MongoSource:
         published = {f"{s.schema}.{s.table}" for s in schemas}
         added = captured_changes(self._entry, self._config.table_names, published, self._logger)
         self._unsaved = self._entry["captured"] != known  # stored even with nothing to stream
+        announce_filters(self._filters.values(), self._config.full_document, self._logger)
+        redo = resnapshot_due(self._config, self._context, stored_offsets, added, self._logger)
         reason = decide(self._context.snapshot_mode, self._entry)
         if reason is not None:
             if added:
                 announce_added(added, self._context.snapshot_mode, True, self._logger)
             self._begin_snapshot(self._collections, reason)
-        elif added:
-            self._snapshot_added(added)
+        elif added or redo:
+            self._snapshot_added(added, redo)
         elif not self._entry["streams"]:
             self._record_start_points(self._specs)
             # Stored at the first poll: a restart before any change must resume from here,
@@ -139,20 +168,39 @@ class MongoSource:
         else:
             self._open_streams()
 
-    def _snapshot_added(self, added: list[str]) -> None:
-        """Snapshot the added collections as the mode says: with the unfinished snapshot when
-        one is stored, else in one of their own (the streams wait for it, as always)."""
-        if not announce_added(added, self._context.snapshot_mode, False, self._logger).snapshot:
+    def _snapshot_added(self, added: list[str], redo: list[str]) -> None:
+        """Snapshot the added collections as the mode says, and those to re-read because their
+        filters or the transforms changed (``redo``): with the unfinished snapshot when one is
+        stored, else in one of their own (the streams wait for it, as always)."""
+        wanted = list(redo)
+        if (
+            added
+            and announce_added(added, self._context.snapshot_mode, False, self._logger).snapshot
+        ):
+            wanted = added + wanted
+        wanted = without_reads(wanted, self._config, self._logger)
+        if not wanted:
             return
-        assert self._client is not None
         running = self._entry.get("snapshot")
         if not running:
-            pairs = [(t.split(".", 1)[0], t.split(".", 1)[1]) for t in added]
-            self._begin_snapshot(pairs, "added to source.tables")
+            pairs = [(t.split(".", 1)[0], t.split(".", 1)[1]) for t in wanted]
+            reason = "filters or transforms changed" if not added else "added to source.tables"
+            self._begin_snapshot(pairs, reason)
             return
-        for name in added:
-            ranges = snapshot.plan_collection(self._client, name, self._config.snapshot_range_docs)
-            snapshot.add_collection(running, name, ranges)
+        for name in wanted:
+            snapshot.add_collection(running, name, self._plan(name))
+
+    def _plan(self, table: str) -> list[Doc]:
+        assert self._client is not None
+        table_filter = self._filter(table)
+        masked = table_filter is not None and table_filter.masked_key
+        return snapshot.plan_collection(
+            self._client, table, self._config.snapshot_range_docs, masked
+        )
+
+    def _filter(self, table: str) -> CollectionFilter | None:
+        db, _, coll = table.partition(".")
+        return self._filters.get((db, coll))
 
     def _record_start_points(self, specs: list[StreamSpec]) -> None:
         """Store where ``specs`` start streaming: now."""
@@ -164,9 +212,12 @@ class MongoSource:
 
         Streams with a stored point keep it (``always`` re-reads while changes since that point
         still stream, and lose to the newer rows); the others start from the point recorded now.
+        A collection whose ``ops`` leave out ``r`` is not read: only its stream's point is.
         """
         assert self._client is not None
         specs = [s for s in self._specs if set(s.collections) & set(collections)]
+        names = without_reads([f"{d}.{c}" for d, c in collections], self._config, self._logger)
+        collections = [c for c in collections if f"{c[0]}.{c[1]}" in names]
         stored, times = self._entry["streams"], []
         for spec in specs:
             token, when = self._start_point(spec)
@@ -177,12 +228,10 @@ class MongoSource:
         # Without a cluster time from the server, the wall clock's second is still no later
         # than anything the streams will deliver.
         start = min(times) if times else int(time.time()) << 32
-        planned = {
-            f"{db}.{coll}": snapshot.plan_collection(
-                self._client, f"{db}.{coll}", self._config.snapshot_range_docs
-            )
-            for db, coll in collections
-        }
+        if not collections:
+            self._unsaved = True  # the recorded points, stored at the first poll
+            return
+        planned = {name: self._plan(name) for name in names}
         # One below the start point: a change streamed from that point wins over the rows.
         state = snapshot.new_state(uuid.uuid4().hex, max(start - 1, 0), reason, planned)
         self._entry["snapshot"] = state
@@ -207,7 +256,11 @@ class MongoSource:
         todo = snapshot.pending(state)
         self._logger.info("snapshot.resuming" if todo else "snapshot.empty", ranges=len(todo))
         self._scanner = snapshot.Scanner(
-            self._client, state, self._config.snapshot_workers, self._config.snapshot_batch
+            self._client,
+            state,
+            self._config.snapshot_workers,
+            self._config.snapshot_batch,
+            {f.name: f for f in self._filters.values()},
         )
         self._reporter = reporter(self._logger)
         self._scanner.start()
@@ -216,8 +269,11 @@ class MongoSource:
         assert self._client is not None
         readers: list[StreamReader] = []
         lost: list[tuple[StreamSpec, px.OperationFailure]] = []
+        masked = frozenset(c for c, f in self._filters.items() if f.masked_key)
+        real = self._real_server()
         for spec in self._specs:
-            reader = StreamReader(self._client, spec, self._config)
+            stages = stream_stages(spec.collections, self._filters, spec.coll is not None, real)
+            reader = StreamReader(self._client, spec, self._config, stages, masked)
             entry = self._entry["streams"].get(spec.id) or self._fallback_entry(spec)
             try:
                 reader.open(entry)
@@ -244,8 +300,18 @@ class MongoSource:
             self._where,
             self._config.signal(),
             self._context.pipeline,
+            self._filters,
         )
         self._logger.info("source.streaming", streams=[r.spec.id for r in readers])
+
+    def _real_server(self) -> bool:
+        assert self._client is not None
+        if not any(f.query is not None for f in self._filters.values()):
+            return False  # nothing to ask it for
+        try:
+            return replica_set_or_mongos(self._client)
+        except px.PyMongoError as exc:
+            raise errors.translate(exc, self._where, "connecting") from exc
 
     def _forget_unplanned_streams(self, readers: list[StreamReader]) -> None:
         """Drop the stored points of streams no longer planned (their collections were removed,
@@ -296,7 +362,8 @@ class MongoSource:
             self._unsaved = True
             return
         self._begin_snapshot(collections, "history lost: the oplog no longer holds the position")
-        self._start_scanner()
+        if self._entry.get("snapshot"):
+            self._start_scanner()
 
     # -- poll ------------------------------------------------------------------------------
 
@@ -337,12 +404,12 @@ class MongoSource:
         if table not in self._config.table_names:
             self._logger.warning("signal.ignored", table=table, reason="not a captured table")
             return
+        if not without_reads([table], self._config, self._logger):
+            return
         assert self._client is not None and self._streams is not None
         self._streams.close()
         self._streams = None
-        planned = {
-            table: snapshot.plan_collection(self._client, table, self._config.snapshot_range_docs)
-        }
+        planned = {table: self._plan(table)}
         reason = f"requested by cdc snapshot ({request_id})"
         state = snapshot.new_state(uuid.uuid4().hex, position, reason, planned, request_id)
         self._entry["snapshot"] = state
@@ -372,13 +439,12 @@ class MongoSource:
         db, coll = batch.table.split(".", 1)
         info = _snapshot_info(db, coll, state["position"], "true")
         fields = {"updateDescription": None}
-        for doc in batch.docs:
+        docs = _filtered(batch.docs, self._filters.get((db, coll)))
+        for doc_id, doc in docs:
             collected.events.append(
-                ChangeEvent(
-                    Op.READ, records.key(doc["_id"]), None, records.row(doc), info, None, fields
-                )
+                ChangeEvent(Op.READ, doc_id, None, records.row(doc), info, None, fields)
             )
-        schema = self._tracker.observe((db, coll), batch.docs)
+        schema = self._tracker.observe((db, coll), [doc for _, doc in docs])
         if schema is not None:
             collected.schemas[(db, coll)] = schema
         figures = snapshot.record(state, batch)
