@@ -112,7 +112,7 @@ class TableEntry(_Strict):
     @field_validator("where")
     @classmethod
     def _not_blank(cls, where: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
-        if isinstance(where, str) and not where.strip():
+        if (isinstance(where, str) and not where.strip()) or where == {}:
             raise ValueError("is empty: leave it out to capture every row")
         return where
 

@@ -170,7 +170,7 @@ def test_mask_shorthand_and_mapping_are_one_spec() -> None:
 # -- where and ops ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("where", ["''", "'   '"])
+@pytest.mark.parametrize("where", ["''", "'   '", "{}"])
 def test_empty_where(where: str) -> None:
     problems = entry(f"{{name: public.u, where: {where}}}")
     assert problems == {"source.tables[0].where": "is empty: leave it out to capture every row"}
@@ -425,3 +425,48 @@ def test_mask_key_is_not_in_the_source_config_repr() -> None:
 def test_mask_key_is_not_in_the_pipeline_repr() -> None:
     pipeline = valid(tables=HASHED, source_extra="  mask_key: ${MASK_KEY}")
     assert KEY not in repr(pipeline)
+
+
+# -- compiled masks --------------------------------------------------------------------------
+
+
+def test_compiled_masks() -> None:
+    from cdc.masks import compile_mask, hash_text
+
+    key = KEY.encode()
+    assert compile_mask("redact")("anything") == "***"
+    assert compile_mask("null")("anything") is None
+    assert compile_mask("keep_last", n=4)("555-123-4567") == "********4567"
+    assert compile_mask("keep_last", n=0)("abc") == "***"
+    assert compile_mask("keep_last", n=9)("abc") == "abc"
+    hashed = compile_mask("hash", key=key)
+    assert hashed("a@example.test") == hashed("a@example.test") == hash_text(key, "a@example.test")
+    assert hashed("a@example.test") != compile_mask("hash", key=b"x" * 16)("a@example.test")
+    assert len(hashed("x")) == 64
+
+
+def test_compiled_mask_errors_and_repr() -> None:
+    from cdc.errors import PluginNotFound
+    from cdc.masks import compile_mask
+
+    with pytest.raises(ValueError, match="mask_key"):
+        compile_mask("hash")
+    with pytest.raises(ValueError, match="keep_last needs n"):
+        compile_mask("keep_last")
+    with pytest.raises(PluginNotFound, match="unknown mask plugin 'nope'"):
+        compile_mask("plugin", plugin="nope")
+    hashed = compile_mask("hash", key=KEY.encode())
+    assert KEY not in repr(hashed) and KEY not in str(hashed)
+    assert repr(hashed) == "Mask('hash')"
+
+
+def test_entry_helpers() -> None:
+    users = valid(
+        tables="    - {name: public.users, columns: {include: [id, email]}, ops: [c, u]}"
+    ).source.table_entry("public.users")
+    assert (users.schema_name, users.table_name) == ("public", "users")
+    assert users.keeps("email") and not users.keeps("password")
+    assert users.allows("u") and not users.allows("d")
+    plain = valid().source.table_entry("public.other")
+    assert plain == TableEntry(name="public.other")
+    assert plain.allows("t") and plain.keeps("anything") and not plain.filtered
