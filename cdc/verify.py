@@ -310,14 +310,9 @@ def _verify_table(
     if unread is not None:
         return unread
     assert schema is not None  # _not_compared answered for a table without one
-    unverifiable = pipeline.chain().unverifiable()
-    if unverifiable:
-        return TableComparison(
-            name,
-            sink.name,
-            unverifiable=f"{', '.join(unverifiable)} cannot be applied to the rows as they are "
-            "now (its values depend on the change that wrote each row): not compared",
-        )
+    unverifiable = _unverifiable(pipeline, name)
+    if unverifiable is not None:
+        return TableComparison(name, sink.name, unverifiable=unverifiable)
     envelope = pipeline.envelope
     source_rows = _source_reader(pipeline, read_source, name)
     sink_rows = _reader(read_sink, sink, schema_name, table_name, pipeline=pipeline.name)
@@ -460,6 +455,30 @@ def _behind(
                 "reason": state.get("reason"),
             }
     return behind
+
+
+#: The operations whose changes make a table's rows: a table that leaves one out holds, in
+#: its sinks, rows the source no longer has (or lacks rows it has), on purpose.
+_ROW_OPS = frozenset("cudr")
+
+
+def _unverifiable(pipeline: Any, table: str) -> str | None:
+    """Why the sinks' copy of output table ``table`` cannot equal the source's rows, if so."""
+    transforms = pipeline.chain().unverifiable()
+    if transforms:
+        return (
+            f"{', '.join(transforms)} cannot be applied to the rows as they are now (its values "
+            "depend on the change that wrote each row): not compared"
+        )
+    for source_table in pipeline.routed_from(table):
+        ops = pipeline.source.table_entry(source_table).ops
+        if ops is not None and not _ROW_OPS <= set(ops):
+            left_out = "".join(sorted(_ROW_OPS - set(ops)))
+            return (
+                f"the ops of {source_table} leave out {', '.join(left_out)}: its sinks are "
+                "not meant to hold the source's rows; not compared"
+            )
+    return None
 
 
 def _source_reader(pipeline: Any, read_rows: Any, table: str) -> RowReader:
