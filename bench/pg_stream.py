@@ -23,7 +23,9 @@ RSS is its own. The child drives the source like the runtime's source task: poll
 The figures end with one JSON line a metric (:mod:`bench.report`).
 
 Usage: ``python -m bench.pg_stream [--rows 500000] [--big 1000000] [--steady-s 20] [--schemas]
-[--metrics]`` (``--metrics``: the source task's metrics observer on, as with ``metrics.listen``).
+[--metrics] [--filters]`` (``--metrics``: the source task's metrics observer on, as with
+``metrics.listen``; ``--filters``: the backlogs with a hashed and an excluded column against
+none, :mod:`bench.pg_filters`).
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ INSERT = (
     "INSERT INTO bench SELECT g, 'name-' || g, g * 1.25, now(), g %% 2 = 0, ARRAY['a', 'b']"
     " FROM generate_series(%s::int8, %s::int8) g"
 )
+#: The column list of ``--filters``' publications: every column but the excluded ``tags``.
+FILTER_COLUMNS = "(id, name, amount, created, flag)"
 
 
 # -- child: one streaming run ------------------------------------------------------------------
@@ -75,14 +79,15 @@ def child(args: argparse.Namespace) -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
     )
     log = open_bench_log(args.log)
-    source = _bench_source(args.dsn, log)
+    variant = VARIANTS[args.variant]
+    source = _bench_source(args.dsn, log, variant)
     run = _Run(time.perf_counter(), time.process_time())
     log.claim_source()  # as the runtime's source task does, before the offsets
     source.open(log.source_offsets())
-    log.ensure_topics([f"{PIPELINE}.{TABLE}"])
+    log.ensure_topics([f"{variant.pipeline}.{TABLE}"])
     print("ready", flush=True)
     run.ready_ms = time.time() * 1000
-    _stream(source, log, run, args.rows, time.monotonic() + args.timeout)
+    _stream(source, log, run, args.rows, time.monotonic() + args.timeout, variant.pipeline)
     seconds, cpu_seconds = time.perf_counter() - run.start, time.process_time() - run.cpu_start
     source.close()
     log.close()
@@ -90,16 +95,43 @@ def child(args: argparse.Namespace) -> None:
     print(json.dumps(run.figures(seconds, cpu_seconds, peak_kb)))
 
 
-def _bench_source(dsn: str, log: Any) -> Any:
+@dataclass(frozen=True)
+class Variant:
+    """What a child captures of the bench table: its pipeline (slot and publication
+    ``<pipeline>_slot``, ``<pipeline>_pub``) and its ``source.tables`` entry."""
+
+    pipeline: str
+    entry: Any = TABLE
+    columns: str = ""  # the publication's column list, as the entry pushes it down
+
+
+#: ``--filters`` (bench/pg_filters.py): every table entry on the same WAL, each its own slot.
+VARIANTS = {
+    "plain": Variant(PIPELINE),
+    "excluded": Variant(
+        f"{PIPELINE}x", {"name": TABLE, "columns": {"exclude": ["tags"]}}, FILTER_COLUMNS
+    ),
+    "masked": Variant(
+        f"{PIPELINE}m",
+        {"name": TABLE, "columns": {"exclude": ["tags"]}, "mask": {"name": "hash"}},
+        FILTER_COLUMNS,
+    ),
+}
+MASK_KEY = "bench-mask-key-0123456789abcdef"
+
+
+def _bench_source(dsn: str, log: Any, variant: Variant) -> Any:
     """A PostgresSource of the bench table with ``cdc run``'s defaults."""
     from cdc.source import SourceContext
     from connectors.postgres import PostgresSource, PostgresSourceConfig
 
     config = PostgresSourceConfig.model_validate(
-        {"type": "postgres", "dsn": dsn, "tables": [TABLE]}  # cdc run's defaults
+        # cdc run's defaults; the key only where a column is hashed
+        {"type": "postgres", "dsn": dsn, "tables": [variant.entry]}
+        | ({"mask_key": MASK_KEY} if variant.pipeline != PIPELINE else {})
     )
     context = SourceContext(
-        pipeline=PIPELINE, log=log, logger=structlog.get_logger(), envelope=_options()
+        pipeline=variant.pipeline, log=log, logger=structlog.get_logger(), envelope=_options()
     )
     return PostgresSource(config, context)
 
@@ -124,7 +156,9 @@ def _observer() -> Any:
     return telemetry.source(LagClock())
 
 
-def _stream(source: Any, log: Any, run: _Run, rows: int, deadline: float) -> None:
+def _stream(
+    source: Any, log: Any, run: _Run, rows: int, deadline: float, pipeline: str = PIPELINE
+) -> None:
     """Poll -> records -> append -> store offsets -> commit -> ack, as the source task does,
     until ``rows`` events are committed (or the deadline)."""
     from cdc import envelope
@@ -146,7 +180,7 @@ def _stream(source: Any, log: Any, run: _Run, rows: int, deadline: float) -> Non
             continue
         tx = tx or log.begin()
         now_ms = int(time.time() * 1000)
-        records = envelope.batch_records(batch.events, PIPELINE, now_ms, options)
+        records = envelope.batch_records(batch.events, pipeline, now_ms, options)
         t2 = time.perf_counter()
         run.spent["encode"] += t2 - t1
         if records:
@@ -246,11 +280,17 @@ def open_bench_log(target: str) -> Any:
 
 
 def run_child(
-    dsn: str, log_dir: Path | str, rows: int, timeout: float = 600, on_ready: Any = None
+    dsn: str,
+    log_dir: Path | str,
+    rows: int,
+    timeout: float = 600,
+    on_ready: Any = None,
+    variant: str = "plain",
 ) -> dict[str, Any]:
     """Run one streaming child; ``on_ready()`` runs once the child is streaming."""
     argv = [sys.executable, "-m", "bench.pg_stream", "child", "--dsn", dsn]
     argv += ["--log", str(log_dir), "--rows", str(rows), "--timeout", str(timeout)]
+    argv += ["--variant", variant]
     with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as child_process:
         assert child_process.stdout is not None
         ready = child_process.stdout.readline()
@@ -482,12 +522,19 @@ def parse() -> argparse.Namespace:
     c.add_argument("--log", required=True)
     c.add_argument("--rows", type=int, required=True)
     c.add_argument("--timeout", type=float, default=600)
+    c.add_argument("--variant", choices=sorted(VARIANTS), default="plain")
     parser.add_argument("--log", choices=["embedded", "kafka"], default="embedded")
     parser.add_argument("--rows", type=int, default=500_000)
     parser.add_argument("--big", type=int, default=1_000_000)
     parser.add_argument("--steady-s", type=float, default=20.0)
     parser.add_argument("--schemas", action="store_true", help="envelope schemas.enable: true")
     parser.add_argument("--metrics", action="store_true", help="with the source's metrics on")
+    parser.add_argument(
+        "--filters",
+        action="store_true",
+        help="only the backlogs, with a masked and an excluded column against none "
+        "(bench/pg_filters.py)",
+    )
     return parser.parse_args()
 
 
@@ -499,5 +546,9 @@ if __name__ == "__main__":
         os.environ[METRICS_ENV] = "1"
     if arguments.command == "child":
         child(arguments)
+    elif arguments.filters:
+        from bench.pg_filters import main as filters_main
+
+        filters_main(arguments)
     else:
         main(arguments)
