@@ -70,7 +70,7 @@ def main(args: argparse.Namespace) -> None:
     from tests.services.postgres import LocalPostgres
 
     rows = args.rows
-    figures = Figures("pg_stream_filters")
+    figures = Figures("pg_filters")
     with contextlib.ExitStack() as stack:
         pg = stack.enter_context(LocalPostgres(settings={"synchronous_commit": "on"}))
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cdc-bench-")))

@@ -184,15 +184,16 @@ class PipelineFile(StrictModel):
 
     version: Literal[1]
     name: str = Field(pattern=NAME_PATTERN, max_length=40)
-    source: dict[str, Any]
+    # The raw sections hold secrets (a DSN's password, mask_key) as written: never in a repr.
+    source: dict[str, Any] = Field(repr=False)
     log: EmbeddedLogConfig | KafkaLogConfig = Field(
         default_factory=EmbeddedLogConfig, discriminator="type"
     )
-    sinks: list[dict[str, Any]] = Field(default_factory=list)
+    sinks: list[dict[str, Any]] = Field(default_factory=list, repr=False)
     bad_records: Literal["fail", "dead_letter"] = "fail"
     envelope: EnvelopeOptions = Field(default_factory=lambda: EnvelopeOptions.model_validate({}))
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
-    transforms: list[dict[str, Any]] = Field(default_factory=list)
+    transforms: list[dict[str, Any]] = Field(default_factory=list, repr=False)
     # What a start does when the log was written under other transforms or table filters
     # (cdc.runtime.fingerprints).
     on_transform_change: Literal["resnapshot", "continue", "fail"] = "fail"

@@ -472,7 +472,7 @@ def _unverifiable(pipeline: Any, table: str) -> str | None:
         )
     for source_table in pipeline.routed_from(table):
         ops = pipeline.source.table_entry(source_table).ops
-        if ops is not None and not _ROW_OPS <= set(ops):
+        if ops is not None and not set(ops) >= _ROW_OPS:
             left_out = "".join(sorted(_ROW_OPS - set(ops)))
             return (
                 f"the ops of {source_table} leave out {', '.join(left_out)}: its sinks are "

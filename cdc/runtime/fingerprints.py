@@ -99,6 +99,18 @@ def _key_changed(stored: str | None, now: str | None) -> bool:
     return stored is not None and now is not None and stored != now
 
 
+def _to_reread(pipeline: Pipeline, found: Changes) -> tuple[str, ...]:
+    """The tables a resnapshot re-reads: every one when the transforms changed, those whose
+    entry changed, and with a new key those with a hash mask."""
+    if found.transforms:
+        return tuple(pipeline.source.table_names)
+    hashed = {
+        t.name for t in pipeline.source.tables if any(m.type == "hash" for m in t.mask.values())
+    }
+    changed = set(found.tables) | (hashed if found.mask_key else set())
+    return tuple(t for t in pipeline.source.table_names if t in changed)
+
+
 class TransformsChanged(ConfigError):
     """The log was written under other transforms or filters, and ``on_transform_change`` is
     ``fail``."""
@@ -132,7 +144,7 @@ def plan(pipeline: Pipeline, offsets: Mapping[str, Any], logger: Logger) -> Star
             [
                 (
                     "on_transform_change",
-                    f"the log was written under other {what}; its records keep their old shape. "
+                    f"{what} changed since the log was written; its records keep their old shape. "
                     "Set on_transform_change: resnapshot to re-read the tables under the new "
                     "settings, or continue to apply them to new changes only (or set them back)",
                 )
@@ -140,8 +152,7 @@ def plan(pipeline: Pipeline, offsets: Mapping[str, Any], logger: Logger) -> Star
         )
     tables: tuple[str, ...] = ()
     if policy == "resnapshot":
-        everything = found.transforms or found.mask_key
-        tables = tuple(pipeline.source.table_names if everything else found.tables)
+        tables = _to_reread(pipeline, found)
     logger.warning(
         "transforms.changed", changed=what, on_transform_change=policy, resnapshot=list(tables)
     )

@@ -18,6 +18,7 @@ from cdc.errors import SourceError
 from connectors.postgres.catalog import Catalog, Query
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.doctor_failover import Standby, failover_checks, standby_check
+from connectors.postgres.doctor_filters import filter_checks
 from connectors.postgres.doctor_tables import TableFacts, publication_checks, table_checks
 
 #: The server versions the source is tested on.
@@ -136,6 +137,7 @@ def _checks(
     tables = [TableFacts.read(catalog, schema, table) for schema, table in config.table_pairs()]
     for facts in tables:
         checks += table_checks(catalog, facts, role.name, config.key_columns.get(facts.name))
+        checks += filter_checks(catalog, facts, config.table_entry(facts.name))
     publication = config.publication_name(pipeline_name)
     may = (role.superuser, role.may_create_in_db, server.in_recovery)
     checks += publication_checks(catalog, publication, tables, role.name, *may)

@@ -1,0 +1,128 @@
+"""``cdc doctor``'s checks of the ``source.tables`` filters of the PostgreSQL source.
+
+What a start would refuse, found without starting: a row filter below PostgreSQL 15, one that
+is not a valid expression over the table's columns, one using a function that is not a
+built-in immutable one, one on a column outside the replica identity (PostgreSQL would then
+refuse every UPDATE and DELETE of the table), and a key column left out or masked other than by
+hash. The row filter's columns and functions are read from the dependencies of a temporary view
+over it, made in a transaction that is rolled back: nothing changes.
+"""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg import sql
+
+from cdc.doctor import Check, failed, passed
+from cdc.filters import TableEntry
+from connectors.postgres.catalog import Catalog
+from connectors.postgres.doctor_tables import TableFacts
+from connectors.postgres.filters import PUBLICATION_FILTERS_MIN_VERSION
+from connectors.postgres.publication_filters import table_columns
+
+#: The columns of ``cdc_doctor_where`` (view) the filter reads, and its functions that are not
+#: built-in immutable ones (user-defined, or volatile/stable).
+_USES = sql.SQL(
+    "SELECT d.refobjsubid, d.refclassid = 'pg_proc'::regclass"
+    " AND (d.refobjid >= 16384 OR p.provolatile <> 'i'), p.proname::text"
+    " FROM pg_depend d JOIN pg_rewrite w ON w.oid = d.objid"
+    " LEFT JOIN pg_proc p ON d.refclassid = 'pg_proc'::regclass AND p.oid = d.refobjid"
+    " WHERE d.classid = 'pg_rewrite'::regclass AND w.ev_class = 'cdc_doctor_where'::regclass"
+    " AND ((d.refclassid = 'pg_class'::regclass AND d.refobjid = %s AND d.refobjsubid > 0)"
+    "  OR d.refclassid = 'pg_proc'::regclass)"
+)
+
+
+class _Rollback(Exception):
+    """Ends the checking transaction."""
+
+
+def filter_checks(catalog: Catalog, facts: TableFacts, entry: TableEntry) -> list[Check]:
+    """The checks of one table's filters (none for a table captured whole)."""
+    if not facts.exists or not entry.filtered:
+        return []
+    checks = [_key(facts, entry)]
+    if isinstance(entry.where, str):
+        checks.append(_where(catalog, facts, entry.where))
+    return checks
+
+
+def _key(facts: TableFacts, entry: TableEntry) -> Check:
+    label = f"table {facts.name}: key columns and filters"
+    dropped = [c for c in facts.primary_key if not entry.keeps(c)]
+    masked = [c for c in facts.primary_key if c in entry.mask and entry.mask[c].type != "hash"]
+    if dropped or masked:
+        detail = f"the key ({', '.join(facts.primary_key)}) is made of columns the filters " + (
+            f"leave out ({', '.join(dropped)})" if dropped else f"mask ({', '.join(masked)})"
+        )
+        return failed(label, detail, "keep the key columns; hash them if they must be hidden")
+    return passed(label, "every key column is captured (hashed where masked)")
+
+
+def _where(catalog: Catalog, facts: TableFacts, where: str) -> Check:
+    label = f"table {facts.name}: row filter"
+    version = catalog.server_version
+    if version < PUBLICATION_FILTERS_MIN_VERSION:
+        return failed(
+            label,
+            f"PostgreSQL {version // 10000} cannot filter a publication's rows",
+            "upgrade to PostgreSQL 15 or later, or remove where",
+        )
+    try:
+        columns, functions = _uses(catalog, facts, where)
+    except psycopg.Error as exc:
+        return failed(
+            label, f"not an expression over the table: {exc.diag.message_primary}", "fix where"
+        )
+    if functions:
+        return failed(
+            label,
+            f"uses {', '.join(functions)}: a row filter may call built-in immutable functions only",
+            "rewrite where without them",
+        )
+    outside = [c for c in columns if c not in _identity(catalog, facts)]
+    if outside:
+        table = sql.Identifier(facts.schema, facts.table).as_string(catalog.conn)
+        return failed(
+            label,
+            f"uses {', '.join(outside)}, outside the replica identity: PostgreSQL would refuse "
+            "every UPDATE and DELETE of the table",
+            f"filter on key columns only, or run: ALTER TABLE {table} REPLICA IDENTITY FULL;",
+        )
+    return passed(label, f"{where} (on {', '.join(columns) or 'no column'})")
+
+
+def _uses(catalog: Catalog, facts: TableFacts, where: str) -> tuple[list[str], list[str]]:
+    """The columns ``where`` reads and its functions a row filter may not call."""
+    names = {num: name for name, num, _ in table_columns(catalog, _oid(catalog, facts), False)}
+    found: tuple[list[str], list[str]] = ([], [])
+    view = sql.SQL("CREATE TEMPORARY VIEW cdc_doctor_where AS SELECT 1 FROM {} WHERE ({})").format(
+        # The operator's own expression, as the publication takes it (trusted configuration).
+        sql.Identifier(facts.schema, facts.table),
+        sql.SQL(where),
+    )
+    try:
+        with catalog.conn.transaction():
+            catalog.run(view)
+            for attnum, forbidden, function in catalog.rows(_USES, (_oid(catalog, facts),)):
+                if attnum:
+                    found[0].append(names[int(attnum)])
+                elif forbidden:
+                    found[1].append(str(function))
+            raise _Rollback
+    except _Rollback:
+        pass
+    return sorted(set(found[0])), sorted(set(found[1]))
+
+
+def _oid(catalog: Catalog, facts: TableFacts) -> int:
+    [(oid,)] = catalog.rows(
+        sql.SQL("SELECT {}::regclass::oid::int8").format(
+            sql.Literal(sql.Identifier(facts.schema, facts.table).as_string(catalog.conn))
+        )
+    )
+    return int(oid)
+
+
+def _identity(catalog: Catalog, facts: TableFacts) -> set[str]:
+    return {name for name, _, ident in table_columns(catalog, _oid(catalog, facts), False) if ident}
