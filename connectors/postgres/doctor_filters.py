@@ -10,6 +10,8 @@ over it, made in a transaction that is rolled back: nothing changes.
 
 from __future__ import annotations
 
+import re
+
 import psycopg
 from psycopg import sql
 
@@ -20,17 +22,22 @@ from connectors.postgres.doctor_tables import TableFacts
 from connectors.postgres.filters import PUBLICATION_FILTERS_MIN_VERSION
 from connectors.postgres.publication_filters import table_columns
 
-#: The columns of ``cdc_doctor_where`` (view) the filter reads, and its functions that are not
-#: built-in immutable ones (user-defined, or volatile/stable).
-_USES = sql.SQL(
-    "SELECT d.refobjsubid, d.refclassid = 'pg_proc'::regclass"
-    " AND (d.refobjid >= 16384 OR p.provolatile <> 'i'), p.proname::text"
-    " FROM pg_depend d JOIN pg_rewrite w ON w.oid = d.objid"
-    " LEFT JOIN pg_proc p ON d.refclassid = 'pg_proc'::regclass AND p.oid = d.refobjid"
+#: The columns of the table that view ``cdc_doctor_where`` reads (built-in functions are
+#: pinned: they have no dependency rows, so they are found in the view's rule instead).
+_COLUMNS_USED = sql.SQL(
+    "SELECT DISTINCT d.refobjsubid FROM pg_depend d JOIN pg_rewrite w ON w.oid = d.objid"
     " WHERE d.classid = 'pg_rewrite'::regclass AND w.ev_class = 'cdc_doctor_where'::regclass"
-    " AND ((d.refclassid = 'pg_class'::regclass AND d.refobjid = %s AND d.refobjsubid > 0)"
-    "  OR d.refclassid = 'pg_proc'::regclass)"
+    " AND d.refclassid = 'pg_class'::regclass AND d.refobjid = %s AND d.refobjsubid > 0"
 )
+_RULE = sql.SQL(
+    "SELECT ev_action::text FROM pg_rewrite WHERE ev_class = 'cdc_doctor_where'::regclass"
+)
+#: Functions a publication's row filter may not call: user-defined ones, and mutable ones.
+_REFUSED = sql.SQL(
+    "SELECT DISTINCT proname::text FROM pg_proc WHERE oid = ANY(%s)"
+    " AND (oid >= 16384 OR provolatile <> 'i')"
+)
+_FUNCTION_IDS = re.compile(r":(?:funcid|opfuncid) (\d+)")
 
 
 class _Rollback(Exception):
@@ -104,11 +111,11 @@ def _uses(catalog: Catalog, facts: TableFacts, where: str) -> tuple[list[str], l
     try:
         with catalog.conn.transaction():
             catalog.run(view)
-            for attnum, forbidden, function in catalog.rows(_USES, (_oid(catalog, facts),)):
-                if attnum:
-                    found[0].append(names[int(attnum)])
-                elif forbidden:
-                    found[1].append(str(function))
+            for (attnum,) in catalog.rows(_COLUMNS_USED, (_oid(catalog, facts),)):
+                found[0].append(names[int(attnum)])
+            [(rule,)] = catalog.rows(_RULE)
+            functions = [int(n) for n in _FUNCTION_IDS.findall(str(rule))]
+            found[1].extend(str(r[0]) for r in catalog.rows(_REFUSED, (functions,)))
             raise _Rollback
     except _Rollback:
         pass

@@ -332,3 +332,42 @@ def test_a_route_merges_snapshot_and_stream_rows_with_unique_keys(
         (letter,) = p.topic_records(f"{PIPELINE}.__dlq", raw_topic=True)
         assert "TRUNCATE of public.orders_1" in letter["reason"]
         assert f"{PIPELINE}.public.orders_1" not in {t.name for t in p.log.topics()}
+
+
+# -- cdc doctor ----------------------------------------------------------------------------
+
+
+def test_doctor_names_what_a_start_would_refuse(pg_db: str) -> None:
+    from connectors.postgres import PostgresSourceConfig
+    from connectors.postgres.doctor import doctor
+
+    execute(
+        pg_db,
+        "CREATE TABLE t (id int PRIMARY KEY, tenant int, name text)",
+        "CREATE TABLE f (id int PRIMARY KEY, tenant int)",
+        "ALTER TABLE f REPLICA IDENTITY FULL",
+    )
+    tables = [
+        {"name": "public.t", "where": "tenant = 1"},  # outside the identity
+        {"name": "public.f", "where": "tenant = 1 AND id > 0"},  # FULL: fine
+        {"name": "public.t", "where": "id > random()"},
+        {"name": "public.f", "columns": {"exclude": ["id"]}},
+    ]
+    reports = {}
+    for n, entry in enumerate(tables):
+        config = PostgresSourceConfig.model_validate(
+            {"type": "postgres", "dsn": pg_db, "tables": [entry]}
+        )
+        checks = doctor(config, f"doc{n}")
+        reports[n] = {c.name.rsplit(": ", 1)[-1]: c for c in checks if c.name.startswith("table")}
+    if version(pg_db) < 150000:
+        assert not reports[0]["row filter"].ok
+        assert "cannot filter" in reports[0]["row filter"].detail
+        return
+    assert not reports[0]["row filter"].ok and "tenant" in reports[0]["row filter"].detail
+    assert "REPLICA IDENTITY FULL" in (reports[0]["row filter"].fix or "")
+    assert reports[1]["row filter"].ok and "id, tenant" in reports[1]["row filter"].detail
+    assert not reports[2]["row filter"].ok and "random" in reports[2]["row filter"].detail
+    assert not reports[3]["key columns and filters"].ok
+    # Nothing was created: no publication, no view left behind.
+    assert rows(pg_db, "SELECT to_jsonb(p) FROM pg_publication p") == []
