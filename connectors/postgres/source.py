@@ -200,7 +200,8 @@ class PostgresSource:
             self._context.envelope,
             last_commit,
             self._filters,
-            transforms=bool(self._context.transforms),
+            transforms=self._context.transforms,
+            topic_of=self.topic_of,
         )
         asm.hooks.update(self.message_hooks)
         known = published_schemas(self._context.log, self._context.pipeline, list(tables))
@@ -211,16 +212,19 @@ class PostgresSource:
         """Tell the log which columns of which topics the TOAST fill will look up, before any
         record of this session is written (a snapshot's too): the Kafka log keeps their latest
         values from then on, and restores from the topics what its store lacks."""
-        pipeline = self._context.pipeline
-        filters = self._filters
-        self._toast.declare(
-            {
-                topic_name(pipeline, schema, table): filters[f"{schema}.{table}"].kept(
-                    catalog.toastable_columns(schema, table)
-                )
-                for schema, table in self.tables()
-            }
-        )
+        fields: dict[str, list[str]] = {}
+        for schema, table in self.tables():
+            topic = self.topic_of(schema, table)
+            columns = self._filters[f"{schema}.{table}"].kept(
+                catalog.toastable_columns(schema, table)
+            )
+            fields[topic] = list(dict.fromkeys([*fields.get(topic, []), *columns]))
+        self._toast.declare(fields)
+
+    def topic_of(self, schema: str, table: str) -> str:
+        """The topic a table's records go to (another table's, where a transform routes it)."""
+        routed = self._context.transforms.table(f"{schema}.{table}")
+        return topic_name(self._context.pipeline, *routed.split(".", 1))
 
     def _describe(self, catalog: Catalog, role: str) -> dict[tuple[str, str], TableInfo]:
         tables = {}

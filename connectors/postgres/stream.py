@@ -18,10 +18,13 @@ import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from cdc import envelope
 from cdc.envelope_options import READABLE, EnvelopeOptions
-from cdc.events import ChangeEvent, Op, Row
+from cdc.events import ChangeEvent, Op, Row, SourceInfo
 from cdc.logging import Logger
 from cdc.source import SourceBatch
+from cdc.transforms.base import TransformError
+from cdc.transforms.chain import EMPTY, TransformChain
 from connectors.postgres import pgoutput as pg
 from connectors.postgres.assembly.bad import BadRecords
 from connectors.postgres.assembly.batch import Batch
@@ -35,7 +38,7 @@ from connectors.postgres.fast import log_selected
 from connectors.postgres.filters import TableFilter
 from connectors.postgres.lsn import Lsn
 from connectors.postgres.pgoutput import tuple_at
-from connectors.postgres.relations import RelationState
+from connectors.postgres.relations import CONNECTOR, RelationState
 from connectors.postgres.shapes import ShapeTracker
 from connectors.postgres.toast import ToastFiller
 from connectors.postgres.types import ConversionError, TypeRegistry
@@ -88,7 +91,8 @@ class Assembler:
         last_commit: the end LSN of the last commit stored (``source.sequence``'s first LSN
             on a restart, as Debezium's stored ``lsn_commit``); ``None`` on a first start.
         filters: each table's filters (columns, masks) by ``schema.table``.
-        transforms: the pipeline has transforms (which see events before they are encoded).
+        transforms: the pipeline's transforms (which see events before they are encoded).
+        topic_of: ``(schema, table)`` -> the topic its records go to (routed by transforms).
     """
 
     def __init__(
@@ -105,10 +109,12 @@ class Assembler:
         options: EnvelopeOptions = READABLE,
         last_commit: int | None = None,
         filters: Mapping[str, TableFilter] | None = None,
-        transforms: bool = False,
+        transforms: TransformChain = EMPTY,
+        topic_of: Callable[[str, str], str] | None = None,
     ) -> None:
         self._pipeline, self._toast, self._options = pipeline, toast, options
         self._schemas = options.schemas_enable
+        self._chain = transforms
         # Transaction blocks are added per event by the runtime, and transforms see events
         # before they are encoded: no pre-encoded records then.
         self._pre_encode = not (options.provide_transaction_metadata or transforms)
@@ -119,19 +125,34 @@ class Assembler:
         self._tx.last_commit = last_commit
         self._batch = Batch()
         self._relations = Relations(
-            pipeline, tables, key_columns, catalog, toast, self._batch, options, filters
+            pipeline, tables, key_columns, catalog, toast, self._batch, options, filters, topic_of
         )
         self._bad = BadRecords(on_bad_record, self._batch, self._tx)
-        record_key = self._wrapped_key if self._schemas else None
-        self._fill = ToastFill(catalog, toast, self._batch, record_key).fill
+        locate = self._located if self._schemas or transforms else None
+        self._fill = ToastFill(catalog, toast, self._batch, locate).fill
         self._handlers = self._dispatch()
         #: The batch must end before the next event (a shape change). A copy of the batch's
         #: flag, kept as a plain attribute: the source reads it once per message.
         self.cut = False
 
-    def _wrapped_key(self, rel: RelationState, key: bytes) -> bytes:
-        """A key's record key under ``schemas.enable`` (the TOAST lookup's)."""
-        return relation_schemas(rel, self._options, self.registry).wrap_key(key)
+    def _located(self, rel: RelationState, key: Row) -> tuple[str, bytes] | None:
+        """The topic and record key of ``key``'s records (the TOAST lookup's): its record key
+        in the ``schemas.enable`` wrapper, and where the transforms send it, found by running
+        an empty ``r`` event of the key through them (``None``: they drop it)."""
+        source = SourceInfo(CONNECTOR, "", rel.schema, rel.table, 0, 0)
+        event = ChangeEvent(Op.READ, dict(key), None, {}, source)
+        if self._schemas:
+            event.connect = relation_schemas(rel, self._options, self.registry)
+        if self._chain:
+            try:
+                events = self._chain.apply(event)
+            except TransformError:
+                return None  # the change itself meets the same error, and its policy
+            if not events:
+                return None
+            event = events[0]
+        record = envelope.to_records(event, self._pipeline, 0, self._options)[0]
+        return record.topic, record.key or b""
 
     def _dispatch(self) -> dict[type, Callable[[Any, int], None]]:
         relations = self._relations

@@ -371,3 +371,25 @@ def test_doctor_names_what_a_start_would_refuse(pg_db: str) -> None:
     assert not reports[3]["key columns and filters"].ok
     # Nothing was created: no publication, no view left behind.
     assert rows(pg_db, "SELECT to_jsonb(p) FROM pg_publication p") == []
+
+
+def test_a_routed_tables_unchanged_toast_value_is_filled_from_the_log(
+    pg_db: str, tmp_path: Path
+) -> None:
+    execute(
+        pg_db,
+        "CREATE TABLE orders_1 (id int PRIMARY KEY, amount int, note text)",
+        "CREATE TABLE orders_2 (id int PRIMARY KEY, amount int, note text)",
+        "INSERT INTO orders_1 VALUES (1, 1, repeat('toasted ', 4000))",
+        "INSERT INTO orders_2 VALUES (1, 2, repeat('other ', 4000))",
+    )
+    tables = ["public.orders_1", "public.orders_2"]
+    with pipeline(pg_db, tmp_path / "log", tables, transforms=[ROUTE], snapshot="initial") as p:
+        p.start()
+        p.wait(p.snapshot_done)
+        execute(pg_db, "UPDATE orders_1 SET amount = 10 WHERE id = 1")  # note stays TOASTed
+        p.wait(lambda: any(r["op"] == "u" for r in p.topic_records("public.orders")))
+        (update,) = [r for r in p.topic_records("public.orders") if r["op"] == "u"]
+    assert update["after"]["note"] == "toasted " * 4000
+    assert update["after"]["amount"] == 10
+    assert "toast_fallback" not in update["source"]  # found in the merged topic, not re-read

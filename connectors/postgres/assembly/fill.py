@@ -36,21 +36,23 @@ class ToastFill:
         reader: the fallback read.
         toast: previous images from the log, and the fallback counters.
         batch: the batch being built (the most recent images).
-        record_key: a key's JSON -> the record key the log holds it under (under
-            ``schemas.enable``, in its ``{"schema", "payload"}`` wrapper); ``None``: the same.
+        locate: a key -> the topic and record key the log holds its latest record under
+            (the record key in its ``{"schema", "payload"}`` wrapper under ``schemas.enable``,
+            the topic and key a transform routes it to); ``None``: the relation's topic and
+            the key's JSON.
     """
 
-    __slots__ = ("_batch", "_reader", "_record_key", "_toast")
+    __slots__ = ("_batch", "_locate", "_reader", "_toast")
 
     def __init__(
         self,
         reader: RowReader,
         toast: ToastFiller,
         batch: Batch,
-        record_key: Callable[[RelationState, bytes], bytes] | None = None,
+        locate: Callable[[RelationState, Row], tuple[str, bytes] | None] | None = None,
     ) -> None:
         self._reader, self._toast, self._batch = reader, toast, batch
-        self._record_key = record_key
+        self._locate = locate
 
     def fill(
         self,
@@ -69,10 +71,12 @@ class ToastFill:
         if missing:
             found, recent = self._recent(rel, lookup_key)
             if not found:
-                key = encode_key(lookup_key)
-                if self._record_key is not None:
-                    key = self._record_key(rel, key)
-                recent = self._toast.previous(rel.topic, key)
+                located = (
+                    (rel.topic, encode_key(lookup_key))
+                    if self._locate is None
+                    else self._locate(rel, lookup_key)
+                )
+                recent = None if located is None else self._toast.previous(*located)
             missing = fill_from(row, recent, missing)
         if not missing:
             return None

@@ -3,10 +3,11 @@ describe them, and the table schemas they publish."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from cdc.envelope_options import READABLE, EnvelopeOptions
+from cdc.events import topic_name
 from cdc.schema import TableSchema
 from connectors.postgres import pgoutput as pg
 from connectors.postgres.assembly.batch import Batch
@@ -50,6 +51,7 @@ class Relations:
         batch: where a new shape's schema is published.
         options: the pipeline's envelope options (how values are written).
         filters: each table's filters (``schema.table``; absent: captured whole).
+        topic_of: ``(schema, table)`` -> the topic its records go to (routed by transforms).
     """
 
     def __init__(
@@ -62,9 +64,14 @@ class Relations:
         batch: Batch,
         options: EnvelopeOptions = READABLE,
         filters: Mapping[str, TableFilter] | None = None,
+        topic_of: Callable[[str, str], str] | None = None,
     ) -> None:
         self._pipeline, self._tables, self._key_columns = pipeline, tables, key_columns
         self._filters = filters or {}
+        self._topic_of = topic_of or (lambda schema, table: topic_name(pipeline, schema, table))
+        # The TOAST-able columns of each table, by the topic its records go to: two tables
+        # routed to one topic are tracked together.
+        self._toastable: dict[str, dict[str, list[str]]] = {}
         self._catalog, self._toast, self._batch = catalog, toast, batch
         self.registry = TypeRegistry(options)
         #: Follows shape changes (published column ids, re-snapshots); ``None``: not followed.
@@ -107,7 +114,10 @@ class Relations:
             self.shapes.observe(info.oid, state.table_schema)
         self._publish(state.table_schema)
         toastable = self._catalog.toastable_columns(info.schema, info.table)
-        self._toast.track(state.topic, [c for c in toastable if c in state.index])
+        topic = self._topic_of(info.schema, info.table)
+        tables = self._toastable.setdefault(topic, {})
+        tables[info.name] = [c for c in toastable if c in state.index]
+        self._toast.track(topic, list(dict.fromkeys(c for cs in tables.values() for c in cs)))
 
     def _build(self, info: TableInfo, msg: pg.Relation, position: int) -> RelationState:
         shapes = self.shapes
