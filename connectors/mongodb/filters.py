@@ -94,20 +94,28 @@ class CollectionFilter:
         return name == KEY or self.entry.keeps(name)
 
     def excluded(self) -> list[str]:
-        """The fields an ``exclude`` list names (empty for ``include`` or no selection)."""
+        """The fields the server may leave out: those an ``exclude`` list names, but for the
+        ones the row filter reads (the source decides on them, then drops them)."""
         columns = self.entry.columns
-        return list(columns.exclude or []) if columns is not None else []
+        read = self.read_fields()
+        return [n for n in (columns.exclude or []) if n not in read] if columns else []
+
+    def read_fields(self) -> set[str]:
+        """The top-level fields the row filter reads."""
+        return match.fields(self.query) if self.query is not None else set()
 
     # -- the server's side --------------------------------------------------------------
 
     def projection(self) -> dict[str, int] | None:
-        """The ``find`` projection (``None``: whole documents)."""
+        """The ``find`` projection (``None``: whole documents); it keeps the fields the row
+        filter reads, which :meth:`document` then drops."""
         columns = self.entry.columns
         if columns is None:
             return None
         if columns.include is not None:
-            return {name: 1 for name in dict.fromkeys([KEY, *columns.include])}
-        return {name: 0 for name in columns.exclude or []}
+            kept = [KEY, *columns.include, *sorted(self.read_fields())]
+            return {name: 1 for name in dict.fromkeys(kept)}
+        return {name: 0 for name in self.excluded()} or None
 
     def find_filter(self, base: Mapping[str, Any]) -> dict[str, Any]:
         """``base`` (an ``_id`` range) and the row filter, for ``find``."""

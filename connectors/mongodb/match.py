@@ -452,6 +452,18 @@ def _range(op: str, operand: Any) -> _Test:
 # -- the server's side ---------------------------------------------------------------------------
 
 
+def fields(query: Mapping[str, Any]) -> set[str]:
+    """The top-level fields a query reads (``a`` of ``a.b``), through ``$and/$or/$nor``."""
+    out: set[str] = set()
+    for key, value in query.items():
+        if key in LOGICAL:
+            for sub in value:
+                out |= fields(sub)
+        else:
+            out.add(key.partition(".")[0])
+    return out
+
+
 def prefixed(query: Mapping[str, Any], prefix: str) -> dict[str, Any]:
     """``query`` over the document at ``prefix`` of another document (a change event's
     ``fullDocument``): every field path gains the prefix, logical operators are kept."""

@@ -13,6 +13,8 @@ stays at about ``2 * workers`` batches whatever the collection's size.
 
 A collection's filters narrow each read (``find`` with the row filter and the projection,
 :mod:`connectors.mongodb.filters`); the source checks and masks each document again. A
+collection re-read because its filters changed is *swept*: read without the row filter, so the
+source deletes the documents that no longer match (:func:`sweep`). A
 collection whose ``_id`` is masked is read as one range that stores no ``_id`` (a boundary or
 the last one read would put the raw value in the log's offsets): a restart reads it again
 from its start, which the sinks absorb.
@@ -24,7 +26,7 @@ import contextlib
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,6 +100,16 @@ def add_collection(state: Doc, table: str, plan: list[Doc]) -> None:
     rows take the snapshot's position, which every change streamed after it outranks."""
     now = now_ms()
     state["collections"][table] = {"ranges": plan, "rows": 0, "started_ms": now, "rows_per_s": 0.0}
+
+
+def sweep(state: Doc, tables: Iterable[str]) -> None:
+    """Read ``tables`` whole in this snapshot, so that the source can delete the documents its
+    row filter no longer lets through (re-read after the filters changed): a sink may hold
+    them from before."""
+    for table in tables:
+        info = state["collections"].get(table)
+        if info is not None:
+            info["sweep"] = True
 
 
 def pending(state: Doc) -> list[tuple[str, int, Doc]]:
@@ -182,6 +194,7 @@ class Scanner:
     ) -> None:
         self._client = client
         self._filters = filters or {}  # by db.collection
+        self._sweeping = {t for t, info in state["collections"].items() if info.get("sweep")}
         self._work = pending(state)
         self._batch = batch
         self._queue: queue.Queue[Batch | BaseException] = queue.Queue(maxsize=2 * workers)
@@ -248,7 +261,9 @@ class Scanner:
         query, projection = ranges.resume_filter(entry), None
         table_filter = self._filters.get(table)
         if table_filter is not None:
-            query, projection = table_filter.find_filter(query), table_filter.projection()
+            projection = table_filter.projection()
+            if table not in self._sweeping:
+                query = table_filter.find_filter(query)
         cursor = (
             self._client[db][coll].find(query, projection).sort("_id", 1).batch_size(self._batch)
         )

@@ -186,9 +186,11 @@ class MongoSource:
             pairs = [(t.split(".", 1)[0], t.split(".", 1)[1]) for t in wanted]
             reason = "filters or transforms changed" if not added else "added to source.tables"
             self._begin_snapshot(pairs, reason)
-            return
-        for name in wanted:
-            snapshot.add_collection(running, name, self._plan(name))
+        else:
+            for name in wanted:
+                snapshot.add_collection(running, name, self._plan(name))
+        if self._entry.get("snapshot"):
+            snapshot.sweep(self._entry["snapshot"], redo)
 
     def _plan(self, table: str) -> list[Doc]:
         assert self._client is not None
@@ -439,11 +441,19 @@ class MongoSource:
         db, coll = batch.table.split(".", 1)
         info = _snapshot_info(db, coll, state["position"], "true")
         fields = {"updateDescription": None}
-        docs = _filtered(batch.docs, self._filters.get((db, coll)))
+        table_filter = self._filters.get((db, coll))
+        docs = _filtered(batch.docs, table_filter)
         for doc_id, doc in docs:
             collected.events.append(
                 ChangeEvent(Op.READ, doc_id, None, records.row(doc), info, None, fields)
             )
+        if table_filter is not None and state["collections"][batch.table].get("sweep"):
+            for doc in batch.docs:  # no longer matching: a sink may hold it from before
+                if not table_filter.matches(doc):
+                    key = table_filter.key(doc["_id"])
+                    collected.events.append(
+                        ChangeEvent(Op.DELETE, key, None, None, info, None, fields)
+                    )
         schema = self._tracker.observe((db, coll), [doc for _, doc in docs])
         if schema is not None:
             collected.schemas[(db, coll)] = schema

@@ -352,7 +352,7 @@ def test_only_collections_with_r_and_none_at_all(mongo_server: Any, tmp_path: Pa
 def test_changed_filters_are_read_again_under_resnapshot(mongo_server: Any, tmp_path: Path) -> None:
     s = Secrets()
     with database(mongo_server.uri) as db:
-        db.users.insert_many([user(1, s), user(2, s)])
+        db.users.insert_many([user(1, s), user(2, s), user(3, s, tenant=7)])
         table = f"{db.name}.users"
         options = {"stream_scope": scope(mongo_server), "mask_key": MASK_KEY}
         with harness(mongo_server.uri, tmp_path, [table], snapshot="initial", **options) as h:
@@ -370,6 +370,7 @@ def test_changed_filters_are_read_again_under_resnapshot(mongo_server: Any, tmp_
                 lambda: h.stored().get("last_snapshot", {}).get("reason", "").startswith("filters")
             )
             reads = [e for e in h.events if e.op is Op.READ]
+            deletes = [e.key for e in h.events if e.op is Op.DELETE]
             # A second session of the same start (a reconnect) finds the fingerprint this start
             # stores, and plans nothing again.
             tx = h.log.begin()
@@ -382,6 +383,8 @@ def test_changed_filters_are_read_again_under_resnapshot(mongo_server: Any, tmp_
             again = h.stored()
     assert sorted(e.key["_id"] for e in reads) == [1, 2]
     assert all(e.after is not None and e.after["email"] == hashed(s.email) for e in reads)
+    # _id 3 was captured before the filter; the re-read deletes it from the sinks.
+    assert deletes == [{"_id": 3}]
     assert "snapshot" not in again and not any(e.op is Op.READ for e in h.events)
 
 
@@ -422,3 +425,30 @@ def test_rename_fields_keeps_debeziums_string_document(mongo_server: Any, tmp_pa
     assert afters[0].startswith('{"_id": 1,"tenant_id": 42,"full_name": "user 1","contact": ')
     assert isinstance(out[1].after, EncodedRow)
     assert_absent(s.all(), *afters)
+
+
+def test_a_row_filter_on_a_field_left_out(mongo_server: Any, tmp_path: Path) -> None:
+    """The server keeps the fields the row filter reads; the source decides, then drops them."""
+    with database(mongo_server.uri) as db:
+        db.docs.insert_many([{"_id": 1, "tenant_id": 42, "v": 1}, {"_id": 2, "tenant_id": 7}])
+        into_next_second()
+        entry = {
+            "name": f"{db.name}.docs",
+            "columns": {"exclude": ["tenant_id"]},
+            "where": {"tenant_id": 42},
+        }
+        options = {"stream_scope": scope(mongo_server)}
+        with harness(mongo_server.uri, tmp_path, [entry], snapshot="initial", **options) as h:
+            h.open()
+            h.collect(1)
+            db.docs.insert_one({"_id": 3, "tenant_id": 42, "v": 3})
+            db.docs.insert_one({"_id": 4, "tenant_id": 7, "v": 4})
+            db.docs.insert_one({"_id": 5, "tenant_id": 42, "v": 5})
+            h.collect(3)
+            rows = list(MongoSourcePlugin.read_rows(h.config, db.name, "docs"))
+    assert [(e.op, dict(e.after or {})) for e in h.events] == [
+        (Op.READ, {"_id": 1, "v": 1}),
+        (Op.CREATE, {"_id": 3, "v": 3}),
+        (Op.CREATE, {"_id": 5, "v": 5}),
+    ]
+    assert [row for _, row in rows] == [{"_id": 1, "v": 1}, {"_id": 3, "v": 3}, {"_id": 5, "v": 5}]

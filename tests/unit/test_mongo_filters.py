@@ -282,6 +282,16 @@ def test_document_projection_and_masks() -> None:
     assert include.document(DOC) == {"_id": OID, "email": "***"}  # _id is always kept
     assert include.projection() == {"_id": 1, "email": 1}
     assert USERS.projection() == {"password_hash": 0}
+    # The server keeps what the row filter reads; the source decides on it, then drops it.
+    on_left_out = table_filter(columns={"exclude": ["tenant", "pw"]}, where={"tenant.id": 1})
+    assert on_left_out.projection() == {"pw": 0} and on_left_out.excluded() == ["pw"]
+    assert on_left_out.document({"_id": 1, "tenant": {"id": 1}, "pw": "x", "a": 2}) == {
+        "_id": 1,
+        "a": 2,
+    }
+    narrow = table_filter(columns={"include": ["a"]}, where={"$or": [{"b": 1}, {"c.d": 2}]})
+    assert narrow.projection() == {"_id": 1, "a": 1, "b": 1, "c": 1}
+    assert narrow.document({"_id": 1, "a": 1, "b": 1, "c": {"d": 2}}) == {"_id": 1, "a": 1}
 
 
 def test_hashed_key_is_the_hash_of_the_id_text_everywhere() -> None:
@@ -609,21 +619,23 @@ def test_doctor_warns_about_a_row_filter_without_pre_images() -> None:
 
 
 def test_resnapshot_is_planned_once_per_start() -> None:
-    from cdc.runtime.fingerprints import OFFSET_KEY
+    from cdc.runtime.fingerprints import OFFSET_KEY, current
     from cdc.source import SourceContext
 
-    source = parse("    - shop.orders\n    - name: shop.users\n      where: {a: 1}").source
-    context = SourceContext("t", None, structlog.get_logger(), resnapshot=("shop.users", "x.y"))  # type: ignore[arg-type]
+    pipeline = parse("    - shop.orders\n    - name: shop.users\n      where: {a: 1}")
+    source = pipeline.source
     logger = structlog.get_logger()
+    context = SourceContext(
+        "t",
+        None,  # type: ignore[arg-type]
+        logger,
+        transforms=pipeline.chain(),
+        resnapshot=("shop.users", "x.y"),
+    )
     assert resnapshot_due(source, context, {}, [], logger) == ["shop.users"]
     assert resnapshot_due(source, context, {}, ["shop.users"], logger) == []  # read as added
-    stored = {
-        "transforms": context.transforms.fingerprint(),
-        "tables": {t.name: t.fingerprint() for t in source.tables},
-        "mask_key": None,
-    }
-    from cdc.runtime.fingerprints import key_check
-
-    stored["mask_key"] = key_check(source.mask_key_bytes())
-    # An earlier session of this start stored its fingerprint with the planned snapshot.
-    assert resnapshot_due(source, context, {OFFSET_KEY: stored}, [], logger) == []
+    old = {OFFSET_KEY: {"transforms": "x", "tables": {}, "mask_key": None}}
+    assert resnapshot_due(source, context, old, [], logger) == ["shop.users"]
+    # An earlier session of this start stored the runtime's fingerprint with the planned
+    # snapshot: a reconnect plans nothing again.
+    assert resnapshot_due(source, context, {OFFSET_KEY: current(pipeline)}, [], logger) == []
