@@ -29,10 +29,9 @@ from pymongo import errors as px
 
 from cdc.clock import now_ms
 from cdc.config import redact_url
-from cdc.events import ChangeEvent, Op, SourceInfo
 from cdc.positions import Offsets, carried, require_forward
 from cdc.source import SourceBatch, SourceContext
-from connectors.mongodb import changes, errors, positions, records, snapshot
+from connectors.mongodb import changes, errors, positions, snapshot, snapshot_rows
 from connectors.mongodb.client import (
     check_collections,
     connect,
@@ -54,7 +53,6 @@ from connectors.mongodb.tables import (
     without_reads,
 )
 from snapshots.progress import Reporter, reporter
-from snapshots.state import FINISHED_KEPT
 
 Doc = dict[str, Any]
 
@@ -68,36 +66,6 @@ def decide(mode: str, entry: Mapping[str, Any]) -> str | None:
     if mode == "always":
         return "snapshot mode always"
     return None
-
-
-def _snapshot_info(db: str, coll: str, position: int, snapshot_flag: str) -> SourceInfo:
-    """A snapshot row's ``source``: read now, ``ord`` 0, as Debezium writes it."""
-    ts = now_ms()
-    extra = records.source_extra(coll, ts, 0)
-    return SourceInfo(
-        changes.CONNECTOR,
-        db,
-        db,
-        coll,
-        ts,
-        position,
-        0,
-        snapshot_flag,
-        extra=extra,
-        table_fields=False,
-    )
-
-
-def _filtered(docs: list[Doc], table_filter: CollectionFilter | None) -> list[tuple[Any, Doc]]:
-    """``(key, document)`` of the snapshot documents that pass the filter, filtered and masked
-    (the server ran the filter already: this is the check that never trusts it)."""
-    if table_filter is None:
-        return [(records.key(doc["_id"]), doc) for doc in docs]
-    return [
-        (table_filter.key(doc["_id"]), table_filter.document(doc))
-        for doc in docs
-        if table_filter.matches(doc)
-    ]
 
 
 class MongoSource:
@@ -439,22 +407,9 @@ class MongoSource:
         state = self._entry["snapshot"]
         collected = Collected()
         db, coll = batch.table.split(".", 1)
-        info = _snapshot_info(db, coll, state["position"], "true")
-        fields = {"updateDescription": None}
-        table_filter = self._filters.get((db, coll))
-        docs = _filtered(batch.docs, table_filter)
-        for doc_id, doc in docs:
-            collected.events.append(
-                ChangeEvent(Op.READ, doc_id, None, records.row(doc), info, None, fields)
-            )
-        if table_filter is not None and state["collections"][batch.table].get("sweep"):
-            for doc in batch.docs:  # no longer matching: a sink may hold it from before
-                if not table_filter.matches(doc):
-                    key = table_filter.key(doc["_id"])
-                    collected.events.append(
-                        ChangeEvent(Op.DELETE, key, None, None, info, None, fields)
-                    )
-        schema = self._tracker.observe((db, coll), [doc for _, doc in docs])
+        events, docs = snapshot_rows.events(batch, state, self._filters.get((db, coll)))
+        collected.events = events
+        schema = self._tracker.observe((db, coll), docs)
         if schema is not None:
             collected.schemas[(db, coll)] = schema
         figures = snapshot.record(state, batch)
@@ -462,28 +417,15 @@ class MongoSource:
             self._reporter.chunk_done(batch.table, batch.index, len(batch.docs), figures)
         if self._scanner.remaining == 0:
             if collected.events:  # Debezium marks the snapshot's last row "last"
-                collected.events[-1].source = _snapshot_info(db, coll, state["position"], "last")
+                last = snapshot_rows.row_info(db, coll, state["position"], "last")
+                collected.events[-1].source = last
             self._finish_snapshot(state)
         return self._batch(collected, self.offsets())
 
     def _finish_snapshot(self, state: Doc) -> None:
-        rows = {t: info["rows"] for t, info in state["collections"].items()}
-        elapsed = max(time.time() - state["started_ms"] / 1000, 1e-3)
-        self._entry.pop("snapshot", None)
-        request = state.get("request")
-        if request is not None:
-            done = [*self._entry.get("finished_requests", []), request]
-            self._entry["finished_requests"] = done[-FINISHED_KEPT:]
-        self._entry["last_snapshot"] = {
-            "id": state["id"],
-            "request": request,
-            "position": state["position"],
-            "reason": state["reason"],
-            "finished_ms": now_ms(),
-            "rows": rows,
-            "seconds": round(elapsed, 1),
-        }
-        self._logger.info("snapshot.finished", rows=sum(rows.values()), seconds=round(elapsed, 1))
+        last = snapshot_rows.finished(self._entry, state)
+        rows, seconds = sum(last["rows"].values()), last["seconds"]
+        self._logger.info("snapshot.finished", rows=rows, seconds=seconds)
         self._close_scanner()
 
     def offsets(self) -> Offsets:

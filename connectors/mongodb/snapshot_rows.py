@@ -1,0 +1,89 @@
+"""A snapshot batch's documents as change events, under their collection's filters, and the
+entry a finished snapshot leaves (pure functions over the stored state)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from cdc.clock import now_ms
+from cdc.events import ChangeEvent, Op, SourceInfo
+from connectors.mongodb import records
+from connectors.mongodb.filters import CollectionFilter
+from connectors.mongodb.snapshot import Batch
+from snapshots.state import FINISHED_KEPT
+
+Doc = dict[str, Any]
+
+
+def row_info(db: str, coll: str, position: int, snapshot_flag: str) -> SourceInfo:
+    """A snapshot row's ``source``: read now, ``ord`` 0, as Debezium writes it."""
+    ts = now_ms()
+    extra = records.source_extra(coll, ts, 0)
+    return SourceInfo(
+        records.CONNECTOR,
+        db,
+        db,
+        coll,
+        ts,
+        position,
+        0,
+        snapshot_flag,
+        extra=extra,
+        table_fields=False,
+    )
+
+
+def filtered(docs: list[Doc], table_filter: CollectionFilter | None) -> list[tuple[Any, Doc]]:
+    """``(key, document)`` of the snapshot documents that pass the filter, filtered and masked
+    (the server ran the filter already: this is the check that never trusts it)."""
+    if table_filter is None:
+        return [(records.key(doc["_id"]), doc) for doc in docs]
+    return [
+        (table_filter.key(doc["_id"]), table_filter.document(doc))
+        for doc in docs
+        if table_filter.matches(doc)
+    ]
+
+
+def events(
+    batch: Batch, state: Doc, table_filter: CollectionFilter | None
+) -> tuple[list[ChangeEvent], list[Doc]]:
+    """The change events of ``batch`` and the documents they hold (for the schema): a read
+    (``r``) of each document that passes the filter, and in a swept collection
+    (:func:`connectors.mongodb.snapshot.sweep`) a delete of each that does not."""
+    db, coll = batch.table.split(".", 1)
+    info = row_info(db, coll, state["position"], "true")
+    fields = {"updateDescription": None}
+    docs = filtered(batch.docs, table_filter)
+    out = [
+        ChangeEvent(Op.READ, key, None, records.row(doc), info, None, fields) for key, doc in docs
+    ]
+    if table_filter is not None and state["collections"][batch.table].get("sweep"):
+        for doc in batch.docs:  # no longer matching: a sink may hold it from before
+            if not table_filter.matches(doc):
+                key = table_filter.key(doc["_id"])
+                out.append(ChangeEvent(Op.DELETE, key, None, None, info, None, fields))
+    return out, [doc for _, doc in docs]
+
+
+def finished(entry: Doc, state: Doc) -> Doc:
+    """Record in ``entry`` that the snapshot ``state`` is done; returns its ``last_snapshot``."""
+    rows = {t: info["rows"] for t, info in state["collections"].items()}
+    elapsed = max(time.time() - state["started_ms"] / 1000, 1e-3)
+    entry.pop("snapshot", None)
+    request = state.get("request")
+    if request is not None:
+        done = [*entry.get("finished_requests", []), request]
+        entry["finished_requests"] = done[-FINISHED_KEPT:]
+    last: Doc = {
+        "id": state["id"],
+        "request": request,
+        "position": state["position"],
+        "reason": state["reason"],
+        "finished_ms": now_ms(),
+        "rows": rows,
+        "seconds": round(elapsed, 1),
+    }
+    entry["last_snapshot"] = last
+    return last
