@@ -452,3 +452,50 @@ def test_a_row_filter_on_a_field_left_out(mongo_server: Any, tmp_path: Path) -> 
         (Op.CREATE, {"_id": 5, "v": 5}),
     ]
     assert [row for _, row in rows] == [{"_id": 1, "v": 1}, {"_id": 3, "v": 3}, {"_id": 5, "v": 5}]
+
+
+def _reads(h: Harness) -> dict[Any, Any]:
+    return {e.key["_id"]: dict(e.after or {}) for e in h.events if e.op is Op.READ}
+
+
+def test_every_re_read_applies_the_filters(mongo_server: Any, tmp_path: Path) -> None:
+    """A ``cdc snapshot`` request, ``snapshot: always`` and a collection added to the file
+    read documents as the stream does: filtered, left-out fields gone, masks on."""
+    s = Secrets()
+    with database(mongo_server.uri) as db:
+        db.users.insert_many([user(1, s), user(2, s, tenant=7)])
+        db.staff.insert_many([user(5, s), user(6, s, tenant=7)])
+        db.create_collection("signals")
+        into_next_second()
+        users, staff = users_entry(db.name), users_entry(db.name) | {"name": f"{db.name}.staff"}
+        options = {
+            "stream_scope": "collection",
+            "mask_key": MASK_KEY,
+            "signal_collection": f"{db.name}.signals",
+        }
+        log_dir = tmp_path / "log"
+        with harness(mongo_server.uri, log_dir, [users], **options) as h:
+            h.open()
+            h.step()
+            MongoSourcePlugin.request_snapshot(h.config, "mgt", f"{db.name}.users", None)
+            h.run_until(lambda: "last_snapshot" in h.stored())
+            requested = _reads(h)
+        with harness(mongo_server.uri, log_dir, [users], snapshot="always", **options) as h:
+            h.open()
+            h.run_until(lambda: h.stored()["last_snapshot"]["reason"] == "snapshot mode always")
+            always = _reads(h)
+        with harness(mongo_server.uri, log_dir, [users, staff], snapshot="initial", **options) as h:
+            h.open()
+            h.run_until(lambda: "added" in h.stored()["last_snapshot"]["reason"])
+            added = _reads(h)
+        files = log_bytes(log_dir)
+    masked = {
+        "tenant_id": 42,
+        "email": hashed(s.email),
+        "ssn": "***",
+        "phone": "*" * (len(s.phone) - 4) + "0199",
+        "notes": None,
+    }
+    assert requested == always == {1: {"_id": 1, "name": "user 1", **masked}}
+    assert added == {5: {"_id": 5, "name": "user 5", **masked}}
+    assert_absent(s.all(), files)
