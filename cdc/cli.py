@@ -363,7 +363,7 @@ def search(file: str, table: str, query: str, sink_name: str | None, limit: int)
     if not candidates:
         raise click.UsageError("the pipeline has no such search sink")
     config = candidates[0]
-    if table not in (config.tables or pipeline.source.tables):
+    if tuple(table.split(".", 1)) not in pipeline.sink_tables(config):
         raise click.UsageError(f"sink {config.name!r} does not index {table!r}")
     plugin = plugins.load(plugins.SINK_GROUP, config.type)
     schema_name, _, table_name = table.partition(".")
