@@ -103,6 +103,18 @@ class PostgresSourceConfig(SourceConfig):
         return tables
 
     @model_validator(mode="after")
+    def _no_raw_spool(self) -> PostgresSourceConfig:
+        hidden = [t.name for t in self.tables if t.mask or t.columns]
+        if self.stream_in_progress and hidden:
+            raise ValueError(
+                "stream_in_progress spools a large transaction's changes to a temporary file as "
+                "the server sends them, before the source leaves out or masks columns; with the "
+                f"columns or masks of {', '.join(hidden)}, turn it off (such a transaction is "
+                "then streamed at its commit, in bounded batches)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _key_columns_kept(self) -> PostgresSourceConfig:
         for entry in self.tables:
             dropped = [c for c in self.key_columns.get(entry.name, ()) if not entry.keeps(c)]
