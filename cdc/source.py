@@ -75,6 +75,8 @@ class SourceContext:
         resnapshot: ``schema.table`` of the tables to re-read while streaming at this start,
             because the transforms or their filters changed (``on_transform_change:
             resnapshot``).
+        refiltered: those of them whose own entry (columns, masks, row filter, ops) changed:
+            a source may delete the rows a changed row filter now leaves out.
     """
 
     pipeline: str
@@ -85,6 +87,7 @@ class SourceContext:
     envelope: EnvelopeOptions = field(default_factory=lambda: EnvelopeOptions.model_validate({}))
     transforms: TransformChain = EMPTY
     resnapshot: tuple[str, ...] = ()
+    refiltered: tuple[str, ...] = ()
 
 
 class Source(Protocol):

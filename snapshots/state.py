@@ -185,8 +185,10 @@ class SnapshotState:
         *,
         request: str | None = None,
         where: str | None = None,
+        purge: bool = False,
     ) -> bool:
-        """Record a table's chunk plan (and drop its request from the queue).
+        """Record a table's chunk plan (and drop its request from the queue); ``purge``: the
+        read also deletes the rows its table's filter now leaves out (kept for a resume).
 
         Returns:
             False, and nothing recorded, when the request was cancelled or failed meanwhile.
@@ -208,6 +210,8 @@ class SnapshotState:
                 "rows_per_s": 0.0,
                 "eta_s": None,
             }
+            if purge:
+                self._data["tables"][name]["purge"] = True
             if request is not None:
                 queue = self._data["requests"]
                 self._data["requests"] = [r for r in queue if r.get("id") != request]

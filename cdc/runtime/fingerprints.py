@@ -123,6 +123,8 @@ class StartPlan:
 
     store: dict[str, Any]
     resnapshot: tuple[str, ...] = ()
+    #: Of ``resnapshot``, the tables whose own entry changed.
+    refiltered: tuple[str, ...] = ()
 
 
 def plan(pipeline: Pipeline, offsets: Mapping[str, Any], logger: Logger) -> StartPlan:
@@ -156,4 +158,4 @@ def plan(pipeline: Pipeline, offsets: Mapping[str, Any], logger: Logger) -> Star
     logger.warning(
         "transforms.changed", changed=what, on_transform_change=policy, resnapshot=list(tables)
     )
-    return StartPlan(now, tables)
+    return StartPlan(now, tables, tuple(t for t in tables if t in found.tables))

@@ -87,7 +87,10 @@ class PipelineRun:
 
 
 def build_source(
-    pipeline: Pipeline, log: Log, logger: Logger, resnapshot: tuple[str, ...] = ()
+    pipeline: Pipeline,
+    log: Log,
+    logger: Logger,
+    filters: fingerprints.StartPlan | None = None,
 ) -> Callable[[], Source]:
     plugin = plugins.load(plugins.SOURCE_GROUP, pipeline.source.type)
     context = SourceContext(
@@ -98,7 +101,8 @@ def build_source(
         snapshot_mode=pipeline.source.snapshot,
         envelope=pipeline.envelope,
         transforms=pipeline.chain(),
-        resnapshot=resnapshot,
+        resnapshot=() if filters is None else filters.resnapshot,
+        refiltered=() if filters is None else filters.refiltered,
     )
 
     def factory() -> Source:
@@ -224,7 +228,7 @@ def _start_source(run: PipelineRun, base: Logger, filters: fingerprints.StartPla
     run.source_task = SourceTask(
         pipeline.name,
         log,
-        build_source(pipeline, log, logger, filters.resnapshot),
+        build_source(pipeline, log, logger, filters),
         run.stop_event,
         logger,
         bad_records=pipeline.file.bad_records,

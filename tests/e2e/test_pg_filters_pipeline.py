@@ -67,7 +67,9 @@ USERS = (
     "{name: public.users, columns: {exclude: [password_hash]}, where: '" + FILTER + "', "
     "mask: {email: hash, ssn: redact, phone: {type: keep_last, n: 4}, notes: 'null'}}"
 )
-USERS_HASHED_SSN = USERS.replace("ssn: redact", "ssn: hash")
+NARROWER = FILTER + " AND id <= 30"
+# The next start's settings: ssn hashed, and a narrower filter (id 41 leaves it).
+USERS_CHANGED = USERS.replace("ssn: redact", "ssn: hash").replace(FILTER, NARROWER)
 
 
 def execute(dsn: str, *statements: str) -> None:
@@ -81,11 +83,13 @@ def source_rows(dsn: str, statement: str) -> list[dict[str, Any]]:
         return [r[0] for r in conn.execute(statement).fetchall()]  # type: ignore[arg-type]
 
 
-def expected_users(dsn: str, ssn_mask: str = "redact") -> dict[int, dict[str, Any]]:
+def expected_users(
+    dsn: str, ssn_mask: str = "redact", where: str = FILTER
+) -> dict[int, dict[str, Any]]:
     """What every sink must hold of ``users``: the filter's rows, masked, with the field the
     transform adds."""
     out = {}
-    for row in source_rows(dsn, f"SELECT to_jsonb(u) FROM users u WHERE {FILTER}"):
+    for row in source_rows(dsn, f"SELECT to_jsonb(u) FROM users u WHERE {where}"):
         row.pop("password_hash")
         row["email"] = hash_text(KEY.encode(), row["email"])
         row["ssn"] = "***" if ssn_mask == "redact" else hash_text(KEY.encode(), row["ssn"])
@@ -272,15 +276,18 @@ def _check_tampering_is_found(tmp_path: Path, pipeline: Path, env: dict[str, str
 
 
 def _check_a_changed_filter(tmp_path: Path, dsn: str, env: dict[str, str]) -> None:
-    changed = write_pipeline(tmp_path, USERS_HASHED_SSN)
+    changed = write_pipeline(tmp_path, USERS_CHANGED)
     refused = cdc("run", str(changed), cwd=tmp_path, env=env, timeout=60)
     assert refused.returncode == 2, refused.stderr
     assert "other transforms or table filters" in refused.stderr
     assert "public.users" in refused.stderr and "on_transform_change" in refused.stderr
-    resnapshot = write_pipeline(tmp_path, USERS_HASHED_SSN, "on_transform_change: resnapshot")
+    resnapshot = write_pipeline(tmp_path, USERS_CHANGED, "on_transform_change: resnapshot")
     run = start_run(resnapshot, tmp_path, env)
     try:
-        wanted = expected_users(dsn, ssn_mask="hash")
+        # Re-read under the new settings: every row's ssn hashed, and the rows the narrower
+        # filter leaves out (id 41) deleted from every sink.
+        wanted = expected_users(dsn, ssn_mask="hash", where=NARROWER)
+        assert 41 not in wanted and 41 in _users(tmp_path)
         wait_for(
             lambda: _users(tmp_path) == wanted, timeout=90, process=run, log=tmp_path / "run.log"
         )

@@ -1,6 +1,6 @@
-"""PostgreSQL 15+ publication row filters and column lists (the internal API the filters issue
-builds on): a filtered publication streams only the rows its filter accepts, and only its
-listed columns."""
+"""PostgreSQL 15+ publication row filters and column lists: a filtered publication streams only
+the rows its filter accepts, and only its listed columns; the next start's filters replace
+them."""
 
 from __future__ import annotations
 
@@ -8,10 +8,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
-import structlog
 
-from connectors.postgres.catalog import Catalog
-from connectors.postgres.publication import TableSpec, ensure_publication, set_publication_tables
+from connectors.postgres import PostgresSourceConfig
 from tests.integration.pg_source_kit import PIPELINE, harness, sql
 
 _PUB = f"{PIPELINE}_pub"
@@ -33,16 +31,8 @@ def orders(pg_db: str) -> str:
 
 
 def test_a_filtered_publication_streams_only_the_matching_rows(orders: str, tmp_path: Path) -> None:
-    logger = structlog.get_logger()
-    catalog = Catalog(orders, "test", 5)
-    try:
-        role = catalog.check_role()
-        info = catalog.table("public", "orders", role)
-        eu = TableSpec("public", "orders", where="region = 'eu'")
-        ensure_publication(catalog, _PUB, [info], role, logger, {"public.orders": eu})
-    finally:
-        catalog.close()
-    with harness(orders, tmp_path / "log", ["public.orders"]) as h:
+    eu = {"name": "public.orders", "where": "region = 'eu'"}
+    with harness(orders, tmp_path / "log", [eu]) as h:
         h.open()
         sql(
             orders,
@@ -60,14 +50,30 @@ def test_a_filtered_publication_streams_only_the_matching_rows(orders: str, tmp_
         ]
         assert events[0].after == {"id": 1, "region": "eu", "amount": 10, "note": "a"}
         h.close()
-        catalog = Catalog(orders, "test", 5)
-        try:
-            listed = TableSpec("public", "orders", ("id", "region", "amount"), "amount > 100")
-            set_publication_tables(catalog, _PUB, [listed], catalog.check_role(), logger)
-        finally:
-            catalog.close()
+        # The next start's filters replace the publication's: a column list and a new filter
+        # (on key columns: the replica identity).
+        us = {"name": "public.orders", "columns": {"include": ["id", "region", "amount"]}}
+        us["where"] = "region = 'us'"
+        h.config = PostgresSourceConfig.model_validate(
+            {"type": "postgres", "dsn": orders, "tables": [us]}
+        )
         h.events.clear()
         h.open()
+        assert _held(orders) == (["id", "region", "amount"], "(region = 'us'::text)")
         sql(orders, "INSERT INTO orders VALUES (4, 'us', 500, 'd'), (5, 'eu', 5, 'e')")
         [event] = h.collect(1)
         assert event.after == {"id": 4, "region": "us", "amount": 500}
+
+
+def _held(dsn: str) -> tuple[list[str] | None, str | None]:
+    """The pipeline's publication's column list and row filter of ``orders``."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT ARRAY(SELECT a.attname::text FROM pg_attribute a WHERE a.attrelid = r.prrelid"
+            " AND a.attnum = ANY(r.prattrs) ORDER BY a.attnum), pg_get_expr(r.prqual, r.prrelid)"
+            " FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid"
+            " WHERE p.pubname = %s",
+            (_PUB,),
+        ).fetchone()
+    assert row is not None
+    return row[0], row[1]

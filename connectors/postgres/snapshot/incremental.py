@@ -32,6 +32,7 @@ from cdc.events import SourceInfo
 from cdc.log.base import Record
 from cdc.logging import Logger
 from cdc.runtime.retry import Backoff, Decision, Stopped, classify, retry, retry_until_stopped
+from cdc.transforms.chain import EMPTY
 from connectors.postgres.relations import CONNECTOR
 from connectors.postgres.replication import session_conninfo
 from connectors.postgres.snapshot.channel import WATERMARK, Channel
@@ -39,6 +40,7 @@ from connectors.postgres.snapshot.parallel import ChunkFailed
 from connectors.postgres.snapshot.reader import SnapshotTable, chunk_query, read_lines
 from connectors.postgres.snapshot.rows import (
     SEQUENCE_SHIFT,
+    Gone,
     KeyedRow,
     Transforms,
     event_records,
@@ -71,12 +73,15 @@ class _Racing(Exception):
 
 @dataclass(frozen=True, slots=True)
 class ChunkJob:
-    """One chunk to read between watermarks, for request ``request``."""
+    """One chunk to read between watermarks, for request ``request``; ``purge``: the chunk's
+    rows the table's row filter leaves out are read too, and deleted (a re-read after the
+    filter changed: rows it no longer accepts may be in the sinks)."""
 
     table: SnapshotTable
     chunk: Chunk
     where: str | None
     request: str | None = None
+    purge: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,6 +341,14 @@ class WatermarkReader:
         ):
             for row in keyed_lines(state, lines):
                 rows[row[1]] = row
+        if job.purge and job.table.where:
+            # The same snapshot's rows the filter leaves out (NULL is out too, as in a
+            # publication): the sinks may hold them from under the filter before.
+            outside = replace(job.table, where=f"({job.table.where}) IS NOT TRUE")
+            query = chunk_query(outside, job.chunk, job.where, ordered=True)
+            for lines in read_lines(conn, query, 5000):
+                for left_out, key in keyed_lines(state, lines):
+                    rows[key] = Gone(left_out, key)
         return rows
 
     def _emit(self, conn: psycopg.Connection[Any], kind: str, wid: str) -> None:
@@ -372,13 +385,14 @@ def window_records(
     first = job.chunk.index << SEQUENCE_SHIFT
     # As Debezium writes an incremental snapshot's rows: no lsn (nor txId) of their own, and a
     # sequence at the stream's position when the window closed.
-    if transforms:
+    if transforms or job.purge:
         info = job.table.info
         source = SourceInfo(
             CONNECTOR, db, info.schema, info.table, ts_ms, position, 0, "incremental"
         )
         source.extra, source.order = lsn_fields(None), pg_order(position, position)
-        return event_records(job.table, rows, source, first, pipeline, now_ms, options, transforms)
+        chain = transforms or Transforms(EMPTY)
+        return event_records(job.table, rows, source, first, pipeline, now_ms, options, chain)
     template = read_template(db, job.table, position, "incremental", ts_ms, pipeline, schemas)
     topic, extra = job.table.state.topic, b',"lsn":null%b' % PG_TAIL
     order = order_json(pg_order(position, position))

@@ -13,12 +13,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 from cdc.connect_schema import TableSchemas
-from cdc.envelope import RecordTemplate, batch_records, lsn_extra, order_json, pg_order
+from cdc.envelope import (
+    EncodedRow,
+    RecordTemplate,
+    batch_records,
+    lsn_extra,
+    order_json,
+    pg_order,
+)
 from cdc.envelope_options import READABLE, EnvelopeOptions
-from cdc.events import ChangeEvent, Op, SourceInfo
+from cdc.events import ChangeEvent, Op, Row, SourceInfo
 from cdc.log.base import Record
 from cdc.runtime.source_task import letter_record
 from cdc.runtime.transformed import apply_chain
@@ -116,6 +123,14 @@ def keyed_lines(state: RelationState, lines: list[bytes]) -> list[KeyedRow]:
     return state.encoder.copy_rows(lines)
 
 
+class Gone(NamedTuple):
+    """A row a purging read found outside the table's row filter (a re-read after the filter
+    changed): its record is a delete of its key, the row its ``before``."""
+
+    row: EncodedRow
+    key: bytes
+
+
 @dataclass(frozen=True)
 class Transforms:
     """The pipeline's transforms as a snapshot applies them, with its ``bad_records``."""
@@ -143,16 +158,23 @@ def event_records(
     transforms: Transforms,
 ) -> list[Record]:
     """The records of snapshot ``rows`` as events through the pipeline's transforms: each row
-    an ``r`` event with ``source`` (its sequence counting from ``first``), then the records the
-    runtime writes for what the transforms return, and the dead letters of those they fail on.
-    Without a transform that changes them, the bytes are those of :func:`to_records`."""
+    an ``r`` event with ``source`` (its sequence counting from ``first``), or a ``d`` of a row
+    a purging read found outside the row filter, then the records the runtime writes for what
+    the transforms return, and the dead letters of those they fail on. Without a transform
+    that changes them, an ``r`` row's bytes are those of :func:`to_records`."""
     state = table.state
     connect = relation_schemas(state, options) if options.schemas_enable else None
     events = []
-    for sequence, (row, _) in enumerate(rows, first):
+    for sequence, keyed in enumerate(rows, first):
+        row = keyed[0]
         src = replace(source, sequence=sequence, extra=dict(source.extra))
         key = {name: row[name] for name in state.key}
-        events.append(ChangeEvent(Op.READ, key, None, row, src, connect=connect))
+        if not isinstance(keyed, Gone):
+            events.append(ChangeEvent(Op.READ, key, None, row, src, connect=connect))
+        else:
+            # Read like a Row, written as the encoder wrote it (the envelope embeds its JSON).
+            before = cast(Row, row)
+            events.append(ChangeEvent(Op.DELETE, key, before, None, src, connect=connect))
     kept, letters = apply_chain(transforms.chain, events, transforms.bad_records)
     records = batch_records(kept, pipeline, now_ms, options)
     records.extend(letter_record(pipeline, letter) for letter in letters)

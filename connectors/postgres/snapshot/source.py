@@ -114,9 +114,13 @@ class SnapshottingPostgresSource:
             self._stream.request_all(decision.reason)
         for table in added:
             self._stream.queue(table, "added to source.tables")
+        refiltered = set(self._context.refiltered)
         for table in self._context.resnapshot:
             if table not in added:
-                self._stream.queue(table, "its filters or the pipeline's transforms changed")
+                # A changed row filter may now leave out rows the sinks hold: delete those too.
+                purge = table in refiltered and self._config.table_entry(table).where is not None
+                reason = "its filters or the pipeline's transforms changed"
+                self._stream.queue(table, reason, purge=purge)
         self._stream.resume_requests()
 
     def _announce_added(self, action: Action) -> list[str]:

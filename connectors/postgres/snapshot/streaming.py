@@ -145,24 +145,31 @@ class StreamSnapshots:
         for name, chunks in self._state.unfinished().items():
             entry = self._state.table(name) or {}
             where, request = entry.get("where"), entry.get("request")
+            purge = bool(entry.get("purge"))
             self._logger.info("snapshot.resuming", table=name, chunks_left=len(chunks))
 
             def planner(
-                name: str = name, where: Any = where, request: Any = request
+                name: str = name, where: Any = where, request: Any = request, purge: bool = purge
             ) -> list[ChunkJob]:
                 table = self._describe(name)
                 current = self._state.table(name) or {"chunks": [], "done": []}
                 chunks = [chunk_from_json(c) for c in current["chunks"]]
                 todo = remaining(chunks, current["done"])
-                return [ChunkJob(table, c, where, request) for c in todo]
+                return [ChunkJob(table, c, where, request, purge) for c in todo]
 
             initial = entry.get("kind") == "initial"
             self._reader.submit(Work(request, name, where, planner, initial=initial))
 
     def queue(
-        self, table: str, reason: str, where: str | None = None, ident: str | None = None
+        self,
+        table: str,
+        reason: str,
+        where: str | None = None,
+        ident: str | None = None,
+        purge: bool = False,
     ) -> str:
         """Store a request to re-read ``table``; :meth:`resume_requests` (at open) reads it.
+        ``purge``: delete the rows the table's row filter leaves out too (its filter changed).
 
         Returns:
             The request id (``ident``, or a new one).
@@ -175,8 +182,11 @@ class StreamSnapshots:
                 reason=f"its ops leave out r (source.tables), so no snapshot reads it ({reason})",
             )
             return ident
-        request = {"id": ident, "type": "snapshot", "table": table, "where": where}
-        self._state.add_request({**request, "reason": reason})
+        request: dict[str, Any] = {"id": ident, "type": "snapshot", "table": table}
+        request.update(where=where, reason=reason)
+        if purge:
+            request["purge"] = True
+        self._state.add_request(request)
         return ident
 
     def _reads(self, table: str) -> bool:
@@ -215,6 +225,7 @@ class StreamSnapshots:
 
     def _request_work(self, request: dict[str, Any]) -> Work:
         ident, name, where = request["id"], request["table"], request.get("where")
+        purge = bool(request.get("purge"))
 
         def planner() -> list[ChunkJob]:
             if where is not None:
@@ -224,13 +235,13 @@ class StreamSnapshots:
                 chunks = plan(conn, table, self._config.snapshot_chunk_rows)
             method = "keyset" if table.chunk_key else "ctid"
             if not self._state.plan_table(
-                table.name, "incremental", method, chunks, request=ident, where=where
+                table.name, "incremental", method, chunks, request=ident, where=where, purge=purge
             ):
                 return []  # cancelled while it was planned
             self._logger.info(
                 "snapshot.planned", table=table.name, chunks=len(chunks), request=ident
             )
-            return [ChunkJob(table, c, where, ident) for c in chunks]
+            return [ChunkJob(table, c, where, ident, purge) for c in chunks]
 
         return Work(ident, name, where, planner)
 
