@@ -529,6 +529,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--steady-s", type=float, default=20.0)
     parser.add_argument("--schemas", action="store_true", help="envelope schemas.enable: true")
     parser.add_argument("--metrics", action="store_true", help="with the source's metrics on")
+    parser.add_argument("--rounds", type=int, default=3, help="--filters: runs per workload")
     parser.add_argument(
         "--filters",
         action="store_true",
