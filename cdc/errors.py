@@ -58,6 +58,11 @@ class SourceFatal(SourceError, Fatal):
     """The source cannot continue (bad credentials, lost slot, missing table...)."""
 
 
+class SourceMisconfigured(SourceFatal):
+    """The pipeline file asks what this database cannot do, found only once connected (a row
+    filter the server refuses, a key column a filter leaves out): a config error, exit 2."""
+
+
 class SinkError(CdcError):
     """A problem writing to a sink."""
 

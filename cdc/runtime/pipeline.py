@@ -20,6 +20,7 @@ from typing import Any
 
 from cdc import plugins
 from cdc.config import Pipeline, SinkConfig
+from cdc.errors import SourceMisconfigured
 from cdc.events import topic_name
 from cdc.log.base import Log
 from cdc.log.encoding import ensure_encoding
@@ -355,7 +356,8 @@ def run_until_signalled(
 
 def _exit_code(run: PipelineRun, clean: bool, logger: Logger) -> int:
     """0 for a clean stop; 1, with the reason logged, for a failed task, a task that did not
-    stop in time, or sinks that an error had stopped."""
+    stop in time, or sinks that an error had stopped; 2 for a file the database cannot serve
+    (:class:`cdc.errors.SourceMisconfigured`)."""
     failure = run.failed()
     if failure is not None:
         logger.error(
@@ -364,7 +366,7 @@ def _exit_code(run: PipelineRun, clean: bool, logger: Logger) -> int:
             error=str(failure.error),
             error_type=type(failure.error).__name__,
         )
-        return 1
+        return 2 if isinstance(failure.error, SourceMisconfigured) else 1
     if not clean:
         logger.error("pipeline.stop_timeout", grace_s=STOP_GRACE_S)
         return 1

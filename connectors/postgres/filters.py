@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from cdc.errors import SourceFatal
+from cdc.errors import SourceMisconfigured
 from cdc.filters import TableEntry
 from cdc.masks import Mask, compile_mask
 from connectors.postgres.config import PostgresSourceConfig
@@ -59,18 +59,18 @@ class TableFilter:
         return self.entry.allows(op)
 
     def check_key(self, key: Sequence[str]) -> None:
-        """Raises SourceFatal: a key column excluded, or masked other than by ``hash`` (the
+        """Raises SourceMisconfigured: a key column excluded, or masked other than by ``hash`` (the
         record key is built from the key columns' values, so a record needs them, and only a
         hash keeps two keys apart)."""
         excluded = [c for c in key if not self.keeps(c)]
         if excluded:
-            raise SourceFatal(
+            raise SourceMisconfigured(
                 f"source.tables: {self.name} leaves out key column(s) {excluded}; the record "
                 "key is made of them (mask them with hash instead)"
             )
         masked = [c for c in key if c in self.masks and self.masks[c].kind != "hash"]
         if masked:
-            raise SourceFatal(
+            raise SourceMisconfigured(
                 f"source.tables: {self.name} masks key column(s) {masked} with "
                 f"{self.masks[masked[0]].kind}; a key column may only be hashed (equal keys "
                 "must stay equal, different ones different)"

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from cdc.errors import SourceFatal
+from cdc.errors import SourceFatal, SourceMisconfigured
 from cdc.logging import Logger
 from connectors.postgres.catalog import PUBLISHES_GENERATED_MIN_VERSION, Catalog, Query, TableInfo
 from connectors.postgres.standby import read_only_problem
@@ -362,7 +362,7 @@ def run_ddl(catalog: Catalog, statement: Query, problem: str) -> None:
         # A column list or row filter the server refuses (an unknown column, a bad expression).
         text = statement.as_string(catalog.conn)
         detail = f" ({exc.diag.message_detail})" if exc.diag.message_detail else ""
-        raise SourceFatal(
+        raise SourceMisconfigured(
             f"the server refused {text}: {exc.diag.message_primary}{detail} (source.tables: a "
             "row filter is a plain expression over the table's own columns, with immutable "
             "functions only)"

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from cdc.errors import SourceFatal
+from cdc.errors import SourceFatal, SourceMisconfigured
 from cdc.logging import Logger
 from connectors.postgres.catalog import Catalog, TableInfo, published_column
 from connectors.postgres.filters import (
@@ -94,7 +94,7 @@ def wanted_specs(
     (:func:`~connectors.postgres.filters.pushes_columns`), the column list.
 
     Raises:
-        SourceFatal: a row filter below PostgreSQL 15 (the server cannot apply one there).
+        SourceMisconfigured: a row filter below PostgreSQL 15 (the server cannot apply one).
     """
     version = catalog.server_version
     specs = {}
@@ -102,7 +102,7 @@ def wanted_specs(
         table_filter = filters.get(info.name, PLAIN)
         where = table_filter.where
         if where is not None and version < PUBLICATION_FILTERS_MIN_VERSION:
-            raise SourceFatal(
+            raise SourceMisconfigured(
                 f"source.tables: the row filter (where) of {info.name} needs PostgreSQL 15 or "
                 f"later, where publications filter rows; the server runs {version // 10000}"
             )
@@ -140,8 +140,10 @@ def sync_filters(
     Nothing is done when no table is filtered, in the publication or in ``specs``.
 
     Raises:
-        SourceFatal: a row filter on a column outside the replica identity; a filter the
-            server refuses; the role may not alter the publication (the DBA's statement).
+        SourceMisconfigured: a row filter on a column outside the replica identity; a filter
+            the server refuses.
+        SourceFatal: the role may not alter the publication (the message has the DBA's
+            statement).
     """
     if catalog.server_version < PUBLICATION_FILTERS_MIN_VERSION:
         return
@@ -187,9 +189,9 @@ def _trial(
     except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ReadOnlySqlTransaction):
         raise
     except (psycopg.ProgrammingError, psycopg.NotSupportedError, psycopg.DataError) as exc:
-        raise SourceFatal(_refused(catalog, statement, exc)) from exc
+        raise SourceMisconfigured(_refused(catalog, statement, exc)) from exc
     except psycopg.errors.ObjectNotInPrerequisiteState as exc:
-        raise SourceFatal(_refused(catalog, statement, exc)) from exc
+        raise SourceMisconfigured(_refused(catalog, statement, exc)) from exc
     return after
 
 
@@ -205,7 +207,8 @@ def _refused(catalog: Catalog, statement: sql.Composed, exc: psycopg.Error) -> s
 
 
 def check_identity(catalog: Catalog, tables: Mapping[str, Held]) -> None:
-    """Raises SourceFatal: a row filter uses a column outside its table's replica identity."""
+    """Raises SourceMisconfigured: a row filter uses a column outside its table's replica
+    identity."""
     for name, entry in tables.items():
         if not entry.where_columns:
             continue
@@ -218,7 +221,7 @@ def check_identity(catalog: Catalog, tables: Mapping[str, Held]) -> None:
         )
         if outside:
             table = sql.Identifier(*name.split(".", 1)).as_string(catalog.conn)
-            raise SourceFatal(
+            raise SourceMisconfigured(
                 f"source.tables: the row filter of {name} uses {', '.join(outside)}, outside "
                 "its replica identity: PostgreSQL would then refuse every UPDATE and DELETE of "
                 "the table (a publication that publishes them may filter only on replica "
@@ -275,11 +278,15 @@ def prepare_publication(
 ) -> None:
     """The publication of ``tables``, with their filters: created or completed
     (:func:`~connectors.postgres.publication.ensure_publication`), then its column lists and
-    row filters made what ``filters`` say (:func:`sync_filters`).
+    row filters made what ``filters`` say (:func:`sync_filters`), in one transaction that a
+    refused filter rolls back whole.
 
     Raises:
         SourceFatal: see both.
     """
     specs = wanted_specs(catalog, tables, filters)
-    ensure_publication(catalog, publication, tables, role, logger, specs)
-    sync_filters(catalog, publication, [specs[t.name] for t in tables], role, logger)
+    # One transaction: a publication created (or a table added) with a filter the checks then
+    # refuse must not outlive them, not even for a moment the stream could decode it in.
+    with catalog.conn.transaction():
+        ensure_publication(catalog, publication, tables, role, logger, specs)
+        sync_filters(catalog, publication, [specs[t.name] for t in tables], role, logger)

@@ -188,6 +188,24 @@ def test_filtered_masked_routed_pipeline_in_every_sink(
         assert stop(run)[0] == 0
     _check_a_changed_filter(tmp_path, dsn, env)
     cdc("drop", str(pipeline), "--yes", cwd=tmp_path, env=env)
+    _check_a_filter_the_table_cannot_take(tmp_path, dsn, env)
+
+
+def _check_a_filter_the_table_cannot_take(tmp_path: Path, dsn: str, env: dict[str, str]) -> None:
+    """A row filter on a column outside the replica identity: a config error (exit 2) that
+    names it and the fix, before the publication holds it (the application's UPDATEs work)."""
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    pipeline = write_pipeline(bad, "{name: public.users, where: 'id > 0'}")
+    text = pipeline.read_text().replace(
+        "- public.orders_1", "- {name: public.orders_1, where: 'amount > 1'}"
+    )
+    pipeline.write_text(text)
+    result = cdc("run", str(pipeline), cwd=bad, env=env, timeout=60)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "amount, outside its replica identity" in result.stderr
+    execute(dsn, "UPDATE orders_1 SET amount = amount + 1")
+    cdc("drop", str(pipeline), "--yes", cwd=bad, env=env)
 
 
 def _users(tmp_path: Path) -> dict[int, dict[str, Any]]:
