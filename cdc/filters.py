@@ -24,7 +24,7 @@ from typing import Any, Final, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from cdc.masks import MaskType
+from cdc.masks import MaskType, available_plugins
 
 OpCode = Literal["c", "u", "d", "r", "t"]
 ALL_OPS: Final = frozenset(("c", "u", "d", "r", "t"))
@@ -86,6 +86,9 @@ class MaskSpec(_Strict):
             raise ValueError(f"n applies to keep_last only, not {self.type}")
         if self.type == "plugin" and not self.name:
             raise ValueError("a plugin mask needs name: the cdc.masks entry point")
+        if self.type == "plugin" and self.name not in available_plugins():
+            known = ", ".join(available_plugins()) or "none"
+            raise ValueError(f"unknown mask plugin {self.name!r} (installed: {known})")
         if self.type != "plugin" and (self.name or self.options):
             raise ValueError(f"name and options apply to plugin masks only, not {self.type}")
         return self

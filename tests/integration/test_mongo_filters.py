@@ -27,6 +27,7 @@ from cdc.json_rows import EncodedRow
 from cdc.runtime.fingerprints import OFFSET_KEY
 from cdc.transforms.chain import build_chain
 from cdc.transforms.fields import RenameFieldsConfig
+from cdc.transforms.route import RouteConfig
 from connectors.mongodb import MongoSourcePlugin
 from tests.integration.mongo_kit import Harness, database, harness, into_next_second, is_real, scope
 
@@ -499,3 +500,38 @@ def test_every_re_read_applies_the_filters(mongo_server: Any, tmp_path: Path) ->
     assert requested == always == {1: {"_id": 1, "name": "user 1", **masked}}
     assert added == {5: {"_id": 5, "name": "user 5", **masked}}
     assert_absent(s.all(), files)
+
+
+def test_a_route_merges_two_collections_with_unique_keys(mongo_server: Any, tmp_path: Path) -> None:
+    """Two collections whose ``_id`` values collide, routed to one topic: the key field keeps
+    them apart, and the rows stay Debezium's string documents, with the field."""
+    with database(mongo_server.uri) as db:
+        db.shard_1.insert_many([{"_id": 1, "v": "a"}, {"_id": 2, "v": "b"}])
+        db.shard_2.insert_many([{"_id": 1, "v": "c"}])
+        into_next_second()
+        tables = [f"{db.name}.shard_1", f"{db.name}.shard_2"]
+        options = {"stream_scope": scope(mongo_server)}
+        with harness(mongo_server.uri, tmp_path, tables, snapshot="initial", **options) as h:
+            h.open()
+            h.collect(3)
+            db.shard_2.update_one({"_id": 1}, {"$set": {"v": "d"}})
+            h.collect(4)
+        match = db.name.replace(".", r"\.") + r"\.shard_\d"
+        route = RouteConfig(match=match, topic=f"{db.name}.shards")
+        chain = build_chain([route], "mgt", tables)
+        records = [r for e in chain.apply_all(h.events) for r in envelope.to_records(e, "mgt")]
+    assert {r.topic for r in records} == {f"mgt.{db.name}.shards"}
+    state: dict[bytes, Any] = {}
+    for record in records:
+        state[record.key or b""] = orjson.loads(orjson.loads(record.value or b"null")["after"])
+    field = "__dbz__physicalTableIdentifier"
+    assert sorted((orjson.loads(k)["_id"], orjson.loads(k)[field]) for k in state) == [
+        (1, f"mgt.{db.name}.shard_1"),
+        (1, f"mgt.{db.name}.shard_2"),
+        (2, f"mgt.{db.name}.shard_1"),
+    ]
+    assert sorted((d["_id"], d["v"], d[field][-1]) for d in state.values()) == [
+        (1, "a", "1"),
+        (1, "d", "2"),
+        (2, "b", "1"),
+    ]
