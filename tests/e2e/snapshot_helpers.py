@@ -3,6 +3,7 @@ per-key state of the log read back from another process."""
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -165,12 +166,32 @@ def table_state(dsn: str) -> dict[int, dict[str, Any]]:
 
 
 def run_log_events(cwd: Path, name: str) -> list[dict[str, Any]]:
-    """JSON log lines of ``cdc run`` (``cwd/run.log``) with event ``name``."""
+    """JSON log lines of ``cdc run`` (``cwd/run.log``) with event ``name``.
+
+    A run killed with SIGKILL may leave its last line without its newline, or cut short, and
+    the next run's first line then follows on the same line: each line is read as the JSON
+    documents it holds, a cut one skipped.
+    """
     found = []
     for line in (cwd / "run.log").read_text().splitlines():
         if line.startswith("{") and f'"{name}"' in line:
-            found.append(orjson.loads(line))
+            found.extend(d for d in _documents(line) if d.get("event") == name)
     return found
+
+
+def _documents(line: str) -> list[dict[str, Any]]:
+    """The whole JSON objects of ``line``, in order (a cut one is skipped)."""
+    decoder, out, at = json.JSONDecoder(), [], line.find("{")
+    while at >= 0:
+        try:
+            document, end = decoder.raw_decode(line, at)
+        except json.JSONDecodeError:
+            at = line.find("{", at + 1)
+            continue
+        if isinstance(document, dict):
+            out.append(document)
+        at = line.find("{", end)
+    return out
 
 
 def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.25) -> None:
