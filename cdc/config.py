@@ -8,8 +8,6 @@ problem carries its YAML path, such as ``sinks[1].url``.
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,6 +24,8 @@ from pydantic import (
 )
 
 from cdc import filters, plugins
+from cdc.config_checks import built_chain, cross_checks
+from cdc.config_env import expand_env, yaml_path
 from cdc.envelope_options import EnvelopeOptions
 from cdc.errors import ConfigError, PluginNotFound
 from cdc.filters import TableEntry
@@ -35,10 +35,6 @@ from cdc.transforms.base import TransformConfig
 from cdc.transforms.chain import TransformChain, build_chain
 
 NAME_PATTERN = r"^[a-z][a-z0-9_]*$"
-# A ``${`` that does not start a whole reference matches the second branch: it is an error, not
-# text to keep (an unclosed ``${VAR`` used literally would reach the server as part of a DSN).
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\{")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class StrictModel(BaseModel):
@@ -293,63 +289,6 @@ def secret_value(value: SecretStr | str) -> str:
 # -- loading -------------------------------------------------------------------------------------
 
 
-def yaml_path(loc: Sequence[int | str]) -> str:
-    """``("sinks", 1, "url")`` -> ``sinks[1].url``."""
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out
-
-
-def expand_env(
-    node: Any, env: dict[str, str], path: tuple[int | str, ...] = ()
-) -> tuple[Any, list[tuple[str, str]]]:
-    """Expand ``${VAR}`` and ``${VAR:-default}`` in every string of a parsed YAML tree."""
-    problems: list[tuple[str, str]] = []
-    if isinstance(node, str):
-
-        def substitute(match: re.Match[str]) -> str:
-            name, default = match.group(1), match.group(2)
-            if name is None:
-                problems.append((yaml_path(path), _bad_reference(node, match.end())))
-                return match.group(0)
-            if name in env:
-                return env[name]
-            if default is not None:
-                return default
-            problems.append((yaml_path(path), f"environment variable {name} is not set"))
-            return ""
-
-        return _ENV_REF.sub(substitute, node), problems
-    if isinstance(node, dict):
-        out: dict[Any, Any] = {}
-        for key, value in node.items():
-            out[key], sub = expand_env(value, env, (*path, str(key)))
-            problems.extend(sub)
-        return out, problems
-    if isinstance(node, list):
-        items = []
-        for index, value in enumerate(node):
-            item, sub = expand_env(value, env, (*path, index))
-            items.append(item)
-            problems.extend(sub)
-        return items, problems
-    return node, problems
-
-
-def _bad_reference(text: str, after: int) -> str:
-    """What is wrong with the ``${`` that ends at ``after``; only the name is quoted, since
-    what follows it may be a secret written in the file."""
-    named = _ENV_NAME.match(text, after)
-    shown = "${" + (named.group(0) if named else "")
-    if "}" not in text[after:]:
-        return f"{shown} has no closing brace: write ${{NAME}} or ${{NAME:-default}}"
-    return f"{shown}... is not a valid reference: write ${{NAME}} or ${{NAME:-default}}"
-
-
 def _pydantic_problems(
     exc: ValidationError, prefix: tuple[int | str, ...] = ()
 ) -> list[tuple[str, str]]:
@@ -416,8 +355,8 @@ def parse(text: str, env: dict[str, str] | None = None, path: Path | None = None
             sinks.append(sink)
     transforms, sub = _transforms(expanded.get("transforms"))
     problems.extend(sub)
-    chain = _built_chain(transforms, expanded, source, problems)
-    problems.extend(_cross_checks(source, sinks, chain))
+    chain = built_chain(transforms, expanded, source, problems)
+    problems.extend(cross_checks(source, sinks, chain))
     problems = list(dict.fromkeys(problems))  # one mistake can surface in two layers
     # A value that could not be expanded fails its plugin's checks too; that says nothing new.
     bad_values = {where for where, _ in unexpanded}
@@ -439,60 +378,6 @@ def _transforms(raw: Any) -> tuple[list[TransformConfig], list[tuple[str, str]]]
         if config is not None:
             configs.append(config)
     return configs, problems
-
-
-def _built_chain(
-    transforms: list[TransformConfig],
-    expanded: dict[str, Any],
-    source: SourceConfig | None,
-    problems: list[tuple[str, str]],
-) -> TransformChain | None:
-    """The transforms built as a run builds them (``None`` if the file's problems prevent it);
-    a plugin that refuses its settings adds a problem under ``transforms``."""
-    raw = expanded.get("transforms")
-    if source is None or len(transforms) != len(raw if isinstance(raw, list) else []):
-        return None
-    name = expanded.get("name")
-    try:
-        return build_chain(transforms, name if isinstance(name, str) else "", source.table_names)
-    except (ValueError, PluginNotFound) as exc:
-        problems.append(("transforms", str(exc)))
-        return None
-
-
-def _cross_checks(
-    source: SourceConfig | None, sinks: list[SinkConfig], chain: TransformChain | None
-) -> list[tuple[str, str]]:
-    problems: list[tuple[str, str]] = []
-    seen: set[str] = set()
-    outputs = _outputs(source, chain)
-    for index, sink in enumerate(sinks):
-        if sink.name in seen:
-            problems.append((f"sinks[{index}].name", f"sink name {sink.name!r} is used twice"))
-        seen.add(sink.name)
-        if source is not None and sink.tables:
-            for t_index, table in enumerate(sink.tables):
-                problem = _sink_table_problem(table, source, outputs)
-                if problem is not None:
-                    problems.append((f"sinks[{index}].tables[{t_index}]", problem))
-    return problems
-
-
-def _outputs(source: SourceConfig | None, chain: TransformChain | None) -> dict[str, str]:
-    """Each source table's output table (itself unless a transform routes it)."""
-    if source is None:
-        return {}
-    return {t: (chain.table(t) if chain is not None else t) for t in source.table_names}
-
-
-def _sink_table_problem(table: str, source: SourceConfig, outputs: dict[str, str]) -> str | None:
-    if table in outputs.values():
-        return None
-    if table in outputs:
-        return f"{table!r} is routed to {outputs[table]!r} by the transforms: name that table"
-    if table in source.table_names:
-        return None
-    return f"{table!r} is not a source table"
 
 
 def load(path: str | Path, env: dict[str, str] | None = None) -> Pipeline:

@@ -29,7 +29,7 @@ import orjson
 
 from cdc.envelope import exact
 from cdc.envelope_options import EnvelopeOptions
-from cdc.events import ChangeEvent, Op, SourceInfo, topic_name
+from cdc.events import topic_name
 from cdc.log.base import Log, TopicPartition
 from cdc.log.encoding import read_stored
 from cdc.log.eras import Eras, eras_of
@@ -39,6 +39,8 @@ from cdc.runtime.sink_control import SinkControl
 from cdc.runtime.sink_task import group_name
 from cdc.schema import TableSchema
 from cdc.values import decoder
+from cdc.verify_sources import source_reader
+from cdc.verify_sources import unverifiable as unverifiable_reason
 
 RowReader = Callable[[], Iterable[tuple[dict[str, Any], dict[str, Any]]]]
 RowDecoding = Callable[[dict[str, Any]], dict[str, Any]]
@@ -310,11 +312,11 @@ def _verify_table(
     if unread is not None:
         return unread
     assert schema is not None  # _not_compared answered for a table without one
-    unverifiable = _unverifiable(pipeline, name)
+    unverifiable = unverifiable_reason(pipeline, name)
     if unverifiable is not None:
         return TableComparison(name, sink.name, unverifiable=unverifiable)
     envelope = pipeline.envelope
-    source_rows = _source_reader(pipeline, read_source, name)
+    source_rows = source_reader(pipeline, read_source, name)
     sink_rows = _reader(read_sink, sink, schema_name, table_name, pipeline=pipeline.name)
     source_decoded = _decoding(source_rows, schema, envelope)
     if _decodes_rows(sink.type):
@@ -455,65 +457,6 @@ def _behind(
                 "reason": state.get("reason"),
             }
     return behind
-
-
-#: The operations whose changes make a table's rows: a table that leaves one out holds, in
-#: its sinks, rows the source no longer has (or lacks rows it has), on purpose.
-_ROW_OPS = frozenset("cudr")
-
-
-def _unverifiable(pipeline: Any, table: str) -> str | None:
-    """Why the sinks' copy of output table ``table`` cannot equal the source's rows, if so."""
-    transforms = pipeline.chain().unverifiable()
-    if transforms:
-        return (
-            f"{', '.join(transforms)} cannot be applied to the rows as they are now (its values "
-            "depend on the change that wrote each row): not compared"
-        )
-    for source_table in pipeline.routed_from(table):
-        ops = pipeline.source.table_entry(source_table).ops
-        if ops is not None and not set(ops) >= _ROW_OPS:
-            left_out = "".join(sorted(_ROW_OPS - set(ops)))
-            return (
-                f"the ops of {source_table} leave out {', '.join(left_out)}: its sinks are "
-                "not meant to hold the source's rows; not compared"
-            )
-    return None
-
-
-def _source_reader(pipeline: Any, read_rows: Any, table: str) -> RowReader:
-    """The source's rows of output table ``table`` (``schema.table``), as the sinks got them:
-    each source table routed to it read through the source's filters, and each row, as an
-    ``r`` event, through the pipeline's transforms."""
-    chain = pipeline.chain()
-    sources = pipeline.routed_from(table)
-    envelope = pipeline.envelope
-    if not chain:
-        schema, _, name = table.partition(".")
-        return _reader(read_rows, pipeline.source, schema, name, envelope=envelope)
-
-    def read() -> Iterable[tuple[dict[str, Any], dict[str, Any]]]:
-        for source_table in sources:
-            schema, _, name = source_table.partition(".")
-            for key, row in read_rows(pipeline.source, schema, name, envelope=envelope):
-                for event in chain.apply(_read_event(pipeline.name, schema, name, key, row)):
-                    if f"{event.topic_table[0]}.{event.topic_table[1]}" == table and event.after:
-                        yield dict(event.key), dict(event.after)
-
-    return read
-
-
-def _read_event(
-    pipeline: str, schema: str, table: str, key: dict[str, Any], row: dict[str, Any]
-) -> ChangeEvent:
-    """A source row as the ``r`` event a snapshot reads it as (its position unknown: 0)."""
-    # A connector of no source: its rows are plain mappings, edited as such by the transforms.
-    source = SourceInfo(VERIFY_CONNECTOR, "", schema, table, 0, 0)
-    return ChangeEvent(Op.READ, dict(key), None, dict(row), source)
-
-
-#: The connector name of the events ``cdc verify`` makes of the source's rows.
-VERIFY_CONNECTOR = "cdc-verify"
 
 
 def _reader(read_rows: Any, config: Any, schema: str, table: str, **options: Any) -> RowReader:
