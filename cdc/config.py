@@ -363,7 +363,9 @@ def parse(text: str, env: dict[str, str] | None = None, path: Path | None = None
     problems = [p for p in problems if p in unexpanded or p[0] not in bad_values]
     if problems or core is None or source is None:
         raise ConfigError(problems or [("", "invalid pipeline file")])
-    return Pipeline(file=core, source=source, sinks=sinks, transforms=transforms, path=path)
+    pipeline = Pipeline(file=core, source=source, sinks=sinks, transforms=transforms, path=path)
+    pipeline._chain = chain  # built for the checks already: a run uses the same one
+    return pipeline
 
 
 def _transforms(raw: Any) -> tuple[list[TransformConfig], list[tuple[str, str]]]:

@@ -18,7 +18,7 @@ from typing import Any
 from cdc import envelope
 from cdc.envelope_options import READABLE, EnvelopeOptions
 from cdc.errors import CdcError, RecordTooLarge, SourceFatal, SourceUnavailable
-from cdc.events import ChangeEvent, topic_name
+from cdc.events import ChangeEvent
 from cdc.log.base import Log, LogTransaction, Record
 from cdc.logging import Logger
 from cdc.metrics.observers import SourceObserver
@@ -208,8 +208,7 @@ class SourceTask:
             source.close()
 
     def _topics(self, tables: Sequence[tuple[str, str]]) -> list[str]:
-        routed = dict.fromkeys(self._chain.table(f"{s}.{t}") for s, t in tables)
-        topics = [topic_name(self._pipeline, *table.split(".", 1)) for table in routed]
+        topics = list(dict.fromkeys(self._chain.topic(self._pipeline, s, t) for s, t in tables))
         if self._transactions is not None:
             topics.append(self._transactions.topic)
         return [*topics, schema_topic(self._pipeline), dead_letter_topic(self._pipeline)]
@@ -243,8 +242,9 @@ class SourceTask:
         records = []
         for schema in schemas:
             shaped = self._chain.schema(schema) if self._chain else schema
-            records.append(schema_record(self._pipeline, shaped, transformed=shaped != schema))
-            if shaped != schema:
+            transformed = shaped != schema
+            records.append(schema_record(self._pipeline, shaped, transformed=transformed))
+            if transformed:
                 records.append(source_shape_record(self._pipeline, schema))
         return records
 

@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from cdc import plugins
-from cdc.events import ChangeEvent
+from cdc.events import ChangeEvent, topic_name
 from cdc.filters import digest
 from cdc.logging import Logger, get_logger
 from cdc.schema import TableSchema
@@ -72,6 +72,10 @@ class TransformChain:
         for _, transform in self._transforms:
             table = getattr(transform, "table", _same)(table)
         return table
+
+    def topic(self, pipeline: str, schema: str, table: str) -> str:
+        """The topic the events of source table ``schema.table`` go to."""
+        return topic_name(pipeline, *self.table(f"{schema}.{table}").split(".", 1))
 
     def schema(self, schema: TableSchema) -> TableSchema:
         """A source table's published shape as its transformed events have it.

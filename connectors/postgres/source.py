@@ -23,7 +23,6 @@ from typing import Any
 
 from cdc.config import redact_url
 from cdc.errors import SourceFatal, SourceUnavailable
-from cdc.events import topic_name
 from cdc.source import SourceBatch, SourceContext
 from connectors.postgres.catalog import Catalog, SlotState, TableInfo
 from connectors.postgres.config import PostgresSourceConfig
@@ -223,8 +222,7 @@ class PostgresSource:
 
     def topic_of(self, schema: str, table: str) -> str:
         """The topic a table's records go to (another table's, where a transform routes it)."""
-        routed = self._context.transforms.table(f"{schema}.{table}")
-        return topic_name(self._context.pipeline, *routed.split(".", 1))
+        return self._context.transforms.topic(self._context.pipeline, schema, table)
 
     def _describe(self, catalog: Catalog, role: str) -> dict[tuple[str, str], TableInfo]:
         tables = {}

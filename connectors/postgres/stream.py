@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from cdc import envelope
+from cdc.envelope import encode_key
 from cdc.envelope_options import READABLE, EnvelopeOptions
 from cdc.events import ChangeEvent, Op, Row, SourceInfo
 from cdc.logging import Logger
@@ -139,19 +140,19 @@ class Assembler:
         """The topic and record key of ``key``'s records (the TOAST lookup's): its record key
         in the ``schemas.enable`` wrapper, and where the transforms send it, found by running
         an empty ``r`` event of the key through them (``None``: they drop it)."""
+        schemas = relation_schemas(rel, self._options, self.registry) if self._schemas else None
+        if not self._chain:  # the usual case: the relation's topic, the key wrapped
+            assert schemas is not None
+            return rel.topic, schemas.wrap_key(encode_key(key))
         source = SourceInfo(CONNECTOR, "", rel.schema, rel.table, 0, 0)
-        event = ChangeEvent(Op.READ, dict(key), None, {}, source)
-        if self._schemas:
-            event.connect = relation_schemas(rel, self._options, self.registry)
-        if self._chain:
-            try:
-                events = self._chain.apply(event)
-            except TransformError:
-                return None  # the change itself meets the same error, and its policy
-            if not events:
-                return None
-            event = events[0]
-        record = envelope.to_records(event, self._pipeline, 0, self._options)[0]
+        event = ChangeEvent(Op.READ, dict(key), None, {}, source, connect=schemas)
+        try:
+            events = self._chain.apply(event)
+        except TransformError:
+            return None  # the change itself meets the same error, and its policy
+        if not events:
+            return None
+        record = envelope.to_records(events[0], self._pipeline, 0, self._options)[0]
         return record.topic, record.key or b""
 
     def _dispatch(self) -> dict[type, Callable[[Any, int], None]]:
