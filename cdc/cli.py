@@ -95,6 +95,10 @@ def run(
     from cdc.runtime.pipeline import run_until_signalled
 
     pipeline = _with_metrics_listen(_load(file), metrics_listen)
+    if pipeline.log.type == "embedded":
+        from cdc.log.embedded import appender
+
+        appender.announce("info")  # the run's record; other commands log it at debug level
     unknown = [n for n in sink_names if n not in {s.name for s in pipeline.sinks}]
     if unknown:
         raise click.UsageError(f"unknown sink(s): {', '.join(unknown)}")

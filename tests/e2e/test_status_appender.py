@@ -7,7 +7,7 @@ from pathlib import Path
 
 import orjson
 
-from tests.e2e.cli_helpers import cdc
+from tests.e2e.cli_helpers import cdc, start_run, stop, wait_for
 
 
 def _pipeline(tmp_path: Path) -> Path:
@@ -25,14 +25,34 @@ def _selected(stderr: str) -> list[dict[str, object]]:
     return [event for event in events if event.get("event") == "native.selected"]
 
 
+NATIVE_OFF = {"CDC_NATIVE": "0"}
+
+
+def test_run_logs_the_selection_at_info_and_other_commands_do_not(tmp_path: Path) -> None:
+    pipeline = _pipeline(tmp_path)
+    run = start_run(pipeline, tmp_path, NATIVE_OFF)
+    try:
+        wait_for(lambda: _selected((tmp_path / "run.log").read_text()), 30)
+    finally:
+        code, _ = stop(run)
+    assert code == 0, (tmp_path / "run.log").read_text()
+    [event] = _selected((tmp_path / "run.log").read_text())
+    assert (event["level"], event["implementation"]) == ("info", "python")
+    for command in (["validate"], ["topics"], ["verify"], ["doctor"]):
+        result = cdc(*command, str(pipeline), cwd=tmp_path, env=NATIVE_OFF)
+        assert _selected(result.stderr) == [], (command, result.stderr)
+
+
 def test_status_shows_the_appender_switched_off_and_why(tmp_path: Path) -> None:
     pipeline = _pipeline(tmp_path)
     human = cdc("status", str(pipeline), cwd=tmp_path, env={"CDC_NATIVE": "0"})
     assert human.returncode == 0, human.stderr
     assert "appender: python (CDC_NATIVE=0)" in human.stdout
+    assert _selected(human.stderr) == []  # status's stderr is not a log of the selection
     fields = {"component": "log_appender", "implementation": "python", "reason": "CDC_NATIVE=0"}
-    [event] = _selected(human.stderr)  # logged once, though status opens the log and reads it
-    assert fields.items() <= event.items()
+    debug = cdc("--log-level", "debug", "status", str(pipeline), cwd=tmp_path, env=NATIVE_OFF)
+    [event] = _selected(debug.stderr)  # logged once, though status opens the log and reads it
+    assert fields.items() <= event.items() and event["level"] == "debug"
     result = cdc("status", str(pipeline), "--json", cwd=tmp_path, env={"CDC_NATIVE": "0"})
     assert result.returncode == 0, result.stderr
     report = orjson.loads(result.stdout)

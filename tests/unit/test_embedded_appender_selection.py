@@ -88,8 +88,8 @@ def test_a_missing_symbol_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_selection_is_logged_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(appender, "_announced", False)
     with capture_logs() as logs:
+        appender.announce("info")  # what cdc run calls first
         appender.announce()  # what opening a pipeline's embedded log calls
-        appender.announce()
     selected = [event for event in logs if event["event"] == "native.selected"]
     assert selected == [
         {
@@ -100,6 +100,15 @@ def test_the_selection_is_logged_once(monkeypatch: pytest.MonkeyPatch) -> None:
             "reason": appender.SELECTION.reason,
         }
     ]
+
+
+def test_other_commands_log_the_selection_at_debug_level(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(appender, "_announced", False)
+    with capture_logs() as logs:
+        appender.announce()  # opening the log, in any command but cdc run
+    assert [(e["event"], e["log_level"]) for e in logs] == [("native.selected", "debug")]
 
 
 def test_status_shows_the_appender_and_why(

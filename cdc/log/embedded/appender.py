@@ -107,16 +107,19 @@ def available() -> bool:
     return _SQLITE is not None
 
 
-def announce() -> None:
+def announce(level: str = "debug") -> None:
     """Log ``native.selected`` with :data:`SELECTION`, once per process: when the fast path is
     off, the log line says why. :func:`cdc.log.factory.open_log` calls it, as every command
-    that opens a pipeline's embedded log does."""
+    that opens a pipeline's embedded log does, at debug level: a command's stderr is its
+    answer's (``cdc status`` shows the appender in its report). ``cdc run`` announces first,
+    at info: its log is the run's record."""
     global _announced
     if not _announced:
         _announced = True
         implementation, reason = SELECTION
         logger = get_logger(component="log_appender")
-        logger.info("native.selected", implementation=implementation, reason=reason)
+        log = logger.info if level == "info" else logger.debug
+        log("native.selected", implementation=implementation, reason=reason)
 
 
 #: :meth:`NativeAppender.append`'s code for a value whose head is not among the known ones.
