@@ -132,7 +132,7 @@ test: install
 	$(MAKE) --no-print-directory lint || failed+=(lint)
 	$(MAKE) --no-print-directory typecheck || failed+=(mypy)
 	mkdir -p build
-	rm -f build/pg-versions.rc
+	rm -f build/pg-versions.rc build/pytest*-junit.xml
 	@# Niced: the main suite's timing-sensitive tests (Kafka rebalances, outages) get the CPU
 	@# first; the lane takes what its waits leave.
 	( rc=0; nice -n 10 $(MAKE) --no-print-directory pytest-pg-versions > build/pg-versions.log 2>&1 || rc=$$?
@@ -185,7 +185,8 @@ pytest-pg-versions: pgbins
 	  echo "==> PostgreSQL $$v: pytest -m '$$marker'"
 	  start=$$SECONDS rc=0
 	  CDC_TEST_PG_VERSION=$$v $(PYTHON) -m pytest -q -p no:cacheprovider --import-mode=importlib \
-	    -ra -m "$$marker" --basetemp=build/pytest-tmp-pg$$v $(PYTEST_ARGS) \
+	    -ra -m "$$marker" --basetemp=build/pytest-tmp-pg$$v --junitxml=build/pytest-pg$$v-junit.xml \
+	    $(PYTEST_ARGS) \
 	    > build/pytest-pg$$v.log 2>&1 || rc=$$?
 	  cat build/pytest-pg$$v.log
 	  counts=$$(grep -E '[0-9]+ (passed|failed|error)' build/pytest-pg$$v.log | tail -1 || true)

@@ -131,6 +131,11 @@ def wait_caught_up(env: dict[str, str], timeout_s: float = 120) -> None:
         )
         if result.returncode == 0:
             report = orjson.loads(result.stdout)
+            # A stopped sink never catches up: say why at once instead of waiting out the clock.
+            stopped = [s for s in report["sinks"] if s.get("state") == "stopped"]
+            if stopped:
+                reasons = "; ".join(f"{s['sink']}: {s.get('reason')}" for s in stopped)
+                raise SystemExit(f"a sink stopped: {reasons}")
             if report["topics"] and all(s["lag"] == 0 for s in report["sinks"]):
                 return
         time.sleep(1)
