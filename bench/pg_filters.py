@@ -33,6 +33,8 @@ from typing import Any
 
 import psycopg
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
+
 from bench.pg_stream import DDL, INSERT, VARIANTS, execute, run_child
 from bench.report import Figures
 
@@ -154,7 +156,6 @@ def _time(encode: Any, messages: list[bytes]) -> float:
 
 
 def main(args: argparse.Namespace) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.services.postgres import LocalPostgres
 
     rows, rounds = args.rows, args.rounds

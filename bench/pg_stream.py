@@ -48,6 +48,8 @@ from typing import Any
 import psycopg
 import structlog
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
+
 from bench.report import Figures
 
 PIPELINE = "bench"
@@ -291,7 +293,9 @@ def run_child(
     argv = [sys.executable, "-m", "bench.pg_stream", "child", "--dsn", dsn]
     argv += ["--log", str(log_dir), "--rows", str(rows), "--timeout", str(timeout)]
     argv += ["--variant", variant]
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as child_process:
+    # From the checkout's root: ``-m bench.pg_stream`` finds the package whatever the cwd.
+    root = Path(__file__).resolve().parents[1]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=root) as child_process:
         assert child_process.stdout is not None
         ready = child_process.stdout.readline()
         assert ready.strip() == "ready", ready
@@ -451,7 +455,6 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def main(args: argparse.Namespace) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.services.postgres import LocalPostgres
 
     with contextlib.ExitStack() as stack:
