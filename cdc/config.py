@@ -26,6 +26,7 @@ from pydantic import (
 from cdc import filters, plugins
 from cdc.config_checks import built_chain, cross_checks
 from cdc.config_env import expand_env, yaml_path
+from cdc.config_keys import unknown_key_message
 from cdc.envelope_options import EnvelopeOptions
 from cdc.errors import ConfigError, PluginNotFound
 from cdc.filters import TableEntry
@@ -290,14 +291,16 @@ def secret_value(value: SecretStr | str) -> str:
 
 
 def _pydantic_problems(
-    exc: ValidationError, prefix: tuple[int | str, ...] = ()
+    exc: ValidationError, prefix: tuple[int | str, ...] = (), model: type[BaseModel] | None = None
 ) -> list[tuple[str, str]]:
+    """Each error with its YAML path; an unknown key with the closest key ``model`` (the one
+    validated, at ``prefix``) allows there."""
     problems = []
     for error in exc.errors(include_url=False, include_input=False):
         loc = [p for p in error["loc"] if not (isinstance(p, str) and p in ("embedded", "kafka"))]
         message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
-            message = "unknown key"
+            message = unknown_key_message(model, error["loc"])
         problems.append((yaml_path((*prefix, *loc)), message))
     return problems
 
@@ -319,7 +322,7 @@ def _plugin_section(
     try:
         return model.model_validate(section), []
     except ValidationError as exc:
-        return None, _pydantic_problems(exc, prefix)
+        return None, _pydantic_problems(exc, prefix, model)
 
 
 def parse(text: str, env: dict[str, str] | None = None, path: Path | None = None) -> Pipeline:
@@ -340,7 +343,7 @@ def parse(text: str, env: dict[str, str] | None = None, path: Path | None = None
     try:
         core = PipelineFile.model_validate(expanded)
     except ValidationError as exc:
-        problems.extend(_pydantic_problems(exc))
+        problems.extend(_pydantic_problems(exc, model=PipelineFile))
     source, sub = _plugin_section(
         plugins.SOURCE_GROUP, expanded.get("source"), SourceConfig, ("source",)
     )

@@ -193,7 +193,7 @@ def test_empty_ops() -> None:
 
 def test_unknown_key_in_an_entry() -> None:
     assert entry("{name: public.u, colums: {exclude: [a]}}") == {
-        "source.tables[0].colums": "unknown key"
+        "source.tables[0].colums": "unknown key; did you mean `columns`?"
     }
 
 
