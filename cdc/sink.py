@@ -11,6 +11,13 @@ schema topic (``<pipeline>.__schemas``: key ``{"schema", "table"}``, value a
 order, so it can create a table the source published but has no rows for yet. The topic also
 holds the log's stored envelope encoding, under the key ``{"kind": "encoding"}``
 (:func:`cdc.log.encoding.is_encoding_key`), which is no table's schema.
+
+A delete (``op`` ``"d"``) is applied by its record key, and only by it. Its ``before`` is not a
+row: under PostgreSQL's REPLICA IDENTITY DEFAULT it holds the key and, as Debezium writes it, a
+placeholder (``0``, ``""``, ``false``, ``[]``) for every other NOT NULL column, values the row
+never had and a typed column may refuse. A sink never stores, casts or matches on them; a sink
+that keeps every version records a delete as a tombstone version: the key, NULL elsewhere.
+The conformance kit (:class:`cdc.testing.conformance.SinkConformance`) checks it.
 """
 
 from __future__ import annotations

@@ -3,12 +3,16 @@
 Each winning change (see :mod:`sinks.duckdb.merge`) becomes a version valid from its source
 commit time. The key's open version is closed when a newer change arrives; a delete is kept as
 a version of its own that is closed at once (``valid_from == valid_to``), so ``valid_to IS
-NULL`` selects exactly the current rows. Only winners are written, and a winner is newer than
+NULL`` selects exactly the current rows. A delete's version is a tombstone: its key, ``op``
+``'d'``, and NULL in every other column (a delete is applied by its key: under REPLICA
+IDENTITY DEFAULT its ``before`` holds placeholders, not values; the version it closes holds
+the row's last values). Only winners are written, and a winner is newer than
 anything the sink holds for its key, so replays add no duplicates.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from sinks.duckdb.catalog import POSITION, SEQUENCE, TableState, quote
@@ -45,3 +49,30 @@ def append_versions(con: Any, state: TableState) -> None:
         f"lead(vf) OVER (PARTITION BY {keys} ORDER BY {order}) END, {OP}, {order} "
         f"FROM (SELECT *, {_VALID_FROM} AS vf FROM {WINNERS})"
     )
+
+
+def keep_before_reset(con: Any, state: TableState) -> None:
+    """Rename the history table ``<table>__history_before_reset_<time>`` (a reset rebuilds the
+    table from the compacted log, which no longer holds every version it recorded).
+
+    An empty one is dropped instead: a reset done again at once (it is idempotent) would
+    otherwise find the name of the second it kept the first one under taken.
+    """
+    (count,) = con.execute(f"SELECT count(*) FROM {state.history_table}").fetchone()
+    if not count:
+        con.execute(f"DROP TABLE {state.history_table}")
+        return
+    base = f"{state.table}__history_before_reset_{time.strftime('%Y%m%d%H%M%S')}"
+    taken = {
+        str(name)
+        for (name,) in con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
+            "AND schema_name = ? AND starts_with(table_name, ?)",
+            [state.schema, base],
+        ).fetchall()
+    }
+    kept, n = base, 1
+    while kept in taken:  # a second reset within the second, the first's rows rebuilt
+        n += 1
+        kept = f"{base}_{n}"
+    con.execute(f"ALTER TABLE {state.history_table} RENAME TO {quote(kept)}")

@@ -38,7 +38,8 @@ class Truncate:
 class TableBatch:
     """The changes of one table in one flush, in arrival order, as parallel lists.
 
-    ``rows`` holds the new image, or for a delete the old one (at least the key).
+    ``rows`` holds the new image, or for a delete its key alone: a delete is applied by its
+    key (the sink contract, :mod:`cdc.sink`), and its other columns stay NULL.
     """
 
     table: TableId
@@ -145,8 +146,9 @@ def _image(record: SinkRecord, value: dict[str, Any], op: str, key: dict[str, An
             raise RecordError(f"op {op!r} without an 'after' image", record)
         return after
     if op == "d":
-        before = value.get("before")
-        return {**before, **key} if isinstance(before, dict) else dict(key)
+        # Never the before image: under REPLICA IDENTITY DEFAULT its other NOT NULL columns
+        # hold Debezium's placeholders (0, ""), which no typed column may store or cast.
+        return dict(key)
     raise RecordError(f"unknown op {op!r}", record)
 
 

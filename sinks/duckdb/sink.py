@@ -13,7 +13,6 @@ published but has no rows for (an empty table at the snapshot) is created from i
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -178,9 +177,7 @@ class DuckDBSink:
         self._con.execute(f"DROP TABLE IF EXISTS {state.target}")
         self._con.execute(f"DROP TABLE IF EXISTS {state.deleted}")
         if state.history:
-            stamp = time.strftime("%Y%m%d%H%M%S")
-            kept = catalog.quote(f"{table[1]}__history_before_reset_{stamp}")
-            self._con.execute(f"ALTER TABLE {state.history_table} RENAME TO {kept}")
+            history.keep_before_reset(self._con, state)
         for meta in ("tables", "columns"):
             self._con.execute(
                 f"DELETE FROM {catalog.META}.{meta} WHERE schema_name = ? AND table_name = ?",
