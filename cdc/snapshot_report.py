@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
 from cdc.clock import now_ms
 
@@ -112,7 +112,8 @@ def print_snapshots(report: list[dict[str, Any]], console: Console | None = None
     """The report as a table (nothing when no snapshot was ever stored)."""
     if not report:
         return
-    table = Table("snapshot table", "kind", "state", "chunks", "rows", "rows/s", "ETA")
+    headers = ("snapshot table", "kind", "state", "chunks", "rows", "rows/s", "ETA")
+    table = Table(*(Column(h, overflow="fold") for h in headers))  # a name folds, never cut
     for row in report:
         eta = row.get("eta_s")
         rate = row.get("rows_per_s")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
+from rich.table import Column, Table
 
 from cdc import plugins
 from cdc.config import Pipeline
@@ -168,8 +170,32 @@ def status_report(log: Log, pipeline: Pipeline) -> dict[str, Any]:
     return report
 
 
-def print_topics(report: list[dict[str, Any]]) -> None:
-    table = Table("topic", "partitions", "start", "end", "records")
+#: The width off a terminal: wide enough that no name is ever cut (a table is only as wide as
+#: its content; rich would otherwise take 80 columns for a pipe, a file or ``watch``).
+UNLIMITED_WIDTH = 100_000
+
+
+def report_console() -> Console:
+    """Where a report prints: a terminal's own width (a long name then folds onto the next
+    line, whole), and no width limit when stdout is not a terminal, so a script or a person
+    piping to ``less`` or ``grep`` reads every topic and table name whole."""
+    if not sys.stdout.isatty():
+        return Console(width=UNLIMITED_WIDTH)
+    try:  # asked here: rich takes 80 columns for any terminal whose TERM says "dumb"
+        size = os.get_terminal_size(sys.stdout.fileno())
+    except OSError:
+        return Console()
+    return Console(width=size.columns or None, height=size.lines or None)
+
+
+def whole_table(*headers: str, title: str | None = None) -> Table:
+    """A table whose cells fold where the terminal is too narrow, never end in an ellipsis:
+    a topic name cut to ``p1.public.t_i…`` names nothing."""
+    return Table(*(Column(h, overflow="fold") for h in headers), title=title)
+
+
+def print_topics(report: list[dict[str, Any]], console: Console | None = None) -> None:
+    table = whole_table("topic", "partitions", "start", "end", "records")
     for row in report:
         table.add_row(
             row["topic"],
@@ -178,7 +204,7 @@ def print_topics(report: list[dict[str, Any]]) -> None:
             _offsets(row["end_offsets"]),
             str(row["records"]),
         )
-    Console().print(table)
+    (console or report_console()).print(table)
 
 
 def envelope_report(log: Log, pipeline: Pipeline) -> dict[str, Any]:
@@ -208,7 +234,7 @@ def print_envelope(report: dict[str, Any] | None, console: Console) -> None:
 
 
 def print_status(report: dict[str, Any]) -> None:
-    console = Console()
+    console = report_console()
     console.print(f"[bold]pipeline[/bold] {report['pipeline']}  [bold]log[/bold] {report['log']}")
     appender = report.get("log_appender")
     if appender is not None:
@@ -223,7 +249,7 @@ def print_status(report: dict[str, Any]) -> None:
         console.print(f"  {key}: {value}")
     print_envelope(report.get("envelope"), console)
     print_snapshots(report.get("snapshot") or [], console)
-    print_topics(report["topics"])
+    print_topics(report["topics"], console)
     print_sink_lag(report["sinks"], console)
     print_groups(report["sinks"], console)
     print_sink_states(report["sinks"], console)
@@ -232,7 +258,7 @@ def print_status(report: dict[str, Any]) -> None:
 def print_sink_lag(sinks: list[dict[str, Any]], console: Console) -> None:
     """One row per partition of every sink's topics: offsets, lag and the member owning it
     (``#n``, as :func:`print_groups` numbers them)."""
-    table = Table("sink", "type", "topic", "partition", "committed", "end", "lag", "owner")
+    table = whole_table("sink", "type", "topic", "partition", "committed", "end", "lag", "owner")
     for sink in sinks:
         numbers = _member_numbers(sink)
         for row in sink["topics"]:

@@ -32,7 +32,8 @@ def test_run_logs_the_selection_at_info_and_other_commands_do_not(tmp_path: Path
     pipeline = _pipeline(tmp_path)
     run = start_run(pipeline, tmp_path, NATIVE_OFF)
     try:
-        wait_for(lambda: _selected((tmp_path / "run.log").read_text()), 30)
+        # Its signal handlers are set once it says it started: a SIGTERM before is a kill.
+        wait_for(lambda: "pipeline.started" in (tmp_path / "run.log").read_text(), 30, process=run)
     finally:
         code, _ = stop(run)
     assert code == 0, (tmp_path / "run.log").read_text()
