@@ -111,7 +111,7 @@ def wanted_specs(
             described = table_columns(catalog, info.oid)
             identity = [name for name, _, ident in described if ident]
             if pushes_columns(table_filter, identity, version):
-                columns = tuple(table_filter.kept([name for name, _, _ in described]))
+                columns = tuple(n for n, num, _ in described if table_filter.keeps_column(n, num))
         specs[info.name] = TableSpec(info.schema, info.table, columns, where)
     return specs
 

@@ -145,9 +145,11 @@ def build_state(
     """
     key = resolve_key(info, relation, configured_key)
     table_filter.check_key(key)
-    relation, ids, project = _captured(relation, ids or (), table_filter)
+    # By attnum where the filter is bound: a renamed column keeps its mask or exclusion.
+    resolved = table_filter.resolve([c.name for c in relation.columns], ids or (), key)
+    relation, ids, project = _captured(relation, ids or (), resolved.kept)
     index = {c.name: i for i, c in enumerate(relation.columns)}
-    masks = {name: mask for name, mask in table_filter.masks.items() if name in index}
+    masks = dict(resolved.masks)
     columns = _schema_columns(relation, registry, key, not_null, array_dims or {}, ids, masks)
     key_index = tuple(index[k] for k in key)
     convert = row_converter(relation.columns, registry, masks)
@@ -168,13 +170,10 @@ def build_state(
 
 
 def _captured(
-    relation: Relation, ids: Sequence[int | None], table_filter: TableFilter
+    relation: Relation, ids: Sequence[int | None], kept: Sequence[int]
 ) -> tuple[Relation, Sequence[int | None], tuple[int, ...] | None]:
-    """The relation without the columns ``table_filter`` leaves out, their ids, and the
-    positions of those it keeps (``None`` when it keeps them all)."""
-    if not table_filter.narrows_columns:
-        return relation, ids, None
-    kept = [i for i, c in enumerate(relation.columns) if table_filter.keeps(c.name)]
+    """The relation with only the columns at ``kept``, their ids, and those positions
+    (``None`` when it keeps them all)."""
     if len(kept) == len(relation.columns):
         return relation, ids, None
     columns = tuple(relation.columns[i] for i in kept)

@@ -26,7 +26,7 @@ from cdc.errors import SourceFatal, SourceUnavailable
 from cdc.source import SourceBatch, SourceContext
 from connectors.postgres.catalog import Catalog, SlotState, TableInfo
 from connectors.postgres.config import PostgresSourceConfig
-from connectors.postgres.filters import table_filters
+from connectors.postgres.filters import TableFilter, bind_filters, table_filters
 from connectors.postgres.flush import Flush, Heartbeat, IdleOffers
 from connectors.postgres.inprogress import StreamedTransactions
 from connectors.postgres.lifecycle import (
@@ -91,6 +91,12 @@ class PostgresSource:
         #: (:mod:`connectors.postgres.shapes`); installed by the snapshot layer.
         self.resnapshot: Resnapshot | None = None
 
+    @property
+    def filters(self) -> Mapping[str, TableFilter]:
+        """Each table's filter, bound to the table once the source opened (the snapshot
+        layer's re-reads take them from here, so a renamed column keeps its mask there too)."""
+        return self._filters
+
     def tables(self) -> list[tuple[str, str]]:
         """``(schema, table)`` of every captured table."""
         return self._config.table_pairs()
@@ -134,6 +140,7 @@ class PostgresSource:
         options = self.check_server(catalog)
         role = catalog.check_role()
         tables = self._describe(catalog, role)
+        self._bind_filters(catalog, tables)
         self.declare_toast(catalog)
         prepare_publication(
             catalog, self.publication, list(tables.values()), role, self._logger, self._filters
@@ -223,6 +230,17 @@ class PostgresSource:
     def topic_of(self, schema: str, table: str) -> str:
         """The topic a table's records go to (another table's, where a transform routes it)."""
         return self._context.transforms.topic(self._context.pipeline, schema, table)
+
+    def _bind_filters(self, catalog: Catalog, tables: Mapping[tuple[str, str], TableInfo]) -> None:
+        """Bind the filters before anything is read: from here a renamed column keeps its
+        mask or exclusion (:mod:`connectors.postgres.filters`)."""
+        known = published_schemas(self._context.log, self._context.pipeline, list(tables))
+        published = {
+            f"{schema}.{table}": {c.name: c.id for c in shape.columns if c.id is not None}
+            for (schema, table), shape in known.items()
+        }
+        oids = {info.name: info.oid for info in tables.values()}
+        self._filters = bind_filters(catalog, self._filters, oids, self._logger, published)
 
     def _describe(self, catalog: Catalog, role: str) -> dict[tuple[str, str], TableInfo]:
         tables = {}

@@ -82,6 +82,8 @@ def describe(
     """
     # The columns pgoutput publishes on this server, no more: see published_column.
     # The filter's excluded columns go in build_state, which refuses an excluded key column.
+    # Bound before any row is read: a renamed column keeps its mask (filters' docstring).
+    table_filter = table_filter.bound(catalog, info.oid)
     rows = catalog.rows(_COLUMNS.format(published_column("a", catalog.server_version)), (info.oid,))
     identity = info.replica_identity
     columns = tuple(

@@ -485,7 +485,7 @@ class StreamSnapshots:
                 info,
                 self._logger,
                 quiet,
-                self._filters.get(name, PLAIN),
+                self._inner.filters.get(name, PLAIN),  # bound: a rename keeps its mask
             )
         finally:
             catalog.close()
