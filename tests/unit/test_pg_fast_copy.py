@@ -23,9 +23,9 @@ from connectors.postgres.catalog import TableInfo
 from connectors.postgres.encoding import PythonRowEncoder
 from connectors.postgres.pgoutput import Relation
 from connectors.postgres.relations import RelationState, build_state
-from connectors.postgres.snapshot.incremental import ChunkJob, window_records
 from connectors.postgres.snapshot.reader import SnapshotTable, lines_of
 from connectors.postgres.snapshot.rows import keyed_lines, to_records
+from connectors.postgres.snapshot.window_rows import ChunkJob, window_records
 from snapshots.chunks import KeyChunk
 from tests.services.common import in_ci
 from tests.unit.test_pg_fast import (

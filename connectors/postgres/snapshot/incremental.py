@@ -24,31 +24,15 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from cdc.connect_schema import TableSchemas
-from cdc.envelope import PG_TAIL, order_json, pg_order, row_json
-from cdc.envelope_options import READABLE, EnvelopeOptions
 from cdc.errors import SourceFatal, SourceUnavailable
-from cdc.events import SourceInfo
-from cdc.log.base import Record
 from cdc.logging import Logger
 from cdc.runtime.retry import Backoff, Decision, Stopped, classify, retry, retry_until_stopped
-from cdc.transforms.chain import EMPTY
-from connectors.postgres.relations import CONNECTOR
 from connectors.postgres.replication import session_conninfo
 from connectors.postgres.snapshot.channel import WATERMARK, Channel
 from connectors.postgres.snapshot.parallel import ChunkFailed
 from connectors.postgres.snapshot.reader import SnapshotTable, chunk_query, read_lines
-from connectors.postgres.snapshot.rows import (
-    SEQUENCE_SHIFT,
-    Gone,
-    KeyedRow,
-    Transforms,
-    event_records,
-    keyed_lines,
-    lsn_fields,
-    read_template,
-)
-from snapshots.chunks import Chunk
+from connectors.postgres.snapshot.rows import Gone, KeyedRow, keyed_lines
+from connectors.postgres.snapshot.window_rows import ChunkJob
 from snapshots.state import SnapshotState
 from snapshots.watermark import HIGH, LOW, Watermarks, render
 
@@ -67,21 +51,12 @@ _RACING = sql.SQL(
 RACE_RETRIES = 2500  # 2 ms apart: about five seconds
 
 
+class TableGone(SourceFatal):
+    """The table a request reads no longer exists: the request ends with this reason."""
+
+
 class _Racing(Exception):
     """The read's snapshot misses a transaction that committed before the low watermark."""
-
-
-@dataclass(frozen=True, slots=True)
-class ChunkJob:
-    """One chunk to read between watermarks, for request ``request``; ``purge``: the chunk's
-    rows the table's row filter leaves out are read too, and deleted (a re-read after the
-    filter changed: rows it no longer accepts may be in the sinks)."""
-
-    table: SnapshotTable
-    chunk: Chunk
-    where: str | None
-    request: str | None = None
-    purge: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,8 +105,9 @@ class WatermarkReader:
         logger: bound logger.
         retries: attempts per chunk after the first, for retriable errors.
         backoff_s: the first retry's delay; it doubles with each retry.
-        refresh: describes a chunk's table again before each attempt, so a schema change since
-            the plan neither fails the read (a renamed column) nor reads the old shape.
+        refresh: describes a chunk's table again in each read, once the read holds the
+            table's lock, so a schema change since the plan neither fails the read (a renamed
+            or dropped column) nor reads the old shape.
     """
 
     def __init__(
@@ -156,7 +132,13 @@ class WatermarkReader:
         self._work: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._conn: psycopg.Connection[Any] | None = None
+        self._marker_conn: psycopg.Connection[Any] | None = None
         self.failure: BaseException | None = None
+        #: Called in the reader thread with each chunk's job after its low watermark, before
+        #: the read locks the table: a test holds a read there to commit DDL meanwhile.
+        self.before_read: Callable[[ChunkJob], None] | None = None
+        #: Called likewise once the chunk is read, before its high watermark is written.
+        self.before_high: Callable[[ChunkJob], None] | None = None
         self._thread = threading.Thread(target=self._run, name="snapshot-wm", daemon=True)
         self._thread.start()
 
@@ -178,8 +160,7 @@ class WatermarkReader:
         self._stop.set()
         self._work.put(None)
         self._thread.join(timeout=15)
-        if self._conn is not None:
-            self._conn.close()
+        self._drop_connection()
 
     def _run(self) -> None:
         try:
@@ -251,8 +232,6 @@ class WatermarkReader:
     def _attempt(self, job: ChunkJob) -> None:
         wid = uuid.uuid4().hex
         try:
-            if self._refresh is not None:
-                job = replace(job, table=self._refresh(job.table))
             self._read_window(wid, job)
         except BaseException as exc:
             with self._lock:
@@ -274,11 +253,10 @@ class WatermarkReader:
             self.open_windows[wid] = OpenWindow(job, done)
         conn = self._connection()
         self._emit(conn, LOW, wid)
-        rows = self._rows(conn, job, self._snapshot_text(conn))
-        with self._lock:
-            self._windows.deliver(wid, rows)
-        del rows  # the window owns the chunk now: it goes once the window closes
-        self._emit(conn, HIGH, wid)
+        after_low = self._snapshot_text(conn)
+        if self.before_read is not None:
+            self.before_read(job)
+        self._read_and_mark(conn, OpenWindow(job, done), wid, after_low)
         deadline = time.monotonic() + HIGH_WATERMARK_WAIT_S
         while not done.wait(0.2):
             if self._stop.is_set():
@@ -301,11 +279,21 @@ class WatermarkReader:
         assert row is not None
         return str(row[0])
 
-    def _rows(
-        self, conn: psycopg.Connection[Any], job: ChunkJob, after_low: str
-    ) -> dict[bytes, KeyedRow]:
-        """The chunk's rows, read in a snapshot that sees every transaction the stream shows
-        before the low watermark.
+    def _read_and_mark(
+        self, conn: psycopg.Connection[Any], window: OpenWindow, wid: str, after_low: str
+    ) -> None:
+        """Read the chunk in the table's shape at read time, hand the rows to the window and
+        write its high watermark, all while the read holds the table's lock.
+
+        Why the lock: DDL may commit at any time after the plan (and the low watermark). The
+        read takes the table's ACCESS SHARE lock before its snapshot (``LOCK TABLE`` takes
+        none), waiting for any DDL under way, and only then describes the table; it keeps the
+        lock until the high watermark is written (by another session: this transaction is
+        read-only). So the stream shows any DDL either inside the window before the read (the
+        rows are in its new shape, and a rewrite such as a type change is not hidden from the
+        snapshot) or after the high watermark: the window's rows are in the table's shape at
+        their position in the stream, and a column renamed or dropped meanwhile never fails
+        the read.
 
         Why the check: a transaction whose commit record precedes the low watermark's may still
         be leaving the process array when a new snapshot is taken, which would hide it from the
@@ -313,25 +301,58 @@ class WatermarkReader:
         in the snapshot taken right after the low watermark (``after_low``) and already finished
         in the commit log; the read waits (briefly) until none is left.
         """
+        job = window.job
 
-        def read() -> dict[bytes, KeyedRow]:
+        def read() -> None:
             with conn.transaction():
                 # Read-only, as the request's check was: the operator's --where may call
                 # functions, and none may write (nextval() would advance once per row).
                 conn.execute(sql.SQL("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"))
+                current = self._locked(conn, job)
                 [(racing,)] = conn.execute(_RACING, (after_low,)).fetchall()
                 if racing:
                     raise _Racing
-                return self._read(conn, job)
+                rows = self._read(conn, current)
+                with self._lock:
+                    # The window's records take the shape of the read.
+                    self.open_windows[wid] = OpenWindow(current, window.done)
+                    self._windows.deliver(wid, rows)
+                del rows  # the window owns the chunk now: it goes once the window closes
+                if self.before_high is not None:
+                    self.before_high(current)
+                self._emit(self._marker_connection(), HIGH, wid)
 
         try:
             racing = Backoff.fixed(0.002)
-            return retry(read, lambda exc: isinstance(exc, _Racing), racing, attempts=RACE_RETRIES)
+            retry(read, lambda exc: isinstance(exc, _Racing), racing, attempts=RACE_RETRIES)
         except _Racing:
             # Retriable: such a transaction leaves the process array soon; a new window sees it.
             raise SourceUnavailable(
                 f"transactions before watermark of {job.table.name} stay invisible"
             ) from None
+
+    def _locked(self, conn: psycopg.Connection[Any], job: ChunkJob) -> ChunkJob:
+        """Lock the job's table for the transaction (see :meth:`_rows`); the job in the
+        table's shape now.
+
+        Raises:
+            TableGone: the table was dropped (or renamed) since the plan.
+        """
+        info = job.table.info
+        try:
+            conn.execute(
+                sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(
+                    sql.Identifier(info.schema, info.table)
+                )
+            )
+        except psycopg.errors.UndefinedTable:
+            raise TableGone(
+                f"table {info.name} no longer exists (dropped or renamed after its snapshot "
+                "was requested): nothing is left to read"
+            ) from None
+        if self._refresh is None:
+            return job
+        return replace(job, table=self._refresh(job.table))
 
     def _read(self, conn: psycopg.Connection[Any], job: ChunkJob) -> dict[bytes, KeyedRow]:
         state = job.table.state
@@ -359,50 +380,14 @@ class WatermarkReader:
             self._conn = psycopg.connect(self._conninfo, autocommit=True)
         return self._conn
 
+    def _marker_connection(self) -> psycopg.Connection[Any]:
+        """The session that writes high watermarks while the reading one holds its lock."""
+        if self._marker_conn is None or self._marker_conn.closed:
+            self._marker_conn = psycopg.connect(self._conninfo, autocommit=True)
+        return self._marker_conn
+
     def _drop_connection(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-
-def window_records(
-    job: ChunkJob,
-    rows: list[KeyedRow],
-    *,
-    pipeline: str,
-    db: str,
-    position: int,
-    ts_ms: int,
-    now_ms: int,
-    schemas: TableSchemas | None = None,
-    options: EnvelopeOptions = READABLE,
-    transforms: Transforms | None = None,
-) -> list[Record]:
-    """The ``r`` records of a closed window, at the high watermark's position: each row's JSON
-    put in the window's :class:`~cdc.envelope.RecordTemplate`, its ``source`` head encoded once
-    (with ``transforms``, each row's event through them: :func:`.rows.event_records`).
-    """
-    first = job.chunk.index << SEQUENCE_SHIFT
-    # As Debezium writes an incremental snapshot's rows: no lsn (nor txId) of their own, and a
-    # sequence at the stream's position when the window closed.
-    if transforms or job.purge:
-        info = job.table.info
-        source = SourceInfo(
-            CONNECTOR, db, info.schema, info.table, ts_ms, position, 0, "incremental"
-        )
-        source.extra, source.order = lsn_fields(None), pg_order(position, position)
-        chain = transforms or Transforms(EMPTY)
-        return event_records(job.table, rows, source, first, pipeline, now_ms, options, chain)
-    template = read_template(db, job.table, position, "incremental", ts_ms, pipeline, schemas)
-    topic, extra = job.table.state.topic, b',"lsn":null%b' % PG_TAIL
-    order = order_json(pg_order(position, position))
-    value = template.value
-    wrap = schemas.wrap_key if schemas is not None else _same
-    return [
-        Record(topic, wrap(key_json), value(row_json(after), order, extra, sequence, now_ms))
-        for sequence, (after, key_json) in enumerate(rows, first)
-    ]
-
-
-def _same(key: bytes) -> bytes:
-    return key
+        for conn in (self._conn, self._marker_conn):
+            if conn is not None:
+                conn.close()
+        self._conn = self._marker_conn = None

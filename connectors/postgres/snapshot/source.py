@@ -87,6 +87,11 @@ class SnapshottingPostgresSource:
     def tables(self) -> list[tuple[str, str]]:
         return self._config.table_pairs()
 
+    @property
+    def stream(self) -> StreamSnapshots | None:
+        """The snapshots inside the stream, once it is open (tests reach its reader)."""
+        return self._stream
+
     # -- open ------------------------------------------------------------------------------
 
     def open(self, stored_offsets: Mapping[str, Any]) -> None:

@@ -42,11 +42,12 @@ from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.filters import PLAIN, table_filters
 from connectors.postgres.replication import session_conninfo
 from connectors.postgres.snapshot.channel import SIGNAL, WATERMARK, Channel, Marker, signal_rows
-from connectors.postgres.snapshot.incremental import ChunkJob, WatermarkReader, Work, window_records
+from connectors.postgres.snapshot.incremental import WatermarkReader, Work
 from connectors.postgres.snapshot.initial import describe_one
 from connectors.postgres.snapshot.reader import SnapshotTable, plan
 from connectors.postgres.snapshot.rows import KeyedRow, Transforms
 from connectors.postgres.snapshot.where import check_where_text
+from connectors.postgres.snapshot.window_rows import ChunkJob, window_records
 from connectors.postgres.source import PostgresSource
 from connectors.postgres.types import TypeRegistry
 from snapshots.chunks import chunk_from_json, remaining
@@ -119,6 +120,11 @@ class StreamSnapshots:
             refresh=self._refresh,
         )
         self._hook_into(inner, channel)
+
+    @property
+    def reader(self) -> WatermarkReader:
+        """The background chunk reader (tests set its ``before_read`` hook)."""
+        return self._reader
 
     def _hook_into(self, inner: PostgresSource, channel: Channel) -> None:
         """The inner source hands its watermark and signal messages to this object, and asks it
