@@ -79,6 +79,12 @@ class SinkFatal(SinkError, Fatal):
     """The sink cannot continue (an incompatible schema change, bad credentials...)."""
 
 
+class SinkDataLost(SinkFatal):
+    """The sink's store lost what it held (a cache restarted without persistence, flushed, or
+    failed over to an empty replica). The sink task rebuilds it from the log and goes on; a
+    runner that cannot stops the sink with this message."""
+
+
 class RecordError(CdcError, Skippable):
     """One record cannot be converted or applied; carries the reason for a dead-letter entry.
 

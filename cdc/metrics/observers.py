@@ -100,6 +100,7 @@ class SinkObserver:
         self._sink = sink
         self._task = sink_task(sink)
         self._latency = metrics.end_to_end.labels(pipeline, sink)
+        metrics.sink_rebuilds.labels(pipeline, sink)  # at 0 from the start, for increase()
         health.set_state(self._task, "starting")
 
     def opened(self) -> None:
@@ -113,6 +114,10 @@ class SinkObserver:
 
     def dead_lettered(self) -> None:
         self._m.dead_letters.labels(self._pipeline, "sink_rejected").inc()
+
+    def rebuild_started(self) -> None:
+        """The sink's store lost its data and the task rebuilds it from the log."""
+        self._m.sink_rebuilds.labels(self._pipeline, self._sink).inc()
 
     def applied(self, batch: Sequence[Any]) -> None:
         """A batch of :class:`~cdc.sink.SinkRecord` was written and flushed."""

@@ -64,6 +64,7 @@ SPECS: Final = {
     "last_progress": Spec(Gauge, "cdc_last_progress_timestamp_seconds", ("task",), "When the task last made progress (source: a change appended; sink: an applied batch), as a Unix time."),
     "task_stalled": Spec(Gauge, "cdc_task_stalled", ("task",), "1 while the task makes no progress although work is waiting for it."),
     "end_to_end": Spec(Histogram, "cdc_end_to_end_latency_seconds", ("sink",), "Source commit to sink apply, one sample per applied batch (its newest record).", _LATENCY_BUCKETS),
+    "sink_rebuilds": Spec(Counter, "cdc_sink_rebuilds", ("sink",), "Rebuilds of the sink's store from the log after the store lost its data (a cache restarted empty)."),
 }  # fmt: skip
 
 
@@ -89,6 +90,7 @@ class Metrics:
     last_progress: Gauge
     task_stalled: Gauge
     end_to_end: Histogram
+    sink_rebuilds: Counter
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()

@@ -11,20 +11,27 @@ start: the compacted log holds the latest record of every key, which rebuilds th
 
 A rebuild is *done* once the task has applied, in each partition of the topic, the last record
 that was there at the reset (not the end offset: on Kafka a transaction marker may follow it).
+
+The same resets rebuild a whole sink whose store lost its data (:meth:`TableResets.rebuild_all`,
+a cache that restarted empty): the task requests one for each of its tables itself, and
+:mod:`cdc.runtime.sink_rebuild` reports them as one rebuild.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from collections.abc import Mapping
 
+from cdc.clock import now_ms
 from cdc.errors import CdcError
 from cdc.log.base import Log, TopicPartition
 from cdc.log.offsets import last_offsets
 from cdc.logging import Logger
 from cdc.runtime.control_watcher import ControlWatcher
 from cdc.runtime.retry import Decision, classify
-from cdc.runtime.sink_control import APPLIED, DONE, FAILED, Reset
+from cdc.runtime.sink_control import APPLIED, DONE, FAILED, PENDING, Reset
+from cdc.runtime.sink_rebuild import WholeRebuild
 from cdc.sink import Sink
 
 
@@ -56,13 +63,32 @@ class TableResets:
         self._handled: set[str] = set()  # applied, failed or done by this task
         self._rebuilding: dict[str, Reset] = {}
         self._progress: dict[TopicPartition, int] = {}
+        self._own: list[Reset] = []  # requested by the task itself (rebuild_all)
+        self._whole: WholeRebuild | None = None
 
     def pending(self) -> bool:
         """Whether a reset waits to be applied (as of the watcher's last read)."""
         return bool(self._requested())
 
     def _requested(self) -> list[Reset]:
-        return [r for r in self._watcher.pending(self._sink_name) if r.id not in self._handled]
+        requested = [*self._watcher.pending(self._sink_name), *self._own]
+        return [r for r in requested if r.id not in self._handled]
+
+    def rebuild_all(self, reason: str) -> None:
+        """The sink's store lost its data: request a reset of every table, which the next
+        :meth:`apply` does as it does requested ones.
+
+        Requested here, not in the control topic: the sink's thread never waits on the log,
+        and a store that lost its data must not wait for a round trip through it. The resets
+        are still reported there (applied, then done), so ``cdc status`` shows them.
+        """
+        requested = now_ms()
+        self._own = [
+            Reset(uuid.uuid4().hex[:12], self._sink_name, table, PENDING, requested)
+            for table in self._tables
+        ]
+        by_id = {r.id: (r.table, self._tables[r.table][1]) for r in self._own}
+        self._whole = WholeRebuild(self._logger, by_id, reason)
 
     def apply(self, sink: Sink) -> int:
         """Apply every requested reset to the open ``sink``; returns how many were applied.
@@ -77,6 +103,7 @@ class TableResets:
         applied = 0
         for request in self._requested():
             applied += self._apply_one(sink, request)
+        self._own = [r for r in self._own if r.id not in self._handled]
         # A rebuild that an earlier run of the task finished without saying so is done now.
         self.applied(sink.stored_offsets() or {})
         return applied
@@ -105,6 +132,8 @@ class TableResets:
             self._progress.pop(tp, None)
         self._watcher.post(lambda c: c.update_reset(request, APPLIED, targets=targets))
         self._rebuilding[request.id] = dataclasses.replace(request, state=APPLIED, targets=targets)
+        if self._whole is not None and self._whole.owns(request.id):
+            self._whole.reset(request.id, targets)
         return 1
 
     def _fail(self, request: Reset, reason: str) -> None:
@@ -119,12 +148,19 @@ class TableResets:
             return
         for tp, offset in offsets.items():
             self._progress[tp] = max(offset, self._progress.get(tp, 0))
+        whole = self._whole
         for request_id, request in list(self._rebuilding.items()):
             if self._reached(request):
                 self._logger.info("sink.table_rebuilt", table=request.table, request=request_id)
                 self._post(request, DONE)
                 self._handled.add(request_id)
                 del self._rebuilding[request_id]
+                if whole is not None and whole.owns(request_id):
+                    whole.done(request_id)
+        if whole is not None:
+            whole.note(self._progress)
+            if whole.finished():
+                self._whole = None
 
     def _post(self, request: Reset, state: str, reason: str | None = None) -> None:
         self._watcher.post(lambda c: c.update_reset(request, state, reason))

@@ -14,6 +14,10 @@ recorded as ``stopped``, with the error, in the control topic (``cdc status`` sh
 offsets stay where the last durable batch left them, so nothing is lost; and the task waits for
 a table reset (``cdc sink FILE NAME --reset-table T``), which starts it again, or for the
 pipeline to stop. The next start of the pipeline tries the sink again too.
+
+A store that lost its data (:class:`~cdc.errors.SinkDataLost`: a cache restarted empty) does not
+stop the sink: the task resets every table, as ``--reset-table`` does, and reads the compacted
+log again from the start (:meth:`SinkTask._rebuild_from_log`).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import orjson
 
 from cdc import extended_json
 from cdc.clock import now_ms
-from cdc.errors import RecordError
+from cdc.errors import RecordError, SinkDataLost
 from cdc.log.base import Consumer, Log, StoredRecord, TopicPartition
 from cdc.log.encoding import EncodingFollower
 from cdc.log.eras import Eras
@@ -271,7 +275,11 @@ class SinkTask:
             self._follow_encoding, self._stop, self._logger, "sink.encoding_retrying"
         )
         batch = decode_records(stored, self._eras)
-        self._apply(batch)
+        try:
+            self._apply(batch)
+        except SinkDataLost as exc:
+            self._rebuild_from_log(exc)
+            return 0
         offsets = sink_offsets(batch)
         consumer = self._consumer
         # The batch is durable in the sink; a commit that fails (broker away) is retried until
@@ -285,6 +293,20 @@ class SinkTask:
         if self._resets is not None:
             self._resets.applied(offsets)
         return len(batch)
+
+    def _rebuild_from_log(self, exc: SinkDataLost) -> None:
+        """The store lost what it held: reset every table, so that the run loop reads every
+        topic from its start before anything else (the compacted log holds each key's latest
+        record). Nothing of the failed batch was committed; it is read again with the rest.
+
+        Raises:
+            SinkDataLost: no control topic to report the resets through (the sink stops).
+        """
+        if self._resets is None:
+            raise exc
+        self._resets.rebuild_all(str(exc))
+        if self._observer is not None:
+            self._observer.rebuild_started()
 
     def _follow_encoding(self) -> None:
         """The log's encodings, read again when an envelope change was stored since."""
@@ -323,7 +345,8 @@ class SinkTask:
             self._sink.write(batch)
             self._sink.flush()
         except Exception as exc:
-            if self._observer is not None:
+            # A lost store is no failed write: it is counted as a rebuild.
+            if self._observer is not None and not isinstance(exc, SinkDataLost):
                 self._observed_error(self._observer, exc)
             raise
 

@@ -8,7 +8,7 @@ import redis
 from redis import exceptions as rx
 
 from cdc.config import secret_value
-from cdc.errors import CdcError, SinkFatal, SinkUnavailable
+from cdc.errors import CdcError, SinkDataLost, SinkFatal, SinkUnavailable
 from cdc.redact import redact
 from sinks.redis.config import RedisSinkConfig
 
@@ -42,9 +42,9 @@ def translate(exc: rx.RedisError, config: RedisSinkConfig) -> CdcError:
     if isinstance(exc, rx.OutOfMemoryError) or text.startswith(("MISCONF", "BUSY")):
         return SinkUnavailable(f"redis at {where} refuses writes for now: {text}")
     if "CDCLOST" in text:
-        return SinkFatal(
-            f"redis at {where} lost this sink's data (restarted without persistence, or "
-            "flushed); restart the pipeline: the sink rebuilds its tables from the log"
+        return SinkDataLost(
+            f"redis at {where} lost this sink's data (restarted without persistence, flushed, "
+            "or failed over to an empty replica): the sink rebuilds its tables from the log"
         )
     return SinkFatal(f"redis at {where} failed: {text}")
 

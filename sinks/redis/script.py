@@ -12,7 +12,8 @@ Layout, for pipeline (key prefix) ``shop`` and table ``public.orders``:
 - ``shop:__offsets:<sink name>`` -- a hash, ``<topic>|<partition>`` -> next offset to read, written
   by the same script call as the batch's last changes.
 - ``shop:__rebuild:<sink name>`` -- set when the script finds the offsets hash gone mid-run (Redis
-  lost its data): the next start replays the whole log, and the first stored batch clears it.
+  lost its data): the sink task rebuilds every table from the log at once (a sink opened
+  meanwhile replays the whole log), and the first stored batch clears it.
 
 A position is ``%020d%010d`` of ``(position, sequence)``: digits of one width, so Lua's string
 comparison orders them exactly, past the 2^53 where Lua's doubles stop being exact.

@@ -247,6 +247,7 @@ def _fill(metrics: Metrics) -> None:
             metrics.sink_state.labels(**p, sink=sink, state=state).set(state == "running")
         metrics.end_to_end.labels(**p, sink=sink).observe(0.2)
         metrics.sink_errors.labels(**p, sink=sink, kind="unavailable").inc()
+        metrics.sink_rebuilds.labels(**p, sink=sink).inc()
     for task in ("source", "sink:cache", "sink:warehouse"):
         metrics.last_progress.labels(**p, task=task).set(time.time())
         metrics.task_stalled.labels(**p, task=task).set(0)
