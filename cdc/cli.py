@@ -310,8 +310,11 @@ def verify(
     """Compare the source with every sink: counts, checksums, differing keys.
 
     A sink that has not consumed the log up to its end is reported LAGGING, with its offsets,
-    instead of being compared. Exit 0 if every table agrees, 1 if any is DIFFERENT or LAGGING
-    (not verified; --json says which), 2 for a usage error.
+    instead of being compared. A table that cannot be compared (a sink type that cannot be
+    read back, such as jsonl; a table the transforms make impossible to compare) is NOT
+    VERIFIABLE. The last line sums it up. Exit 0 if every table was compared and agrees, 1 if
+    any is DIFFERENT, LAGGING or NOT VERIFIABLE (--sink leaves a sink out; --json says
+    which), 2 for a usage error.
     """
     from cdc.runtime.schemas import SchemaCatalog
     from cdc.verify import verify_pipeline

@@ -60,16 +60,17 @@ class TableComparison:
     extra: list[Any] = field(default_factory=list)  # in the sink, not in the source
     different: list[Any] = field(default_factory=list)
     details: list[dict[str, Any]] = field(default_factory=list)  # columns of a few differences
-    skipped: str | None = None
+    skipped: str | None = None  # kept in --json (always null): what unverifiable now says
     lag: dict[str, Any] | None = None  # the sink is behind the log: offsets, not compared
-    unverifiable: str | None = None  # a transform cannot be applied to the source's rows
+    # Not compared, and why: a transform cannot be applied to the source's rows, or a side
+    # (the jsonl sink, the generator source) cannot be read back.
+    unverifiable: str | None = None
 
     @property
     def state(self) -> str:
-        """``ok``, ``different``, ``lagging`` (not compared), ``unverifiable`` (not compared:
-        the pipeline's transforms cannot be applied to rows read now) or ``skipped``."""
-        if self.skipped is not None:
-            return "skipped"
+        """``ok``, ``different``, ``lagging`` (not compared) or ``unverifiable`` (not
+        compared: the pipeline's transforms cannot be applied to rows read now, or a side
+        cannot be read back)."""
         if self.unverifiable is not None:
             return "unverifiable"
         if self.lag is not None:
@@ -78,9 +79,10 @@ class TableComparison:
 
     @property
     def ok(self) -> bool:
-        """Agreed (or cannot be read back); a lagging sink, or a table a transform makes
-        unverifiable, was not verified, so not ok."""
-        return self.state in ("ok", "skipped")
+        """Agreed. A lagging sink, a table a transform makes unverifiable and a sink that
+        cannot be read back were not verified, so not ok: ``cdc verify`` exits 0 only for
+        what it verified (``--sink`` leaves a sink out)."""
+        return self.state == "ok"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -308,7 +310,7 @@ def _verify_table(
     schema_name, table_name = table
     name, schema = f"{schema_name}.{table_name}", catalog.get(schema_name, table_name)
     read_source, read_sink = readers
-    unread = _not_compared(name, sink.name, schema, behind, read_source, read_sink)
+    unread = _not_compared(name, sink, schema, behind, read_source, read_sink)
     if unread is not None:
         return unread
     assert schema is not None  # _not_compared answered for a table without one
@@ -378,7 +380,7 @@ def _lenient(decode: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 def _not_compared(
     name: str,
-    sink: str,
+    config: Any,
     schema: TableSchema | None,
     behind: dict[tuple[str, str], dict[str, Any]],
     read_source: Any,
@@ -386,13 +388,13 @@ def _not_compared(
 ) -> TableComparison | None:
     """The result for a table that is not compared: its sink is lagging, a side cannot be
     read back, or no schema was published for it yet (``None``: compare it)."""
+    sink = config.name
     if (sink, name) in behind:
         return TableComparison(name, sink, lag=behind[(sink, name)])
-    if read_sink is None or read_source is None:
-        side = "sink" if read_sink is None else "source"
-        return TableComparison(
-            name, sink, skipped=f"the {side} type cannot be read back for verification"
-        )
+    if read_sink is None:
+        return TableComparison(name, sink, unverifiable=f"{config.type} sinks cannot be read back")
+    if read_source is None:
+        return TableComparison(name, sink, unverifiable="the source type cannot be read back")
     if schema is None:
         return TableComparison(name, sink, missing=["(no schema published for this table yet)"])
     return None
