@@ -26,7 +26,6 @@ from typing import Any
 
 import orjson
 import psycopg
-from psycopg import sql
 
 from cdc.config import redact_url
 from cdc.errors import ConfigError, SourceFatal
@@ -34,16 +33,10 @@ from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.errors import connect_error
 from connectors.postgres.replication import session_conninfo
 from connectors.postgres.snapshot.channel import SIGNAL, choose
-from connectors.postgres.snapshot.where import check_where_text
+from connectors.postgres.snapshot.where import check_where_on_server, check_where_text
 from snapshots.state import OFFSET_KEY
 
 __all__ = ["cancel_snapshot", "check_where_text", "progress", "request_snapshot"]
-
-#: Rows the server-side check evaluates ``--where`` on: enough to catch most expressions that
-#: fail at run time (a volatile function refused in a read-only transaction, a bad cast), cheap
-#: on any table. What it misses fails the request at run time, never the pipeline.
-SAMPLE_ROWS = 100
-PROBE_TIMEOUT = "30s"
 
 
 def request_snapshot(
@@ -68,9 +61,13 @@ def request_snapshot(
         check_where_text(where)
     request = {"id": uuid.uuid4().hex, "type": "snapshot", "table": table, "where": where}
 
+    entry = config.table_entry(table)
+    row_filter = entry.where if isinstance(entry.where, str) else None
+    hides_values = bool(entry.columns or entry.mask or entry.where is not None)
+
     def check(conn: psycopg.Connection[Any]) -> None:
         if where is not None:
-            check_where_on_server(conn, table, where)
+            check_where_on_server(conn, table, where, row_filter, hides_values)
 
     return _write(config, pipeline, request, check)
 
@@ -117,37 +114,6 @@ def _write(
         except psycopg.Error as exc:
             raise SourceFatal(f"cannot write the snapshot {signal['type']}: {exc}") from exc
     return {**signal, "lsn": lsn}
-
-
-def check_where_on_server(conn: psycopg.Connection[Any], table: str, where: str) -> None:
-    """The server accepts ``where`` as a condition on ``table`` and evaluates it on a sample of
-    rows, in a read-only transaction (so ``nextval()`` and the like are refused, not run).
-
-    Raises:
-        ConfigError: the server refuses it, with the server's reason.
-    """
-    schema, _, name = table.partition(".")
-    target = sql.Identifier(schema, name)
-    condition = sql.SQL(where)  # the operator's own SQL, checked by check_where_text
-    typed = sql.SQL("SELECT 1 FROM {} WHERE ({}) LIMIT 0").format(target, condition)
-    sample = sql.SQL("SELECT ({}) FROM {} LIMIT {}").format(
-        condition, target, sql.Literal(SAMPLE_ROWS)
-    )
-    try:
-        with conn.transaction():
-            conn.execute(sql.SQL("SET TRANSACTION READ ONLY"))
-            conn.execute(
-                sql.SQL("SET LOCAL statement_timeout = {}").format(sql.Literal(PROBE_TIMEOUT))
-            )
-            row = conn.execute(sql.SQL("SHOW standard_conforming_strings")).fetchone()
-            if row is None or row[0] != "on":
-                raise ConfigError(
-                    [("--where", "needs the server's standard_conforming_strings = on")]
-                )
-            conn.execute(typed)  # a boolean condition on this table's columns
-            conn.execute(sample).fetchall()  # and one it can evaluate on rows
-    except psycopg.Error as exc:
-        raise ConfigError([("--where", f"the server rejects it: {exc}")]) from exc
 
 
 def progress(offsets: dict[str, Any], request_id: str) -> dict[str, Any]:

@@ -14,8 +14,19 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
 
 from cdc.errors import ConfigError, SourceFatal
+from connectors.postgres.errors import server_error
+
+#: Rows the server-side check evaluates ``--where`` on: enough to catch most expressions that
+#: fail at run time (a volatile function refused in a read-only transaction, a bad cast), cheap
+#: on any table. What it misses fails the request at run time, never the pipeline.
+SAMPLE_ROWS = 100
+PROBE_TIMEOUT = "30s"
 
 #: An identifier or key word: ``$`` may follow its first character, so ``a$b$`` is no dollar quote.
 _WORD = re.compile(r"[A-Za-z_\x80-\U0010ffff][A-Za-z0-9_$\x80-\U0010ffff]*")
@@ -157,3 +168,54 @@ def check_where_text(where: str, *, signal: bool = False) -> None:
         raise SourceFatal("; ".join(reasons))
     if reasons:
         raise ConfigError([("--where", reason) for reason in reasons])
+
+
+def check_where_on_server(
+    conn: psycopg.Connection[Any],
+    table: str,
+    where: str,
+    row_filter: str | None = None,
+    hides_values: bool = False,
+) -> None:
+    """The server accepts ``where`` as a condition on ``table`` and evaluates it on a sample of
+    the rows the table's ``row_filter`` keeps, all in a transaction begun read-only (so
+    ``nextval()`` and the like are refused, not run: nothing the check evaluates writes).
+
+    The sample stays inside the row filter: a row it leaves out is not the pipeline's to read,
+    and an error about one of its values would show that value.
+
+    Args:
+        hides_values: the table has masks, left-out columns or a row filter: a refusal that may
+            quote a value is summarised (:func:`connectors.postgres.errors.server_error`).
+
+    Raises:
+        ConfigError: the server refuses it, with the server's reason (or its summary).
+    """
+    schema, _, name = table.partition(".")
+    target = sql.Identifier(schema, name)
+    condition = sql.SQL(where)  # the operator's own SQL, checked by check_where_text
+    scope = sql.SQL(" WHERE ({})").format(sql.SQL(row_filter)) if row_filter else sql.SQL("")
+    typed = sql.SQL("SELECT 1 FROM {} WHERE ({}) LIMIT 0").format(target, condition)
+    sample = sql.SQL("SELECT ({}) FROM {}{} LIMIT {}").format(
+        condition, target, scope, sql.Literal(SAMPLE_ROWS)
+    )
+    read_only = conn.read_only
+    conn.read_only = True  # BEGIN READ ONLY: read-only from the transaction's first statement
+    try:
+        with conn.transaction():
+            conn.execute(
+                sql.SQL("SET LOCAL statement_timeout = {}").format(sql.Literal(PROBE_TIMEOUT))
+            )
+            row = conn.execute(sql.SQL("SHOW standard_conforming_strings")).fetchone()
+            if row is None or row[0] != "on":
+                raise ConfigError(
+                    [("--where", "needs the server's standard_conforming_strings = on")]
+                )
+            conn.execute(typed)  # a boolean condition on this table's columns
+            conn.execute(sample).fetchall()  # and one it can evaluate on rows
+    except psycopg.Error as exc:
+        reason = f"the server rejects it: {server_error(exc, hides_values)}"
+        # Not chained where values are hidden: a logged traceback would print the original.
+        raise ConfigError([("--where", reason)]) from (None if hides_values else exc)
+    finally:
+        conn.read_only = read_only
