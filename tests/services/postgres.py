@@ -9,8 +9,9 @@ answers.
 
 The other jobs live beside it: ``pg_binaries`` finds the server binaries, ``pg_admin`` holds the
 DSN builder and the database and slot administration every kind of server shares, and
-``pg_remote`` the servers the tests do not run (by DSN, or a container). Their public names are
-re-exported here, so tests import from this module only.
+``pg_remote`` the servers the tests do not run (by DSN, or a container), and ``pg_reachable``
+the copies of binaries the ``postgres`` OS user cannot reach in a private clone (as root). Their
+public names are re-exported here, so tests import from this module only.
 
 Example::
 
@@ -39,6 +40,7 @@ from tests.services.common import (
 )
 from tests.services.pg_admin import SUPERUSER, PostgresAdmin, drop_replication_slots, dsn_url
 from tests.services.pg_binaries import ENV_BIN_DIR, ENV_VERSION, PG_BINS, PG_ROOT, find_bin_dir
+from tests.services.pg_reachable import reachable_base, reachable_program
 from tests.services.pg_remote import ContainerPostgres, ExternalPostgres
 from tests.services.ports import LOOPBACK, free_port
 
@@ -159,6 +161,11 @@ class LocalPostgres(PostgresAdmin, Service):
                 "PostgreSQL server binaries not found (apt-get install postgresql-15, "
                 f"or set {ENV_BIN_DIR} or {ENV_DSN})"
             )
+        if self._as_root():
+            # Run as the postgres user, the binaries and the data directory must be its to reach.
+            self._ensure_os_user()
+            found = reachable_program(OS_USER, found / "postgres").parent
+            base_dir = reachable_base(OS_USER, None if base_dir is None else Path(base_dir))
         super().__init__(base_dir)
         self.bin_dir = found
         self.password = password or secrets.token_urlsafe(16)
@@ -279,8 +286,10 @@ class LocalPostgres(PostgresAdmin, Service):
     def _pg_ctl(self, *args: str) -> None:
         self._run(self.bin_dir / "pg_ctl", "-D", str(self.data_dir), "-w", *args)
 
-    def _run(self, *argv: str | Path) -> None:
-        cmd = [*self._as_os_user(), *map(str, argv)]
+    def _run(self, program: Path, *args: str) -> None:
+        if self._as_root():
+            program = reachable_program(OS_USER, program)  # e.g. another version's pg_basebackup
+        cmd = [*self._as_os_user(), str(program), *args]
         # A session of its own keeps the postmaster (forked by pg_ctl) out of the caller's
         # terminal process group, so a Ctrl-C stops the script first, not the server under it.
         proc = subprocess.run(
@@ -308,9 +317,8 @@ class LocalPostgres(PostgresAdmin, Service):
     def _as_os_user(self) -> list[str]:
         return ["runuser", "-u", OS_USER, "--"] if self._as_root() else []
 
-    def _prepare_os_user(self) -> None:
-        if not self._as_root():
-            return
+    @staticmethod
+    def _ensure_os_user() -> None:
         try:
             pwd.getpwnam(OS_USER)
         except KeyError:
@@ -318,6 +326,10 @@ class LocalPostgres(PostgresAdmin, Service):
                 ["useradd", "--system", "--no-create-home", "--shell", "/bin/false", OS_USER],
                 check=True,
             )
+
+    def _prepare_os_user(self) -> None:
+        if not self._as_root():
+            return
         for path in (self.workdir, self.socket_dir):
             self._chown(path)
 
