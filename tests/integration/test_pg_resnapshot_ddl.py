@@ -20,8 +20,8 @@ import psycopg
 import pytest
 
 from cdc.runtime.schemas import SchemaCatalog
-from connectors.postgres.snapshot.incremental import ChunkJob
 from connectors.postgres.snapshot.signal import request_snapshot
+from connectors.postgres.snapshot.window_rows import ChunkJob
 from tests.integration.snapshot_kit import PIPELINE, Pipeline, execute, pipeline, table_state
 
 ROWS = 300
