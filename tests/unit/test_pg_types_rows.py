@@ -41,7 +41,7 @@ FIRST_ROW: dict[str, Any] = {
     "c_timetz": "22:35:06.789Z",
     "c_timestamp": "2024-01-02T03:04:05.5Z",
     "c_timestamptz": "2024-01-01T21:34:05.123456Z",
-    "c_timestamptz3": "2024-06-30T23:59:59.999000Z",
+    "c_timestamptz3": "2024-06-30T23:59:59.999Z",  # timestamptz(3): 3 digits, as Debezium
     "c_interval": "P1Y2M3DT4H5M6.5S",
     "c_interval_ym": "P1Y2M0DT0H0M0S",
     "c_interval_s": "P0Y0M0DT0H0M1.25S",

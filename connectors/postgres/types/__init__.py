@@ -16,7 +16,7 @@ integers, ``oid``                 ``int``
 ``date``, ``time``                ``'2024-02-29Z'``, ``'13:45:30.5Z'`` (or epoch numbers)
 ``timetz``                        UTC, fraction trimmed: ``'11:45:30.5Z'`` (every mode)
 ``timestamp``                     ``'YYYY-MM-DDTHH:MM:SS[.ffffff]Z'`` (or epoch ms/µs)
-``timestamptz``                   UTC, six fraction digits, ``'Z'`` (every mode)
+``timestamptz(p)``                UTC, ``p`` fraction digits (6 without a ``p``), ``'Z'``
 infinity, BC                      what Debezium streams: ``date`` ``'-5877611-06-21Z'`` (its
                                   sentinel), ``timestamp`` ``'+294247-01-10T04:00:25.2Z'``
                                   (pgjdbc's, as µs), ``timestamptz`` ``'infinity'``; BC is

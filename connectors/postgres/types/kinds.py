@@ -23,7 +23,7 @@ class TypeKind(IntEnum):
     INT = 1
     BOOL = 2
     TIMESTAMPTZ = 3
-    """``timestamptz`` in every mode: UTC, always six fraction digits, ``Z``."""
+    """``timestamptz`` in every mode: UTC, six fraction digits (its default precision), ``Z``."""
     ISO_TIMESTAMP = 4
     """``timestamp`` under ``isostring``: ``'YYYY-MM-DDTHH:MM:SS[.f]Z'``."""
     ISO_DATE = 5
@@ -34,6 +34,19 @@ class TypeKind(IntEnum):
     """Any other converter: only Python knows its value."""
     NUMERIC_STRING = 8
     """``numeric`` under ``decimal.handling.mode=string``: the text, ``NaN`` as ``"NAN"``."""
+    TIMESTAMPTZ_P0 = 9
+    """``timestamptz(0)``: as :attr:`TIMESTAMPTZ`, no fraction."""
+    TIMESTAMPTZ_P1 = 10
+    """``timestamptz(1)``: as :attr:`TIMESTAMPTZ`, one fraction digit; and so on to 5."""
+    TIMESTAMPTZ_P2 = 11
+    TIMESTAMPTZ_P3 = 12
+    TIMESTAMPTZ_P4 = 13
+    TIMESTAMPTZ_P5 = 14
+
+    @staticmethod
+    def timestamptz(width: int) -> TypeKind:
+        """The kind of ``timestamptz(width)`` (6: the type without a precision)."""
+        return TypeKind.TIMESTAMPTZ if width == 6 else TypeKind(TypeKind.TIMESTAMPTZ_P0 + width)
 
 
 class MaskKind(IntEnum):

@@ -64,6 +64,7 @@ def _by_options(oid: int, typmod: int, options: EnvelopeOptions) -> Converter | 
         DATE: lambda: temporal.date_converter(time_mode),
         TIME: lambda: temporal.time_converter(time_mode, time_precision(typmod)),
         TIMESTAMP: lambda: temporal.timestamp_converter(time_mode, time_precision(typmod)),
+        TIMESTAMPTZ: lambda: temporal.timestamptz_converter(time_precision(typmod)),
         INTERVAL: lambda: temporal.interval_converter(options.interval_handling_mode),
     }
     build = builders.get(oid)
@@ -73,7 +74,6 @@ def _by_options(oid: int, typmod: int, options: EnvelopeOptions) -> Converter | 
 #: Built-in types written the same in every mode.
 _FIXED: Final[dict[int, Converter]] = {
     TIMETZ: temporal.timetz,
-    TIMESTAMPTZ: temporal.timestamptz,
     JSON: identity,  # io.debezium.data.Json: a string holding the server's text
     JSONB: identity,
 }
@@ -98,7 +98,10 @@ CONVERTER_KINDS: Final[dict[Converter, TypeKind]] = {
     identity: TypeKind.TEXT,
     int: TypeKind.INT,
     BUILTIN_CONVERTERS[16]: TypeKind.BOOL,
-    temporal.timestamptz: TypeKind.TIMESTAMPTZ,
+    **{
+        convert: TypeKind.timestamptz(width)
+        for width, convert in temporal.TIMESTAMPTZ_BY_PRECISION.items()
+    },
     temporal.iso_timestamp: TypeKind.ISO_TIMESTAMP,
     temporal.iso_date: TypeKind.ISO_DATE,
     temporal.iso_time: TypeKind.ISO_TIME,

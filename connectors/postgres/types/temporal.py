@@ -23,11 +23,13 @@ from typing import Final
 from connectors.postgres.types.scalars import Converter
 
 __all__ = [
+    "TIMESTAMPTZ_BY_PRECISION",
     "date_converter",
     "interval_converter",
     "time_converter",
     "timestamp_converter",
     "timestamptz",
+    "timestamptz_converter",
     "timetz",
 ]
 
@@ -180,7 +182,7 @@ def iso_timestamp(text: str) -> str:
     """``timestamp`` under ``isostring``: ``'2024-02-29T13:45:30.5Z'``."""
     if text in _INFINITY_US:
         days, clock_us = divmod(_INFINITY_US[text], _DAY_US)
-        return f"{_java_date(*_civil(days))}T{_clock_text(clock_us, None)}Z"
+        return f"{_java_date(*_civil(days))}T{_clock_text(clock_us)}Z"
     day, clock = _split_stamp(text)
     _clock_us(clock)
     return f"{_java_year(day)}T{clock}Z"
@@ -200,12 +202,10 @@ def _offset_split(text: str) -> tuple[str, int]:
     return text[:cut], offset if sign == "+" else -offset
 
 
-def _clock_text(micros: int, digits: int | None) -> str:
-    """``HH:MM:SS`` and the fraction: ``digits`` of them, or trimmed (``None``)."""
+def _clock_text(micros: int) -> str:
+    """``HH:MM:SS`` and the fraction, trimmed."""
     seconds, fraction = divmod(micros, 1_000_000)
     text = f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-    if digits is not None:
-        return f"{text}.{fraction:06d}"
     return f"{text}.{fraction:06d}".rstrip("0") if fraction else text
 
 
@@ -213,16 +213,20 @@ def timetz(text: str) -> str:
     """``timetz`` in every mode: UTC, fraction trimmed, ``Z`` (``'13:45:30.5+02'`` ->
     ``'11:45:30.5Z'``)."""
     clock, offset = _offset_split(text)
-    return _clock_text((_clock_us(clock) - offset * 1_000_000) % _DAY_US, None) + "Z"
+    return _clock_text((_clock_us(clock) - offset * 1_000_000) % _DAY_US) + "Z"
 
 
-def timestamptz(text: str) -> str:
-    """``timestamptz`` in every mode: UTC, always 6 fraction digits, ``Z``."""
+def _timestamptz(text: str, width: int) -> str:
+    """``timestamptz`` as Debezium's ``ZonedTimestamp``: UTC, ``width`` fraction digits (the
+    column's declared precision: ``timestamptz(3)`` ``.999``, ``timestamptz(0)`` none), ``Z``.
+
+    The server rounds a value to its column's precision, so the text never holds more digits.
+    """
     if text[-3:] == "+00" and len(text) >= 22 and text[10] == " ":
         clock = text[11:-3]
         _clock_us(clock)
         fraction = clock[9:] if len(clock) > 8 else ""
-        return f"{text[:10]}T{clock[:8]}.{fraction:0<6}Z"
+        return f"{text[:10]}T{clock[:8]}{_fraction(fraction, width)}Z"
     if text in _SPECIALS:
         return text
     bc = text.endswith(_BC)
@@ -230,7 +234,41 @@ def timestamptz(text: str) -> str:
     day, clock = _split_stamp(local)
     micros = _day(day + _BC if bc else day) * _DAY_US + _clock_us(clock) - offset * 1_000_000
     days, clock_us = divmod(micros, _DAY_US)
-    return f"{_java_date(*_civil(days))}T{_clock_text(clock_us, 6)}Z"
+    seconds = _clock_text(clock_us - clock_us % 1_000_000)
+    digits = f"{clock_us % 1_000_000:06d}".rstrip("0")
+    return f"{_java_date(*_civil(days))}T{seconds}{_fraction(digits, width)}Z"
+
+
+def _fraction(digits: str, width: int) -> str:
+    """``.`` and ``digits`` padded to ``width`` (nothing for ``timestamptz(0)``)."""
+    return f".{digits:0<{width}}" if width or digits else ""
+
+
+def timestamptz(text: str) -> str:
+    """``timestamptz`` without a declared precision, in every mode: UTC, six fraction digits,
+    ``Z``."""
+    return _timestamptz(text, 6)
+
+
+def _timestamptz_width(width: int) -> Converter:
+    def convert(text: str) -> str:
+        return _timestamptz(text, width)
+
+    return convert
+
+
+#: ``timestamptz(p)``'s converters by ``p``; one function per precision, so the native row
+#: encoder can tell them apart (``modes.CONVERTER_KINDS``).
+TIMESTAMPTZ_BY_PRECISION: Final[dict[int, Converter]] = {
+    width: timestamptz if width == 6 else _timestamptz_width(width) for width in range(7)
+}
+
+
+def timestamptz_converter(precision: int) -> Converter:
+    """``timestamptz(p)`` in every mode: the fraction has ``p`` digits, 6 without a ``p``
+    (Debezium pads ``ZonedTimestamp`` to the column's precision: ``timestamptz(1)``
+    ``10:00:00.1Z``, ``timestamptz(0)`` ``09:59:59Z``)."""
+    return TIMESTAMPTZ_BY_PRECISION[precision if 0 <= precision <= 6 else 6]
 
 
 def _civil(days: int) -> tuple[int, int, int]:

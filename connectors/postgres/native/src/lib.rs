@@ -34,6 +34,12 @@ enum Kind {
     IsoTime = 6,
     Python = 7,
     NumericString = 8,
+    TimestamptzP0 = 9,
+    TimestamptzP1 = 10,
+    TimestamptzP2 = 11,
+    TimestamptzP3 = 12,
+    TimestamptzP4 = 13,
+    TimestamptzP5 = 14,
 }
 
 impl Kind {
@@ -48,12 +54,32 @@ impl Kind {
             6 => Kind::IsoTime,
             7 => Kind::Python,
             8 => Kind::NumericString,
+            9 => Kind::TimestamptzP0,
+            10 => Kind::TimestamptzP1,
+            11 => Kind::TimestamptzP2,
+            12 => Kind::TimestamptzP3,
+            13 => Kind::TimestamptzP4,
+            14 => Kind::TimestamptzP5,
             _ => {
                 return Err(pyo3::exceptions::PyValueError::new_err(format!(
                     "unknown column kind {code}"
                 )))
             }
         })
+    }
+
+    /// The fraction digits of a `timestamptz(p)` kind: `p`, 6 for the type without one.
+    fn zoned_width(self) -> Option<usize> {
+        match self {
+            Kind::Timestamptz => Some(6),
+            Kind::TimestamptzP0 => Some(0),
+            Kind::TimestamptzP1 => Some(1),
+            Kind::TimestamptzP2 => Some(2),
+            Kind::TimestamptzP3 => Some(3),
+            Kind::TimestamptzP4 => Some(4),
+            Kind::TimestamptzP5 => Some(5),
+            _ => None,
+        }
     }
 }
 
@@ -677,8 +703,16 @@ fn scalar(kind: Kind, text: &str, out: &mut Vec<u8>) -> bool {
             }
             _ => false,
         },
-        // temporal.py's timestamptz: 'YYYY-MM-DD HH:MM:SS[.f]+00' -> '...THH:MM:SS.ffffffZ'
-        Kind::Timestamptz => {
+        // temporal.py's timestamptz: 'YYYY-MM-DD HH:MM:SS[.f]+00' -> '...THH:MM:SS[.f]Z', the
+        // fraction padded to the column's precision (none for timestamptz(0)).
+        Kind::Timestamptz
+        | Kind::TimestamptzP0
+        | Kind::TimestamptzP1
+        | Kind::TimestamptzP2
+        | Kind::TimestamptzP3
+        | Kind::TimestamptzP4
+        | Kind::TimestamptzP5 => {
+            let width = kind.zoned_width().unwrap_or(6);
             let n = bytes.len();
             if !(n >= 22 && bytes.ends_with(b"+00") && iso_day(bytes) && bytes[10] == b' ') {
                 return false;
@@ -687,14 +721,19 @@ fn scalar(kind: Kind, text: &str, out: &mut Vec<u8>) -> bool {
             if !iso_clock(clock) {
                 return false;
             }
+            let fraction = if clock.len() > 8 { &clock[9..] } else { b"" };
+            if fraction.len() > width {
+                return false; // never sent for the column's precision: Python decides
+            }
             out.push(b'"');
             out.extend_from_slice(&bytes[..10]);
             out.push(b'T');
             out.extend_from_slice(&clock[..8]);
-            out.push(b'.');
-            let fraction = if clock.len() > 8 { &clock[9..] } else { b"" };
-            out.extend_from_slice(fraction);
-            out.extend(std::iter::repeat_n(b'0', 6 - fraction.len()));
+            if width > 0 {
+                out.push(b'.');
+                out.extend_from_slice(fraction);
+                out.extend(std::iter::repeat_n(b'0', width - fraction.len()));
+            }
             out.extend_from_slice(b"Z\"");
             true
         }
