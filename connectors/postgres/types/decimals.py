@@ -2,7 +2,8 @@
 
 ``precise``: Kafka Connect's ``Decimal``, the base64 of the unscaled value's big-endian two's
 complement (Java's ``BigInteger.toByteArray``), the scale in the schema; without a typmod,
-Debezium's ``VariableScaleDecimal`` struct ``{"scale", "value"}``; ``NaN`` and the infinities
+Debezium's ``VariableScaleDecimal`` struct ``{"scale", "value"}`` (the scale without trailing
+zeros); ``NaN`` and the infinities
 are ``null``. ``string``: the decimal text, ``NaN`` as ``"NAN"`` (Debezium's special value
 names). ``double``: a JSON number (a consumer parses ``1.23456789012E9`` and ``1234567890.12``
 alike), ``NaN`` and the infinities as JSON strings.
@@ -92,9 +93,16 @@ def numeric_converter(mode: str, typmod: int) -> Converter:
 
 
 def _variable(text: str) -> dict[str, Any] | None:
+    """``numeric`` without a typmod under ``precise``: Debezium's ``VariableScaleDecimal``.
+
+    Its scale is the number's own without trailing zeros (``BigDecimal.stripTrailingZeros``,
+    never below 0): ``12.3400`` is scale 2, ``2.5000000000000000`` (a quotient's display
+    scale) scale 1, ``100`` scale 0, ``0.000`` scale 0.
+    """
     if text in _STRING_SPECIALS:
         return None
     whole, _, fraction = text.partition(".")
+    fraction = fraction.rstrip("0")
     return {"scale": len(fraction), "value": _b64(_integer(whole + fraction))}
 
 
