@@ -182,7 +182,7 @@ class TableSchemas:
         return b"%b%b}" % (self.value_prefix, envelope)
 
     def wrap_key(self, key: bytes) -> bytes:
-        """``{"schema", "payload"}`` around a key's JSON (a truncate's ``{}`` gets no schema)."""
+        """``{"schema", "payload"}`` around a key's JSON (``{}``, a keyless one, gets none)."""
         if self.key is None or key == b"{}":
             return b'{"schema":null,"payload":%b}' % key
         return b'{"schema":%b,"payload":%b}' % (self.key, key)

@@ -225,9 +225,9 @@ def to_records(
     """The records one event becomes: the change, plus a tombstone after a delete (unless
     ``tombstones.on.delete`` is off).
 
-    A truncate has no key of its own; it is keyed ``{}`` (a compacted topic refuses a null
-    key: a documented deviation from Debezium's null) so it stays in order with the table's
-    changes on partition of that key, and compaction keeps the last one.
+    A truncate has no key of its own: its key is null, as Debezium's (the embedded log puts
+    it on partition 0; a Kafka broker refuses a keyless record on a compacted topic, so the
+    Kafka log writes it keyed ``{}``, :meth:`cdc.log.kafka.log.KafkaLog.prepare`).
 
     An event the source already encoded for this pipeline (:attr:`ChangeEvent.encoded`, never
     a delete) only gets its timestamps: the same bytes, without building them again.
@@ -239,9 +239,11 @@ def to_records(
         return [Record(encoded[1], encoded[2], finish(encoded[3], ts, encoded[4]))]
     topic = topic_name(pipeline, *event.topic_table)
     schemas = schemas_of(event, topic, options)
-    key = encode_key(event.key)
-    if schemas is not None:
-        key = schemas.wrap_key(key)
+    key: bytes | None = None
+    if event.op is not Op.TRUNCATE:
+        key = encode_key(event.key)
+        if schemas is not None:
+            key = schemas.wrap_key(key)
     value = encode_value(event, pipeline, now_ms, schemas)
     records = [Record(topic, key, value)]
     if event.op is Op.DELETE and options.tombstones_on_delete:

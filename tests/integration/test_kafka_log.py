@@ -108,6 +108,20 @@ class TestKafkaLogConformance(LogSuite):
             tx.abort()
 
 
+def test_a_keyless_record_is_keyed_empty_on_a_compacted_topic(log_factory: KafkaFactory) -> None:
+    # A truncate's key is null, as Debezium's; a broker refuses a keyless record on a compacted
+    # topic (the transaction would fail), so the Kafka log writes it keyed {}.
+    topic = new_topic()
+    log = log_factory(partitions=3)
+    log.ensure_topics([topic])
+    truncate = b'{"before":null,"after":null,"op":"t"}'
+    append(log, [Record(topic, key(1), b"a"), Record(topic, None, truncate)])
+    records = read_all(log, topic)
+    assert sorted((r.key, r.value) for r in records) == [(key(1), b"a"), (b"{}", truncate)]
+    braces = [r for r in records if r.key == b"{}"]
+    assert [r.partition for r in braces] == [log.partition_for(topic, b"{}")]
+
+
 def test_topics_are_created_compacted_and_existing_ones_are_left_alone(
     kafka_server: Any, log_factory: KafkaFactory
 ) -> None:

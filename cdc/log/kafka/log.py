@@ -56,6 +56,8 @@ CLIENT_MAX_BYTES = 1_000_000
 _FRAMING_BYTES = 128
 
 UNASSIGNED = -1  # librdkafka's RD_KAFKA_PARTITION_UA: its configured partitioner decides
+#: The key of a record without one on Kafka (a truncate): compacted topics refuse a null key.
+TRUNCATE_KEY = b"{}"
 
 
 class KafkaLog:
@@ -305,7 +307,9 @@ class KafkaLog:
                     f"{min(client_max, topic_max) - _FRAMING_BYTES} (message.max.bytes of the "
                     "client, max.message.bytes of the topic)"
                 )
-            key = record.key
+            # A broker refuses a keyless record on a compacted topic: a truncate (the one
+            # record without a key) is keyed {} here, where the embedded log keeps its null.
+            key = record.key if record.key is not None else TRUNCATE_KEY
             # A keyed record of a multi-partition topic: the producer's murmur2_random
             # partitioner (C, Java-compatible, the same partition_for computes) places it.
             partition = UNASSIGNED if key is not None and partitions > 1 else 0
