@@ -28,7 +28,7 @@ from tests.services.common import ServiceError
 from tests.services.debezium import DebeziumRun
 
 PHASES = ("snapshot", "stream", "resnapshot")
-TOPICS = tuple(f"{PIPELINE}.{t}" for t in workload.QUALIFIED)
+TOPICS = tuple(f"{PIPELINE}.{t}" for t in workload.CAPTURED)
 #: Budgets: the JVM's start on a loaded 2-core machine dominates.
 START_S = 180.0
 PHASE_S = 90.0
@@ -100,7 +100,7 @@ def _run(capture: Capture, dsn: str, workdir: Path) -> None:
     setting = capture.setting
     (workdir / "ours").mkdir()
     (workdir / "debezium").mkdir()
-    content = pipeline_file(workload.QUALIFIED, f"cdc_{setting}", workload.envelope_block(setting))
+    content = pipeline_file(workload.CAPTURED, f"cdc_{setting}", workload.envelope_block(setting))
     props = workload.debezium_properties(setting, f"dbz_{setting}")
     with CdcRun(dsn, content, workdir / "ours") as ours:
         got_ours = lambda: table_records([r for t in TOPICS for r in ours.records(t)])  # noqa: E731
@@ -115,21 +115,21 @@ def _run(capture: Capture, dsn: str, workdir: Path) -> None:
 
 
 def _steps(phases: _Phases, ours: CdcRun, dbz: DebeziumRun, dsn: str) -> None:
-    snap = workload.SNAPSHOT_RECORDS
+    snap = workload.snapshot_records(values=True)
     ours.wait("the snapshot", lambda: len(phases.ours()) >= snap, START_S)
     dbz.wait_streaming(dsn, START_S)
     dbz.wait_until("the snapshot", lambda: len(phases.dbz()) >= snap, PHASE_S)
     phases.end("snapshot")
-    workload.stream(dsn)
+    workload.stream(dsn, values=True)
     last = workload.LAST_KEY
     ours.wait("the last change", lambda: has_key(phases.ours(), last), PHASE_S)
     dbz.wait_until("the last change", lambda: has_key(phases.dbz(), last), PHASE_S)
     time.sleep(1.0)  # anything one side writes after the last change (it should be nothing)
     phases.end("stream")
-    for table in workload.QUALIFIED:
+    for table in workload.CAPTURED:
         ours.snapshot(table, PHASE_S)
     workload.signal_incremental_snapshot(dsn)
-    rows = workload.RESNAPSHOT_RECORDS
+    rows = workload.resnapshot_records(values=True)
     dbz.wait_until("the re-snapshot", lambda: len(phases.dbz()) >= rows, PHASE_S)
     time.sleep(1.0)
     phases.end("resnapshot")

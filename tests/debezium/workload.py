@@ -73,8 +73,13 @@ SETTINGS: dict[str, dict[str, str]] = {
 }
 
 TABLES = ("tricky", "tricky_full")
-#: The tables as both sides name them in their include lists.
+#: The two wide tables as both sides name them (the values table, :data:`VALUES_TABLE`, aside).
 QUALIFIED = tuple(f"public.{t}" for t in TABLES)
+#: Every value form of ``numeric`` and ``timestamptz(p)``: its records are kept in
+#: ``expected/values/<setting>.jsonl``, the wide tables' in ``expected/<setting>.jsonl``.
+VALUES_TABLE = "tricky_values"
+#: Every captured table, in the include lists' (and snapshots') order.
+CAPTURED = (*QUALIFIED, f"public.{VALUES_TABLE}")
 #: Debezium's signal table (its incremental snapshots' requests and watermarks).
 SIGNAL_TABLE = "debezium_signal"
 #: The key of the last streamed change: once it is on a topic, every streamed change is.
@@ -154,15 +159,62 @@ SNAPSHOT_RECORDS = 6
 #: Rows an online re-snapshot of both tables reads after the stream (tricky: 9; full: 2, 3, 4).
 RESNAPSHOT_RECORDS = 4
 
+# The values table: numeric without a scale (Debezium's VariableScaleDecimal: its scale is the
+# number's own without trailing zeros), with one (kept), big, negative, zero, NaN and the
+# infinities; timestamptz without a precision and with 0, 1 and 3 (Debezium pads the fraction
+# to the column's precision); then a truncate (Debezium's key: null).
+VALUES_COLUMNS = """
+    id int4 PRIMARY KEY, n1 numeric, n2 numeric, n3 numeric, n4 numeric(12,4),
+    tz timestamptz, tz0 timestamptz(0), tz1 timestamptz(1), tz3 timestamptz(3)
+"""
+_STAMPS = "{0}, {0}, {0}, {0}"
+VALUES_ROWS = [
+    f"(1, 12.3400, 100, 0, 1.5000, {_STAMPS.format(repr('2024-06-30 09:59:59+00'))})",
+    f"(2, 2.5 / 1, -5.10, 1e-20, -0.0001, {_STAMPS.format(repr('2000-01-01 07:59:59.999+00'))})",
+    f"(3, 'NaN', -0.000, 1.0 / 3, 'NaN', {_STAMPS.format(repr('2000-01-01 10:00:00.1+00'))})",
+]
+VALUES_STREAM = [
+    "INSERT INTO tricky_values VALUES (4, 'Infinity', '-Infinity',"
+    " 123456789012345678901234567890.1234500, -99999999.9999,"
+    f" {_STAMPS.format(repr('2024-06-30 23:59:59.999999-07'))})",
+    "INSERT INTO tricky_values VALUES (5, -1234.5600, 1e5, -0.00000100, 0,"
+    f" {_STAMPS.format(repr('infinity'))})",
+    "INSERT INTO tricky_values VALUES (6, NULL, NULL, NULL, NULL,"
+    f" {_STAMPS.format(repr('0044-03-15 12:00:00+02 BC'))})",
+    "UPDATE tricky_values SET n1 = 0.10, n2 = 7.000, n3 = -1.0 / 3,"
+    " tz3 = '2024-01-01 00:00:00.12+00', tz1 = '2024-01-01 00:00:00.16+00' WHERE id = 1",
+    "DELETE FROM tricky_values WHERE id = 2",
+    "TRUNCATE tricky_values",
+    "INSERT INTO tricky_values VALUES (7, 42.4200, 10, -10, 10.0100,"
+    f" {_STAMPS.format(repr('2024-06-30 09:59:59.5+00'))})",
+]
+VALUES_SNAPSHOT_RECORDS = 3
+#: Records of VALUES_STREAM but the truncate: 3 inserts, an update, d+tombstone, an insert.
+VALUES_STREAM_RECORDS = 7
+#: Rows its online re-snapshot reads: 7.
+VALUES_RESNAPSHOT_RECORDS = 1
+
 
 def truncates(properties: Mapping[str, str]) -> int:
     """Truncate records the stream gives under these properties (Debezium skips ``t``)."""
     return 1 if properties.get("skipped.operations", "t") == "none" else 0
 
 
-def streamed_records(properties: Mapping[str, str]) -> int:
-    """Records of the streamed changes under these properties."""
-    return 2 * STREAM_RECORDS + truncates(properties) + 1
+def streamed_records(properties: Mapping[str, str], values: bool = False) -> int:
+    """Records of the streamed changes under these properties (``values``: with the values
+    table's, :func:`stream`'s ``values``)."""
+    wide = 2 * STREAM_RECORDS + truncates(properties) + 1
+    return wide + (VALUES_STREAM_RECORDS + truncates(properties) if values else 0)
+
+
+def snapshot_records(values: bool = False) -> int:
+    """Records of the initial snapshot (``values``: with the values table's)."""
+    return SNAPSHOT_RECORDS + (VALUES_SNAPSHOT_RECORDS if values else 0)
+
+
+def resnapshot_records(values: bool = False) -> int:
+    """Rows of the online re-snapshot (``values``: with the values table's)."""
+    return RESNAPSHOT_RECORDS + (VALUES_RESNAPSHOT_RECORDS if values else 0)
 
 
 def prepare(dsn: str) -> None:
@@ -176,6 +228,8 @@ def prepare(dsn: str) -> None:
             conn.execute(f"ALTER TABLE {table} ALTER COLUMN c_toast SET STORAGE EXTERNAL")
             conn.execute(f"INSERT INTO {table} VALUES {ROW_1}, {ROW_4}, {ROW_2}")
         conn.execute("ALTER TABLE tricky_full REPLICA IDENTITY FULL")
+        conn.execute(f"CREATE TABLE {VALUES_TABLE} ({VALUES_COLUMNS})")
+        conn.execute(f"INSERT INTO {VALUES_TABLE} VALUES {', '.join(VALUES_ROWS)}")
         # Debezium's documented layout: id, type, data.
         conn.execute(
             sql.SQL(
@@ -185,19 +239,22 @@ def prepare(dsn: str) -> None:
         )
 
 
-def stream(dsn: str) -> None:
-    """Makes the streamed changes, one transaction per statement."""
+def stream(dsn: str, values: bool = False) -> None:
+    """Makes the streamed changes, one transaction per statement (``values``: the values
+    table's too, before the last change, :data:`LAST_KEY`)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         for table in TABLES:
             for statement in STREAM:
                 conn.execute(statement.replace("{t}", table))
+        for statement in VALUES_STREAM if values else ():
+            conn.execute(statement)
         conn.execute("TRUNCATE tricky")
         conn.execute("INSERT INTO tricky (id, region, c_int4) VALUES (9, 'zz', 9)")
 
 
 def signal_incremental_snapshot(dsn: str, signal_id: str = "resnapshot-1") -> None:
     """Asks Debezium for an incremental snapshot of both tables (an ``execute-snapshot`` row)."""
-    data = json.dumps({"data-collections": list(QUALIFIED), "type": "incremental"})
+    data = json.dumps({"data-collections": list(CAPTURED), "type": "incremental"})
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             sql.SQL("INSERT INTO {} (id, type, data) VALUES (%s, 'execute-snapshot', %s)").format(
@@ -212,7 +269,7 @@ def debezium_properties(setting: str, slot: str) -> dict[str, str]:
     return {
         "slot.name": slot,
         "publication.name": slot,
-        "table.include.list": ",".join(QUALIFIED),
+        "table.include.list": ",".join(CAPTURED),
         "signal.data.collection": f"public.{SIGNAL_TABLE}",
         # Chunks of a few rows, so the re-snapshot reads several windows.
         "incremental.snapshot.chunk.size": "2",
