@@ -7,17 +7,17 @@ runs or not, and never writes to a sink's store behind a running sink's back.
 
 from __future__ import annotations
 
-import time
-
 import click
 
 from cdc.config import Pipeline
 from cdc.errors import CdcError
 from cdc.log.factory import open_log
-from cdc.runtime.sink_control import APPLIED, DONE, FAILED, Reset, SinkControl
+from cdc.runtime.pipeline import sink_topics
+from cdc.runtime.sink_control import SinkControl
+from cdc.runtime.sink_task import group_name
+from cdc.sink_reset_wait import follow
 
 EXIT_OK, EXIT_RUNTIME, EXIT_CONFIG = 0, 1, 2
-POLL_S = 0.5
 
 
 def request_resets(
@@ -45,7 +45,9 @@ def request_resets(
             )
         if not wait:
             return EXIT_OK
-        return _follow(control, requests, timeout_s)
+        config = pipeline.sink(sink)
+        topics = sink_topics(pipeline, config)
+        return follow(log, control, requests, topics, group_name(pipeline.name, sink), timeout_s)
     except CdcError as exc:
         click.echo(f"error: {exc}", err=True)
         return EXIT_RUNTIME
@@ -65,39 +67,3 @@ def _unknown_names(pipeline: Pipeline, sink: str, tables: tuple[str, ...]) -> st
         holds = ", ".join(sorted(held))
         return f"sink {sink!r} holds no table {', '.join(unknown)} (it holds: {holds})"
     return None
-
-
-def _follow(control: SinkControl, requests: list[Reset], timeout_s: float) -> int:
-    """Print each request's progress until all are done or failed, or the time is up."""
-    deadline = time.monotonic() + timeout_s
-    seen = {r.id: r.state for r in requests}
-    while True:
-        control.refresh()
-        current = [control.find(r.sink, r.id) or r for r in requests]
-        for request in current:
-            if seen[request.id] != request.state:
-                seen[request.id] = request.state
-                click.echo(f"{request.table}: {_describe(request)}")
-        states = {r.state for r in current}
-        if states <= {DONE, FAILED}:
-            return EXIT_RUNTIME if FAILED in states else EXIT_OK
-        if time.monotonic() >= deadline:
-            waiting = [r.table for r in current if r.state not in (DONE, FAILED)]
-            click.echo(
-                f"error: timed out after {timeout_s:g} s; not rebuilt yet: {', '.join(waiting)}"
-                " (is the pipeline running? the request stays recorded and is applied when "
-                "the sink next runs)",
-                err=True,
-            )
-            return EXIT_RUNTIME
-        time.sleep(POLL_S)
-
-
-def _describe(request: Reset) -> str:
-    if request.state == APPLIED:
-        return "reset; rebuilding from the log"
-    if request.state == DONE:
-        return "rebuilt from the log"
-    if request.state == FAILED:
-        return f"failed: {request.reason}"
-    return request.state
