@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tests.services.common import ServiceUnavailableError, in_ci
+from tests.services.common import ServiceError, ServiceUnavailableError, in_ci
 
 T = TypeVar("T")
 
@@ -85,6 +85,20 @@ def kafka_server() -> Iterator[Any]:
     from tests.services.kafka import kafka_server as factory
 
     yield from _serve(factory)
+
+
+@pytest.fixture(autouse=True)
+def _kafka_serving(request: pytest.FixtureRequest) -> None:
+    """Before each test that uses the session's broker: it serves (started again when a test
+    stopped it and failed before restarting it), or the test fails at once saying why, rather
+    than waiting out its timeouts on ``Connection refused`` as every later one would."""
+    if "kafka_server" not in request.fixturenames:
+        return
+    server = request.getfixturevalue("kafka_server")
+    try:
+        server.ensure_serving()
+    except ServiceError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -11,13 +11,14 @@ Run one in the foreground with ``python -m tests.services.kafka`` (``make kafka`
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Protocol
 
 from confluent_kafka.admin import AdminClient
@@ -84,6 +85,23 @@ class KafkaServer(Protocol):
 
     def close(self) -> None: ...
 
+    def ensure_serving(self) -> None: ...
+
+
+@contextlib.contextmanager
+def outage(server: KafkaServer) -> Iterator[None]:
+    """Stop the broker for the ``with`` block; it is started again however the block ends.
+
+    The session's broker is shared: a test that stopped it and failed before starting it again
+    left it down for every later test (each then waited out its own timeouts on ``Connection
+    refused``).
+    """
+    server.stop()
+    try:
+        yield
+    finally:
+        server.start()
+
 
 def _lists_topics(bootstrap: str) -> bool:
     host, _, port = bootstrap.rpartition(":")
@@ -145,6 +163,33 @@ class LocalKafka(Service):
         self._port = port
         self._fixed_port = port is not None
         self._controller_port: int | None = None
+        self._broken: str | None = None  # why the broker could not be brought back
+
+    def ensure_serving(self) -> None:
+        """Before each test: the broker serves, is brought back, or the test fails at once.
+
+        A broker that a test stopped (and did not start again) or that died is started again
+        on its port with its data, as clients expect. If that fails, this call and every later
+        one raise at once with the reason, so the tests after it fail in a moment each instead
+        of each waiting out its own timeouts.
+
+        Raises:
+            ServiceError: the broker is down and could not be started again.
+        """
+        if self._broken is not None:
+            raise ServiceError(self._broken)
+        process = self._process
+        if self.running and process is not None and process.alive() and port_open(self.port):
+            return
+        try:
+            self.kill()  # a process that died or stopped answering: its remains, if any
+            self.start()
+        except ServiceError as exc:
+            self._broken = (
+                f"the Kafka broker at {self.bootstrap_servers} is down and could not be "
+                f"started again (log: {self.log_file}); every test that needs it fails: {exc}"
+            )
+            raise ServiceError(self._broken) from None
 
     @property
     def port(self) -> int:
@@ -235,6 +280,16 @@ class ExternalKafka(ExternalService):
             bootstrap_servers: ``host:port[,host:port...]``.
         """
         self.bootstrap_servers = bootstrap_servers
+
+    def ensure_serving(self) -> None:
+        """Before each test: the first bootstrap address accepts connections.
+
+        Raises:
+            ServiceError: it does not; the broker is not ours to start.
+        """
+        host, _, port = self.bootstrap_servers.split(",")[0].rpartition(":")
+        if not port_open(int(port), host):
+            raise ServiceError(f"the Kafka broker at {self.bootstrap_servers} does not answer")
 
 
 class ContainerKafka(ExternalKafka):
