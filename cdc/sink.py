@@ -23,7 +23,7 @@ The conformance kit (:class:`cdc.testing.conformance.SinkConformance`) checks it
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import structlog
@@ -72,6 +72,9 @@ class SinkContext:
     "payload"}`` wrapper of ``schemas.enable``. After an accepted envelope change a topic's
     older records are in another encoding: each record's :attr:`SinkRecord.era` says which
     (:func:`record_options`)."""
+    hidden: Mapping[tuple[str, str], frozenset[str]] = field(default_factory=dict)
+    """By table, the columns whose values the configuration masks: an error may name them,
+    never print their values (a column it leaves out never reaches a sink)."""
 
 
 def record_options(record: SinkRecord, context: SinkContext) -> EnvelopeOptions | None:

@@ -124,6 +124,7 @@ def build_sink(
         schemas=catalog,
         logger=logger,
         envelope=pipeline.envelope,
+        hidden=masked_columns(pipeline),
     )
 
     def factory() -> Sink:
@@ -131,6 +132,18 @@ def build_sink(
         return sink
 
     return factory
+
+
+def masked_columns(pipeline: Pipeline) -> dict[tuple[str, str], frozenset[str]]:
+    """By table (after routing), the columns the source's masks hide: a sink's errors name
+    them but never print their values (:attr:`cdc.sink.SinkContext.hidden`)."""
+    chain = pipeline.chain()
+    hidden: dict[tuple[str, str], frozenset[str]] = {}
+    for entry in pipeline.source.tables:
+        if entry.mask:
+            schema, _, table = chain.table(entry.name).partition(".")
+            hidden[(schema, table)] = hidden.get((schema, table), frozenset()) | set(entry.mask)
+    return hidden
 
 
 def sink_topics(pipeline: Pipeline, config: SinkConfig) -> list[str]:

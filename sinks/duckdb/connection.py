@@ -48,9 +48,10 @@ def connect(path: Path, threads: int | None = None, memory_limit: str | None = N
         raise translate(exc, f"opening {path}") from exc
 
 
-def translate(exc: BaseException, doing: str) -> SinkError:
-    """The framework error for a DuckDB error met while ``doing``."""
-    message = f"DuckDB sink: {doing}: {first_line(exc)}"
+def translate(exc: BaseException, doing: str, detail: str | None = None) -> SinkError:
+    """The framework error for a DuckDB error met while ``doing``; ``detail`` replaces DuckDB's
+    message (which can quote data)."""
+    message = f"DuckDB sink: {doing}: {detail or first_line(exc)}"
     if is_lock_conflict(exc):
         return SinkUnavailable(
             f"{message} (DuckDB allows one writing process per file; retrying until it is free)"

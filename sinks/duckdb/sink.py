@@ -26,6 +26,7 @@ from cdc.sink import SinkContext, SinkRecord, sink_offsets
 from sinks.duckdb import catalog, history, merge
 from sinks.duckdb.config import DuckDBSinkConfig
 from sinks.duckdb.connection import connect, translate
+from sinks.duckdb.errors import staging_failed
 from sinks.duckdb.evolve import prepare
 from sinks.duckdb.plan import TableBatch, plan
 from sinks.duckdb.stage import StageFailed, encode, find_bad_value
@@ -97,7 +98,9 @@ class DuckDBSink:
             self._rollback()
             bad = self._diagnose(failed)
             if bad is None:
-                raise translate(failed.cause, "staging a batch") from failed.cause
+                named = [f"{s}.{t}" for s, t in batches]
+                fatal = staging_failed(failed.cause, self._context.sink_name, named)
+                raise fatal from failed.cause
             raise bad from failed.cause
         self._offsets.update(offsets)
 
@@ -228,7 +231,8 @@ class DuckDBSink:
             history.close_truncated(self._con, state, truncate)
         if not len(batch):
             return
-        staged = encode(state, batch, not self._history, self._context.envelope)
+        hidden = self._context.hidden.get(batch.table, frozenset())
+        staged = encode(state, batch, not self._history, self._context.envelope, hidden)
         merge.select_winners(self._con, state, staged, newest_only=not self._history)
         latest = merge.select_latest(self._con, state) if self._history else merge.WINNERS
         ops = set(staged.batch.ops)

@@ -5,13 +5,13 @@ The batch goes to DuckDB as a single parameter, laid out by column (``{"c0": [v,
 type and fails on a value it cannot convert; ``unnest`` turns the columns back into rows. This
 keeps Python out of the per-value work and needs neither pandas nor pyarrow. After a failure,
 :func:`find_bad_value` re-reads the values as text and tries each cast with ``TRY`` to name
-the record and column to blame.
+the record and column to blame (:mod:`sinks.duckdb.errors` words it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 import orjson
@@ -20,6 +20,7 @@ from cdc.envelope_options import READABLE, EnvelopeOptions
 from cdc.errors import RecordError
 from cdc.sink import SinkRecord
 from sinks.duckdb.catalog import POSITION, SEQUENCE, ColumnInfo, TableState, quote
+from sinks.duckdb.errors import bad_value, duckdb_reason
 from sinks.duckdb.plan import TableBatch
 from sinks.duckdb.types import Conversion, conversion, document_key
 from sinks.duckdb.wire import BadWireValue, wire_conversion
@@ -36,14 +37,24 @@ class Staged:
     Attributes:
         unique: every key occurs once (so SQL need not pick the newest change per key).
         times: commit times are staged (history mode needs them; current state does not).
+        hidden: the columns whose values the configuration masks (never printed).
+        documents: by column number, the staged values of the columns written into the
+            payload as JSON text unparsed (``json`` under the envelope's text form): text
+            that is no JSON spoils the whole payload, and only these can tell which.
     """
 
     payload: str
-    columns: list[ColumnInfo]
+    state: TableState
     conversions: list[Conversion]
     batch: TableBatch
     unique: bool
     times: bool
+    hidden: Collection[str] = frozenset()
+    documents: dict[int, list[Any]] = field(default_factory=dict)
+
+    @property
+    def columns(self) -> list[ColumnInfo]:
+        return self.state.columns
 
 
 class StageFailed(Exception):
@@ -60,13 +71,14 @@ def encode(
     batch: TableBatch,
     newest_only: bool,
     options: EnvelopeOptions | None = READABLE,
+    hidden: Collection[str] = frozenset(),
 ) -> Staged:
     """The changes of one table as one JSON document of columns.
 
     With ``newest_only``, only the newest change of each key is staged. ``options`` is the
     envelope encoding of the records that do not carry their own era (``None``: legacy): each
     run of records is decoded with the encoding it was written under, see
-    :mod:`sinks.duckdb.wire`.
+    :mod:`sinks.duckdb.wire`. ``hidden``: the columns whose values no error may print.
 
     Raises:
         RecordError: a change with a column the table does not know, or a value its column's
@@ -83,7 +95,7 @@ def encode(
         values = _document_columns(batch)
     else:
         values = _typed_columns(state, batch)
-        _decode_wire(state, batch, values, options)
+        _decode_wire(state, batch, values, options, hidden)
     for n, conv in enumerate(conversions):
         if conv.python is not None:
             values[n] = conv.python(values[n])
@@ -92,11 +104,18 @@ def encode(
         doc["t"] = batch.times
     doc.update((f"c{n}", column) for n, column in enumerate(values))
     payload = orjson.dumps(doc).decode()
-    return Staged(payload, state.columns, conversions, batch, unique, times=not newest_only)
+    documents = {
+        n: values[n] for n, c in enumerate(state.columns) if c.duck_type.startswith("JSON")
+    }
+    return Staged(payload, state, conversions, batch, unique, not newest_only, hidden, documents)
 
 
 def _decode_wire(
-    state: TableState, batch: TableBatch, values: list[list[Any]], options: EnvelopeOptions | None
+    state: TableState,
+    batch: TableBatch,
+    values: list[list[Any]],
+    options: EnvelopeOptions | None,
+    hidden: Collection[str],
 ) -> None:
     runs = encoding_runs(batch.records, options)
     for n, column in enumerate(state.columns):
@@ -112,12 +131,10 @@ def _decode_wire(
                     values[n][start:stop] = convert(values[n][start:stop])
             except BadWireValue as exc:
                 index = start + exc.index
-                reason = (
-                    f"column {column.name} ({column.source_type}): value {values[n][index]!r} "
-                    f"is not a {column.source_type} under the envelope settings it was written "
-                    f"with: {exc}"
-                )
-                raise RecordError(reason, batch.records[index]) from exc
+                why = f"it is not a {column.source_type} under the envelope settings it was "
+                why += f"written with: {exc.reason}"
+                value, record = values[n][index], batch.records[index]
+                raise bad_value(state, column, value, hidden, why, record) from exc
 
 
 Run = tuple[EnvelopeOptions | None, int, int]
@@ -265,6 +282,9 @@ def run_staged(con: Any, staged: Staged, sql: str) -> None:
 def find_bad_value(con: Any, failed: StageFailed) -> RecordError | None:
     """The record and column whose value DuckDB cannot convert, as a ``RecordError``."""
     staged = failed.staged
+    found_text = _bad_document(staged)
+    if found_text is not None:
+        return _blame(staged, *found_text, "it is no JSON document")
     checks = [
         f"CASE WHEN c{n} IS NOT NULL AND TRY({conv.check.format(c=f'c{n}')}) IS NULL THEN {n} END"
         for n, conv in enumerate(staged.conversions)
@@ -276,12 +296,21 @@ def find_bad_value(con: Any, failed: StageFailed) -> RecordError | None:
     found = con.execute(sql, [staged.payload]).fetchone()
     if found is None:
         return None
-    index = int(found[0])
-    column = staged.columns[int(found[1])]
+    return _blame(staged, int(found[0]), int(found[1]), duckdb_reason(failed.cause))
+
+
+def _blame(staged: Staged, index: int, n: int, why: str) -> RecordError:
+    column = staged.columns[n]
     value = staged.batch.rows[index].get(column.name)
-    shown = repr(value) if len(repr(value)) <= 200 else repr(value)[:200] + "..."
-    reason = (
-        f"{column.name} ({column.source_type or 'json'}): value {shown} cannot be stored as "
-        f"DuckDB {column.duck_type}: {str(failed.cause).strip().splitlines()[0]}"
-    )
-    return RecordError(f"column {reason}", staged.batch.records[index])
+    return bad_value(staged.state, column, value, staged.hidden, why, staged.batch.records[index])
+
+
+def _bad_document(staged: Staged) -> tuple[int, int] | None:
+    """``(row, column)`` of the first JSON text that does not parse."""
+    for index in range(len(staged.batch)):
+        for n, values in staged.documents.items():
+            try:
+                orjson.loads(orjson.dumps(values[index]))
+            except orjson.JSONDecodeError:
+                return index, n
+    return None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import decimal
 import functools
 import re
 from collections.abc import Callable
@@ -27,11 +28,14 @@ PyConvert = Callable[[list[Any]], list[Any]]
 
 
 class BadWireValue(ValueError):
-    """A value its column's decoder refused; ``index`` is its row in the column."""
+    """A value its column's decoder refused; ``index`` is its row in the column, ``reason`` why
+    (a ``Decimal``'s refusal reads ``[<class 'decimal.ConversionSyntax'>]``: said in words)."""
 
     def __init__(self, index: int, cause: Exception) -> None:
-        super().__init__(str(cause))
+        reason = "not a number" if isinstance(cause, decimal.InvalidOperation) else str(cause)
+        super().__init__(reason)
         self.index = index
+        self.reason = reason or type(cause).__name__
 
 
 _NUMERIC: Final = re.compile(r"(?:numeric|decimal)(?:\(.*\))?")
@@ -80,7 +84,8 @@ def _convert(
     for index, value in enumerate(column):
         try:
             out.append(None if value is None else stage(decode(value)))
-        except (ValueError, TypeError, KeyError) as exc:
+        # ArithmeticError: Decimal refuses text with InvalidOperation, which is no ValueError.
+        except (ValueError, TypeError, KeyError, IndexError, ArithmeticError) as exc:
             raise BadWireValue(index, exc) from exc
     return out
 

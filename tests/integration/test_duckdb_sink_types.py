@@ -248,7 +248,7 @@ def test_each_kind_of_bad_value_names_its_record(wh: Harness, source_type: str, 
     with pytest.raises(RecordError) as caught:
         wh.write(records)
     assert caught.value.record is records[1]
-    assert caught.value.reason.startswith("column v")
+    assert caught.value.reason.startswith(f"table public.bad, column v ({source_type})")
 
 
 @pytest.mark.parametrize("pos", [["x", 0], [1, "0"], [1.5, 0]])
