@@ -213,3 +213,22 @@ def test_a_table_dropped_during_a_chunk_read_ends_its_request_with_the_reason(
 
 def failed(p: Pipeline, ident: str) -> dict[str, Any] | None:
     return next((f for f in p.snapshot_state().get("failed") or [] if f["id"] == ident), None)
+
+
+@pytest.mark.pgcore
+def test_a_chunk_key_changed_since_the_plan_is_planned_again(p: Pipeline) -> None:
+    """The plan's boundaries are values of the old key: under the new one the request is
+    planned again, and every row is read under its new key."""
+    held, ident = resnapshot(p)
+    execute(p.dsn, "ALTER TABLE t DROP CONSTRAINT t_pkey, ADD PRIMARY KEY (id, v)")
+    held.release()
+    p.wait(lambda: settled(p, ident), WAIT_S)
+    state = p.snapshot_state()
+    assert state.get("failed") == [], state.get("failed")
+    assert ident in state["finished"]
+    read = {
+        (r["key"]["id"], r["key"]["v"])
+        for r in p.topic_records("public.t")
+        if r["op"] == "r" and r["source"]["snapshot"] == "incremental" and len(r["key"]) == 2
+    }
+    assert read == {(i, i) for i in range(1, ROWS + 1)}

@@ -4,6 +4,9 @@ One background thread per source: it plans requested tables, then for each chunk
 watermark, reads the chunk, hands the rows to the shared :class:`Watermarks`, writes the high
 watermark, and waits until the poll thread has seen that high watermark in the stream before it
 reads the next chunk. Only one chunk is in memory at a time, and streaming never waits for a read.
+Each read locks its table from before its snapshot until the high watermark is written, and
+reads the table's shape at that time (:mod:`.read_shape`): DDL committed since the plan changes
+what is read (or, for a new chunk key, the plan), and never fails the request.
 
 A request is the unit that fails or is cancelled, never the stream: a chunk whose read fails
 (after a few retries when the error may heal, through :mod:`cdc.runtime.retry`) marks its
@@ -30,7 +33,8 @@ from cdc.runtime.retry import Backoff, Decision, Stopped, classify, retry, retry
 from connectors.postgres.replication import session_conninfo
 from connectors.postgres.snapshot.channel import WATERMARK, Channel
 from connectors.postgres.snapshot.parallel import ChunkFailed
-from connectors.postgres.snapshot.reader import SnapshotTable, chunk_query, read_lines
+from connectors.postgres.snapshot.read_shape import PlanOutdated, Refresh, lock_current
+from connectors.postgres.snapshot.reader import chunk_query, read_lines
 from connectors.postgres.snapshot.rows import Gone, KeyedRow, keyed_lines
 from connectors.postgres.snapshot.window_rows import ChunkJob
 from snapshots.state import SnapshotState
@@ -51,10 +55,6 @@ _RACING = sql.SQL(
 RACE_RETRIES = 2500  # 2 ms apart: about five seconds
 
 
-class TableGone(SourceFatal):
-    """The table a request reads no longer exists: the request ends with this reason."""
-
-
 class _Racing(Exception):
     """The read's snapshot misses a transaction that committed before the low watermark."""
 
@@ -72,6 +72,9 @@ class Work:
     #: the initial snapshot's always does, instead of being marked failed: all its tables share
     #: one id, and the sinks would otherwise be left without a table's rows for good.
     initial: bool = False
+    #: Plans the request afresh (``plan`` itself, when ``None``): a resumed request's ``plan``
+    #: reads its stored chunks, which a changed chunk key made useless.
+    replan: Callable[[], list[ChunkJob]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,11 +83,6 @@ class OpenWindow:
 
     job: ChunkJob
     done: threading.Event
-
-
-#: The table as the catalog describes it now (columns renamed, added, dropped or retyped since
-#: the plan): each chunk is read in the shape of its read.
-Refresh = Callable[[SnapshotTable], SnapshotTable]
 
 
 class WatermarkReader:
@@ -178,16 +176,30 @@ class WatermarkReader:
         if self._state.ended(work.request):
             return
         try:
-            for job in work.plan():
-                if self._stop.is_set() or self._state.ended(job.request):
-                    return
-                self._chunk(job)
+            jobs: list[ChunkJob] | None = work.plan()
+            while jobs is not None:
+                jobs = self._read_jobs(work, jobs)
         except Stopped:
             raise
         except Exception as exc:  # whatever it is, it ends this request, never the stream
             if work.initial:
                 raise
             self._failed(work, exc)
+
+    def _read_jobs(self, work: Work, jobs: list[ChunkJob]) -> list[ChunkJob] | None:
+        """Read ``jobs`` in order; the jobs of a new plan of the request when the table's chunk
+        key changed since this one, else ``None``."""
+        for job in jobs:
+            if self._stop.is_set() or self._state.ended(job.request):
+                return None
+            try:
+                self._chunk(job)
+            except PlanOutdated as exc:
+                self._logger.warning(
+                    "snapshot.replanned", table=work.table, request=work.request, reason=str(exc)
+                )
+                return (work.replan or work.plan)()
+        return None
 
     def _failed(self, work: Work, exc: Exception) -> None:
         reason = " ".join(str(exc).split()) or type(exc).__name__
@@ -220,7 +232,7 @@ class WatermarkReader:
                 Backoff(initial_s=self._backoff_s),
                 attempts=self._retries + 1,
             )
-        except Stopped:
+        except (Stopped, PlanOutdated):
             raise
         except Exception as exc:
             tried = self._retries + 1 if classify(exc) is Decision.RETRY else 1
@@ -308,14 +320,15 @@ class WatermarkReader:
                 # Read-only, as the request's check was: the operator's --where may call
                 # functions, and none may write (nextval() would advance once per row).
                 conn.execute(sql.SQL("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"))
-                current = self._locked(conn, job)
+                current = lock_current(conn, job, self._refresh)
                 [(racing,)] = conn.execute(_RACING, (after_low,)).fetchall()
                 if racing:
                     raise _Racing
                 rows = self._read(conn, current)
                 with self._lock:
-                    # The window's records take the shape of the read.
-                    self.open_windows[wid] = OpenWindow(current, window.done)
+                    if wid in self.open_windows:  # not abandoned (its request cancelled)
+                        # The window's records take the shape of the read.
+                        self.open_windows[wid] = OpenWindow(current, window.done)
                     self._windows.deliver(wid, rows)
                 del rows  # the window owns the chunk now: it goes once the window closes
                 if self.before_high is not None:
@@ -330,29 +343,6 @@ class WatermarkReader:
             raise SourceUnavailable(
                 f"transactions before watermark of {job.table.name} stay invisible"
             ) from None
-
-    def _locked(self, conn: psycopg.Connection[Any], job: ChunkJob) -> ChunkJob:
-        """Lock the job's table for the transaction (see :meth:`_rows`); the job in the
-        table's shape now.
-
-        Raises:
-            TableGone: the table was dropped (or renamed) since the plan.
-        """
-        info = job.table.info
-        try:
-            conn.execute(
-                sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(
-                    sql.Identifier(info.schema, info.table)
-                )
-            )
-        except psycopg.errors.UndefinedTable:
-            raise TableGone(
-                f"table {info.name} no longer exists (dropped or renamed after its snapshot "
-                "was requested): nothing is left to read"
-            ) from None
-        if self._refresh is None:
-            return job
-        return replace(job, table=self._refresh(job.table))
 
     def _read(self, conn: psycopg.Connection[Any], job: ChunkJob) -> dict[bytes, KeyedRow]:
         state = job.table.state

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,8 +163,10 @@ class StreamSnapshots:
                 todo = remaining(chunks, current["done"])
                 return [ChunkJob(table, c, where, request, purge) for c in todo]
 
-            initial = entry.get("kind") == "initial"
-            self._reader.submit(Work(request, name, where, planner, initial=initial))
+            kind = entry.get("kind", "incremental")
+            fresh = self._planner(name, request, where, purge, kind)
+            work = Work(request, name, where, planner, initial=kind == "initial", replan=fresh)
+            self._reader.submit(work)
 
     def queue(
         self,
@@ -232,6 +234,12 @@ class StreamSnapshots:
     def _request_work(self, request: dict[str, Any]) -> Work:
         ident, name, where = request["id"], request["table"], request.get("where")
         purge = bool(request.get("purge"))
+        return Work(ident, name, where, self._planner(name, ident, where, purge))
+
+    def _planner(
+        self, name: str, ident: Any, where: Any, purge: bool, kind: str = "incremental"
+    ) -> Callable[[], list[ChunkJob]]:
+        """Plans request ``ident`` of table ``name`` afresh: describe, chunk, store the plan."""
 
         def planner() -> list[ChunkJob]:
             if where is not None:
@@ -241,7 +249,7 @@ class StreamSnapshots:
                 chunks = plan(conn, table, self._config.snapshot_chunk_rows)
             method = "keyset" if table.chunk_key else "ctid"
             if not self._state.plan_table(
-                table.name, "incremental", method, chunks, request=ident, where=where, purge=purge
+                table.name, kind, method, chunks, request=ident, where=where, purge=purge
             ):
                 return []  # cancelled while it was planned
             self._logger.info(
@@ -249,7 +257,7 @@ class StreamSnapshots:
             )
             return [ChunkJob(table, c, where, ident, purge) for c in chunks]
 
-        return Work(ident, name, where, planner)
+        return planner
 
     def _resnapshot(self, table: str, reason: str) -> None:
         """Re-read ``table`` as ``cdc snapshot --table`` does: DDL rewrote rows unlogged. Not
