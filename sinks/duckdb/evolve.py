@@ -7,7 +7,11 @@ and a recorded column whose ``id`` now has another name, free in the table, take
 new one, see :func:`sinks.duckdb.stage.encode`); a dropped column stays, and new rows leave it
 NULL (dropping it would destroy history the warehouse may be the last copy of); a type change
 that widens (:func:`sinks.duckdb.types.is_widening`) is applied with ``ALTER COLUMN ... TYPE``;
-any other type change stops the sink with :class:`~cdc.errors.SinkFatal`.
+any other type change stops the sink with :class:`~cdc.errors.SinkFatal`. DuckDB matches
+identifiers without regard to case, so two source columns whose names differ only by case
+(``email`` and ``"Email"``) cannot both be columns of one DuckDB table: the table's creation, or
+the add or rename that would make such a pair, stops the sink naming both columns and the fix,
+before any DDL runs (the other sinks go on).
 
 The source re-snapshots a table after a change that rewrote its rows unlogged (a default, a
 rename, a drop, a type change: :mod:`connectors.postgres.evolution`), so the rows converge
@@ -69,6 +73,7 @@ def _create(
         state = TableState(*table, "document", catalog.document_columns())
     else:
         state = TableState(*table, "typed", catalog.typed_columns(published, key_names))
+        _check_case_twins(state, [c.name for c in state.columns])
         if not state.keys:
             raise SinkFatal(
                 f"table {table[0]}.{table[1]} has no key columns; the DuckDB sink upserts by key"
@@ -112,6 +117,7 @@ def _follow_renames(con: Any, state: TableState, published: TableSchema, logger:
 def _rename(con: Any, state: TableState, known: ColumnInfo, new: str) -> None:
     if state.history:
         _check_history_names(state, [new])
+    _check_case_twins(state, [c.name for c in state.columns if c is not known], new)
     for table in _holding(state, known):
         con.execute(f"ALTER TABLE {table} RENAME COLUMN {quote(known.name)} TO {quote(new)}")
     catalog.forget_column(con, state, known.name)
@@ -145,6 +151,7 @@ def _follow(con: Any, state: TableState, column: Column, logger: Logger) -> None
 
 
 def _add(con: Any, state: TableState, column: ColumnInfo) -> None:
+    _check_case_twins(state, [c.name for c in state.columns], column.name)
     tables = [state.target]
     if state.history:
         _check_history_names(state, [column.name])
@@ -172,12 +179,36 @@ def _change_type(con: Any, state: TableState, known: ColumnInfo, new_type: str) 
 
 
 def _check_history_names(state: TableState, names: list[str]) -> None:
-    taken = sorted(set(names) & {*HISTORY_COLUMNS, catalog.POSITION, catalog.SEQUENCE})
+    own = {n.casefold() for n in (*HISTORY_COLUMNS, catalog.POSITION, catalog.SEQUENCE)}
+    taken = sorted(n for n in set(names) if n.casefold() in own)  # DuckDB ignores case
     if taken:
         raise SinkFatal(
             f"table {state.schema}.{state.table} has columns {taken}, which history mode "
             "needs for itself; use mode: current for this table"
         )
+
+
+def _check_case_twins(state: TableState, names: list[str], new: str | None = None) -> None:
+    """Stop on two names that differ only by case: ``new`` against ``names``, or, without
+    ``new``, any pair of ``names``."""
+    seen: dict[str, str] = {}
+    for name in names:
+        seen.setdefault(name.casefold(), name)
+    pairs = [(seen[new.casefold()], new)] if new is not None and new.casefold() in seen else []
+    if new is None:
+        pairs = [(seen[n.casefold()], n) for n in names if seen[n.casefold()] != n]
+    if not pairs:
+        return
+    first, second = pairs[0]
+    table = f"{state.schema}.{state.table}"
+    raise SinkFatal(
+        f"table {table}: columns {first!r} and {second!r} differ only by case, and DuckDB "
+        "matches column names without regard to case: one DuckDB table cannot hold both. The "
+        "DuckDB sink stops (the other sinks go on). Fix: rename one of them in the source, e.g. "
+        f'ALTER TABLE {table} RENAME COLUMN "{second}" TO "{second.lower()}_2" (the source '
+        "reads the table again after a rename), or leave the table out of this sink (its "
+        "tables: list); then start the pipeline again"
+    )
 
 
 def _holding(state: TableState, column: ColumnInfo) -> list[str]:
