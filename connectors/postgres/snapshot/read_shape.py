@@ -61,8 +61,10 @@ def lock_current(conn: psycopg.Connection[Any], job: ChunkJob, refresh: Refresh 
     """
     info = job.table.info
     try:
+        # ONLY: a partitioned table's columns change only through it, and its partitions need
+        # not be the role's to lock (the read locks them as it reads them).
         conn.execute(
-            sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(
+            sql.SQL("LOCK TABLE ONLY {} IN ACCESS SHARE MODE").format(
                 sql.Identifier(info.schema, info.table)
             )
         )
