@@ -1,8 +1,9 @@
-"""The pipeline file's checks across sections: the transforms built as a run builds them, and
-each sink's tables against the source's tables after routing."""
+"""The pipeline file's checks across sections: the transforms built as a run builds them,
+each sink's tables against the source's tables after routing, and no two sinks on one path."""
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from cdc.errors import PluginNotFound
@@ -47,6 +48,31 @@ def cross_checks(
                 problem = _sink_table_problem(table, source, outputs)
                 if problem is not None:
                     problems.append((f"sinks[{index}].tables[{t_index}]", problem))
+    return problems + _shared_paths(sinks)
+
+
+def _shared_paths(sinks: list[SinkConfig]) -> list[tuple[str, str]]:
+    """Two sinks on one ``path`` (a DuckDB file, a search or jsonl directory) break each other:
+    DuckDB lets one process write a file, and each sink keeps its own offsets and tables there.
+    Relative paths are the working directory's, as a run reads them."""
+    problems = []
+    owners: dict[str, tuple[int, str]] = {}
+    for index, sink in enumerate(sinks):
+        path = getattr(sink, "path", None)
+        if not isinstance(path, str) or not path:
+            continue
+        where = os.path.normcase(os.path.abspath(os.path.expanduser(path)))
+        if where in owners:
+            first, name = owners[where]
+            problems.append(
+                (
+                    f"sinks[{index}].path",
+                    f"{path!r} is sink {name!r}'s path too (sinks[{first}].path): two sinks "
+                    "cannot share a file or directory; give each sink its own path",
+                )
+            )
+        else:
+            owners[where] = (index, sink.name)
     return problems
 
 
