@@ -17,10 +17,12 @@ from cdc.errors import CdcError
 from cdc.log.base import Log, TopicPartition
 from cdc.log.encoding import LEGACY, read_encoding
 from cdc.redact import redact
+from cdc.runtime import heartbeat
 from cdc.runtime.pipeline import sink_topics
 from cdc.runtime.sink_control import SinkControl, sink_state_report
 from cdc.runtime.sink_task import group_name
 from cdc.snapshot_report import print_snapshots, snapshot_report
+from cdc.status_liveness import as_running, as_served, print_processes
 
 NOT_TRACKED = "the embedded log has none: one process reads every partition"
 
@@ -156,13 +158,15 @@ def appender_report() -> dict[str, str]:
 
 def status_report(log: Log, pipeline: Pipeline) -> dict[str, Any]:
     source = source_report(log, pipeline)
+    found = heartbeat.processes(log, pipeline.name)
     report = {
         "pipeline": pipeline.name,
         "log": pipeline.log.type,
+        "processes": found,
         "source": source,
-        "snapshot": snapshot_report(source["offsets"]),
+        "snapshot": as_running(snapshot_report(source["offsets"]), found),
         "topics": topics_report(log, pipeline),
-        "sinks": sink_report(log, pipeline),
+        "sinks": [as_served(sink, found) for sink in sink_report(log, pipeline)],
         "envelope": envelope_report(log, pipeline),
     }
     if pipeline.log.type == "embedded":
@@ -236,6 +240,7 @@ def print_envelope(report: dict[str, Any] | None, console: Console) -> None:
 def print_status(report: dict[str, Any]) -> None:
     console = report_console()
     console.print(f"[bold]pipeline[/bold] {report['pipeline']}  [bold]log[/bold] {report['log']}")
+    print_processes(report.get("processes") or [], console)
     appender = report.get("log_appender")
     if appender is not None:
         console.print(f"  appender: {appender['implementation']} ({escape(appender['reason'])})")

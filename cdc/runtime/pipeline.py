@@ -29,6 +29,7 @@ from cdc.logging import Logger, get_logger
 from cdc.metrics import SinkObserver, Telemetry
 from cdc.runtime import fingerprints
 from cdc.runtime.control_watcher import ControlWatcher
+from cdc.runtime.heartbeat import Heartbeat
 from cdc.runtime.lag import LagClock
 from cdc.runtime.preflight import SinkCannotStart, check_sinks, is_first_start
 from cdc.runtime.schemas import SchemaCatalog
@@ -65,6 +66,7 @@ class PipelineRun:
     sink_tasks: dict[str, SinkTask] = field(default_factory=dict)
     control: ControlWatcher | None = None
     telemetry: Telemetry | None = None
+    heartbeat: Heartbeat | None = None  # this process's beats, for cdc status
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -187,6 +189,8 @@ def start(
         _start_sinks(run, base, sinks)
     if run.telemetry is not None:
         _sample(run, run.telemetry)
+    run.heartbeat = Heartbeat(log, pipeline.name, role, sinks, run.stop_event, base)
+    run.heartbeat.start()
     compact = getattr(log, "maybe_compact", None)
     if compact is not None and role in ("all", "source"):
         _spawn(run, "compaction", lambda: _compaction_loop(compact, run.stop_event))
@@ -358,6 +362,8 @@ def run_until_signalled(
         clean = run.wait(STOP_GRACE_S)
         if run.control is not None:
             run.control.join(CONTROL_GRACE_S)  # the sinks' last states, if the log takes them
+        if run.heartbeat is not None:
+            run.heartbeat.join(CONTROL_GRACE_S)  # "stopped", so status says so at once
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

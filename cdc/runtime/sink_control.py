@@ -4,9 +4,11 @@ It lives in the log, so ``cdc status``, ``cdc verify`` and ``cdc sink --reset-ta
 same thing from any process or host that reaches the log. A compacted topic, keyed by JSON:
 
 - ``{"sink": NAME, "kind": "state"}``: ``{"state", "reason", "error_type", "since_ms"}``,
-  written by the sink's task when it starts (``running``) and when an error stops it
-  (``stopped``, with the error). The log cannot tell whether a process is alive: ``running``
-  means the sink started and no error has stopped it since.
+  written by the sink's task when it starts (``running``), when its store is away and it
+  retries (``retrying``, with the error; ``running`` again once a batch lands) and when an
+  error stops it (``stopped``, with the error). The log cannot tell whether a process is
+  alive: ``running`` means the sink started and no error has stopped it since; the processes'
+  own beats (:mod:`cdc.runtime.heartbeat`, same topic) say whether one still runs it.
 - ``{"sink": NAME, "kind": "reset", "id": ID}``: ``{"table", "state", "reason",
   "requested_ms", "updated_ms"}``, a table reset: ``requested`` by ``cdc sink FILE NAME
   --reset-table T``, then ``applied`` by the sink's task (the sink dropped the table and reads
@@ -33,6 +35,7 @@ APPLIED = "applied"
 DONE = "done"
 FAILED = "failed"
 RUNNING = "running"
+RETRYING = "retrying"  # the sink's store is away; its task retries the batch with backoff
 STOPPED = "stopped"
 
 

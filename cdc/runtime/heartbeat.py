@@ -1,0 +1,150 @@
+"""Whether a pipeline's processes run: what ``cdc status`` needs to tell the truth.
+
+The log cannot tell whether a process is alive, so each ``cdc run`` (and ``cdc sink``)
+process says so itself: every :data:`EVERY_S` it writes a *beat* to the control topic
+(``<pipeline>.__sinks``, :mod:`cdc.runtime.sink_control`), keyed by its role and sinks, and on
+a clean stop one that says ``stopped``. A process whose last beat is older than
+:func:`stale_after_s` was killed (or lost the log): ``cdc status`` then shows its snapshot
+paused, not running with an ETA, and its sinks not running, whatever state they last recorded.
+
+A beat is best effort: the log away for a while only makes the process look gone for that
+while, and the thread never takes the pipeline down.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from cdc.clock import now_ms
+from cdc.log.base import Log, Record
+from cdc.log.offsets import end_offsets
+from cdc.logging import Logger
+from cdc.runtime.sink_control import control_topic
+
+EVERY_S = 5.0
+KIND = "process"
+RUNNING, STOPPED, GONE = "running", "stopped", "gone"
+
+
+def stale_after_s(every_s: float) -> float:
+    """Three missed beats, plus slack for a process busy for a moment (a GC, a slow commit)."""
+    return 3 * every_s + 5.0
+
+
+class Heartbeat:
+    """The thread that writes this process's beats until ``stop`` is set, then ``stopped``.
+
+    Args:
+        role: ``cdc run``'s role (``all``, ``source``, ``sinks``).
+        sinks: the sinks this process runs (``None``: every sink of the pipeline).
+    """
+
+    def __init__(
+        self,
+        log: Log,
+        pipeline: str,
+        role: str,
+        sinks: Sequence[str] | None,
+        stop: threading.Event,
+        logger: Logger,
+        every_s: float = EVERY_S,
+    ) -> None:
+        self._log = log
+        self._topic = control_topic(pipeline)
+        self._key = orjson.dumps(
+            {"kind": KIND, "role": role, "sinks": None if sinks is None else sorted(sinks)},
+            option=orjson.OPT_SORT_KEYS,
+        )
+        self._value = {
+            "role": role,
+            "sinks": None if sinks is None else sorted(sinks),
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "every_s": every_s,
+            "started_ms": now_ms(),
+        }
+        self._stop = stop
+        self._logger = logger
+        self._every_s = every_s
+        self._failing = False
+        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout_s: float) -> None:
+        """Let the ``stopped`` beat be written, for at most ``timeout_s``."""
+        self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        self._beat(RUNNING)
+        while not self._stop.wait(self._every_s):
+            self._beat(RUNNING)
+        self._beat(STOPPED)
+
+    def _beat(self, state: str) -> None:
+        value = orjson.dumps({**self._value, "state": state, "beat_ms": now_ms()})
+        try:
+            self._log.ensure_topics([self._topic])
+            tx = self._log.begin()
+            try:
+                tx.append([Record(self._topic, self._key, value)])
+                tx.commit()
+            except BaseException:
+                tx.abort()
+                raise
+        except Exception as exc:  # the log away: status shows the process gone meanwhile
+            if not self._failing:
+                self._logger.warning("heartbeat.unavailable", error=str(exc))
+            self._failing = True
+            return
+        self._failing = False
+
+
+def processes(log: Log, pipeline: str, now: int | None = None) -> list[dict[str, Any]]:
+    """Every process that ever beat for ``pipeline``, with ``state`` as of ``now``:
+    ``running``, ``stopped`` (a clean stop) or ``gone`` (no beat for too long)."""
+    topic, latest = control_topic(pipeline), {}
+    for partition, end in end_offsets(log, topic).items():
+        offset = 0
+        while offset < end:
+            records = log.read(topic, partition, offset, 1000)
+            if not records:
+                break
+            for record in records:
+                if record.key is None or record.value is None:
+                    continue
+                if orjson.loads(record.key).get("kind") == KIND:
+                    latest[record.key] = orjson.loads(record.value)
+            offset = records[-1].offset + 1
+    now = now_ms() if now is None else now
+    return [_as_of(value, now) for value in latest.values()]
+
+
+def _as_of(value: dict[str, Any], now: int) -> dict[str, Any]:
+    age_s = (now - int(value.get("beat_ms") or 0)) / 1000
+    state = value.get("state")
+    if state == RUNNING and age_s > stale_after_s(float(value.get("every_s") or EVERY_S)):
+        state = GONE
+    return {**value, "state": state, "last_seen_s": round(age_s, 1)}
+
+
+def runs_source(found: list[dict[str, Any]]) -> bool:
+    """A running process runs the pipeline's source."""
+    return any(p["state"] == RUNNING and p.get("role") in ("all", "source") for p in found)
+
+
+def runs_sink(found: list[dict[str, Any]], sink: str) -> bool:
+    """A running process runs ``sink``."""
+    return any(
+        p["state"] == RUNNING
+        and p.get("role") in ("all", "sinks")
+        and (p.get("sinks") is None or sink in p["sinks"])
+        for p in found
+    )
