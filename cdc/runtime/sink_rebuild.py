@@ -5,6 +5,9 @@ The rebuild itself is a table reset per table (:mod:`cdc.runtime.sink_resets`); 
 reports it as one: ``sink.rebuild.started`` with the table and topic counts,
 ``sink.rebuild.progress`` lines while it reads (at most one every :data:`PROGRESS_EVERY_S`),
 and ``sink.rebuild.finished`` once every table read up to the log's end as of its reset.
+
+A store is found to have lost its data by the sink's next write, or, while nothing changes, by
+:class:`StoreProbe`, so a cache emptied at a quiet time is refilled then, not at the next change.
 """
 
 from __future__ import annotations
@@ -12,10 +15,36 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
+from cdc.errors import CdcError, SinkDataLost
 from cdc.log.base import TopicPartition
 from cdc.logging import Logger
 
 PROGRESS_EVERY_S = 5.0
+PROBE_EVERY_S = 5.0
+
+
+class StoreProbe:
+    """Asks an idle sink's store, at most every ``every_s``, whether it still holds its data:
+    the sink's optional ``probe()``, which raises :class:`SinkDataLost` when it does not."""
+
+    def __init__(self, every_s: float = PROBE_EVERY_S) -> None:
+        self._every_s = every_s
+        self._last = time.monotonic()
+
+    def lost(self, sink: object) -> SinkDataLost | None:
+        """What the store lost, if a probe is due and finds it so."""
+        probe = getattr(sink, "probe", None)
+        now = time.monotonic()
+        if probe is None or now - self._last < self._every_s:
+            return None
+        self._last = now
+        try:
+            probe()
+        except SinkDataLost as exc:
+            return exc
+        except CdcError:
+            pass  # the store is away: the next batch retries it and reports it
+        return None
 
 
 class WholeRebuild:

@@ -39,7 +39,8 @@ from cdc.logging import Logger
 from cdc.metrics.observers import SinkObserver
 from cdc.runtime.control_watcher import ControlWatcher
 from cdc.runtime.retry import Backoff, Decision, Stopped, classify, retry_until_stopped
-from cdc.runtime.sink_control import RETRYING, RUNNING, STOPPED
+from cdc.runtime.sink_control import RUNNING, STOPPED
+from cdc.runtime.sink_rebuild import StoreProbe
 from cdc.runtime.sink_resets import TableResets
 from cdc.runtime.source_task import dead_letter_record
 from cdc.schema import schema_topic
@@ -153,9 +154,9 @@ class SinkTask:
         self._encoding = EncodingFollower(log, pipeline)
         self._control = control
         self._resets = None if control is None else self._table_resets(control, tables)
+        self._probe = StoreProbe()  # while idle: did the store lose its data?
         self.records_applied = 0
         self.failure: BaseException | None = None
-        self._retrying = False  # recorded as retrying in the control topic, for cdc status
 
     def _table_resets(
         self, control: ControlWatcher, tables: Sequence[tuple[str, str]] | None
@@ -269,6 +270,7 @@ class SinkTask:
         assert self._consumer is not None
         stored = self._consumer.poll(self._max_records, self._poll_timeout_s)
         if not stored:
+            self._rebuild_from_log(self._probe.lost(self._sink))
             return 0
         # After the poll: a change is stored before what it encodes. A log that is away
         # (a broker restart) is waited for, as a commit is.
@@ -289,23 +291,23 @@ class SinkTask:
             lambda: consumer.commit(offsets), self._stop, self._logger, "sink.commit_retrying"
         )
         self.records_applied += len(batch)
-        if self._retrying:  # the store is back: status says running again, as /readyz does
-            self._retrying = False
-            self._record_state(RUNNING)
         if self._observer is not None:
             self._observer.applied(batch)
         if self._resets is not None:
             self._resets.applied(offsets)
         return len(batch)
 
-    def _rebuild_from_log(self, exc: SinkDataLost) -> None:
-        """The store lost what it held: reset every table, so that the run loop reads every
-        topic from its start before anything else (the compacted log holds each key's latest
-        record). Nothing of the failed batch was committed; it is read again with the rest.
+    def _rebuild_from_log(self, exc: SinkDataLost | None) -> None:
+        """The store lost what it held (``exc``; ``None``: it did not): reset every table, so
+        that the run loop reads every topic from its start before anything else (the compacted
+        log holds each key's latest record). Nothing of a failed batch was committed; it is
+        read again with the rest.
 
         Raises:
             SinkDataLost: no control topic to report the resets through (the sink stops).
         """
+        if exc is None:
+            return
         if self._resets is None:
             raise exc
         self._resets.rebuild_all(str(exc))
@@ -352,9 +354,6 @@ class SinkTask:
             # A lost store is no failed write: it is counted as a rebuild.
             if self._observer is not None and not isinstance(exc, SinkDataLost):
                 self._observed_error(self._observer, exc)
-            if not self._retrying and classify(exc) is Decision.RETRY:
-                self._retrying = True  # once per outage: the log is written, not flooded
-                self._record_state(RETRYING, exc)
             raise
 
     @staticmethod

@@ -83,6 +83,16 @@ class RedisSink:
             self._pending = []
             self._pending_records = []
 
+    def probe(self) -> None:
+        """While idle (the sink task asks now and then): raise ``SinkDataLost`` if Redis lost
+        this sink's data since its last batch, so the task rebuilds it without waiting for a
+        change. The script's own check does it: an empty call that stores no offsets.
+        """
+        if not self._expect_offsets:
+            return
+        args = ApplyCall(self._layout, []).args(self._ttl_ms, self._sink_keys, True, [])
+        self._call(lambda client: client.evalsha(self._sha, 0, *args))
+
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
