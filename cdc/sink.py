@@ -15,9 +15,10 @@ holds the log's stored envelope encoding, under the key ``{"kind": "encoding"}``
 A delete (``op`` ``"d"``) is applied by its record key, and only by it. Its ``before`` is not a
 row: under PostgreSQL's REPLICA IDENTITY DEFAULT it holds the key and, as Debezium writes it, a
 placeholder (``0``, ``""``, ``false``, ``[]``) for every other NOT NULL column, values the row
-never had and a typed column may refuse. A sink never stores, casts or matches on them; a sink
-that keeps every version records a delete as a tombstone version: the key, NULL elsewhere.
-The conformance kit (:class:`cdc.testing.conformance.SinkConformance`) checks it.
+never had and a typed column may refuse. A sink that keeps rows never stores, casts or matches
+on them; one that keeps every version records a delete as a tombstone version: the key, NULL
+elsewhere (a sink that writes the records themselves, as jsonl, writes the envelope as the log
+holds it). The conformance kit (:class:`cdc.testing.conformance.SinkConformance`) checks it.
 """
 
 from __future__ import annotations
