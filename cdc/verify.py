@@ -42,6 +42,9 @@ from cdc.values import decoder
 from cdc.verify_sources import source_reader
 from cdc.verify_sources import unverifiable as unverifiable_reason
 
+#: The reason a side is not verifiable at all (the jsonl sink, the generator source).
+UNREADABLE = "cannot be read back"
+
 RowReader = Callable[[], Iterable[tuple[dict[str, Any], dict[str, Any]]]]
 RowDecoding = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -65,6 +68,7 @@ class TableComparison:
     # Not compared, and why: a transform cannot be applied to the source's rows, or a side
     # (the jsonl sink, the generator source) cannot be read back.
     unverifiable: str | None = None
+    note: str | None = None  # what an ok comparison cannot show (a keyless table's duplicates)
 
     @property
     def state(self) -> str:
@@ -99,6 +103,7 @@ class TableComparison:
             "details": self.details,
             "skipped": self.skipped,
             "unverifiable": self.unverifiable,
+            "note": self.note,
         }
 
 
@@ -318,16 +323,19 @@ def _verify_table(
     if unverifiable is not None:
         return TableComparison(name, sink.name, unverifiable=unverifiable)
     envelope = pipeline.envelope
-    source_rows = source_reader(pipeline, read_source, name)
+    from cdc.verify_keyless import keyless_guard  # it builds on this module's types
+
+    source_rows, judge = keyless_guard(pipeline, name, source_reader(pipeline, read_source, name))
     sink_rows = _reader(read_sink, sink, schema_name, table_name, pipeline=pipeline.name)
     source_decoded = _decoding(source_rows, schema, envelope)
     if _decodes_rows(sink.type):
-        return compare(name, sink.name, schema, source_decoded, sink_rows)
+        return judge(compare(name, sink.name, schema, source_decoded, sink_rows))
     if len(encodings) < 2:  # one encoding in the log: every row is in it
         sink_decoded = _decoding(sink_rows, schema, encodings[0] if encodings else envelope)
-        return compare(name, sink.name, schema, source_decoded, sink_decoded)
+        return judge(compare(name, sink.name, schema, source_decoded, sink_decoded))
     decodings = [_row_decoding(schema, options) for options in encodings]
-    return compare(name, sink.name, schema, source_decoded, sink_rows, sink_decodings=decodings)
+    decoded = compare(name, sink.name, schema, source_decoded, sink_rows, sink_decodings=decodings)
+    return judge(decoded)
 
 
 def _encodings(eras: Eras | None) -> tuple[EnvelopeOptions | None, ...]:
@@ -392,9 +400,9 @@ def _not_compared(
     if (sink, name) in behind:
         return TableComparison(name, sink, lag=behind[(sink, name)])
     if read_sink is None:
-        return TableComparison(name, sink, unverifiable=f"{config.type} sinks cannot be read back")
+        return TableComparison(name, sink, unverifiable=f"{config.type} sinks {UNREADABLE}")
     if read_source is None:
-        return TableComparison(name, sink, unverifiable="the source type cannot be read back")
+        return TableComparison(name, sink, unverifiable=f"the source type {UNREADABLE}")
     if schema is None:
         return TableComparison(name, sink, missing=["(no schema published for this table yet)"])
     return None

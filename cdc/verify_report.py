@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from cdc.verify import TableComparison
+from cdc.verify import UNREADABLE, TableComparison
 
 STATES = {
     "ok": "ok",
@@ -27,11 +27,13 @@ def print_verify(results: list[TableComparison]) -> None:
             continue
         if r.unverifiable is not None:
             click.echo(f"{r.sink:<12} {r.table:<30} {state:<9} {r.unverifiable}")
-            continue
-        click.echo(
-            f"{r.sink:<12} {r.table:<30} {state:<9} source {r.source_count} rows "
-            f"({r.source_checksum})  sink {r.sink_count} rows ({r.sink_checksum})"
-        )
+        else:
+            click.echo(
+                f"{r.sink:<12} {r.table:<30} {state:<9} source {r.source_count} rows "
+                f"({r.source_checksum})  sink {r.sink_count} rows ({r.sink_checksum})"
+            )
+        if r.note:
+            click.echo(f"    note: {r.note}")
         for label, keys in (
             ("missing in sink", r.missing),
             ("extra in sink", r.extra),
@@ -74,8 +76,9 @@ def _unverifiable(results: list[TableComparison]) -> tuple[dict[str, str], int]:
     """The sinks whose every table is unverifiable for one reason (with it), and how many
     other tables are unverifiable."""
     reasons: dict[str, set[str | None]] = {}
-    for r in results:
-        reasons.setdefault(r.sink, set()).add(r.unverifiable)
+    for r in results:  # a side that cannot be read back is the sink's; other reasons a table's
+        unreadable = r.unverifiable is not None and r.unverifiable.endswith(UNREADABLE)
+        reasons.setdefault(r.sink, set()).add(r.unverifiable if unreadable else None)
     whole = {
         sink: next(iter(found))
         for sink, found in reasons.items()

@@ -104,7 +104,11 @@ def _key(catalog: Catalog, facts: TableFacts, key_columns: Sequence[str] | None)
     if facts.identity == "i":
         return passed(label, "none; records keyed by the replica identity index")
     if facts.identity == "f":
-        return passed(label, "none; REPLICA IDENTITY FULL: records keyed by every column")
+        return passed(
+            label,
+            "none; REPLICA IDENTITY FULL: records keyed by every column, so identical rows "
+            "collapse into one in the sinks (add a primary key to keep duplicates)",
+        )
     table = sql.Identifier(facts.schema, facts.table).as_string(catalog.conn)
     fix = (
         f"add one (ALTER TABLE {table} ADD PRIMARY KEY (...);), or name its key columns in "

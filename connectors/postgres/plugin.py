@@ -14,7 +14,7 @@ from connectors.postgres.lifecycle import drop_replication_objects
 from connectors.postgres.probe import SlotProbe
 from connectors.postgres.snapshot.signal import cancel_snapshot, request_snapshot
 from connectors.postgres.snapshot.source import SnapshottingPostgresSource
-from connectors.postgres.snapshot.table_rows import table_rows
+from connectors.postgres.snapshot.table_rows import keyed_by_value, table_rows
 
 
 class PostgresSourcePlugin:
@@ -75,6 +75,12 @@ class PostgresSourcePlugin:
         """Every current row of ``schema.table`` as the stream shapes it under the pipeline's
         ``envelope`` options (``cdc verify`` decodes both sides with them)."""
         return table_rows(config, schema, table, envelope)
+
+    @staticmethod
+    def keyed_by_value(config: PostgresSourceConfig, schema: str, table: str) -> bool:
+        """Whether ``schema.table``'s records are keyed by every column for want of a key
+        (``cdc verify``: duplicate rows collapse into one in a sink)."""
+        return keyed_by_value(config, schema, table)
 
     @staticmethod
     def drop(config: PostgresSourceConfig, pipeline_name: str) -> list[str]:

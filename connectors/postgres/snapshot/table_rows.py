@@ -66,3 +66,19 @@ def table_rows(
             for values in piece:
                 row = convert(values)
                 yield {k: row[k] for k in key_names}, row
+
+
+def keyed_by_value(config: PostgresSourceConfig, schema: str, table: str) -> bool:
+    """Whether the records of ``schema.table`` are keyed by every column for want of a key:
+    no primary key, no ``key_columns``, ``REPLICA IDENTITY FULL``. Identical rows then share
+    one key, so a sink holds them as one row (``cdc verify`` says so rather than report it as
+    a difference)."""
+    if config.key_columns.get(f"{schema}.{table}"):
+        return False
+    dsn = config.dsn.get_secret_value()
+    catalog = Catalog(dsn, redact_url(dsn), config.connect_timeout_s)
+    try:
+        info = catalog.table(schema, table, catalog.check_role())
+    finally:
+        catalog.close()
+    return not info.primary_key and info.replica_identity == "f"
