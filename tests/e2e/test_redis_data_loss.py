@@ -119,8 +119,9 @@ def _pipeline(tmp_path: Path, dsn: str, url: str, listen: str, log: str) -> Path
 def _log_section(request: pytest.FixtureRequest, kind: str, tmp_path: Path) -> str:
     if kind == "embedded":
         return f"{{type: embedded, path: '{tmp_path / 'log'}'}}"
-    bootstrap = request.getfixturevalue("kafka_server").bootstrap_servers
-    return f"{{type: kafka, bootstrap_servers: '{bootstrap}', partitions: 3}}"
+    server = request.getfixturevalue("kafka_server")
+    server.ensure_serving()  # asked for by name here, so tests/conftest.py does not check it
+    return f"{{type: kafka, bootstrap_servers: '{server.bootstrap_servers}', partitions: 3}}"
 
 
 def _source(dsn: str) -> dict[str, dict[str, Any]]:
