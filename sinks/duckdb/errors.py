@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import orjson
 
-from cdc.errors import RecordError, SinkError
+from cdc.errors import RecordError, SinkError, SinkFatal
 from sinks.duckdb.catalog import ColumnInfo, TableState
 from sinks.duckdb.connection import first_line, translate
 
@@ -78,8 +78,17 @@ def _fix(column: ColumnInfo, table: str) -> str:
     )
 
 
-def staging_failed(exc: BaseException, sink: str, tables: Collection[str]) -> SinkError:
+def staging_failed(exc: BaseException, tables: Collection[str]) -> SinkError:
     """A staging failure no value was found to blame for: DuckDB's reason, without its data."""
-    named = ", ".join(sorted(tables)) or "no table"
-    doing = f"sink {sink}, applying a batch of {named}"
+    doing = f"applying a batch of {', '.join(sorted(tables)) or 'no table'}"
     return translate(exc, doing, duckdb_reason(exc))
+
+
+def named(exc: SinkFatal, sink: str) -> SinkFatal:
+    """``exc`` naming ``sink``, and ``sink`` in the ``cdc sink`` command of its fix."""
+    text = (
+        str(exc)
+        .removeprefix("DuckDB sink: ")
+        .replace("cdc sink FILE SINK ", f"cdc sink FILE {sink} ")
+    )
+    return SinkFatal(f"DuckDB sink {sink}: {text}")

@@ -26,7 +26,7 @@ from cdc.sink import SinkContext, SinkRecord, sink_offsets
 from sinks.duckdb import catalog, history, merge
 from sinks.duckdb.config import DuckDBSinkConfig
 from sinks.duckdb.connection import connect, translate
-from sinks.duckdb.errors import staging_failed
+from sinks.duckdb.errors import named, staging_failed
 from sinks.duckdb.evolve import prepare
 from sinks.duckdb.plan import TableBatch, plan
 from sinks.duckdb.stage import StageFailed, encode, find_bad_value
@@ -59,14 +59,15 @@ class DuckDBSink:
             SinkFatal: the file cannot be used.
         """
         config = self._config
-        self._con = connect(Path(config.path), config.threads, config.memory_limit)
-        try:
-            for ddl in catalog.META_DDL:
-                self._con.execute(ddl)
-            self._load()
-        except duckdb.Error as exc:
-            self.close()
-            raise translate(exc, f"preparing {config.path}") from exc
+        with self._naming():
+            self._con = connect(Path(config.path), config.threads, config.memory_limit)
+            try:
+                for ddl in catalog.META_DDL:
+                    self._con.execute(ddl)
+                self._load()
+            except duckdb.Error as exc:
+                self.close()
+                raise translate(exc, f"preparing {config.path}") from exc
         self._context.logger.info("duckdb.opened", path=config.path, mode=config.mode)
 
     def stored_offsets(self) -> Mapping[TopicPartition, int]:
@@ -91,6 +92,16 @@ class DuckDBSink:
         records, announced, schema_offsets = self._split_schemas(records)
         batches, offsets = plan(records, self._offsets, self._topic_tables)
         offsets.update(schema_offsets)
+        with self._naming():
+            self._apply_all(batches, offsets, announced)
+        self._offsets.update(offsets)
+
+    def _apply_all(
+        self,
+        batches: dict[tuple[str, str], TableBatch],
+        offsets: dict[TopicPartition, int],
+        announced: Sequence[tuple[str, str]],
+    ) -> None:
         try:
             with self._undone_on_error("applying a batch"):
                 self._transaction(batches, offsets, announced)
@@ -98,11 +109,9 @@ class DuckDBSink:
             self._rollback()
             bad = self._diagnose(failed)
             if bad is None:
-                named = [f"{s}.{t}" for s, t in batches]
-                fatal = staging_failed(failed.cause, self._context.sink_name, named)
-                raise fatal from failed.cause
+                named_tables = [f"{s}.{t}" for s, t in batches]
+                raise staging_failed(failed.cause, named_tables) from failed.cause
             raise bad from failed.cause
-        self._offsets.update(offsets)
 
     def close(self) -> None:
         self._pending = []
@@ -121,7 +130,7 @@ class DuckDBSink:
         """
         if self._con is None:
             raise SinkFatal("DuckDB sink: reset before open")
-        with self._undone_on_error(f"resetting {table[0]}.{table[1]}"):
+        with self._naming(), self._undone_on_error(f"resetting {table[0]}.{table[1]}"):
             self._con.execute("BEGIN TRANSACTION")
             self._drop(table)
             topics = sorted({tp.topic for tp in partitions})
@@ -245,6 +254,16 @@ class DuckDBSink:
             return find_bad_value(self._con, failed)
         except duckdb.Error:
             return None  # not a value's fault: the original error is reported
+
+    @contextlib.contextmanager
+    def _naming(self) -> Iterator[None]:
+        """A fatal error names this sink, and the sink in the command of its fix."""
+        try:
+            yield
+        except SinkFatal as exc:
+            if type(exc) is not SinkFatal:
+                raise
+            raise named(exc, self._context.sink_name) from exc
 
     @contextlib.contextmanager
     def _undone_on_error(self, doing: str) -> Iterator[None]:

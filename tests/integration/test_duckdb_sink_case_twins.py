@@ -31,7 +31,7 @@ def _user(pos: int, **row: object) -> object:
 
 def _assert_names_both_and_the_fix(message: str, first: str, second: str) -> None:
     for part in (
-        f"table public.users: columns {first!r} and {second!r} differ only by case",
+        f"DuckDB sink wh: table public.users: columns {first!r} and {second!r} differ only by case",
         "Fix: rename one of them in the source",
         f'ALTER TABLE public.users RENAME COLUMN "{second}"',
         "leave the table out of this sink",

@@ -23,7 +23,7 @@ from cdc.runtime.sink_task import SinkTask
 from cdc.schema import Column
 from cdc.sink import SinkContext
 from sinks.duckdb import DuckDBSink, DuckDBSinkConfig
-from sinks.duckdb.errors import staging_failed
+from sinks.duckdb.errors import named, staging_failed
 from tests.integration.duckdb_kit import PIPELINE, Schemas, event
 
 TABLE = ("public", "bad")
@@ -119,7 +119,8 @@ def test_a_batch_refused_without_a_value_to_blame_names_sink_and_tables_not_data
     con = duckdb.connect()
     with pytest.raises(duckdb.Error) as refused:
         con.execute('SELECT from_json_strict(?, \'{"a": "INTEGER"}\')', [f'{{"a": "{SECRET}"}}'])
-    error = staging_failed(refused.value, "wh", ["public.bad", "public.other"])
+    error = staging_failed(refused.value, ["public.other", "public.bad"])
     assert isinstance(error, SinkFatal)
-    assert str(error).startswith("DuckDB sink: sink wh, applying a batch of public.bad, ")
+    error = named(error, "wh")  # what the sink raises
+    assert str(error).startswith("DuckDB sink wh: applying a batch of public.bad, public.other: ")
     assert SECRET not in str(error) and SECRET in str(refused.value)

@@ -41,7 +41,9 @@ def tables(h: Harness) -> set[str]:
 def test_an_incompatible_change_names_the_reset_that_repairs_it(hist: Harness) -> None:
     hist.apply(item(Op.CREATE, 1, 10, "a", 1))
     hist.schemas.publish("items", ITEM_COLUMNS[0], ITEM_COLUMNS[1], Column("qty", "text"))
-    with pytest.raises(SinkFatal, match=r"--reset-table public\.items"):
+    with pytest.raises(
+        SinkFatal, match=r"^DuckDB sink wh: .*cdc sink FILE wh --reset-table public\.items"
+    ):
         hist.apply(item(Op.CREATE, 2, 11, "b", 2))
 
 
