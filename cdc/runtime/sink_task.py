@@ -39,7 +39,7 @@ from cdc.logging import Logger
 from cdc.metrics.observers import SinkObserver
 from cdc.runtime.control_watcher import ControlWatcher
 from cdc.runtime.retry import Backoff, Decision, Stopped, classify, retry_until_stopped
-from cdc.runtime.sink_control import RUNNING, STOPPED
+from cdc.runtime.sink_control import RETRYING, RUNNING, STOPPED
 from cdc.runtime.sink_rebuild import StoreProbe
 from cdc.runtime.sink_resets import TableResets
 from cdc.runtime.source_task import dead_letter_record
@@ -157,6 +157,7 @@ class SinkTask:
         self._probe = StoreProbe()  # while idle: did the store lose its data?
         self.records_applied = 0
         self.failure: BaseException | None = None
+        self._retrying = False  # recorded as retrying in the control topic, for cdc status
 
     def _table_resets(
         self, control: ControlWatcher, tables: Sequence[tuple[str, str]] | None
@@ -291,6 +292,9 @@ class SinkTask:
             lambda: consumer.commit(offsets), self._stop, self._logger, "sink.commit_retrying"
         )
         self.records_applied += len(batch)
+        if self._retrying:  # the store is back: status says running again, as /readyz does
+            self._retrying = False
+            self._record_state(RUNNING)
         if self._observer is not None:
             self._observer.applied(batch)
         if self._resets is not None:
@@ -354,6 +358,9 @@ class SinkTask:
             # A lost store is no failed write: it is counted as a rebuild.
             if self._observer is not None and not isinstance(exc, SinkDataLost):
                 self._observed_error(self._observer, exc)
+            if not self._retrying and classify(exc) is Decision.RETRY:
+                self._retrying = True  # once per outage: the log is written, not flooded
+                self._record_state(RETRYING, exc)
             raise
 
     @staticmethod
