@@ -146,7 +146,7 @@ def test_ddl_holding_its_lock_when_the_read_begins_is_waited_for(p: Pipeline, dd
     converged(p, ident)
 
 
-def wait_for_lock_wait(dsn: str, application: str = "cdc-snapshot") -> bool:
+def wait_for_lock_wait(dsn: str, application: str = "cdc-snapshot") -> None:
     """Until the session of ``application`` waits for a lock on ``t``."""
     query = (
         "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
@@ -157,7 +157,6 @@ def wait_for_lock_wait(dsn: str, application: str = "cdc-snapshot") -> bool:
         while conn.execute(query, (application,)).fetchone() != (1,):
             assert time.monotonic() < deadline, f"{application} never waited for a lock on t"
             time.sleep(0.02)
-    return True
 
 
 @pytest.mark.pgcore
