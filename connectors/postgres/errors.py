@@ -23,6 +23,11 @@ _FATAL_CONNECT_MARKERS = (
 )
 
 
+class QueryRefused(SourceFatal):
+    """The server refused a read of a table that hides values; the message is a summary
+    (:func:`server_error`), never the server's own words."""
+
+
 def connect_error(where: str, message: str) -> SourceError:
     """The error for a failed connection attempt.
 

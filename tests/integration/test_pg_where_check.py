@@ -1,5 +1,5 @@
 """``cdc snapshot --where``'s server-side check, on a real PostgreSQL: it shows no hidden value
-and writes nothing.
+and writes nothing; nor does a request that fails at run time.
 
 Before the fix the check evaluated the predicate on any 100 rows, the row filter ignored, and
 echoed the server's error: ``--where "ssn::int > 0"`` answered ``invalid input syntax for type
@@ -8,15 +8,19 @@ integer: "SSN-RAW-1"``, a masked value of a row the row filter leaves out.
 
 from __future__ import annotations
 
+import uuid
+from pathlib import Path
 from typing import Any
 
+import orjson
 import psycopg
 import pytest
+from structlog.testing import capture_logs
 
 from cdc.errors import ConfigError
 from connectors.postgres.config import PostgresSourceConfig
-from connectors.postgres.snapshot.signal import request_snapshot
-from tests.integration.snapshot_kit import execute
+from connectors.postgres.snapshot.signal import _write, request_snapshot
+from tests.integration.snapshot_kit import PIPELINE, execute, pipeline
 
 
 def config(dsn: str, users: dict[str, Any] | str) -> PostgresSourceConfig:
@@ -85,3 +89,25 @@ def request_snapshot_checks(cfg: PostgresSourceConfig, table: str, where: str) -
     except Exception as exc:  # the signal's write, after the check
         return "signal table" in str(exc) or "snapshot" in str(exc)
     return True
+
+
+@pytest.mark.pgcore
+def test_a_request_failing_at_run_time_shows_no_hidden_value(dsn: str, tmp_path: Path) -> None:
+    """A hand-written signal skips ``cdc snapshot``'s check: its chunk read fails on a masked
+    value, and neither the request's stored reason nor a log line quotes it."""
+    with (
+        pipeline(dsn, tmp_path / "log", [USERS], snapshot="initial") as p,
+        capture_logs() as logs,
+    ):
+        p.start()
+        p.wait(lambda: bool(p.sources) and p.sources[-1].streaming)
+        p.wait(lambda: len(p.topic_state("public.users")) == 2)
+        execute(dsn, "UPDATE users SET ssn = 'SSN-RAW-2' WHERE id = 2")
+        request = {"id": uuid.uuid4().hex, "type": "snapshot", "table": "public.users"}
+        request["where"] = "ssn::int > 0"
+        _write(p.config, PIPELINE, request, lambda conn: None)
+        p.wait(lambda: any(f.get("id") == request["id"] for f in p.snapshot_state()["failed"]))
+        [failed] = [f for f in p.snapshot_state()["failed"] if f.get("id") == request["id"]]
+        stored = p.offsets()
+    assert "SQLSTATE 22P02" in str(failed), failed
+    assert b"SSN-RAW" not in orjson.dumps([stored, [dict(e) for e in logs]], default=str)

@@ -348,7 +348,10 @@ class WatermarkReader:
         state = job.table.state
         rows: dict[bytes, KeyedRow] = {}
         for lines in read_lines(
-            conn, chunk_query(job.table, job.chunk, job.where, ordered=True), 5000
+            conn,
+            chunk_query(job.table, job.chunk, job.where, ordered=True),
+            5000,
+            job.table.hides_values,
         ):
             for row in keyed_lines(state, lines):
                 rows[row[1]] = row
@@ -357,7 +360,7 @@ class WatermarkReader:
             # publication): the sinks may hold them from under the filter before.
             outside = replace(job.table, where=f"({job.table.where}) IS NOT TRUE")
             query = chunk_query(outside, job.chunk, job.where, ordered=True)
-            for lines in read_lines(conn, query, 5000):
+            for lines in read_lines(conn, query, 5000, job.table.hides_values):
                 for left_out, key in keyed_lines(state, lines):
                     rows[key] = Gone(left_out, key)
         return rows

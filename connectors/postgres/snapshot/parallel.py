@@ -238,7 +238,7 @@ class ExportedSnapshotReader:
         count = 0
         options = settings.options
         schemas = relation_schemas(table.state, options) if options.schemas_enable else None
-        for rows in read_lines(conn, query, settings.piece_rows):
+        for rows in read_lines(conn, query, settings.piece_rows, table.hides_values):
             records = to_records(
                 table,
                 rows,

@@ -18,6 +18,7 @@ from psycopg import sql
 
 from cdc.errors import SourceFatal
 from connectors.postgres.catalog import Catalog, TableInfo, published_column
+from connectors.postgres.errors import QueryRefused, server_error
 from connectors.postgres.filters import PLAIN, TableFilter
 from connectors.postgres.pgoutput import Relation, RelationColumn
 from connectors.postgres.relations import RelationState, build_state
@@ -60,6 +61,13 @@ class SnapshotTable:
     @property
     def columns(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.state.relation.columns)
+
+    @property
+    def hides_values(self) -> bool:
+        """Whether the table's filters hide values (a row filter, masks, left-out columns):
+        then no error of a read of it may quote one (:func:`read_lines`)."""
+        state = self.state
+        return self.where is not None or bool(state.masks) or state.project is not None
 
 
 def describe(
@@ -223,11 +231,33 @@ def _row(values: Sequence[str]) -> sql.Composable:
 
 
 def read_lines(
-    conn: psycopg.Connection[Any], query: sql.Composed, piece_rows: int
+    conn: psycopg.Connection[Any],
+    query: sql.Composed,
+    piece_rows: int,
+    hides_values: bool = False,
 ) -> Iterator[list[bytes]]:
     """The chunk's rows as lines of COPY text (newline included or not), in pieces of at most
     ``piece_rows``: the native encoder reads them without splitting them in Python first
-    (:func:`.rows.to_records`)."""
+    (:func:`.rows.to_records`).
+
+    Raises:
+        QueryRefused: the server refused the read of a table that ``hides_values``
+            (:attr:`SnapshotTable.hides_values`), with a summary in place of the server's
+            message, which can quote a hidden value (``invalid input syntax for type integer:
+            "SSN-RAW-1"`` of an operator's ``--where``).
+    """
+    try:
+        yield from _copy_lines(conn, query, piece_rows)
+    except psycopg.Error as exc:
+        if not hides_values or isinstance(exc, psycopg.OperationalError):
+            raise  # the connection, or a table that hides nothing
+        # Not chained: a logged traceback would print the original.
+        raise QueryRefused(server_error(exc, hides_values)) from None
+
+
+def _copy_lines(
+    conn: psycopg.Connection[Any], query: sql.Composed, piece_rows: int
+) -> Iterator[list[bytes]]:
     piece: list[bytes] = []
     append = piece.append
     with conn.cursor() as cur, cur.copy(query) as copy:
@@ -256,8 +286,12 @@ def lines_of(block: bytes) -> list[bytes]:
 
 
 def read_rows(
-    conn: psycopg.Connection[Any], query: sql.Composed, piece_rows: int
+    conn: psycopg.Connection[Any],
+    query: sql.Composed,
+    piece_rows: int,
+    hides_values: bool = False,
 ) -> Iterator[list[Values]]:
-    """The chunk's rows as text values, in pieces of at most ``piece_rows``."""
-    for lines in read_lines(conn, query, piece_rows):
+    """The chunk's rows as text values, in pieces of at most ``piece_rows`` (``hides_values``:
+    see :func:`read_lines`)."""
+    for lines in read_lines(conn, query, piece_rows, hides_values):
         yield [split_line(line) for line in lines]
