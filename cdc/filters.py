@@ -156,6 +156,25 @@ class TableEntry(_Strict):
         """Whether ``column`` leaves the database."""
         return self.columns is None or self.columns.keeps(column)
 
+    def hidden_names(self) -> list[str]:
+        """The columns the entry masks or leaves out by name (an ``include`` list hides the
+        columns it does not name, which it cannot list)."""
+        excluded = self.columns.exclude if self.columns is not None else None
+        return [*self.mask, *(excluded or ())]
+
+    def case_twins(self, columns: list[str]) -> list[tuple[str, str]]:
+        """``(column, hidden)``: a column of ``columns`` named like a masked or left-out one
+        only by case, which nothing hides (``"Email"`` beside masked ``email``)."""
+        hidden = {c.casefold(): c for c in self.hidden_names()}
+        return [
+            (c, hidden[c.casefold()])
+            for c in columns
+            if c.casefold() in hidden
+            and c != hidden[c.casefold()]
+            and self.keeps(c)
+            and c not in self.mask
+        ]
+
     def allows(self, op: str) -> bool:
         """Whether changes of operation ``op`` (``c``, ``u``, ``d``, ``r``, ``t``) are captured."""
         return self.ops is None or op in self.ops

@@ -3,9 +3,11 @@
 What a start would refuse, found without starting: a row filter below PostgreSQL 15, one that
 is not a valid expression over the table's columns, one using a function that is not a
 built-in immutable one, one on a column outside the replica identity (PostgreSQL would then
-refuse every UPDATE and DELETE of the table), and a key column left out or masked other than by
-hash. The row filter's columns and functions are read from the dependencies of a temporary view
-over it, made in a transaction that is rolled back: nothing changes.
+refuse every UPDATE and DELETE of the table), a key column left out or masked other than by
+hash, and a masked or left-out column the table does not have (renamed: its values would leave
+under the new name), with a warning for one named like it only by case. The row filter's
+columns and functions are read from the dependencies of a temporary view over it, made in a
+transaction that is rolled back: nothing changes.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import re
 import psycopg
 from psycopg import sql
 
-from cdc.doctor import Check, failed, passed
+from cdc.doctor import Check, failed, passed, warned
 from cdc.filters import TableEntry
 from connectors.postgres.catalog import Catalog
 from connectors.postgres.doctor_tables import TableFacts
@@ -37,6 +39,11 @@ _REFUSED = sql.SQL(
     "SELECT DISTINCT proname::text FROM pg_proc WHERE oid = ANY(%s)"
     " AND (oid >= 16384 OR provolatile <> 'i')"
 )
+_LIVE_COLUMNS = sql.SQL(
+    "SELECT a.attname::text FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid"
+    " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s"
+    " AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum"
+)
 _FUNCTION_IDS = re.compile(r":(?:funcid|opfuncid) (\d+)")
 
 
@@ -49,6 +56,8 @@ def filter_checks(catalog: Catalog, facts: TableFacts, entry: TableEntry) -> lis
     if not facts.exists or not entry.filtered:
         return []
     checks = [_key(facts, entry)]
+    if entry.hidden_names():
+        checks.append(_named(catalog, facts, entry))
     if isinstance(entry.where, str):
         checks.append(_where(catalog, facts, entry.where))
     return checks
@@ -64,6 +73,29 @@ def _key(facts: TableFacts, entry: TableEntry) -> Check:
         )
         return failed(label, detail, "keep the key columns; hash them if they must be hidden")
     return passed(label, "every key column is captured (hashed where masked)")
+
+
+def _named(catalog: Catalog, facts: TableFacts, entry: TableEntry) -> Check:
+    """The masked and left-out columns exist: a renamed one would leave the database under
+    its new name (the start refuses such a table: :mod:`connectors.postgres.filters`)."""
+    label = f"table {facts.name}: masked and left-out columns"
+    live = [str(name) for (name,) in catalog.rows(_LIVE_COLUMNS, (facts.schema, facts.table))]
+    missing = [c for c in entry.hidden_names() if c not in live]
+    if missing:
+        return failed(
+            label,
+            f"names {', '.join(missing)}, which the table does not have (renamed or dropped?): "
+            "a start refuses it",
+            "name the columns as they are called now in source.tables",
+        )
+    twins = entry.case_twins(live)
+    if twins:
+        return warned(
+            label,
+            ", ".join(f"{c!r} is named like {h!r} only by case, and not hidden" for c, h in twins),
+            "mask or leave it out too if it holds what the other hides",
+        )
+    return passed(label, f"{', '.join(entry.hidden_names())}: each is a column of the table")
 
 
 def _where(catalog: Catalog, facts: TableFacts, where: str) -> Check:

@@ -125,10 +125,9 @@ class TableFilter:
         return self.entry.allows(op)
 
     def named_hidden(self) -> list[str]:
-        """The columns the entry masks or leaves out by name (an ``include`` list hides the
-        columns it does not name, which it cannot list)."""
-        excluded = self.entry.columns.exclude if self.entry.columns is not None else None
-        return [*self.masks, *(excluded or ())]
+        """The columns the entry masks or leaves out by name (see
+        :meth:`cdc.filters.TableEntry.hidden_names`)."""
+        return self.entry.hidden_names()
 
     def check_live(self, columns: Collection[str], carried: Collection[str] = ()) -> None:
         """Raises SourceMisconfigured: the entry masks or leaves out a column the table
@@ -145,16 +144,6 @@ class TableFilter:
             "with on_transform_change: continue (records written since a rename the running "
             "pipeline saw carry its mask already) or resnapshot"
         )
-
-    def case_twins(self, columns: Collection[str]) -> list[tuple[str, str]]:
-        """``(column, hidden)``: a column of ``columns`` named like a masked or left-out one
-        only by case, which no filter applies to (``"Email"`` beside masked ``email``)."""
-        hidden = {c.casefold(): c for c in self.named_hidden()}
-        return [
-            (c, hidden[c.casefold()])
-            for c in columns
-            if c.casefold() in hidden and c != hidden[c.casefold()] and not self.hides(c)
-        ]
 
     def bound(
         self,
@@ -247,7 +236,7 @@ class TableFilter:
 
     def report_twins(self, columns: Collection[str]) -> None:
         """Warn (once each) of the :meth:`case_twins` among ``columns``."""
-        for column, hidden in self.case_twins(columns):
+        for column, hidden in self.entry.case_twins(list(columns)):
             self._report(
                 ("twin", column),
                 "filter.case_twin",

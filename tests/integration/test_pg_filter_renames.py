@@ -161,3 +161,24 @@ def test_a_column_named_like_a_masked_one_only_by_case_is_reported(
     twins = [e for e in logs if e["event"] == "filter.case_twin"]
     assert [(e["column"], e["like"]) for e in twins] == [("SSN", "ssn")]
     assert "mask or leave out 'SSN' too" in twins[0]["fix"]
+
+
+@pytest.mark.pgcore
+def test_doctor_names_a_renamed_masked_column_and_a_case_twin(users: str) -> None:
+    from connectors.postgres import PostgresSourceConfig
+    from connectors.postgres.doctor import doctor
+
+    config = PostgresSourceConfig.model_validate(
+        {"type": "postgres", "dsn": users, "tables": [USERS]}
+    )
+    label = "masked and left-out columns"
+
+    def check() -> Any:
+        [found] = [c for c in doctor(config, "doc") if c.name.endswith(label)]
+        return found
+
+    assert check().ok
+    execute(users, 'ALTER TABLE users ADD COLUMN "SSN" text')
+    assert check().ok and "'SSN' is named like 'ssn' only by case" in check().detail
+    execute(users, "ALTER TABLE users RENAME COLUMN ssn TO ssn2")
+    assert not check().ok and "names ssn, which the table does not have" in check().detail
