@@ -222,6 +222,7 @@ class SinkTask:
             self._apply_resets()
             self._subscribe()
             self._logger.info("sink.opened", topics=self._topics)
+            self._retrying = False
             self._record_state(RUNNING)
             if self._observer is not None:
                 self._observer.opened()
@@ -328,8 +329,18 @@ class SinkTask:
 
     def _open_sink(self) -> Sink:
         sink = self._factory()
-        sink.open()
+        try:
+            sink.open()
+        except Exception as exc:
+            self._note_retry(exc)  # the store away at start: status says so, as /readyz does
+            raise
         return sink
+
+    def _note_retry(self, exc: BaseException) -> None:
+        """Record ``retrying`` with the reason, once per outage (the log is not flooded)."""
+        if not self._retrying and classify(exc) is Decision.RETRY:
+            self._retrying = True
+            self._record_state(RETRYING, exc)
 
     def _start_offsets(self, partitions: list[TopicPartition]) -> Mapping[TopicPartition, int]:
         assert self._sink is not None
@@ -358,9 +369,7 @@ class SinkTask:
             # A lost store is no failed write: it is counted as a rebuild.
             if self._observer is not None and not isinstance(exc, SinkDataLost):
                 self._observed_error(self._observer, exc)
-            if not self._retrying and classify(exc) is Decision.RETRY:
-                self._retrying = True  # once per outage: the log is written, not flooded
-                self._record_state(RETRYING, exc)
+            self._note_retry(exc)
             raise
 
     @staticmethod

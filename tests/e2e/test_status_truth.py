@@ -133,3 +133,37 @@ def test_a_pipeline_stopped_mid_snapshot_shows_it_paused_without_an_eta(
 def _snapshot_running(tmp_path: Path, pipeline: Path, env: dict[str, str]) -> bool:
     rows = _status(tmp_path, pipeline, env)["snapshot"]
     return any(r["state"] == "running" and r.get("chunks_done", 0) >= 2 for r in rows)
+
+
+def test_status_says_retrying_while_the_sink_cannot_open(
+    pg_db: str, redis: LocalRedis, tmp_path: Path
+) -> None:
+    with psycopg.connect(pg_db, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.t (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO public.t SELECT g, 'v' FROM generate_series(1, 20) g")
+    listen = f"{LOOPBACK}:{free_port()}"
+    sinks = "  - name: cache\n    type: redis\n    url: ${REDIS_URL}\n"
+    pipeline = _write(tmp_path, f"so_{uuid.uuid4().hex[:6]}", "", sinks)
+    pipeline.write_text(pipeline.read_text() + f"metrics:\n  listen: '{listen}'\n")
+    env = {"PG_DSN": pg_db, "REDIS_URL": redis.url}
+    log = tmp_path / "run.log"
+    first = start_run(pipeline, tmp_path, env)
+    try:
+        wait_for(lambda: _readyz(listen)[0] == 200, 90, 0.5, first, log)
+    finally:
+        code, _ = stop(first)
+    assert code == 0, log.read_text()[-3000:]
+    redis.stop()  # the sink recorded running; the next start cannot open it
+    run = start_run(pipeline, tmp_path, env)
+    try:
+        wait_for(lambda: "sink:cache: not open yet" in str(_readyz(listen)[1]), 60, 0.5, run, log)
+        retrying = lambda: _cache(_status(tmp_path, pipeline, env))["state"] == "retrying"  # noqa: E731
+        wait_for(retrying, 30, 0.5, run, log)
+        redis.start()
+        wait_for(lambda: _readyz(listen)[0] == 200, 90, 0.5, run, log)
+        back = lambda: _cache(_status(tmp_path, pipeline, env))["state"] == "running"  # noqa: E731
+        wait_for(back, 30, 0.5, run, log)  # the state is written a moment after it opened
+    finally:
+        code, _ = stop(run)
+        cdc("drop", str(pipeline), "--yes", cwd=tmp_path, env=env)
+    assert code == 0, log.read_text()[-3000:]
