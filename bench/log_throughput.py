@@ -88,7 +88,7 @@ class Baseline:
         start, ts = self.offset, now_ms()
         self.conn.execute("BEGIN IMMEDIATE")
         rows = (
-            (1, 0, start + i, k, v, ts, None)
+            (1, 0, start + i, k, v, ts, None, b"[%d,0]" % (start + i))
             for i, (k, v) in enumerate(zip(keys, values, strict=True))
         )
         self.conn.executemany(INSERT_RECORD, rows)

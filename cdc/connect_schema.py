@@ -12,8 +12,8 @@ once per table version and kept as JSON bytes (:class:`TableSchemas`), never per
 
 Key order inside each schema object is the converter's: ``type``, ``fields``/``items``,
 ``optional``, ``name``, ``version``, ``doc``, ``parameters``, ``default``, ``field``
-(tests/debezium/OBSERVED.md). Our ``source.pos`` is described as an optional array field at
-the end of the source struct: a documented deviation.
+(tests/debezium/OBSERVED.md). The ``source`` struct is Debezium's: the record's position
+travels beside the value (:attr:`cdc.log.base.Record.pos`).
 """
 
 from __future__ import annotations
@@ -105,19 +105,13 @@ TRANSACTION: Final = named(
 )
 
 
-def pos_field(item_type: str = "int64") -> dict[str, Any]:
-    """Our ``source.pos``: ``[position, sequence]``, an optional array (a deviation)."""
-    return _f("array", "pos", True, items={"type": item_type, "optional": True})
-
-
-def source_struct(
-    connector: str, tail: Sequence[Mapping[str, Any]], pos_items: str = "int64"
-) -> dict[str, Any]:
-    """The ``source`` field: the common fields, the connector's ``tail``, then ``pos``."""
+def source_struct(connector: str, tail: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The ``source`` field: the common fields, then the connector's ``tail`` (Debezium's; the
+    record's position travels beside the value, not in it)."""
     return named(
         {
             "type": "struct",
-            "fields": [*_common_source(), *tail, pos_field(pos_items)],
+            "fields": [*_common_source(), *tail],
             "optional": False,
             "name": f"io.debezium.connector.{connector}.Source",
             "version": 1,

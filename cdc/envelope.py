@@ -4,15 +4,17 @@ The value is ``{"before", "after", "source", "transaction", "op", "ts_ms", "ts_u
 (Debezium 3.x's envelope), in the JsonConverter's ``{"schema", "payload"}`` wrapper under
 ``schemas.enable`` (:mod:`cdc.connect_schema`); a delete is followed by a tombstone (same key,
 null value) so compaction can drop the key, unless ``tombstones.on.delete`` is off. The
-``source`` block is Debezium's (``version`` ... ``ts_ns``, then the connector's fields), with
-our ``pos`` last.
+``source`` block is Debezium's (``version`` ... ``ts_ns``, then the connector's fields): the
+value is Debezium's bytes. The record's source position, ``[position, sequence]``, what sinks
+order and de-duplicate by, travels beside the value (:attr:`Record.pos`: a Kafka header
+``cdc.pos``, a column of the embedded log).
 
 Values reach this module already JSON-shaped (converters run in the source), so encoding is one
 ``orjson.dumps`` per record. Its parts live in :mod:`cdc.json_rows` (rows a source wrote
 already, the JSON rules for decimals and bytes) and :mod:`cdc.record_template` (the record
 template and the ``source`` block); both are re-exported here, so ``cdc.envelope.X`` keeps
-working. ``source.pos`` is written by :func:`write_pos` (the dict form) and the template (the
-bytes form), and read by :func:`read_pos`, which every sink uses.
+working. The position is written by :func:`write_pos` (and :meth:`RecordTemplate.pos`), and
+read by :func:`record_pos`, which the sink runtime uses (:attr:`cdc.sink.SinkRecord.position`).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ __all__ = [
     "payload",
     "pg_order",
     "read_pos",
+    "record_pos",
     "row_json",
     "source_block",
     "source_parts",
@@ -85,12 +88,31 @@ def encode_key(key: dict[str, Any]) -> bytes:
     return exact(orjson.dumps(key, default=_default))
 
 
-# -- source.pos ----------------------------------------------------------------------------
+# -- the position ---------------------------------------------------------------------------
+
+
+def record_pos(pos: bytes | None, value: Mapping[str, Any] | None) -> tuple[Any, Any]:
+    """A stored record's source position: its ``pos`` (the Kafka header ``cdc.pos``, the
+    embedded log's column), else, for a record written before the position moved beside the
+    value, the value's ``source.pos`` (:func:`read_pos`).
+
+    Unchecked: each sink checks the types its policy needs.
+
+    Raises:
+        KeyError, TypeError, ValueError: neither holds a position (a tombstone has none), or
+            not a pair.
+    """
+    if pos is not None:
+        position, sequence = orjson.loads(pos)
+        return position, sequence
+    if value is None:
+        raise ValueError("a tombstone has no source position")
+    return read_pos(value)
 
 
 def read_pos(value: Mapping[str, Any]) -> tuple[Any, Any]:
-    """``source.pos`` of a decoded record value, unchecked: each sink checks the types its
-    policy needs.
+    """``source.pos`` of a decoded record value: where records written before the position
+    moved beside the value (:func:`record_pos`) hold it.
 
     Raises:
         KeyError, TypeError, ValueError: no ``source.pos``, or not a pair.
@@ -122,10 +144,9 @@ def encode_value(
     (:class:`EncodedRow`) is copied in as it is.
     """
     src = event.source
-    sequence, extra = src.sequence, src.extra
+    extra = src.extra
     if (
-        sequence.__class__ is not int
-        or event.transaction is not None
+        event.transaction is not None
         or event.fields
         or not src.table_fields  # the MongoDB envelope's other tail (encode_value_dict)
         or (extra and not _BASE_KEYS.isdisjoint(extra))
@@ -133,9 +154,7 @@ def encode_value(
         return encode_value_dict(event, pipeline, now_ms, schemas)
     template = _cached_template(event, pipeline, schemas)
     ts = now_ms if now_ms is not None else int(time.time() * 1000)
-    return template.value(
-        row_json(event.after), order_json(src.order), extra_json(extra), sequence, ts
-    )
+    return template.value(row_json(event.after), order_json(src.order), extra_json(extra), ts)
 
 
 def _cached_template(
@@ -165,8 +184,7 @@ def _cached_template(
     close = b"}"
     if schemas is not None:
         prefix, close = schemas.value_prefix + prefix, b"}}"
-    pos = b',"pos":[%b,' % json_of(src.position)
-    return RecordTemplate(prefix, head, mid, pos, _OP_PARTS[event.op], close)
+    return RecordTemplate(prefix, head, mid, json_of(src.position), _OP_PARTS[event.op], close)
 
 
 def encode_value_dict(
@@ -207,7 +225,6 @@ _BASE_KEYS: Final = frozenset(
         "schema",
         "table",
         "txId",
-        "pos",
     )
 )
 _last_parts: tuple[tuple[Any, ...], tuple[bytes, bytes]] = ((), (b"", b""))
@@ -234,9 +251,11 @@ def to_records(
     ``skipped.operations`` is applied by :func:`batch_records`, not here.
     """
     encoded = event.encoded
+    src = event.source
+    pos = write_pos(src.position, src.sequence)
     if encoded is not None and encoded[0] == pipeline:
         ts = now_ms if now_ms is not None else int(time.time() * 1000)
-        return [Record(encoded[1], encoded[2], finish(encoded[3], ts, encoded[4]))]
+        return [Record(encoded[1], encoded[2], finish(encoded[3], ts, encoded[4]), pos)]
     topic = topic_name(pipeline, *event.topic_table)
     schemas = schemas_of(event, topic, options)
     key: bytes | None = None
@@ -245,9 +264,9 @@ def to_records(
         if schemas is not None:
             key = schemas.wrap_key(key)
     value = encode_value(event, pipeline, now_ms, schemas)
-    records = [Record(topic, key, value)]
+    records = [Record(topic, key, value, pos)]
     if event.op is Op.DELETE and options.tombstones_on_delete:
-        records.append(Record(topic, key, None))
+        records.append(Record(topic, key, None))  # a tombstone has no position
     return records
 
 
@@ -297,7 +316,9 @@ def batch_records(
             continue
         encoded = event.encoded
         if encoded is not None and encoded[0] == pipeline:
-            append(Record(encoded[1], encoded[2], b"%b%b%b" % (encoded[3], ts, encoded[4])))
+            src = event.source
+            value = b"%b%b%b" % (encoded[3], ts, encoded[4])
+            append(Record(encoded[1], encoded[2], value, write_pos(src.position, src.sequence)))
         else:
             extend(to_records(event, pipeline, now_ms, options))
     return records

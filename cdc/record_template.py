@@ -1,6 +1,8 @@
 """The record template: a record value's bytes with what changes per change left open, and
 the ``source`` block it holds (Debezium's ``version`` ... ``ts_ns``, then the connector's
-fields, our ``pos`` last).
+fields), and the record's source position, which travels beside the value
+(:attr:`cdc.log.base.Record.pos`: the Kafka header ``cdc.pos``, the embedded log's ``pos``
+column), never in it: a Debezium consumer reads Debezium's bytes.
 
 Every record value is written through one :class:`RecordTemplate`:
 :func:`cdc.envelope.encode_value`, a source that writes its records itself
@@ -22,37 +24,40 @@ from cdc.json_rows import json_default, json_of
 CONNECTOR_VERSION = "0.1.0"
 
 
-def write_pos(position: Any, sequence: Any) -> list[Any]:
-    """``source.pos`` as the dict envelope holds it: ``[position, sequence]``.
+def write_pos(position: Any, sequence: Any) -> bytes:
+    """A record's source position, ``[position, sequence]`` as JSON: what
+    :attr:`cdc.log.base.Record.pos` holds.
 
-    It orders the changes of one key totally, so a sink can skip any record whose ``pos`` is
-    not newer than what it holds. :class:`RecordTemplate` writes the same in bytes.
+    It orders the changes of one key totally, so a sink can skip any record whose position is
+    not newer than what it holds. :meth:`RecordTemplate.pos` writes the same.
     """
-    return [position, sequence]
+    if sequence.__class__ is int:
+        return b"[%b,%d]" % (json_of(position), sequence)
+    return orjson.dumps([position, sequence], default=json_default)
 
 
 class RecordTemplate(NamedTuple):
     """A record value with what changes from change to change left open.
 
-    The value is ``prefix + after + head + order + mid + extra + pos + sequence + tail +
-    stamp(now) + close``: ``order`` is the JSON of ``source.sequence`` (Debezium's, per
-    change), ``extra`` the connector's fields after ``txId`` (``,"lsn":...``, per change,
-    :func:`extra_json`), ``sequence`` our ``pos`` sequence. One is built per transaction (or
-    snapshot chunk), table and operation, never per row.
+    The value is ``prefix + after + head + order + mid + extra + tail + stamp(now) +
+    close``: ``order`` is the JSON of ``source.sequence`` (Debezium's, per change), ``extra``
+    the connector's fields after ``txId`` (``,"lsn":...``, per change, :func:`extra_json`).
+    The record's position beside it is :meth:`pos` of the change's sequence. One is built per
+    transaction (or snapshot chunk), table and operation, never per row.
 
     Attributes:
         prefix: ``[{"schema":<S>,"payload":]{"before":<JSON>,"after":``.
         head: ``,"source":{"version":...,"db":...,"sequence":``.
         mid: ``,"ts_us":...,"ts_ns":...,"schema":...,"table":...,"txId":...``.
-        pos: ``,"pos":[<position>,``.
-        tail: ``]},"transaction":null,"op":"<op>","ts_ms":``.
+        position: the JSON of the changes' source position (:meth:`pos`).
+        tail: ``},"transaction":null,"op":"<op>","ts_ms":``.
         close: ``}``, or ``}}`` inside the schema wrapper.
     """
 
     prefix: bytes
     head: bytes
     mid: bytes
-    pos: bytes
+    position: bytes
     tail: bytes
     close: bytes
 
@@ -72,45 +77,44 @@ class RecordTemplate(NamedTuple):
         close = b"}"
         if schemas is not None:
             prefix, close = schemas.value_prefix + prefix, b"}}"
-        position = json_of(src.position)
-        return cls(prefix, head, mid, b',"pos":[%b,' % position, _OP_PARTS[op], close)
+        return cls(prefix, head, mid, json_of(src.position), _OP_PARTS[op], close)
 
-    def value(self, after: bytes, order: bytes, extra: bytes, sequence: int, now_ms: int) -> bytes:
+    def value(self, after: bytes, order: bytes, extra: bytes, now_ms: int) -> bytes:
         """The whole record value."""
-        return b"%b%b%b%b%b%b%b%d%b%b%b" % (
+        return b"%b%b%b%b%b%b%b%b%b" % (
             self.prefix,
             after,
             self.head,
             order,
             self.mid,
             extra,
-            self.pos,
-            sequence,
             self.tail,
             stamp(now_ms),
             self.close,
         )
 
-    def value_at(self, after: bytes, order: bytes, extra: bytes, sequence: int) -> bytes:
+    def value_at(self, after: bytes, order: bytes, extra: bytes) -> bytes:
         """The value up to its ``ts_ms`` number (:data:`PreEncoded`); :func:`finish` completes
         it with :attr:`close`."""
-        return b"%b%b%b%b%b%b%b%d%b" % (
+        return b"%b%b%b%b%b%b%b" % (
             self.prefix,
             after,
             self.head,
             order,
             self.mid,
             extra,
-            self.pos,
-            sequence,
             self.tail,
         )
 
+    def pos(self, sequence: int) -> bytes:
+        """The position of the change at ``sequence`` (:func:`write_pos`)."""
+        return b"[%b,%d]" % (self.position, sequence)
+
     def pieces(self, order: bytes, extra: bytes, now_ms: int) -> tuple[bytes, bytes, bytes]:
-        """``(prefix, middle, tail)`` with ``prefix + after + middle + sequence + tail`` the
-        value, for rows sharing ``order`` and ``extra`` (a snapshot chunk's): for an encoder
-        that writes a batch of rows at once (the native snapshot one)."""
-        middle = b"%b%b%b%b%b" % (self.head, order, self.mid, extra, self.pos)
+        """``(prefix, middle, tail)`` with ``prefix + after + middle + tail`` the value, for
+        rows sharing ``order`` and ``extra`` (a snapshot chunk's): for an encoder that writes a
+        batch of rows at once (the native snapshot one)."""
+        middle = b"%b%b%b%b" % (self.head, order, self.mid, extra)
         return self.prefix, middle, b"%b%b%b" % (self.tail, stamp(now_ms), self.close)
 
     def marked(self, value: bytes, other: RecordTemplate) -> bytes:
@@ -166,7 +170,6 @@ def source_block(event: ChangeEvent, pipeline: str) -> dict[str, Any]:
     block.update(_source_table(src))
     if src.extra:
         block.update(src.extra)
-    block["pos"] = write_pos(src.position, src.sequence)
     return block
 
 
@@ -206,5 +209,5 @@ def source_parts(src: SourceInfo, pipeline: str) -> tuple[bytes, bytes]:
 
 
 _OP_PARTS: Final = {
-    op: b']},"transaction":null,"op":"' + op.value.encode() + b'","ts_ms":' for op in Op
+    op: b'},"transaction":null,"op":"' + op.value.encode() + b'","ts_ms":' for op in Op
 }

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import structlog
 from pydantic import BaseModel
 
+from cdc.envelope import record_pos
 from cdc.envelope_options import READABLE, EnvelopeOptions
 from cdc.log.base import TopicPartition
 from cdc.log.eras import Era
@@ -48,10 +49,25 @@ class SinkRecord:
     era: Era | None = None
     """The encoding the record was written under (:mod:`cdc.log.eras`); ``None``: not known,
     the pipeline's (:attr:`SinkContext.envelope`). Use :func:`record_options`."""
+    pos: bytes | None = None
+    """The record's source position as the log keeps it beside the value
+    (:attr:`cdc.log.base.StoredRecord.pos`); read it with :attr:`position`."""
 
     @property
     def tp(self) -> TopicPartition:
         return TopicPartition(self.topic, self.partition)
+
+    @property
+    def position(self) -> tuple[Any, Any]:
+        """``(position, sequence)``: what a sink orders and de-duplicates a key's changes by.
+        A record appended before the log kept the position beside the value has it in the
+        value's ``source.pos``, which is read then (:func:`cdc.envelope.record_pos`); each
+        sink checks the types its policy needs.
+
+        Raises:
+            KeyError, TypeError, ValueError: no position (a tombstone has none), or not a pair.
+        """
+        return record_pos(self.pos, self.value)
 
 
 class SchemaLookup(Protocol):

@@ -19,7 +19,8 @@ def follow(
     max_records: int | None,
     timeout_s: float | None,
 ) -> Iterator[str]:
-    """Yield ``{"topic", "partition", "offset", "key", "value"}`` JSON lines.
+    """Yield ``{"topic", "partition", "offset", "key", "value"}`` JSON lines, and ``"pos"``
+    (the record's source position, kept beside Debezium's value) when the record has one.
 
     Stops after ``max_records`` records, or once nothing new arrived for ``timeout_s`` seconds
     (``None``: follow until interrupted).
@@ -48,12 +49,13 @@ def follow(
 
 
 def _line(record: StoredRecord) -> str:
-    return orjson.dumps(
-        {
-            "topic": record.topic,
-            "partition": record.partition,
-            "offset": record.offset,
-            "key": None if record.key is None else orjson.loads(record.key),
-            "value": None if record.value is None else orjson.loads(record.value),
-        }
-    ).decode()
+    line = {
+        "topic": record.topic,
+        "partition": record.partition,
+        "offset": record.offset,
+        "key": None if record.key is None else orjson.loads(record.key),
+        "value": None if record.value is None else orjson.loads(record.value),
+    }
+    if record.pos is not None:
+        line["pos"] = orjson.loads(record.pos)
+    return orjson.dumps(line).decode()

@@ -14,7 +14,6 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from cdc.envelope import read_pos
 from cdc.errors import RecordError
 from cdc.events import topic_name
 from cdc.sink import SinkRecord
@@ -94,11 +93,11 @@ def classify(record: SinkRecord, tables: TopicTables) -> Change:
     if kind is None:
         raise RecordError(f"unknown op {op!r} at offset {record.offset}", record)
     try:
-        position, sequence = read_pos(value)
+        position, sequence = record.position
     except (KeyError, TypeError, ValueError) as exc:
-        raise RecordError(f"no source.pos at offset {record.offset}", record) from exc
+        raise RecordError(f"no source position at offset {record.offset}", record) from exc
     if type(position) is not int or type(sequence) is not int or position < 0 or sequence < 0:
-        raise RecordError(f"source.pos is not two counts at offset {record.offset}", record)
+        raise RecordError(f"source position not two counts at offset {record.offset}", record)
     if kind is not Kind.UPSERT:
         return Change(kind, table, key, (position, sequence), record.offset, None, record)
     row = value.get("after")

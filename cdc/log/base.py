@@ -26,6 +26,10 @@ class Record:
     topic: str
     key: bytes | None
     value: bytes | None  # None is a tombstone
+    pos: bytes | None = None
+    """The change's source position, ``[position, sequence]`` as JSON
+    (:func:`cdc.envelope.write_pos`), beside the value, not in it: a Kafka header ``cdc.pos``,
+    the embedded log's ``pos`` column. ``None``: none (a tombstone, a schema record)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +42,9 @@ class StoredRecord:
     key: bytes | None
     value: bytes | None
     timestamp_ms: int
+    pos: bytes | None = None
+    """:attr:`Record.pos` as appended (``None`` too for a record appended before the log kept
+    it: its value's ``source.pos`` holds it, :func:`cdc.envelope.record_pos`)."""
 
 
 @dataclass(frozen=True, slots=True)

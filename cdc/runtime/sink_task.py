@@ -70,7 +70,7 @@ def decode_records(records: Sequence[StoredRecord], eras: Eras | None = None) ->
             None if r.key is None else parse(r.key),
             None if r.value is None else parse(r.value),
         )
-        decoded.append(SinkRecord(r.topic, r.partition, r.offset, key, value, era))
+        decoded.append(SinkRecord(r.topic, r.partition, r.offset, key, value, era, r.pos))
     return decoded
 
 

@@ -228,11 +228,8 @@ class SinkConformance:
         for event in events:
             for record in envelope.to_records(event, PIPELINE, now_ms=0):
                 value = None if record.value is None else orjson.loads(record.value)
-                out.append(
-                    SinkRecord(
-                        TOPIC, 0, self.offsets.take(), orjson.loads(record.key or b"null"), value
-                    )
-                )
+                key = orjson.loads(record.key or b"null")
+                out.append(SinkRecord(TOPIC, 0, self.offsets.take(), key, value, pos=record.pos))
         return out
 
     def apply(self, records: list[SinkRecord], sink: Sink | None = None) -> None:

@@ -10,7 +10,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdc.envelope import read_pos
 from cdc.log.base import TopicPartition
 from cdc.sink import SinkRecord
 
@@ -24,9 +23,9 @@ class MemoryStore:
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
 
 
-def record_pos(value: Mapping[str, Any]) -> tuple[int, int]:
-    """``source.pos`` of an envelope as a comparable tuple."""
-    position, sequence = read_pos(value)
+def record_pos(record: SinkRecord) -> tuple[int, int]:
+    """A change record's source position (:attr:`SinkRecord.position`) as a comparable tuple."""
+    position, sequence = record.position
     return int(position), int(sequence)
 
 
@@ -67,7 +66,7 @@ class MemorySink:
         if value is None:
             return  # a tombstone: the delete before it already removed the row
         ident = (record.topic, repr(sorted((record.key or {}).items())))
-        pos = record_pos(value)
+        pos = record_pos(record)
         if value["op"] == "t":
             self._truncate(record.topic)
             return

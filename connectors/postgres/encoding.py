@@ -53,8 +53,9 @@ class RowEncoder(Protocol):
         first: int,
     ) -> list[tuple[bytes, bytes]]:
         """The record key and value of each line of ``COPY ... TO STDOUT`` text, the value
-        written through ``template`` with ``order`` (``source.sequence``), ``extra`` and the
-        line's sequence (from ``first``)."""
+        written through ``template`` with ``order`` (``source.sequence``) and ``extra``; the
+        lines' sequences count from ``first`` (their records' positions, which the caller
+        keeps beside the values: :meth:`RecordTemplate.pos`)."""
         ...
 
     def copy_rows(self, lines: list[bytes]) -> list[KeyedRow]:
@@ -115,9 +116,10 @@ class PythonRowEncoder:
         now_ms: int,
         sequence: int,
     ) -> tuple[bytes, bytes]:
-        """One line's record key and value (see :meth:`copy_records`)."""
+        """One line's record key and value (see :meth:`copy_records`; ``sequence`` is its
+        record's position, beside the value)."""
         _, _, row_json, key_json = self.encode_values(split_line(line))
-        return key_json, template.value(row_json, order, extra, sequence, now_ms)
+        return key_json, template.value(row_json, order, extra, now_ms)
 
     def copy_rows(self, lines: list[bytes]) -> list[KeyedRow]:
         return [self.copy_row(line) for line in lines]

@@ -310,7 +310,7 @@ class Assembler:
             template = tx.template(rel.topic, tag, op, source, schemas)
         if schemas is not None:
             key_json = schemas.wrap_key(key_json)
-        value = template.value_at(row_json, tx.order_json(lsn), tx.extra_json(lsn), source.sequence)
+        value = template.value_at(row_json, tx.order_json(lsn), tx.extra_json(lsn))
         record = (self._pipeline, rel.topic, key_json, value, template.close)
         self._batch.events.append(ChangeEvent(op, key, None, after, source, record))
         return True

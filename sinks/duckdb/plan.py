@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdc.envelope import read_pos
 from cdc.errors import RecordError
 from cdc.log.base import TopicPartition
 from cdc.sink import SinkRecord
@@ -127,15 +126,15 @@ def plan(
 def _envelope(record: SinkRecord, value: dict[str, Any]) -> tuple[TableId, str, int, int, int]:
     try:
         source = value["source"]
-        position, sequence = read_pos(value)
+        position, sequence = record.position
         ts_ms = source.get("ts_ms") or value.get("ts_ms") or 0
         table, op = (source["schema"], source["table"]), value["op"]
     except (KeyError, TypeError, ValueError) as exc:
-        raise RecordError(f"not a change envelope with source.pos: {exc!r}", record) from exc
+        raise RecordError(f"not a change envelope with a source position: {exc!r}", record) from exc
     # Checked here, per record, so a bad one follows the bad-records policy instead of failing
     # the whole staged batch inside DuckDB.
     if type(position) is not int or type(sequence) is not int or type(ts_ms) is not int:
-        raise RecordError(f"source.pos and ts_ms must be integers: {source['pos']!r}", record)
+        raise RecordError(f"the position and ts_ms must be integers: {record.position!r}", record)
     return table, op, position, sequence, ts_ms
 
 

@@ -9,9 +9,8 @@ and ``lsn`` presence, ``sequence``'s shape, and the ``{"schema", "payload"}`` wr
 schema names. Values are not compared: their encodings are the VALUES work's, and times and
 positions differ from run to run anyway.
 
-Documented deviations this test allows: ``source.pos`` (ours only), a truncate keyed ``{}``
-(Debezium: null), ``source.version``; snapshot rows are compared by marker order, as our
-chunks read a table in key order and Debezium in physical order. With
+Documented deviations this test allows: ``source.version``; snapshot rows are compared by
+marker order, as our chunks read a table in key order and Debezium in physical order. With
 ``provide.transaction.metadata`` (not in the captured settings) the blocks and BEGIN/END
 records are checked against each other, and a sink must not take the transaction topic for a
 table.
@@ -30,7 +29,7 @@ import pytest
 from cdc.envelope_options import DEBEZIUM_DEFAULTS
 from cdc.errors import LogError
 from cdc.log.embedded import EmbeddedLog
-from tests.debezium import capture
+from tests.debezium import capture, workload
 from tests.e2e.cli_helpers import start_run, stop
 
 PIPELINE = "dbz"
@@ -53,7 +52,7 @@ def _pipeline(tmp_path: Path, dsn: str, setting: str, transactions: bool) -> Pat
         "  type: postgres",
         f"  dsn: '{dsn}'",
         # The values table too, as captured: it is snapshotted last, which marks the others.
-        f"  tables: [{', '.join(capture.CAPTURED)}]",
+        f"  tables: [{', '.join(workload.CAPTURED)}]",
         "  snapshot_workers: 1",  # tables in order, as Debezium reads them
         "log:",
         "  type: embedded",
@@ -128,11 +127,7 @@ def _shape(record: dict[str, Any]) -> dict[str, Any]:
     if value is None:
         return shape | {"value": None}
     envelope = _payload(value)
-    source = dict(envelope["source"])
-    source.pop("pos", None)  # ours only: a documented deviation
-    if envelope["op"] == "t":
-        shape["key"] = {} if shape["key"] is None else shape["key"]  # ours {}: a deviation
-        shape["key_schema"] = "truncate"
+    source = envelope["source"]
     return shape | {
         "value_schema": _schema_name(value),
         "envelope_keys": list(envelope),
@@ -172,7 +167,7 @@ def _run(pg_db: str, tmp_path: Path, setting: str, transactions: bool) -> dict[s
     log_dir = tmp_path / "log"
     process = start_run(pipeline, tmp_path)
     try:
-        snapshot = capture.SNAPSHOT_RECORDS // 2
+        snapshot = workload.SNAPSHOT_RECORDS // 2
 
         def count(topic: str) -> int:
             try:

@@ -2,9 +2,9 @@
 a third-party reader (kcat), a broker restart, a SIGKILLed source, and sink workers that share
 partitions.
 
-The generator's change ``n`` carries ``source.pos == [n // transaction_size, n %
-transaction_size]``, so "every change once" is checked exactly: the committed topics hold each
-``n`` of ``range(changes)`` once.
+The generator's change ``n`` carries the position ``[n // transaction_size, n %
+transaction_size]`` (the record's ``cdc.pos`` header), so "every change once" is checked
+exactly: the committed topics hold each ``n`` of ``range(changes)`` once.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def assert_every_change_once(bootstrap: str, name: str, changes: int, size: int)
     for records in topic_records(bootstrap, name).values():
         for record in records:
             if record.value is not None:
-                pos = orjson.loads(record.value)["source"]["pos"]
+                pos = orjson.loads(record.pos)  # the cdc.pos header
                 numbers.append(pos[0] * size + pos[1])
     assert len(numbers) == len(set(numbers)), "a change was committed twice"
     assert sorted(numbers) == list(range(changes)), "a change is missing"

@@ -89,7 +89,9 @@ class Harness:
                 self.offsets[tp] = offset + 1
                 value = None if r.value is None else orjson.loads(r.value)
                 out.append(
-                    SinkRecord(r.topic, partition, offset, orjson.loads(r.key or b"{}"), value)
+                    SinkRecord(
+                        r.topic, partition, offset, orjson.loads(r.key or b"{}"), value, pos=r.pos
+                    )
                 )
         return out
 

@@ -96,7 +96,7 @@ class Records:
                 self._next[record.topic] = offset + 1
                 value = None if record.value is None else orjson.loads(record.value)
                 key = orjson.loads(record.key) if record.key is not None else None
-                out.append(SinkRecord(record.topic, 0, offset, key, value))
+                out.append(SinkRecord(record.topic, 0, offset, key, value, pos=record.pos))
         return out
 
     def tombstone(self, key: dict[str, Any], table: tuple[str, str] = ITEMS) -> SinkRecord:

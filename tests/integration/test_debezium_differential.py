@@ -42,7 +42,6 @@ from tests.debezium.compare import (
     payload,
     snapshot_date,
     summary,
-    value_schema,
 )
 from tests.debezium.differential import TOPICS, Capture, describe, run_setting
 from tests.services.common import ServiceUnavailableError, in_ci
@@ -77,18 +76,6 @@ def _version(ours: Record, theirs: Record, _: Context) -> None:
         source = (payload(record["value"]) or {}).get("source")
         if isinstance(source, dict) and isinstance(source.get("version"), str):
             source["version"] = "<version>"
-
-
-def _source_pos(ours: Record, theirs: Record, _: Context) -> None:
-    source = (payload(ours["value"]) or {}).get("source")
-    if isinstance(source, dict) and "pos" not in (
-        (payload(theirs["value"]) or {}).get("source") or {}
-    ):
-        source.pop("pos", None)
-    schema = value_schema(ours["value"])
-    for block in (schema or {}).get("fields", []):
-        if block.get("field") == "source" and isinstance(block.get("fields"), list):
-            block["fields"] = [f for f in block["fields"] if f.get("field") != "pos"]
 
 
 def _unchanged_toast(ours: Record, theirs: Record, context: Context) -> None:
@@ -166,12 +153,6 @@ DEVIATIONS: list[Deviation] = [
         _snapshot_points,
     ),
     Deviation("source.version", "our version, not Debezium's", _version),
-    Deviation(
-        "source.pos",
-        "our extra [position, sequence] every sink's exactly-once uses (and its field in the "
-        "source schema)",
-        _source_pos,
-    ),
     Deviation(
         "unchanged TOAST",
         "we fill in the value; Debezium writes __debezium_unavailable_value",

@@ -6,6 +6,7 @@ error naming its record (against a real DuckDB file). The sink's semantics are i
 from __future__ import annotations
 
 import base64
+import dataclasses
 import math
 import uuid
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from cdc.errors import RecordError
@@ -254,7 +256,7 @@ def test_each_kind_of_bad_value_names_its_record(wh: Harness, source_type: str, 
 @pytest.mark.parametrize("pos", [["x", 0], [1, "0"], [1.5, 0]])
 def test_a_position_that_is_not_two_integers_is_a_record_error(wh: Harness, pos: Any) -> None:
     records = wh.records(item(Op.CREATE, 1, 5, "a", 1), item(Op.CREATE, 2, 6, "b", 2))
-    records[1].value["source"]["pos"] = pos  # type: ignore[index]
+    records[1] = dataclasses.replace(records[1], pos=orjson.dumps(pos))
     with pytest.raises(RecordError, match="must be integers") as caught:
         wh.write(records)
     assert caught.value.record is records[1]

@@ -1,7 +1,7 @@
 """``schemas.enable: true`` through the real MongoDB source (mongo-java-server, or
 ``CDC_TEST_MONGO_URI``): snapshot rows and streamed changes carry the Connect schema Debezium's
 MongoDB connector wrote in ``tests/debezium_mongo/expected/schemas.jsonl`` (renamed for our
-topic, with our ``source.pos``), and the key a ``<topic>.Key`` schema of its ``_id``."""
+topic), and the key a ``<topic>.Key`` schema of its ``_id``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import pytest
 from bson import ObjectId
 
 from cdc import envelope
-from cdc.connect_schema import pos_field
 from cdc.envelope_options import EnvelopeOptions
 from cdc.events import Op, topic_name
 from tests.integration.mongo_kit import PIPELINE, database, harness, scope
@@ -26,12 +25,9 @@ SCHEMAS = EnvelopeOptions.model_validate({"schemas.enable": True})
 
 
 def debeziums_schema(topic: str) -> Any:
-    """The value schema Debezium wrote, for ``topic``, with our ``source.pos`` last."""
+    """The value schema Debezium wrote, for ``topic``."""
     first = CAPTURED.read_text().splitlines()[0]
-    schema = orjson.loads(first.replace("dbz.shop.items.", f"{topic}."))["value"]["schema"]
-    source = next(f for f in schema["fields"] if f["field"] == "source")
-    source["fields"].append(pos_field())
-    return schema
+    return orjson.loads(first.replace("dbz.shop.items.", f"{topic}."))["value"]["schema"]
 
 
 def test_snapshot_and_stream_carry_debeziums_schema(mongo_server: Any, tmp_path: Path) -> None:

@@ -96,6 +96,17 @@ class LogSuite:
             used.add(records[0].partition)
         assert len(used) > 1, "20 keys over 4 partitions should not all hash alike"
 
+    def test_a_records_position_travels_beside_its_value(self, log_factory: LogFactory) -> None:
+        # Record.pos: the embedded log's pos column, Kafka's cdc.pos header; the value and key
+        # stay the bytes given (a Debezium consumer reads Debezium's), a tombstone has none.
+        log = log_factory()
+        topic = new_topic()
+        log.ensure_topics([topic])
+        batch = [Record(topic, key(1), b"v1", b"[5,0]"), Record(topic, key(1), None)]
+        append(log, [*batch, Record(topic, key(2), b"v2", b"[5,1]")])
+        got = [(r.key, r.value, r.pos) for r in read_all(log, topic)]
+        assert got == [(key(1), b"v1", b"[5,0]"), (key(1), None, None), (key(2), b"v2", b"[5,1]")]
+
     def test_offsets_grow_across_reopen(self, log_factory: LogFactory) -> None:
         # Only growth is required: Kafka's transaction markers take offsets too, so offsets
         # are dense in the embedded log alone (its own tests check that).

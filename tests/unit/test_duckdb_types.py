@@ -102,7 +102,8 @@ def _records(*events: ChangeEvent) -> list[SinkRecord]:
     for event in events:
         for r in envelope.to_records(event, "p", now_ms=0):
             value = None if r.value is None else orjson.loads(r.value)
-            out.append(SinkRecord(r.topic, 0, len(out), orjson.loads(r.key or b"{}"), value))
+            key = orjson.loads(r.key or b"{}")
+            out.append(SinkRecord(r.topic, 0, len(out), key, value, pos=r.pos))
     return out
 
 

@@ -72,7 +72,8 @@ def test_the_database_is_a_wal_mode_sqlite_file(tmp_path: Path) -> None:
     EmbeddedLog(tmp_path / "a" / "b").close()
     conn = sqlite3.connect(tmp_path / "a" / "b" / "log.sqlite3")
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2  # version 2 added value heads
+    # version 2 added value heads, 3 the records' positions (beside the values)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
     assert conn.execute("PRAGMA page_size").fetchone()[0] == 16384
     conn.close()
 
@@ -263,11 +264,15 @@ def test_stored_records_equal_the_dataclass_built_normally(
 ) -> None:
     if not fast:
         monkeypatch.setattr(embedded_store, "_SETTERS", None)
-    rows = [(5, b"k", b"v", 7, None), (6, None, None, 8, None), (7, b"k", b'{"a":1', 9, 3)]
+    rows = [
+        (5, b"k", b"v", 7, None, b"[1,0]"),
+        (6, None, None, 8, None, None),
+        (7, b"k", b'{"a":1', 9, 3, b"[2,5]"),
+    ]
     built = embedded_store.stored_records("t", 2, rows, lambda h, p: b"<%d>%b}" % (h, p))
     assert built == [
-        StoredRecord("t", 2, 5, b"k", b"v", 7),
+        StoredRecord("t", 2, 5, b"k", b"v", 7, b"[1,0]"),
         StoredRecord("t", 2, 6, None, None, 8),
-        StoredRecord("t", 2, 7, b"k", b'<3>{"a":1}', 9),
+        StoredRecord("t", 2, 7, b"k", b'<3>{"a":1}', 9, b"[2,5]"),
     ]
-    assert embedded_store._SETTERS is None or not fast or len(embedded_store._SETTERS) == 6
+    assert embedded_store._SETTERS is None or not fast or len(embedded_store._SETTERS) == 7

@@ -86,7 +86,7 @@ def _pre_encoded(event: ChangeEvent, pipeline: str) -> ChangeEvent:
     row = after.json if isinstance(after, EncodedRow) else envelope.dumps(after)
     template = envelope.RecordTemplate.of(event.op, src, pipeline)
     order, extra = envelope.order_json(src.order), envelope.extra_json(src.extra)
-    value = template.value_at(row, order, extra, src.sequence)
+    value = template.value_at(row, order, extra)
     topic = f"{pipeline}.{src.schema}.{src.table}"
     record = (pipeline, topic, envelope.encode_key(event.key), value, template.close)
     return ChangeEvent(event.op, event.key, None, event.after, src, record)

@@ -47,7 +47,9 @@ class FakeProducer:
     def begin_transaction(self) -> None:
         self.calls.append("begin")
 
-    def produce(self, topic: str, value: Any, key: Any, partition: int, on_delivery: Any) -> None:
+    def produce(
+        self, topic: str, value: Any, key: Any, partition: int, on_delivery: Any, headers: Any
+    ) -> None:
         offset = None if key == b"unplaced" else self.next_offset
         self.next_offset += 1
         self.pending.append((on_delivery, FakeMessage(topic, key, offset)))
@@ -88,8 +90,8 @@ class FakeLog:
     offsets_topic = "p.__offsets"
     visible: list[dict[tuple[str, int], int]] = []
 
-    def prepare(self, records: list[Record]) -> list[tuple[str, int, bytes | None, bytes | None]]:
-        return [(r.topic, 0, r.key, r.value) for r in records]
+    def prepare(self, records: list[Record]) -> list[tuple[str, int, Any, Any, Any]]:
+        return [(r.topic, 0, r.key, r.value, r.pos) for r in records]
 
     def wait_visible(self, last: dict[tuple[str, int], int]) -> None:
         self.visible.append(dict(last))

@@ -5,12 +5,13 @@ engine, ``debezium-connector-mongodb`` 3.6.1.Final, JsonConverter without schema
 mongo-java-server, for the workload in ``workload.py.txt`` next to it (see docs/mongodb.md for
 how it was run). The same documents go through our converter and envelope here, and the records
 must be equal as parsed JSON, except for the documented exceptions: wall-clock times
-(``ts_ms``, ``source.ts_*``), ``source.version`` and ``name``, our ``source.pos``, and the
-envelope's ``transaction`` block (written by the envelope, not the connector).
+(``ts_ms``, ``source.ts_*``), ``source.version`` and ``name``, and the envelope's
+``transaction`` block (written by the envelope, not the connector). The record's position
+travels beside the value (``Record.pos``), never in it.
 
 ``schemas.jsonl`` is the same workload (and one more update) with ``schemas.enable=true``: our
-value schema must equal Debezium's exactly, key order included, but for our ``source.pos``; the
-key schema is named as Debezium's and describes our ``{"_id": ...}`` key (docs/mongodb.md).
+value schema must equal Debezium's exactly, key order included; the key schema is named as
+Debezium's and describes our ``{"_id": ...}`` key (docs/mongodb.md).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import orjson
 import pytest
 
 from cdc import envelope, extended_json
-from cdc.connect_schema import pos_field
 from cdc.envelope_options import READABLE, EnvelopeOptions
 from cdc.events import ChangeEvent, Op
 from connectors.mongodb import changes, records
@@ -163,7 +163,7 @@ def _comparable(value: dict[str, Any] | None) -> dict[str, Any] | None:
     value.pop("ts_ms")
     value.pop("transaction", None)
     source = dict(value["source"])
-    for name in ("version", "name", "pos", "ts_ms", "ts_us", "ts_ns"):
+    for name in ("version", "name", "ts_ms", "ts_us", "ts_ns"):
         source.pop(name, None)
     value["source"] = source
     return value
@@ -182,8 +182,7 @@ def test_records_equal_debeziums_own() -> None:
         assert _comparable(parsed) == _comparable(real["value"])
         if parsed is not None:
             assert list(parsed) == list(real["value"])  # transaction last, no ts_us/ts_ns
-            source_keys = [k for k in parsed["source"] if k != "pos"]
-            assert source_keys == list(real["value"]["source"])
+            assert list(parsed["source"]) == list(real["value"]["source"])
             assert real["value"]["transaction"] is None
 
 
@@ -211,18 +210,6 @@ def conforms(schema: dict[str, Any], value: Any) -> bool:
     return isinstance(value, {"double": (int, float), "string": str}[kind])
 
 
-def _without_pos(schema: dict[str, Any]) -> dict[str, Any]:
-    """Our value schema without ``source.pos`` (a documented deviation), which must be last in
-    the source struct and described as the PostgreSQL source's schema describes it."""
-    schema = dict(schema)
-    fields = schema["fields"] = list(schema["fields"])
-    at = [f["field"] for f in fields].index("source")
-    source = fields[at] = dict(fields[at])
-    assert source["fields"][-1] == pos_field()
-    source["fields"] = source["fields"][:-1]
-    return schema
-
-
 def test_records_under_schemas_enable_equal_debeziums_own() -> None:
     theirs = expected(EXPECTED_SCHEMAS)
     mine = ours(SCHEMAS)
@@ -242,8 +229,8 @@ def test_records_under_schemas_enable_equal_debeziums_own() -> None:
             continue
         parsed, their = orjson.loads(value), real["value"]
         assert list(parsed) == ["schema", "payload"]
-        # The value schema exactly, key order included, but for our source.pos.
-        assert orjson.dumps(_without_pos(parsed["schema"])) == orjson.dumps(their["schema"])
+        # The value schema exactly, key order included.
+        assert orjson.dumps(parsed["schema"]) == orjson.dumps(their["schema"])
         assert _comparable(parsed["payload"]) == _comparable(their["payload"])
         assert list(parsed["payload"]) == list(their["payload"])
         assert conforms(parsed["schema"], parsed["payload"])

@@ -22,7 +22,8 @@ def _records(table: str, ids: range) -> list[Record]:
         Record(
             f"p.public.{table}",
             b'{"id":%d}' % i,
-            template.value(b'{"id":%d}' % i, b"null", b"", i, 5),
+            template.value(b'{"id":%d}' % i, b"null", b"", 5),
+            template.pos(i),
         )
         for i in ids
     ]

@@ -57,7 +57,7 @@ class Offsets:
             ):
                 key = orjson.loads(record.key or b"null")
                 value = None if record.value is None else orjson.loads(record.value)
-                out.append(SinkRecord(record.topic, 0, self.next, key, value))
+                out.append(SinkRecord(record.topic, 0, self.next, key, value, pos=record.pos))
                 self.next += 1
         return out
 

@@ -20,7 +20,7 @@ from cdc.log.base import StoredRecord
 from cdc.runtime.retry import Backoff, retry
 
 DB_FILE = "log.sqlite3"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 BUSY_TIMEOUT_MS = 60_000
 # Per connection; also where a large uncommitted transaction spills to the WAL file, so it bounds
 # the memory a 1,000,000-row source transaction takes.
@@ -76,6 +76,7 @@ SCHEMA = (
         value BLOB,
         ts_ms INTEGER NOT NULL,
         head_id INTEGER,
+        pos BLOB,
         PRIMARY KEY (topic_id, partition, offset)
     ) WITHOUT ROWID""",
     "CREATE INDEX records_by_key ON records (topic_id, partition, key, offset)",
@@ -93,9 +94,9 @@ SCHEMA = (
     ) WITHOUT ROWID""",
 )
 
-INSERT_RECORD = "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?)"
+INSERT_RECORD = "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 SELECT_RANGE = (
-    "SELECT offset, key, value, ts_ms, head_id FROM records"
+    "SELECT offset, key, value, ts_ms, head_id, pos FROM records"
     " WHERE topic_id = ? AND partition = ? AND offset >= ? ORDER BY offset LIMIT ?"
 )
 SELECT_NEXT_OFFSET = "SELECT next_offset FROM partitions WHERE topic_id = ? AND partition = ?"
@@ -122,7 +123,8 @@ UPSERT_CONSUMER_OFFSET = (
 def _slot_setters() -> tuple[Callable[[StoredRecord, Any], None], ...] | None:
     names = tuple(f.name for f in dataclasses.fields(StoredRecord))
     plain = "__slots__" in vars(StoredRecord) and not hasattr(StoredRecord, "__post_init__")
-    if names != ("topic", "partition", "offset", "key", "value", "timestamp_ms") or not plain:
+    fields = ("topic", "partition", "offset", "key", "value", "timestamp_ms", "pos")
+    if names != fields or not plain:
         return None
     return tuple(getattr(StoredRecord, name).__set__ for name in names)
 
@@ -133,7 +135,7 @@ _SETTERS = _slot_setters()
 def stored_records(
     topic: str, partition: int, rows: list[Any], whole: Callable[[int, bytes], bytes]
 ) -> list[StoredRecord]:
-    """``StoredRecord`` objects for ``(offset, key, value, ts_ms, head_id)`` rows of one
+    """``StoredRecord`` objects for ``(offset, key, value, ts_ms, head_id, pos)`` rows of one
     partition; ``whole(head_id, payload)`` gives back a value stored without its head.
 
     The frozen dataclass's ``__init__`` goes through ``object.__setattr__`` per field and costs
@@ -143,14 +145,14 @@ def stored_records(
     """
     if _SETTERS is None:
         return [
-            StoredRecord(topic, partition, o, k, v if h is None else whole(h, v), t)
-            for o, k, v, t, h in rows
+            StoredRecord(topic, partition, o, k, v if h is None else whole(h, v), t, p)
+            for o, k, v, t, h, p in rows
         ]
-    set_topic, set_partition, set_offset, set_key, set_value, set_ts = _SETTERS
+    set_topic, set_partition, set_offset, set_key, set_value, set_ts, set_pos = _SETTERS
     new = object.__new__
     out: list[StoredRecord] = []
     append = out.append
-    for offset, key, value, ts, head_id in rows:
+    for offset, key, value, ts, head_id, pos in rows:
         record = new(StoredRecord)
         set_topic(record, topic)
         set_partition(record, partition)
@@ -158,6 +160,7 @@ def stored_records(
         set_key(record, key)
         set_value(record, value if head_id is None else whole(head_id, value))
         set_ts(record, ts)
+        set_pos(record, pos)
         append(record)
     return out
 
@@ -292,7 +295,11 @@ def migrate(conn: sqlite3.Connection) -> None:
         if version == 0:
             for statement in SCHEMA:
                 conn.execute(statement)
-        elif version == 1:  # before value heads: every value is stored whole (head_id NULL)
+        if version == 1:  # before value heads: every value is stored whole (head_id NULL)
             conn.execute("ALTER TABLE records ADD COLUMN head_id INTEGER")
             conn.execute(VALUE_HEADS)
+        if version in (1, 2):
+            # Before the position moved beside the value: the records' pos is NULL, and
+            # readers take it from the value's source.pos (cdc.envelope.record_pos).
+            conn.execute("ALTER TABLE records ADD COLUMN pos BLOB")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -179,7 +179,7 @@ class EmbeddedTransaction(TransactionContext):
             if head_id is None and isinstance(value, bytes) and head_of(value) is not None:
                 self._store_head(tid, value)  # a head this topic's writer has not seen
                 value, head_id = strip(value, self._known(tid))
-            rows.append((tid, partition, first + i, record.key, value, ts, head_id))
+            rows.append((tid, partition, first + i, record.key, value, ts, head_id, record.pos))
         with translated("appending records"):
             self._conn.executemany(INSERT_RECORD, rows)
 

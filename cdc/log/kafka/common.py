@@ -37,6 +37,9 @@ FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED}
 
 #: Sent with every client so broker logs and quotas can tell our clients apart.
 CLIENT_ID = "cdc"
+#: The record header that holds a record's source position (:attr:`cdc.log.base.Record.pos`):
+#: beside the value, so a Debezium consumer reads Debezium's bytes.
+POS_HEADER = "cdc.pos"
 
 #: What librdkafka's error callback reports for a lost connection: one broker refused or
 #: dropped it, or none answers.

@@ -19,7 +19,14 @@ from confluent_kafka import TopicPartition as KafkaPartition
 
 from cdc.errors import LogError, LogFatal, LogUnavailable
 from cdc.log.base import PartitionsCallback, StartOffsets, StoredRecord, TopicPartition
-from cdc.log.kafka.common import ConnectionWatch, describe, error_of, translate, translated
+from cdc.log.kafka.common import (
+    POS_HEADER,
+    ConnectionWatch,
+    describe,
+    error_of,
+    translate,
+    translated,
+)
 from cdc.logging import get_logger
 from cdc.runtime.retry import Backoff, retry
 
@@ -44,9 +51,14 @@ RecordsCallback = Callable[[list[StoredRecord]], None]
 
 
 def stored(msg: Any) -> StoredRecord:
-    """A consumed message as the log interface returns it."""
+    """A consumed message as the log interface returns it, its position from the ``cdc.pos``
+    header (``None`` for a record without one)."""
+    pos = None
+    for name, data in msg.headers() or ():
+        if name == POS_HEADER:
+            pos = data
     return StoredRecord(
-        msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(), msg.timestamp()[1]
+        msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(), msg.timestamp()[1], pos
     )
 
 

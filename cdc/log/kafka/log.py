@@ -300,6 +300,7 @@ class KafkaLog:
         for record in records:
             partitions, topic_max = self._topic_meta(record.topic)
             size = len(record.key or b"") + len(record.value or b"") + _FRAMING_BYTES
+            size += len(record.pos or b"")
             if size > min(client_max, topic_max):
                 raise RecordTooLarge(
                     f"kafka log: a record of {record.topic} with key {record.key!r} is "
@@ -313,7 +314,7 @@ class KafkaLog:
             # A keyed record of a multi-partition topic: the producer's murmur2_random
             # partitioner (C, Java-compatible, the same partition_for computes) places it.
             partition = UNASSIGNED if key is not None and partitions > 1 else 0
-            out.append((record.topic, partition, key, record.value))
+            out.append((record.topic, partition, key, record.value, record.pos))
         return out
 
     def wait_visible(self, last: dict[tuple[str, int], int]) -> None:

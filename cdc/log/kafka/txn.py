@@ -30,7 +30,14 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from cdc import positions
 from cdc.errors import LogError, LogFatal, LogUnavailable, RecordTooLarge
 from cdc.log.base import Record, TransactionContext
-from cdc.log.kafka.common import FENCED, ConnectionWatch, describe, error_of, translate
+from cdc.log.kafka.common import (
+    FENCED,
+    POS_HEADER,
+    ConnectionWatch,
+    describe,
+    error_of,
+    translate,
+)
 from cdc.log.kafka.image_sync import MARK_KEY, SourceImages, mark_value
 
 # Serve delivery reports this often while producing, so their memory is freed as we go.
@@ -38,8 +45,9 @@ _POLL_EVERY = 1000
 _COMMIT_ATTEMPT_S = 10.0
 _ABORT_TIMEOUT_S = 10.0
 
-#: A record ready to produce: topic, partition (or librdkafka's "unassigned"), key, value.
-Prepared = tuple[str, int, bytes | None, bytes | None]
+#: A record ready to produce: topic, partition (or librdkafka's "unassigned"), key, value,
+#: and its source position (the ``cdc.pos`` header).
+Prepared = tuple[str, int, bytes | None, bytes | None, bytes | None]
 
 
 class TransactionLog(Protocol):
@@ -182,8 +190,8 @@ class KafkaTransaction(TransactionContext):
         self._check_open()
         prepared = self._log.prepare(records)  # checks sizes before producing anything
         try:
-            for topic, partition, key, value in prepared:
-                self._produce(topic, partition, key, value)
+            for topic, partition, key, value, pos in prepared:
+                self._produce(topic, partition, key, value, pos)
             if self._images is not None:
                 self._images.appended(records)
         except BaseException:
@@ -262,11 +270,21 @@ class KafkaTransaction(TransactionContext):
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _produce(self, topic: str, partition: int, key: bytes | None, value: bytes | None) -> None:
+    def _produce(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        pos: bytes | None = None,
+    ) -> None:
         producer = self._producer
+        headers = None if pos is None else [(POS_HEADER, pos)]
         while True:
             try:
-                producer.produce(topic, value, key, partition, on_delivery=self._delivered)
+                producer.produce(
+                    topic, value, key, partition, on_delivery=self._delivered, headers=headers
+                )
                 break
             except BufferError:
                 # The local queue is full: memory stays bounded by waiting for deliveries.

@@ -111,7 +111,7 @@ class SnapshotMarks:
             return records, TRUE
         flag = FIRST if not self._seen else FIRST_IN
         self._seen.add(name)
-        head = Record(records[0].topic, records[0].key, self._mark(name, records[0], TRUE, flag))
+        head = replace(records[0], value=self._mark(name, records[0], TRUE, flag))
         return [head, *records[1:]], flag
 
     def _chunk_end(self, piece: Piece, out: list[Record], ends: list[ChunkEnd]) -> None:

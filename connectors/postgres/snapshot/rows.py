@@ -104,11 +104,11 @@ def to_records(
     template = read_template(db, table, position, flag, ts_ms, pipeline, schemas, tx_id)
     order, extra = snapshot_order(point), lsn_extra(point)
     written = table.state.encoder.copy_records(lines, template, order, extra, now_ms, base)
-    topic = table.state.topic
+    topic, pos = table.state.topic, template.pos
     if schemas is not None:
         wrap = schemas.wrap_key
-        return [Record(topic, wrap(key), value) for key, value in written]
-    return [Record(topic, key, value) for key, value in written]
+        return [Record(topic, wrap(k), v, pos(s)) for s, (k, v) in enumerate(written, base)]
+    return [Record(topic, k, v, pos(s)) for s, (k, v) in enumerate(written, base)]
 
 
 def keyed_lines(state: RelationState, lines: list[bytes]) -> list[KeyedRow]:

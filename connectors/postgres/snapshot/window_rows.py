@@ -67,10 +67,10 @@ def window_records(
     template = read_template(db, job.table, position, "incremental", ts_ms, pipeline, schemas)
     topic, extra = job.table.state.topic, b',"lsn":null%b' % PG_TAIL
     order = order_json(pg_order(position, position))
-    value = template.value
+    value, pos = template.value, template.pos
     wrap = schemas.wrap_key if schemas is not None else _same
     return [
-        Record(topic, wrap(key_json), value(row_json(after), order, extra, sequence, now_ms))
+        Record(topic, wrap(key_json), value(row_json(after), order, extra, now_ms), pos(sequence))
         for sequence, (after, key_json) in enumerate(rows, first)
     ]
 

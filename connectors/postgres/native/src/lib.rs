@@ -14,7 +14,6 @@
 //! converter like any other.
 
 use std::borrow::Cow;
-use std::io::Write;
 
 use hmac::{Hmac, Mac};
 use pyo3::prelude::*;
@@ -312,8 +311,9 @@ impl RowEncoder {
 
     /// The records of lines of `COPY ... TO STDOUT` text (newlines optional), encoded with the
     /// interpreter lock released: per line, `(key JSON, value)`, where the value is `prefix`,
-    /// the row's JSON, `middle`, the line's sequence (counting up from `first_sequence`) and
-    /// `tail`. `None` for a line the Python path must convert: an escape other than NULL's
+    /// the row's JSON, `middle` and `tail` (the line's sequence, counting up from
+    /// `first_sequence`, is its record's position, which the caller keeps beside the value).
+    /// `None` for a line the Python path must convert: an escape other than NULL's
     /// `\\N`, another column count, bad UTF-8, or a Python converter that raises (to be
     /// reported).
     ///
@@ -448,7 +448,7 @@ impl RowEncoder {
                     PyBytes::new(py, &batch.values[value.0..value.1]),
                 )),
                 Outcome::Declined => None,
-                Outcome::NeedsPython(sequence) => self.python_record(py, line, parts, sequence),
+                Outcome::NeedsPython => self.python_record(py, line, parts),
             });
         }
         out
@@ -471,11 +471,12 @@ impl RowEncoder {
             outcomes: Vec::with_capacity(lines.len()),
         };
         for (i, line) in lines.iter().enumerate() {
-            let (cells, sequence) = match (
+            // A line past the last sequence has no position: declined, as before.
+            let cells = match (
                 copy_cells(line, self.columns.len()),
                 first_sequence.checked_add(i as i64),
             ) {
-                (Some(cells), Some(sequence)) => (cells, sequence),
+                (Some(cells), Some(_)) => cells,
                 _ => {
                     batch.outcomes.push(Outcome::Declined);
                     continue;
@@ -490,13 +491,13 @@ impl RowEncoder {
                 batch.values.truncate(value_start);
                 batch.keys.truncate(key_start);
                 batch.outcomes.push(match written {
-                    Ok(_) => Outcome::NeedsPython(sequence),
+                    Ok(_) => Outcome::NeedsPython,
                     Err(_) => Outcome::Declined, // a converter raised: Python reports it
                 });
                 continue;
             }
             if let Some(parts) = parts {
-                parts.finish(&mut batch.values, sequence);
+                parts.finish(&mut batch.values);
             }
             batch.outcomes.push(Outcome::Done {
                 key: (key_start, batch.keys.len()),
@@ -512,7 +513,6 @@ impl RowEncoder {
         py: Python<'py>,
         line: &[u8],
         parts: Option<&RecordParts<'_>>,
-        sequence: i64,
     ) -> Option<KeyValue<'py>> {
         let cells = copy_cells(line, self.columns.len())?;
         let mut value = parts.map_or_else(Vec::new, |parts| parts.prefix.to_vec());
@@ -522,7 +522,7 @@ impl RowEncoder {
             _ => return None,
         }
         if let Some(parts) = parts {
-            parts.finish(&mut value, sequence);
+            parts.finish(&mut value);
         }
         Some((PyBytes::new(py, &key), PyBytes::new(py, &value)))
     }
@@ -561,7 +561,7 @@ impl RowEncoder {
     }
 }
 
-/// The parts of a record value around its row JSON and sequence (`copy_records`).
+/// The parts of a record value around its row JSON (`copy_records`).
 struct RecordParts<'a> {
     prefix: &'a [u8],
     middle: &'a [u8],
@@ -569,16 +569,14 @@ struct RecordParts<'a> {
 }
 
 impl RecordParts<'_> {
-    /// The bytes a record adds around its row's JSON, but for the sequence.
+    /// The bytes a record adds around its row's JSON.
     fn len(&self) -> usize {
         self.prefix.len() + self.middle.len() + self.tail.len()
     }
 
-    /// After the row's JSON: `middle`, the sequence in decimal, `tail`.
-    fn finish(&self, out: &mut Vec<u8>, sequence: i64) {
+    /// After the row's JSON: `middle`, `tail`.
+    fn finish(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(self.middle);
-        // Writing to a Vec cannot fail.
-        let _ = write!(out, "{sequence}");
         out.extend_from_slice(self.tail);
     }
 }
@@ -591,9 +589,8 @@ enum Outcome {
     },
     /// An escape, another column count, bad UTF-8: the Python path converts the line.
     Declined,
-    /// A value needs its Python converter: encoded again with the interpreter, at this
-    /// sequence.
-    NeedsPython(i64),
+    /// A value needs its Python converter: encoded again with the interpreter.
+    NeedsPython,
 }
 
 struct Batch {

@@ -71,6 +71,8 @@ struct Part {
     value: *const u8,
     value_len: usize,
     head: Option<i64>,
+    pos: *const u8,
+    pos_len: usize,
 }
 
 /// The start of a value written with `schemas.enable` (`{"schema":{...},"payload":...}`).
@@ -184,8 +186,9 @@ impl Sqlite {
         )
     }
 
-    /// Insert `records` (objects with `key` and `value`, each bytes or None) with `sql`, whose
-    /// parameters are topic id, partition, offset, key, value, timestamp and head id; offsets
+    /// Insert `records` (objects with `key`, `value` and `pos`, each bytes or None) with `sql`,
+    /// whose parameters are topic id, partition, offset, key, value, timestamp, head id and
+    /// position; offsets
     /// count up from `first`. A wrapped value that starts with one of `heads` (`(head, id)`
     /// pairs) is stored without it, with its id. Returns `None`, SQLite's extended error code
     /// and message, or `UNKNOWN_HEAD` and the index of a record whose head is not in `heads`.
@@ -205,12 +208,15 @@ impl Sqlite {
         let heads: Vec<(&[u8], i64)> = heads.iter().map(|(h, id)| (h.as_bytes(), *id)).collect();
         // The keys and values themselves are held until the call returns: the parts point
         // into them, whatever happens to the records meanwhile.
-        let mut owners = Vec::with_capacity(2 * records.len());
+        let mut owners = Vec::with_capacity(3 * records.len());
         let mut parts = Vec::with_capacity(records.len());
         let (key_name, value_name) = (intern!(py, "key"), intern!(py, "value"));
+        let pos_name = intern!(py, "pos");
         for (index, record) in records.iter().enumerate() {
             let (key, value) = (record.getattr(key_name)?, record.getattr(value_name)?);
+            let pos = record.getattr(pos_name)?;
             let ((key_ptr, key_len), (mut value_ptr, mut value_len)) = (raw(&key)?, raw(&value)?);
+            let (pos_ptr, pos_len) = raw(&pos)?;
             let mut head = None;
             if !value_ptr.is_null() {
                 let whole = unsafe { std::slice::from_raw_parts(value_ptr, value_len) };
@@ -225,9 +231,12 @@ impl Sqlite {
                 value: value_ptr,
                 value_len,
                 head,
+                pos: pos_ptr,
+                pos_len,
             });
             owners.push(key);
             owners.push(value);
+            owners.push(pos);
         }
         let sql = CString::new(sql)?;
         let handle = db as Db;
@@ -271,6 +280,7 @@ impl Sqlite {
                     Some(id) => (self.bind_int64)(stmt, 7, id),
                     None => (self.bind_null)(stmt, 7),
                 },
+                self.bind(stmt, 8, part.pos, part.pos_len),
             ];
             // A refused bind (a blob over SQLite's length limit) leaves the parameter NULL:
             // stepping then would store a tombstone instead of the value. It sets no error on
