@@ -60,7 +60,7 @@ def value(i: int) -> bytes:
                 "schema": "public",
                 "table": "customers",
                 "txId": 1000 + i // 5000,
-                "pos": [123_456_789 + i, 0],
+                "lsn": 123_456_789 + i,
             },
             "op": "c",
             "ts_ms": 1_700_000_000_000 + i,
