@@ -53,10 +53,7 @@ RecordsCallback = Callable[[list[StoredRecord]], None]
 def stored(msg: Any) -> StoredRecord:
     """A consumed message as the log interface returns it, its position from the ``cdc.pos``
     header (``None`` for a record without one)."""
-    pos = None
-    for name, data in msg.headers() or ():
-        if name == POS_HEADER:
-            pos = data
+    pos = next((data for name, data in msg.headers() or () if name == POS_HEADER), None)
     return StoredRecord(
         msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(), msg.timestamp()[1], pos
     )
