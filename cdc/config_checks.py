@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdc.errors import PluginNotFound
 from cdc.transforms.base import TransformConfig
-from cdc.transforms.chain import TransformChain, build_chain
+from cdc.transforms.chain import TransformChain, TransformRefused, build_chain
 
 if TYPE_CHECKING:
     from cdc.config import SinkConfig, SourceConfig
@@ -21,13 +21,16 @@ def built_chain(
     problems: list[tuple[str, str]],
 ) -> TransformChain | None:
     """The transforms built as a run builds them (``None`` if the file's problems prevent it);
-    a plugin that refuses its settings adds a problem under ``transforms``."""
+    a plugin that refuses its settings adds a problem under its path, ``transforms[N]``."""
     raw = expanded.get("transforms")
     if source is None or len(transforms) != len(raw if isinstance(raw, list) else []):
         return None
     name = expanded.get("name")
     try:
         return build_chain(transforms, name if isinstance(name, str) else "", source.table_names)
+    except TransformRefused as exc:
+        problems.append((exc.path, exc.reason))
+        return None
     except (ValueError, PluginNotFound) as exc:
         problems.append(("transforms", str(exc)))
         return None

@@ -142,6 +142,23 @@ def _unencoded(result: ChangeEvent, given: ChangeEvent) -> ChangeEvent:
     return replace(result, encoded=None)
 
 
+class TransformRefused(ValueError):
+    """A transform plugin's ``create`` refused its settings.
+
+    Attributes:
+        path: the transform's YAML path, ``transforms[N]``.
+        reason: the plugin's message (with the exception's class unless a ``ValueError``).
+    """
+
+    def __init__(self, index: int, type_name: str, cause: Exception) -> None:
+        self.path = f"transforms[{index}]"
+        message = str(cause) or type(cause).__name__
+        if not isinstance(cause, ValueError):  # an unexpected failure: say of which kind
+            message = f"{type(cause).__name__}: {message}"
+        self.reason = f"the {type_name} transform refused its settings: {message}"
+        super().__init__(f"{self.path} ({type_name}): {message}")
+
+
 def build_chain(
     configs: Sequence[TransformConfig],
     pipeline: str,
@@ -156,7 +173,7 @@ def build_chain(
     tables it merges).
 
     Raises:
-        ValueError: a plugin refused its settings for these tables.
+        TransformRefused: a plugin's ``create`` refused its settings for these tables.
         PluginNotFound: no ``cdc.transforms`` entry point has a config's ``type``.
     """
     bound = logger or get_logger(pipeline=pipeline)
@@ -167,8 +184,10 @@ def build_chain(
         label = f"transforms[{index}] ({config.type})"
         try:
             transform = plugin.create(config, TransformContext(pipeline, bound, tuple(reaching)))
-        except ValueError as exc:
-            raise ValueError(f"{label}: {exc}") from exc
+        # A plugin is anyone's code: whatever its create() raises is its verdict on the
+        # settings, reported under its YAML path (``cdc validate`` exits 2), never a traceback.
+        except Exception as exc:
+            raise TransformRefused(index, config.type, exc) from exc
         steps.append((label, config, transform))
         rename = getattr(transform, "table", _same)
         reaching = list(dict.fromkeys(rename(t) for t in reaching))

@@ -305,9 +305,9 @@ def test_route_named_group_is_valid() -> None:
 def test_route_expanding_to_no_table_names_the_table() -> None:
     top = "transforms:\n  - {type: route, match: '(.*)', topic: 'x.\\1'}"
     problems = problems_of(tables=SHARDS, top=top)
-    assert list(problems) == ["transforms"]
-    assert problems["transforms"].startswith("transforms[0] (route): ")
-    assert "sends public.orders_1 to 'x.public.orders_1'" in problems["transforms"]
+    assert list(problems) == ["transforms[0]"]
+    assert problems["transforms[0]"].startswith("the route transform refused its settings: ")
+    assert "sends public.orders_1 to 'x.public.orders_1'" in problems["transforms[0]"]
 
 
 def test_add_field_needs_value_or_source() -> None:
