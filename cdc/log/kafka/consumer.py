@@ -19,6 +19,7 @@ from confluent_kafka import TopicPartition as KafkaPartition
 
 from cdc.errors import LogError, LogFatal, LogUnavailable
 from cdc.log.base import PartitionsCallback, StartOffsets, StoredRecord, TopicPartition
+from cdc.log.kafka.commits import CommitKey, CommitResults, commit_key
 from cdc.log.kafka.common import (
     POS_HEADER,
     ConnectionWatch,
@@ -31,6 +32,8 @@ from cdc.logging import get_logger
 from cdc.runtime.retry import Backoff, retry
 
 _COMMIT_RETRY_S = 30.0
+#: While a commit waits for its result, the consumer is served in slices this long.
+_COMMIT_SERVE_S = 0.1
 _READ_TIMEOUT_S = 20.0
 #: While the connection is lost and nothing arrives, ask for metadata this often, so that an
 #: idle member notices (and logs) when the cluster is back.
@@ -95,12 +98,18 @@ class KafkaConsumer:
         self._on_revoke = on_revoke
         self._returned: dict[TopicPartition, int] = {}  # next offset after what poll returned
         self._committed: dict[TopicPartition, int] = {}
+        # Fetched while a commit waited for its result, not returned yet: poll returns them first.
+        self._pending: list[StoredRecord] = []
+        self._commits = CommitResults()
+        self._revoking = False  # inside on_revoke
         self._closed = False
         self._group = str(config.get("group.id"))
         self._topics = list(dict.fromkeys(topics))
         self._watch = ConnectionWatch("consumer", group=self._group)
         self._last_probe = 0.0
-        self._consumer = Consumer({**config, **self._watch.settings()})
+        self._consumer = Consumer(
+            {**config, **self._watch.settings(), "on_commit": self._commits.on_commit}
+        )
         self._consumer.subscribe(
             self._topics,
             on_assign=self._assigned,
@@ -114,6 +123,17 @@ class KafkaConsumer:
         Rebalance callbacks (``start_offsets``, ``on_revoke``) run inside this call.
         """
         self._check_open()
+        out = self._take_pending(max_records) or self._fetch(max_records, timeout_s)
+        for record in out:
+            self._returned[TopicPartition(record.topic, record.partition)] = record.offset + 1
+        return out
+
+    def _take_pending(self, max_records: int) -> list[StoredRecord]:
+        out = self._pending[:max_records]
+        del self._pending[:max_records]
+        return out
+
+    def _fetch(self, max_records: int, timeout_s: float) -> list[StoredRecord]:
         deadline = time.monotonic() + timeout_s
         out: list[StoredRecord] = []
         with translated("polling", self._servers):
@@ -131,12 +151,14 @@ class KafkaConsumer:
             if want > 0:
                 out += _records(self._consumer.consume(want, 0))
         self._watch.reached()
-        for record in out:
-            self._returned[TopicPartition(record.topic, record.partition)] = record.offset + 1
         return out
 
     def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
-        """Commit the group's next offsets synchronously.
+        """Commit the group's next offsets; durable on return.
+
+        The commit is sent asynchronously and awaited while the consumer is served: its error
+        callback reports an outage meanwhile, rebalances run, and records it fetches are kept
+        for the next :meth:`poll`.
 
         Where ``offsets`` covers everything poll returned for a partition, the commit moves on
         past transaction markers that follow, so a caught-up group shows no lag. If the
@@ -194,11 +216,18 @@ class KafkaConsumer:
         tps = [TopicPartition(p.topic, p.partition) for p in partitions]
         try:
             if self._on_revoke is not None:
+                self._revoking = True
                 self._on_revoke(tps)
         finally:
+            self._revoking = False
             for tp in tps:
                 self._returned.pop(tp, None)
                 self._committed.pop(tp, None)
+            # Fetched during a commit's wait and never returned: their new owner reads them.
+            released = set(tps)
+            self._pending = [
+                r for r in self._pending if TopicPartition(r.topic, r.partition) not in released
+            ]
             consumer.unassign()
 
     def _log_partitions(self, event: str, consumer: Any, partitions: list[Any]) -> None:
@@ -229,7 +258,10 @@ class KafkaConsumer:
         self._watch.reached()
 
     def _past_markers(self, tp: TopicPartition, offset: int) -> int:
-        if offset != self._returned.get(tp):
+        # With records of ``tp`` pending, the position is past records not yet returned.
+        if offset != self._returned.get(tp) or any(
+            r.topic == tp.topic and r.partition == tp.partition for r in self._pending
+        ):
             return offset
         position = self._consumer.position([KafkaPartition(tp.topic, tp.partition)])[0].offset
         return max(offset, position)
@@ -247,9 +279,10 @@ class KafkaConsumer:
 
     def _commit(self, offsets: Mapping[TopicPartition, int]) -> None:
         partitions = [KafkaPartition(tp.topic, tp.partition, off) for tp, off in offsets.items()]
+        deadline = time.monotonic() + _COMMIT_RETRY_S
         try:
             committed = retry(
-                lambda: self._commit_once(partitions),
+                lambda: self._commit_once(partitions, deadline),
                 _transient,
                 Backoff.fixed(0.2),
                 within_s=_COMMIT_RETRY_S,
@@ -259,22 +292,43 @@ class KafkaConsumer:
         if not committed:
             return
         self._watch.reached()
-        self._committed.update(offsets)
-        for tp, offset in offsets.items():
+        held = {TopicPartition(p.topic, p.partition) for p in self._consumer.assignment()}
+        # Partitions revoked while the commit waited are another member's business now.
+        kept = {tp: offset for tp, offset in offsets.items() if tp in held}
+        self._committed.update(kept)
+        for tp, offset in kept.items():
             if self._returned.get(tp, 0) < offset:
                 self._returned[tp] = offset
 
-    def _commit_once(self, partitions: list[KafkaPartition]) -> bool:
+    def _commit_once(self, partitions: list[KafkaPartition], deadline: float) -> bool:
         """Commit; False if a rebalance took the partitions away (the commit is dropped)."""
+        self._commits.expect()
         try:
-            self._consumer.commit(offsets=partitions, asynchronous=False)
+            if self._revoking:  # inside librdkafka's call: the consumer cannot be served
+                self._consumer.commit(offsets=partitions, asynchronous=False)
+                return True
+            self._consumer.commit(offsets=partitions, asynchronous=True)
         except KafkaException as exc:
-            err = error_of(exc)
-            if err is not None and err.code() in _REBALANCED:
-                _logger.warning("kafka.commit_dropped", reason=describe(err, exc))
-                return False
-            raise
-        return True
+            return _dropped(error_of(exc), exc)
+        err = self._await_commit(commit_key(partitions), deadline)
+        return err is None or _dropped(err, KafkaException(err))
+
+    def _await_commit(self, key: CommitKey, deadline: float) -> KafkaError | None:
+        """The commit's error (``None`` on success), serving the consumer until it arrives:
+        librdkafka delivers the result, its errors and rebalances only inside its calls."""
+        while True:
+            answered, err = self._commits.take(key)
+            if answered:
+                return err
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return KafkaError(
+                    KafkaError._TIMED_OUT,
+                    f"no answer from the group coordinator within {_COMMIT_RETRY_S:.0f} s",
+                )
+            msg = self._consumer.poll(min(remaining, _COMMIT_SERVE_S))
+            if msg is not None:
+                self._pending += _records([msg])
 
     def _check_open(self) -> None:
         if self._closed:
@@ -395,6 +449,14 @@ class PartitionReader:
                 self._consumer.close()
             except (KafkaException, RuntimeError) as exc:
                 _logger.warning("kafka.reader_close_failed", error=str(exc))
+
+
+def _dropped(err: KafkaError | None, exc: KafkaException) -> bool:
+    """False, with a warning, for a commit that a rebalance made moot; else ``exc`` is raised."""
+    if err is None or err.code() not in _REBALANCED:
+        raise exc
+    _logger.warning("kafka.commit_dropped", reason=describe(err, exc))
+    return False
 
 
 def _transient(exc: Exception) -> bool:
