@@ -3,6 +3,7 @@ on the next call that reached the cluster, late errors of a finished outage igno
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -61,3 +62,18 @@ def test_other_errors_are_logged_as_they_come(captured: list[dict[str, object]])
     watch = ConnectionWatch("consumer")
     watch.on_error(KafkaError(KafkaError._MSG_TIMED_OUT, "timed out"))
     assert names(captured) == ["kafka.client_error"] and not watch.lost
+
+
+def test_an_answer_to_a_call_made_before_the_loss_does_not_end_it(
+    captured: list[dict[str, object]],
+) -> None:
+    # A commit sent just before the broker went away, answered after the loss was logged:
+    # the consumer said "restored" 0.0 s after "lost" and nothing more for the whole outage.
+    watch = ConnectionWatch("consumer", group="g")
+    sent = time.monotonic()
+    watch.on_error(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    watch.reached(since=sent)
+    assert watch.lost and names(captured) == ["kafka.connection_lost"]
+    watch.reached(since=time.monotonic())  # a call made after the loss was answered
+    assert not watch.lost
+    assert names(captured) == ["kafka.connection_lost", "kafka.connection_restored"]

@@ -173,10 +173,16 @@ class ConnectionWatch:
         except Exception:  # a logging failure must not break the client
             pass
 
-    def reached(self) -> None:
-        """A call reached the cluster: the connection is back, if it was lost."""
+    def reached(self, since: float | None = None) -> None:
+        """A call reached the cluster: the connection is back, if it was lost.
+
+        Args:
+            since: when (``time.monotonic()``) the call that was answered was made. An answer
+                to a call made before the loss was noticed proves nothing: a commit answered
+                just as the broker went away. ``None``: the answer itself is the proof.
+        """
         lost_at = self._lost_at
-        if lost_at is not None:
+        if lost_at is not None and (since is None or since >= lost_at):
             self._lost_at = None
             self._restored_at = time.monotonic()
             self._logger.info(

@@ -101,6 +101,7 @@ class KafkaConsumer:
         # Fetched while a commit waited for its result, not returned yet: poll returns them first.
         self._pending: list[StoredRecord] = []
         self._commits = CommitResults()
+        self._commit_sent = 0.0  # when the last commit was sent (time.monotonic())
         self._revoking = False  # inside on_revoke
         self._closed = False
         self._group = str(config.get("group.id"))
@@ -150,7 +151,9 @@ class KafkaConsumer:
             want = min(max_records - len(out), _MAX_CONSUME)
             if want > 0:
                 out += _records(self._consumer.consume(want, 0))
-        self._watch.reached()
+        # Records prove nothing about the connection: librdkafka may have fetched them before
+        # an outage began. While it is lost, ask the cluster instead.
+        self._probe()
         return out
 
     def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
@@ -291,7 +294,7 @@ class KafkaConsumer:
             raise translate(exc, "committing consumer offsets", self._servers) from exc
         if not committed:
             return
-        self._watch.reached()
+        self._watch.reached(since=self._commit_sent)
         held = {TopicPartition(p.topic, p.partition) for p in self._consumer.assignment()}
         # Partitions revoked while the commit waited are another member's business now.
         kept = {tp: offset for tp, offset in offsets.items() if tp in held}
@@ -303,6 +306,7 @@ class KafkaConsumer:
     def _commit_once(self, partitions: list[KafkaPartition], deadline: float) -> bool:
         """Commit; False if a rebalance took the partitions away (the commit is dropped)."""
         self._commits.expect()
+        self._commit_sent = time.monotonic()
         try:
             if self._revoking:  # inside librdkafka's call: the consumer cannot be served
                 self._consumer.commit(offsets=partitions, asynchronous=False)
