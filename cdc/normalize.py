@@ -8,6 +8,7 @@ normalises both through :func:`canonical` so that equal data compares equal.
 from __future__ import annotations
 
 import base64
+import json
 import math
 import re
 import struct
@@ -17,8 +18,9 @@ from typing import Any
 
 import orjson
 
+from cdc.normalize_far import far_temporal
 from cdc.schema import TableSchema
-from cdc.values import Interval
+from cdc.values import Interval, numeric_value
 
 _INTEGER = {"smallint", "integer", "bigint", "int2", "int4", "int8", "oid"}
 _DOUBLE = {"double precision", "float8"}
@@ -61,12 +63,12 @@ def canonical_row(row: dict[str, Any], schema: TableSchema) -> dict[str, Any]:
 
 
 def _numeric(value: Any) -> str:
-    try:
-        number = Decimal(str(value))
-    except InvalidOperation:
+    try:  # Debezium's special names too: "POSITIVE_INFINITY" is PostgreSQL's Infinity
+        number = numeric_value(value, None)
+    except (InvalidOperation, ValueError, TypeError):
         return str(value)
     if not number.is_finite():
-        return str(value).lower()
+        return str(number).lower()
     normalized = number.normalize()
     return format(normalized, "f") if normalized == normalized.to_integral() else str(normalized)
 
@@ -99,7 +101,7 @@ def _timestamp(value: Any, with_zone: bool) -> str:
     if isinstance(value, str):
         if value in ("infinity", "-infinity"):
             return value
-        value = datetime.fromisoformat(value)
+        return far_temporal(value, with_zone, clock=True)
     if not isinstance(value, datetime):
         return str(value)
     moment: datetime = value
@@ -113,6 +115,8 @@ def _date(value: Any) -> str:
         return value.date().isoformat()
     if isinstance(value, date):
         return value.isoformat()
+    if isinstance(value, str) and value not in ("infinity", "-infinity"):
+        return far_temporal(value, False, clock=False)
     return str(value)
 
 
@@ -142,9 +146,26 @@ def interval_micros(value: Any) -> int:
     return -micros if sign else micros
 
 
-def _json(value: Any) -> Any:
-    parsed = orjson.loads(value) if isinstance(value, str | bytes) else value
-    return orjson.loads(orjson.dumps(parsed, option=orjson.OPT_SORT_KEYS))
+def _json(value: Any) -> str:
+    """A document as compact JSON text with sorted keys: ``'"str"'``, ``'null'`` (JSON's null,
+    which SQL NULL, ``None``, is not), ``'{"a":1}'``.
+
+    Text (``str``, ``bytes``) is the document's JSON text, as the envelope and DuckDB's readers
+    give it; anything else (``dict``, ``list``, a number, a bool) is a document already parsed.
+    Text that is no JSON is kept as it is: a difference to report, not a crash.
+    """
+    if isinstance(value, str | bytes | bytearray):
+        try:
+            value = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            try:  # orjson refuses integers past 64 bits; JSON and jsonb allow them
+                value = json.loads(value)
+            except ValueError:
+                return value if isinstance(value, str) else bytes(value).decode(errors="replace")
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    except TypeError:  # an integer past 64 bits
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def _bytes(value: Any) -> str:

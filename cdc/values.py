@@ -102,7 +102,14 @@ def _numeric(match: re.Match[str], options: EnvelopeOptions | None) -> Decoder:
     return _nullable(lambda value: numeric_value(value, scale, precise))
 
 
-_NAN_TEXT: Final = {"nan": Decimal("NaN"), "infinity": Decimal("Infinity")}
+#: The special values' names in every decimal mode: ``string`` writes Debezium's
+#: ``NAN``/``POSITIVE_INFINITY``/``NEGATIVE_INFINITY``, ``double`` ``NaN``/``Infinity``.
+_NAN_TEXT: Final = {
+    "nan": Decimal("NaN"),
+    "infinity": Decimal("Infinity"),
+    "positive_infinity": Decimal("Infinity"),
+    "negative_infinity": Decimal("-Infinity"),
+}
 
 
 def numeric_value(value: Any, scale: int | None, precise: bool = False) -> Decimal:
@@ -110,7 +117,8 @@ def numeric_value(value: Any, scale: int | None, precise: bool = False) -> Decim
 
     ``precise``: base64 of the unscaled big-endian two's complement (scale from the type) or
     ``{"scale", "value"}`` (``VariableScaleDecimal``, for ``numeric`` without a typmod);
-    ``string``: the exact text (``"NAN"``); ``double``: a JSON number, or ``"NaN"``.
+    ``string``: the exact text (``"NAN"``, ``"POSITIVE_INFINITY"``); ``double``: a JSON
+    number, or ``"NaN"``, ``"Infinity"``, ``"-Infinity"``.
     """
     if isinstance(value, Decimal):
         return value
@@ -216,7 +224,7 @@ _INFINITE: Final[dict[int | str, str]] = {
     "+294247-01-10T04:00:25.2": "infinity",
     "-290308-12-21T19:59:27.6": "-infinity",
 }
-_FAR_ISO: Final = re.compile(r"(-\d{4,}|0000)-(\d\d)-(\d\d)(?:T(\d\d:\d\d:\d\d(?:\.\d+)?))?")
+_FAR_ISO: Final = re.compile(r"([+-]\d{4,}|0000)-(\d\d)-(\d\d)(?:T(\d\d:\d\d:\d\d(?:\.\d+)?))?")
 _CYCLE_DAYS, _CYCLE_YEARS = 146_097, 400  # the Gregorian calendar repeats every 400 years
 
 
@@ -246,8 +254,9 @@ def far_text(micros: int, clock: bool = True, zone: str = "") -> str:
 
 
 def far_iso(text: str, zone: str = "") -> str:
-    """ISO text past Python's years: the infinities' sentinels and BC (``-0043-03-15``, year 0
-    is 1 BC) as PostgreSQL's text; any other text as it is."""
+    """ISO text past Python's years: the infinities' sentinels, BC (``-0043-03-15``, year 0
+    is 1 BC) and years past 9999 (Java's ``+12345-01-01``) as PostgreSQL's text, as the epoch
+    numbers of the other modes decode (:func:`far_text`); any other text as it is."""
     bare = text.removesuffix("Z")
     if bare in _INFINITE:
         return _INFINITE[bare]

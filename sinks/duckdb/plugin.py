@@ -28,7 +28,8 @@ class DuckDBSinkPlugin:
         config: DuckDBSinkConfig, schema: str, table: str, *, pipeline: str | None = None
     ) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
         """``(key, row)`` of every current row of ``schema.table`` (see :mod:`.reader`);
-        ``pipeline`` is not needed, the file is the sink's own."""
-        return reader.read_rows(Path(config.path), schema, table)
+        ``pipeline`` is not needed, the file is the sink's own. JSON documents come as their
+        text, which :func:`cdc.normalize.canonical` reads (a parsed ``"str"`` would not be)."""
+        return reader.read_rows(Path(config.path), schema, table, json_text=True)
 
     doctor = staticmethod(preflight.doctor)  # cdc doctor: the file opens, or can be created

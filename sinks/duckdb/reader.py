@@ -12,6 +12,7 @@ last committed state as of the copy, which is what a verifier comparing at a pos
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
 import time
@@ -25,13 +26,15 @@ import duckdb
 from cdc.errors import SinkFatal, SinkUnavailable
 from sinks.duckdb.catalog import DOCUMENT_BODY, DOCUMENT_KEY, ColumnInfo, load_states, quote
 from sinks.duckdb.connection import first_line, is_lock_conflict
+from sinks.duckdb.types import normalize
 
 _COPY_ATTEMPTS = 20
 _TEMPORAL = frozenset({"DATE", "TIMESTAMP", "TIMESTAMPTZ"})
+_JSON_SOURCE = re.compile(r"jsonb?(?:\[\])*")
 
 
 def read_rows(
-    path: Path, schema: str, table: str, lock_wait_s: float = 0.5
+    path: Path, schema: str, table: str, lock_wait_s: float = 0.5, *, json_text: bool = False
 ) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
     """Yield ``(key, row)`` for every row of ``schema.table``; nothing if the table is absent.
 
@@ -39,6 +42,10 @@ def read_rows(
     columns parsed. Dates and timestamps Python cannot hold come back in the source's text:
     ``'infinity'``, ``'-infinity'``, and BC values such as ``'0044-03-15 12:00:00 BC'``. A
     schemaless table yields its ``_key`` and ``doc`` documents.
+
+    ``json_text``: a ``json``/``jsonb`` column's documents as their JSON text (``'"str"'``,
+    ``'null'``) instead of parsed: a parsed string scalar cannot be told from JSON text, and
+    ``cdc verify`` (:func:`cdc.normalize.canonical`) reads text as JSON text.
     """
     with open_for_reading(path, lock_wait_s) as con:
         try:
@@ -54,7 +61,7 @@ def read_rows(
             for values in rows:
                 width = len(columns)
                 row = {
-                    c.name: infinite or _value(c, v)
+                    c.name: infinite or _value(c, v, json_text)
                     for c, v, infinite in zip(columns, values[:width], values[width:], strict=True)
                 }
                 if state.layout == "document":
@@ -82,11 +89,13 @@ def _infinities(columns: list[ColumnInfo]) -> str:
     return ", ".join(flags)
 
 
-def _value(column: ColumnInfo, value: Any) -> Any:
+def _value(column: ColumnInfo, value: Any, json_text: bool = False) -> Any:
     if value is None:
         return None
     if column.duck_type in _TEMPORAL and isinstance(value, str) and " (BC)" in value:
         return duckdb_bc_to_source(value)
+    if json_text and _JSON_SOURCE.fullmatch(normalize(column.source_type)):
+        return value  # DuckDB hands JSON over as its text, a JSON[] as a list of texts
     if column.duck_type == "JSON":
         return json.loads(value)
     if column.duck_type.startswith("JSON["):

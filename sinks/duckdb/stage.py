@@ -85,7 +85,7 @@ def encode(
             encoding cannot hold.
     """
     batch = current_names(state, batch)
-    conversions = [conversion(c.duck_type) for c in state.columns]
+    conversions = [conversion(c.duck_type, c.source_type) for c in state.columns]
     unique = False
     # Across an envelope change one key's value can be in two encodings (a numeric key as
     # base64, then as text): only its decoded form tells, so SQL picks the newest per key.
@@ -309,8 +309,9 @@ def _bad_document(staged: Staged) -> tuple[int, int] | None:
     """``(row, column)`` of the first JSON text that does not parse."""
     for index in range(len(staged.batch)):
         for n, values in staged.documents.items():
-            try:
-                orjson.loads(orjson.dumps(values[index]))
+            value = values[index]
+            try:  # a json column's text is staged as text (sinks.duckdb.types.conversion)
+                orjson.loads(value if isinstance(value, str) else orjson.dumps(value))
             except orjson.JSONDecodeError:
                 return index, n
     return None

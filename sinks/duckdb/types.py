@@ -23,6 +23,8 @@ from typing import Any, Final
 import duckdb
 import orjson
 
+from cdc.values import far_iso
+
 MAX_DECIMAL_PRECISION: Final = 38
 
 
@@ -146,10 +148,14 @@ class Conversion:
     python: PyConvert | None = None
 
 
-def conversion(duck_type: str) -> Conversion:
-    """How to stage and cast values of ``duck_type``."""
+def conversion(duck_type: str, source_type: str = "") -> Conversion:
+    """How to stage and cast values of ``duck_type`` (a column of ``source_type``)."""
     if duck_type.endswith("[]"):
         return _list_conversion(duck_type)
+    if duck_type == "JSON" and normalize(source_type) in ("json", "jsonb"):
+        # Staged as the document's text and cast: parsed as JSON, a document that is JSON's
+        # null would become SQL NULL, and the two are different values in PostgreSQL.
+        return Conversion("VARCHAR", "CAST({c} AS JSON)", "VARCHAR", "CAST({c} AS JSON)")
     if duck_type in ("VARCHAR", "JSON"):
         return Conversion(duck_type, "{c}", duck_type, "{c}")
     if duck_type == "BLOB":
@@ -192,23 +198,16 @@ def _interval_value(value: Any) -> Any:
     return value
 
 
-#: Debezium's ISO sentinels for PostgreSQL's infinities (``isostring``), which DuckDB would take
-#: for far dates or refuse: DuckDB's own infinities.
-_INFINITY_ISO: Final = {
-    "+294247-01-10T04:00:25.2Z": "infinity",
-    "-290308-12-21T19:59:27.6Z": "-infinity",
-    "-5877611-06-21Z": "infinity",
-    "-5877611-06-22Z": "-infinity",
-}
-
-
-def _bc_value(value: Any) -> Any:
+def _bc_value(value: Any, zone: str = "") -> Any:
     if isinstance(value, list):
-        return [_bc_value(v) for v in value]
+        return [_bc_value(v, zone) for v in value]
+    if isinstance(value, str) and value[:1] in "+-":
+        # ISO text with a signed year (isostring): Debezium's sentinels for the infinities,
+        # BC (``-0043-03-15``) and years past 9999 (``+12345-01-01``), which DuckDB would
+        # refuse or misread: PostgreSQL's text (``zone``: ``+00`` for a UTC instant).
+        value = far_iso(value, zone)
     if isinstance(value, str) and value.endswith(" BC"):
         return bc_to_duckdb(value)
-    if isinstance(value, str) and value[:1] in "+-":
-        return _INFINITY_ISO.get(value, value)
     return value
 
 
@@ -242,21 +241,25 @@ def _intervals(column: list[Any]) -> list[Any]:
     return [None if v is None else _interval_value(v) for v in column]
 
 
-def _bc_dates(column: list[Any]) -> list[Any]:
+def _bc_dates(column: list[Any], zone: str = "") -> list[Any]:
     # Nearly every value is a plain string that does not end in BC: keep that path inline.
     return [
         (bc_to_duckdb(v) if v.endswith(" BC") else v)
         if v.__class__ is str and v[:1] not in "+-"
-        else _bc_value(v)
+        else _bc_value(v, zone)
         for v in column
     ]
+
+
+def _bc_instants(column: list[Any]) -> list[Any]:
+    return _bc_dates(column, "+00")
 
 
 _PYTHON: Final[dict[str, PyConvert]] = {
     "INTERVAL": _intervals,
     "DATE": _bc_dates,
     "TIMESTAMP": _bc_dates,
-    "TIMESTAMPTZ": _bc_dates,
+    "TIMESTAMPTZ": _bc_instants,
 }
 
 # -- schema evolution ----------------------------------------------------------------------------

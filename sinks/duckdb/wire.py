@@ -58,6 +58,8 @@ def wire_conversion(
 
 
 def _needs_decoding(base: str, duck_type: str, options: EnvelopeOptions | None) -> bool:
+    if base in ("json", "jsonb"):  # the document's text, whichever encoding (legacy nests it)
+        return True
     if options is None:  # the legacy encoding: what the staging was written for
         return False
     if _NUMERIC.fullmatch(base):
@@ -74,7 +76,7 @@ def _needs_decoding(base: str, duck_type: str, options: EnvelopeOptions | None) 
         return options.decimal_handling_mode != "string"
     if base == "hstore":  # text under json; an object under map, kept as the same text
         return options.hstore_handling_mode == "map"
-    return base in ("json", "jsonb")
+    return False
 
 
 def _convert(
@@ -91,9 +93,17 @@ def _convert(
 
 
 def _document(value: Any) -> Any:
-    """``json``: Debezium writes the document's text; DuckDB's JSON column holds the document."""
+    """``json``: the document's text (:func:`cdc.values.decoder` gives text in every encoding),
+    staged as text and cast to JSON, so JSON's ``null`` stays a document, not SQL NULL; in a
+    ``json[]`` each element goes into the staged list as the JSON it is."""
     if isinstance(value, list):
-        return [_document(v) for v in value]
+        return [_element(v) for v in value]
+    return value
+
+
+def _element(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_element(v) for v in value]
     return orjson.Fragment(value) if isinstance(value, str) else value
 
 
