@@ -8,6 +8,7 @@ its index in its partition, and a *committed* offset is the next offset to read.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -117,8 +118,14 @@ class Consumer(Protocol):
         """Up to ``max_records`` records, waiting at most ``timeout_s`` for the first one."""
         ...
 
-    def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
-        """Commit the next offsets to read for the group; durable on return."""
+    def commit(
+        self, offsets: Mapping[TopicPartition, int], stop: threading.Event | None = None
+    ) -> None:
+        """Commit the next offsets to read for the group; durable on return.
+
+        ``stop``, once set, ends a commit that waits on an unreachable log with
+        :class:`cdc.runtime.retry.Stopped` (the offsets may or may not be committed then).
+        """
         ...
 
     def assignment(self) -> list[TopicPartition]: ...

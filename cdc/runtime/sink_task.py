@@ -290,7 +290,10 @@ class SinkTask:
         # The batch is durable in the sink; a commit that fails (broker away) is retried until
         # it lands or the task stops, in which case the batch is replayed harmlessly.
         retry_until_stopped(
-            lambda: consumer.commit(offsets), self._stop, self._logger, "sink.commit_retrying"
+            lambda: consumer.commit(offsets, self._stop),
+            self._stop,
+            self._logger,
+            "sink.commit_retrying",
         )
         self.records_applied += len(batch)
         if self._retrying:  # the store is back: status says running again, as /readyz does

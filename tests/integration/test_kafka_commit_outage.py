@@ -5,6 +5,7 @@ while a commit waits are returned by the next polls: no gap, no duplicate."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,6 +20,8 @@ from cdc.log.kafka import KafkaLog
 from cdc.log.kafka import common as kafka_common
 from cdc.log.kafka import consumer as kafka_consumer
 from cdc.log.kafka.consumer import KafkaConsumer
+from cdc.runtime.pipeline import STOP_GRACE_S
+from cdc.runtime.retry import Stopped
 from tests.integration.test_kafka_log import kafka_config
 from tests.services.kafka import outage
 from tests.unit.log_suite import append, key, new_topic
@@ -144,3 +147,27 @@ def test_records_fetched_while_a_commit_waits_are_returned_once_in_order(log: Ka
         assert offsets == sorted(offsets)  # each partition in offset order
     assert pending_after_commit > 0  # the waits did fetch records (else this tests nothing)
     assert only_new_records(log, group, topic) == [b"5"]  # all committed: none read twice
+
+
+def test_a_stop_ends_a_commit_waiting_on_an_outage(kafka_server: Any, log: KafkaLog) -> None:
+    """``cdc run`` stopped (SIGTERM) during an outage: the sink's commit gives up at once and
+    the consumer closes within the pipeline's stop grace (a commit that waited out its 30 s
+    made the stop unclean)."""
+    topic = new_topic()
+    log.ensure_topics([topic])
+    append(log, [Record(topic, key(i), b"%d" % i) for i in range(5)])
+    consumer = log.consumer(f"sink-{uuid.uuid4().hex[:8]}", [topic])
+    try:
+        records = poll_until(consumer, 5, 100)
+        stop = threading.Event()
+        with outage(kafka_server):
+            timer = threading.Timer(1.0, stop.set)
+            timer.start()
+            started = time.monotonic()
+            with pytest.raises(Stopped):
+                consumer.commit(next_offsets(records), stop)
+            assert time.monotonic() - started < 2.0
+            consumer.close()
+            assert time.monotonic() - started < STOP_GRACE_S
+    finally:
+        consumer.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from functools import partial
@@ -108,8 +109,11 @@ class EmbeddedConsumer:
                 return records
             self._appends.wait(seen, min(remaining, POLL_INTERVAL_S))
 
-    def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
-        """Store the group's next offsets to read; durable on return."""
+    def commit(
+        self, offsets: Mapping[TopicPartition, int], stop: threading.Event | None = None
+    ) -> None:
+        """Store the group's next offsets to read; durable on return (a local store: there is
+        no server to wait on, so ``stop`` has nothing to end)."""
         self._check_open()
         rows = [(self._group, tp.topic, tp.partition, off) for tp, off in offsets.items()]
         with write_transaction(self._connections.get(), "committing consumer offsets") as conn:

@@ -29,7 +29,7 @@ from cdc.log.kafka.common import (
     translated,
 )
 from cdc.logging import get_logger
-from cdc.runtime.retry import Backoff, retry
+from cdc.runtime.retry import Backoff, Stopped, retry
 
 _COMMIT_RETRY_S = 30.0
 #: While a commit waits for its result, the consumer is served in slices this long.
@@ -156,7 +156,9 @@ class KafkaConsumer:
         self._probe()
         return out
 
-    def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+    def commit(
+        self, offsets: Mapping[TopicPartition, int], stop: threading.Event | None = None
+    ) -> None:
         """Commit the group's next offsets; durable on return.
 
         The commit is sent asynchronously and awaited while the consumer is served: its error
@@ -171,11 +173,12 @@ class KafkaConsumer:
         Raises:
             LogUnavailable: the group coordinator stayed unreachable for 30 s.
             LogFatal: a fatal consumer error.
+            Stopped: ``stop`` was set while the commit waited (it may land or not).
         """
         self._check_open()
         targets = {tp: self._past_markers(tp, offset) for tp, offset in offsets.items()}
         if targets:
-            self._commit(targets)
+            self._commit(targets, stop)
 
     def assignment(self) -> list[TopicPartition]:
         """The partitions this member holds now."""
@@ -280,15 +283,18 @@ class KafkaConsumer:
         if moved:
             self._commit(moved)
 
-    def _commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+    def _commit(
+        self, offsets: Mapping[TopicPartition, int], stop: threading.Event | None = None
+    ) -> None:
         partitions = [KafkaPartition(tp.topic, tp.partition, off) for tp, off in offsets.items()]
         deadline = time.monotonic() + _COMMIT_RETRY_S
         try:
             committed = retry(
-                lambda: self._commit_once(partitions, deadline),
+                lambda: self._commit_once(partitions, deadline, stop),
                 _transient,
                 Backoff.fixed(0.2),
                 within_s=_COMMIT_RETRY_S,
+                stop=stop,
             )
         except KafkaException as exc:
             raise translate(exc, "committing consumer offsets", self._servers) from exc
@@ -303,7 +309,9 @@ class KafkaConsumer:
             if self._returned.get(tp, 0) < offset:
                 self._returned[tp] = offset
 
-    def _commit_once(self, partitions: list[KafkaPartition], deadline: float) -> bool:
+    def _commit_once(
+        self, partitions: list[KafkaPartition], deadline: float, stop: threading.Event | None
+    ) -> bool:
         """Commit; False if a rebalance took the partitions away (the commit is dropped)."""
         self._commits.expect()
         self._commit_sent = time.monotonic()
@@ -314,16 +322,20 @@ class KafkaConsumer:
             self._consumer.commit(offsets=partitions, asynchronous=True)
         except KafkaException as exc:
             return _dropped(error_of(exc), exc)
-        err = self._await_commit(commit_key(partitions), deadline)
+        err = self._await_commit(commit_key(partitions), deadline, stop)
         return err is None or _dropped(err, KafkaException(err))
 
-    def _await_commit(self, key: CommitKey, deadline: float) -> KafkaError | None:
+    def _await_commit(
+        self, key: CommitKey, deadline: float, stop: threading.Event | None
+    ) -> KafkaError | None:
         """The commit's error (``None`` on success), serving the consumer until it arrives:
         librdkafka delivers the result, its errors and rebalances only inside its calls."""
         while True:
             answered, err = self._commits.take(key)
             if answered:
                 return err
+            if stop is not None and stop.is_set():
+                raise Stopped()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return KafkaError(
