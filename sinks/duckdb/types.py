@@ -9,7 +9,10 @@ Mapping decisions that lose no data:
 * ``numeric(p,s)`` with ``p <= 38`` and ``0 <= s <= p`` becomes ``DECIMAL(p,s)``; a value DECIMAL
   cannot hold (``NaN``, ``Infinity``) fails its record (dead-letter or stop, by policy).
 * ``numeric`` without precision, ``p > 38`` or a negative scale becomes ``VARCHAR`` holding the
-  exact text (``NaN`` included): DuckDB's widest decimal would round such values.
+  exact text, PostgreSQL's (``NaN``, ``Infinity`` and ``-Infinity`` included, whichever names
+  the envelope gives them): DuckDB's widest decimal would round such values.
+* ``json``/``jsonb`` become ``JSON``, staged as text and cast, so JSON's ``null`` is kept as a
+  document, apart from SQL NULL.
 * enums, domains and any type not listed become ``VARCHAR`` with the source's text.
 """
 
