@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 import pytest
@@ -17,8 +17,8 @@ import structlog
 from cdc.errors import LogUnavailable
 from cdc.log.base import Record, StoredRecord, TopicPartition
 from cdc.log.kafka import KafkaLog
+from cdc.log.kafka import commits as kafka_commits
 from cdc.log.kafka import common as kafka_common
-from cdc.log.kafka import consumer as kafka_consumer
 from cdc.log.kafka.consumer import KafkaConsumer
 from cdc.runtime.pipeline import STOP_GRACE_S
 from cdc.runtime.retry import Stopped
@@ -32,11 +32,11 @@ COMMIT_BOUND_S = 8.0
 
 
 @pytest.fixture
-def captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]]:
+def captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[MutableMapping[str, Any]]]:
     with structlog.testing.capture_logs() as logs:
         # The modules' loggers were bound at import, before the capture was configured.
         monkeypatch.setattr(kafka_common, "_logger", structlog.get_logger())
-        monkeypatch.setattr(kafka_consumer, "_logger", structlog.get_logger())
+        monkeypatch.setattr(kafka_commits, "_logger", structlog.get_logger())
         yield logs
 
 
@@ -65,10 +65,10 @@ def poll_until(consumer: KafkaConsumer, count: int, batch: int) -> list[StoredRe
 def test_a_commit_during_an_outage_is_bounded_and_the_outage_is_logged(
     kafka_server: Any,
     log: KafkaLog,
-    captured: list[dict[str, Any]],
+    captured: list[MutableMapping[str, Any]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(kafka_consumer, "_COMMIT_RETRY_S", COMMIT_BOUND_S)
+    monkeypatch.setattr(kafka_commits, "COMMIT_RETRY_S", COMMIT_BOUND_S)
     topic = new_topic()
     log.ensure_topics([topic])
     append(log, [Record(topic, key(i), b"%d" % i) for i in range(5)])
@@ -99,7 +99,7 @@ def test_a_commit_during_an_outage_is_bounded_and_the_outage_is_logged(
     assert only_new_records(log, group, topic) == [b"5"]  # resumed after the commit
 
 
-def connection_events(captured: list[dict[str, Any]]) -> list[str]:
+def connection_events(captured: list[MutableMapping[str, Any]]) -> list[str]:
     """The consumer's connection events (the log's producer has its own)."""
     return [
         e["event"]

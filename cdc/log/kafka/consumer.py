@@ -19,34 +19,20 @@ from confluent_kafka import TopicPartition as KafkaPartition
 
 from cdc.errors import LogError, LogFatal, LogUnavailable
 from cdc.log.base import PartitionsCallback, StartOffsets, StoredRecord, TopicPartition
-from cdc.log.kafka.commits import CommitKey, CommitResults, commit_key
+from cdc.log.kafka.commits import Committer
 from cdc.log.kafka.common import (
     POS_HEADER,
     ConnectionWatch,
-    describe,
-    error_of,
     translate,
     translated,
 )
 from cdc.logging import get_logger
-from cdc.runtime.retry import Backoff, Stopped, retry
 
-_COMMIT_RETRY_S = 30.0
-#: While a commit waits for its result, the consumer is served in slices this long.
-_COMMIT_SERVE_S = 0.1
 _READ_TIMEOUT_S = 20.0
 #: While the connection is lost and nothing arrives, ask for metadata this often, so that an
 #: idle member notices (and logs) when the cluster is back.
 _PROBE_EVERY_S = 2.0
 _MAX_CONSUME = 10_000  # librdkafka's consume() refuses batches over a million
-#: Commit errors that mean the partitions moved to another member: it re-reads from the last
-#: successful commit, which the sinks' idempotence makes harmless.
-_REBALANCED = {
-    KafkaError.REBALANCE_IN_PROGRESS,
-    KafkaError.ILLEGAL_GENERATION,
-    KafkaError.UNKNOWN_MEMBER_ID,
-    KafkaError._ASSIGNMENT_LOST,
-}
 
 _logger = get_logger(component="kafka_log")
 
@@ -100,8 +86,7 @@ class KafkaConsumer:
         self._committed: dict[TopicPartition, int] = {}
         # Fetched while a commit waited for its result, not returned yet: poll returns them first.
         self._pending: list[StoredRecord] = []
-        self._commits = CommitResults()
-        self._commit_sent = 0.0  # when the last commit was sent (time.monotonic())
+        self._committer = Committer(self._serve)
         self._revoking = False  # inside on_revoke
         self._closed = False
         self._group = str(config.get("group.id"))
@@ -109,7 +94,7 @@ class KafkaConsumer:
         self._watch = ConnectionWatch("consumer", group=self._group)
         self._last_probe = 0.0
         self._consumer = Consumer(
-            {**config, **self._watch.settings(), "on_commit": self._commits.on_commit}
+            {**config, **self._watch.settings(), "on_commit": self._committer.on_commit}
         )
         self._consumer.subscribe(
             self._topics,
@@ -287,20 +272,14 @@ class KafkaConsumer:
         self, offsets: Mapping[TopicPartition, int], stop: threading.Event | None = None
     ) -> None:
         partitions = [KafkaPartition(tp.topic, tp.partition, off) for tp, off in offsets.items()]
-        deadline = time.monotonic() + _COMMIT_RETRY_S
         try:
-            committed = retry(
-                lambda: self._commit_once(partitions, deadline, stop),
-                _transient,
-                Backoff.fixed(0.2),
-                within_s=_COMMIT_RETRY_S,
-                stop=stop,
-            )
+            # Inside on_revoke (librdkafka's call) the consumer cannot be served: wait in it.
+            committed = self._committer.commit(self._consumer, partitions, stop, self._revoking)
         except KafkaException as exc:
             raise translate(exc, "committing consumer offsets", self._servers) from exc
         if not committed:
             return
-        self._watch.reached(since=self._commit_sent)
+        self._watch.reached(since=self._committer.sent)
         held = {TopicPartition(p.topic, p.partition) for p in self._consumer.assignment()}
         # Partitions revoked while the commit waited are another member's business now.
         kept = {tp: offset for tp, offset in offsets.items() if tp in held}
@@ -309,42 +288,11 @@ class KafkaConsumer:
             if self._returned.get(tp, 0) < offset:
                 self._returned[tp] = offset
 
-    def _commit_once(
-        self, partitions: list[KafkaPartition], deadline: float, stop: threading.Event | None
-    ) -> bool:
-        """Commit; False if a rebalance took the partitions away (the commit is dropped)."""
-        self._commits.expect()
-        self._commit_sent = time.monotonic()
-        try:
-            if self._revoking:  # inside librdkafka's call: the consumer cannot be served
-                self._consumer.commit(offsets=partitions, asynchronous=False)
-                return True
-            self._consumer.commit(offsets=partitions, asynchronous=True)
-        except KafkaException as exc:
-            return _dropped(error_of(exc), exc)
-        err = self._await_commit(commit_key(partitions), deadline, stop)
-        return err is None or _dropped(err, KafkaException(err))
-
-    def _await_commit(
-        self, key: CommitKey, deadline: float, stop: threading.Event | None
-    ) -> KafkaError | None:
-        """The commit's error (``None`` on success), serving the consumer until it arrives:
-        librdkafka delivers the result, its errors and rebalances only inside its calls."""
-        while True:
-            answered, err = self._commits.take(key)
-            if answered:
-                return err
-            if stop is not None and stop.is_set():
-                raise Stopped()
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return KafkaError(
-                    KafkaError._TIMED_OUT,
-                    f"no answer from the group coordinator within {_COMMIT_RETRY_S:.0f} s",
-                )
-            msg = self._consumer.poll(min(remaining, _COMMIT_SERVE_S))
-            if msg is not None:
-                self._pending += _records([msg])
+    def _serve(self, timeout_s: float) -> None:
+        """Serve the consumer while a commit waits; a record it returns waits for ``poll``."""
+        msg = self._consumer.poll(timeout_s)
+        if msg is not None:
+            self._pending += _records([msg])
 
     def _check_open(self) -> None:
         if self._closed:
@@ -465,19 +413,3 @@ class PartitionReader:
                 self._consumer.close()
             except (KafkaException, RuntimeError) as exc:
                 _logger.warning("kafka.reader_close_failed", error=str(exc))
-
-
-def _dropped(err: KafkaError | None, exc: KafkaException) -> bool:
-    """False, with a warning, for a commit that a rebalance made moot; else ``exc`` is raised."""
-    if err is None or err.code() not in _REBALANCED:
-        raise exc
-    _logger.warning("kafka.commit_dropped", reason=describe(err, exc))
-    return False
-
-
-def _transient(exc: Exception) -> bool:
-    """A commit error worth another try: any but a fatal one."""
-    if not isinstance(exc, KafkaException):
-        return False
-    err = error_of(exc)
-    return err is None or not err.fatal()
