@@ -75,12 +75,17 @@ class TableFilter:
         hidden: once bound (:meth:`bound`), each column the entry masks or leaves out, by
             ``attnum``: the name it had then. ``None``: not bound, names only.
         logger: where renames and look-alike names are reported.
+        omits_excluded: the publication's column list leaves the excluded columns out
+            (:func:`pushes_columns`): the server never sends them, under any name.
     """
 
     entry: TableEntry
     masks: Mapping[str, Mask] = field(default_factory=dict)
     hidden: Mapping[int, str] | None = None
     logger: Logger | None = field(default=None, compare=False)
+    omits_excluded: bool = False
+    # The attnums the stream is known to have published before (:meth:`resolve`).
+    _seen: set[int] = field(default_factory=set, compare=False, repr=False)
     # What was reported already: a shape is resolved again for every Relation and chunk.
     _reported: set[tuple[str, ...]] = field(default_factory=set, compare=False, repr=False)
 
@@ -151,6 +156,7 @@ class TableFilter:
         oid: int,
         logger: Logger | None = None,
         published: Mapping[str, int] | None = None,
+        omits_excluded: bool = False,
     ) -> TableFilter:
         """The filter bound to table ``oid`` as the catalog has it now (see the module
         docstring); itself when bound already or when it hides no column.
@@ -166,15 +172,17 @@ class TableFilter:
         if self.hidden is not None or not self.hides_columns:
             return self
         live = [(int(num), str(name)) for num, name in catalog.rows(_LIVE_COLUMNS, (oid,))]
-        return self.bind(live, logger or self.logger, published or {})
+        return self.bind(live, logger or self.logger, published or {}, omits_excluded)
 
     def bind(
         self,
         live: Sequence[tuple[int, str]],
         logger: Logger | None,
         published: Mapping[str, int] | None = None,
+        omits_excluded: bool = False,
     ) -> TableFilter:
-        """The filter bound to the live columns ``(attnum, name)`` of its table.
+        """The filter bound to the live columns ``(attnum, name)`` of its table; the columns
+        ``published`` last (else those live now) are the ones the stream is known to have.
 
         Raises:
             SourceMisconfigured: a hidden name the table does not have (:meth:`check_live`),
@@ -187,7 +195,15 @@ class TableFilter:
         hidden = {num: name for num, name in live if self.hides(name)}
         self._check_not_replaced(live, hidden, published or {})
         hidden.update(carried)
-        found = replace(self, hidden=hidden, logger=logger, _reported=set())
+        seen = set((published or {}).values()) or {num for num, _ in live}
+        found = replace(
+            self,
+            hidden=hidden,
+            logger=logger,
+            omits_excluded=omits_excluded,
+            _seen=seen,
+            _reported=set(),
+        )
         found.report_twins(names)
         for num, origin in carried.items():
             found._renamed(origin, dict(live)[num])
@@ -253,23 +269,26 @@ class TableFilter:
         and their masks: a column keeps the mask or exclusion it had when bound, whatever it
         is called now.
 
-        A column whose ``attnum`` is unknown (the stream is behind later DDL: see
-        :mod:`connectors.postgres.evolution`) while a bound hidden column is not found by its
-        ``attnum`` may be that column under a name the catalog has forgotten: it is left out
-        (key columns aside, which are never hidden other than by hash).
+        While a bound hidden column the server sends is not found by its ``attnum`` (the
+        stream is behind later DDL: see :mod:`connectors.postgres.evolution`), the catalog's
+        names no longer say which column is which: the hidden one may be there under a name
+        the catalog has forgotten, or under one it now gives a newer column (``RENAME ssn TO
+        ssn2``, ``RENAME ssn2 TO x``, ``ADD ssn2``: ``ssn2`` looks up as the new column). So
+        every column not known to the stream before, by ``attnum``, is left out then (key
+        columns aside, which are never hidden other than by hash, and columns hidden by
+        name anyway).
         """
-        hidden = self.hidden or {}
         known = [*ids, *([None] * (len(names) - len(ids)))][: len(names)]
-        lost = set(hidden) - {i for i in known if i is not None}
+        lost = self._lost(known)
         kept: list[int] = []
         masks: dict[str, Mask] = {}
         for n, (column, attnum) in enumerate(zip(names, known, strict=True)):
-            origin = None if attnum is None else hidden.get(attnum)
+            origin = None if attnum is None else (self.hidden or {}).get(attnum)
             if origin is not None and origin != column:
                 self._renamed(origin, column)
             if not self.keeps_column(column, attnum):
                 continue
-            if attnum is None and lost and column not in key and not self.hides(column):
+            if lost and column not in key and not self.hides(column) and attnum not in self._seen:
                 self._doubtful(column)
                 continue
             mask = self.masks.get(origin) if origin is not None else None
@@ -278,8 +297,20 @@ class TableFilter:
                 masks[column] = mask
             kept.append(n)
         if self.hidden is not None:
+            self._seen.update(i for i in (known[n] for n in kept) if i is not None)
             self.report_twins(names)
         return Resolved(tuple(kept), masks)
+
+    def _lost(self, known: Sequence[int | None]) -> set[int]:
+        """The bound hidden columns the server sends that a shape (its ``attnum`` each, where
+        known) does not have by ``attnum``; a column the publication's column list leaves
+        out is never sent, so its absence says nothing."""
+        found = {i for i in known if i is not None}
+        return {
+            num
+            for num, origin in (self.hidden or {}).items()
+            if num not in found and not (self.omits_excluded and not self.keeps(origin))
+        }
 
     def _renamed(self, origin: str, column: str) -> None:
         what = "mask" if origin in self.masks else "exclusion"
@@ -299,10 +330,12 @@ class TableFilter:
             ("doubtful", column),
             "filter.column_left_out",
             column=column,
-            reason="the catalog no longer knows this column by this name (the stream is behind "
-            "later DDL), and a masked or left-out column is missing: it may be that one",
+            reason="a masked or left-out column is missing from the table's shape (the stream is "
+            "behind later DDL, or the column was dropped), and this column, new to the stream, "
+            "may be that one under another name",
             fix=f"once the stream has caught up, `cdc snapshot PIPELINE_FILE --table {self.name}`"
-            " re-reads its values",
+            " re-reads its values; if the masked or left-out column was dropped, remove it from"
+            " source.tables and restart",
         )
 
     def _report(self, seen: tuple[str, ...], event: str, **fields: Any) -> None:
@@ -353,9 +386,11 @@ def bind_filters(
     tables: Mapping[str, int],
     logger: Logger,
     published: Mapping[str, Mapping[str, int]] | None = None,
+    pushed: Collection[str] = (),
 ) -> dict[str, TableFilter]:
     """``filters`` bound to their tables (``schema.table`` -> oid), those bound already kept;
-    ``published``: the ``attnum`` of each column each table was last published with.
+    ``published``: the ``attnum`` of each column each table was last published with;
+    ``pushed``: the tables whose publication column list leaves their excluded columns out.
 
     Raises:
         SourceMisconfigured: a filter names a column its table does not have (see
@@ -363,7 +398,7 @@ def bind_filters(
     """
     return {
         name: (
-            found.bound(catalog, tables[name], logger, (published or {}).get(name))
+            found.bound(catalog, tables[name], logger, (published or {}).get(name), name in pushed)
             if name in tables
             else found
         )

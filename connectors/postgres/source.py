@@ -39,7 +39,7 @@ from connectors.postgres.lifecycle import (
     slot_in_use,
 )
 from connectors.postgres.lsn import Lsn
-from connectors.postgres.publication_filters import prepare_publication
+from connectors.postgres.publication_filters import prepare_publication, wanted_specs
 from connectors.postgres.relations import check_keyable
 from connectors.postgres.replication import ReplicationCommandError, ReplicationConnection
 from connectors.postgres.shapes import Resnapshot, ShapeTracker, published_schemas
@@ -240,7 +240,11 @@ class PostgresSource:
             for (schema, table), shape in known.items()
         }
         oids = {info.name: info.oid for info in tables.values()}
-        self._filters = bind_filters(catalog, self._filters, oids, self._logger, published)
+        # Where the column list leaves excluded columns out, their absence from a Relation
+        # message is no sign that the stream is behind a rename of theirs.
+        specs = wanted_specs(catalog, list(tables.values()), self._filters)
+        pushed = [name for name, spec in specs.items() if spec.columns is not None]
+        self._filters = bind_filters(catalog, self._filters, oids, self._logger, published, pushed)
 
     def _describe(self, catalog: Catalog, role: str) -> dict[tuple[str, str], TableInfo]:
         tables = {}
