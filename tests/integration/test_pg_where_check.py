@@ -95,13 +95,19 @@ def request_snapshot_checks(cfg: PostgresSourceConfig, table: str, where: str) -
 def test_a_request_failing_at_run_time_shows_no_hidden_value(dsn: str, tmp_path: Path) -> None:
     """A hand-written signal skips ``cdc snapshot``'s check: its chunk read fails on a masked
     value, and neither the request's stored reason nor a log line quotes it."""
+    users, rows = USERS, 2
+    with psycopg.connect(dsn) as conn:
+        if conn.info.server_version < 150000:
+            # Publications filter rows from 15 on (a row filter is a start error on 14): there
+            # the mask alone hides the values, and every row is read.
+            users, rows = {k: v for k, v in USERS.items() if k != "where"}, 3
     with (
-        pipeline(dsn, tmp_path / "log", [USERS], snapshot="initial") as p,
+        pipeline(dsn, tmp_path / "log", [users], snapshot="initial") as p,
         capture_logs() as logs,
     ):
         p.start()
         p.wait(lambda: bool(p.sources) and p.sources[-1].streaming)
-        p.wait(lambda: len(p.topic_state("public.users")) == 2)
+        p.wait(lambda: len(p.topic_state("public.users")) == rows)
         execute(dsn, "UPDATE users SET ssn = 'SSN-RAW-2' WHERE id = 2")
         request = {"id": uuid.uuid4().hex, "type": "snapshot", "table": "public.users"}
         request["where"] = "ssn::int > 0"
