@@ -55,13 +55,22 @@ class Workload:
                 conn.execute("INSERT INTO docs VALUES (%s, 0, 0, %s)", (key, body(key, 0)))
                 self.gens[key], self.next_gen[key] = 0, 1
 
-    def run(self, transactions: int, pause_s: float = 0.0) -> None:
+    def run(
+        self, transactions: int, pause_s: float = 0.0, until: threading.Event | None = None
+    ) -> None:
+        """Run ``transactions``; with ``until``, go on until it is set (ten times as many at
+        most), so that a source killed mid-workload is killed while this still writes however
+        slowly the machine lets the source start (a fixed count ended first under load)."""
+        done = 0
         with psycopg.connect(self.dsn, autocommit=True) as conn:
-            for _ in range(transactions):
+            while done < transactions or (
+                until is not None and not until.is_set() and done < 10 * transactions
+            ):
                 size = 40 if self.rng.random() < 0.1 else self.rng.randint(1, 6)
                 with conn.transaction():
                     for _ in range(size):
                         self._change(conn, self.rng.randint(1, KEYS))
+                done += 1
                 time.sleep(pause_s)
 
     def late_sequences(self) -> None:
@@ -283,9 +292,13 @@ def _run_the_three_phases(work: Workload, source: SourceRun) -> None:
 def _kill_mid_workload_and_change_while_down(
     work: Workload, source: SourceRun, transactions: int
 ) -> None:
-    writer = threading.Thread(target=work.run, args=(transactions, 0.01))
-    source.kill_mid(writer)
-    writer.join()
+    killed = threading.Event()
+    writer = threading.Thread(target=work.run, args=(transactions, 0.01, killed))
+    try:
+        source.kill_mid(writer)
+    finally:
+        killed.set()
+        writer.join()
     work.late_sequences()
 
 
