@@ -77,10 +77,11 @@ __all__ = [
 ]
 
 #: A record a source already wrote for an event (:attr:`ChangeEvent.encoded`):
-#: ``(pipeline, topic, key JSON, value up to its top-level ts_ms number, its closing)``. A
-#: plain tuple, not a named one: one is built per streamed change, and a ``NamedTuple`` costs
-#: eight times more.
-PreEncoded = tuple[str, str, bytes, bytes, bytes]
+#: ``(pipeline, topic, key JSON, value up to its top-level ts_ms number, its closing, its
+#: position)``: the position is :func:`write_pos` of the event's source, written by the source
+#: with the value. A plain tuple, not a named one: one is built per streamed change, and a
+#: ``NamedTuple`` costs eight times more.
+PreEncoded = tuple[str, str, bytes, bytes, bytes, bytes]
 
 
 def encode_key(key: dict[str, Any]) -> bytes:
@@ -251,11 +252,11 @@ def to_records(
     ``skipped.operations`` is applied by :func:`batch_records`, not here.
     """
     encoded = event.encoded
-    src = event.source
-    pos = write_pos(src.position, src.sequence)
     if encoded is not None and encoded[0] == pipeline:
         ts = now_ms if now_ms is not None else int(time.time() * 1000)
-        return [Record(encoded[1], encoded[2], finish(encoded[3], ts, encoded[4]), pos)]
+        return [Record(encoded[1], encoded[2], finish(encoded[3], ts, encoded[4]), encoded[5])]
+    src = event.source
+    pos = write_pos(src.position, src.sequence)
     topic = topic_name(pipeline, *event.topic_table)
     schemas = schemas_of(event, topic, options)
     key: bytes | None = None
@@ -316,9 +317,8 @@ def batch_records(
             continue
         encoded = event.encoded
         if encoded is not None and encoded[0] == pipeline:
-            src = event.source
             value = b"%b%b%b" % (encoded[3], ts, encoded[4])
-            append(Record(encoded[1], encoded[2], value, write_pos(src.position, src.sequence)))
+            append(Record(encoded[1], encoded[2], value, encoded[5]))
         else:
             extend(to_records(event, pipeline, now_ms, options))
     return records

@@ -152,18 +152,19 @@ class ReplicationConnection:
         Raises:
             SourceUnavailable: the server closed the stream or the connection broke.
         """
+        size, data = self._pg.get_copy_data(1)
+        if size > 0:  # the hot path, one call a change: no clock read
+            return data
         deadline = time.monotonic() + timeout_s
-        while True:
+        while size == 0:
+            # A zero wait still polls the socket: whatever arrived meanwhile is read.
+            if not self._wait(max(0.0, deadline - time.monotonic())):
+                return None
+            self._consume()
             size, data = self._pg.get_copy_data(1)
-            if size > 0:
-                return data
-            if size == 0:
-                # A zero wait still polls the socket: whatever arrived meanwhile is read.
-                if not self._wait(max(0.0, deadline - time.monotonic())):
-                    return None
-                self._consume()
-                continue
-            raise lost(self._where, self._stream_end_message())
+        if size > 0:
+            return data
+        raise lost(self._where, self._stream_end_message())
 
     def send(self, data: bytes) -> None:
         """Queue one CopyData message and flush it, waiting for the socket if needed."""

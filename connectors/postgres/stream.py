@@ -303,15 +303,16 @@ class Assembler:
         key, after, row_json, key_json = encoded
         tx = self._tx
         source = tx.next_source(rel, lsn)
-        lsn = source.extra["lsn"]
+        lsn = lsn or tx.final_lsn  # as next_source has it
         schemas = relation_schemas(rel, self._options, self.registry) if self._schemas else None
-        template = tx.templates.get((rel.topic, tag))
-        if template is None:
-            template = tx.template(rel.topic, tag, op, source, schemas)
+        w = tx.writers.get((rel.topic, tag))
+        if w is None:
+            w = tx.writer(rel.topic, tag, op, source, schemas)
         if schemas is not None:
             key_json = schemas.wrap_key(key_json)
-        value = template.value_at(row_json, tx.order_json(lsn), tx.extra_json(lsn))
-        record = (self._pipeline, rel.topic, key_json, value, template.close)
+        value = b"%b%b%b%d%b%d%b" % (w.prefix, row_json, w.head, lsn, w.mid, lsn, w.tail)
+        pos = b"[%b,%d]" % (w.position, source.sequence)
+        record = (self._pipeline, rel.topic, key_json, value, w.close, pos)
         self._batch.events.append(ChangeEvent(op, key, None, after, source, record))
         return True
 

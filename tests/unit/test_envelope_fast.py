@@ -88,7 +88,8 @@ def _pre_encoded(event: ChangeEvent, pipeline: str) -> ChangeEvent:
     order, extra = envelope.order_json(src.order), envelope.extra_json(src.extra)
     value = template.value_at(row, order, extra)
     topic = f"{pipeline}.{src.schema}.{src.table}"
-    record = (pipeline, topic, envelope.encode_key(event.key), value, template.close)
+    pos = template.pos(src.sequence)
+    record = (pipeline, topic, envelope.encode_key(event.key), value, template.close, pos)
     return ChangeEvent(event.op, event.key, None, event.after, src, record)
 
 
@@ -111,6 +112,7 @@ def test_a_record_written_by_the_source_equals_the_dict_encoding() -> None:
         [record] = envelope.to_records(encoded, pipeline, now)
         assert record.key == envelope.encode_key(event.key)
         assert record.value == envelope.encode_value_dict(event, pipeline, now), event
+        assert record.pos == envelope.write_pos(event.source.position, event.source.sequence)
         assert envelope.batch_records([encoded], pipeline, now) == [record]
         checked += 1
     assert checked > 1000
