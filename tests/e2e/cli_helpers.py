@@ -7,6 +7,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -139,3 +141,15 @@ def _tail(log: Path | None, size: int = 6000) -> str:
     if log is None or not log.exists():
         return ""
     return "\n--- end of " + str(log) + " ---\n" + log.read_text()[-size:]
+
+
+def http_get(url: str) -> tuple[int, bytes]:
+    """``(status, body)`` of a GET (an HTTP error's own status and body); ``(0, b"")`` while
+    nothing listens yet."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except OSError:
+        return 0, b""

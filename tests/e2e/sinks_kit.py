@@ -12,7 +12,9 @@ import duckdb
 import orjson
 import psycopg
 import pytest
+import yaml
 
+from cdc.envelope_options import EnvelopeOptions
 from sinks.redis import RedisSinkConfig, RedisSinkPlugin
 from tests.e2e.cli_helpers import cdc, start_run, wait_for
 from tests.e2e.snapshot_helpers import offsets
@@ -168,3 +170,24 @@ class Scene:
         """The ``snapshot`` rows of ``cdc status --json``."""
         rows: list[dict[str, Any]] = status(self.pipeline, self.tmp_path, self.env)["snapshot"]
         return rows
+
+
+def three_sinks_pipeline(tmp_path: Path, name: str, table: str, options: EnvelopeOptions) -> Path:
+    """A pipeline of ``table`` into a Redis, a DuckDB and a search sink on the embedded log,
+    under ``options``; its DSN, Redis URL and key prefix come from ``${PG_DSN}``,
+    ``${REDIS_URL}`` and ``${PREFIX}``."""
+    data = {
+        "version": 1,
+        "name": name,
+        "envelope": options.properties(),
+        "source": {"type": "postgres", "dsn": "${PG_DSN}", "tables": [table]},
+        "log": {"type": "embedded", "path": str(tmp_path / "log")},
+        "sinks": [
+            {"name": "cache", "type": "redis", "url": "${REDIS_URL}", "key_prefix": "${PREFIX}"},
+            {"name": "warehouse", "type": "duckdb", "path": str(tmp_path / "out.duckdb")},
+            {"name": "search", "type": "search", "path": str(tmp_path / "search")},
+        ],
+    }
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path

@@ -18,13 +18,12 @@ from typing import Any
 
 import orjson
 import pytest
-import yaml
 
 from cdc.envelope_options import DEBEZIUM_DEFAULTS, READABLE, EnvelopeOptions
 from sinks.duckdb import read_rows as duckdb_rows
 from sinks.search import SearchSinkConfig, SearchSinkPlugin
 from tests.e2e.cli_helpers import cdc, start_run, stop, wait_for
-from tests.e2e.sinks_kit import Cache, execute, redis_url, status
+from tests.e2e.sinks_kit import Cache, execute, redis_url, status, three_sinks_pipeline
 
 __all__ = ["redis_url"]  # the fixture
 
@@ -52,24 +51,6 @@ ROW = (
 UTC = dt.UTC
 
 
-def _pipeline(tmp_path: Path, env: dict[str, str], options: EnvelopeOptions) -> Path:
-    data = {
-        "version": 1,
-        "name": PIPELINE,
-        "envelope": options.properties(),
-        "source": {"type": "postgres", "dsn": "${PG_DSN}", "tables": [TABLE]},
-        "log": {"type": "embedded", "path": str(tmp_path / "log")},
-        "sinks": [
-            {"name": "cache", "type": "redis", "url": "${REDIS_URL}", "key_prefix": "${PREFIX}"},
-            {"name": "warehouse", "type": "duckdb", "path": str(tmp_path / "out.duckdb")},
-            {"name": "search", "type": "search", "path": str(tmp_path / "search")},
-        ],
-    }
-    path = tmp_path / "pipeline.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
 @pytest.fixture
 def scene(pg_db: str, redis_url: str, tmp_path: Path) -> Any:
     execute(pg_db, f"CREATE TABLE {TABLE} ({COLUMNS})", f"INSERT INTO {TABLE} VALUES {ROW}")
@@ -92,7 +73,7 @@ def _verified(tmp_path: Path, pipeline: Path, env: dict[str, str]) -> list[dict[
 def test_every_sink_reads_the_encoding(scene: Any, tmp_path: Path, setting: str) -> None:
     env, made = scene
     options = SETTINGS[setting]
-    pipeline = _pipeline(tmp_path, env, options)
+    pipeline = three_sinks_pipeline(tmp_path, PIPELINE, TABLE, options)
     made.append(pipeline)
     run = start_run(pipeline, tmp_path, env)
     try:
@@ -152,12 +133,12 @@ def _check_redis_and_search_hold_the_envelope_row(
 
 def test_a_log_refuses_another_encoding_until_it_is_accepted(scene: Any, tmp_path: Path) -> None:
     env, made = scene
-    pipeline = _pipeline(tmp_path, env, READABLE)
+    pipeline = three_sinks_pipeline(tmp_path, PIPELINE, TABLE, READABLE)
     made.append(pipeline)
     run = start_run(pipeline, tmp_path, env)
     wait_for(lambda: _topic_has_records(tmp_path, pipeline, env), 60, process=run)
     assert stop(run)[0] == 0
-    _pipeline(tmp_path, env, DEBEZIUM_DEFAULTS)
+    three_sinks_pipeline(tmp_path, PIPELINE, TABLE, DEBEZIUM_DEFAULTS)
     refused = cdc("run", str(pipeline), cwd=tmp_path, env=env, timeout=60)
     assert refused.returncode == 2, refused.stderr
     for text in (

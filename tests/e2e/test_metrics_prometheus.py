@@ -15,8 +15,6 @@ every 0.5 s, and the test asks Prometheus's HTTP API, as a dashboard or an alert
 from __future__ import annotations
 
 import signal
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,31 +23,21 @@ import orjson
 import psycopg
 import pytest
 
-from tests.e2e.cli_helpers import start_run, stop, wait_for
+from tests.e2e.cli_helpers import http_get, start_run, stop, wait_for
 from tests.services.ports import LOOPBACK, free_port
 from tests.services.prometheus import LocalPrometheus, promtool_check
-from tests.services.redis import LocalRedis
+from tests.services.redis import LocalRedis, own_redis
 
 BURST_ROWS = 150_000
 BURST_TXS = 15
 
 
-def _get(url: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-
-
 @pytest.fixture
 def redis() -> Iterator[LocalRedis]:
     # Its own, since the test stops it; with the append-only file, so a restart keeps the
-    # sink's data (without it the sink finds its data lost and stops, as it must).
-    server = LocalRedis(appendonly=True)
-    server.start()
-    yield server
-    server.close()
+    # sink's data (without it the sink would rebuild it from the log).
+    with own_redis(appendonly=True) as server:
+        yield server
 
 
 def _pipeline(tmp_path: Path, dsn: str, redis_url: str, listen: str) -> Path:
@@ -99,7 +87,7 @@ class Scrape:
         wait_for(holds, timeout, 0.25, process=self.run, log=self.log, last_seen=seen)
 
     def ready(self) -> tuple[int, dict[str, Any]]:
-        status, body = _get(f"{self.base}/readyz")
+        status, body = http_get(f"{self.base}/readyz")
         return status, orjson.loads(body)
 
 
@@ -129,8 +117,8 @@ def _healthy_and_valid(scrape: Scrape) -> None:
     wait_for(
         lambda: scrape.ready()[0] == 200 if _up(scrape) else False, 60, 0.2, scrape.run, scrape.log
     )
-    assert _get(f"{scrape.base}/healthz")[0] == 200
-    status, text = _get(f"{scrape.base}/metrics")
+    assert http_get(f"{scrape.base}/healthz")[0] == 200
+    status, text = http_get(f"{scrape.base}/metrics")
     assert status == 200
     checked = promtool_check("metrics", stdin=text)
     assert checked.returncode == 0, checked.stdout + checked.stderr
@@ -140,7 +128,7 @@ def _healthy_and_valid(scrape: Scrape) -> None:
 
 def _up(scrape: Scrape) -> bool:
     try:
-        return _get(f"{scrape.base}/healthz")[0] == 200
+        return http_get(f"{scrape.base}/healthz")[0] == 200
     except OSError:
         return False  # not listening yet
 

@@ -16,8 +16,6 @@ from __future__ import annotations
 import random
 import signal
 import threading
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,9 +27,9 @@ import pytest
 import redis
 from psycopg import sql
 
-from tests.e2e.cli_helpers import start_run, stop, wait_for
+from tests.e2e.cli_helpers import http_get, start_run, stop, wait_for
 from tests.services.ports import LOOPBACK, free_port
-from tests.services.redis import LocalRedis
+from tests.services.redis import LocalRedis, own_redis
 
 TABLES = ("items", "notes")
 ROWS = 300
@@ -42,10 +40,8 @@ NAME = f"lost_{uuid.uuid4().hex[:8]}"
 @pytest.fixture
 def cache() -> Iterator[LocalRedis]:
     # Its own server, without persistence: the test flushes and restarts it.
-    server = LocalRedis(appendonly=False)
-    server.start()
-    yield server
-    server.close()
+    with own_redis(appendonly=False) as server:
+        yield server
 
 
 class Writer:
@@ -144,16 +140,8 @@ def _cached(url: str) -> dict[str, dict[str, Any]]:
         client.close()
 
 
-def _get(url: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-
-
 def _rebuilds(listen: str) -> float:
-    _, body = _get(f"http://{listen}/metrics")
+    _, body = http_get(f"http://{listen}/metrics")
     for line in body.decode().splitlines():
         if line.startswith("cdc_sink_rebuilds_total{") and 'sink="cache"' in line:
             return float(line.rsplit(" ", 1)[1])
@@ -189,7 +177,7 @@ class Scene:
             return source == cached
 
         wait_for(equal, 120, 0.5, self.run, self.log, seen)
-        self.wait(lambda: _get(f"http://{self.listen}/readyz")[0] == 200)
+        self.wait(lambda: http_get(f"http://{self.listen}/readyz")[0] == 200)
 
     def rebuilt(self, times: int) -> None:
         """The ``times``-th rebuild started and finished, and was counted."""

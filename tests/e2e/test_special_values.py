@@ -18,12 +18,11 @@ from typing import Any
 
 import orjson
 import pytest
-import yaml
 
-from cdc.envelope_options import DEBEZIUM_DEFAULTS, READABLE, EnvelopeOptions
+from cdc.envelope_options import DEBEZIUM_DEFAULTS, READABLE
 from sinks.duckdb import read_rows as duckdb_rows
 from tests.e2e.cli_helpers import cdc, start_run, stop, wait_for
-from tests.e2e.sinks_kit import execute, redis_url, status
+from tests.e2e.sinks_kit import execute, redis_url, status, three_sinks_pipeline
 
 __all__ = ["redis_url"]  # the fixture
 
@@ -49,24 +48,6 @@ STREAM = (
     "(7, 'Infinity', '2024-02-29', '2024-02-29 13:45:30', '2024-02-29 13:45:30+00', '\"\"')",
 )
 SPECIAL = {1: "Infinity", 2: "-Infinity", 3: "NaN", 7: "Infinity"}
-
-
-def _pipeline(tmp_path: Path, options: EnvelopeOptions) -> Path:
-    data = {
-        "version": 1,
-        "name": PIPELINE,
-        "envelope": options.properties(),
-        "source": {"type": "postgres", "dsn": "${PG_DSN}", "tables": [TABLE]},
-        "log": {"type": "embedded", "path": str(tmp_path / "log")},
-        "sinks": [
-            {"name": "cache", "type": "redis", "url": "${REDIS_URL}", "key_prefix": "${PREFIX}"},
-            {"name": "warehouse", "type": "duckdb", "path": str(tmp_path / "out.duckdb")},
-            {"name": "search", "type": "search", "path": str(tmp_path / "search")},
-        ],
-    }
-    path = tmp_path / "pipeline.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
 
 
 @pytest.fixture
@@ -100,7 +81,7 @@ def _applied(tmp_path: Path, pipeline: Path, env: dict[str, str]) -> bool:
 @pytest.mark.parametrize("mode", list(SETTINGS))
 def test_special_values_reach_every_sink_and_verify(scene: Any, tmp_path: Path, mode: str) -> None:
     env, made = scene
-    pipeline = _pipeline(tmp_path, SETTINGS[mode])
+    pipeline = three_sinks_pipeline(tmp_path, PIPELINE, TABLE, SETTINGS[mode])
     made.append(pipeline)
     run = start_run(pipeline, tmp_path, env)
     try:

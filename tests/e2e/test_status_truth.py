@@ -9,8 +9,6 @@
 from __future__ import annotations
 
 import signal
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,28 +18,21 @@ import orjson
 import psycopg
 import pytest
 
-from tests.e2e.cli_helpers import cdc, start_run, stop, wait_for
+from tests.e2e.cli_helpers import cdc, http_get, start_run, stop, wait_for
 from tests.services.ports import LOOPBACK, free_port
-from tests.services.redis import LocalRedis
+from tests.services.redis import LocalRedis, own_redis
 
 
 @pytest.fixture
 def redis() -> Iterator[LocalRedis]:
     # Its own, since the test stops it; append-only, so a restart keeps the sink's data.
-    server = LocalRedis(appendonly=True)
-    server.start()
-    yield server
-    server.close()
+    with own_redis(appendonly=True) as server:
+        yield server
 
 
 def _readyz(listen: str) -> tuple[int, dict[str, Any]]:
-    try:
-        with urllib.request.urlopen(f"http://{listen}/readyz", timeout=5) as response:
-            return response.status, orjson.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, orjson.loads(exc.read())
-    except OSError:
-        return 0, {}  # not listening yet
+    status, body = http_get(f"http://{listen}/readyz")
+    return status, orjson.loads(body) if status else {}  # 0: not listening yet
 
 
 def _status(tmp_path: Path, pipeline: Path, env: dict[str, str]) -> dict[str, Any]:

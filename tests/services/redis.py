@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Protocol
 
 import redis as redis_client
@@ -189,3 +191,16 @@ def redis_server() -> RedisServer:
     raise ServiceUnavailableError(
         f"no Redis: set {ENV_URL}, install redis-server (make install), or run Docker"
     )
+
+
+@contextmanager
+def own_redis(appendonly: bool) -> Iterator[LocalRedis]:
+    """A private server, started, for a test that stops, flushes or restarts it (the session's
+    is shared). ``appendonly``: a restart keeps every acknowledged write; without it a restart
+    comes back empty, as a cache that lost its data."""
+    server = LocalRedis(appendonly=appendonly)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
