@@ -24,7 +24,7 @@ from __future__ import annotations
 import orjson
 
 from cdc.sink import SinkRecord
-from sinks.keyed import Change, Kind, Pos, Table, key_suffix
+from sinks.keyed import Pos, Table
 from sinks.offsets import offset_field
 
 # One script, three modes (ARGV[1]), so there is one SHA to load and to reload on NOSCRIPT.
@@ -151,17 +151,10 @@ end
 return applied
 """
 
-_OPS = {Kind.UPSERT: "s", Kind.DELETE: "d", Kind.TOMBSTONE: "x"}
-
 
 def encode_pos(pos: Pos | None) -> str:
     """Fixed-width digits, ordered as ``(position, sequence)`` is."""
     return "" if pos is None else f"{pos[0]:020d}{pos[1]:010d}"
-
-
-def encode_offset(offset: int) -> str:
-    """Fixed-width digits: Lua compares them as strings, and never formats a number."""
-    return f"{offset:015d}"
 
 
 class Layout:
@@ -187,36 +180,33 @@ class Layout:
         return f"{self.prefix}:__rebuild:{sink_name}"
 
 
-class ApplyCall:
-    """The arguments of one ``apply`` call."""
+Entry = tuple[str, int, str, str, str, str]
 
-    def __init__(self, layout: Layout, changes: list[Change]) -> None:
-        self._layout = layout
-        self._tables: dict[Table, int] = {}
-        self.changes = [self._entry(change) for change in changes]
 
-    def _entry(self, change: Change) -> tuple[str, int, str, str, str, str]:
-        number = self._tables.get(change.table)
-        if number is None:
-            number = self._tables[change.table] = len(self._tables) + 1
-        kind, offset = change.kind, change.offset
-        if kind is Kind.UPSERT:
-            extra = orjson.dumps(change.row).decode()
-        else:
-            extra = encode_offset(offset + 1) if kind is Kind.DELETE else ""
-        suffix, pos = key_suffix(change.key), encode_pos(change.pos)
-        return (_OPS[kind], number, suffix, pos, encode_offset(offset), extra)
+class Chunk:
+    """The changes of one ``apply`` call: entries ``(op, table#, field, pos, offset, extra)``
+    (see the script) and the tables they name, numbered from 1 in order of first use."""
+
+    __slots__ = ("entries", "tables")
+
+    def __init__(self) -> None:
+        self.tables: dict[Table, int] = {}
+        self.entries: list[Entry] = []
 
     def args(
-        self, ttl_ms: int, sink_keys: tuple[str, str], expect: bool, offsets: list[str]
+        self,
+        layout: Layout,
+        ttl_ms: int,
+        sink_keys: tuple[str, str],
+        expect: bool,
+        offsets: list[str],
     ) -> list[str | bytes]:
         """``sink_keys``: the offsets hash and the rebuild marker."""
         head: list[str | bytes] = ["apply", str(ttl_ms), *sink_keys, "1" if expect else "0"]
-        head += [str(len(offsets)), *offsets, str(len(self._tables))]
-        for table in self._tables:
-            layout = self._layout
+        head += [str(len(offsets)), *offsets, str(len(self.tables))]
+        for table in self.tables:
             head += (layout.rows(table), layout.positions(table), layout.truncated(table))
-        head.append(orjson.dumps(self.changes))
+        head.append(orjson.dumps(self.entries))
         return head
 
 

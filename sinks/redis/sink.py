@@ -1,6 +1,6 @@
 """The Redis cache sink: one string per row, written under a version guard, exactly once.
 
-``write`` only classifies the batch (so a bad record is reported before anything is sent);
+``write`` only encodes the batch (so a bad record is reported before anything is sent);
 ``flush`` sends it in one pipelined round trip of ``EVALSHA`` calls (a truncate adds a few: it
 scans the table). The guard lives in the script (:mod:`sinks.redis.script`), so a replayed or
 late older change is skipped inside Redis, atomically with the write it guards. The last call of
@@ -20,14 +20,14 @@ from redis import exceptions as rx
 from cdc.events import topic_name
 from cdc.log.base import TopicPartition
 from cdc.sink import SinkContext, SinkRecord
-from sinks.keyed import Change, Kind, Table, TopicTables, classify
+from sinks.keyed import Change, Table, TopicTables
 from sinks.offsets import offset_field, parse_offsets
+from sinks.redis.batch import Segment, segments
 from sinks.redis.config import RedisSinkConfig
 from sinks.redis.connection import as_str, connect, scan_fields, translate
-from sinks.redis.script import LUA, ApplyCall, Layout, encode_pos, offsets_args
+from sinks.redis.script import LUA, Chunk, Layout, encode_pos, offsets_args
 
 T = TypeVar("T")
-CHUNK = 500  # changes per script call: long scripts block every other Redis client
 # Partitions assumed when Redis holds no offsets: start every one from 0 (a full rebuild).
 ASSUMED_PARTITIONS = 1024
 
@@ -48,7 +48,7 @@ class RedisSink:
         self._stored: dict[TopicPartition, int] = {}
         self._expect_offsets = False
         self._rebuild = False
-        self._pending: list[Change] = []
+        self._pending: list[Segment] = []
         self._pending_records: list[SinkRecord] = []
 
     def open(self) -> None:
@@ -69,9 +69,8 @@ class RedisSink:
         return dict(self._stored)
 
     def write(self, records: Sequence[SinkRecord]) -> None:
-        # Classify everything first: a bad record raises before anything is sent.
-        changes = [classify(record, self._tables) for record in records]
-        self._pending += changes
+        # Encode everything first: a bad record raises before anything is sent.
+        self._pending += segments(records, self._tables)
         self._pending_records += records
 
     def flush(self) -> None:
@@ -90,7 +89,7 @@ class RedisSink:
         """
         if not self._expect_offsets:
             return
-        args = ApplyCall(self._layout, []).args(self._ttl_ms, self._sink_keys, True, [])
+        args = Chunk().args(self._layout, self._ttl_ms, self._sink_keys, True, [])
         self._call(lambda client: client.evalsha(self._sha, 0, *args))
 
     def close(self) -> None:
@@ -148,33 +147,29 @@ class RedisSink:
 
     def _apply_pending(self, client: redis.Redis) -> None:
         """Send the pending changes, segment by segment: a truncate needs the rows before it."""
-        segment: list[Change] = []
-        for change in self._pending:
-            if change.kind is Kind.TRUNCATE:
-                self._send(client, segment, last=False)
-                self._truncate(client, change)
-                segment = []
-            else:
-                segment.append(change)
-        self._send(client, segment, last=True)
+        for number, segment in enumerate(self._pending, 1):
+            self._send(client, segment.chunks, last=number == len(self._pending))
+            if segment.truncate is not None:
+                self._truncate(client, segment.truncate)
 
-    def _send(self, client: redis.Redis, changes: list[Change], last: bool) -> None:
-        """One round trip: the changes in chunks, the offsets with the last chunk of a batch.
+    def _send(self, client: redis.Redis, chunks: list[Chunk], last: bool) -> None:
+        """One round trip: the chunks' calls, the offsets with the last call of a batch.
 
-        Each chunk is sent as soon as it is built and the replies are read at the end, so
-        Redis runs one chunk's script while the next chunk is being encoded here.
+        The calls are all sent before the replies are read, so Redis runs one chunk's script
+        while the next one is being packed and sent here.
         """
-        if not last and not changes:
+        if not last and not chunks:
             return
-        chunks = range(0, max(1, len(changes)), CHUNK)
+        chunks = chunks or [Chunk()]
         conn = client.connection_pool.get_connection()
         try:
-            for start in chunks:
+            for number, chunk in enumerate(chunks, 1):
                 offsets = (
-                    offsets_args(self._pending_records) if last and start == chunks[-1] else []
+                    offsets_args(self._pending_records) if last and number == len(chunks) else []
                 )
-                call = ApplyCall(self._layout, changes[start : start + CHUNK])
-                args = call.args(self._ttl_ms, self._sink_keys, self._expect_offsets, offsets)
+                args = chunk.args(
+                    self._layout, self._ttl_ms, self._sink_keys, self._expect_offsets, offsets
+                )
                 # redis-py leaves its connection methods unannotated.
                 packed = conn.pack_command("EVALSHA", self._sha, 0, *args)  # type: ignore[no-untyped-call]
                 conn.send_packed_command(packed)  # type: ignore[no-untyped-call]
