@@ -152,7 +152,9 @@ class SinkPlugin(Protocol):
 
 def sink_offsets(records: Sequence[SinkRecord]) -> dict[TopicPartition, int]:
     """The next offset to read per partition after ``records``."""
-    offsets: dict[TopicPartition, int] = {}
+    # Plain tuples in the loop: a TopicPartition a record (and the tp property's call) shows
+    # on every sink's hot path; they hash and compare alike.
+    latest: dict[tuple[str, int], int] = {}
     for record in records:
-        offsets[record.tp] = record.offset + 1
-    return offsets
+        latest[record.topic, record.partition] = record.offset + 1
+    return {TopicPartition(*tp): offset for tp, offset in latest.items()}

@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from cdc.errors import RecordError
 from cdc.log.base import TopicPartition
 from cdc.sink import SinkRecord
@@ -97,6 +99,7 @@ def plan(
     # alike, and building one per record shows on the hot path.
     offsets: dict[tuple[str, int], int] = {}
     floor: Mapping[Any, int] = applied
+    by_topic: dict[str, TableId] = {}  # tables.table's answers, without a call a record
     for record in records:
         tp = (record.topic, record.partition)
         offsets[tp] = record.offset + 1
@@ -105,7 +108,9 @@ def plan(
             continue
         table, op, position, sequence, ts_ms = _envelope(record, value)
         if tables is not None:
-            table = tables.table(record.topic)
+            table = by_topic.get(record.topic) or by_topic.setdefault(
+                record.topic, tables.table(record.topic)
+            )
         batch = batches.get(table)
         if batch is None:
             batch = batches[table] = TableBatch(table)
@@ -119,14 +124,16 @@ def plan(
             batch.sequences.append(sequence)
             batch.times.append(ts_ms)
             batch.keys.append(key)
-            batch.rows.append(_image(record, value, op, key))
+            after = value.get("after") if op in _UPSERTS else None
+            batch.rows.append(after if after.__class__ is dict else _image(record, value, op, key))
     return batches, {TopicPartition(*tp): offset for tp, offset in offsets.items()}
 
 
 def _envelope(record: SinkRecord, value: dict[str, Any]) -> tuple[TableId, str, int, int, int]:
     try:
         source = value["source"]
-        position, sequence = record.position
+        pos = record.pos  # record.position's common case, without its two calls
+        position, sequence = orjson.loads(pos) if pos is not None else record.position
         ts_ms = source.get("ts_ms") or value.get("ts_ms") or 0
         table, op = (source["schema"], source["table"]), value["op"]
     except (KeyError, TypeError, ValueError) as exc:

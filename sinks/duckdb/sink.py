@@ -161,7 +161,7 @@ class DuckDBSink:
     ) -> tuple[list[SinkRecord], list[tuple[str, str]], dict[TopicPartition, int]]:
         """The data records, the tables the schema records announce, and their offsets."""
         topic = self._schema_topic
-        if not any(r.topic == topic for r in records):
+        if topic not in {r.topic for r in records}:  # one call, where any() resumes a record
             return records, [], {}
         schemas = [r for r in records if r.topic == topic]
         announced = [
