@@ -47,12 +47,20 @@ class FakeProducer:
     def begin_transaction(self) -> None:
         self.calls.append("begin")
 
-    def produce(
-        self, topic: str, value: Any, key: Any, partition: int, on_delivery: Any, headers: Any
+    def produce(  # confluent-kafka's signature: the transaction passes these by position
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int = -1,
+        callback: Any = None,
+        on_delivery: Any = None,
+        timestamp: int = 0,
+        headers: Any = None,
     ) -> None:
         offset = None if key == b"unplaced" else self.next_offset
         self.next_offset += 1
-        self.pending.append((on_delivery, FakeMessage(topic, key, offset)))
+        self.pending.append((callback or on_delivery, FakeMessage(topic, key, offset)))
 
     def poll(self, timeout: float) -> int:
         return 0
@@ -90,8 +98,8 @@ class FakeLog:
     offsets_topic = "p.__offsets"
     visible: list[dict[tuple[str, int], int]] = []
 
-    def prepare(self, records: list[Record]) -> list[tuple[str, int, Any, Any, Any]]:
-        return [(r.topic, 0, r.key, r.value, r.pos) for r in records]
+    def prepare(self, records: list[Record]) -> dict[str, int]:
+        return {r.topic: 0 for r in records}
 
     def wait_visible(self, last: dict[tuple[str, int], int]) -> None:
         self.visible.append(dict(last))

@@ -50,6 +50,67 @@ def test_project_deletes_and_tombstones_drop_a_key_and_a_truncate_changes_nothin
     assert project(b"not json", ["big"]) == (Change.SKIP, None)
 
 
+def _reference_project(value: bytes | None, fields: list[str]) -> tuple[Change, object]:
+    """The projection as the whole value parsed gives it (what project() replaced)."""
+    if value is None:
+        return Change.DELETE, None
+    try:
+        doc = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return Change.SKIP, None
+    if isinstance(doc, dict) and "payload" in doc and "schema" in doc:
+        doc = doc["payload"]
+    if not isinstance(doc, dict) or doc.get("op") == "t":
+        return Change.SKIP, None
+    after = doc.get("after")
+    if not isinstance(after, dict):
+        return Change.DELETE, None
+    return Change.PUT, {name: after[name] for name in fields if name in after}
+
+
+def test_project_agrees_with_parsing_the_whole_value() -> None:
+    # project() copies the kept fields' JSON text without parsing the envelope: every shape
+    # must give what parsing it whole gives.
+    after = {
+        "big": "x" * 5000 + ' "quoted" \\ \u00e9 é 😀 {"after": 1}',
+        "note": None,
+        "doc": {"after": {"big": 1}, "op": "t", "list": [1, 2.5, -3e-7, True, None]},
+        "n": 12345678901234,
+        "f": 1.5,
+        "f0": "a column named as the decoder's own fields are",
+        "with space": [],
+    }
+    fields = ["big", "note", "doc", "f", "missing", "with space", "f0"]
+    envelopes = [
+        envelope("u", after),
+        envelope("r", {"id": 1}),
+        envelope("d", None),
+        envelope("t", None),
+        b'{"op": "c", "after": {"big": "spaced" , "note" : [ 1 , 2 ] }, "source": {"op": "t"}}',
+        b'{"after": {"big": 1}}',  # no op
+        b'{"op": "c"}',  # no after
+        b'{"op": "\\u0074", "after": {"big": 1}}',  # a truncate, its op escaped
+        b'{"op": null, "after": {"big": 1}}',
+        b'{"op": "c", "after": [1, 2]}',
+        b'{"op": "c", "after": "text"}',
+        orjson.dumps({"schema": {"type": "struct"}, "payload": orjson.loads(envelope("c", after))}),
+        orjson.dumps({"schema": None, "payload": orjson.loads(envelope("t", None))}),
+        orjson.dumps({"schema": {}, "payload": [1]}),
+        orjson.dumps({"payload": {"after": {"big": "not wrapped"}}, "after": {"big": "top"}}),
+        b"[1, 2]",
+        b'"a string"',
+        b"null",
+        b"not json",
+        b'{"op": "c", "after": {"big": 1}',  # cut short
+        None,
+    ]
+    for value in envelopes:
+        change, image = project(value, fields)
+        assert (change, None if image is None else orjson.loads(image)) == _reference_project(
+            value, fields
+        ), value
+
+
 def test_apply_in_order_and_only_declared_topics(tmp_path: Path) -> None:
     store = ImageStore(tmp_path / FILE_NAME)
     key1 = orjson.dumps({"id": 1})
@@ -65,6 +126,33 @@ def test_apply_in_order_and_only_declared_topics(tmp_path: Path) -> None:
     truncate = Record(TOPIC, b"{}", envelope("t", None))
     assert store.apply([truncate], FIELDS) == 0
     assert image(store, 1) == {"big": "d", "note": "n"}
+
+
+def test_apply_with_topics_interleaved_keeps_each_topics_fields(tmp_path: Path) -> None:
+    # apply() looks a topic's fields and id up once per run of records of that topic.
+    store = ImageStore(tmp_path / FILE_NAME)
+    second, undeclared = "p.public.second", "p.public.undeclared"
+    fields = {**FIELDS, second: ["n"]}
+    key1 = orjson.dumps({"id": 1})
+
+    def other(topic: str, big: str) -> Record:
+        return Record(topic, key1, envelope("u", {"id": 1, "big": big, "n": big}))
+
+    records = [
+        other(second, "s1"),
+        put(1, "a"),
+        other(undeclared, "u1"),
+        Record(TOPIC, b"{}", envelope("t", None)),  # a truncate between two puts of TOPIC
+        put(1, "b"),
+        other(second, "s2"),
+        Record(TOPIC, None, envelope("c", {"big": "keyless"})),
+        other(undeclared, "u2"),
+    ]
+    assert store.apply(records, fields) == 4
+    assert image(store, 1) == {"big": "b", "note": "n"}
+    assert orjson.loads(store.get(second, key1) or b"") == {"n": "s2"}
+    assert store.get(undeclared, key1) is None
+    assert store.topics() == {TOPIC: ["big", "note"], second: ["n"]}
 
 
 def test_reads_see_the_open_transaction_and_a_rollback_undoes_it(tmp_path: Path) -> None:

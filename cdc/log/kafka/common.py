@@ -40,6 +40,11 @@ CLIENT_ID = "cdc"
 #: The record header that holds a record's source position (:attr:`cdc.log.base.Record.pos`):
 #: beside the value, so a Debezium consumer reads Debezium's bytes.
 POS_HEADER = "cdc.pos"
+#: The key of a record without one on Kafka: a broker refuses a keyless record on a compacted
+#: topic, so a truncate (the one record without a key) is keyed ``{}``, where the embedded log
+#: keeps its null.
+TRUNCATE_KEY = b"{}"
+UNASSIGNED = -1  # librdkafka's RD_KAFKA_PARTITION_UA: its configured partitioner decides
 
 #: What librdkafka's error callback reports for a lost connection: one broker refused or
 #: dropped it, or none answers.

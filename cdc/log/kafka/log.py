@@ -43,21 +43,23 @@ from cdc.log.base import (
     TopicPartition,
 )
 from cdc.log.kafka.admin import EARLIEST, LATEST, KafkaAdmin
-from cdc.log.kafka.common import client_config, producer_config, reader_config, translated
+from cdc.log.kafka.common import (
+    UNASSIGNED,
+    client_config,
+    producer_config,
+    reader_config,
+    translated,
+)
 from cdc.log.kafka.consumer import KafkaConsumer, PartitionReader, RecordsCallback
 from cdc.log.kafka.groups import GroupDescription
 from cdc.log.kafka.image_sync import SourceImages, split_mark
-from cdc.log.kafka.txn import KafkaTransaction, Prepared, TransactionalWriter
+from cdc.log.kafka.txn import KafkaTransaction, TransactionalWriter
 from cdc.partitioner import partition_for
 
 #: librdkafka's default ``message.max.bytes``: the client refuses larger records itself.
 CLIENT_MAX_BYTES = 1_000_000
 #: Room for the record batch's own header and the record's framing.
 _FRAMING_BYTES = 128
-
-UNASSIGNED = -1  # librdkafka's RD_KAFKA_PARTITION_UA: its configured partitioner decides
-#: The key of a record without one on Kafka (a truncate): compacted topics refuse a null key.
-TRUNCATE_KEY = b"{}"
 
 
 class KafkaLog:
@@ -287,35 +289,34 @@ class KafkaLog:
 
     # -- for its transactions (cdc.log.kafka.txn.TransactionLog) ------------------------------
 
-    def prepare(self, records: Sequence[Record]) -> list[Prepared]:
-        """Check each record's size before any of them is produced, and pick its partition:
-        0, or :data:`UNASSIGNED` for the producer's murmur2 partitioner (which
-        ``tests/integration/test_kafka_log.py`` holds to :func:`cdc.partitioner.partition_for`).
+    def prepare(self, records: Sequence[Record]) -> dict[str, int]:
+        """Check each record's size before any of them is produced, and say where each
+        topic's records go: partition 0, or :data:`UNASSIGNED` for the producer's murmur2
+        partitioner (which ``tests/integration/test_kafka_log.py`` holds to
+        :func:`cdc.partitioner.partition_for`) on a topic of several partitions.
 
         Raises:
             RecordTooLarge: a record exceeds the client's or its topic's size limit.
         """
-        out: list[Prepared] = []
         client_max = int(self.config.properties.get("message.max.bytes", CLIENT_MAX_BYTES))
-        for record in records:
-            partitions, topic_max = self._topic_meta(record.topic)
-            size = len(record.key or b"") + len(record.value or b"") + _FRAMING_BYTES
-            size += len(record.pos or b"")
-            if size > min(client_max, topic_max):
+        placement: dict[str, int] = {}
+        topic, limit = None, 0
+        for record in records:  # one pass, nothing built a record: this runs for every row
+            if record.topic != topic:
+                topic = record.topic
+                partitions, topic_max = self._topic_meta(topic)
+                limit = min(client_max, topic_max) - _FRAMING_BYTES
+                # A keyed record of a multi-partition topic: the producer's murmur2_random
+                # partitioner (C, Java-compatible, the same partition_for computes) places it.
+                placement[topic] = UNASSIGNED if partitions > 1 else 0
+            size = len(record.key or b"") + len(record.value or b"") + len(record.pos or b"")
+            if size > limit:
                 raise RecordTooLarge(
-                    f"kafka log: a record of {record.topic} with key {record.key!r} is "
-                    f"{size - _FRAMING_BYTES} bytes, over the limit of "
-                    f"{min(client_max, topic_max) - _FRAMING_BYTES} (message.max.bytes of the "
-                    "client, max.message.bytes of the topic)"
+                    f"kafka log: a record of {topic} with key {record.key!r} is {size} bytes, "
+                    f"over the limit of {limit} (message.max.bytes of the client, "
+                    "max.message.bytes of the topic)"
                 )
-            # A broker refuses a keyless record on a compacted topic: a truncate (the one
-            # record without a key) is keyed {} here, where the embedded log keeps its null.
-            key = record.key if record.key is not None else TRUNCATE_KEY
-            # A keyed record of a multi-partition topic: the producer's murmur2_random
-            # partitioner (C, Java-compatible, the same partition_for computes) places it.
-            partition = UNASSIGNED if key is not None and partitions > 1 else 0
-            out.append((record.topic, partition, key, record.value, record.pos))
-        return out
+        return placement
 
     def wait_visible(self, last: dict[tuple[str, int], int]) -> None:
         """Wait until readers see each partition's records up to its ``last`` offset: the

@@ -33,6 +33,7 @@ from cdc.log.base import Record, TransactionContext
 from cdc.log.kafka.common import (
     FENCED,
     POS_HEADER,
+    TRUNCATE_KEY,
     ConnectionWatch,
     describe,
     error_of,
@@ -40,14 +41,10 @@ from cdc.log.kafka.common import (
 )
 from cdc.log.kafka.image_sync import MARK_KEY, SourceImages, mark_value
 
-# Serve delivery reports this often while producing, so their memory is freed as we go.
+# Serve delivery reports after this many records produced, so their memory is freed as we go.
 _POLL_EVERY = 1000
 _COMMIT_ATTEMPT_S = 10.0
 _ABORT_TIMEOUT_S = 10.0
-
-#: A record ready to produce: topic, partition (or librdkafka's "unassigned"), key, value,
-#: and its source position (the ``cdc.pos`` header).
-Prepared = tuple[str, int, bytes | None, bytes | None, bytes | None]
 
 
 class TransactionLog(Protocol):
@@ -61,8 +58,9 @@ class TransactionLog(Protocol):
     def committed_positions(self) -> positions.CommittedPositions:
         """The positions this log's committed transactions stored, in this process."""
 
-    def prepare(self, records: Sequence[Record]) -> list[Prepared]:
-        """Each record's topic, partition, key and value, every size checked first.
+    def prepare(self, records: Sequence[Record]) -> Mapping[str, int]:
+        """Every record's size checked; the partition each topic's records are produced to
+        (librdkafka's "unassigned": its murmur2 partitioner places them).
 
         Raises:
             RecordTooLarge: a record is over the client's or its topic's limit.
@@ -155,7 +153,6 @@ class KafkaTransaction(TransactionContext):
         # broker had not kept it), so the transaction is aborted and replayed instead.
         self._unplaced: tuple[str, bytes | None] | None = None
         self._last: dict[tuple[str, int], int] = {}  # highest delivered offset per partition
-        self._unpolled = 0
         self._images: SourceImages | None = None
         self._offsets: dict[str, Any] = {}  # what store_offsets stored, for the images' digest
         writer.lock.acquire()
@@ -188,10 +185,13 @@ class KafkaTransaction(TransactionContext):
             LogFatal: the producer was fenced or failed for good.
         """
         self._check_open()
-        prepared = self._log.prepare(records)  # checks sizes before producing anything
+        placement = self._log.prepare(records)  # checks sizes before producing anything
         try:
-            for topic, partition, key, value, pos in prepared:
-                self._produce(topic, partition, key, value, pos)
+            for start in range(0, len(records), _POLL_EVERY):
+                self._produce_records(records[start : start + _POLL_EVERY], placement)
+                # Serve delivery reports as we go, so their memory is freed.
+                self._producer.poll(0)
+                self._raise_failure()
             if self._images is not None:
                 self._images.appended(records)
         except BaseException:
@@ -270,6 +270,22 @@ class KafkaTransaction(TransactionContext):
 
     # -- internals -----------------------------------------------------------------------------
 
+    def _produce_records(self, records: Sequence[Record], placement: Mapping[str, int]) -> None:
+        """The loop every row of a snapshot or a stream goes through: no call of ours a record,
+        and ``produce``'s arguments positional (keywords cost a dict a call)."""
+        produce, delivered, header = self._producer.produce, self._delivered, POS_HEADER
+        for r in records:
+            key = TRUNCATE_KEY if r.key is None else r.key
+            headers = None if r.pos is None else [(header, r.pos)]
+            try:
+                # (topic, value, key, partition, callback, on_delivery, timestamp, headers):
+                # timestamp 0 is librdkafka's "now".
+                produce(r.topic, r.value, key, placement[r.topic], delivered, None, 0, headers)
+            except BufferError:  # the local queue is full: _produce waits for room
+                self._produce(r.topic, placement[r.topic], key, r.value, r.pos)
+            except KafkaException as exc:
+                raise self._writer.translate(exc, f"producing to {r.topic}") from exc
+
     def _produce(
         self,
         topic: str,
@@ -292,11 +308,6 @@ class KafkaTransaction(TransactionContext):
                 self._raise_failure()
             except KafkaException as exc:
                 raise self._writer.translate(exc, f"producing to {topic}") from exc
-        self._unpolled += 1
-        if self._unpolled >= _POLL_EVERY:
-            self._unpolled = 0
-            producer.poll(0)
-            self._raise_failure()
 
     def _delivered(self, err: KafkaError | None, msg: Any) -> None:
         # Must not raise: librdkafka calls it inside produce/poll/commit_transaction, and on
@@ -308,7 +319,8 @@ class KafkaTransaction(TransactionContext):
                     self._unplaced = (msg.topic(), msg.key())
                 return
             tp = (msg.topic(), msg.partition())
-            self._last[tp] = max(self._last.get(tp, -1), offset)
+            if offset > self._last.get(tp, -1):
+                self._last[tp] = offset
         elif self._failure is None:
             self._failure = (err, msg.topic(), msg.key())
 
