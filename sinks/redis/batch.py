@@ -75,7 +75,11 @@ def segments(records: Sequence[SinkRecord], tables: TopicTables) -> list[Segment
         number = chunk.tables.get(table)
         if number is None:
             number = chunk.tables[table] = len(chunk.tables) + 1
-        chunk.entries.append((code, number, _suffix(key), pos, f"{offset:015d}", extra))
+        if len(key) == 1 and (one := next(iter(key.values()))).__class__ is int:
+            suffix = str(one)  # key_suffix's common case, without its call
+        else:
+            suffix = key_suffix(key)
+        chunk.entries.append((code, number, suffix, pos, f"{offset:015d}", extra))
         if len(chunk.entries) >= CHUNK:
             chunk = Chunk()
     return out
@@ -86,19 +90,11 @@ def _op_and_position(record: SinkRecord, value: dict[str, Any]) -> tuple[str, in
     code = _CODES.get(op) if isinstance(op, str) else None
     if code is None:
         raise RecordError(f"unknown op {op!r} at offset {record.offset}", record)
-    try:
-        position, sequence = record.position
+    try:  # record.position, without its two calls where the position is beside the value
+        pos = record.pos
+        position, sequence = orjson.loads(pos) if pos is not None else record.position
     except (KeyError, TypeError, ValueError) as exc:
         raise RecordError(f"no source position at offset {record.offset}", record) from exc
     if type(position) is not int or type(sequence) is not int or position < 0 or sequence < 0:
         raise RecordError(f"source position not two counts at offset {record.offset}", record)
     return code, position, sequence
-
-
-def _suffix(key: dict[str, Any]) -> str:
-    """:func:`sinks.keyed.key_suffix`, inline for the common one-integer key."""
-    if len(key) == 1:
-        (value,) = key.values()
-        if value.__class__ is int:
-            return str(value)
-    return key_suffix(key)
