@@ -91,9 +91,10 @@ def copy_baseline(pg: LocalPostgres, dsn: str) -> float:
 
 def snapshot(
     dsn: str, workers: int, chunk_rows: int, online: bool, schemas: bool = False
-) -> tuple[float, float, int]:
+) -> tuple[float, float, int, dict[str, float]]:
     """Seconds the snapshot takes through the runtime, the CPU seconds this process spent on
-    it (all threads), and the rows it stored; ``schemas``: under ``schemas.enable: true``."""
+    it (all threads), the rows it stored, and the CPU seconds by thread group (the log's writer,
+    the snapshot readers, the rest); ``schemas``: under ``schemas.enable: true``."""
     directory = Path(tempfile.mkdtemp(prefix="cdc-bench-snapshot-"))
     log = EmbeddedLog(directory / "log")
     config = _config(dsn, workers, chunk_rows, online)
@@ -106,8 +107,9 @@ def snapshot(
     cpu_started = time.process_time()
     if not online:
         thread.start()
+    split = ThreadCpu(thread)
     try:
-        _wait_until(done, thread)
+        _wait_until(done, thread, split)
         took = time.perf_counter() - started
         cpu = time.process_time() - cpu_started
         rows = int(log.source_offsets()["snapshot"]["tables"]["public.t"]["rows"])
@@ -117,7 +119,7 @@ def snapshot(
         drop_when_released(config, dsn)
         log.close()
         shutil.rmtree(directory, ignore_errors=True)
-    return took, cpu, rows
+    return took, cpu, rows, split.groups()
 
 
 def _task(
@@ -161,8 +163,48 @@ def _config(dsn: str, workers: int, chunk_rows: int, online: bool) -> PostgresSo
     )
 
 
-def _wait_until(done: Callable[[], bool], thread: threading.Thread) -> None:
+class ThreadCpu:
+    """CPU seconds of this process's threads since it was made, by group: the source task's
+    thread (``writer``: polls, appends, commits), the snapshot readers (``readers``), the
+    rest (``other``). Sampled while the snapshot runs, as a reader's figures vanish with it."""
+
+    def __init__(self, writer: threading.Thread) -> None:
+        self._writer = writer
+        self._start = self._read()
+        self._last = dict(self._start)
+
+    def sample(self) -> None:
+        self._last.update(self._read())
+
+    def groups(self) -> dict[str, float]:
+        out = {"writer": 0.0, "readers": 0.0, "other": 0.0}
+        for (tid, name), cpu in self._last.items():
+            group = "readers" if name.startswith("snapshot-") else "other"
+            if tid == self._writer.native_id:
+                group = "writer"
+            out[group] += cpu - self._start.get((tid, name), 0.0)
+        return out
+
+    @staticmethod
+    def _read() -> dict[tuple[int | None, str], float]:
+        tick = os.sysconf("SC_CLK_TCK")
+        cpu = {}
+        for t in threading.enumerate():
+            try:
+                fields = Path(f"/proc/self/task/{t.native_id}/stat").read_text().rsplit(")")[-1]
+            except OSError:
+                continue  # ended between the listing and the read
+            utime, stime = fields.split()[11:13]
+            cpu[(t.native_id, t.name)] = (int(utime) + int(stime)) / tick
+        return cpu
+
+
+def _wait_until(
+    done: Callable[[], bool], thread: threading.Thread, split: ThreadCpu | None = None
+) -> None:
     while not done():
+        if split is not None:
+            split.sample()
         if not thread.is_alive():
             raise SystemExit("the source task stopped before the snapshot finished")
         # The check is one small read of the log (microseconds); every 20 ms keeps the figure's
@@ -195,9 +237,13 @@ def main() -> None:
         dsn = pg.dsn_for(dbname=pg.create_database("bench"))
         _fill(dsn, args.rows)
         copy_s = min(copy_baseline(pg, dsn) for _ in range(2))
-        took, cpu, rows = snapshot(dsn, args.workers, args.chunk_rows, args.online, args.schemas)
+        took, cpu, rows, split = snapshot(
+            dsn, args.workers, args.chunk_rows, args.online, args.schemas
+        )
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     _report(args, rows, took, cpu, copy_s, rss_mb)
+    by_thread = ", ".join(f"{k} {v / rows * 1e6:.1f}" for k, v in split.items())
+    print(f"CPU by thread, us per row: {by_thread}")
 
 
 def _arguments() -> argparse.Namespace:

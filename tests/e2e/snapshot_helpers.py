@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ import psycopg
 from psycopg import sql
 
 from cdc.log.embedded import EmbeddedLog
+from cdc.log.embedded.bulk import indexed
 
 PIPELINE = "snp"
 TOPIC = f"{PIPELINE}.public.t"
@@ -137,6 +139,26 @@ def snapshot_tables(log_dir: Path) -> dict[str, Any]:
 
 def chunks_done(entry: dict[str, Any]) -> set[int]:
     return {i for a, b in entry.get("done", []) for i in range(a, b + 1)}
+
+
+def key_index_present(log_dir: Path) -> bool:
+    """Whether the log's key index exists (an initial snapshot drops it while it writes)."""
+    conn = sqlite3.connect(log_dir / "log.sqlite3")
+    try:
+        return indexed(conn)
+    finally:
+        conn.close()
+
+
+def compacted_keys(log_dir: Path, topic: str = TOPIC) -> tuple[int, int]:
+    """Records and distinct keys left in ``topic`` after a compaction pass."""
+    log = EmbeddedLog(log_dir)
+    try:
+        log.compact()
+        keys = [r.key for p in log.end_offsets(topic) for r in log.read(topic, p, 0, 10**7)]
+    finally:
+        log.close()
+    return len(keys), len(set(keys))
 
 
 def topic_state(log_dir: Path, topic: str = TOPIC) -> dict[int, dict[str, Any]]:

@@ -24,7 +24,9 @@ from tests.e2e.snapshot_helpers import (
     TOPIC,
     Writer,
     chunks_done,
+    compacted_keys,
     create_table,
+    key_index_present,
     marker_lsn,
     run_log_events,
     snapshot_tables,
@@ -117,6 +119,7 @@ def test_initial_snapshot_of_300k_rows_under_1000_changes_per_second(
         assert entry["rows"] >= 299_000  # the snapshot read the table, not only the stream
         assert len(run_log_events(tmp_path, "snapshot.chunk_done")) == entry["chunks_total"]
         assert_debezium_markers(snapshot_sources(log_dir))
+        assert key_index_present(log_dir)  # dropped for the snapshot, built at its end
     finally:
         drop_objects(pipeline, *runs)
 
@@ -141,6 +144,7 @@ def test_sigkill_mid_snapshot_resumes_without_rereading_finished_chunks(
             )
             process.send_signal(signal.SIGKILL)
             process.wait(10)
+            assert not key_index_present(log_dir)  # the snapshot wrote without it
             entry = snapshot_tables(log_dir)["public.t"]
             done_before = chunks_done(entry)
             assert entry["chunks_total"] >= 20
@@ -157,6 +161,13 @@ def test_sigkill_mid_snapshot_resumes_without_rereading_finished_chunks(
         assert all(e["kind"] == "initial" for e in resumed)
         decisions = run_log_events(tmp_path, "snapshot.decision")
         assert decisions[-1]["action"] == "resume"
+        assert topic_state(log_dir) == table_state(pg_db)
+        # The next compaction pass builds the index the killed snapshot left missing, and
+        # keeps one record a key (deleted keys: their tombstone): the snapshot's rows that the
+        # writer's changes superseded go.
+        records, keys = compacted_keys(log_dir)
+        assert records == keys >= len(table_state(pg_db))
+        assert key_index_present(log_dir)
         assert topic_state(log_dir) == table_state(pg_db)
     finally:
         drop_objects(pipeline, *runs)

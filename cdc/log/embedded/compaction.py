@@ -11,6 +11,7 @@ from __future__ import annotations
 import sqlite3
 from typing import NamedTuple
 
+from cdc.log.embedded.bulk import indexed
 from cdc.log.embedded.store import translated, write_transaction
 
 CHUNK_RECORDS = 5_000
@@ -51,6 +52,11 @@ _CLEAN = "UPDATE partitions SET dirty = max(dirty - ?, 0) WHERE topic_id = ? AND
 _TOTALS = "SELECT coalesce(sum(dirty), 0), coalesce(sum(record_count), 0) FROM partitions"
 
 
+class _Unindexed(Exception):
+    """The key index is missing (a bulk load dropped it): without it, each superseded check
+    would scan the whole partition, so the pass stops."""
+
+
 class _Partition(NamedTuple):
     topic_id: int
     partition: int
@@ -73,35 +79,35 @@ def compact(conn: sqlite3.Connection, tombstone_cutoff_ms: int) -> dict[str, int
         tombstone_cutoff_ms: tombstones with an older timestamp are removed.
 
     Returns:
-        ``{"superseded": n, "tombstones": m}``: the records removed of each kind.
+        ``{"superseded": n, "tombstones": m}``: the records removed of each kind; a pass that
+        finds the key index missing (:mod:`cdc.log.embedded.bulk`) stops with what it did.
     """
     with translated("listing partitions"):
         partitions = [_Partition(*row) for row in conn.execute(_PARTITIONS).fetchall()]
     totals = {"superseded": 0, "tombstones": 0}
     for part in partitions:
-        superseded, tombstones = _compact_partition(conn, part, tombstone_cutoff_ms)
-        totals["superseded"] += superseded
-        totals["tombstones"] += tombstones
+        try:
+            _compact_partition(conn, part, tombstone_cutoff_ms, totals)
+        except _Unindexed:
+            break
     return totals
 
 
 def _compact_partition(
-    conn: sqlite3.Connection, part: _Partition, cutoff_ms: int
-) -> tuple[int, int]:
+    conn: sqlite3.Connection, part: _Partition, cutoff_ms: int, totals: dict[str, int]
+) -> None:
     # Only records below the end seen at the start are visited; later appends wait for the next
     # pass (and stay counted as dirty, since only this pass's dirty count is subtracted).
     with translated("compacting"):
         start = conn.execute(_START, (part.topic_id, part.partition)).fetchone()[0]
-    superseded = tombstones = 0
     low = part.end if start is None else start
     while low < part.end:
         high, removed = _compact_chunk(conn, part, low, cutoff_ms)
-        superseded += removed[0]
-        tombstones += removed[1]
+        totals["superseded"] += removed[0]
+        totals["tombstones"] += removed[1]
         low = high
     with write_transaction(conn, "compacting"):
         conn.execute(_CLEAN, (part.dirty, part.topic_id, part.partition))
-    return superseded, tombstones
 
 
 def _compact_chunk(
@@ -109,6 +115,8 @@ def _compact_chunk(
 ) -> tuple[int, tuple[int, int]]:
     tid, partition = part.topic_id, part.partition
     with write_transaction(conn, "compacting"):
+        if not indexed(conn):  # checked under the write lock: a load drops it under it too
+            raise _Unindexed
         row = conn.execute(_CHUNK_END, (tid, partition, low, CHUNK_RECORDS)).fetchone()
         high = part.end if row is None else min(row[0], part.end)
         args = (tid, partition, low, high)

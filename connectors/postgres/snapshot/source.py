@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cdc.config import redact_url
-from cdc.errors import SourceUnavailable
+from cdc.errors import CdcError, SourceUnavailable
 from cdc.filters import TableEntry
 from cdc.log.base import Record
 from cdc.record_template import RecordTemplate
@@ -83,6 +83,7 @@ class SnapshottingPostgresSource:
         # The slot as this start read it, handed to the stream so it is read once per start
         # (unread again once an exported snapshot created it).
         self._slot: SlotState | Unread | None = UNREAD
+        self._bulk = False  # the log's key index is dropped while the exported snapshot writes
 
     def tables(self) -> list[tuple[str, str]]:
         return self._config.table_pairs()
@@ -212,6 +213,7 @@ class SnapshottingPostgresSource:
             self._context.envelope,
         )
         self._exported = exported
+        self._bulk = _defer_key_index(self._context.log)
         settings = self._read_settings(exported)
         self._marks = _marks(exported, settings)
         self._start_reader(exported, settings)
@@ -338,6 +340,7 @@ class SnapshottingPostgresSource:
         self._reader = None
         exported.release()
         self._exported = None
+        self._end_bulk()  # before the stream, whose TOAST fill looks keys up
         offsets = exported.consistent_point.to_offsets()
         self._logger.info("snapshot.finished", consistent_point=int(exported.consistent_point))
         self._open_stream(offsets)
@@ -359,11 +362,37 @@ class SnapshottingPostgresSource:
         if self._exported is not None:
             self._exported.release()
             self._exported = None
+        self._end_bulk(closing=True)
         if self._stream is not None:
             self._stream.close()
         self._inner.close()
         if self._reporter is not None:
             self._reporter.close()
+
+    def _end_bulk(self, closing: bool = False) -> None:
+        """Build the log's key index again if this snapshot dropped it. While closing, a
+        failure is logged only: the log's next compaction pass or key lookup builds it."""
+        if not self._bulk:
+            return
+        self._bulk = False
+        try:
+            build = getattr(self._context.log, "build_key_index", None)
+            if build is not None:
+                build()
+        except CdcError as exc:
+            if not closing:
+                raise
+            self._logger.warning("snapshot.key_index_deferred", error=str(exc))
+            return
+        self._logger.info("snapshot.key_index_built")
+
+
+def _defer_key_index(log: object) -> bool:
+    """Drop the log's key index for the exported snapshot, if the log can (the embedded one,
+    while small: :mod:`cdc.log.embedded.bulk`): each key is written once, and the index is
+    built in one pass at the end, at half the cost of keeping it up to date row by row."""
+    defer = getattr(log, "defer_key_index", None)
+    return bool(defer is not None and defer())
 
 
 def _marks(exported: ExportedSnapshot, settings: ReadSettings) -> SnapshotMarks:
