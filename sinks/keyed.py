@@ -92,8 +92,9 @@ def classify(record: SinkRecord, tables: TopicTables) -> Change:
     kind = _KINDS.get(op) if isinstance(op, str) else None
     if kind is None:
         raise RecordError(f"unknown op {op!r} at offset {record.offset}", record)
-    try:
-        position, sequence = record.position
+    try:  # record.position, without its two calls where the position is beside the value
+        pos = record.pos
+        position, sequence = orjson.loads(pos) if pos is not None else record.position
     except (KeyError, TypeError, ValueError) as exc:
         raise RecordError(f"no source position at offset {record.offset}", record) from exc
     if type(position) is not int or type(sequence) is not int or position < 0 or sequence < 0:

@@ -16,7 +16,7 @@ Fields of every document:
 
 from __future__ import annotations
 
-import base64
+from binascii import b2a_base64
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -79,7 +79,7 @@ def row_document(key: str, pos: Pos, offset: int, row: dict[str, Any], text: str
             "_lsn": pos[0],
             "_seq": pos[1],
             "_off": offset,
-            "_source": base64.b64encode(source).decode(),
+            "_source": b2a_base64(source, newline=False).decode(),
             "text": text,
         }
     )
