@@ -2,22 +2,28 @@
 our notes (not a target).
 
 Appends N records (~300 bytes: a ~15-byte JSON key, a ~285-byte Debezium-style JSON value, the
-same records as ``bench/log_throughput.py``) in transactions of ``--batch`` records, each with a
-stored source offset, as the source task does. Then reads them all back twice: through a
-consumer group member (``poll``, as a sink does) and through ``read`` (``cdc tail``).
+same records as ``bench/log_throughput.py``, and the ``cdc.pos`` header) in transactions of
+``--batch`` records, each with a stored source offset, as the source task does, with the
+latest-image store keeping the value's ``name`` as a PostgreSQL source keeps a table's TOAST-able
+columns (``--no-images``: without it). The append figure comes with the CPU it took this process
+(all threads: librdkafka's too) a record. Then reads them all back twice: through a consumer
+group member (``poll``, as a sink does) and through ``read`` (``cdc tail``).
 
 The broker comes from ``$CDC_TEST_KAFKA_BOOTSTRAP`` or ``--bootstrap``, else a throwaway one is
 started from the test jars (``tests/services/kafka.py``), which takes ~10 s more.
 
-Usage: ``python bench/kafka_log.py [--records N] [--batch B] [--partitions P]``.
+Usage: ``python -m bench.kafka_log [--records N] [--batch B] [--partitions P] [--no-images]
+[--profile FILE]`` (``--profile``: cProfile of the appends, written to FILE).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
 import os
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -43,19 +49,20 @@ def broker(bootstrap: str | None) -> Iterator[str]:
         yield local.bootstrap_servers
 
 
-def append(log: KafkaLog, topic: str, records: int, batch: int) -> float:
-    """Seconds spent appending (building the records is the caller's work, not timed)."""
-    spent = 0.0
+def append(log: KafkaLog, topic: str, records: int, batch: int) -> tuple[float, float]:
+    """Seconds and CPU seconds spent appending (building the records is not counted)."""
+    spent = cpu = 0.0
     for number, start in enumerate(range(0, records, batch)):
         ids = range(start, min(records, start + batch))
-        chunk = [Record(topic, key(i), value(i)) for i in ids]
-        started = time.perf_counter()
+        chunk = [Record(topic, key(i), value(i), b"[%d,%d]" % (number, i)) for i in ids]
+        started, cpu_started = time.perf_counter(), time.process_time()
         txn = log.begin()
         txn.append(chunk)
         txn.store_offsets({"bench": {"batch": number}})
         txn.commit()
         spent += time.perf_counter() - started
-    return spent
+        cpu += time.process_time() - cpu_started
+    return spent, cpu
 
 
 def read_group(log: KafkaLog, topic: str, records: int) -> float:
@@ -92,29 +99,45 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=5000)
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--bootstrap", default=os.environ.get("CDC_TEST_KAFKA_BOOTSTRAP"))
+    parser.add_argument("--no-images", action="store_true", help="no latest-image store")
+    parser.add_argument("--profile", help="write a cProfile of the appends to this file")
     args = parser.parse_args()
-    with broker(args.bootstrap) as bootstrap:
+    with broker(args.bootstrap) as bootstrap, tempfile.TemporaryDirectory() as state:
         config = KafkaLogConfig(
             type="kafka", bootstrap_servers=bootstrap, partitions=args.partitions
         )
-        log = KafkaLog(f"bench_{uuid.uuid4().hex[:8]}", config)
+        log = KafkaLog(f"bench_{uuid.uuid4().hex[:8]}", config, state_dir=Path(state))
         topic = f"{log.pipeline}.public.customers"
         log.ensure_topics([topic])
         log.claim_source()  # this thread is the source writer, as in the runtime
+        if not args.no_images:
+            log.source_offsets()
+            log.keep_latest({topic: ["name"]})  # as a source declares TOAST-able columns
         try:
             size = len(key(1)) + len(value(1))
-            appended = append(log, topic, args.records, args.batch)
+            profile = cProfile.Profile(time.thread_time) if args.profile else None
+            with profile or contextlib.nullcontext():
+                appended, cpu = append(log, topic, args.records, args.batch)
+            if profile is not None:
+                profile.dump_stats(args.profile)
             grouped = read_group(log, topic, args.records)
             direct = read_direct(log, topic, args.records)
         finally:
             log.close()
     n = args.records
+    images = "without" if args.no_images else "with"
     print(f"kafka log on {bootstrap}: {n} records of ~{size} bytes, {args.partitions} partitions")
-    print(f"append (transactions of {args.batch} + offsets): {n / appended:10,.0f} records/s")
+    print(
+        f"append (transactions of {args.batch} + offsets, {images} latest images): "
+        f"{n / appended:10,.0f} records/s, {cpu / n * 1e6:.2f} us CPU a record, "
+        f"load {os.getloadavg()[0]:.1f}"
+    )
     print(f"read, consumer group poll:                  {n / grouped:10,.0f} records/s")
     print(f"read, log.read by partition:                {n / direct:10,.0f} records/s")
     figures = Figures("kafka_log")  # no baseline client here: our figures alone
+    figures.variant = "_no_images" if args.no_images else ""
     figures.add("append_records_per_s", n / appended)
+    figures.add("append_cpu_us_per_record", cpu / n * 1e6)
     figures.add("read_group_records_per_s", n / grouped)
     figures.add("read_direct_records_per_s", n / direct)
     figures.emit()
