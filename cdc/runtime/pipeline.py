@@ -27,7 +27,7 @@ from cdc.log.encoding import ensure_encoding
 from cdc.log.factory import open_log
 from cdc.logging import Logger, get_logger
 from cdc.metrics import SinkObserver, Telemetry
-from cdc.runtime import fingerprints
+from cdc.runtime import fingerprints, memory
 from cdc.runtime.control_watcher import ControlWatcher
 from cdc.runtime.heartbeat import Heartbeat
 from cdc.runtime.lag import LagClock
@@ -70,6 +70,12 @@ class PipelineRun:
 
     def stop(self) -> None:
         self.stop_event.set()
+
+    def progress(self) -> int:
+        """Records appended by the source and applied by the sinks so far: it stands still
+        while the pipeline is idle."""
+        appended = 0 if self.source_task is None else self.source_task.events_appended
+        return appended + sum(task.records_applied for task in self.sink_tasks.values())
 
     def failed(self) -> TaskOutcome | None:
         return next((o for o in self.outcomes if o.error is not None), None)
@@ -171,6 +177,7 @@ def start(
         EnvelopeChanged: the log was written under another envelope encoding.
     """
     gc.set_threshold(*GC_THRESHOLDS)
+    memory.limit_arenas()  # before any task's thread exists (cdc.runtime.memory)
     base = get_logger(pipeline=pipeline.name)
     run = _opened(pipeline, accept_envelope_change, base)
     log = run.log
@@ -194,6 +201,7 @@ def start(
     compact = getattr(log, "maybe_compact", None)
     if compact is not None and role in ("all", "source"):
         _spawn(run, "compaction", lambda: _compaction_loop(compact, run.stop_event))
+    _spawn(run, "memory", lambda: memory.trim_when_idle(run.stop_event, run.progress))
     return run
 
 

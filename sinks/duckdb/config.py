@@ -8,6 +8,11 @@ from pydantic import Field
 
 from cdc.config import SinkConfig
 
+#: What DuckDB's ``memory_limit`` parses: a number with a unit (1000- or 1024-based) or a
+#: percentage of the machine's memory; checked here so a typo is a config error, not a failed start.
+MEMORY_PATTERN = r"(?i)^\s*\d+(\.\d+)?\s*(%|b|bytes|[kmgt]i?b?)\s*$"
+MEMORY_LIMIT = "256MiB"
+
 
 class DuckDBSinkConfig(SinkConfig):
     """A DuckDB warehouse file.
@@ -17,11 +22,14 @@ class DuckDBSinkConfig(SinkConfig):
         mode: ``current`` keeps the current state of each table; ``history`` also keeps every
             version in ``<table>__history`` (slowly changing dimension, type 2).
         threads: DuckDB worker threads (default: DuckDB's, one per core).
-        memory_limit: DuckDB's memory limit, e.g. ``"2GB"`` (default: DuckDB's).
+        memory_limit: DuckDB's buffer manager limit, e.g. ``"2GB"``, ``"512MiB"`` or ``"10%"``
+            of the machine's memory (default :data:`MEMORY_LIMIT`, where DuckDB's own is 80%
+            of the machine's memory: the sink merges one batch at a time, and a table larger
+            than the limit is read back from the file instead of held).
     """
 
     type: Literal["duckdb"] = "duckdb"
     path: str = Field(min_length=1)
     mode: Literal["current", "history"] = "current"
     threads: int | None = Field(default=None, ge=1)
-    memory_limit: str | None = None
+    memory_limit: str | None = Field(default=MEMORY_LIMIT, pattern=MEMORY_PATTERN)

@@ -26,6 +26,10 @@ if TYPE_CHECKING:
 POLL_INTERVAL_S = 0.02
 DATA_VERSION = "PRAGMA data_version"
 SELECT_COMMITTED = 'SELECT topic, partition, next_offset FROM consumer_offsets WHERE "group" = ?'
+# A consumer reads each page once, in offset order, which the system's page cache serves as
+# well; at the writer's cache size (store.CACHE_KIB) each sink's connection kept 32 MiB of pages
+# it never reads again (measured: +32 MB RSS a sink after a 100k-row transaction).
+READER_CACHE = "PRAGMA cache_size = -4096"
 
 
 def committed_offsets(conn: sqlite3.Connection, group: str) -> dict[TopicPartition, int]:
@@ -65,8 +69,10 @@ class EmbeddedConsumer:
     ) -> None:
         self._connections = state.connections
         self._appends = state.appends
-        self._heads = state.heads
+        self._whole = state.whole
         conn = self._connections.get()
+        with translated("opening a consumer"):  # its thread only reads (and commits offsets)
+            conn.execute(READER_CACHE)
         state.catalog.ensure(conn, topics)
         self._group = group
         self._on_revoke = on_revoke
@@ -161,9 +167,7 @@ class EmbeddedConsumer:
             batch = rows.fetchall()
             if batch:
                 self._positions[tp] = batch[-1][0] + 1
-                out += stored_records(
-                    tp.topic, tp.partition, batch, partial(self._heads.whole, conn)
-                )
+                out += stored_records(tp.topic, tp.partition, batch, partial(self._whole, conn))
         self._turn = (self._turn + 1) % max(count, 1)
         return out
 
