@@ -73,7 +73,7 @@ def test_the_database_is_a_wal_mode_sqlite_file(tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / "a" / "b" / "log.sqlite3")
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     # version 2 added value heads, 3 the records' positions (beside the values)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
     assert conn.execute("PRAGMA page_size").fetchone()[0] == 16384
     conn.close()
 
@@ -265,14 +265,22 @@ def test_stored_records_equal_the_dataclass_built_normally(
     if not fast:
         monkeypatch.setattr(embedded_store, "_SETTERS", None)
     rows = [
-        (5, b"k", b"v", 7, None, b"[1,0]"),
-        (6, None, None, 8, None, None),
-        (7, b"k", b'{"a":1', 9, 3, b"[2,5]"),
+        (5, b"k", b"v", 7, None, b"[1,0]", None),
+        (6, None, None, 8, None, None, None),
+        (7, b"k", b'{"a":1', 9, 3, b"[2,5]", None),
+        (8, b"k", b"b", 10, None, b"[2,6]", 4),
+        (9, b"k", b"c", 11, 3, b"[2,7]", 4),
     ]
-    built = embedded_store.stored_records("t", 2, rows, lambda h, p: b"<%d>%b}" % (h, p))
+
+    def whole(head: int | None, frame: int | None, stored: bytes) -> bytes:
+        return b"<%r>%b<%r>" % (head, stored, frame)
+
+    built = embedded_store.stored_records("t", 2, rows, whole)
     assert built == [
         StoredRecord("t", 2, 5, b"k", b"v", 7, b"[1,0]"),
         StoredRecord("t", 2, 6, None, None, 8),
-        StoredRecord("t", 2, 7, b"k", b'<3>{"a":1}', 9, b"[2,5]"),
+        StoredRecord("t", 2, 7, b"k", b'<3>{"a":1<None>', 9, b"[2,5]"),
+        StoredRecord("t", 2, 8, b"k", b"<None>b<4>", 10, b"[2,6]"),
+        StoredRecord("t", 2, 9, b"k", b"<3>c<4>", 11, b"[2,7]"),
     ]
     assert embedded_store._SETTERS is None or not fast or len(embedded_store._SETTERS) == 7

@@ -115,7 +115,7 @@ def test_an_append_that_sqlite_refuses_is_fatal_and_leaves_only_abort(
     log.ensure_topics([TOPIC])
     # A row at the next offset that the partition's high-water mark does not know of.
     with sqlite3.connect(log.path / embedded_store.DB_FILE) as other:
-        other.execute("INSERT INTO records VALUES (1, 0, 0, x'01', x'02', 0, NULL, NULL)")
+        other.execute("INSERT INTO records VALUES (1, 0, 0, x'01', x'02', 0, NULL, NULL, NULL)")
     other.close()
     txn = log.begin()
     with pytest.raises(LogFatal, match="UNIQUE constraint failed"):

@@ -133,4 +133,4 @@ def test_a_version_1_log_is_migrated_and_keeps_its_records(tmp_path: Path) -> No
     with EmbeddedLog(tmp_path / "log") as log:
         append(log, [Record(TOPIC, key(2), value)])
         assert values(log) == [(0, key(1), b'{"before":null}'), (1, key(2), value)]
-        assert log._conn().execute("PRAGMA user_version").fetchone()[0] == 3
+        assert log._conn().execute("PRAGMA user_version").fetchone()[0] == 4

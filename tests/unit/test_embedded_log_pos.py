@@ -77,7 +77,7 @@ def test_a_version_2_log_is_migrated_and_its_records_keep_their_positions(
     conn.close()
 
     with EmbeddedLog(tmp_path / "log") as log:
-        assert log._conn().execute("PRAGMA user_version").fetchone()[0] == 3
+        assert log._conn().execute("PRAGMA user_version").fetchone()[0] == 4
         append(log, [Record(TOPIC, key(2), _change(2), b"[8,0]")])
         first, second = read_all(log, TOPIC)
         assert (first.value, first.pos) == (old, None)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Final, Literal, NamedTuple
 
 from cdc.log.base import Record
+from cdc.log.embedded import frames
 from cdc.log.embedded.heads import Known
 from cdc.logging import get_logger
 
@@ -141,12 +142,15 @@ class NativeAppender:
         ts_ms: int,
         records: list[Record],
         heads: Known,
+        frame: tuple[int, bytes, bytes] | None = None,
     ) -> tuple[int, str] | None:
         """Insert ``records`` with ``sql`` (parameters: topic id, partition, offset, key, value,
-        timestamp, head id), offsets from ``first``, each value that starts with one of
-        ``heads`` without it (:func:`cdc.log.embedded.heads.strip`); ``None``, SQLite's
-        extended error code and message, or :data:`UNKNOWN_HEAD` and the index of a record
-        whose value is wrapped in a head not among ``heads`` (then nothing was inserted).
+        timestamp, head id, position, frame id), offsets from ``first``, each value that starts
+        with one of ``heads`` without it (:func:`cdc.log.embedded.heads.strip`), then without
+        ``frame``'s prefix and suffix if it has both (``(id, prefix, suffix)``,
+        :mod:`cdc.log.embedded.frames`); ``None``, SQLite's extended error code and message, or
+        :data:`UNKNOWN_HEAD` and the index of a record whose value is wrapped in a head not
+        among ``heads`` (then nothing was inserted).
 
         Raises:
             TypeError: a key or value that is not bytes or ``None``, or the connection is
@@ -156,9 +160,22 @@ class NativeAppender:
         if not handle:
             raise TypeError("the connection is closed")
         result: tuple[int, str] | None = _SQLITE.append(
-            handle, sql, topic_id, partition, first, ts_ms, records, heads
+            handle, sql, topic_id, partition, first, ts_ms, records, heads, frame
         )
         return result
+
+    def frame(self, records: list[Record], heads: Known) -> tuple[bytes, bytes] | None:
+        """The prefix and suffix the values of ``records`` share inside their ``heads``, when
+        there are enough of them and it holds enough bytes (:mod:`cdc.log.embedded.frames`);
+        ``None`` too when a value's head is not among ``heads``.
+
+        Raises:
+            TypeError: a value that is not bytes or ``None``.
+        """
+        found: tuple[bytes, bytes] | None = _SQLITE.frame(
+            records, heads, frames.MIN_RECORDS, frames.MIN_BYTES
+        )
+        return found
 
 
 def appender(conn: sqlite3.Connection, database: Path) -> NativeAppender | None:

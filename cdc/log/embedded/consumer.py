@@ -69,7 +69,7 @@ class EmbeddedConsumer:
     ) -> None:
         self._connections = state.connections
         self._appends = state.appends
-        self._heads = state.heads
+        self._whole = state.whole
         conn = self._connections.get()
         with translated("opening a consumer"):  # its thread only reads (and commits offsets)
             conn.execute(READER_CACHE)
@@ -167,9 +167,7 @@ class EmbeddedConsumer:
             batch = rows.fetchall()
             if batch:
                 self._positions[tp] = batch[-1][0] + 1
-                out += stored_records(
-                    tp.topic, tp.partition, batch, partial(self._heads.whole, conn)
-                )
+                out += stored_records(tp.topic, tp.partition, batch, partial(self._whole, conn))
         self._turn = (self._turn + 1) % max(count, 1)
         return out
 

@@ -31,6 +31,7 @@ from cdc.log.base import PartitionsCallback, StartOffsets, StoredRecord, TopicIn
 from cdc.log.embedded import bulk
 from cdc.log.embedded import compaction as embedded_compaction
 from cdc.log.embedded.consumer import EmbeddedConsumer, committed_offsets
+from cdc.log.embedded.frames import ValueFrames
 from cdc.log.embedded.heads import ValueHeads
 from cdc.log.embedded.shared import AppendSignal, Connections, LogState, TopicCatalog
 from cdc.log.embedded.store import (
@@ -51,8 +52,9 @@ from cdc.partitioner import partition_for
 # = ? ORDER BY offset DESC LIMIT 1``), SQLite's planner walks the primary key backwards instead
 # and reads the partition's records until it meets the key: 3 ms for a key 20,000 records back.
 _LATEST = (
-    "SELECT value, head_id FROM records WHERE topic_id = ?1 AND partition = ?2 AND offset = ("
-    "SELECT max(offset) FROM records WHERE topic_id = ?1 AND partition = ?2 AND key = ?3)"
+    "SELECT value, head_id, frame_id FROM records"
+    " WHERE topic_id = ?1 AND partition = ?2 AND offset = (SELECT max(offset) FROM records"
+    " WHERE topic_id = ?1 AND partition = ?2 AND key = ?3)"
 )
 _START_OFFSET = "SELECT min(offset) FROM records WHERE topic_id = ? AND partition = ?"
 
@@ -96,7 +98,9 @@ class EmbeddedLog:
         self._connections = Connections(self.path / DB_FILE, durability, busy_timeout_ms)
         self._catalog = TopicCatalog(partitions, tombstone_retention_ms)
         # What transactions and consumers get instead of the log itself.
-        self._state = LogState(self._connections, self._catalog, AppendSignal(), ValueHeads())
+        self._state = LogState(
+            self._connections, self._catalog, AppendSignal(), ValueHeads(), ValueFrames()
+        )
         # This process is loading in bulk without the key index (see :mod:`.bulk`); and whether
         # the index was seen since (a key lookup checks once, not each time).
         self._loading = False
@@ -234,8 +238,10 @@ class EmbeddedLog:
             row = self._conn().execute(_LATEST, args).fetchone()
         if row is None:
             return None
-        value, head_id = row
-        return cast(bytes | None, value if head_id is None else self._whole(head_id, value))
+        value, head_id, frame_id = row
+        if value is None or (head_id is None and frame_id is None):
+            return cast(bytes | None, value)
+        return self._whole(head_id, frame_id, value)
 
     def committed_offsets(self, group: str) -> dict[TopicPartition, int]:
         """The group's committed next offsets."""
@@ -303,8 +309,8 @@ class EmbeddedLog:
     def _conn(self) -> sqlite3.Connection:
         return self._connections.get()
 
-    def _whole(self, head_id: int, payload: bytes) -> bytes:
-        return self._state.heads.whole(self._conn(), head_id, payload)
+    def _whole(self, head_id: int | None, frame_id: int | None, stored: bytes) -> bytes:
+        return self._state.whole(self._conn(), head_id, frame_id, stored)
 
     def _meta(self, topic: str) -> TopicMeta:
         return self._catalog.meta(self._conn(), topic)

@@ -18,6 +18,7 @@ from pathlib import Path
 import orjson
 
 from cdc.errors import LogError
+from cdc.log.embedded.frames import ValueFrames
 from cdc.log.embedded.heads import ValueHeads
 from cdc.log.embedded.store import (
     INSERT_PARTITION,
@@ -205,3 +206,14 @@ class LogState:
     catalog: TopicCatalog
     appends: AppendSignal
     heads: ValueHeads
+    frames: ValueFrames
+
+    def whole(
+        self, conn: sqlite3.Connection, head_id: int | None, frame_id: int | None, stored: bytes
+    ) -> bytes:
+        """The value stored as ``stored`` without its frame and head (either may be none)."""
+        if frame_id is not None:
+            stored = self.frames.framed(conn, frame_id, stored)
+        if head_id is not None:
+            stored = self.heads.whole(conn, head_id, stored)
+        return stored

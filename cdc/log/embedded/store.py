@@ -17,10 +17,11 @@ from typing import Any, Literal, NamedTuple
 
 from cdc.errors import LogError, LogFatal, LogUnavailable
 from cdc.log.base import StoredRecord
+from cdc.log.embedded.frames import VALUE_FRAMES
 from cdc.runtime.retry import Backoff, retry
 
 DB_FILE = "log.sqlite3"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 BUSY_TIMEOUT_MS = 60_000
 # Per connection; also where a large uncommitted transaction spills to the WAL file, so it bounds
 # the memory a 1,000,000-row source transaction takes.
@@ -86,10 +87,12 @@ SCHEMA = (
         ts_ms INTEGER NOT NULL,
         head_id INTEGER,
         pos BLOB,
+        frame_id INTEGER,
         PRIMARY KEY (topic_id, partition, offset)
     ) WITHOUT ROWID""",
     KEY_INDEX,
     VALUE_HEADS,
+    VALUE_FRAMES,
     """CREATE TABLE source_offsets (
         key TEXT PRIMARY KEY,
         value BLOB NOT NULL
@@ -103,9 +106,12 @@ SCHEMA = (
     ) WITHOUT ROWID""",
 )
 
-INSERT_RECORD = "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+_COLUMNS = "topic_id, partition, offset, key, value, ts_ms, head_id, pos"
+#: A record without a frame (``executemany``), and with one (the native appender).
+INSERT_RECORD = f"INSERT INTO records ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+INSERT_FRAMED = f"INSERT INTO records ({_COLUMNS}, frame_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 SELECT_RANGE = (
-    "SELECT offset, key, value, ts_ms, head_id, pos FROM records"
+    "SELECT offset, key, value, ts_ms, head_id, pos, frame_id FROM records"
     " WHERE topic_id = ? AND partition = ? AND offset >= ? ORDER BY offset LIMIT ?"
 )
 SELECT_NEXT_OFFSET = "SELECT next_offset FROM partitions WHERE topic_id = ? AND partition = ?"
@@ -141,11 +147,13 @@ def _slot_setters() -> tuple[Callable[[StoredRecord, Any], None], ...] | None:
 _SETTERS = _slot_setters()
 
 
-def stored_records(
-    topic: str, partition: int, rows: list[Any], whole: Callable[[int, bytes], bytes]
-) -> list[StoredRecord]:
-    """``StoredRecord`` objects for ``(offset, key, value, ts_ms, head_id, pos)`` rows of one
-    partition; ``whole(head_id, payload)`` gives back a value stored without its head.
+#: ``whole(head_id, frame_id, stored)``: the value stored without its head and frame.
+Whole = Callable[[int | None, int | None, bytes], bytes]
+
+
+def stored_records(topic: str, partition: int, rows: list[Any], whole: Whole) -> list[StoredRecord]:
+    """``StoredRecord`` objects for ``(offset, key, value, ts_ms, head_id, pos, frame_id)``
+    rows of one partition; ``whole`` gives back a value stored without its head or frame.
 
     The frozen dataclass's ``__init__`` goes through ``object.__setattr__`` per field and costs
     more than SQLite's fetch; setting the slots directly halves the cost of a read. Used only
@@ -154,20 +162,23 @@ def stored_records(
     """
     if _SETTERS is None:
         return [
-            StoredRecord(topic, partition, o, k, v if h is None else whole(h, v), t, p)
-            for o, k, v, t, h, p in rows
+            StoredRecord(
+                topic, partition, o, k, v if h is None and f is None else whole(h, f, v), t, p
+            )
+            for o, k, v, t, h, p, f in rows
         ]
     set_topic, set_partition, set_offset, set_key, set_value, set_ts, set_pos = _SETTERS
     new = object.__new__
     out: list[StoredRecord] = []
     append = out.append
-    for offset, key, value, ts, head_id, pos in rows:
+    for offset, key, value, ts, head_id, pos, frame_id in rows:
         record = new(StoredRecord)
         set_topic(record, topic)
         set_partition(record, partition)
         set_offset(record, offset)
         set_key(record, key)
-        set_value(record, value if head_id is None else whole(head_id, value))
+        framed = head_id is not None or frame_id is not None
+        set_value(record, whole(head_id, frame_id, value) if framed else value)
         set_ts(record, ts)
         set_pos(record, pos)
         append(record)
@@ -311,4 +322,7 @@ def migrate(conn: sqlite3.Connection) -> None:
             # Before the position moved beside the value: the records' pos is NULL, and
             # readers take it from the value's source.pos (cdc.envelope.record_pos).
             conn.execute("ALTER TABLE records ADD COLUMN pos BLOB")
+        if version in (1, 2, 3):  # before value frames: no record has one (frame_id NULL)
+            conn.execute("ALTER TABLE records ADD COLUMN frame_id INTEGER")
+            conn.execute(VALUE_FRAMES)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -13,11 +13,13 @@ from cdc import positions
 from cdc.clock import now_ms
 from cdc.errors import LogError
 from cdc.log.base import Record, TransactionContext
+from cdc.log.embedded import frames
 from cdc.log.embedded.appender import UNKNOWN_HEAD, appender
 from cdc.log.embedded.heads import Known, head_of, strip
 from cdc.log.embedded.store import (
     ADVANCE_PARTITION,
     DELETE_SOURCE_OFFSET,
+    INSERT_FRAMED,
     INSERT_RECORD,
     SELECT_NEXT_OFFSET,
     UPSERT_SOURCE_OFFSET,
@@ -187,12 +189,18 @@ class EmbeddedTransaction(TransactionContext):
         self, tid: int, partition: int, first: int, ts: int, records: list[Record]
     ) -> tuple[int, str] | None:
         """The native appender's result, after storing every head it did not know (it inserts
-        nothing until it knows them all)."""
-        assert self._native is not None
+        nothing until it knows them all), with the batch's frame where it has one."""
+        native = self._native
+        assert native is not None
         while True:
-            failed = self._native.append(
-                INSERT_RECORD, tid, partition, first, ts, records, self._known(tid)
-            )
+            known = self._known(tid)
+            frame = None
+            if len(records) >= frames.MIN_RECORDS:
+                found = native.frame(records, known)  # None while a head is unknown
+                if found is not None:
+                    with translated("storing a value frame"):
+                        frame = (frames.store(self._conn, *found), *found)
+            failed = native.append(INSERT_FRAMED, tid, partition, first, ts, records, known, frame)
             if failed is None or failed[0] != UNKNOWN_HEAD:
                 return failed
             self._store_head(tid, records[int(failed[1])].value)

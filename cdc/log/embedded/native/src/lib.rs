@@ -73,6 +73,8 @@ struct Part {
     head: Option<i64>,
     pos: *const u8,
     pos_len: usize,
+    /// The id of the frame the value was stripped of (`append`'s `frame`).
+    frame: Option<i64>,
 }
 
 /// The start of a value written with `schemas.enable` (`{"schema":{...},"payload":...}`).
@@ -101,6 +103,31 @@ fn strip<'a>(value: &'a [u8], heads: &[(&[u8], i64)]) -> Result<(&'a [u8], Optio
     } else {
         Ok((value, None))
     }
+}
+
+/// The longest prefix and suffix every value of `values` shares, as lengths that never overlap
+/// inside the shortest value.
+fn common_frame(values: &[&[u8]]) -> (usize, usize) {
+    let Some((first, rest)) = values.split_first() else {
+        return (0, 0);
+    };
+    let (mut prefix, mut suffix, mut shortest) = (first.len(), first.len(), first.len());
+    for value in rest {
+        prefix = first[..prefix]
+            .iter()
+            .zip(value.iter())
+            .take_while(|(a, b)| a == b)
+            .count();
+        suffix = first[first.len() - suffix..]
+            .iter()
+            .rev()
+            .zip(value.iter().rev())
+            .take_while(|(a, b)| a == b)
+            .count();
+        shortest = shortest.min(value.len());
+    }
+    prefix = prefix.min(shortest);
+    (prefix, suffix.min(shortest - prefix))
 }
 
 /// What the unlocked loop needs: the connection, its prepared statement, and the parts, which
@@ -186,13 +213,65 @@ impl Sqlite {
         )
     }
 
+    /// The prefix and suffix that values of `records` share once stripped of their `heads` (as
+    /// `append` strips them), if there are at least `min_records` values and the frame holds
+    /// at least `min_bytes`; `None` otherwise, or when a value's head is not in `heads`.
+    fn frame<'py>(
+        &self,
+        py: Python<'py>,
+        records: &Bound<'py, PyList>,
+        heads: Vec<(Bound<'py, PyBytes>, i64)>,
+        min_records: usize,
+        min_bytes: usize,
+    ) -> PyResult<Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
+        if records.len() < min_records {
+            return Ok(None);
+        }
+        let heads: Vec<(&[u8], i64)> = heads.iter().map(|(h, id)| (h.as_bytes(), *id)).collect();
+        let mut owners = Vec::with_capacity(records.len());
+        let value_name = intern!(py, "value");
+        for record in records.iter() {
+            let value = record.getattr(value_name)?;
+            if !value.is_none() {
+                owners.push(value.downcast_into::<PyBytes>()?);
+            }
+        }
+        let mut values = Vec::with_capacity(owners.len());
+        for value in &owners {
+            match strip(value.as_bytes(), &heads) {
+                Ok((stored, _)) => values.push(stored),
+                Err(()) => return Ok(None),
+            }
+        }
+        if values.len() < min_records {
+            return Ok(None);
+        }
+        // From a few values spread over the back of the batch, not all of them: a batch may
+        // start with a record held back from the one before (a snapshot's last row of a piece,
+        // from another moment), and one odd value must not shrink everyone's frame. A value
+        // the frame does not fit is stored whole by `append`.
+        let n = values.len();
+        let samples = [values[n / 4], values[n / 2], values[3 * n / 4], values[n - 1]];
+        let (prefix, suffix) = common_frame(&samples);
+        if prefix + suffix < min_bytes {
+            return Ok(None);
+        }
+        let first = samples[0];
+        Ok(Some((
+            PyBytes::new(py, &first[..prefix]),
+            PyBytes::new(py, &first[first.len() - suffix..]),
+        )))
+    }
+
     /// Insert `records` (objects with `key`, `value` and `pos`, each bytes or None) with `sql`,
-    /// whose parameters are topic id, partition, offset, key, value, timestamp, head id and
-    /// position; offsets
-    /// count up from `first`. A wrapped value that starts with one of `heads` (`(head, id)`
-    /// pairs) is stored without it, with its id. Returns `None`, SQLite's extended error code
+    /// whose parameters are topic id, partition, offset, key, value, timestamp, head id,
+    /// position and frame id; offsets count up from `first`. A wrapped value that starts with
+    /// one of `heads` (`(head, id)` pairs) is stored without it, with its id; then a value
+    /// that starts and ends with `frame`'s prefix and suffix (`(id, prefix, suffix)`) is
+    /// stored without them, with the frame's id. Returns `None`, SQLite's extended error code
     /// and message, or `UNKNOWN_HEAD` and the index of a record whose head is not in `heads`.
     #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (db, sql, topic_id, partition, first, ts_ms, records, heads, frame=None))]
     fn append(
         &self,
         py: Python<'_>,
@@ -204,8 +283,12 @@ impl Sqlite {
         ts_ms: i64,
         records: &Bound<'_, PyList>,
         heads: Vec<(Bound<'_, PyBytes>, i64)>,
+        frame: Option<(i64, Bound<'_, PyBytes>, Bound<'_, PyBytes>)>,
     ) -> PyResult<Option<(i32, String)>> {
         let heads: Vec<(&[u8], i64)> = heads.iter().map(|(h, id)| (h.as_bytes(), *id)).collect();
+        let frame = frame
+            .as_ref()
+            .map(|(id, prefix, suffix)| (*id, prefix.as_bytes(), suffix.as_bytes()));
         // The keys and values themselves are held until the call returns: the parts point
         // into them, whatever happens to the records meanwhile.
         let mut owners = Vec::with_capacity(3 * records.len());
@@ -217,12 +300,21 @@ impl Sqlite {
             let pos = record.getattr(pos_name)?;
             let ((key_ptr, key_len), (mut value_ptr, mut value_len)) = (raw(&key)?, raw(&value)?);
             let (pos_ptr, pos_len) = raw(&pos)?;
-            let mut head = None;
+            let (mut head, mut framed) = (None, None);
             if !value_ptr.is_null() {
                 let whole = unsafe { std::slice::from_raw_parts(value_ptr, value_len) };
-                let Ok((stored, id)) = strip(whole, &heads) else {
+                let Ok((mut stored, id)) = strip(whole, &heads) else {
                     return Ok(Some((UNKNOWN_HEAD, index.to_string())));
                 };
+                if let Some((frame_id, prefix, suffix)) = frame {
+                    if stored.len() >= prefix.len() + suffix.len()
+                        && stored.starts_with(prefix)
+                        && stored.ends_with(suffix)
+                    {
+                        stored = &stored[prefix.len()..stored.len() - suffix.len()];
+                        framed = Some(frame_id);
+                    }
+                }
                 (value_ptr, value_len, head) = (stored.as_ptr(), stored.len(), id);
             }
             parts.push(Part {
@@ -233,6 +325,7 @@ impl Sqlite {
                 head,
                 pos: pos_ptr,
                 pos_len,
+                frame: framed,
             });
             owners.push(key);
             owners.push(value);
@@ -281,6 +374,10 @@ impl Sqlite {
                     None => (self.bind_null)(stmt, 7),
                 },
                 self.bind(stmt, 8, part.pos, part.pos_len),
+                match part.frame {
+                    Some(id) => (self.bind_int64)(stmt, 9, id),
+                    None => (self.bind_null)(stmt, 9),
+                },
             ];
             // A refused bind (a blob over SQLite's length limit) leaves the parameter NULL:
             // stepping then would store a tombstone instead of the value. It sets no error on
