@@ -267,15 +267,19 @@ WARMUP_S = 3  # the steady phase's figures are printed with and without its firs
 
 
 def open_bench_log(target: str) -> Any:
-    """The log a child appends to: an embedded log directory, or ``kafka://host:port``."""
+    """The log a child appends to: an embedded log directory, or ``kafka://host:port`` with
+    ``?state=DIR``, the pipeline's state directory (the latest-image store)."""
     if target.startswith(KAFKA_SCHEME):
         from cdc.config import KafkaLogConfig
         from cdc.log.kafka import KafkaLog
 
-        config = KafkaLogConfig(type="kafka", bootstrap_servers=target[len(KAFKA_SCHEME) :])
-        # The latest-image store a real pipeline keeps (its cost is part of the figure).
-        images = Path(tempfile.mkdtemp(prefix="bench-images-"))
-        return KafkaLog(f"{PIPELINE}_{os.getpid()}", config, state_dir=images)
+        address, _, state = target[len(KAFKA_SCHEME) :].partition("?state=")
+        config = KafkaLogConfig(type="kafka", bootstrap_servers=address)
+        # The latest-image store a real pipeline keeps (its cost is part of the figure). Every
+        # child is the same pipeline with the same store, as a restarted one is: a new store
+        # is first rebuilt from the topics, which is no part of streaming.
+        images = Path(state) if state else Path(tempfile.mkdtemp(prefix="bench-images-"))
+        return KafkaLog(PIPELINE if state else f"{PIPELINE}_{os.getpid()}", config, images)
     from cdc.log.embedded import EmbeddedLog
 
     return EmbeddedLog(Path(target))
@@ -466,7 +470,7 @@ def main(args: argparse.Namespace) -> None:
             from tests.services.kafka import LocalKafka
 
             kafka = stack.enter_context(LocalKafka())
-            log_dir = KAFKA_SCHEME + kafka.bootstrap_servers
+            log_dir = f"{KAFKA_SCHEME}{kafka.bootstrap_servers}?state={Path(tmp) / 'state'}"
         print(f"log: {args.log}")
         _prepare(dsn)
         rows = args.rows

@@ -12,7 +12,14 @@ import orjson
 
 from cdc.log.base import Record
 from cdc.log.kafka.image_sync import SourceImages
-from cdc.log.kafka.images import FILE_NAME, Change, ImageStore, fingerprint, project
+from cdc.log.kafka.images import (
+    FILE_NAME,
+    UPSERT_ROWS,
+    Change,
+    ImageStore,
+    fingerprint,
+    project,
+)
 
 TOPIC = "p.public.docs"
 FIELDS = {TOPIC: ["big", "note"]}
@@ -153,6 +160,20 @@ def test_apply_with_topics_interleaved_keeps_each_topics_fields(tmp_path: Path) 
     assert orjson.loads(store.get(second, key1) or b"") == {"n": "s2"}
     assert store.get(undeclared, key1) is None
     assert store.topics() == {TOPIC: ["big", "note"], second: ["n"]}
+
+
+def test_later_batches_replace_earlier_images_in_statements_of_many_rows(tmp_path: Path) -> None:
+    # Upserts go UPSERT_ROWS rows a statement, the rest one by one; an unchanged image is not
+    # rewritten, a changed one always is.
+    store = ImageStore(tmp_path / FILE_NAME)
+    keys = range(UPSERT_ROWS * 2 + 7)
+    assert store.apply([put(k, f"first {k}") for k in keys], FIELDS) == len(keys)
+    store.apply([put(k, f"first {k}" if k % 2 else f"second {k}") for k in keys], FIELDS)
+    assert all(image(store, k) == {"big": f"first {k}", "note": "n"} for k in keys if k % 2)
+    assert all(image(store, k) == {"big": f"second {k}", "note": "n"} for k in keys if k % 2 == 0)
+    store.apply([put(k, f"first {k}", note=None) for k in keys], FIELDS)
+    assert all(image(store, k) == {"big": f"first {k}", "note": None} for k in keys)
+    assert store.count(TOPIC) == len(keys)
 
 
 def test_reads_see_the_open_transaction_and_a_rollback_undoes_it(tmp_path: Path) -> None:

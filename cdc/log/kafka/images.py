@@ -58,6 +58,8 @@ def _upsert(rows: int) -> str:
     return (
         f"INSERT INTO images (topic_id, key, image) VALUES {values}"
         " ON CONFLICT (topic_id, key) DO UPDATE SET image = excluded.image"
+        # Most updates leave the TOAST-able columns alone: the row and its page stay as they are.
+        " WHERE image IS NOT excluded.image"
     )
 
 
