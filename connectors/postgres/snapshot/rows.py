@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from itertools import count, repeat
 from typing import Any, NamedTuple, cast
 
 from cdc.connect_schema import TableSchemas
@@ -104,11 +105,20 @@ def to_records(
     template = read_template(db, table, position, flag, ts_ms, pipeline, schemas, tx_id)
     order, extra = snapshot_order(point), lsn_extra(point)
     written = table.state.encoder.copy_records(lines, template, order, extra, now_ms, base)
-    topic, pos = table.state.topic, template.pos
+    if not written:
+        return []
+    keys, values = zip(*written, strict=True)
     if schemas is not None:
-        wrap = schemas.wrap_key
-        return [Record(topic, wrap(k), v, pos(s)) for s, (k, v) in enumerate(written, base)]
-    return [Record(topic, k, v, pos(s)) for s, (k, v) in enumerate(written, base)]
+        keys = tuple(map(schemas.wrap_key, keys))
+    return list(map(Record, repeat(table.state.topic), keys, values, positions(template, base)))
+
+
+def positions(template: RecordTemplate, first: int) -> map[bytes]:
+    """``template.pos(s)`` of each sequence ``s`` from ``first`` on (endless), with no Python
+    call a row: the position's JSON is written into the format once. A comprehension calling
+    ``pos`` and building each record took about 30% of a reader's busy time in a profile."""
+    pos = b"[%b,%%d]" % template.position.replace(b"%", b"%%")
+    return map(pos.__mod__, count(first))
 
 
 def keyed_lines(state: RelationState, lines: list[bytes]) -> list[KeyedRow]:
