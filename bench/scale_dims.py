@@ -321,13 +321,14 @@ def _soak_report(
     args: argparse.Namespace,
     figures: Figures,
 ) -> None:
-    """The RSS slope after the first sample, and whether the log's size stopped growing."""
-    steady = samples[1:] or samples
-    rss_slope = slope([(s[0], s[1]) for s in steady])
+    """The slopes of RSS and of the log's size over the second half of the run (the first
+    fills caches and the log up to its first compactions), against the log's first growth."""
+    half = samples[len(samples) // 2 :]
+    rss_slope = slope([(s[0], s[1]) for s in half])
     log_early = slope([(s[0], s[2]) for s in samples[:3]])
-    log_late = slope([(s[0], s[2]) for s in samples[len(samples) // 2 :]])
-    minutes = samples[-1][0] - steady[0][0]
-    mean_rss = sum(s[1] for s in steady) / len(steady)
+    log_late = slope([(s[0], s[2]) for s in half])
+    minutes = half[-1][0] - half[0][0]
+    mean_rss = sum(s[1] for s in half) / len(half)
     rss_verdict = "flat" if abs(rss_slope) * minutes <= max(5.0, 0.05 * mean_rss) else "GROWING"
     log_verdict = "bounded" if log_late <= 0.1 * max(log_early, 1e-9) else "GROWING"
     rate = writes / max(samples[-1][0] * 60, 1)
@@ -338,8 +339,9 @@ def _soak_report(
     for sample in samples:
         print(_sample_line(sample))
     print(
-        f"RSS slope {rss_slope:+.2f} MB/min: {rss_verdict}; the log grew {log_early:+.1f} MB/min "
-        f"in the first samples, {log_late:+.1f} MB/min in the second half: {log_verdict}"
+        f"second half: RSS slope {rss_slope:+.2f} MB/min: {rss_verdict}; the log grew "
+        f"{log_early:+.1f} MB/min in the first samples, "
+        f"{log_late:+.1f} MB/min in the second half: {log_verdict}"
     )
     figures.add("soak_rss_slope_mb_per_min", rss_slope)
     figures.add("soak_rss_mean_mb", mean_rss)
