@@ -24,7 +24,7 @@ DEBEZIUM_LIB := tests/debezium/target/lib
 DEBEZIUM_SOURCES := $(shell find tests/debezium/src -type f 2>/dev/null)
 CONNECT_LIB := tests/connect/target/lib
 
-.PHONY: install apt venv pip jars pgbins test lint typecheck pytest pytest-pg-versions kafka demo clean
+.PHONY: install apt venv pip jars pgbins test lint typecheck pytest pytest-pg-versions kafka demo bench-ci clean
 
 ## install: system packages (only what is missing), the project's virtualenv with the package, the
 ## Kafka, Mongo and Debezium jars, the PostgreSQL versions Debian does not give us.
@@ -205,6 +205,11 @@ kafka: jars
 ## demo: the end-to-end demo (examples/demo.py): throwaway PostgreSQL and Redis, three sinks.
 demo: install
 	$(PYTHON) examples/demo.py
+
+## bench-ci: every bench once, small (bench/ci.py), their JSON figure lines printed again at the
+## end; fails only when a bench crashes or hangs, never on a figure.
+bench-ci: install
+	$(PYTHON) bench/ci.py
 
 clean:
 	rm -rf build $(VENV) tests/kafka/target tests/mongo/target tests/debezium/target tests/connect/target \
