@@ -136,6 +136,7 @@ struct Batch {
     db: usize,
     stmt: usize,
     parts: Vec<Part>,
+    framed: bool,
 }
 unsafe impl Send for Batch {}
 
@@ -344,6 +345,7 @@ impl Sqlite {
             db,
             stmt: stmt as usize,
             parts,
+            framed: frame.is_some(),
         };
         let params = [topic_id, partition, first, ts_ms];
         let failed = py.allow_threads(move || unsafe { self.insert(&batch, params) });
@@ -374,9 +376,12 @@ impl Sqlite {
                     None => (self.bind_null)(stmt, 7),
                 },
                 self.bind(stmt, 8, part.pos, part.pos_len),
-                match part.frame {
-                    Some(id) => (self.bind_int64)(stmt, 9, id),
-                    None => (self.bind_null)(stmt, 9),
+                // Without a frame the statement may have no ninth parameter (an 8-column
+                // INSERT): it is bound only when a frame was given.
+                match (batch.framed, part.frame) {
+                    (false, _) => SQLITE_OK,
+                    (true, Some(id)) => (self.bind_int64)(stmt, 9, id),
+                    (true, None) => (self.bind_null)(stmt, 9),
                 },
             ];
             // A refused bind (a blob over SQLite's length limit) leaves the parameter NULL:
