@@ -49,8 +49,8 @@ def _bench(name: str, *args: str, module: str | None = None) -> Run:
     return Run(name, ("-m", f"bench.{module or name}", *args))
 
 
-#: Every bench, small: each mostly pays its servers' start (PostgreSQL, Kafka, a JVM), all of them
-#: together take about four minutes on a 2-core machine under load 3, eight under load 12.
+#: Every bench, small: each mostly pays its servers' start (PostgreSQL, Kafka, a JVM); all of them
+#: together took 7.7 minutes on the 2-core machine under load 12-14 (2026-12-06).
 RUNS: tuple[Run, ...] = (
     _bench("pgoutput_decode", "--rounds", "50", "--repeat", "3"),
     _bench("log_throughput", "--records", "100000"),
