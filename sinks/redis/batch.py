@@ -51,7 +51,7 @@ def segments(records: Sequence[SinkRecord], tables: TopicTables) -> list[Segment
         if value is None:
             code, pos, extra = "x", "", ""
         else:
-            code, position, sequence = _op_and_position(record, value)
+            code, position, sequence, row = _read(record, value)
             if code == "t":
                 out[-1].truncate = Change(
                     Kind.TRUNCATE, table, key, (position, sequence), offset, None, record
@@ -60,16 +60,8 @@ def segments(records: Sequence[SinkRecord], tables: TopicTables) -> list[Segment
                 chunk = Chunk()
                 continue
             pos = f"{position:020d}{sequence:010d}"
-            if code == "s":
-                row = value.get("after")
-                if not isinstance(row, dict):
-                    op = value["op"]
-                    raise RecordError(
-                        f"op {op!r} without an 'after' row at offset {offset}", record
-                    )
-                extra = dumps(row).decode()
-            else:  # offset + 1: the delete's own tombstone follows it and must change nothing
-                extra = f"{offset + 1:015d}"
+            # A delete's is offset + 1: its own tombstone follows it and must change nothing.
+            extra = dumps(row).decode() if row is not None else f"{offset + 1:015d}"
         if not chunk.entries:
             out[-1].chunks.append(chunk)
         number = chunk.tables.get(table)
@@ -85,7 +77,8 @@ def segments(records: Sequence[SinkRecord], tables: TopicTables) -> list[Segment
     return out
 
 
-def _op_and_position(record: SinkRecord, value: dict[str, Any]) -> tuple[str, int, int]:
+def _read(record: SinkRecord, value: dict[str, Any]) -> tuple[str, int, int, dict[str, Any] | None]:
+    """The script's op code, the position, and for an upsert its row."""
     op = value.get("op")
     code = _CODES.get(op) if isinstance(op, str) else None
     if code is None:
@@ -97,4 +90,9 @@ def _op_and_position(record: SinkRecord, value: dict[str, Any]) -> tuple[str, in
         raise RecordError(f"no source position at offset {record.offset}", record) from exc
     if type(position) is not int or type(sequence) is not int or position < 0 or sequence < 0:
         raise RecordError(f"source position not two counts at offset {record.offset}", record)
-    return code, position, sequence
+    if code != "s":
+        return code, position, sequence, None
+    row = value.get("after")
+    if not isinstance(row, dict):
+        raise RecordError(f"op {op!r} without an 'after' row at offset {record.offset}", record)
+    return code, position, sequence, row
