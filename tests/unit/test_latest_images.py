@@ -3,12 +3,15 @@ rollback or a crash undoes, truncates, and the offsets digest (see cdc/log/kafka
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
+import sqlite3
 from pathlib import Path
 
 import orjson
+import pytest
 
 from cdc.log.base import Record
 from cdc.log.kafka.image_sync import SourceImages
@@ -174,6 +177,32 @@ def test_later_batches_replace_earlier_images_in_statements_of_many_rows(tmp_pat
     store.apply([put(k, f"first {k}", note=None) for k in keys], FIELDS)
     assert all(image(store, k) == {"big": f"first {k}", "note": None} for k in keys)
     assert store.count(TOPIC) == len(keys)
+
+
+def test_a_write_that_fails_is_never_committed_and_rolls_back(tmp_path: Path) -> None:
+    # A failed upsert must surface before anything of its transaction is committed (whether
+    # upserts run on the caller's thread or later on one of their own), and a rollback undoes
+    # the rest of the transaction.
+    store = ImageStore(tmp_path / FILE_NAME)
+    store.apply([put(1, "kept")], FIELDS)
+    store.commit("m1", "d1")
+    refused = orjson.dumps({"id": 2}).hex()
+    with contextlib.closing(sqlite3.connect(tmp_path / FILE_NAME)) as other:
+        other.execute(
+            f"CREATE TRIGGER refuse BEFORE INSERT ON images WHEN NEW.key = X'{refused}'"
+            " BEGIN SELECT RAISE(ABORT, 'refused'); END"
+        )
+        other.commit()
+    with pytest.raises(sqlite3.Error, match="refused"):
+        store.apply([put(3, "written"), put(2, "refused")], FIELDS)
+        store.commit("m2", "d2")
+    store.rollback()
+    assert store.mark() == ("m1", "d1")
+    assert image(store, 3) is None and image(store, 1) == {"big": "kept", "note": "n"}
+    store.apply([put(3, "again")], FIELDS)  # the store goes on
+    store.commit("m3", "d3")
+    assert image(store, 3) == {"big": "again", "note": "n"}
+    store.close()
 
 
 def test_reads_see_the_open_transaction_and_a_rollback_undoes_it(tmp_path: Path) -> None:
