@@ -329,7 +329,7 @@ def _soak_report(
     log_late = slope([(s[0], s[2]) for s in half])
     minutes = half[-1][0] - half[0][0]
     mean_rss = sum(s[1] for s in half) / len(half)
-    rss_verdict = "flat" if abs(rss_slope) * minutes <= max(5.0, 0.05 * mean_rss) else "GROWING"
+    rss_verdict = "flat" if rss_slope * minutes <= max(5.0, 0.05 * mean_rss) else "GROWING"
     log_verdict = "bounded" if log_late <= 0.1 * max(log_early, 1e-9) else "GROWING"
     rate = writes / max(samples[-1][0] * 60, 1)
     print(
