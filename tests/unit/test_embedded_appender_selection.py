@@ -123,3 +123,23 @@ def test_status_shows_the_appender_and_why(
         | {"log_appender": report}
     )
     assert "appender: python (CDC_NATIVE=0)" in capsys.readouterr().out
+
+
+def test_a_build_without_value_frames_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An extension built before value frames (no ``frame``) would fail every large append:
+    executemany runs instead, and the reason says to reinstall."""
+    _require_native()
+    from cdc.log.embedded import _native  # type: ignore[attr-defined]
+
+    built = _native.Sqlite
+
+    class Old:
+        def __init__(self, library: str, module: str) -> None:
+            self._new = built(library, module)
+
+        def version(self) -> int:
+            return int(self._new.version())
+
+    monkeypatch.setattr(_native, "Sqlite", Old)
+    library, reason = appender._open_library()
+    assert library is None and "reinstall" in reason

@@ -78,6 +78,8 @@ def _open_library() -> tuple[Any, str]:
         return None, str(exc)
     except AttributeError:
         return None, "the built extension has no Sqlite class (an old build: reinstall)"
+    if not hasattr(library, "frame"):  # built before value frames: its append binds no frame
+        return None, "the built extension cannot store value frames (an old build: reinstall)"
     major, minor, patch = sqlite3.sqlite_version_info
     loaded = int(library.version())
     wanted = sqlite3.sqlite_version
