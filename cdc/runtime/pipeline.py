@@ -288,6 +288,7 @@ def _start_sinks(run: PipelineRun, base: Logger, only: list[str] | None) -> None
             run.stop_event,
             logger,
             bad_records=pipeline.file.bad_records,
+            max_records=config.batch_records,
             control=run.control,
             tables=pipeline.sink_tables(config),
             observer=_sink_observer(run, config),

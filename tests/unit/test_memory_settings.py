@@ -161,3 +161,46 @@ def test_the_default_memory_limit_reaches_duckdb(tmp_path: Path) -> None:
     default = DuckDBSinkConfig(name="wh", path="x.duckdb").memory_limit
     assert default is not None, "the sink has a documented default, not DuckDB's 80% of RAM"
     assert limit == default.replace("MiB", ".0 MiB")
+
+
+# -- a sink's batch ---------------------------------------------------------------------------
+
+
+def _jsonl_pipeline(extra: str = "") -> str:
+    return (
+        "version: 1\nname: shop\nsource:\n  type: postgres\n  dsn: postgresql://h/db\n"
+        "  tables: [public.t]\nlog:\n  type: embedded\n  path: log\n"
+        "sinks:\n  - name: files\n    type: jsonl\n    path: out\n" + extra
+    )
+
+
+@pytest.mark.parametrize("value", [0, -5, 1_000_000, "many"])
+def test_a_batch_size_out_of_range_is_a_config_error(value: Any) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse(_jsonl_pipeline(f"    batch_records: {value}\n"))
+    assert any(path == "sinks[0].batch_records" for path, _ in raised.value.problems)
+
+
+def test_a_misspelt_batch_size_gets_a_suggestion() -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse(_jsonl_pipeline("    batch_record: 500\n"))
+    assert any("batch_records" in message for _, message in raised.value.problems)
+
+
+@pytest.mark.parametrize(("extra", "expected"), [("", 2000), ("    batch_records: 750\n", 750)])
+def test_the_batch_size_reaches_the_sink_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: str, expected: int
+) -> None:
+    from cdc.runtime.pipeline import start
+
+    monkeypatch.chdir(tmp_path)
+    run = start(parse(_jsonl_pipeline(extra)), role="sinks")
+    try:
+        assert run.sink_tasks["files"]._max_records == expected
+    finally:
+        run.stop()
+        assert run.wait(10)
+        for helper in (run.control, run.heartbeat):  # as cdc run does, before the log closes
+            if helper is not None:
+                helper.join(10)
+        run.log.close()
