@@ -32,7 +32,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -52,12 +52,15 @@ OFFSET_KEY = "snapshot"
 CAPTURED_KEY = "captured"
 FINISHED_KEPT = 20  # finished (and cancelled, and failed) requests kept, newest last
 
+_T = TypeVar("_T")
 
-def _copy(data: Any) -> Any:
+
+def _copy(data: _T) -> _T:
     """A deep copy of stored (JSON) state, through its JSON: a commit copies the whole progress,
     which names every table, and ``copy.deepcopy`` costs 6.5x more (it was most of a 1,000-table
     snapshot's CPU, bench/scale.py --dimension tables)."""
-    return orjson.loads(orjson.dumps(data))
+    copied: _T = orjson.loads(orjson.dumps(data))
+    return copied
 
 
 class SnapshotState:
