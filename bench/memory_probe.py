@@ -20,6 +20,7 @@ Tantivy has no such call: its share is what the search sink's run adds (``--sink
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import ctypes.util
 import gc
@@ -149,14 +150,22 @@ def dump(_signum: int, _frame: Any) -> None:
 
 
 def main(argv: list[str]) -> None:
-    if "--trace" in argv:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.memory_probe",
+        description="cdc run FILE with a probe inside: each SIGUSR1 appends a line to "
+        f"{OUT} (what bench/memory.py --probe reads).",
+    )
+    parser.add_argument("file", help="the pipeline file")
+    parser.add_argument("--trace", action="store_true", help="Python objects too (slow)")
+    args = parser.parse_args(argv)
+    if args.trace:
         import tracemalloc
 
         tracemalloc.start(1)
     from cdc.cli import main as cli
 
     signal.signal(signal.SIGUSR1, dump)
-    cli(["run", argv[0]])
+    cli(["run", args.file])
 
 
 def summary(line: dict[str, Any]) -> str:
