@@ -125,3 +125,19 @@ def test_a_version_3_log_is_migrated_and_keeps_its_records(tmp_path: Path) -> No
         assert (read[0].value, read[0].pos) == (b"old", b"[1,0]")
         assert [r.value for r in read[1:]] == values
         assert _raw(log)[0] == (b"old", None) and _raw(log)[1][1] is not None
+
+
+def test_a_reader_keeps_a_bounded_number_of_frames(tmp_path: Path) -> None:
+    # A long-running consumer meets a new frame every few thousand records: its cache of
+    # frames must not grow with the log's history.
+    conn = sqlite3.connect(tmp_path / "frames.db", isolation_level=None)
+    conn.execute(embedded_frames.VALUE_FRAMES)
+    ids = [
+        embedded_frames.store(conn, b"<%d|" % i, b"|%d>" % i)
+        for i in range(embedded_frames.CACHED * 3)
+    ]
+    cache = embedded_frames.ValueFrames()
+    for frame_id in ids:
+        assert cache.framed(conn, frame_id, b"x") == b"<%d|x|%d>" % (frame_id - 1, frame_id - 1)
+        assert len(cache._by_id) <= embedded_frames.CACHED
+    assert cache.framed(conn, ids[-1], b"y") == b"<%d|y|%d>" % (ids[-1] - 1, ids[-1] - 1)

@@ -28,6 +28,10 @@ from typing import Final
 #: The fewest records of one append that get a frame, and the fewest bytes it must hold.
 MIN_RECORDS: Final = 1000
 MIN_BYTES: Final = 64
+#: The most frames a reader keeps. A long-running reader meets a new frame every few thousand
+#: records, and a consumer reads its range in order, so the frames it needs next are the ones
+#: it read last: the cache starts again when full rather than growing with the log's history.
+CACHED: Final = 256
 
 VALUE_FRAMES: Final = """CREATE TABLE IF NOT EXISTS value_frames (
         id INTEGER PRIMARY KEY,
@@ -50,6 +54,7 @@ class ValueFrames:
     """Committed frames by id, read once per process."""
 
     def __init__(self) -> None:
+        #: At most :data:`CACHED` frames.
         self._by_id: dict[int, tuple[bytes, bytes]] = {}
         self._lock = threading.Lock()
 
@@ -63,5 +68,7 @@ class ValueFrames:
             frame = (bytes(row[0]), bytes(row[1]))
             if not conn.in_transaction:
                 with self._lock:
+                    if len(self._by_id) >= CACHED:
+                        self._by_id.clear()
                     self._by_id[frame_id] = frame
         return b"%b%b%b" % (frame[0], stored, frame[1])
