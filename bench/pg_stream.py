@@ -521,6 +521,19 @@ def _backlogs(
     execute(dsn, "SELECT pg_drop_replication_slot(%s)", (BASELINE_SLOT,))
 
 
+def _positive(kind: Any) -> Any:
+    """An argparse type: a number above zero (a zero-row workload or a zero-second steady phase
+    has no rate to print)."""
+
+    def parsed(text: str) -> Any:
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+        return value
+
+    return parsed
+
+
 def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command")
@@ -531,12 +544,14 @@ def parse() -> argparse.Namespace:
     c.add_argument("--timeout", type=float, default=600)
     c.add_argument("--variant", choices=sorted(VARIANTS), default="plain")
     parser.add_argument("--log", choices=["embedded", "kafka"], default="embedded")
-    parser.add_argument("--rows", type=int, default=500_000)
-    parser.add_argument("--big", type=int, default=1_000_000)
-    parser.add_argument("--steady-s", type=float, default=20.0)
+    parser.add_argument("--rows", type=_positive(int), default=500_000)
+    parser.add_argument("--big", type=_positive(int), default=1_000_000)
+    parser.add_argument("--steady-s", type=_positive(float), default=20.0)
     parser.add_argument("--schemas", action="store_true", help="envelope schemas.enable: true")
     parser.add_argument("--metrics", action="store_true", help="with the source's metrics on")
-    parser.add_argument("--rounds", type=int, default=3, help="--filters: runs per workload")
+    parser.add_argument(
+        "--rounds", type=_positive(int), default=3, help="--filters: runs per workload"
+    )
     parser.add_argument(
         "--filters",
         action="store_true",

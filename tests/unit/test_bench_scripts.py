@@ -113,3 +113,19 @@ def test_procstat_reads_a_live_process() -> None:
     stats = ProcStats(os.getpid())
     assert stats.cpu_s() > 0
     assert 0 < stats.rss_mb() <= stats.peak_mb()
+
+
+@pytest.mark.parametrize("flag", ["--rows", "--big", "--steady-s", "--rounds"])
+def test_pg_stream_refuses_an_empty_workload(flag: str) -> None:
+    # A zero-row workload or a zero-second steady phase has no rate: it crashed with
+    # ZeroDivisionError or IndexError after minutes of set-up; now argparse says why at once.
+    done = subprocess.run(
+        [sys.executable, "bench/pg_stream.py", flag, "0"],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert f"argument {flag}: must be above 0, not 0" in done.stderr
