@@ -44,13 +44,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import structlog
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
 
 from bench.kafka_perf import PerfResult, PerfSettings, producer_perf
-from bench.pg_snapshot import FILL, SCHEMA
+from bench.pg_snapshot import fill_table
 from bench.report import Figures
 from cdc.config import KafkaLogConfig
 from cdc.envelope_options import READABLE
@@ -272,7 +271,7 @@ def main() -> None:
         tempfile.TemporaryDirectory(prefix="cdc-bench-kafka-") as tmp,
     ):
         dsn = pg.dsn_for(dbname=pg.create_database("bench"))
-        _fill(dsn, args.rows)
+        fill_table(dsn, args.rows)
         for number in range(1, args.rounds + 1):
             workdir = Path(tmp) / f"r{number}"
             ours = snapshot_to_kafka(dsn, bootstrap, f"bench_r{number}", workdir, args)
@@ -296,14 +295,6 @@ def _arguments() -> argparse.Namespace:
         help="the perf test sends random bytes of our mean value size, not our values",
     )
     return parser.parse_args()
-
-
-def _fill(dsn: str, rows: int) -> None:
-    """``bench/pg_snapshot.py``'s table ``t`` of ``rows`` rows, vacuumed and analyzed."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(SCHEMA)
-        conn.execute(FILL, (rows,))  # type: ignore[arg-type]
-        conn.execute("VACUUM ANALYZE t")
 
 
 def _print_round(number: int, r: Round) -> None:

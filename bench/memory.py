@@ -50,17 +50,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script
 
 from bench import memory_probe  # noqa: E402
+from bench.pg_stream import DDL, INSERT  # noqa: E402  (its table and rows)
 from bench.report import Figures  # noqa: E402
 
 PIPELINE = "mem"
-DDL = (
-    "CREATE TABLE bench (id int8 PRIMARY KEY, name text, amount numeric(12,2),"
-    " created timestamptz, flag bool, tags text[])"
-)
-INSERT = (
-    "INSERT INTO bench SELECT g, 'name-' || g, g * 1.25, now(), g %% 2 = 0, ARRAY['a', 'b']"
-    " FROM generate_series(%s::int8, %s::int8) g"
-)
 SINKS = {
     "duckdb": "  - name: warehouse\n    type: duckdb\n    path: out/mem.duckdb\n",
     "redis": "  - name: cache\n    type: redis\n    url: ${MEM_REDIS_URL}\n",

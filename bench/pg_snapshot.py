@@ -235,7 +235,7 @@ def main() -> None:
     configure("warning", json=True)
     with LocalPostgres(settings={"shared_buffers": "256MB"}) as pg:
         dsn = pg.dsn_for(dbname=pg.create_database("bench"))
-        _fill(dsn, args.rows)
+        fill_table(dsn, args.rows)
         copy_s = min(copy_baseline(pg, dsn) for _ in range(2))
         took, cpu, rows, split = snapshot(
             dsn, args.workers, args.chunk_rows, args.online, args.schemas
@@ -256,7 +256,7 @@ def _arguments() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def _fill(dsn: str, rows: int) -> None:
+def fill_table(dsn: str, rows: int) -> None:
     """Table ``t`` of ``rows`` rows, vacuumed and analyzed."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(SCHEMA)

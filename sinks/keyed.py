@@ -77,6 +77,24 @@ class TopicTables:
         return found
 
 
+def counted_position(record: SinkRecord) -> tuple[int, int]:
+    """The record's ``(position, sequence)``, both non-negative integers: what a keyed sink
+    orders a key's changes by (:attr:`SinkRecord.position`, read here without its two calls
+    where the position is beside the value).
+
+    Raises:
+        RecordError: no position, or not two counts.
+    """
+    try:
+        pos = record.pos
+        position, sequence = orjson.loads(pos) if pos is not None else record.position
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RecordError(f"no source position at offset {record.offset}", record) from exc
+    if type(position) is not int or type(sequence) is not int or position < 0 or sequence < 0:
+        raise RecordError(f"source position not two counts at offset {record.offset}", record)
+    return position, sequence
+
+
 def classify(record: SinkRecord, tables: TopicTables) -> Change:
     """The change a record stands for.
 
@@ -92,13 +110,7 @@ def classify(record: SinkRecord, tables: TopicTables) -> Change:
     kind = _KINDS.get(op) if isinstance(op, str) else None
     if kind is None:
         raise RecordError(f"unknown op {op!r} at offset {record.offset}", record)
-    try:  # record.position, without its two calls where the position is beside the value
-        pos = record.pos
-        position, sequence = orjson.loads(pos) if pos is not None else record.position
-    except (KeyError, TypeError, ValueError) as exc:
-        raise RecordError(f"no source position at offset {record.offset}", record) from exc
-    if type(position) is not int or type(sequence) is not int or position < 0 or sequence < 0:
-        raise RecordError(f"source position not two counts at offset {record.offset}", record)
+    position, sequence = counted_position(record)
     if kind is not Kind.UPSERT:
         return Change(kind, table, key, (position, sequence), record.offset, None, record)
     row = value.get("after")

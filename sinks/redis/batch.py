@@ -19,7 +19,7 @@ import orjson
 
 from cdc.errors import RecordError
 from cdc.sink import SinkRecord
-from sinks.keyed import Change, Kind, TopicTables, key_suffix
+from sinks.keyed import Change, Kind, TopicTables, counted_position, key_suffix
 from sinks.redis.script import Chunk
 
 CHUNK: Final = 500  # changes per script call: long scripts block every other Redis client
@@ -83,13 +83,7 @@ def _read(record: SinkRecord, value: dict[str, Any]) -> tuple[str, int, int, dic
     code = _CODES.get(op) if isinstance(op, str) else None
     if code is None:
         raise RecordError(f"unknown op {op!r} at offset {record.offset}", record)
-    try:  # record.position, without its two calls where the position is beside the value
-        pos = record.pos
-        position, sequence = orjson.loads(pos) if pos is not None else record.position
-    except (KeyError, TypeError, ValueError) as exc:
-        raise RecordError(f"no source position at offset {record.offset}", record) from exc
-    if type(position) is not int or type(sequence) is not int or position < 0 or sequence < 0:
-        raise RecordError(f"source position not two counts at offset {record.offset}", record)
+    position, sequence = counted_position(record)
     if code != "s":
         return code, position, sequence, None
     row = value.get("after")

@@ -21,7 +21,6 @@ Every path returns a :class:`~tests.perf.counting.Work` of the calls it counted.
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -31,15 +30,16 @@ from typing import Any
 import psycopg
 import structlog
 
+from bench import sinks_duckdb
 from cdc import envelope
 from cdc.errors import SourceFatal
-from cdc.events import ChangeEvent, Op, SourceInfo, topic_name
+from cdc.events import topic_name
 from cdc.log.base import TopicPartition
 from cdc.log.embedded import EmbeddedLog
 from cdc.runtime.schemas import SchemaCatalog
 from cdc.runtime.sink_task import SinkTask
 from cdc.runtime.source_task import SourceTask
-from cdc.schema import Column, TableSchema, schema_record
+from cdc.schema import schema_record
 from cdc.sink import SinkContext, SinkRecord
 from cdc.source import SourceBatch, SourceContext
 from connectors.postgres import PostgresSourceConfig, drop_replication_objects
@@ -78,19 +78,8 @@ SNAPSHOT_FILL = (
 )
 
 SINK_CHANGES = 5000
-SINK_TABLE = ("public", "orders")
-SINK_SCHEMA = TableSchema(
-    "postgresql",
-    *SINK_TABLE,
-    columns=(
-        Column("id", "bigint", key=True, nullable=False),
-        Column("customer", "text"),
-        Column("qty", "integer"),
-        Column("amount", "numeric(12,2)"),
-        Column("updated_at", "timestamp with time zone"),
-        Column("paid", "boolean"),
-    ),
-)
+# The DuckDB sink bench's table and its mix of changes (80% inserts, 15% updates, 5% deletes).
+SINK_TABLE, SINK_SCHEMA = sinks_duckdb.TABLE, sinks_duckdb.SCHEMA
 
 
 # -- the source paths --------------------------------------------------------------------------
@@ -310,42 +299,9 @@ def _fill_sink_log(log: EmbeddedLog) -> int:
     """The schema and the fixed changes' records, in one transaction; returns how many."""
     log.ensure_topics([topic_name(PIPELINE, *SINK_TABLE)])
     records = [schema_record(PIPELINE, SINK_SCHEMA)]
-    records += [r for e in sink_changes() for r in envelope.to_records(e, PIPELINE, 0)]
+    changes = sinks_duckdb.changes(SINK_CHANGES)
+    records += [r for e in changes for r in envelope.to_records(e, PIPELINE, 0)]
     tx = log.begin()
     tx.append(records)
     tx.commit()
     return len(records)
-
-
-def sink_changes(n: int = SINK_CHANGES, seed: int = 7) -> list[ChangeEvent]:
-    """``n`` changes: about 80% inserts of new keys, 15% updates and 5% deletes of live ones."""
-    rng = random.Random(seed)
-    live: list[int] = []
-    out = []
-    for i in range(n):
-        roll, pos = rng.random(), 1_000_000 + i
-        if live and roll < 0.05:
-            key = live.pop(rng.randrange(len(live)))
-            out.append(_sink_event(Op.DELETE, key, None, pos))
-            continue
-        if live and roll < 0.20:
-            key, op = live[rng.randrange(len(live))], Op.UPDATE
-        else:
-            key, op = i + 1, Op.CREATE
-            live.append(key)
-        row = {
-            "id": key,
-            "customer": f"customer {rng.randrange(10_000)}",
-            "qty": rng.randrange(1, 100),
-            "amount": f"{rng.randrange(100_000)}.{rng.randrange(100):02d}",
-            "updated_at": f"2024-03-{1 + i % 28:02d}T12:{i % 60:02d}:00.{i % 1000:03d}Z",
-            "paid": i % 3 == 0,
-        }
-        out.append(_sink_event(op, key, row, pos))
-    return out
-
-
-def _sink_event(op: Op, key: int, row: dict[str, Any] | None, pos: int) -> ChangeEvent:
-    source = SourceInfo("postgresql", "perf", *SINK_TABLE, 1_700_000_000_000 + pos, pos, 0)
-    before = {"id": key} if op is Op.DELETE else None
-    return ChangeEvent(op, {"id": key}, before, row, source)

@@ -33,23 +33,24 @@ def test_ops_become_kinds_with_positions_and_rows() -> None:
     assert {c.table for c in changes} == {ITEMS}
 
 
+#: Values no keyed sink may apply: an unknown op, no or a bad position, an upsert without a row.
+NOT_ENVELOPES: list[dict[str, Any]] = [
+    {"op": "x", "source": {"pos": [1, 0]}, "after": {}},
+    {"op": ["c"], "source": {"pos": [1, 0]}, "after": {}},
+    {"op": "c", "after": {"id": 1}},
+    {"op": "c", "source": {"pos": [1]}, "after": {"id": 1}},
+    {"op": "c", "source": {"pos": ["1", 0]}, "after": {"id": 1}},
+    {"op": "c", "source": {"pos": [-1, 0]}, "after": {"id": 1}},
+    {"op": "u", "source": {"pos": [1, 0]}, "after": None},
+]
+
+
 def test_a_topic_not_configured_is_read_from_its_name() -> None:
     record = SinkRecord("shop.sales.refunds", 0, 0, {"id": 1}, None)
     assert classify(record, TABLES).table == ("sales", "refunds")
 
 
-@pytest.mark.parametrize(
-    "value",
-    [
-        {"op": "x", "source": {"pos": [1, 0]}, "after": {}},
-        {"op": ["c"], "source": {"pos": [1, 0]}, "after": {}},
-        {"op": "c", "after": {"id": 1}},
-        {"op": "c", "source": {"pos": [1]}, "after": {"id": 1}},
-        {"op": "c", "source": {"pos": ["1", 0]}, "after": {"id": 1}},
-        {"op": "c", "source": {"pos": [-1, 0]}, "after": {"id": 1}},
-        {"op": "u", "source": {"pos": [1, 0]}, "after": None},
-    ],
-)
+@pytest.mark.parametrize("value", NOT_ENVELOPES)
 def test_records_that_are_not_envelopes_are_record_errors(value: dict[str, Any]) -> None:
     record = SinkRecord("shop.public.items", 0, 7, {"id": 1}, value)
     with pytest.raises(RecordError) as caught:

@@ -19,6 +19,7 @@ from sinks.redis import batch
 from sinks.redis.batch import segments
 from sinks.redis.script import encode_pos
 from tests.integration.keyed_records import ITEMS, ORDERS, Records, event, item
+from tests.unit.test_keyed import NOT_ENVELOPES
 
 TABLES = TopicTables("shop", [ITEMS, ORDERS])
 _OPS = {Kind.UPSERT: "s", Kind.DELETE: "d", Kind.TOMBSTONE: "x"}
@@ -89,18 +90,7 @@ def test_a_truncate_first_leaves_an_empty_segment_before_it() -> None:
     assert [e[0] for c in second.chunks for e in c.entries] == ["s"]
 
 
-@pytest.mark.parametrize(
-    "value",
-    [
-        {"op": "x", "source": {"pos": [1, 0]}, "after": {}},
-        {"op": ["c"], "source": {"pos": [1, 0]}, "after": {}},
-        {"op": "c", "after": {"id": 1}},
-        {"op": "c", "source": {"pos": [1]}, "after": {"id": 1}},
-        {"op": "c", "source": {"pos": ["1", 0]}, "after": {"id": 1}},
-        {"op": "c", "source": {"pos": [-1, 0]}, "after": {"id": 1}},
-        {"op": "u", "source": {"pos": [1, 0]}, "after": None},
-    ],
-)
+@pytest.mark.parametrize("value", NOT_ENVELOPES)
 def test_records_that_are_not_envelopes_are_the_classifiers_errors(value: dict[str, Any]) -> None:
     record = SinkRecord("shop.public.items", 0, 7, {"id": 1}, value)
     with pytest.raises(RecordError) as expected:

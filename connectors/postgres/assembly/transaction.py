@@ -1,4 +1,4 @@
-"""The transaction being assembled: who and when, its next sequence, its record templates.
+"""The transaction being assembled: who and when, its next sequence, its row writers.
 
 Positions: an event's ``source.position`` is its transaction's commit LSN (``Begin.final_lsn``,
 the start of the commit record), known from the transaction's first message, so the events of
@@ -66,7 +66,6 @@ class Transaction:
         "in_tx",
         "last_commit",
         "seq",
-        "templates",
         "ts_ms",
         "ts_us",
         "writers",
@@ -83,8 +82,6 @@ class Transaction:
         self._order_json = b'"[null,\\"'
         #: The end of the latest commit not yet handed out with a batch.
         self.commit_lsn: int | None = None
-        #: The record template per topic and message tag (see :meth:`template`).
-        self.templates: dict[tuple[str, int], RecordTemplate] = {}
         #: The row writer per topic and message tag (see :meth:`writer`).
         self.writers: dict[tuple[str, int], RowWriter] = {}
 
@@ -98,7 +95,6 @@ class Transaction:
         last = self.last_commit
         self._order_head = "[null," if last is None else f'["{int(last)}",'
         self._order_json = b'"[null,\\"' if last is None else b'"[\\"%d\\",\\"' % last
-        self.templates.clear()
         self.writers.clear()
 
     def commit(self, end_lsn: int) -> None:
@@ -133,31 +129,6 @@ class Transaction:
             f'{self._order_head}"{int(lsn)}"]',  # order_json's text
         )
 
-    def order_json(self, lsn: int) -> bytes:
-        """``source.sequence`` of a change at ``lsn`` as JSON (a string holding a list)."""
-        return b'%b%d\\"]"' % (self._order_json, lsn)
-
-    @staticmethod
-    def extra_json(lsn: int) -> bytes:
-        """The ``source`` fields after ``txId`` of a change at ``lsn``."""
-        return b',"lsn":%d%b' % (lsn, PG_TAIL)
-
-    def template(
-        self,
-        topic: str,
-        tag: int,
-        op: Op,
-        source: SourceInfo,
-        schemas: TableSchemas | None = None,
-    ) -> RecordTemplate:
-        """The record template of the transaction's ``op`` changes of ``topic`` (``tag`` is the
-        message tag of ``op``), its ``source`` parts encoded once per transaction and table."""
-        template = self.templates.get((topic, tag))
-        if template is None:
-            template = RecordTemplate.of(op, source, self._pipeline, schemas=schemas)
-            self.templates[(topic, tag)] = template
-        return template
-
     def writer(
         self,
         topic: str,
@@ -166,11 +137,11 @@ class Transaction:
         source: SourceInfo,
         schemas: TableSchemas | None = None,
     ) -> RowWriter:
-        """The row writer of the transaction's ``op`` changes of ``topic`` (see
-        :meth:`template`), for the stream's fast path."""
+        """The row writer of the transaction's ``op`` changes of ``topic`` (``tag`` is the
+        message tag of ``op``), its ``source`` parts encoded once per transaction and table."""
         writer = self.writers.get((topic, tag))
         if writer is None:
-            t = self.template(topic, tag, op, source, schemas)
+            t = RecordTemplate.of(op, source, self._pipeline, schemas=schemas)
             head = t.head + self._order_json
             mid = b'\\"]"%b,"lsn":' % t.mid
             writer = RowWriter(t.prefix, head, mid, PG_TAIL + t.tail, t.close, t.position)
