@@ -201,6 +201,20 @@ class Log(Protocol):
         """
         ...
 
+    def defer_key_index(self) -> bool:
+        """Start a bulk load (an initial snapshot, writing each key once): a log that keeps a
+        key index may drop it until :meth:`build_key_index`, which builds it in one pass,
+        cheaper than keeping it up to date record by record; whether it did. Called on the
+        writer's thread, outside its transaction. A log without such an index (Kafka) returns
+        ``False``.
+        """
+        ...
+
+    def build_key_index(self) -> None:
+        """End a bulk load: build what :meth:`defer_key_index` dropped (a no-op when nothing
+        was, and on a log without a key index)."""
+        ...
+
     def latest_value(self, topic: str, key: bytes) -> bytes | None:
         """The newest value of ``key`` (``None`` if absent or tombstoned) that the calling
         thread sees: committed, or appended by the transaction it has open.

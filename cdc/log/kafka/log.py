@@ -143,6 +143,13 @@ class KafkaLog:
             self._images.offsets_read(mark, offsets)
         return offsets
 
+    def defer_key_index(self) -> bool:
+        """Nothing to defer: Kafka keeps no key index (the latest images are kept apart)."""
+        return False
+
+    def build_key_index(self) -> None:
+        """Nothing to build (see :meth:`defer_key_index`)."""
+
     def keep_latest(self, fields: Mapping[str, Sequence[str]]) -> None:
         """Keep the latest ``fields`` of each key of these topics in the local store, so that
         :meth:`latest_value` answers for them; restores what the store lacks from the topics.

@@ -213,7 +213,8 @@ class SnapshottingPostgresSource:
             self._context.envelope,
         )
         self._exported = exported
-        self._bulk = _defer_key_index(self._context.log)
+        # Each key is written once: the log may build its key index in one pass at the end.
+        self._bulk = self._context.log.defer_key_index()
         settings = self._read_settings(exported)
         self._marks = _marks(exported, settings)
         self._start_reader(exported, settings)
@@ -376,23 +377,13 @@ class SnapshottingPostgresSource:
             return
         self._bulk = False
         try:
-            build = getattr(self._context.log, "build_key_index", None)
-            if build is not None:
-                build()
+            self._context.log.build_key_index()
         except CdcError as exc:
             if not closing:
                 raise
             self._logger.warning("snapshot.key_index_deferred", error=str(exc))
             return
         self._logger.info("snapshot.key_index_built")
-
-
-def _defer_key_index(log: object) -> bool:
-    """Drop the log's key index for the exported snapshot, if the log can (the embedded one,
-    while small: :mod:`cdc.log.embedded.bulk`): each key is written once, and the index is
-    built in one pass at the end, at half the cost of keeping it up to date row by row."""
-    defer = getattr(log, "defer_key_index", None)
-    return bool(defer is not None and defer())
 
 
 def _marks(exported: ExportedSnapshot, settings: ReadSettings) -> SnapshotMarks:
