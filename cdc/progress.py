@@ -29,7 +29,8 @@ from rich.text import Text
 from cdc.config import Pipeline
 from cdc.logging import get_logger
 from cdc.redact import redact
-from cdc.snapshot_report import OFFSET_KEY, snapshot_report
+from cdc.snapshot_offsets import without_progress
+from cdc.snapshot_report import snapshot_report
 
 REFRESH_S = 0.5
 #: Roles of ``cdc run`` whose process runs the source (``sinks`` has no snapshot to show).
@@ -190,7 +191,7 @@ class StreamWatch:
         self.lag: Callable[[], float] | None = None
 
     def render(self, offsets: Mapping[str, Any]) -> Text:
-        position = {k: v for k, v in offsets.items() if k != OFFSET_KEY}
+        position = without_progress(offsets)
         if not position:
             return Text("waiting for the source's first position...")
         if position != self._position:
@@ -207,7 +208,8 @@ def _readable(position: Mapping[str, Any]) -> str:
     parts = []
     for key, value in sorted(position.items()):
         if isinstance(value, Mapping):  # a source's own entry; other keys are bookkeeping
-            value = value.get("lsn_str") or {k: v for k, v in value.items() if k != OFFSET_KEY}
+            # (a source's own running snapshot, MongoDB's, is no position either)
+            value = value.get("lsn_str") or {k: v for k, v in value.items() if k != "snapshot"}
             parts.append(f"{key} {value}")
     return "; ".join(parts) or "stored"
 

@@ -1,9 +1,9 @@
 """Snapshot progress as ``cdc status`` and ``cdc snapshot --wait`` show it.
 
-Read from the stored source offsets (``"snapshot"``, written by the source with each chunk's
-records), so it works from any process while the pipeline runs. Rates and ETAs are the ones the
-source stored at its last finished chunk; ``age_s`` says how old they are. Requests that failed
-are listed with their reason until ``cdc snapshot --cancel`` removes them.
+Read from the stored source offsets (:mod:`cdc.snapshot_offsets`, written by the source with
+each chunk's records), so it works from any process while the pipeline runs. Rates and ETAs are
+the ones the source stored at its last finished chunk; ``age_s`` says how old they are. Requests
+that failed are listed with their reason until ``cdc snapshot --cancel`` removes them.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from rich.console import Console
 from rich.table import Column, Table
 
 from cdc.clock import now_ms
-
-OFFSET_KEY = "snapshot"
+from cdc.snapshot_offsets import progress
 
 
 def _done(entry: Mapping[str, Any]) -> int:
@@ -26,8 +25,8 @@ def _done(entry: Mapping[str, Any]) -> int:
 
 def snapshot_report(offsets: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Per table: kind, chunks done of total, rows, rows/s, ETA, request id."""
-    state = offsets.get(OFFSET_KEY)
-    if not isinstance(state, Mapping):
+    state = progress(offsets)
+    if state is None:
         return []
     return _tables(state, now_ms()) + _queued(state) + _failed(state)
 
@@ -79,8 +78,8 @@ def _failed(state: Mapping[str, Any]) -> list[dict[str, Any]]:
 def request_outcome(offsets: Mapping[str, Any], request_id: str) -> str | None:
     """How request ``request_id`` ended: ``done``, ``failed: <reason>``, ``cancelled``, or
     ``None`` while it has not."""
-    state = offsets.get(OFFSET_KEY)
-    if not isinstance(state, Mapping):
+    state = progress(offsets)
+    if state is None:
         return None
     if request_id in (state.get("cancelled") or []):
         return "cancelled"
@@ -104,8 +103,8 @@ def open_requests(offsets: Mapping[str, Any]) -> dict[str, str]:
 
 def request_finished(offsets: Mapping[str, Any], request_id: str) -> bool:
     """The stored offsets record request ``request_id`` as done."""
-    state = offsets.get(OFFSET_KEY)
-    return isinstance(state, Mapping) and request_id in (state.get("finished") or [])
+    state = progress(offsets)
+    return state is not None and request_id in (state.get("finished") or [])
 
 
 def print_snapshots(report: list[dict[str, Any]], console: Console | None = None) -> None:

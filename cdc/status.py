@@ -21,6 +21,7 @@ from cdc.runtime import heartbeat
 from cdc.runtime.pipeline import sink_topics
 from cdc.runtime.sink_control import SinkControl, sink_state_report
 from cdc.runtime.sink_task import group_name
+from cdc.snapshot_offsets import folded, without_progress
 from cdc.snapshot_report import print_snapshots, snapshot_report
 from cdc.status_liveness import as_running, as_served, print_processes
 
@@ -137,7 +138,8 @@ def group_report(log: Log, group: str) -> dict[str, Any]:
 
 def source_report(log: Log, pipeline: Pipeline) -> dict[str, Any]:
     """The stored source offsets, plus what the source plugin can tell (slot lag...)."""
-    report: dict[str, Any] = {"type": pipeline.source.type, "offsets": log.source_offsets()}
+    offsets = folded(log.source_offsets())  # snapshot progress as one entry, as always shown
+    report: dict[str, Any] = {"type": pipeline.source.type, "offsets": offsets}
     plugin = plugins.load(plugins.SOURCE_GROUP, pipeline.source.type)
     probe = getattr(plugin, "status", None)
     if probe is not None:
@@ -335,14 +337,14 @@ def _time(ms: int | None) -> str:
 
 
 def _without_snapshots(offsets: dict[str, Any]) -> dict[str, Any]:
-    """The stored offsets without snapshot progress, top-level (the view every source writes)
-    or inside a source's own entry (MongoDB's running snapshot, range by range)."""
+    """The stored offsets without snapshot progress, top-level (the keys every source writes,
+    :mod:`cdc.snapshot_offsets`) or inside a source's own entry (MongoDB's running snapshot,
+    range by range)."""
     return {
         key: {k: v for k, v in value.items() if k != "snapshot"}
         if isinstance(value, dict)
         else value
-        for key, value in offsets.items()
-        if key != "snapshot"
+        for key, value in without_progress(offsets).items()
     }
 
 

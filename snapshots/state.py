@@ -1,23 +1,28 @@
-"""Snapshot progress: what is stored in the log's source offsets under ``"snapshot"``.
+"""Snapshot progress, as stored in the log's source offsets (see :mod:`cdc.snapshot_offsets`).
 
-The whole state is rewritten with every commit that changes it, in the same log transaction as
-the rows it describes, so after a crash it names exactly the chunks whose rows are durable::
+Each table's progress is stored under its own key, in the same log transaction as the rows it
+describes, so after a crash it names exactly the chunks whose rows are durable; a commit stores
+only the tables it changed and, when it changed, the small run entry::
 
-    {"snapshot": {
+    "snapshot": {
         "id": "9f0c...",                      # the snapshot run (initial) or latest request
         "consistent_point": 12345678,         # the exported snapshot's LSN (initial only)
         "requests": [{"id": ..., "table": "public.t", "where": null}],  # not yet planned
         "failed": [{"id", "table", "where", "reason", "failed_ms"}],  # until cancelled
         "cancelled": ["<request id>", ...],   # the last few, for ``--wait`` and late windows
-        "tables": {"public.t": {
-            "kind": "initial" | "incremental", "request": "...", "method": "keyset" | "ctid",
-            "where": null, "chunks": [{"i": 0, "lo": null, "hi": ["500"]}, ...],
-            "chunks_total": 20, "done": [[0, 4], [7, 7]], "rows": 250000,
-            "started_ms": ..., "updated_ms": ..., "rows_per_s": ..., "eta_s": ...}},
-        "finished": ["<request id>", ...]}}   # the last few, for ``cdc snapshot --wait``
+        "finished": ["<request id>", ...]}    # the last few, for ``cdc snapshot --wait``
+    "snapshot.table/public.t": {
+        "kind": "initial" | "incremental", "request": "...", "method": "keyset" | "ctid",
+        "where": null, "chunks": [{"i": 0, "lo": null, "hi": ["500"]}, ...],
+        "chunks_total": 20, "done": [[0, 4], [7, 7]], "rows": 250000,
+        "started_ms": ..., "updated_ms": ..., "rows_per_s": ..., "eta_s": ...}
 
 Chunk boundaries are stored, not re-planned, because a resumed snapshot must read exactly the
-ranges that are missing.
+ranges that are missing. A finished table's entry keeps its figures but no longer its plan
+(``chunks`` emptied), and a table's key is deleted when its progress goes (a failed or
+cancelled request, a table no longer captured, a new initial snapshot), so stored state stays
+bounded by the captured tables. A log written before per-table keys (everything under
+``"snapshot"``) is read as is and rewritten in this form by the first commit after a start.
 
 Next to it, under ``"captured"``, the tables the log holds (snapshotted or streamed), so a start
 can tell a table added to ``source.tables`` from one captured all along; it is a key of its own
@@ -31,11 +36,13 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import orjson
 
+from cdc import snapshot_offsets
 from cdc.clock import now_ms
 from cdc.redact import redact
 from snapshots.chunks import (
@@ -48,7 +55,7 @@ from snapshots.chunks import (
     remaining,
 )
 
-OFFSET_KEY = "snapshot"
+OFFSET_KEY = snapshot_offsets.RUN_KEY
 CAPTURED_KEY = "captured"
 FINISHED_KEPT = 20  # finished (and cancelled, and failed) requests kept, newest last
 
@@ -56,11 +63,14 @@ _T = TypeVar("_T")
 
 
 def _copy(data: _T) -> _T:
-    """A deep copy of stored (JSON) state, through its JSON: a commit copies the whole progress,
-    which names every table, and ``copy.deepcopy`` costs 6.5x more (it was most of a 1,000-table
-    snapshot's CPU, bench/scale.py --dimension tables)."""
+    """A deep copy of stored (JSON) state, through its JSON (``copy.deepcopy`` costs 6.5x more)."""
     copied: _T = orjson.loads(orjson.dumps(data))
     return copied
+
+
+def _open(entry: Mapping[str, Any]) -> bool:
+    """The table has chunks left to read."""
+    return bool(done_count(entry["done"]) < int(entry["chunks_total"]))
 
 
 class SnapshotState:
@@ -74,6 +84,12 @@ class SnapshotState:
         self._captured_dirty = False
         self._data: dict[str, Any] = _copy(dict(data or {}))
         self._data.setdefault("tables", {})
+        # What the next commit stores: the run entry if it changed, the tables changed since.
+        self._run_dirty, self._tables_dirty = False, set[str]()
+        # Per request, its tables with chunks left (scanning every table at each finished one
+        # made a many-table snapshot quadratic).
+        self._unread: Counter[str] = Counter()
+        self._recount()
         self._data.setdefault("requests", [])
         self._data.setdefault("finished", [])
         self._data.setdefault("failed", [])
@@ -83,15 +99,25 @@ class SnapshotState:
         # hundred tables): it must still be seen as ended. Stored state needs no such set, since
         # an ended request leaves the queue and the tables there.
         self._ended_here: set[str] = set()
-        self.dirty = False
 
     @classmethod
     def from_offsets(cls, offsets: Mapping[str, Any]) -> SnapshotState:
-        entry, captured = offsets.get(OFFSET_KEY), offsets.get(CAPTURED_KEY)
-        return cls(
-            entry if isinstance(entry, Mapping) else None,
+        """The state stored in ``offsets``, in any stored form; one in the form from before
+        per-table keys is stored again, in the new form, by the next commit."""
+        captured = offsets.get(CAPTURED_KEY)
+        state = cls(
+            snapshot_offsets.progress(offsets),
             [str(t) for t in captured] if isinstance(captured, list) else None,
         )
+        if snapshot_offsets.migrated(offsets):
+            state._run_dirty = True
+            state._tables_dirty.update(state._data["tables"])
+        return state
+
+    @property
+    def dirty(self) -> bool:
+        """The progress changed since the last commit stored it."""
+        return self._run_dirty or bool(self._tables_dirty)
 
     @property
     def pending(self) -> bool:
@@ -99,22 +125,41 @@ class SnapshotState:
         return self.dirty or self._captured_dirty
 
     def offsets(self, progress: bool = False) -> dict[str, Any]:
-        """What a commit stores: the progress when it changed (or ``progress``), the captured
-        tables when they changed. Clears what it returns."""
-        stored: dict[str, Any] = {}
-        if progress or self.dirty:
-            stored[OFFSET_KEY] = self.to_json()
+        """What a commit stores: the run entry when it changed (or ``progress``), each table
+        changed since the last call, the captured tables when they changed. Clears what it
+        returns."""
         with self._lock:
+            tables = self._data["tables"]
+            changed = {n: _copy(tables[n]) if n in tables else None for n in self._tables_dirty}
+            run = _copy(self._run()) if progress or self._run_dirty else None
+            self._run_dirty, self._tables_dirty = False, set()
+            stored = snapshot_offsets.encode(run, changed)
             if self._captured_dirty:
                 self._captured_dirty = False
                 stored[CAPTURED_KEY] = list(self._captured or [])
         return stored
 
+    def _run(self) -> dict[str, Any]:
+        return {k: v for k, v in self._data.items() if k != "tables"}
+
     def to_json(self) -> dict[str, Any]:
-        """A deep copy to store; clears ``dirty``."""
+        """A deep copy of the whole progress, every table included (the form
+        :func:`cdc.snapshot_offsets.progress` reads back)."""
         with self._lock:
-            self.dirty = False
             return _copy(self._data)
+
+    def _recount(self) -> None:
+        self._unread = Counter(
+            e["request"] for e in self._data["tables"].values() if e.get("request") and _open(e)
+        )
+
+    def _touch(self, name: str, delta: int) -> None:
+        """Table ``name`` changes: stored with the next commit; ``delta`` its request's count of
+        unread tables by its entry as it is now (-1 before a change, +1 after)."""
+        self._tables_dirty.add(name)
+        entry = self._data["tables"].get(name)
+        if entry is not None and entry.get("request") and _open(entry):
+            self._unread[entry["request"]] += delta
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -124,7 +169,7 @@ class SnapshotState:
             return {
                 name: remaining([chunk_from_json(c) for c in entry["chunks"]], entry["done"])
                 for name, entry in self._data["tables"].items()
-                if done_count(entry["done"]) < entry["chunks_total"]
+                if _open(entry)
             }
 
     def table(self, name: str) -> dict[str, Any] | None:
@@ -165,6 +210,7 @@ class SnapshotState:
         """Start a fresh initial snapshot; earlier progress is dropped."""
         with self._lock:
             kept = ("finished", "failed", "cancelled")
+            self._tables_dirty.update(self._data["tables"])  # their keys are deleted
             self._data = {
                 "id": snapshot_id,
                 "consistent_point": consistent_point,
@@ -172,7 +218,8 @@ class SnapshotState:
                 "requests": [],
                 **{key: self._data[key] for key in kept if key in self._data},
             }
-            self.dirty = True
+            self._unread.clear()
+            self._run_dirty = True
 
     def set_captured(self, tables: Sequence[str]) -> None:
         with self._lock:
@@ -185,7 +232,7 @@ class SnapshotState:
         with self._lock:
             self._data["requests"].append(dict(request))
             self._data["id"] = request["id"]
-            self.dirty = True
+            self._run_dirty = True
 
     def plan_table(
         self,
@@ -207,6 +254,7 @@ class SnapshotState:
         with self._lock:
             if self._ended(request):
                 return False
+            self._touch(name, -1)
             self._data["tables"][name] = {
                 "kind": kind,
                 "request": request,
@@ -223,16 +271,18 @@ class SnapshotState:
             }
             if purge:
                 self._data["tables"][name]["purge"] = True
+            self._touch(name, +1)
             if request is not None:
                 queue = self._data["requests"]
                 self._data["requests"] = [r for r in queue if r.get("id") != request]
-            self.dirty = True
+                self._run_dirty = True
             return True
 
     def chunk_done(self, name: str, index: int, rows: int) -> dict[str, Any]:
         """Mark a chunk done; returns the table's figures (for progress reporting)."""
         with self._lock:
             entry = self._data["tables"][name]
+            self._touch(name, -1)
             entry["done"] = add_done(entry["done"], index)
             entry["rows"] += rows
             entry["updated_ms"] = now_ms()
@@ -241,21 +291,18 @@ class SnapshotState:
             rate, eta = rate_and_eta(entry["rows"], elapsed, done, entry["chunks_total"])
             entry["rows_per_s"] = round(rate, 1)
             entry["eta_s"] = None if eta is None else round(eta, 1)
+            self._touch(name, +1)
             if done >= entry["chunks_total"]:
                 entry["chunks"] = []  # the plan is no longer needed; keep the stored state small
                 self._finish(entry.get("request"))
-            self.dirty = True
             return {k: v for k, v in entry.items() if k != "chunks"} | {"chunks_done": done}
 
     def _finish(self, request: str | None) -> None:
-        if request is None:
+        if request is None or self._unread[request] > 0:
             return
-        pending = any(
-            e.get("request") == request and done_count(e["done"]) < e["chunks_total"]
-            for e in self._data["tables"].values()
-        )
-        if not pending:
+        if request not in self._data["finished"]:  # a chunk read again ends it once
             self._data["finished"] = [*self._data["finished"], request][-FINISHED_KEPT:]
+            self._run_dirty = True
 
     def finished(self, request: str) -> bool:
         with self._lock:
@@ -279,12 +326,13 @@ class SnapshotState:
             rows = 0
             if entry is not None and entry.get("request") == request:
                 rows = entry.get("rows", 0)
+                self._touch(name, -1)
                 del self._data["tables"][name]
             self._data["requests"] = [r for r in self._data["requests"] if r.get("id") != request]
             failure: dict[str, Any] = {"id": ident, "table": name, "where": where}
             failure |= {"reason": redact(reason), "rows": rows, "failed_ms": now_ms()}
             self._data["failed"] = [*self._data["failed"], failure][-FINISHED_KEPT:]
-            self.dirty = True
+            self._run_dirty = True
             return ident
 
     def cancel(self, request: str | None, signal: str | None = None) -> list[dict[str, Any]]:
@@ -311,7 +359,7 @@ class SnapshotState:
             known = self._data["cancelled"]
             known = [*known, *(i for i in dict.fromkeys(ids) if i not in known)]
             self._data["cancelled"] = known[-FINISHED_KEPT:]
-            self.dirty = True
+            self._run_dirty = True
             return dropped
 
     def _drop_queued(self, request: str | None) -> list[dict[str, Any]]:
@@ -333,6 +381,7 @@ class SnapshotState:
             if request is None and entry.get("kind") != "incremental":
                 continue
             if request is None or ident == request:
+                self._touch(name, -1)
                 del self._data["tables"][name]
                 dropped.append({"id": ident, "table": name, "state": "running"})
         return dropped
@@ -341,12 +390,13 @@ class SnapshotState:
         """Drop everything of ``tables``, which are no longer captured: their progress, their
         queued and failed requests (nothing of them is read again)."""
         with self._lock:
-            self._data["tables"] = {
-                n: e for n, e in self._data["tables"].items() if n not in tables
-            }
+            for name in tables:
+                if name in self._data["tables"]:
+                    self._touch(name, -1)
+                    del self._data["tables"][name]
             for key in ("requests", "failed"):
                 self._data[key] = [r for r in self._data[key] if r.get("table") not in tables]
-            self.dirty = True
+            self._run_dirty = True
 
     def cancelled(self, request: str) -> bool:
         with self._lock:

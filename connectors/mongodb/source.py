@@ -27,6 +27,7 @@ from typing import Any
 from pymongo import MongoClient
 from pymongo import errors as px
 
+from cdc import snapshot_offsets
 from cdc.clock import now_ms
 from cdc.config import redact_url
 from cdc.positions import Offsets, carried, require_forward
@@ -271,6 +272,7 @@ class MongoSource:
             self._config.signal(),
             self._context.pipeline,
             self._filters,
+            self._config.max_batch_bytes,
         )
         self._logger.info("source.streaming", streams=[r.spec.id for r in readers])
 
@@ -440,7 +442,8 @@ class MongoSource:
         offsets = Offsets({positions.OFFSET_KEY: entry}, position)
         view = snapshot.status_view(entry)
         if view is not None:
-            offsets["snapshot"] = view  # a read-only mirror for `cdc status`; never read back
+            # A read-only mirror for `cdc status`, never read back; stored whole, as the entry is.
+            offsets.update(snapshot_offsets.whole(view))
         return offsets
 
     # -- ack, close ------------------------------------------------------------------------

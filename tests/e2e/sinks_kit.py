@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from cdc.envelope_options import EnvelopeOptions
+from cdc.snapshot_offsets import progress
 from sinks.redis import RedisSinkConfig, RedisSinkPlugin
 from tests.e2e.cli_helpers import cdc, start_run, wait_for
 from tests.e2e.snapshot_helpers import offsets
@@ -111,7 +112,7 @@ def published(dsn: str) -> set[str]:
 
 def snapshot_of(tmp_path: Path, table: str) -> dict[str, Any]:
     """The ``cdc status`` snapshot row of ``table`` (empty while there is none)."""
-    rows = (offsets(tmp_path / "log").get("snapshot") or {}).get("tables") or {}
+    rows = (progress(offsets(tmp_path / "log")) or {}).get("tables") or {}
     entry = rows.get(table)
     if not entry:
         return {}

@@ -17,6 +17,7 @@ from psycopg import sql
 
 from cdc.log.embedded import EmbeddedLog
 from cdc.log.embedded.bulk import indexed
+from cdc.snapshot_offsets import progress
 
 PIPELINE = "snp"
 TOPIC = f"{PIPELINE}.public.t"
@@ -134,7 +135,7 @@ def stored_lsn(log_dir: Path) -> int:
 def snapshot_tables(log_dir: Path) -> dict[str, Any]:
     if not log_dir.exists():
         return {}
-    return dict((offsets(log_dir).get("snapshot") or {}).get("tables") or {})
+    return dict((progress(offsets(log_dir)) or {}).get("tables") or {})
 
 
 def chunks_done(entry: dict[str, Any]) -> set[int]:

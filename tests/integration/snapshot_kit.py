@@ -18,6 +18,7 @@ from cdc import plugins
 from cdc.events import topic_name
 from cdc.log.embedded import EmbeddedLog
 from cdc.runtime.source_task import SourceTask
+from cdc.snapshot_offsets import progress
 from cdc.source import SourceContext
 from cdc.transforms.chain import TransformChain, build_chain
 from connectors.postgres import PostgresSourceConfig, drop_replication_objects
@@ -108,7 +109,7 @@ class Pipeline:
         return self.log.source_offsets()
 
     def snapshot_state(self) -> dict[str, Any]:
-        return dict(self.offsets().get("snapshot") or {})
+        return dict(progress(self.offsets()) or {})
 
     def topic_state(self, table: str) -> dict[Any, dict[str, Any]]:
         """Latest ``after`` per key (tombstones remove), keyed by the key's single value."""

@@ -17,6 +17,7 @@ import structlog
 from cdc.envelope import encode_key
 from cdc.events import ChangeEvent, Op, SourceInfo
 from cdc.log.base import Record
+from cdc.snapshot_offsets import table_key
 from cdc.source import SourceBatch, SourceContext
 from cdc.testing import make_event
 from connectors.postgres import PostgresSourceConfig
@@ -111,7 +112,7 @@ def test_the_batch_is_cut_at_a_closing_window_and_commits_only_at_its_end() -> N
     assert not second.records
     assert second.commit_offsets is not None
     assert second.commit_offsets["postgres"] == {"lsn": 999}
-    assert second.commit_offsets["snapshot"]["tables"][TABLE]["done"] == [[0, 0]]
+    assert second.commit_offsets[table_key(TABLE)]["done"] == [[0, 0]]  # the table's own key
     assert streaming.poll(100, 0.0).empty  # nothing held back any more
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 import psycopg
 
+from cdc import snapshot_offsets
 from cdc.config import redact_url
 from cdc.errors import ConfigError, SourceFatal
 from connectors.postgres.config import PostgresSourceConfig
@@ -34,7 +35,6 @@ from connectors.postgres.errors import connect_error
 from connectors.postgres.replication import session_conninfo
 from connectors.postgres.snapshot.channel import SIGNAL, choose
 from connectors.postgres.snapshot.where import check_where_on_server, check_where_text
-from snapshots.state import OFFSET_KEY
 
 __all__ = ["cancel_snapshot", "check_where_text", "progress", "request_snapshot"]
 
@@ -118,7 +118,7 @@ def _write(
 
 def progress(offsets: dict[str, Any], request_id: str) -> dict[str, Any]:
     """What the stored offsets say about a request: ``{"done", "tables": {...}}``."""
-    state = offsets.get(OFFSET_KEY) or {}
+    state = snapshot_offsets.progress(offsets) or {}
     tables = {
         name: {
             "chunks_done": sum(b - a + 1 for a, b in entry.get("done", [])),

@@ -10,9 +10,10 @@ runtime appends after the batch's events), so the batch is cut at the high water
 stream brought after it is handed on by the next ``poll``, before anything new, and only that
 last part carries the commit offsets, so the runtime commits both parts in one transaction.
 
-Progress rides on the batch's commit: the stored ``"snapshot"`` state changes only together with
-the records it describes (a signal with the transaction that carried it, a chunk's ``done`` with
-its rows), so after a crash neither a request nor a chunk is lost or claimed without its rows.
+Progress rides on the batch's commit: the stored snapshot state (:mod:`cdc.snapshot_offsets`)
+changes only together with the records it describes (a signal with the transaction that
+carried it, a chunk's ``done`` with its rows), so after a crash neither a request nor a chunk
+is lost or claimed without its rows.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 import orjson
 import psycopg
 
+from cdc import snapshot_offsets
 from cdc.clock import now_ms
 from cdc.config import redact_url
 from cdc.envelope import encode_key
@@ -52,7 +54,7 @@ from connectors.postgres.source import PostgresSource
 from connectors.postgres.types import TypeRegistry
 from snapshots.chunks import chunk_from_json, remaining
 from snapshots.progress import Reporter
-from snapshots.state import CAPTURED_KEY, OFFSET_KEY, SnapshotState
+from snapshots.state import CAPTURED_KEY, SnapshotState
 from snapshots.watermark import HIGH, LOW, Watermarks, parse
 
 
@@ -358,8 +360,8 @@ class StreamSnapshots:
                 self._rest = _Rest(*woven.rest, offsets)
                 offsets = None  # more of the same log transaction follows
         if offsets is not None:
-            kept = (OFFSET_KEY, CAPTURED_KEY)  # the position alone
-            trimmed = {k: v for k, v in offsets.items() if k not in kept}
+            trimmed = snapshot_offsets.without_progress(offsets)  # the position alone
+            trimmed.pop(CAPTURED_KEY, None)
             self._last_offsets = rebuilt(offsets, trimmed)
             if self._state.pending:
                 offsets = rebuilt(offsets, {**offsets, **self._state.offsets()})
