@@ -73,7 +73,7 @@ def test_the_database_is_a_wal_mode_sqlite_file(tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / "a" / "b" / "log.sqlite3")
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     # version 2 added value heads, 3 the records' positions (beside the values)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == embedded_store.SCHEMA_VERSION
     assert conn.execute("PRAGMA page_size").fetchone()[0] == 16384
     conn.close()
 

@@ -12,6 +12,7 @@ import pytest
 from cdc.log.base import Record
 from cdc.log.embedded import EmbeddedLog
 from cdc.log.embedded import frames as embedded_frames
+from cdc.log.embedded.store import SCHEMA_VERSION
 from tests.unit.embedded_log_kit import TOPIC, both_paths, opened_logs, use_appender
 from tests.unit.log_suite import append, key, read_all
 
@@ -118,7 +119,7 @@ def test_a_version_3_log_is_migrated_and_keeps_its_records(tmp_path: Path) -> No
     conn.close()
     use_appender(True, pytest.MonkeyPatch())
     with EmbeddedLog(tmp_path / "log") as log:
-        assert log._conn().execute("PRAGMA user_version").fetchone()[0] == 4
+        assert log._conn().execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         values = [envelope(i) for i in range(1200)]
         append(log, [Record(TOPIC, key(i + 2), v) for i, v in enumerate(values)])
         read = read_all(log, TOPIC)
@@ -133,11 +134,17 @@ def test_a_reader_keeps_a_bounded_number_of_frames(tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / "frames.db", isolation_level=None)
     conn.execute(embedded_frames.VALUE_FRAMES)
     ids = [
-        embedded_frames.store(conn, b"<%d|" % i, b"|%d>" % i)
+        embedded_frames.store(conn, b"<%d|" % i, b"|%d>" % i, embedded_frames.Range(1, 0, i, i + 1))
         for i in range(embedded_frames.CACHED * 3)
     ]
     cache = embedded_frames.ValueFrames()
     for frame_id in ids:
-        assert cache.framed(conn, frame_id, b"x") == b"<%d|x|%d>" % (frame_id - 1, frame_id - 1)
+        assert cache.framed(conn, frame_id, b"x", committed=True) == b"<%d|x|%d>" % (
+            frame_id - 1,
+            frame_id - 1,
+        )
         assert len(cache._by_id) <= embedded_frames.CACHED
-    assert cache.framed(conn, ids[-1], b"y") == b"<%d|y|%d>" % (ids[-1] - 1, ids[-1] - 1)
+    assert cache.framed(conn, ids[-1], b"y", committed=True) == b"<%d|y|%d>" % (
+        ids[-1] - 1,
+        ids[-1] - 1,
+    )

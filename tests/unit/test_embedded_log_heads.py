@@ -12,6 +12,7 @@ import pytest
 
 from cdc.log.base import Record
 from cdc.log.embedded import EmbeddedLog
+from cdc.log.embedded.store import SCHEMA_VERSION
 from tests.unit.embedded_log_kit import TOPIC, both_paths, opened_logs, values
 from tests.unit.embedded_log_kit import use_appender as _use
 from tests.unit.log_suite import append, key
@@ -133,4 +134,4 @@ def test_a_version_1_log_is_migrated_and_keeps_its_records(tmp_path: Path) -> No
     with EmbeddedLog(tmp_path / "log") as log:
         append(log, [Record(TOPIC, key(2), value)])
         assert values(log) == [(0, key(1), b'{"before":null}'), (1, key(2), value)]
-        assert log._conn().execute("PRAGMA user_version").fetchone()[0] == 4
+        assert log._conn().execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION

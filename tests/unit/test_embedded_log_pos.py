@@ -14,6 +14,7 @@ import pytest
 from cdc.envelope import record_pos
 from cdc.log.base import Record
 from cdc.log.embedded import EmbeddedLog
+from cdc.log.embedded.store import SCHEMA_VERSION
 from tests.unit.embedded_log_kit import TOPIC, both_paths, opened_logs
 from tests.unit.embedded_log_kit import use_appender as _use
 from tests.unit.log_suite import append, key, read_all
@@ -77,7 +78,7 @@ def test_a_version_2_log_is_migrated_and_its_records_keep_their_positions(
     conn.close()
 
     with EmbeddedLog(tmp_path / "log") as log:
-        assert log._conn().execute("PRAGMA user_version").fetchone()[0] == 4
+        assert log._conn().execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         append(log, [Record(TOPIC, key(2), _change(2), b"[8,0]")])
         first, second = read_all(log, TOPIC)
         assert (first.value, first.pos) == (old, None)

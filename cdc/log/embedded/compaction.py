@@ -3,7 +3,8 @@
 Work is cut into short write transactions of at most :data:`CHUNK_RECORDS` records each, so an
 append (or another process's ``cdc snapshot``) waits for one chunk at most, never for a whole
 pass. Offsets of surviving records never change and partitions' high-water marks are untouched,
-so offsets are never reused.
+so offsets are never reused. A chunk deletes, in its own transaction, the value frames that
+went with the last of their records (:func:`cdc.log.embedded.frames.collect`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import sqlite3
 from typing import NamedTuple
 
+from cdc.log.embedded import frames
 from cdc.log.embedded.bulk import indexed
 from cdc.log.embedded.store import translated, write_transaction
 
@@ -27,7 +29,8 @@ _CHUNK_END = (
     " ORDER BY offset LIMIT 1 OFFSET ?"
 )
 # A keyed record is superseded when its partition holds a newer record with the same key; the
-# key index answers the EXISTS with one seek.
+# key index answers the EXISTS with one seek. The frames of the records it deletes may be
+# left without a record (a tombstone has no value, so no frame).
 _DELETE_SUPERSEDED = """
     DELETE FROM records
     WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset < ?4
@@ -37,6 +40,7 @@ _DELETE_SUPERSEDED = """
         WHERE newer.topic_id = ?1 AND newer.partition = ?2
           AND newer.key = records.key AND newer.offset > records.offset
       )
+    RETURNING frame_id
 """
 # Runs after the superseded delete of the same chunk, so a tombstone still here is its key's
 # latest record: dropping it drops the key.
@@ -120,7 +124,9 @@ def _compact_chunk(
         row = conn.execute(_CHUNK_END, (tid, partition, low, CHUNK_RECORDS)).fetchone()
         high = part.end if row is None else min(row[0], part.end)
         args = (tid, partition, low, high)
-        superseded = conn.execute(_DELETE_SUPERSEDED, args).rowcount
+        deleted = conn.execute(_DELETE_SUPERSEDED, args).fetchall()
+        frames.collect(conn, (frame_id for (frame_id,) in deleted))
+        superseded = len(deleted)
         tombstones = conn.execute(_DELETE_TOMBSTONES, (*args, cutoff_ms)).rowcount
         conn.execute(_SHRINK, (superseded + tombstones, tid, partition))
     return high, (superseded, tombstones)

@@ -6,7 +6,6 @@ import sqlite3
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from functools import partial
 from typing import TYPE_CHECKING
 
 from cdc.errors import LogError
@@ -14,6 +13,7 @@ from cdc.log.base import PartitionsCallback, StartOffsets, StoredRecord, TopicPa
 from cdc.log.embedded.store import (
     SELECT_RANGE,
     UPSERT_CONSUMER_OFFSET,
+    Whole,
     stored_records,
     translated,
     write_transaction,
@@ -69,7 +69,7 @@ class EmbeddedConsumer:
     ) -> None:
         self._connections = state.connections
         self._appends = state.appends
-        self._whole = state.whole
+        self._reading = state.reading
         conn = self._connections.get()
         with translated("opening a consumer"):  # its thread only reads (and commits offsets)
             conn.execute(READER_CACHE)
@@ -156,6 +156,12 @@ class EmbeddedConsumer:
         return out
 
     def _fetch_partitions(self, conn: sqlite3.Connection, max_records: int) -> list[StoredRecord]:
+        with self._reading(conn) as whole:
+            return self._fetch_in(conn, max_records, whole)
+
+    def _fetch_in(
+        self, conn: sqlite3.Connection, max_records: int, whole: Whole
+    ) -> list[StoredRecord]:
         out: list[StoredRecord] = []
         count = len(self._plan)
         for i in range(count):
@@ -167,7 +173,7 @@ class EmbeddedConsumer:
             batch = rows.fetchall()
             if batch:
                 self._positions[tp] = batch[-1][0] + 1
-                out += stored_records(tp.topic, tp.partition, batch, partial(self._whole, conn))
+                out += stored_records(tp.topic, tp.partition, batch, whole)
         self._turn = (self._turn + 1) % max(count, 1)
         return out
 

@@ -175,9 +175,10 @@ class EmbeddedLog:
         meta = self._meta(topic)
         if not 0 <= partition < meta.partitions:
             raise LogError(f"embedded log: topic {topic!r} has no partition {partition}")
-        with translated("reading records"):
-            rows = self._conn().execute(SELECT_RANGE, (meta.id, partition, offset, max_records))
-            return stored_records(topic, partition, rows.fetchall(), self._whole)
+        conn = self._conn()
+        with translated("reading records"), self._state.reading(conn) as whole:
+            rows = conn.execute(SELECT_RANGE, (meta.id, partition, offset, max_records))
+            return stored_records(topic, partition, rows.fetchall(), whole)
 
     def end_offsets(self, topic: str) -> dict[int, int]:
         """The next offset of each partition (the high-water mark, kept across compaction)."""
@@ -234,14 +235,15 @@ class EmbeddedLog:
         args = (meta.id, partition_for(key, meta.partitions), key)
         if not self._indexed:
             self.build_key_index()  # without it, the lookup would scan the whole partition
-        with translated("looking a key up"):
-            row = self._conn().execute(_LATEST, args).fetchone()
-        if row is None:
-            return None
-        value, head_id, frame_id = row
-        if value is None or (head_id is None and frame_id is None):
-            return cast(bytes | None, value)
-        return self._whole(head_id, frame_id, value)
+        conn = self._conn()
+        with translated("looking a key up"), self._state.reading(conn) as whole:
+            row = conn.execute(_LATEST, args).fetchone()
+            if row is None:
+                return None
+            value, head_id, frame_id = row
+            if value is None or (head_id is None and frame_id is None):
+                return cast(bytes | None, value)
+            return whole(head_id, frame_id, value)
 
     def committed_offsets(self, group: str) -> dict[TopicPartition, int]:
         """The group's committed next offsets."""
@@ -308,9 +310,6 @@ class EmbeddedLog:
 
     def _conn(self) -> sqlite3.Connection:
         return self._connections.get()
-
-    def _whole(self, head_id: int | None, frame_id: int | None, stored: bytes) -> bytes:
-        return self._state.whole(self._conn(), head_id, frame_id, stored)
 
     def _meta(self, topic: str) -> TopicMeta:
         return self._catalog.meta(self._conn(), topic)

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import orjson
@@ -26,7 +28,9 @@ from cdc.log.embedded.store import (
     SELECT_TOPIC,
     Durability,
     TopicMeta,
+    Whole,
     connect,
+    read_snapshot,
     translated,
     write_transaction,
 )
@@ -208,12 +212,31 @@ class LogState:
     heads: ValueHeads
     frames: ValueFrames
 
+    @contextmanager
+    def reading(self, conn: sqlite3.Connection) -> Iterator[Whole]:
+        """One read transaction (or the thread's open write transaction) to read records and
+        their values in: ``whole`` for what it reads.
+
+        Compaction deletes a frame with its last record, so a frame is looked up in the
+        snapshot its record was read in, where both are still there.
+        """
+        committed = not conn.in_transaction  # a write transaction's frames may be aborted
+        with read_snapshot(conn):
+            yield partial(self.whole, conn, committed=committed)
+
     def whole(
-        self, conn: sqlite3.Connection, head_id: int | None, frame_id: int | None, stored: bytes
+        self,
+        conn: sqlite3.Connection,
+        head_id: int | None,
+        frame_id: int | None,
+        stored: bytes,
+        *,
+        committed: bool,
     ) -> bytes:
-        """The value stored as ``stored`` without its frame and head (either may be none)."""
+        """The value stored as ``stored`` without its frame and head (either may be none), read
+        in a read transaction (``committed``) or a write transaction."""
         if frame_id is not None:
-            stored = self.frames.framed(conn, frame_id, stored)
+            stored = self.frames.framed(conn, frame_id, stored, committed=committed)
         if head_id is not None:
             stored = self.heads.whole(conn, head_id, stored)
         return stored

@@ -17,11 +17,11 @@ from typing import Any, Literal, NamedTuple
 
 from cdc.errors import LogError, LogFatal, LogUnavailable
 from cdc.log.base import StoredRecord
-from cdc.log.embedded.frames import VALUE_FRAMES
+from cdc.log.embedded import frames
 from cdc.runtime.retry import Backoff, retry
 
 DB_FILE = "log.sqlite3"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 BUSY_TIMEOUT_MS = 60_000
 # Per connection; also where a large uncommitted transaction spills to the WAL file, so it bounds
 # the memory a 1,000,000-row source transaction takes.
@@ -92,7 +92,7 @@ SCHEMA = (
     ) WITHOUT ROWID""",
     KEY_INDEX,
     VALUE_HEADS,
-    VALUE_FRAMES,
+    frames.VALUE_FRAMES,
     """CREATE TABLE source_offsets (
         key TEXT PRIMARY KEY,
         value BLOB NOT NULL
@@ -324,5 +324,7 @@ def migrate(conn: sqlite3.Connection) -> None:
             conn.execute("ALTER TABLE records ADD COLUMN pos BLOB")
         if version in (1, 2, 3):  # before value frames: no record has one (frame_id NULL)
             conn.execute("ALTER TABLE records ADD COLUMN frame_id INTEGER")
-            conn.execute(VALUE_FRAMES)
+            conn.execute(frames.VALUE_FRAMES)
+        if version == 4:  # frames without their records' ranges, never collected
+            frames.migrate_from_4(conn)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -192,14 +192,15 @@ class EmbeddedTransaction(TransactionContext):
         nothing until it knows them all), with the batch's frame where it has one."""
         native = self._native
         assert native is not None
+        frame = None  # stored once: a frame no record uses would never be collected
+        where = frames.Range(tid, partition, first, first + len(records))
         while True:
             known = self._known(tid)
-            frame = None
-            if len(records) >= frames.MIN_RECORDS:
+            if frame is None and len(records) >= frames.MIN_RECORDS:
                 found = native.frame(records, known)  # None while a head is unknown
                 if found is not None:
                     with translated("storing a value frame"):
-                        frame = (frames.store(self._conn, *found), *found)
+                        frame = (frames.store(self._conn, *found, where), *found)
             failed = native.append(INSERT_FRAMED, tid, partition, first, ts, records, known, frame)
             if failed is None or failed[0] != UNKNOWN_HEAD:
                 return failed
