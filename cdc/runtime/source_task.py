@@ -202,6 +202,9 @@ class SourceTask:
                         observer.committed(batch.commit_offsets, time.perf_counter() - started)
                     source.ack(batch.commit_offsets)
                     backoff.reset()
+                # Not kept through the next poll: two batches of large values alive at once
+                # would double the task's peak.
+                del batch
         finally:
             if tx is not None:
                 _abort_quietly(tx)

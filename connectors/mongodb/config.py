@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
 
+from cdc.batch_bytes import BATCH_BYTES, BatchBytes
 from cdc.config import SourceConfig
 from cdc.filters import ColumnSelection, MaskSpec, TableEntry
 from connectors.mongodb.match import QueryError, compile_query, from_extended_json
@@ -87,6 +88,10 @@ class MongoSourceConfig(SourceConfig):
         server_selection_timeout_ms: how long to wait for a reachable server before the source
             reports it unavailable (and the runtime retries with backoff).
         max_batch_events: most events one poll returns.
+        max_batch_bytes: about the most bytes of changes one poll returns (bytes or a size
+            such as ``16MiB``; :mod:`cdc.batch_bytes`): a poll stops reading once its changes'
+            documents reach it, always after at least one change, where ``max_batch_events``
+            would stop it too.
         signal_collection: ``db.collection`` the source watches for requests (``cdc snapshot
             --table``): an inserted ``{"type": "snapshot", "table": ..., "pipeline": ...}``
             makes it re-read that collection at that point of the stream. Off when omitted.
@@ -104,6 +109,7 @@ class MongoSourceConfig(SourceConfig):
     max_await_ms: int = Field(default=500, ge=1, le=60_000)
     server_selection_timeout_ms: int = Field(default=10_000, ge=100)
     max_batch_events: int = Field(default=5000, ge=1)
+    max_batch_bytes: BatchBytes = BATCH_BYTES
     signal_collection: str | None = None
 
     @field_validator("dsn")

@@ -1,6 +1,7 @@
 """The streaming phase: read every change stream in turn, cut batches at transaction ends.
 
-A batch ends a unit of work (``commit_offsets`` set) unless ``max_events`` was reached inside a
+A batch ends a unit of work (``commit_offsets`` set) unless ``max_events`` or ``max_bytes``
+(about the bytes of its changes' documents, :mod:`cdc.batch_bytes`) was reached inside a
 MongoDB transaction (events carrying the same ``lsid`` and ``txnNumber``): then the batch is
 handed on without offsets and the next poll continues with the same stream, so a transaction's
 changes become visible in the log together. Events of one transaction come from the oplog's one
@@ -17,8 +18,10 @@ from typing import Any
 import orjson
 from pymongo import errors as px
 
+from cdc.batch_bytes import BATCH_BYTES
 from cdc.errors import RecordError, SourceUnavailable
 from cdc.events import ChangeEvent
+from cdc.json_rows import EncodedRow
 from cdc.logging import Logger
 from cdc.schema import TableSchema
 from cdc.source import DeadLetter
@@ -37,6 +40,12 @@ class Collected:
     events: list[ChangeEvent] = field(default_factory=list)
     schemas: dict[tuple[str, str], TableSchema] = field(default_factory=dict)
     dead_letters: list[DeadLetter] = field(default_factory=list)
+    #: About the bytes of the events' documents (their JSON), what ``max_bytes`` bounds.
+    size: int = 0
+
+    def full(self, limit: int, max_bytes: int) -> bool:
+        """No more events fit (at most ``limit`` events, about ``max_bytes`` bytes)."""
+        return len(self.events) >= limit or self.size >= max_bytes
 
 
 def transaction_of(change: Mapping[str, Any]) -> bytes | None:
@@ -61,8 +70,10 @@ class StreamSet:
         signal: tuple[str, str] | None = None,
         pipeline: str = "",
         filters: changes.Filters | None = None,
+        max_bytes: int = BATCH_BYTES,
     ) -> None:
         self.readers = readers
+        self._max_bytes = max_bytes
         self._filters = dict(filters or {})
         self._signal = signal
         self._pipeline = pipeline
@@ -87,7 +98,7 @@ class StreamSet:
         for _ in range(len(self.readers)):
             reader = self.readers[self._turn]
             self._in_txn = self._drain(reader, out, limit)
-            if self._in_txn or len(out.events) >= limit or self.signals:
+            if self._in_txn or out.full(limit, self._max_bytes) or self.signals:
                 return out
             self._turn = (self._turn + 1) % len(self.readers)
         if out.events or out.dead_letters:
@@ -104,14 +115,15 @@ class StreamSet:
         return self._in_txn
 
     def _drain(self, reader: StreamReader, out: Collected, limit: int) -> bool:
-        """Read ``reader`` until it is empty or ``limit``; ``True`` if cut inside a transaction."""
+        """Read ``reader`` until it is empty or ``out`` is full; ``True`` if cut inside a
+        transaction."""
         current: bytes | None = None
         while True:
             change = self._next(reader)
             if change is None:
                 return False
             txn = transaction_of(change)
-            if len(out.events) >= limit:
+            if out.full(limit, self._max_bytes):
                 reader.push_back(change)
                 return txn is not None and txn == current
             self._apply(reader, change, out)
@@ -153,6 +165,7 @@ class StreamSet:
             if schema is not None:
                 out.schemas[table] = schema
             out.events.append(event)
+            out.size += _document_bytes(event)
         if outcome.control == "invalidate":
             try:
                 reader.restart_after_invalidate(change)
@@ -187,3 +200,12 @@ class StreamSet:
     def close(self) -> None:
         for reader in self.readers:
             reader.close()
+
+
+def _document_bytes(event: ChangeEvent) -> int:
+    """About the bytes ``event`` holds: its documents' JSON (the source wrote it already)."""
+    size = 0
+    for row in (event.before, event.after):
+        if isinstance(row, EncodedRow):
+            size += len(row.json)
+    return size

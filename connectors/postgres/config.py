@@ -8,6 +8,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from pydantic import Field, SecretStr, field_validator, model_validator
 
+from cdc.batch_bytes import BATCH_BYTES, BatchBytes
 from cdc.config import SourceConfig
 from cdc.filters import TableEntry
 from cdc.redact import redact
@@ -38,6 +39,11 @@ class PostgresSourceConfig(SourceConfig):
             position moves even when this database is idle; off when omitted.
         status_interval_s: how often a standby status update reports the flush position.
         max_batch_events: most events one poll returns inside a large transaction.
+        max_batch_bytes: about the most bytes of changes one poll returns (bytes or a size
+            such as ``16MiB``): a poll stops adding events once its changes' messages and the
+            TOASTed values it filled in reach it, always after at least one event, at the same
+            points ``max_batch_events`` splits a large transaction at
+            (:mod:`cdc.batch_bytes`).
         connect_timeout_s: how long a connection attempt may take, and how long the first
             start (no stored position yet) waits for an unreachable server before it stops
             with the error; once the pipeline has run, a lost server is retried with backoff.
@@ -68,6 +74,7 @@ class PostgresSourceConfig(SourceConfig):
     # 2,000 rather than 5,000: a batch's events, records and rows then stay in the CPU caches,
     # which made bench/pg_stream.py's insert ~5% faster here (3 runs each, 2-core EPYC).
     max_batch_events: int = Field(default=2000, ge=1)
+    max_batch_bytes: BatchBytes = BATCH_BYTES
     connect_timeout_s: float = Field(default=30.0, gt=0)
     snapshot_workers: int = Field(default=2, ge=1, le=64)
     snapshot_chunk_rows: int = Field(default=50_000, ge=1)

@@ -44,6 +44,8 @@ class StreamedTransactions:
         self._logger = logger
         self._spools: dict[int, _Spool] = {}
         self._current: int | None = None
+        #: Bytes of the replayed messages so far: the source adds them to its batch's size.
+        self.replayed_bytes = 0
 
     @property
     def open(self) -> bool:
@@ -95,26 +97,26 @@ class StreamedTransactions:
         yield pg.Begin(commit.commit_lsn, commit.commit_ts_us, commit.xid), commit.commit_lsn
         if spool is not None:
             try:
-                yield from _read(spool)
+                yield from self._read(spool)
             finally:
                 spool.close()
         end = pg.Commit(commit.flags, commit.commit_lsn, commit.end_lsn, commit.commit_ts_us)
         yield end, commit.commit_lsn
+
+    def _read(self, spool: _Spool) -> Iterator[tuple[pg.PgOutputMessage, int]]:
+        file = spool.file
+        file.flush()
+        file.seek(0)
+        while head := file.read(_HEAD.size):
+            lsn, size = _HEAD.unpack(head)
+            message = pg.decode(file.read(size), streaming=True)
+            if getattr(message, "xid", None) in spool.aborted:
+                continue  # a subtransaction that rolled back
+            self.replayed_bytes += size
+            yield message, lsn
 
     def close(self) -> None:
         """Discard every spool (a reconnect streams those transactions again)."""
         for spool in self._spools.values():
             spool.close()
         self._spools.clear()
-
-
-def _read(spool: _Spool) -> Iterator[tuple[pg.PgOutputMessage, int]]:
-    file = spool.file
-    file.flush()
-    file.seek(0)
-    while head := file.read(_HEAD.size):
-        lsn, size = _HEAD.unpack(head)
-        message = pg.decode(file.read(size), streaming=True)
-        if getattr(message, "xid", None) in spool.aborted:
-            continue  # a subtransaction that rolled back
-        yield message, lsn

@@ -299,7 +299,8 @@ class PostgresSource:
         flush = Flush(repl, start, self._config.status_interval_s, self._logger)
         self._heartbeat.start(catalog)
         self._idle.restart()
-        return Session(catalog, repl, flush, WalReader(repl, flush, streams))
+        wal = WalReader(repl, flush, streams, self._config.max_batch_bytes)
+        return Session(catalog, repl, flush, wal)
 
     # -- poll ------------------------------------------------------------------------------
 
@@ -320,7 +321,7 @@ class PostgresSource:
             now = time.monotonic()
             session.flush.due(now)
             self._heartbeat.due(now)
-            if asm.cut or asm.pending >= limit:
+            if asm.cut or asm.pending >= limit or asm.batch.size >= wal.max_bytes:
                 return asm.take()
             if wal.drain(asm, limit):
                 continue

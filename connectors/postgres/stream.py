@@ -209,6 +209,11 @@ class Assembler:
         return len(self._batch.events)
 
     @property
+    def batch(self) -> Batch:
+        """The batch being built (the source's read loop adds its messages' bytes to it)."""
+        return self._batch
+
+    @property
     def events(self) -> list[ChangeEvent]:
         """The current batch's events (a new list after each ``take``)."""
         return self._batch.events

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
+from cdc.batch_bytes import BATCH_BYTES
 from connectors.postgres import pgoutput as pg
 from connectors.postgres.flush import Flush
 from connectors.postgres.inprogress import StreamedTransactions
@@ -31,9 +32,14 @@ class WalReader:
     """
 
     def __init__(
-        self, repl: ReplicationConnection, flush: Flush, streams: StreamedTransactions | None
+        self,
+        repl: ReplicationConnection,
+        flush: Flush,
+        streams: StreamedTransactions | None,
+        max_bytes: int = BATCH_BYTES,
     ) -> None:
         self._repl, self._flush, self.streams = repl, flush, streams
+        self.max_bytes = max_bytes
         # Nothing of an earlier session carries over: the server resends from the start.
         self._decoder = pg.Decoder()
         self._replay: Iterator[tuple[pg.PgOutputMessage, int]] | None = None
@@ -49,13 +55,16 @@ class WalReader:
         The first message may be waited for up to ``wait_s`` (keepalives keep waiting). The
         hot loop: one iteration per change, so it keeps to locals and skips the clocks. Bounded
         by messages too: a long run that makes no event (keepalives, other tables' changes)
-        must still return to ``poll``'s housekeeping (status updates, heartbeats).
+        must still return to ``poll``'s housekeeping (status updates, heartbeats). Bounded by
+        bytes: each change's message adds its size to the batch's (``nbytes``, an attribute,
+        not a call), and the batch is full at ``max_bytes`` as it is at ``limit`` events.
         """
         read, decode, handle, fast = self._repl.read, self._decoder, asm.handle, asm.fast_change
         flush, streams, events, wal_start = self._flush, self.streams, asm.events, xlog_wal_start
+        batch, max_bytes = asm.batch, self.max_bytes
         deadline = time.monotonic() + wait_s if wait_s else 0.0
         handled = 0
-        while not asm.cut and len(events) < limit and handled < limit:
+        while not asm.cut and len(events) < limit and handled < limit and batch.size < max_bytes:
             if self._replay is not None and self._replayed(asm):
                 handled += 1
                 continue
@@ -73,6 +82,7 @@ class WalReader:
                 flush.received = lsn
             payload = bytes(data[XLOG_HEADER_SIZE:])
             if streams is None:
+                batch.size += data.nbytes
                 if not fast(payload, lsn):
                     handle(decode(payload), lsn)
             elif not self._streamed(asm, decode(payload), lsn, payload):
@@ -88,6 +98,9 @@ class WalReader:
             self._replay = None
             return False
         asm.handle(*item)
+        assert self.streams is not None
+        asm.batch.size += self.streams.replayed_bytes
+        self.streams.replayed_bytes = 0
         return True
 
     def _streamed(self, asm: Assembler, message: pg.PgOutputMessage, lsn: int, raw: bytes) -> bool:
@@ -98,6 +111,7 @@ class WalReader:
         if type(message) is pg.StreamCommit:
             self._replay = self.streams.replay(message)
             return False
+        asm.batch.size += len(raw)  # applied now, not spooled: it counts towards the batch
         asm.handle(message, lsn)
         return True
 

@@ -11,6 +11,7 @@ import pytest
 import structlog
 from bson import Binary, Int64, ObjectId, Timestamp
 
+from cdc.batch_bytes import BATCH_BYTES
 from cdc.errors import RecordError
 from cdc.events import Op
 from connectors.mongodb import changes
@@ -237,7 +238,9 @@ class FakeReader:
         return None
 
 
-def stream_set(events: list[dict[str, Any]], on_bad: str = "fail") -> tuple[StreamSet, FakeReader]:
+def stream_set(
+    events: list[dict[str, Any]], on_bad: str = "fail", max_bytes: int = BATCH_BYTES
+) -> tuple[StreamSet, FakeReader]:
     reader = FakeReader(events)
     streams = StreamSet(
         [reader],  # type: ignore[list-item]
@@ -246,6 +249,7 @@ def stream_set(events: list[dict[str, Any]], on_bad: str = "fail") -> tuple[Stre
         on_bad,
         structlog.get_logger(),
         "mongodb://h/",
+        max_bytes=max_bytes,
     )
     return streams, reader
 
@@ -322,3 +326,28 @@ def test_a_snapshot_request_in_the_signal_collection_ends_the_batch() -> None:
     assert collected is not None and [e.op for e in collected.events] == [Op.CREATE]
     assert streams.signals == [(mine["fullDocument"], (1625478000 << 32) | 20)]
     assert reader.token == mine["_id"]  # the request itself is covered by the batch's offsets
+
+
+def _big_txn_insert(n: int, txn: int, size: int) -> dict[str, Any]:
+    change = txn_insert(n, txn)
+    change["fullDocument"] = {"_id": n, "blob": "x" * size}
+    return change
+
+
+def test_a_transaction_is_cut_by_the_byte_bound_where_the_count_would_cut_it() -> None:
+    # Documents of ~40 kB under a 100 kB bound: three a batch (the third crosses it), the
+    # transaction's pieces without offsets until its last change, every change once, in order.
+    events = [_big_txn_insert(n, 1, 40_000) for n in range(7)]
+    streams, _ = stream_set(events, max_bytes=100_000)
+    polls = []
+    while (got := streams.poll(1000)) is not None and got.events:
+        polls.append(([e.key["_id"] for e in got.events], streams.in_transaction))
+    assert polls == [([0, 1, 2], True), ([3, 4, 5], True), ([6], False)]
+
+
+def test_one_change_over_the_byte_bound_still_flows() -> None:
+    big = [_big_txn_insert(0, 1, 300_000), _big_txn_insert(1, 1, 10)]
+    streams, _ = stream_set(big, max_bytes=100_000)
+    first = streams.poll(1000)
+    assert first is not None and [e.key["_id"] for e in first.events] == [0]
+    assert streams.in_transaction

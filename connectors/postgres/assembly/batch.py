@@ -14,7 +14,16 @@ from connectors.postgres.toast import key_identity
 class Batch:
     """Events, schemas and dead letters until the source takes them."""
 
-    __slots__ = ("_index", "_indexed", "_next_schemas", "cut", "dead", "events", "schemas")
+    __slots__ = (
+        "_index",
+        "_indexed",
+        "_next_schemas",
+        "cut",
+        "dead",
+        "events",
+        "schemas",
+        "size",
+    )
 
     def __init__(self) -> None:
         self.events: list[ChangeEvent] = []
@@ -23,6 +32,9 @@ class Batch:
         self._next_schemas: list[TableSchema] = []
         #: The batch must end before the next event (a shape change).
         self.cut = False
+        #: About the bytes of the batch's changes: their WAL messages (added by the source's
+        #: read loop) and the TOASTed values filled in (which no message carries).
+        self.size = 0
         # The batch's latest event per key, built only when a TOAST fill asks (see latest).
         self._index: dict[Hashable, ChangeEvent] = {}
         self._indexed = 0
@@ -53,6 +65,7 @@ class Batch:
         self._index.clear()
         self._indexed = 0
         self.cut = False
+        self.size = 0
         return batch
 
     def latest(self, schema: str, table: str, key: dict[str, Any]) -> ChangeEvent | None:

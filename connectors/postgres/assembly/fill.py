@@ -67,7 +67,8 @@ class ToastFill:
         ``lookup_key`` is the key the previous image is stored under (the old key when the
         update changes it); ``raw`` is the new tuple, whose key the row has now.
         """
-        missing = fill_from(row, image, missing_columns(row))
+        wanted = missing_columns(row)
+        missing = fill_from(row, image, wanted)
         if missing:
             found, recent = self._recent(rel, lookup_key)
             if not found:
@@ -78,9 +79,9 @@ class ToastFill:
                 )
                 recent = None if located is None else self._toast.previous(*located)
             missing = fill_from(row, recent, missing)
-        if not missing:
-            return None
-        return self._read(rel, row, missing, raw)
+        extra = None if not missing else self._read(rel, row, missing, raw)
+        self._batch.size += filled_bytes(row, wanted)
+        return extra
 
     def _recent(self, rel: RelationState, key: Row) -> tuple[bool, Mapping[str, Any] | None]:
         """The key's latest image in the batch being built, if the batch changed it."""
@@ -107,3 +108,16 @@ class ToastFill:
         for name in missing:
             row[name] = read[name]
         return {"toast_fallback": True, "toast_fallback_columns": missing}
+
+
+def filled_bytes(row: Row, names: list[str]) -> int:
+    """About the bytes of the values filled into ``row``'s ``names``: their text's length
+    (a value larger than a WAL message's, which the batch's byte bound must see)."""
+    size = 0
+    for name in names:
+        value = row.get(name)
+        if isinstance(value, str | bytes):
+            size += len(value)
+        elif value is not None:
+            size += 8
+    return size
