@@ -24,11 +24,12 @@ from pydantic import (
 )
 
 from cdc import filters, plugins
+from cdc.batch_bytes import BATCH_BYTES, BatchBytes
 from cdc.config_checks import built_chain, cross_checks
-from cdc.config_env import expand_env, yaml_path
-from cdc.config_keys import unknown_key_message
+from cdc.config_env import expand_env
+from cdc.config_sections import plugin_section, pydantic_problems, transform_sections
 from cdc.envelope_options import EnvelopeOptions
-from cdc.errors import ConfigError, PluginNotFound
+from cdc.errors import ConfigError
 from cdc.filters import TableEntry
 from cdc.masks import MIN_KEY_LENGTH
 from cdc.redact import redact
@@ -119,12 +120,15 @@ class SinkConfig(StrictModel):
 
     ``batch_records`` bounds the records the sink applies (and flushes) at a time: larger
     batches spread a flush's fixed cost over more records, smaller ones hold less memory.
+    ``batch_bytes`` bounds their bytes too, about: fewer records a batch when they are large
+    (:mod:`cdc.runtime.read_size`).
     """
 
     name: str = Field(pattern=NAME_PATTERN)
     type: str
     tables: list[str] | None = None  # None: every table of the source
     batch_records: int = Field(default=BATCH_RECORDS, ge=1, le=100_000)
+    batch_bytes: BatchBytes = BATCH_BYTES
 
 
 class EmbeddedLogConfig(StrictModel):
@@ -302,41 +306,6 @@ def secret_value(value: SecretStr | str) -> str:
 # -- loading -------------------------------------------------------------------------------------
 
 
-def _pydantic_problems(
-    exc: ValidationError, prefix: tuple[int | str, ...] = (), model: type[BaseModel] | None = None
-) -> list[tuple[str, str]]:
-    """Each error with its YAML path; an unknown key with the closest key ``model`` (the one
-    validated, at ``prefix``) allows there."""
-    problems = []
-    for error in exc.errors(include_url=False, include_input=False):
-        loc = [p for p in error["loc"] if not (isinstance(p, str) and p in ("embedded", "kafka"))]
-        message = error["msg"].removeprefix("Value error, ")
-        if error["type"] == "extra_forbidden":
-            message = unknown_key_message(model, error["loc"])
-        problems.append((yaml_path((*prefix, *loc)), message))
-    return problems
-
-
-def _plugin_section(
-    group: str, section: Any, base: type[BaseModel], prefix: tuple[int | str, ...]
-) -> tuple[Any, list[tuple[str, str]]]:
-    if not isinstance(section, dict):
-        return None, [(yaml_path(prefix), "must be a mapping")]
-    kind = section.get("type")
-    if not isinstance(kind, str):
-        return None, [(yaml_path((*prefix, "type")), "a type is required")]
-    try:
-        model: type[BaseModel] = plugins.load(group, kind).config_model
-    except PluginNotFound as exc:
-        return None, [(yaml_path((*prefix, "type")), str(exc))]
-    if not issubclass(model, base):
-        return None, [(yaml_path((*prefix, "type")), f"plugin {kind!r} has an invalid config")]
-    try:
-        return model.model_validate(section), []
-    except ValidationError as exc:
-        return None, _pydantic_problems(exc, prefix, model)
-
-
 def parse(text: str, env: dict[str, str] | None = None, path: Path | None = None) -> Pipeline:
     """Validate a pipeline file's text.
 
@@ -355,8 +324,8 @@ def parse(text: str, env: dict[str, str] | None = None, path: Path | None = None
     try:
         core = PipelineFile.model_validate(expanded)
     except ValidationError as exc:
-        problems.extend(_pydantic_problems(exc, model=PipelineFile))
-    source, sub = _plugin_section(
+        problems.extend(pydantic_problems(exc, model=PipelineFile))
+    source, sub = plugin_section(
         plugins.SOURCE_GROUP, expanded.get("source"), SourceConfig, ("source",)
     )
     if "source" in expanded:
@@ -364,11 +333,11 @@ def parse(text: str, env: dict[str, str] | None = None, path: Path | None = None
     sinks: list[SinkConfig] = []
     raw_sinks = expanded.get("sinks") or []
     for index, section in enumerate(raw_sinks if isinstance(raw_sinks, list) else []):
-        sink, sub = _plugin_section(plugins.SINK_GROUP, section, SinkConfig, ("sinks", index))
+        sink, sub = plugin_section(plugins.SINK_GROUP, section, SinkConfig, ("sinks", index))
         problems.extend(sub)
         if sink is not None:
             sinks.append(sink)
-    transforms, sub = _transforms(expanded.get("transforms"))
+    transforms, sub = transform_sections(expanded.get("transforms"))
     problems.extend(sub)
     chain = built_chain(transforms, expanded, source, problems)
     problems.extend(cross_checks(source, sinks, chain))
@@ -381,20 +350,6 @@ def parse(text: str, env: dict[str, str] | None = None, path: Path | None = None
     pipeline = Pipeline(file=core, source=source, sinks=sinks, transforms=transforms, path=path)
     pipeline._chain = chain  # built for the checks already: a run uses the same one
     return pipeline
-
-
-def _transforms(raw: Any) -> tuple[list[TransformConfig], list[tuple[str, str]]]:
-    """Each ``transforms`` item validated by its plugin's model."""
-    configs: list[TransformConfig] = []
-    problems: list[tuple[str, str]] = []
-    for index, section in enumerate(raw if isinstance(raw, list) else []):
-        config, sub = _plugin_section(
-            plugins.TRANSFORM_GROUP, section, TransformConfig, ("transforms", index)
-        )
-        problems.extend(sub)
-        if config is not None:
-            configs.append(config)
-    return configs, problems
 
 
 def load(path: str | Path, env: dict[str, str] | None = None) -> Pipeline:

@@ -29,14 +29,13 @@ from cdc.logging import Logger, get_logger
 from cdc.metrics import SinkObserver, Telemetry
 from cdc.runtime import fingerprints, memory
 from cdc.runtime.control_watcher import ControlWatcher
+from cdc.runtime.factories import build_sink, build_source
 from cdc.runtime.heartbeat import Heartbeat
 from cdc.runtime.lag import LagClock
 from cdc.runtime.preflight import SinkCannotStart, check_sinks, is_first_start
 from cdc.runtime.schemas import SchemaCatalog
 from cdc.runtime.sink_task import SinkTask, group_name
 from cdc.runtime.source_task import SourceTask
-from cdc.sink import Sink, SinkContext
-from cdc.source import Source, SourceContext
 
 # The hot path allocates a container per decoded value and row, nearly all freed at once by
 # reference counting; the default gen-0 threshold (700) runs the cycle collector thousands of
@@ -93,65 +92,6 @@ class PipelineRun:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             thread.join(remaining)
         return not any(t.is_alive() for t in self.threads)
-
-
-def build_source(
-    pipeline: Pipeline,
-    log: Log,
-    logger: Logger,
-    filters: fingerprints.StartPlan | None = None,
-) -> Callable[[], Source]:
-    plugin = plugins.load(plugins.SOURCE_GROUP, pipeline.source.type)
-    context = SourceContext(
-        pipeline=pipeline.name,
-        log=log,
-        logger=logger,
-        on_bad_record=pipeline.file.bad_records,
-        snapshot_mode=pipeline.source.snapshot,
-        envelope=pipeline.envelope,
-        transforms=pipeline.chain(),
-        resnapshot=() if filters is None else filters.resnapshot,
-        refiltered=() if filters is None else filters.refiltered,
-    )
-
-    def factory() -> Source:
-        source: Source = plugin.create(pipeline.source, context)
-        return source
-
-    return factory
-
-
-def build_sink(
-    pipeline: Pipeline, config: SinkConfig, catalog: SchemaCatalog, logger: Logger
-) -> Callable[[], Sink]:
-    plugin = plugins.load(plugins.SINK_GROUP, config.type)
-    context = SinkContext(
-        pipeline=pipeline.name,
-        sink_name=config.name,
-        tables=pipeline.sink_tables(config),
-        schemas=catalog,
-        logger=logger,
-        envelope=pipeline.envelope,
-        hidden=masked_columns(pipeline),
-    )
-
-    def factory() -> Sink:
-        sink: Sink = plugin.create(config, context)
-        return sink
-
-    return factory
-
-
-def masked_columns(pipeline: Pipeline) -> dict[tuple[str, str], frozenset[str]]:
-    """By table (after routing), the columns the source's masks hide: a sink's errors name
-    them but never print their values (:attr:`cdc.sink.SinkContext.hidden`)."""
-    chain = pipeline.chain()
-    hidden: dict[tuple[str, str], frozenset[str]] = {}
-    for entry in pipeline.source.tables:
-        if entry.mask:
-            schema, _, table = chain.table(entry.name).partition(".")
-            hidden[(schema, table)] = hidden.get((schema, table), frozenset()) | set(entry.mask)
-    return hidden
 
 
 def sink_topics(pipeline: Pipeline, config: SinkConfig) -> list[str]:
@@ -289,6 +229,7 @@ def _start_sinks(run: PipelineRun, base: Logger, only: list[str] | None) -> None
             logger,
             bad_records=pipeline.file.bad_records,
             max_records=config.batch_records,
+            max_bytes=config.batch_bytes,
             control=run.control,
             tables=pipeline.sink_tables(config),
             observer=_sink_observer(run, config),

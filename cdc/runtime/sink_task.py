@@ -5,9 +5,10 @@ Checkpoint order, enforced here and nowhere else: ``sink.write(batch)``, ``sink.
 so the batch is read again after a restart; sinks make that replay harmless.
 
 Backpressure: the log is the buffer between the source and every sink, and it lives on disk. A
-sink task holds at most one batch (``max_records``) in memory; while its sink is down or slow it
-retries that batch with backoff and reads nothing more, so memory stays bounded however far it
-falls behind, and other sinks, each in its own task, keep going.
+sink task holds at most one batch (``max_records``, about ``max_bytes``:
+:mod:`cdc.runtime.read_size`) in memory; while its sink is down or slow it retries that batch
+with backoff and reads nothing more, so memory stays bounded however far it falls behind, and
+other sinks, each in its own task, keep going.
 
 Isolation: :meth:`SinkTask.serve` runs the sink so that an error stops this sink only. It is
 recorded as ``stopped``, with the error, in the control topic (``cdc status`` shows it); its
@@ -30,6 +31,7 @@ from typing import Any
 import orjson
 
 from cdc import extended_json
+from cdc.batch_bytes import BATCH_BYTES
 from cdc.clock import now_ms
 from cdc.errors import RecordError, SinkDataLost
 from cdc.log.base import Consumer, Log, StoredRecord, TopicPartition
@@ -38,6 +40,7 @@ from cdc.log.eras import Eras
 from cdc.logging import Logger
 from cdc.metrics.observers import SinkObserver
 from cdc.runtime.control_watcher import ControlWatcher
+from cdc.runtime.read_size import ReadSize
 from cdc.runtime.retry import Backoff, Decision, Stopped, classify, retry_until_stopped
 from cdc.runtime.sink_control import RETRYING, RUNNING, STOPPED
 from cdc.runtime.sink_rebuild import StoreProbe
@@ -139,6 +142,7 @@ class SinkTask:
         logger: Logger,
         bad_records: str = "fail",
         max_records: int = 5000,
+        max_bytes: int = BATCH_BYTES,
         poll_timeout_s: float = 0.2,
         control: ControlWatcher | None = None,
         tables: Sequence[tuple[str, str]] | None = None,
@@ -153,7 +157,8 @@ class SinkTask:
         self._stop = stop
         self._logger = logger
         self._bad_records = bad_records
-        self._max_records = max_records
+        #: The count of each read, bounded by ``max_records`` and about ``max_bytes``.
+        self.read_size = ReadSize(max_records, max_bytes)
         self._poll_timeout_s = poll_timeout_s
         self._sink: Sink | None = None
         self._consumer: Consumer | None = None
@@ -277,10 +282,11 @@ class SinkTask:
     def step(self) -> int:
         """Poll one batch and apply it; returns how many records were applied."""
         assert self._consumer is not None
-        stored = self._consumer.poll(self._max_records, self._poll_timeout_s)
+        stored = self._consumer.poll(self.read_size.count, self._poll_timeout_s)
         if not stored:
             self._rebuild_from_log(self._probe.lost(self._sink))
             return 0
+        self.read_size.read(stored)
         # After the poll: a change is stored before what it encodes. A log that is away
         # (a broker restart) is waited for, as a commit is.
         retry_until_stopped(

@@ -196,7 +196,7 @@ def test_the_batch_size_reaches_the_sink_task(
     monkeypatch.chdir(tmp_path)
     run = start(parse(_jsonl_pipeline(extra)), role="sinks")
     try:
-        assert run.sink_tasks["files"]._max_records == expected
+        assert run.sink_tasks["files"].read_size.max_records == expected
     finally:
         run.stop()
         assert run.wait(10)

@@ -1,0 +1,74 @@
+"""The factories a pipeline run builds its source and sinks with, from their plugins: each task
+calls its factory again after a retriable failure, so a reconnect starts from a fresh object."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from cdc import plugins
+from cdc.config import Pipeline, SinkConfig
+from cdc.log.base import Log
+from cdc.logging import Logger
+from cdc.runtime import fingerprints
+from cdc.runtime.schemas import SchemaCatalog
+from cdc.sink import Sink, SinkContext
+from cdc.source import Source, SourceContext
+
+
+def build_source(
+    pipeline: Pipeline,
+    log: Log,
+    logger: Logger,
+    filters: fingerprints.StartPlan | None = None,
+) -> Callable[[], Source]:
+    plugin = plugins.load(plugins.SOURCE_GROUP, pipeline.source.type)
+    context = SourceContext(
+        pipeline=pipeline.name,
+        log=log,
+        logger=logger,
+        on_bad_record=pipeline.file.bad_records,
+        snapshot_mode=pipeline.source.snapshot,
+        envelope=pipeline.envelope,
+        transforms=pipeline.chain(),
+        resnapshot=() if filters is None else filters.resnapshot,
+        refiltered=() if filters is None else filters.refiltered,
+    )
+
+    def factory() -> Source:
+        source: Source = plugin.create(pipeline.source, context)
+        return source
+
+    return factory
+
+
+def build_sink(
+    pipeline: Pipeline, config: SinkConfig, catalog: SchemaCatalog, logger: Logger
+) -> Callable[[], Sink]:
+    plugin = plugins.load(plugins.SINK_GROUP, config.type)
+    context = SinkContext(
+        pipeline=pipeline.name,
+        sink_name=config.name,
+        tables=pipeline.sink_tables(config),
+        schemas=catalog,
+        logger=logger,
+        envelope=pipeline.envelope,
+        hidden=masked_columns(pipeline),
+    )
+
+    def factory() -> Sink:
+        sink: Sink = plugin.create(config, context)
+        return sink
+
+    return factory
+
+
+def masked_columns(pipeline: Pipeline) -> dict[tuple[str, str], frozenset[str]]:
+    """By table (after routing), the columns the source's masks hide: a sink's errors name
+    them but never print their values (:attr:`cdc.sink.SinkContext.hidden`)."""
+    chain = pipeline.chain()
+    hidden: dict[tuple[str, str], frozenset[str]] = {}
+    for entry in pipeline.source.tables:
+        if entry.mask:
+            schema, _, table = chain.table(entry.name).partition(".")
+            hidden[(schema, table)] = hidden.get((schema, table), frozenset()) | set(entry.mask)
+    return hidden

@@ -1,0 +1,49 @@
+"""How many records a sink task asks the log for at a time: bounded by count and by bytes.
+
+The log's consumers read a count of records (:meth:`cdc.log.base.Consumer.poll`), so the
+bytes of a read are bounded through its count: the next read asks for as many records as fit
+``max_bytes`` at the size of the records read last, at most ``max_records`` and at least one (a
+single record larger than the bound still flows). The first read of a task is small, as it knows
+no size yet: a task started on a backlog of 1 MB values reads ``FIRST_READ`` of them, not
+``max_records``.
+
+What this cannot bound is the one read after the values grew (small ones, then large ones):
+that read asks for the count the small ones allowed. Stopping a read at a byte count is the
+log consumer's to do (a ``max_bytes`` of :meth:`~cdc.log.base.Consumer.poll`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from operator import attrgetter
+
+from cdc.log.base import StoredRecord
+
+#: Records the first read of a task asks for, before it knows their size.
+FIRST_READ = 64
+
+_VALUE = attrgetter("value")
+
+
+class ReadSize:
+    """The count of the next read (:attr:`count`), told the size of each read (:meth:`read`).
+
+    Args:
+        max_records: the most records a read asks for (the sink's ``batch_records``).
+        max_bytes: about the most bytes of values a read holds (the sink's ``batch_bytes``).
+    """
+
+    __slots__ = ("count", "max_bytes", "max_records")
+
+    def __init__(self, max_records: int, max_bytes: int) -> None:
+        self.max_records, self.max_bytes = max_records, max_bytes
+        self.count = min(max_records, FIRST_READ)
+
+    def read(self, stored: Sequence[StoredRecord]) -> None:
+        """Size the next read after ``stored`` (the records this one returned)."""
+        if not stored:
+            return
+        # map/filter/sum run in C: no Python call a record on the sink's hot path.
+        size = sum(map(len, filter(None, map(_VALUE, stored))))
+        fit = self.max_bytes * len(stored) // size if size else self.max_records
+        self.count = max(1, min(self.max_records, fit))
