@@ -24,6 +24,17 @@ from cdc.sink import Sink, SinkContext, SinkRecord
 PIPELINE = "shop"
 ITEMS = ("public", "items")
 ORDERS = ("public", "orders")
+#: Values no keyed sink may apply: an unknown op, no or a bad position, an upsert without a row.
+NOT_ENVELOPES: list[dict[str, Any]] = [
+    {"op": "x", "source": {"pos": [1, 0]}, "after": {}},
+    {"op": ["c"], "source": {"pos": [1, 0]}, "after": {}},
+    {"op": "c", "after": {"id": 1}},
+    {"op": "c", "source": {"pos": [1]}, "after": {"id": 1}},
+    {"op": "c", "source": {"pos": ["1", 0]}, "after": {"id": 1}},
+    {"op": "c", "source": {"pos": [-1, 0]}, "after": {"id": 1}},
+    {"op": "u", "source": {"pos": [1, 0]}, "after": None},
+]
+
 ITEMS_SCHEMA = TableSchema(
     "test",
     *ITEMS,

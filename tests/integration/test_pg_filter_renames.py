@@ -15,6 +15,8 @@ change through the stream). What a user relies on:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,11 @@ USERS: dict[str, Any] = {
     "columns": {"exclude": ["password_hash"]},
     "mask": {"ssn": "redact"},
 }
+MASKED: dict[str, Any] = {
+    "name": "public.users",
+    "mask": {"ssn": "redact", "password_hash": "hash"},
+}
+MASK_KEY = "rename-test-key-0123456789"
 
 
 def log_bytes(log_dir: Path) -> bytes:
@@ -57,6 +64,18 @@ def started(p: Pipeline) -> None:
     p.start()
     p.wait(lambda: bool(p.sources) and p.sources[-1].streaming)
     p.wait(lambda: len(p.topic_state("public.users")) == 30)
+
+
+@contextmanager
+def stopped_after_publishing(db: str, log_dir: Path, table: dict[str, Any]) -> Iterator[Pipeline]:
+    """A pipeline that snapshotted ``users``, streamed an update of row 2 and stopped: what
+    happens to the table next is behind the stream."""
+    with pipeline(db, log_dir, [table], snapshot="initial", mask_key=MASK_KEY) as p:
+        started(p)
+        execute(db, "UPDATE users SET name = 'published' WHERE id = 2")
+        p.wait(lambda: p.topic_state("public.users")[2]["name"] == "published")
+        p.stop()
+        yield p
 
 
 def renamed_everywhere(p: Pipeline, rows: int) -> bool:
@@ -103,12 +122,7 @@ def test_a_masked_column_renamed_while_stopped_and_its_name_reused_stay_masked(
     users: str, tmp_path: Path
 ) -> None:
     log_dir = tmp_path / "log"
-    masked = {"name": "public.users", "mask": {"ssn": "redact", "password_hash": "hash"}}
-    key = "rename-test-key-0123456789"
-    with pipeline(users, log_dir, [masked], snapshot="initial", mask_key=key) as p:
-        started(p)
-        execute(users, "UPDATE users SET name = 'published' WHERE id = 2")
-        p.stop()
+    with stopped_after_publishing(users, log_dir, MASKED) as p:
         execute(
             users,
             "ALTER TABLE users RENAME COLUMN ssn TO ssn2",
@@ -130,13 +144,7 @@ def test_a_masked_column_renamed_twice_behind_the_stream_is_not_streamed_raw(
     users: str, tmp_path: Path
 ) -> None:
     log_dir = tmp_path / "log"
-    masked = {"name": "public.users", "mask": {"ssn": "redact", "password_hash": "hash"}}
-    key = "rename-test-key-0123456789"
-    with pipeline(users, log_dir, [masked], snapshot="initial", mask_key=key) as p:
-        started(p)
-        execute(users, "UPDATE users SET name = 'published' WHERE id = 2")
-        p.wait(lambda: p.topic_state("public.users")[2]["name"] == "published")
-        p.stop()
+    with stopped_after_publishing(users, log_dir, MASKED) as p:
         # The WAL between the renames calls the masked column ssn2; when the stream reads it,
         # the catalog gives that name to a new column.
         execute(
@@ -166,11 +174,7 @@ def test_a_left_out_column_renamed_while_stopped_and_its_name_reused_stops_the_s
     users: str, tmp_path: Path
 ) -> None:
     log_dir = tmp_path / "log"
-    with pipeline(users, log_dir, [USERS], snapshot="initial") as p:
-        started(p)
-        execute(users, "UPDATE users SET name = 'published' WHERE id = 2")
-        p.wait(lambda: p.topic_state("public.users")[2]["name"] == "published")
-        p.stop()
+    with stopped_after_publishing(users, log_dir, USERS) as p:
         execute(
             users,
             "ALTER TABLE users RENAME COLUMN password_hash TO pwh2",

@@ -11,7 +11,7 @@ from cdc.events import Op
 from cdc.sink import SinkRecord
 from sinks.keyed import Kind, TopicTables, classify, key_suffix
 from sinks.redis.script import encode_pos
-from tests.integration.keyed_records import ITEMS, ORDERS, Records, event, item
+from tests.integration.keyed_records import ITEMS, NOT_ENVELOPES, ORDERS, Records, event, item
 
 TABLES = TopicTables("shop", [ITEMS, ORDERS])
 
@@ -31,18 +31,6 @@ def test_ops_become_kinds_with_positions_and_rows() -> None:
     assert changes[1].row == {"id": 1, "name": "b"} and changes[3].row is None
     assert changes[4].offset == 4 and changes[4].key == {"id": 1}
     assert {c.table for c in changes} == {ITEMS}
-
-
-#: Values no keyed sink may apply: an unknown op, no or a bad position, an upsert without a row.
-NOT_ENVELOPES: list[dict[str, Any]] = [
-    {"op": "x", "source": {"pos": [1, 0]}, "after": {}},
-    {"op": ["c"], "source": {"pos": [1, 0]}, "after": {}},
-    {"op": "c", "after": {"id": 1}},
-    {"op": "c", "source": {"pos": [1]}, "after": {"id": 1}},
-    {"op": "c", "source": {"pos": ["1", 0]}, "after": {"id": 1}},
-    {"op": "c", "source": {"pos": [-1, 0]}, "after": {"id": 1}},
-    {"op": "u", "source": {"pos": [1, 0]}, "after": None},
-]
 
 
 def test_a_topic_not_configured_is_read_from_its_name() -> None:

@@ -18,8 +18,7 @@ from sinks.keyed import Change, Kind, TopicTables, classify, key_suffix
 from sinks.redis import batch
 from sinks.redis.batch import segments
 from sinks.redis.script import encode_pos
-from tests.integration.keyed_records import ITEMS, ORDERS, Records, event, item
-from tests.unit.test_keyed import NOT_ENVELOPES
+from tests.integration.keyed_records import ITEMS, NOT_ENVELOPES, ORDERS, Records, event, item
 
 TABLES = TopicTables("shop", [ITEMS, ORDERS])
 _OPS = {Kind.UPSERT: "s", Kind.DELETE: "d", Kind.TOMBSTONE: "x"}
