@@ -7,9 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from rich.console import Console
 
 from cdc import snapshot_offsets as so
+from cdc.progress import StreamWatch
 from cdc.snapshot_report import request_finished, snapshot_report
+from cdc.status import _without_snapshots
 from snapshots.chunks import key_chunks
 from snapshots.state import SnapshotState
 
@@ -99,3 +102,12 @@ def test_readers_merge_every_form_and_keep_status_json_as_it_was() -> None:
     # a table's own key wins over an old run entry's copy of it (a log rewritten in part)
     newer = {**whole, so.table_key("public.t0"): {"rows": 7}}
     assert so.progress(newer)["tables"]["public.t0"] == {"rows": 7}  # type: ignore[index]
+
+
+def test_the_stream_display_and_status_show_the_position_without_any_progress_key() -> None:
+    state = planned(2)
+    stored = stored_after({"postgres": {"lsn_str": "0/10", "lsn": 16}}, state.offsets())
+    console = Console(width=200, record=True, color_system=None)
+    console.print(StreamWatch().render(stored))
+    assert "position postgres 0/10," in console.export_text()
+    assert _without_snapshots(stored) == {"postgres": {"lsn_str": "0/10", "lsn": 16}}
