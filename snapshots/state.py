@@ -1,16 +1,16 @@
 """Snapshot progress, as stored in the log's source offsets (see :mod:`cdc.snapshot_offsets`).
 
-Each table's progress is stored under its own key, in the same log transaction as the rows it
-describes, so after a crash it names exactly the chunks whose rows are durable; a commit stores
-only the tables it changed and, when it changed, the small run entry::
+Each table's progress and each queued request is stored under its own key, in the same log
+transaction as the rows it describes, so after a crash it names exactly the chunks whose rows are
+durable; a commit stores only what it changed (a chunk's commit: its table alone)::
 
     "snapshot": {
         "id": "9f0c...",                      # the snapshot run (initial) or latest request
         "consistent_point": 12345678,         # the exported snapshot's LSN (initial only)
-        "requests": [{"id": ..., "table": "public.t", "where": null}],  # not yet planned
         "failed": [{"id", "table", "where", "reason", "failed_ms"}],  # until cancelled
         "cancelled": ["<request id>", ...],   # the last few, for ``--wait`` and late windows
         "finished": ["<request id>", ...]}    # the last few, for ``cdc snapshot --wait``
+    "snapshot.request/<id>": {"id", "table", "where", "seq"}   # queued, not yet planned
     "snapshot.table/public.t": {
         "kind": "initial" | "incremental", "request": "...", "method": "keyset" | "ctid",
         "where": null, "chunks": [{"i": 0, "lo": null, "hi": ["500"]}, ...],
@@ -19,9 +19,9 @@ only the tables it changed and, when it changed, the small run entry::
 
 Chunk boundaries are stored, not re-planned, because a resumed snapshot must read exactly the
 ranges that are missing. A finished table's entry keeps its figures but no longer its plan
-(``chunks`` emptied), and a table's key is deleted when its progress goes (a failed or
-cancelled request, a table no longer captured, a new initial snapshot), so stored state stays
-bounded by the captured tables. A log written before per-table keys (everything under
+(``chunks`` emptied), and a key is deleted when what it holds goes (a request planned, failed
+or cancelled, a table no longer captured, a new initial snapshot), so stored state stays
+bounded by the captured tables. A log written before these keys (everything under
 ``"snapshot"``) is read as is and rewritten in this form by the first commit after a start.
 
 Next to it, under ``"captured"``, the tables the log holds (snapshotted or streamed), so a start
@@ -84,13 +84,16 @@ class SnapshotState:
         self._captured_dirty = False
         self._data: dict[str, Any] = _copy(dict(data or {}))
         self._data.setdefault("tables", {})
-        # What the next commit stores: the run entry if it changed, the tables changed since.
-        self._run_dirty, self._tables_dirty = False, set[str]()
+        # The queued requests by id, in order (``seq``, stored, keeps it across restarts).
+        self._queue = {r["id"]: dict(r) for r in self._data.pop("requests", None) or []}
+        self._seq = 1 + max((int(r.get("seq", 0)) for r in self._queue.values()), default=0)
+        # What the next commit stores: the run entry if it changed, the tables and the queued
+        # requests changed since.
+        self._run_dirty, self._tables_dirty, self._queue_dirty = False, set[str](), set[str]()
         # Per request, its tables with chunks left (scanning every table at each finished one
         # made a many-table snapshot quadratic).
         self._unread: Counter[str] = Counter()
         self._recount()
-        self._data.setdefault("requests", [])
         self._data.setdefault("finished", [])
         self._data.setdefault("failed", [])
         self._data.setdefault("cancelled", [])
@@ -112,12 +115,13 @@ class SnapshotState:
         if snapshot_offsets.migrated(offsets):
             state._run_dirty = True
             state._tables_dirty.update(state._data["tables"])
+            state._queue_dirty.update(state._queue)
         return state
 
     @property
     def dirty(self) -> bool:
         """The progress changed since the last commit stored it."""
-        return self._run_dirty or bool(self._tables_dirty)
+        return self._run_dirty or bool(self._tables_dirty or self._queue_dirty)
 
     @property
     def pending(self) -> bool:
@@ -125,28 +129,28 @@ class SnapshotState:
         return self.dirty or self._captured_dirty
 
     def offsets(self, progress: bool = False) -> dict[str, Any]:
-        """What a commit stores: the run entry when it changed (or ``progress``), each table
-        changed since the last call, the captured tables when they changed. Clears what it
-        returns."""
+        """What a commit stores: the run entry when it changed (or ``progress``), each table and
+        queued request changed since the last call, the captured tables when they changed.
+        Clears what it returns."""
         with self._lock:
-            tables = self._data["tables"]
+            tables, queue = self._data["tables"], self._queue
             changed = {n: _copy(tables[n]) if n in tables else None for n in self._tables_dirty}
-            run = _copy(self._run()) if progress or self._run_dirty else None
-            self._run_dirty, self._tables_dirty = False, set()
-            stored = snapshot_offsets.encode(run, changed)
+            queued = {i: dict(queue[i]) if i in queue else None for i in self._queue_dirty}
+            run = None
+            if progress or self._run_dirty:
+                run = _copy({k: v for k, v in self._data.items() if k != "tables"})
+            self._run_dirty, self._tables_dirty, self._queue_dirty = False, set(), set()
+            stored = snapshot_offsets.encode(run, changed, queued)
             if self._captured_dirty:
                 self._captured_dirty = False
                 stored[CAPTURED_KEY] = list(self._captured or [])
         return stored
 
-    def _run(self) -> dict[str, Any]:
-        return {k: v for k, v in self._data.items() if k != "tables"}
-
     def to_json(self) -> dict[str, Any]:
         """A deep copy of the whole progress, every table included (the form
         :func:`cdc.snapshot_offsets.progress` reads back)."""
         with self._lock:
-            return _copy(self._data)
+            return _copy({**self._data, "requests": list(self._queue.values())})
 
     def _recount(self) -> None:
         self._unread = Counter(
@@ -179,7 +183,7 @@ class SnapshotState:
 
     def requests(self) -> list[dict[str, Any]]:
         with self._lock:
-            return _copy(self._data["requests"])
+            return _copy(list(self._queue.values()))
 
     def failed(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -211,11 +215,12 @@ class SnapshotState:
         with self._lock:
             kept = ("finished", "failed", "cancelled")
             self._tables_dirty.update(self._data["tables"])  # their keys are deleted
+            self._queue_dirty.update(self._queue)
+            self._queue = {}
             self._data = {
                 "id": snapshot_id,
                 "consistent_point": consistent_point,
                 "tables": {},
-                "requests": [],
                 **{key: self._data[key] for key in kept if key in self._data},
             }
             self._unread.clear()
@@ -230,7 +235,9 @@ class SnapshotState:
     def add_request(self, request: Mapping[str, Any]) -> None:
         """Queue an incremental snapshot request until it is planned."""
         with self._lock:
-            self._data["requests"].append(dict(request))
+            self._queue[request["id"]] = {**request, "seq": self._seq}
+            self._seq += 1
+            self._queue_dirty.add(request["id"])
             self._data["id"] = request["id"]
             self._run_dirty = True
 
@@ -272,10 +279,7 @@ class SnapshotState:
             if purge:
                 self._data["tables"][name]["purge"] = True
             self._touch(name, +1)
-            if request is not None:
-                queue = self._data["requests"]
-                self._data["requests"] = [r for r in queue if r.get("id") != request]
-                self._run_dirty = True
+            self._unqueue(request)
             return True
 
     def chunk_done(self, name: str, index: int, rows: int) -> dict[str, Any]:
@@ -328,7 +332,7 @@ class SnapshotState:
                 rows = entry.get("rows", 0)
                 self._touch(name, -1)
                 del self._data["tables"][name]
-            self._data["requests"] = [r for r in self._data["requests"] if r.get("id") != request]
+            self._unqueue(request)
             failure: dict[str, Any] = {"id": ident, "table": name, "where": where}
             failure |= {"reason": redact(reason), "rows": rows, "failed_ms": now_ms()}
             self._data["failed"] = [*self._data["failed"], failure][-FINISHED_KEPT:]
@@ -362,15 +366,17 @@ class SnapshotState:
             self._run_dirty = True
             return dropped
 
+    def _unqueue(self, request: str | None) -> dict[str, Any] | None:
+        """Take ``request`` off the queue (its key is deleted with the next commit)."""
+        if request is None or request not in self._queue:
+            return None
+        self._queue_dirty.add(request)
+        return self._queue.pop(request)
+
     def _drop_queued(self, request: str | None) -> list[dict[str, Any]]:
-        dropped, kept = [], []
-        for queued in self._data["requests"]:
-            if request in (None, queued.get("id")):
-                dropped.append({"id": queued["id"], "table": queued["table"], "state": "queued"})
-            else:
-                kept.append(queued)
-        self._data["requests"] = kept
-        return dropped
+        ids = list(self._queue) if request is None else [request]
+        dropped = [q for q in map(self._unqueue, ids) if q is not None]
+        return [{"id": q["id"], "table": q["table"], "state": "queued"} for q in dropped]
 
     def _drop_running(self, request: str | None) -> list[dict[str, Any]]:
         dropped = []
@@ -394,8 +400,9 @@ class SnapshotState:
                 if name in self._data["tables"]:
                     self._touch(name, -1)
                     del self._data["tables"][name]
-            for key in ("requests", "failed"):
-                self._data[key] = [r for r in self._data[key] if r.get("table") not in tables]
+            for ident in [i for i, r in self._queue.items() if r.get("table") in tables]:
+                self._unqueue(ident)
+            self._data["failed"] = [r for r in self._data["failed"] if r.get("table") not in tables]
             self._run_dirty = True
 
     def cancelled(self, request: str) -> bool:

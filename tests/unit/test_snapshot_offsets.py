@@ -5,6 +5,7 @@ and rewritten (pure)."""
 from __future__ import annotations
 
 from typing import Any
+from unittest.mock import ANY
 
 import orjson
 from rich.console import Console
@@ -69,15 +70,41 @@ def test_a_table_whose_progress_goes_is_deleted_from_the_stored_state() -> None:
     assert stored[so.RUN_KEY]["id"] == "s2"
 
 
+def test_each_queued_request_is_its_own_key_in_order_until_it_is_planned() -> None:
+    state = SnapshotState()
+    for i in (3, 1, 2):
+        state.add_request({"id": f"r{i}", "table": f"public.t{i}", "where": None})
+    stored = stored_after({}, state.offsets())
+    assert {k for k in stored if k.startswith(so.REQUEST_PREFIX)} == {
+        so.REQUEST_PREFIX + i for i in ("r1", "r2", "r3")
+    }
+    assert "requests" not in stored[so.RUN_KEY]
+    again = SnapshotState.from_offsets(stored)  # a restart keeps the queue's order
+    assert [r["id"] for r in again.requests()] == ["r3", "r1", "r2"]
+    again.plan_table("public.t1", "incremental", "keyset", key_chunks([]), request="r1")
+    planned_one = again.offsets()
+    assert planned_one == {so.REQUEST_PREFIX + "r1": None, so.table_key("public.t1"): ANY}
+    again.cancel(None)
+    stored = stored_after(stored_after(stored, planned_one), again.offsets())
+    assert not [k for k in stored if k.startswith(so.REQUEST_PREFIX)]
+
+
 def test_the_old_single_key_form_is_read_then_rewritten_per_table() -> None:
     old = planned(4)
     old.chunk_done("public.t0", 0, 10)
     old.chunk_done("public.t2", 2, 10)
+    old.add_request({"id": "q1", "table": "public.t9", "where": "id > 1"})
     # As a log written before per-table keys holds it: everything under "snapshot".
     stored = {"postgres": {"lsn": 10}, so.RUN_KEY: orjson.loads(orjson.dumps(old.to_json()))}
     assert so.migrated(stored)
-    report = {r["table"]: r["chunks_done"] for r in snapshot_report(stored)}
-    assert report == {"public.t0": 1, "public.t1": 0, "public.t2": 1, "public.t3": 0}
+    report = {r["table"]: r.get("chunks_done", r["state"]) for r in snapshot_report(stored)}
+    assert report == {
+        "public.t0": 1,
+        "public.t1": 0,
+        "public.t2": 1,
+        "public.t3": 0,
+        "public.t9": "queued",
+    }
 
     state = SnapshotState.from_offsets(stored)
     remaining = {t: [c.index for c in cs] for t, cs in state.unfinished().items()}
@@ -86,8 +113,10 @@ def test_the_old_single_key_form_is_read_then_rewritten_per_table() -> None:
     stored = stored_after(stored, state.offsets())
     assert not so.migrated(stored)
     assert len([k for k in stored if k.startswith(so.TABLE_PREFIX)]) == 4
+    assert stored[so.REQUEST_PREFIX + "q1"]["where"] == "id > 1"
     again = SnapshotState.from_offsets(stored)
     assert {t: [c.index for c in cs] for t, cs in again.unfinished().items()} == remaining
+    assert [r["id"] for r in again.requests()] == ["q1"]
     assert not again.pending
 
 
