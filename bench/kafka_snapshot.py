@@ -58,6 +58,7 @@ from cdc.log.kafka.common import producer_config
 from cdc.logging import configure
 from cdc.runtime.pipeline import GC_THRESHOLDS
 from cdc.runtime.source_task import SourceTask
+from cdc.snapshot_offsets import progress
 from cdc.source import SourceContext
 from connectors.postgres import PostgresSourceConfig, drop_replication_objects
 from connectors.postgres.snapshot.source import SnapshottingPostgresSource
@@ -132,7 +133,7 @@ class _WatchedTx:
 
     def store_offsets(self, offsets: Mapping[str, Any]) -> None:
         self._tx.store_offsets(offsets)
-        snapshot = offsets.get("snapshot") or {}
+        snapshot = progress(offsets) or {}  # each table's progress is a key of its own
         self._entry = snapshot.get("tables", {}).get(TABLE, self._entry)
 
     def commit(self) -> None:

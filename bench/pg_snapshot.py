@@ -46,6 +46,7 @@ from cdc.log.embedded import EmbeddedLog
 from cdc.logging import configure
 from cdc.runtime.pipeline import GC_THRESHOLDS
 from cdc.runtime.source_task import SourceTask
+from cdc.snapshot_offsets import progress
 from cdc.snapshot_report import request_finished
 from cdc.source import SourceContext
 from connectors.postgres import PostgresSourceConfig, drop_replication_objects
@@ -112,7 +113,7 @@ def snapshot(
         _wait_until(done, thread, split)
         took = time.perf_counter() - started
         cpu = time.process_time() - cpu_started
-        rows = int(log.source_offsets()["snapshot"]["tables"]["public.t"]["rows"])
+        rows = int((progress(log.source_offsets()) or {})["tables"]["public.t"]["rows"])
     finally:
         stop.set()
         thread.join(30)
@@ -223,7 +224,7 @@ def drop_when_released(config: PostgresSourceConfig, dsn: str) -> None:
 
 
 def _done(log: EmbeddedLog) -> bool:
-    entry = (log.source_offsets().get("snapshot") or {}).get("tables", {}).get("public.t")
+    entry = (progress(log.source_offsets()) or {}).get("tables", {}).get("public.t")
     if not entry:
         return False
     return sum(b - a + 1 for a, b in entry["done"]) == entry["chunks_total"]
