@@ -92,8 +92,9 @@ class SnapshotState:
         self._run_dirty, self._tables_dirty, self._queue_dirty = False, set[str](), set[str]()
         # Per request, its tables with chunks left (scanning every table at each finished one
         # made a many-table snapshot quadratic).
-        self._unread: Counter[str] = Counter()
-        self._recount()
+        self._unread = Counter(
+            e["request"] for e in self._data["tables"].values() if e.get("request") and _open(e)
+        )
         self._data.setdefault("finished", [])
         self._data.setdefault("failed", [])
         self._data.setdefault("cancelled", [])
@@ -151,11 +152,6 @@ class SnapshotState:
         :func:`cdc.snapshot_offsets.progress` reads back)."""
         with self._lock:
             return _copy({**self._data, "requests": list(self._queue.values())})
-
-    def _recount(self) -> None:
-        self._unread = Counter(
-            e["request"] for e in self._data["tables"].values() if e.get("request") and _open(e)
-        )
 
     def _touch(self, name: str, delta: int) -> None:
         """Table ``name`` changes: stored with the next commit; ``delta`` its request's count of
