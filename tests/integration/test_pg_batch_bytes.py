@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import quote
 
 import orjson
 import pytest
@@ -86,6 +87,28 @@ def test_a_transaction_of_large_values_comes_in_polls_bounded_by_bytes(
         updated = [e.after for e in h.events[ROWS:]]
         assert [(a["id"], a["n"]) for a in updated if a] == [(i, 1) for i in range(1, ROWS + 1)]
         assert [_md5(a["payload"]) for a in updated if a] == digests
+
+
+@pytest.mark.pgcore
+def test_a_streamed_transaction_is_replayed_in_polls_bounded_by_bytes(
+    pg_db: str, tmp_path: Path
+) -> None:
+    # A tiny decoding memory makes the server stream the transaction before it commits: the
+    # source spools it, and replays it at the commit (the bytes counted as they are replayed).
+    sql(pg_db, "CREATE TABLE big (id int PRIMARY KEY, n int, payload text)")
+    dsn = f"{pg_db}?options=" + quote("-c logical_decoding_work_mem=64kB")
+    options = {"max_batch_bytes": MAX_BYTES, "stream_in_progress": True}
+    with harness(dsn, tmp_path / "log", ["public.big"], **options) as h:
+        h.open()
+        sql(pg_db, FILL)
+        _assert_bounded(_polls(h, ROWS), 0)
+        inserted = [e.after for e in h.events]
+        assert [a["id"] for a in inserted if a] == list(range(1, ROWS + 1))
+        assert [_md5(a["payload"]) for a in inserted if a] == _digests(pg_db)
+        streamed = query(
+            pg_db, "SELECT stream_txns FROM pg_stat_replication_slots WHERE slot_name = 'pgt_slot'"
+        )
+    assert streamed and streamed[0][0] >= 1, "the server did not stream the transaction"
 
 
 class _Watched(JsonlSink):
