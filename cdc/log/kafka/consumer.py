@@ -11,55 +11,29 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaException
 from confluent_kafka import TopicPartition as KafkaPartition
 
-from cdc.errors import LogError, LogFatal, LogUnavailable
+from cdc.errors import LogError, LogUnavailable
 from cdc.log.base import PartitionsCallback, StartOffsets, StoredRecord, TopicPartition
+from cdc.log.kafka.brokerless import BrokerlessWatch
 from cdc.log.kafka.commits import Committer
-from cdc.log.kafka.common import (
-    POS_HEADER,
-    ConnectionWatch,
-    translate,
-    translated,
-)
+from cdc.log.kafka.common import ConnectionWatch, translate, translated
+from cdc.log.kafka.messages import MAX_CONSUME, records_of
 from cdc.logging import get_logger
 
-_READ_TIMEOUT_S = 20.0
 #: While the connection is lost and nothing arrives, ask for metadata this often, so that an
 #: idle member notices (and logs) when the cluster is back.
 _PROBE_EVERY_S = 2.0
-_MAX_CONSUME = 10_000  # librdkafka's consume() refuses batches over a million
 
 _logger = get_logger(component="kafka_log")
 
-RecordsCallback = Callable[[list[StoredRecord]], None]
 
-
-def stored(msg: Any) -> StoredRecord:
-    """A consumed message as the log interface returns it, its position from the ``cdc.pos``
-    header (``None`` for a record without one)."""
-    pos = next((data for name, data in msg.headers() or () if name == POS_HEADER), None)
-    return StoredRecord(
-        msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(), msg.timestamp()[1], pos
-    )
-
-
-def _records(messages: Sequence[Any]) -> list[StoredRecord]:
-    out = []
-    for msg in messages:
-        err = msg.error()
-        if err is None:
-            out.append(stored(msg))
-        elif err.fatal():
-            raise LogFatal(f"kafka log: consumer failed: {err.name()}: {err.str()}")
-        elif err.code() != KafkaError._PARTITION_EOF:
-            # Broker restarts and leader moves surface here; librdkafka reconnects by itself.
-            _logger.warning("kafka.consumer_error", error=err.name(), detail=err.str())
-    return out
+class ClientReplaced(Exception):
+    """The librdkafka client was replaced while a call waited on it (see ``_rejoin``)."""
 
 
 class KafkaConsumer:
@@ -92,16 +66,26 @@ class KafkaConsumer:
         self._group = str(config.get("group.id"))
         self._topics = list(dict.fromkeys(topics))
         self._watch = ConnectionWatch("consumer", group=self._group)
+        self._brokerless = BrokerlessWatch()
         self._last_probe = 0.0
-        self._consumer = Consumer(
-            {**config, **self._watch.settings(), "on_commit": self._committer.on_commit}
-        )
-        self._consumer.subscribe(
+        self._config = {
+            **config,
+            **self._watch.settings(),
+            **self._brokerless.settings(),
+            "on_commit": self._committer.on_commit,
+        }
+        self._consumer = self._join()
+
+    def _join(self) -> Consumer:
+        """A new librdkafka consumer, subscribed: it joins the group."""
+        consumer = Consumer(self._config)
+        consumer.subscribe(
             self._topics,
             on_assign=self._assigned,
             on_revoke=self._revoked,
             on_lost=self._lost,
         )
+        return consumer
 
     def poll(self, max_records: int, timeout_s: float) -> list[StoredRecord]:
         """Up to ``max_records`` committed records, waiting at most ``timeout_s`` for the first.
@@ -127,15 +111,17 @@ class KafkaConsumer:
                 remaining = deadline - time.monotonic()
                 msg = self._consumer.poll(max(0.0, remaining))
                 if msg is not None:
-                    out = _records([msg])
+                    out = records_of([msg])
+                elif self._brokerless.stuck():
+                    self._rejoin()
                 if not out and time.monotonic() >= deadline:
                     self._probe()
                     self._commit_past_markers()
                     return []
             # What the first fetch brought is queued already: take it without waiting.
-            want = min(max_records - len(out), _MAX_CONSUME)
+            want = min(max_records - len(out), MAX_CONSUME)
             if want > 0:
-                out += _records(self._consumer.consume(want, 0))
+                out += records_of(self._consumer.consume(want, 0))
         # Records prove nothing about the connection: librdkafka may have fetched them before
         # an outage began. While it is lost, ask the cluster instead.
         self._probe()
@@ -183,6 +169,8 @@ class KafkaConsumer:
     # -- internals -----------------------------------------------------------------------------
 
     def _assigned(self, consumer: Any, partitions: list[Any]) -> None:
+        if consumer is not self._consumer:
+            return  # a client being retired (see _rejoin)
         self._log_partitions("kafka.partitions_assigned", consumer, partitions)
         if self._start_offsets is not None:
             tps = [TopicPartition(p.topic, p.partition) for p in partitions]
@@ -194,12 +182,16 @@ class KafkaConsumer:
         consumer.assign(partitions)
 
     def _lost(self, consumer: Any, partitions: list[Any]) -> None:
+        if consumer is not self._consumer:
+            return
         # The group moved on without this member (a session timeout, an outage): the
         # partitions may already be another member's.
         self._log_partitions("kafka.partitions_lost", consumer, partitions)
         self._release(consumer, partitions)
 
     def _revoked(self, consumer: Any, partitions: list[Any]) -> None:
+        if consumer is not self._consumer:
+            return
         self._log_partitions("kafka.partitions_revoked", consumer, partitions)
         self._release(consumer, partitions)
 
@@ -211,15 +203,19 @@ class KafkaConsumer:
                 self._on_revoke(tps)
         finally:
             self._revoking = False
-            for tp in tps:
-                self._returned.pop(tp, None)
-                self._committed.pop(tp, None)
-            # Fetched during a commit's wait and never returned: their new owner reads them.
-            released = set(tps)
-            self._pending = [
-                r for r in self._pending if TopicPartition(r.topic, r.partition) not in released
-            ]
+            self._forget(partitions)
             consumer.unassign()
+
+    def _forget(self, partitions: list[Any]) -> None:
+        """Drop what this member tracked of ``partitions``: they are another member's now."""
+        released = {TopicPartition(p.topic, p.partition) for p in partitions}
+        for tp in released:
+            self._returned.pop(tp, None)
+            self._committed.pop(tp, None)
+        # Fetched during a commit's wait and never returned: their new owner reads them.
+        self._pending = [
+            r for r in self._pending if TopicPartition(r.topic, r.partition) not in released
+        ]
 
     def _log_partitions(self, event: str, consumer: Any, partitions: list[Any]) -> None:
         # Must not raise: it runs inside librdkafka's rebalance callback.
@@ -277,6 +273,11 @@ class KafkaConsumer:
             committed = self._committer.commit(self._consumer, partitions, stop, self._revoking)
         except KafkaException as exc:
             raise translate(exc, "committing consumer offsets", self._servers) from exc
+        except ClientReplaced as exc:
+            # Not committed: the caller commits again, on the new client.
+            raise LogUnavailable(
+                f"kafka log ({self._servers}): committing consumer offsets failed: {exc}"
+            ) from exc
         if not committed:
             return
         self._watch.reached(since=self._committer.sent)
@@ -289,127 +290,47 @@ class KafkaConsumer:
                 self._returned[tp] = offset
 
     def _serve(self, timeout_s: float) -> None:
-        """Serve the consumer while a commit waits; a record it returns waits for ``poll``."""
+        """Serve the consumer while a commit waits; a record it returns waits for ``poll``.
+
+        Raises:
+            ClientReplaced: the client knew no broker and was replaced (:meth:`_rejoin`): the
+                commit it waited for can never be answered.
+        """
         msg = self._consumer.poll(timeout_s)
         if msg is not None:
-            self._pending += _records([msg])
+            self._pending += records_of([msg])
+        elif self._brokerless.stuck():
+            self._rejoin()
+            raise ClientReplaced("the consumer knew no broker and was replaced")
+
+    def _rejoin(self) -> None:
+        """Replace a client that knows no broker with a new one, which bootstraps again.
+
+        A broker that shuts down cleanly answers metadata without itself, and librdkafka drops
+        every broker an answer leaves out: a client of a one-broker cluster then knows none,
+        sends nothing, reports nothing and never goes back to ``bootstrap.servers``
+        (confluentinc/librdkafka#5301), so its sink would wait for good. The group forgets
+        the old member after its session timeout; what it had not committed is read again
+        from the last commit, which the sinks' positions make harmless.
+        """
+        old = self._consumer
+        _logger.warning(
+            "kafka.consumer_rejoining", group=self._group, reason="the client knows no broker"
+        )
+        self._forget([*self._returned, *self._committed])
+        self._pending.clear()
+        self._consumer = self._join()
+        self._brokerless.reset()
+        # Closing waits for a coordinator the old client cannot reach: not on this thread.
+        threading.Thread(target=_close_quietly, args=(old,), daemon=True).start()
 
     def _check_open(self) -> None:
         if self._closed:
             raise LogError("kafka log: the consumer is closed")
 
 
-def _scanned(topic: str, messages: Sequence[Any], todo: dict[int, int]) -> list[StoredRecord]:
-    """The records of ``messages`` below each partition's end; a partition is done (dropped
-    from ``todo``) at its end or at its EOF event."""
-    out = []
-    for msg in messages:
-        if msg.topic() != topic:
-            continue
-        err = msg.error()
-        if err is not None and err.code() == KafkaError._PARTITION_EOF:
-            todo.pop(msg.partition(), None)
-            continue
-        for record in _records([msg]):
-            end = todo.get(record.partition)
-            if end is None:
-                continue
-            if record.offset < end:
-                out.append(record)
-            if record.offset >= end - 1:
-                del todo[record.partition]
-    return out
-
-
-class PartitionReader:
-    """Reads one partition from an offset with an assigned consumer: no group, no commits.
-
-    One consumer serves every read (creating one costs a broker round trip or two); a lock makes
-    reads from several threads take turns.
-    """
-
-    def __init__(self, config: dict[str, Any]) -> None:
-        self._servers = str(config.get("bootstrap.servers"))
-        self._consumer = Consumer(config)
-        self._lock = threading.Lock()
-
-    def read(
-        self, topic: str, partition: int, offset: int, max_records: int, end: int
-    ) -> list[StoredRecord]:
-        """Records from ``offset`` on, at most ``max_records``, stopping at ``end`` (the LSO)."""
-        if offset >= end or max_records <= 0:
-            return []
-        with self._lock, translated(f"reading {topic}[{partition}]", self._servers):
-            self._consumer.assign([KafkaPartition(topic, partition, offset)])
-            try:
-                return self._fetch(topic, partition, offset, max_records, end)
-            finally:
-                # Stop the background prefetch: it would hold memory for nobody.
-                self._consumer.unassign()
-
-    def scan(self, topic: str, ends: Mapping[int, int], batch: int, apply: RecordsCallback) -> None:
-        """Hand every record of ``topic`` below ``ends`` (per partition, the LSOs) to ``apply``,
-        in lists of at most ``batch``, each partition in offset order: one pass over the whole
-        topic, without the round trips of a :meth:`read` per batch.
-        """
-        todo = {partition: end for partition, end in ends.items() if end > 0}
-        if not todo:
-            return
-        with self._lock, translated(f"reading {topic}", self._servers):
-            self._consumer.assign([KafkaPartition(topic, p, 0) for p in todo])
-            try:
-                self._scan(topic, todo, min(batch, _MAX_CONSUME), apply)
-            finally:
-                self._consumer.unassign()
-
-    def _scan(self, topic: str, todo: dict[int, int], batch: int, apply: RecordsCallback) -> None:
-        deadline = time.monotonic() + _READ_TIMEOUT_S
-        while todo:
-            messages = self._consumer.consume(batch, 0.2)
-            if not messages:
-                if time.monotonic() > deadline:
-                    raise LogUnavailable(
-                        f"kafka log ({self._servers}): no answer reading {topic} within "
-                        f"{_READ_TIMEOUT_S:.0f} s"
-                    )
-                continue
-            deadline = time.monotonic() + _READ_TIMEOUT_S
-            out = _scanned(topic, messages, todo)
-            if out:
-                apply(out)
-
-    def _fetch(
-        self, topic: str, partition: int, offset: int, max_records: int, end: int
-    ) -> list[StoredRecord]:
-        out: list[StoredRecord] = []
-        deadline = time.monotonic() + _READ_TIMEOUT_S
-        while len(out) < max_records:
-            first = self._consumer.poll(0.2)
-            if first is None:
-                if time.monotonic() > deadline:
-                    raise LogUnavailable(
-                        f"kafka log ({self._servers}): no answer reading {topic}[{partition}] "
-                        f"within {_READ_TIMEOUT_S:.0f} s"
-                    )
-                continue
-            batch = [first, *self._consumer.consume(min(max_records, _MAX_CONSUME), 0)]
-            for msg in batch:
-                if msg.topic() != topic or msg.partition() != partition:
-                    continue
-                err = msg.error()
-                if err is not None and err.code() == KafkaError._PARTITION_EOF:
-                    return out[:max_records]
-                for record in _records([msg]):
-                    if record.offset >= offset:
-                        out.append(record)
-            if out and out[-1].offset >= end - 1:
-                break
-        return out[:max_records]
-
-    def close(self) -> None:
-        """Close the reader's consumer (it never joined a group: nothing to leave)."""
-        with self._lock:
-            try:
-                self._consumer.close()
-            except (KafkaException, RuntimeError) as exc:
-                _logger.warning("kafka.reader_close_failed", error=str(exc))
+def _close_quietly(consumer: Any) -> None:
+    try:
+        consumer.close()
+    except (KafkaException, RuntimeError) as exc:
+        _logger.warning("kafka.consumer_close_failed", error=str(exc))

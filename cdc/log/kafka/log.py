@@ -50,9 +50,11 @@ from cdc.log.kafka.common import (
     reader_config,
     translated,
 )
-from cdc.log.kafka.consumer import KafkaConsumer, PartitionReader, RecordsCallback
+from cdc.log.kafka.consumer import KafkaConsumer
 from cdc.log.kafka.groups import GroupDescription
 from cdc.log.kafka.image_sync import SourceImages, split_mark
+from cdc.log.kafka.messages import RecordsCallback
+from cdc.log.kafka.partition_reader import PartitionReader
 from cdc.log.kafka.txn import KafkaTransaction, TransactionalWriter
 from cdc.partitioner import partition_for
 

@@ -1,0 +1,57 @@
+"""Noticing a librdkafka client that knows no broker any more.
+
+librdkafka drops every broker a metadata answer leaves out, and a broker that shuts down
+cleanly answers metadata without itself. A client of a one-broker cluster is then left with no
+broker: it sends nothing, so it reports no error, and it never goes back to
+``bootstrap.servers`` (confluentinc/librdkafka#5301, open at 2.16). Nothing in the client's
+API says so, but its statistics do: :class:`BrokerlessWatch` reads them (``stats_cb``) and tells
+the owner, which replaces the client.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+
+#: librdkafka's statistics every this many milliseconds (parsing one costs some 50 µs).
+STATS_INTERVAL_MS = 5_000
+#: Brokerless for this long (two reports in a row): the client is stuck, not re-bootstrapping
+#: (which drops the learned brokers and adds the bootstrap ones in one step).
+STUCK_AFTER_S = 8.0
+#: Where a broker came from; "logical" ones (the group coordinator's handle) borrow the address
+#: of a real one and cannot reach the cluster by themselves.
+_REAL_SOURCES = frozenset({"configured", "learned"})
+
+
+class BrokerlessWatch:
+    """Tracks whether the client's latest statistics named any real broker."""
+
+    def __init__(self) -> None:
+        self._brokerless_since: float | None = None
+
+    def settings(self) -> dict[str, Any]:
+        """The client settings that deliver its statistics here."""
+        return {"statistics.interval.ms": STATS_INTERVAL_MS, "stats_cb": self.on_stats}
+
+    def on_stats(self, report: str) -> None:
+        """librdkafka's ``stats_cb``; it must not raise (it runs inside librdkafka's calls)."""
+        try:
+            brokers = orjson.loads(report).get("brokers") or {}
+            known = any(b.get("source") in _REAL_SOURCES for b in brokers.values())
+        except (ValueError, AttributeError):
+            return
+        if known:
+            self._brokerless_since = None
+        elif self._brokerless_since is None:
+            self._brokerless_since = time.monotonic()
+
+    def stuck(self) -> bool:
+        """The client has known no broker for :data:`STUCK_AFTER_S`."""
+        since = self._brokerless_since
+        return since is not None and time.monotonic() - since >= STUCK_AFTER_S
+
+    def reset(self) -> None:
+        """A new client replaces the stuck one."""
+        self._brokerless_since = None
