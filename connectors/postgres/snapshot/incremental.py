@@ -27,6 +27,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from cdc.batch_bytes import BATCH_BYTES
 from cdc.errors import SourceFatal, SourceUnavailable
 from cdc.logging import Logger
 from cdc.runtime.retry import Backoff, Decision, Stopped, classify, retry, retry_until_stopped
@@ -53,6 +54,8 @@ _RACING = sql.SQL(
     " AND pg_xact_status(l.x) <> 'in progress'"
 )
 RACE_RETRIES = 2500  # 2 ms apart: about five seconds
+#: Rows of COPY lines read at a time (a window holds its whole chunk's rows all the same).
+PIECE_ROWS = 5000
 
 
 class _Racing(Exception):
@@ -106,6 +109,8 @@ class WatermarkReader:
         refresh: describes a chunk's table again in each read, once the read holds the
             table's lock, so a schema change since the plan neither fails the read (a renamed
             or dropped column) nor reads the old shape.
+        piece_bytes: about the most bytes of COPY lines read at a time (the source's
+            ``max_batch_bytes``); a window holds its whole chunk's rows all the same.
     """
 
     def __init__(
@@ -120,8 +125,9 @@ class WatermarkReader:
         retries: int = 3,
         backoff_s: float = 0.5,
         refresh: Refresh | None = None,
+        piece_bytes: int = BATCH_BYTES,
     ) -> None:
-        self._refresh = refresh
+        self._refresh, self._piece_bytes = refresh, piece_bytes
         self._conninfo = session_conninfo(dsn, connect_timeout_s, application_name="cdc-snapshot")
         self._channel, self._windows, self._lock = channel, windows, lock
         self._state, self._logger = state, logger
@@ -347,12 +353,9 @@ class WatermarkReader:
     def _read(self, conn: psycopg.Connection[Any], job: ChunkJob) -> dict[bytes, KeyedRow]:
         state = job.table.state
         rows: dict[bytes, KeyedRow] = {}
-        for lines in read_lines(
-            conn,
-            chunk_query(job.table, job.chunk, job.where, ordered=True),
-            5000,
-            job.table.hides_values,
-        ):
+        query = chunk_query(job.table, job.chunk, job.where, ordered=True)
+        piece_bytes, hides = self._piece_bytes, job.table.hides_values
+        for lines in read_lines(conn, query, PIECE_ROWS, hides, piece_bytes):
             for row in keyed_lines(state, lines):
                 rows[row[1]] = row
         if job.purge and job.table.where:
@@ -360,7 +363,7 @@ class WatermarkReader:
             # publication): the sinks may hold them from under the filter before.
             outside = replace(job.table, where=f"({job.table.where}) IS NOT TRUE")
             query = chunk_query(outside, job.chunk, job.where, ordered=True)
-            for lines in read_lines(conn, query, 5000, job.table.hides_values):
+            for lines in read_lines(conn, query, PIECE_ROWS, hides, piece_bytes):
                 for left_out, key in keyed_lines(state, lines):
                     rows[key] = Gone(left_out, key)
         return rows

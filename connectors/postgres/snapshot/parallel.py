@@ -23,6 +23,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from cdc.batch_bytes import BATCH_BYTES
 from cdc.envelope_options import READABLE, EnvelopeOptions
 from cdc.errors import CdcError, SourceFatal
 from cdc.log.base import Record
@@ -66,6 +67,9 @@ class ReadSettings:
     position: int
     ts_ms: int
     piece_rows: int = 5000
+    #: About the most bytes of rows a piece holds (the source's ``max_batch_bytes``): the
+    #: queue holds ``2 * workers`` pieces, which rows alone bound at 5,000 x the value size.
+    piece_bytes: int = BATCH_BYTES
     retries: int = RETRIES
     backoff_s: float = BACKOFF_S
     flag: str = "true"
@@ -238,7 +242,10 @@ class ExportedSnapshotReader:
         count = 0
         options = settings.options
         schemas = relation_schemas(table.state, options) if options.schemas_enable else None
-        for rows in read_lines(conn, query, settings.piece_rows, table.hides_values):
+        pieces = read_lines(
+            conn, query, settings.piece_rows, table.hides_values, settings.piece_bytes
+        )
+        for rows in pieces:
             records = to_records(
                 table,
                 rows,

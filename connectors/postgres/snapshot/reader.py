@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg import sql
 
+from cdc.batch_bytes import BATCH_BYTES
 from cdc.errors import SourceFatal
 from connectors.postgres.catalog import Catalog, TableInfo, published_column
 from connectors.postgres.errors import QueryRefused, server_error
@@ -235,10 +236,12 @@ def read_lines(
     query: sql.Composed,
     piece_rows: int,
     hides_values: bool = False,
+    piece_bytes: int = BATCH_BYTES,
 ) -> Iterator[list[bytes]]:
     """The chunk's rows as lines of COPY text (newline included or not), in pieces of at most
-    ``piece_rows``: the native encoder reads them without splitting them in Python first
-    (:func:`.rows.to_records`).
+    ``piece_rows`` and about ``piece_bytes`` (:mod:`cdc.batch_bytes`: 5,000 rows of 1 MB values
+    are 5 GB; a piece always holds at least one row): the native encoder reads them without
+    splitting them in Python first (:func:`.rows.to_records`).
 
     Raises:
         QueryRefused: the server refused the read of a table that ``hides_values``
@@ -247,7 +250,7 @@ def read_lines(
             "SSN-RAW-1"`` of an operator's ``--where``).
     """
     try:
-        yield from _copy_lines(conn, query, piece_rows)
+        yield from _copy_lines(conn, query, piece_rows, piece_bytes)
     except psycopg.Error as exc:
         if not hides_values or isinstance(exc, psycopg.OperationalError):
             raise  # the connection, or a table that hides nothing
@@ -256,21 +259,25 @@ def read_lines(
 
 
 def _copy_lines(
-    conn: psycopg.Connection[Any], query: sql.Composed, piece_rows: int
+    conn: psycopg.Connection[Any], query: sql.Composed, piece_rows: int, piece_bytes: int
 ) -> Iterator[list[bytes]]:
     piece: list[bytes] = []
     append = piece.append
+    size = 0
     with conn.cursor() as cur, cur.copy(query) as copy:
-        for block in copy:
+        # psycopg's COPY OUT hands over each block as a memoryview (``Copy.read``): its
+        # ``nbytes`` is an attribute, where ``len`` would be a call a row.
+        for block in cast("Iterator[memoryview]", copy):
             data = bytes(block)
+            size += block.nbytes
             # libpq hands COPY OUT data over one row at a time, newline included.
             if data.count(b"\n") == 1:
                 append(data)
             else:
                 piece.extend(lines_of(data))
-            if len(piece) >= piece_rows:
+            if len(piece) >= piece_rows or size >= piece_bytes:
                 yield piece
-                piece = []
+                piece, size = [], 0
                 append = piece.append
     if piece:
         yield piece
@@ -290,8 +297,9 @@ def read_rows(
     query: sql.Composed,
     piece_rows: int,
     hides_values: bool = False,
+    piece_bytes: int = BATCH_BYTES,
 ) -> Iterator[list[Values]]:
-    """The chunk's rows as text values, in pieces of at most ``piece_rows`` (``hides_values``:
-    see :func:`read_lines`)."""
-    for lines in read_lines(conn, query, piece_rows, hides_values):
+    """The chunk's rows as text values, in pieces of at most ``piece_rows`` and about
+    ``piece_bytes`` (``hides_values``: see :func:`read_lines`)."""
+    for lines in read_lines(conn, query, piece_rows, hides_values, piece_bytes):
         yield [split_line(line) for line in lines]

@@ -229,6 +229,7 @@ class SnapshottingPostgresSource:
             position=exported.consistent_point - 1,  # see .rows: streams sort after
             ts_ms=exported.ts_ms,
             piece_rows=min(5000, self._config.max_batch_events),
+            piece_bytes=self._config.max_batch_bytes,
             options=self._context.envelope,
             lsn=int(exported.consistent_point),
             tx_id=exported.tx_id,

@@ -120,6 +120,7 @@ class StreamSnapshots:
             state,
             logger,
             refresh=self._refresh,
+            piece_bytes=config.max_batch_bytes,
         )
         self._hook_into(inner, channel)
 

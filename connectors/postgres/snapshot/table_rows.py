@@ -62,7 +62,8 @@ def table_rows(
     convert, key_names = described.state.convert, described.state.key
     conninfo = session_conninfo(dsn, config.connect_timeout_s, application_name="cdc-verify")
     with psycopg.connect(conninfo) as conn:
-        for piece in read_rows(conn, query, PIECE_ROWS, described.hides_values):
+        pieces = read_rows(conn, query, PIECE_ROWS, described.hides_values, config.max_batch_bytes)
+        for piece in pieces:
             for values in piece:
                 row = convert(values)
                 yield {k: row[k] for k in key_names}, row
