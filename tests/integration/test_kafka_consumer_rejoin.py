@@ -107,3 +107,27 @@ def test_a_commit_waiting_on_a_brokerless_client_fails_and_the_retry_lands(
         assert log.committed_offsets(consumer._group) == next_offsets(records)
     finally:
         consumer.close()
+
+
+def test_a_brokerless_admin_client_and_partition_reader_are_renewed(
+    log: KafkaLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic = new_topic()
+    log.ensure_topics([topic])
+    append(log, [Record(topic, key(i), b"%d" % i) for i in range(6)])
+    ends = log.end_offsets(topic)
+    [partition] = [p for p, end in ends.items() if end > 0][:1]
+    first = log.read(topic, partition, 0, 100)
+    admin, reader = log._admin._renewed, log._partition_reader()._renewed
+    old_admin, old_reader = admin._client, reader._client
+    monkeypatch.setattr(kafka_brokerless, "STUCK_AFTER_S", 0.0)
+    with structlog.testing.capture_logs() as logs:
+        monkeypatch.setattr(kafka_brokerless, "_logger", structlog.get_logger())
+        admin._watch.on_stats(BROKERLESS.decode())
+        reader._watch.on_stats(BROKERLESS.decode())
+        # Both answer through new clients, which bootstrapped again.
+        assert log.end_offsets(topic) == ends
+        assert log.read(topic, partition, 0, 100) == first
+    assert admin._client is not old_admin and reader._client is not old_reader
+    renewed = sorted(e["client"] for e in logs if e["event"] == "kafka.client_renewed")
+    assert renewed == ["admin", "partition_reader"]

@@ -23,6 +23,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 from cdc.config import KafkaLogConfig
 from cdc.errors import LogUnavailable
 from cdc.log.base import TopicPartition
+from cdc.log.kafka.brokerless import RenewedClient
 from cdc.log.kafka.common import client_config, describe, error_of, translate, translated
 from cdc.log.kafka.groups import GroupDescription, described
 from cdc.runtime.retry import Backoff, retry
@@ -44,7 +45,7 @@ class KafkaAdmin:
     def __init__(self, config: KafkaLogConfig) -> None:
         self.servers = config.bootstrap_servers
         self._config = config
-        self._admin = AdminClient(client_config(config))
+        self._renewed = RenewedClient(AdminClient, client_config(config), "admin")
         self._known: dict[str, int] = {}  # topic -> partitions, from the last metadata
         timeout = config.connect_timeout_s
         try:
@@ -55,6 +56,11 @@ class KafkaAdmin:
                 f"({describe(error_of(exc), exc)}); check log.bootstrap_servers and that Kafka "
                 "is up"
             ) from exc
+
+    @property
+    def _admin(self) -> Any:
+        """The AdminClient, renewed first if it knows no broker."""
+        return self._renewed.current()
 
     def partitions(self, refresh: bool = False) -> dict[str, int]:
         """Partition count of every topic (``refresh``: ask the cluster, else the cache)."""

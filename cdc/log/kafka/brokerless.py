@@ -10,10 +10,14 @@ the owner, which replaces the client.
 
 from __future__ import annotations
 
+import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 import orjson
+
+from cdc.logging import get_logger
 
 #: librdkafka's statistics every this many milliseconds (parsing one costs some 50 µs).
 STATS_INTERVAL_MS = 5_000
@@ -23,6 +27,9 @@ STUCK_AFTER_S = 8.0
 #: Where a broker came from; "logical" ones (the group coordinator's handle) borrow the address
 #: of a real one and cannot reach the cluster by themselves.
 _REAL_SOURCES = frozenset({"configured", "learned"})
+
+_logger = get_logger(component="kafka_log")
+_Client = TypeVar("_Client")
 
 
 class BrokerlessWatch:
@@ -55,3 +62,44 @@ class BrokerlessWatch:
     def reset(self) -> None:
         """A new client replaces the stuck one."""
         self._brokerless_since = None
+
+
+class RenewedClient(Generic[_Client]):
+    """A long-lived client (admin, partition reader) that is replaced once it knows no broker.
+
+    Each :meth:`current` serves the client's callbacks (its statistics among them) and, if it
+    has been brokerless for :data:`STUCK_AFTER_S`, makes a new one, which bootstraps again.
+
+    Args:
+        make: builds a client from settings.
+        config: the client's settings (the statistics callback is added).
+        what: the client's role, for the log.
+    """
+
+    def __init__(
+        self, make: Callable[[dict[str, Any]], _Client], config: dict[str, Any], what: str
+    ) -> None:
+        self._watch = BrokerlessWatch()
+        self._make = make
+        self._config = {**config, **self._watch.settings()}
+        self._what = what
+        self._client = make(self._config)
+
+    def current(self) -> _Client:
+        """The client, renewed first if it knows no broker."""
+        self._client.poll(0)  # type: ignore[attr-defined]  # serves stats_cb
+        if self._watch.stuck():
+            _logger.warning("kafka.client_renewed", client=self._what, reason="it knows no broker")
+            old, self._client = self._client, self._make(self._config)
+            self._watch.reset()
+            close = getattr(old, "close", None)
+            if close is not None:  # a consumer: leaving waits on brokers it cannot reach
+                threading.Thread(target=_close_quietly, args=(close,), daemon=True).start()
+        return self._client
+
+
+def _close_quietly(close: Callable[[], Any]) -> None:
+    try:
+        close()
+    except Exception as exc:  # a client that cannot close is dropped all the same
+        _logger.warning("kafka.client_close_failed", error=str(exc))

@@ -12,6 +12,7 @@ from confluent_kafka import TopicPartition as KafkaPartition
 
 from cdc.errors import LogUnavailable
 from cdc.log.base import StoredRecord
+from cdc.log.kafka.brokerless import RenewedClient
 from cdc.log.kafka.common import translated
 from cdc.log.kafka.messages import MAX_CONSUME, RecordsCallback, records_of
 from cdc.logging import get_logger
@@ -52,7 +53,8 @@ class PartitionReader:
 
     def __init__(self, config: dict[str, Any]) -> None:
         self._servers = str(config.get("bootstrap.servers"))
-        self._consumer = Consumer(config)
+        self._renewed = RenewedClient(Consumer, config, "partition_reader")
+        self._consumer = self._renewed.current()
         self._lock = threading.Lock()
 
     def read(
@@ -62,6 +64,7 @@ class PartitionReader:
         if offset >= end or max_records <= 0:
             return []
         with self._lock, translated(f"reading {topic}[{partition}]", self._servers):
+            self._consumer = self._renewed.current()
             self._consumer.assign([KafkaPartition(topic, partition, offset)])
             try:
                 return self._fetch(topic, partition, offset, max_records, end)
@@ -78,6 +81,7 @@ class PartitionReader:
         if not todo:
             return
         with self._lock, translated(f"reading {topic}", self._servers):
+            self._consumer = self._renewed.current()
             self._consumer.assign([KafkaPartition(topic, p, 0) for p in todo])
             try:
                 self._scan(topic, todo, min(batch, MAX_CONSUME), apply)
