@@ -82,7 +82,8 @@ class MongoSourceConfig(SourceConfig):
             databases are captured; ``collection`` opens one stream per collection (what
             mongo-java-server supports), ``database`` one per database, ``cluster`` one stream.
         snapshot_workers: collection ranges read in parallel during a snapshot.
-        snapshot_batch: documents per snapshot batch (the unit of a commit and of resuming).
+        snapshot_batch: documents per snapshot batch (the unit of a commit and of resuming); a
+            batch also stops at about ``max_batch_bytes`` of its documents' BSON.
         snapshot_range_docs: documents per ``_id`` range a snapshot plans.
         max_await_ms: how long the server holds an empty ``getMore`` of a change stream.
         server_selection_timeout_ms: how long to wait for a reachable server before the source

@@ -9,7 +9,9 @@ range after its last committed ``_id``)::
 
 Workers only read; the poll thread alone updates the state, after it handed a batch on, so the
 stored state never runs ahead of the stored records. The queue between them is bounded: memory
-stays at about ``2 * workers`` batches whatever the collection's size.
+stays at about ``2 * workers`` batches whatever the collection's size, and a batch holds at most
+``snapshot_batch`` documents and about ``max_batch_bytes`` of their BSON (2,000 documents of 1 MB
+would be 2 GB a batch).
 
 A collection's filters narrow each read (``find`` with the row filter and the projection,
 :mod:`connectors.mongodb.filters`); the source checks and masks each document again. A
@@ -24,20 +26,27 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import struct
 import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
+import bson
+from bson.codec_options import CodecOptions
 from pymongo import MongoClient
 
+from cdc.batch_bytes import BATCH_BYTES
 from cdc.clock import now_ms
 from connectors.mongodb import ranges
 from connectors.mongodb.filters import CollectionFilter
 from snapshots.chunks import rate_and_eta, to_ranges
 
 Doc = dict[str, Any]
+
+#: A BSON document's first four bytes: its length, little-endian.
+_LENGTH = struct.Struct("<i").unpack_from
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,8 +200,10 @@ class Scanner:
         workers: int,
         batch: int,
         filters: dict[str, CollectionFilter] | None = None,
+        max_bytes: int = BATCH_BYTES,
     ) -> None:
         self._client = client
+        self._max_bytes = max_bytes
         self._filters = filters or {}  # by db.collection
         self._sweeping = {t for t, info in state["collections"].items() if info.get("sweep")}
         self._work = pending(state)
@@ -264,15 +275,31 @@ class Scanner:
             projection = table_filter.projection()
             if table not in self._sweeping:
                 query = table_filter.find_filter(query)
-        cursor = (
-            self._client[db][coll].find(query, projection).sort("_id", 1).batch_size(self._batch)
-        )
+        collection = self._client[db][coll]
+        # Raw batches: each server reply's documents undecoded, so their sizes are read from
+        # their BSON length prefixes before any is decoded (no encoding again to size them).
+        cursor = collection.find_raw_batches(query, projection).sort("_id", 1)
+        # Typed as a cursor of documents; a raw batch cursor yields each reply's bytes.
+        replies = cast("Iterable[bytes]", cursor.batch_size(self._batch))
+        yield from self._batches(replies, collection.codec_options, table, index)
+
+    def _batches(
+        self, replies: Iterable[bytes], options: CodecOptions[Doc], table: str, index: int
+    ) -> Iterator[Batch]:
+        """The documents of ``replies`` (each one reply's, concatenated) in batches of at most
+        ``snapshot_batch`` documents and about ``max_bytes`` of BSON (at least one document)."""
         docs: list[Doc] = []
-        for doc in cursor:
-            docs.append(doc)
-            if len(docs) >= self._batch:
-                yield Batch(table, index, docs, False)
-                docs = []
+        count = size = 0
+        for raw in replies:
+            view, at, start, end = memoryview(raw), 0, 0, len(raw)
+            while at < end:
+                (length,) = _LENGTH(raw, at)
+                at, count, size = at + length, count + 1, size + length
+                if count >= self._batch or size >= self._max_bytes:
+                    docs.extend(bson.decode_all(view[start:at], options))
+                    yield Batch(table, index, docs, False)
+                    docs, count, size, start = [], 0, 0, at
+            docs.extend(bson.decode_all(view[start:], options))
         yield Batch(table, index, docs, True)
 
     def _put(self, item: Batch | BaseException) -> bool:

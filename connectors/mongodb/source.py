@@ -232,6 +232,7 @@ class MongoSource:
             self._config.snapshot_workers,
             self._config.snapshot_batch,
             {f.name: f for f in self._filters.values()},
+            self._config.max_batch_bytes,
         )
         self._reporter = reporter(self._logger)
         self._scanner.start()
