@@ -43,11 +43,15 @@ def append_versions(con: Any, state: TableState) -> None:
         f"WHERE {same_key(state, '__cdc_h', '__cdc_f')} AND __cdc_h.valid_to IS NULL"
     )
     columns = ", ".join(quote(c.name) for c in state.columns)
+    # The window reads keys and times alone, joined back to the rows by rowid: over whole rows
+    # it holds every value of the batch in memory (DuckDB's window does not spill them).
     con.execute(
         f"INSERT INTO {state.history_table} ({columns}, valid_from, valid_to, op, {order}) "
-        f"SELECT {columns}, vf, CASE WHEN {OP} = 'd' THEN vf ELSE "
-        f"lead(vf) OVER (PARTITION BY {keys} ORDER BY {order}) END, {OP}, {order} "
-        f"FROM (SELECT *, {_VALID_FROM} AS vf FROM {WINNERS})"
+        f"SELECT {columns}, __cdc_v.vf, __cdc_v.vt, {OP}, {order} FROM {WINNERS} "
+        f"JOIN (SELECT r, vf, CASE WHEN {OP} = 'd' THEN vf ELSE "
+        f"lead(vf) OVER (PARTITION BY {keys} ORDER BY {order}) END AS vt "
+        f"FROM (SELECT rowid AS r, {keys}, {order}, {OP}, {_VALID_FROM} AS vf FROM {WINNERS})"
+        f") AS __cdc_v ON {WINNERS}.rowid = __cdc_v.r"
     )
 
 

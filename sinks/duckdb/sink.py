@@ -1,10 +1,12 @@
 """The DuckDB warehouse sink: current state (and optionally history) of every table.
 
-``write`` only buffers. ``flush`` applies the buffered records in one DuckDB transaction: schema
+``write`` only buffers. ``flush`` applies the buffered records in one DuckDB transaction (one
+per :data:`~sinks.duckdb.plan.TRANSACTION_BYTES` of values, for a larger batch): schema
 changes, the staged and merged changes of each table, and the next offset of every partition in
 ``_cdc.offsets``. The commit makes all of it durable together (DuckDB syncs its write-ahead log
 on commit), so after a crash the runner resumes from :meth:`DuckDBSink.stored_offsets` and no
-effect is lost or doubled. A failing flush rolls everything back.
+effect is lost or doubled. A failing transaction rolls itself back; the ones before it stay,
+with their offsets, so the runner's retry of the batch skips their records.
 
 The sink also reads the pipeline's schema topic (``reads_schemas``): a table the source
 published but has no rows for (an empty table at the snapshot) is created from its schema.
@@ -28,7 +30,7 @@ from sinks.duckdb.config import DuckDBSinkConfig
 from sinks.duckdb.connection import connect, translate
 from sinks.duckdb.errors import named, staging_failed
 from sinks.duckdb.evolve import prepare
-from sinks.duckdb.plan import TableBatch, plan
+from sinks.duckdb.plan import TableBatch, byte_parts, plan
 from sinks.duckdb.stage import StageFailed, encode, find_bad_value
 from sinks.keyed import TopicTables
 
@@ -77,18 +79,23 @@ class DuckDBSink:
         self._pending.extend(records)
 
     def flush(self) -> None:
-        """Apply everything written since the last flush in one transaction.
+        """Apply everything written since the last flush, in one transaction a
+        :func:`~sinks.duckdb.plan.byte_parts` run.
 
         Raises:
-            RecordError: a record that cannot be applied (nothing of the batch is applied).
+            RecordError: a record that cannot be applied (nothing of its run is applied).
             SinkFatal: an incompatible schema change or an unusable database.
-            SinkUnavailable: a transient DuckDB failure (nothing of the batch is applied).
+            SinkUnavailable: a transient DuckDB failure (nothing of the run is applied).
         """
         records, self._pending = self._pending, []
         if not records:
             return
         if self._con is None:
             raise SinkFatal("DuckDB sink: flush before open")
+        for part in byte_parts(records):
+            self._flush_part(records[part])
+
+    def _flush_part(self, records: list[SinkRecord]) -> None:
         records, announced, schema_offsets = self._split_schemas(records)
         batches, offsets = plan(records, self._offsets, self._topic_tables)
         offsets.update(schema_offsets)
