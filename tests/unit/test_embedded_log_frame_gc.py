@@ -118,9 +118,9 @@ def test_a_reader_between_its_fetch_and_its_frames_still_gets_every_value(
 
 
 def test_readers_polling_while_rounds_are_appended_and_compacted_see_every_value(
-    log_factory: Callable[..., EmbeddedLog],
+    log_factory: Callable[..., EmbeddedLog], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    use_appender(True, pytest.MonkeyPatch())
+    use_appender(True, monkeypatch)
     log = log_factory()
     append(log, round_of(0))
     done = threading.Event()
@@ -166,8 +166,10 @@ while True:
 """
 
 
-def test_a_compaction_killed_mid_pass_loses_nothing(tmp_path: Path) -> None:
-    use_appender(True, pytest.MonkeyPatch())
+def test_a_compaction_killed_mid_pass_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_appender(True, monkeypatch)
     with EmbeddedLog(tmp_path / "log") as log:
         for round_ in range(8):
             append(log, round_of(round_))
@@ -178,7 +180,10 @@ def test_a_compaction_killed_mid_pass_loses_nothing(tmp_path: Path) -> None:
     try:
         assert compactor.stdout is not None and compactor.stdout.readline() == b"ready\n"
         with EmbeddedLog(tmp_path / "log") as log:  # killed once its first chunk committed
+            deadline = time.monotonic() + 60
             while count(log, "SELECT count(*) FROM records") == 8 * KEYS:
+                assert compactor.poll() is None, "the compactor exited before compacting"
+                assert time.monotonic() < deadline, "no compaction chunk committed in 60 s"
                 time.sleep(0.001)
     finally:
         compactor.send_signal(signal.SIGKILL)
@@ -192,8 +197,10 @@ def test_a_compaction_killed_mid_pass_loses_nothing(tmp_path: Path) -> None:
         assert frame_rows(log) == 1 and dangling(log) == 0
 
 
-def test_a_version_4_log_gets_its_frames_ranges_and_drops_unused_ones(tmp_path: Path) -> None:
-    use_appender(True, pytest.MonkeyPatch())
+def test_a_version_4_log_gets_its_frames_ranges_and_drops_unused_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_appender(True, monkeypatch)
     with EmbeddedLog(tmp_path / "log") as log:
         for round_ in range(3):
             append(log, round_of(round_))
@@ -220,12 +227,29 @@ def test_a_version_4_log_gets_its_frames_ranges_and_drops_unused_ones(tmp_path: 
         assert [r.value for r in read_all(log, TOPIC)] == [envelope(i, 3) for i in range(KEYS)]
 
 
-def test_the_newest_frame_id_is_never_given_again(log_factory: Callable[..., EmbeddedLog]) -> None:
+def test_the_newest_frame_id_is_never_given_again(
+    log_factory: Callable[..., EmbeddedLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A reader may keep a collected frame's bytes: its id must never name another frame."""
-    use_appender(True, pytest.MonkeyPatch())
+    use_appender(True, monkeypatch)
     log = log_factory()
     append(log, round_of(0))
     log._conn().execute("DELETE FROM records")
     assert embedded_frames.collect(log._conn(), [1]) == 1 and frame_rows(log) == 0
     append(log, round_of(1))
     assert count(log, "SELECT id FROM value_frames") == 2
+
+
+def test_a_batch_the_native_appender_refuses_leaves_no_frame(
+    log_factory: Callable[..., EmbeddedLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A key the native appender does not take (a bytearray) after the frame was computed from
+    # the values: the batch goes through executemany, which stores it without the frame.
+    use_appender(True, monkeypatch)
+    log = log_factory()
+    records = round_of(0)
+    last = records[-1]
+    records[-1] = Record(last.topic, bytearray(last.key or b""), last.value, last.pos)  # type: ignore[arg-type]
+    append(log, records)
+    assert frame_rows(log) == 0
+    assert len(read_all(log, TOPIC)) == KEYS

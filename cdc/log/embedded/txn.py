@@ -201,7 +201,17 @@ class EmbeddedTransaction(TransactionContext):
                 if found is not None:
                     with translated("storing a value frame"):
                         frame = (frames.store(self._conn, *found, where), *found)
-            failed = native.append(INSERT_FRAMED, tid, partition, first, ts, records, known, frame)
+            try:
+                failed = native.append(
+                    INSERT_FRAMED, tid, partition, first, ts, records, known, frame
+                )
+            except TypeError:
+                # The caller falls back to executemany, without the frame: it goes now, as
+                # nothing else would ever collect a frame no record was stored with.
+                if frame is not None:
+                    with translated("storing a value frame"):
+                        frames.collect(self._conn, [frame[0]])
+                raise
             if failed is None or failed[0] != UNKNOWN_HEAD:
                 return failed
             self._store_head(tid, records[int(failed[1])].value)
