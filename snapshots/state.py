@@ -84,8 +84,10 @@ class SnapshotState:
         self._captured_dirty = False
         self._data: dict[str, Any] = _copy(dict(data or {}))
         self._data.setdefault("tables", {})
-        # The queued requests by id, in order (``seq``, stored, keeps it across restarts).
-        self._queue = {r["id"]: dict(r) for r in self._data.pop("requests", None) or []}
+        # The queued requests by id, in order (``seq``, stored, keeps it across restarts; one
+        # stored before it existed takes its place in the old list).
+        requests = self._data.pop("requests", None) or []
+        self._queue = {r["id"]: {"seq": n, **r} for n, r in enumerate(requests, 1)}
         self._seq = 1 + max((int(r.get("seq", 0)) for r in self._queue.values()), default=0)
         # What the next commit stores: the run entry if it changed, the tables and the queued
         # requests changed since.

@@ -140,3 +140,16 @@ def test_the_stream_display_and_status_show_the_position_without_any_progress_ke
     console.print(StreamWatch().render(stored))
     assert "position postgres 0/10," in console.export_text()
     assert _without_snapshots(stored) == {"postgres": {"lsn_str": "0/10", "lsn": 16}}
+
+
+def test_an_old_queue_without_seq_keeps_its_order_once_stored_per_request() -> None:
+    # A log written before per-request keys: the queue is a list, its order the only order.
+    requests = [{"id": f"r{i}", "table": f"public.t{i}", "where": None} for i in (3, 1, 2)]
+    stored = {so.RUN_KEY: {"id": "s1", "tables": {}, "requests": requests}}
+    state = SnapshotState.from_offsets(stored)
+    assert [r["id"] for r in state.requests()] == ["r3", "r1", "r2"]
+    for _ in range(2):  # stored per request, read back: in whatever order the keys come
+        stored = stored_after(stored, state.offsets())
+        shuffled = dict(sorted(stored.items(), reverse=True))
+        state = SnapshotState.from_offsets(shuffled)
+        assert [r["id"] for r in state.requests()] == ["r3", "r1", "r2"]
