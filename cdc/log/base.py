@@ -9,8 +9,11 @@ its index in its partition, and a *committed* offset is the next offset to read.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
+from operator import length_hint
 from types import TracebackType
 from typing import Any, NamedTuple, Protocol, Self
 
@@ -107,6 +110,16 @@ class TransactionContext:
             self.abort()
 
 
+def fitting(values: Iterable[bytes | None], max_bytes: int) -> int:
+    """How many of ``values``, in order, fill about ``max_bytes``: all of them, or up to and
+    including the one whose bytes reach it (at least one). A tombstone (``None``) counts 0.
+
+    Counted in C (``length_hint`` is a value's length, 0 for ``None``): no Python call a value.
+    """
+    sums = list(accumulate(map(length_hint, values)))
+    return min(len(sums), bisect_left(sums, max_bytes) + 1)
+
+
 PartitionsCallback = Callable[[list[TopicPartition]], None]
 StartOffsets = Callable[[list[TopicPartition]], Mapping[TopicPartition, int]]
 
@@ -114,8 +127,16 @@ StartOffsets = Callable[[list[TopicPartition]], Mapping[TopicPartition, int]]
 class Consumer(Protocol):
     """A member of a consumer group, reading its assigned partitions in offset order."""
 
-    def poll(self, max_records: int, timeout_s: float) -> list[StoredRecord]:
-        """Up to ``max_records`` records, waiting at most ``timeout_s`` for the first one."""
+    def poll(
+        self, max_records: int, timeout_s: float, max_bytes: int | None = None
+    ) -> list[StoredRecord]:
+        """Up to ``max_records`` records, waiting at most ``timeout_s`` for the first one.
+
+        ``max_bytes``: stop once the records' values hold about this many bytes (the one that
+        reaches it included: at least one record); ``None``: the count alone. A sink reads with
+        both, so a read after its values grew holds about ``max_bytes``, not its count of them
+        (:mod:`cdc.runtime.read_size`).
+        """
         ...
 
     def commit(

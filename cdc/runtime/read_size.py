@@ -1,15 +1,14 @@
 """How many records a sink task asks the log for at a time: bounded by count and by bytes.
 
-The log's consumers read a count of records (:meth:`cdc.log.base.Consumer.poll`), so the
-bytes of a read are bounded through its count: the next read asks for as many records as fit
-``max_bytes`` at the size of the records read last, at most ``max_records`` and at least one (a
-single record larger than the bound still flows). The first read of a task is small, as it knows
-no size yet: a task started on a backlog of 1 MB values reads ``FIRST_READ`` of them, not
-``max_records``.
-
-What this cannot bound is the one read after the values grew (small ones, then large ones):
-that read asks for the count the small ones allowed. Stopping a read at a byte count is the
-log consumer's to do (a ``max_bytes`` of :meth:`~cdc.log.base.Consumer.poll`).
+Each read asks the log's consumer for a count and a byte bound
+(:meth:`cdc.log.base.Consumer.poll`'s ``max_records`` and ``max_bytes``): the consumer stops at
+either, so a read after the values grew (small ones, then large ones) holds about ``max_bytes``,
+not the count the small ones allowed. The count is sized here too: the next read asks for as many
+records as fit ``max_bytes`` at the size of the records read last, at most ``max_records`` and at
+least one (a single record larger than the bound still flows), so a consumer that fetches by
+count (Kafka's client) fetches about what the read keeps. The first read of a task is small, as
+it knows no size yet: a task started on a backlog of 1 MB values reads ``FIRST_READ`` of them,
+not ``max_records``.
 """
 
 from __future__ import annotations

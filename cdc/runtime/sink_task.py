@@ -282,7 +282,8 @@ class SinkTask:
     def step(self) -> int:
         """Poll one batch and apply it; returns how many records were applied."""
         assert self._consumer is not None
-        stored = self._consumer.poll(self.read_size.count, self._poll_timeout_s)
+        size = self.read_size
+        stored = self._consumer.poll(size.count, self._poll_timeout_s, size.max_bytes)
         if not stored:
             self._rebuild_from_log(self._probe.lost(self._sink))
             return 0

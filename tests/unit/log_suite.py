@@ -307,6 +307,29 @@ class LogSuite:
         assert elapsed < 3, f"poll waited {elapsed:.2f}s for a record appended after 0.3s"
         consumer.close()
 
+    def test_poll_stops_at_max_bytes_once_values_grow(self, log_factory: LogFactory) -> None:
+        log = log_factory(partitions=2)
+        topic = new_topic()
+        log.ensure_topics([topic])
+        consumer = log.consumer("sink", [topic])
+        append(log, [Record(topic, key(i), b"s" * 10) for i in range(200)])
+        append(log, [Record(topic, key(i), b"L" * 100_000) for i in range(200, 260)])
+        append(log, [Record(topic, key(260), None)])  # a tombstone counts no bytes
+        got: list[StoredRecord] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 261:
+            assert time.monotonic() < deadline, len(got)
+            batch = consumer.poll(1000, 5, max_bytes=300_000)
+            sizes = [len(r.value or b"") for r in batch]
+            # The bound stops a read: only the record reaching it may go past it.
+            assert batch and sum(sizes[:-1]) < 300_000, sizes
+            got += batch
+        assert sorted((r.partition, r.offset) for r in got) == sorted(
+            (r.partition, r.offset) for r in read_all(log, topic)
+        )
+        assert consumer.poll(1000, 0.2, max_bytes=300_000) == []
+        consumer.close()
+
     def test_topics_show_partitions_offsets_and_counts(self, log_factory: LogFactory) -> None:
         log = log_factory(partitions=2)
         topic = new_topic()

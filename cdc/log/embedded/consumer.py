@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from operator import itemgetter, length_hint
+from typing import TYPE_CHECKING, Any
 
 from cdc.errors import LogError
-from cdc.log.base import PartitionsCallback, StartOffsets, StoredRecord, TopicPartition
+from cdc.log.base import PartitionsCallback, StartOffsets, StoredRecord, TopicPartition, fitting
 from cdc.log.embedded.store import (
     SELECT_RANGE,
     UPSERT_CONSUMER_OFFSET,
@@ -30,6 +32,9 @@ SELECT_COMMITTED = 'SELECT topic, partition, next_offset FROM consumer_offsets W
 # well; at the writer's cache size (store.CACHE_KIB) each sink's connection kept 32 MiB of pages
 # it never reads again (measured: +32 MB RSS a sink after a 100k-row transaction).
 READER_CACHE = "PRAGMA cache_size = -4096"
+#: Rows a read bounded by bytes takes first from a partition, before it knows their size: then
+#: as many as fit at that size (one step at the values' size, ~2 for small ones).
+FIRST_STEP = 8
 
 
 def committed_offsets(conn: sqlite3.Connection, group: str) -> dict[TopicPartition, int]:
@@ -98,8 +103,11 @@ class EmbeddedConsumer:
             positions.update((tp, off) for tp, off in chosen.items() if tp in positions)
         return positions
 
-    def poll(self, max_records: int, timeout_s: float) -> list[StoredRecord]:
-        """Up to ``max_records`` committed records, waiting at most ``timeout_s`` for one.
+    def poll(
+        self, max_records: int, timeout_s: float, max_bytes: int | None = None
+    ) -> list[StoredRecord]:
+        """Up to ``max_records`` committed records (and about ``max_bytes`` of their stored
+        values, :meth:`cdc.log.base.Consumer.poll`), waiting at most ``timeout_s`` for one.
 
         Each partition's records come in offset order; partitions take turns being read first,
         so a busy partition does not starve the others. An append committed in this process
@@ -109,7 +117,7 @@ class EmbeddedConsumer:
         while True:
             self._check_open()
             seen = self._appends.generation
-            records = self._fetch(max_records)
+            records = self._fetch(max_records, max_bytes)
             remaining = deadline - time.monotonic()
             if records or remaining <= 0:
                 return records
@@ -143,34 +151,29 @@ class EmbeddedConsumer:
         finally:
             self._closed = True
 
-    def _fetch(self, max_records: int) -> list[StoredRecord]:
+    def _fetch(self, max_records: int, max_bytes: int | None) -> list[StoredRecord]:
         conn = self._connections.get()
         with translated("reading records"):
             # Read before the fetch, so a commit that lands during it changes the version.
             version = (id(conn), conn.execute(DATA_VERSION).fetchone()[0], self._appends.generation)
             if version == self._caught_up_at:
                 return []  # nothing committed since every partition was read to its end
-            out = self._fetch_partitions(conn, max_records)
-        if len(out) < max_records:
+            read = _Read(max_records, max_bytes)
+            with self._reading(conn) as whole:
+                out = self._fetch_in(conn, read, whole)
+        if read.records > 0 and read.bytes > 0:  # not stopped by either bound: all read
             self._caught_up_at = version
         return out
 
-    def _fetch_partitions(self, conn: sqlite3.Connection, max_records: int) -> list[StoredRecord]:
-        with self._reading(conn) as whole:
-            return self._fetch_in(conn, max_records, whole)
-
-    def _fetch_in(
-        self, conn: sqlite3.Connection, max_records: int, whole: Whole
-    ) -> list[StoredRecord]:
+    def _fetch_in(self, conn: sqlite3.Connection, read: _Read, whole: Whole) -> list[StoredRecord]:
         out: list[StoredRecord] = []
         count = len(self._plan)
         for i in range(count):
-            want = max_records - len(out)
-            if want <= 0:
+            if read.records <= 0 or read.bytes <= 0:
                 break
             tp, tid = self._plan[(self._turn + i) % count]
-            rows = conn.execute(SELECT_RANGE, (tid, tp.partition, self._positions[tp], want))
-            batch = rows.fetchall()
+            bounds = (tid, tp.partition, self._positions[tp], read.records)
+            batch = read.take(conn.execute(SELECT_RANGE, bounds))
             if batch:
                 self._positions[tp] = batch[-1][0] + 1
                 out += stored_records(tp.topic, tp.partition, batch, whole)
@@ -182,3 +185,43 @@ class EmbeddedConsumer:
             raise LogError("embedded log: the consumer is closed")
         if self._connections.closed:
             raise LogError("embedded log: the log is closed")
+
+
+_VALUE_COLUMN = itemgetter(2)  # of a SELECT_RANGE row
+
+
+class _Read:
+    """What one fetch may still take: ``records`` and ``bytes`` of stored values (a value
+    stored in a frame counts its own part only: about its bytes)."""
+
+    __slots__ = ("bytes", "records")
+
+    def __init__(self, max_records: int, max_bytes: int | None) -> None:
+        self.records = max_records
+        self.bytes = sys.maxsize if max_bytes is None else max_bytes
+
+    def take(self, rows: sqlite3.Cursor) -> list[Any]:
+        """The rows of one partition's range that fit: all at once without a byte bound;
+        with one, a few first, then as many as fit at their size, each step sized in C."""
+        if self.bytes == sys.maxsize:
+            batch = rows.fetchall()
+            self.records -= len(batch)
+            return batch
+        out: list[Any] = []
+        step = min(self.records, FIRST_STEP)
+        while step > 0:
+            fetched = rows.fetchmany(step)
+            values = list(map(_VALUE_COLUMN, fetched))
+            size = sum(map(length_hint, values))
+            if size >= self.bytes:  # the one that reaches the bound is the last
+                fetched = fetched[: fitting(values, self.bytes)]
+                self.records, self.bytes = self.records - len(fetched), 0
+                rows.close()
+                return out + fetched
+            out += fetched
+            self.records, self.bytes = self.records - len(fetched), self.bytes - size
+            if len(fetched) < step:
+                break  # the partition's end
+            fit = self.bytes * len(fetched) // size if size else self.records
+            step = min(self.records, max(1, fit))
+        return out

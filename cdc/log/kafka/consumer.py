@@ -12,13 +12,20 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from operator import attrgetter
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException
 from confluent_kafka import TopicPartition as KafkaPartition
 
 from cdc.errors import LogError, LogUnavailable
-from cdc.log.base import PartitionsCallback, StartOffsets, StoredRecord, TopicPartition
+from cdc.log.base import (
+    PartitionsCallback,
+    StartOffsets,
+    StoredRecord,
+    TopicPartition,
+    fitting,
+)
 from cdc.log.kafka.brokerless import BrokerlessWatch
 from cdc.log.kafka.commits import Committer
 from cdc.log.kafka.common import ConnectionWatch, translate, translated
@@ -28,6 +35,7 @@ from cdc.logging import get_logger
 #: While the connection is lost and nothing arrives, ask for metadata this often, so that an
 #: idle member notices (and logs) when the cluster is back.
 _PROBE_EVERY_S = 2.0
+_VALUE = attrgetter("value")
 
 _logger = get_logger(component="kafka_log")
 
@@ -87,13 +95,20 @@ class KafkaConsumer:
         )
         return consumer
 
-    def poll(self, max_records: int, timeout_s: float) -> list[StoredRecord]:
-        """Up to ``max_records`` committed records, waiting at most ``timeout_s`` for the first.
+    def poll(
+        self, max_records: int, timeout_s: float, max_bytes: int | None = None
+    ) -> list[StoredRecord]:
+        """Up to ``max_records`` committed records (and about ``max_bytes`` of values),
+        waiting at most ``timeout_s`` for the first.
 
         Rebalance callbacks (``start_offsets``, ``on_revoke``) run inside this call.
         """
         self._check_open()
         out = self._take_pending(max_records) or self._fetch(max_records, timeout_s)
+        if max_bytes is not None:  # the rest is held, first in line for the next poll
+            cut = fitting(map(_VALUE, out), max_bytes)
+            self._pending[:0] = out[cut:]
+            del out[cut:]
         for record in out:
             self._returned[TopicPartition(record.topic, record.partition)] = record.offset + 1
         return out
