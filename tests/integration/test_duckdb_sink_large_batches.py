@@ -1,0 +1,46 @@
+"""A flush larger than :data:`sinks.duckdb.plan.TRANSACTION_BYTES` is applied in several
+transactions, each storing the offsets of the records it applied: a record that fails in a later
+one leaves the earlier ones applied with their offsets, and the retry skips them."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from cdc.errors import RecordError
+from cdc.events import Op
+from cdc.log.base import TopicPartition
+from sinks.duckdb.plan import TRANSACTION_BYTES
+from tests.integration.duckdb_kit import Harness, item
+
+VALUE = 1_000_000
+FIRST = TRANSACTION_BYTES // VALUE  # records of the first transaction (16)
+TOPIC = "shop.public.items"
+
+
+@pytest.mark.parametrize("mode", ["current", "history"])
+def test_a_failure_in_a_later_transaction_keeps_the_earlier_ones(tmp_path: Path, mode: str) -> None:
+    h = Harness(tmp_path / "wh.duckdb", mode=mode)
+    try:
+        names = {k: os.urandom(VALUE // 2).hex() for k in range(20)}  # incompressible
+        good = [item(Op.CREATE, k, k + 1, name=names[k], qty=k) for k in range(19)]
+        bad = item(Op.CREATE, 19, 20, name=names[19], qty="nineteen")
+        records = h.records(*good, bad)
+        with pytest.raises(RecordError, match="qty"):
+            h.write(records)
+        assert h.sink.stored_offsets() == {TopicPartition(TOPIC, 0): FIRST}
+        assert {k: r["name"] for k, r in h.rows().items()} == {k: names[k] for k in range(FIRST)}
+
+        # The runner's retry, without the bad record: the applied ones are skipped.
+        h.write(records[:-1])
+        assert h.sink.stored_offsets() == {TopicPartition(TOPIC, 0): 19}
+        rows = h.rows()
+        assert {k: (r["name"], r["qty"]) for k, r in rows.items()} == {
+            k: (names[k], k) for k in range(19)
+        }
+        if mode == "history":
+            assert h.sql("SELECT count(*) FROM public.items__history") == [(19,)]
+    finally:
+        h.sink.close()
