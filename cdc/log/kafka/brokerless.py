@@ -84,18 +84,28 @@ class RenewedClient(Generic[_Client]):
         self._config = {**config, **self._watch.settings()}
         self._what = what
         self._client = make(self._config)
+        self._lock = threading.Lock()  # threads share an admin client: one renewal, not two
 
     def current(self) -> _Client:
         """The client, renewed first if it knows no broker."""
-        self._client.poll(0)  # type: ignore[attr-defined]  # serves stats_cb
-        if self._watch.stuck():
-            _logger.warning("kafka.client_renewed", client=self._what, reason="it knows no broker")
-            old, self._client = self._client, self._make(self._config)
-            self._watch.reset()
-            close = getattr(old, "close", None)
-            if close is not None:  # a consumer: leaving waits on brokers it cannot reach
-                threading.Thread(target=_close_quietly, args=(close,), daemon=True).start()
-        return self._client
+        with self._lock:
+            served = self._client.poll(0)  # type: ignore[attr-defined]  # serves stats_cb
+            # An admin client returns a count; a group-less consumer between reads, at most
+            # an error event (it is assigned nothing), which is logged rather than dropped.
+            error = getattr(served, "error", None)
+            if error is not None and error() is not None:
+                _logger.warning("kafka.client_error", client=self._what, error=error().name())
+            if self._watch.stuck():
+                self._renew()
+            return self._client
+
+    def _renew(self) -> None:
+        _logger.warning("kafka.client_renewed", client=self._what, reason="it knows no broker")
+        old, self._client = self._client, self._make(self._config)
+        self._watch.reset()
+        close = getattr(old, "close", None)
+        if close is not None:  # a consumer: leaving waits on brokers it cannot reach
+            threading.Thread(target=_close_quietly, args=(close,), daemon=True).start()
 
 
 def _close_quietly(close: Callable[[], Any]) -> None:

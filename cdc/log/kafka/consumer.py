@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
 from typing import Any
 
@@ -35,6 +35,8 @@ from cdc.logging import get_logger
 #: While the connection is lost and nothing arrives, ask for metadata this often, so that an
 #: idle member notices (and logs) when the cluster is back.
 _PROBE_EVERY_S = 2.0
+#: At close, how long a retired client still closing (see ``_rejoin``) is waited for.
+_RETIRED_CLOSE_WAIT_S = 5.0
 _VALUE = attrgetter("value")
 
 _logger = get_logger(component="kafka_log")
@@ -76,17 +78,29 @@ class KafkaConsumer:
         self._watch = ConnectionWatch("consumer", group=self._group)
         self._brokerless = BrokerlessWatch()
         self._last_probe = 0.0
-        self._config = {
-            **config,
+        self._config = config
+        self._closing: list[threading.Thread] = []  # retired clients being closed
+        self._consumer = self._join()
+
+    def _join(self) -> Consumer:
+        """A new librdkafka consumer, subscribed: it joins the group.
+
+        Its callbacks act only while it is the current client: a retired one (see
+        :meth:`_rejoin`) closing on another thread must not answer the new one's commit (results
+        are matched by offsets, and the retry asks for the same ones) nor report its outage.
+        """
+        callbacks = {
             **self._watch.settings(),
             **self._brokerless.settings(),
             "on_commit": self._committer.on_commit,
         }
-        self._consumer = self._join()
-
-    def _join(self) -> Consumer:
-        """A new librdkafka consumer, subscribed: it joins the group."""
-        consumer = Consumer(self._config)
+        consumer: Consumer | None = None
+        current = {
+            name: _while(lambda: consumer is getattr(self, "_consumer", None), callback)
+            for name, callback in callbacks.items()
+            if callable(callback)
+        }
+        consumer = Consumer({**self._config, **callbacks, **current})
         consumer.subscribe(
             self._topics,
             on_assign=self._assigned,
@@ -180,6 +194,10 @@ class KafkaConsumer:
             self._consumer.close()
         except (KafkaException, RuntimeError) as exc:
             _logger.warning("kafka.consumer_close_failed", error=str(exc))
+        for thread in self._closing:  # a retired client still closing: give it a moment
+            thread.join(_RETIRED_CLOSE_WAIT_S)
+            if thread.is_alive():
+                _logger.warning("kafka.consumer_close_pending", group=self._group)
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -337,11 +355,23 @@ class KafkaConsumer:
         self._consumer = self._join()
         self._brokerless.reset()
         # Closing waits for a coordinator the old client cannot reach: not on this thread.
-        threading.Thread(target=_close_quietly, args=(old,), daemon=True).start()
+        closing = threading.Thread(target=_close_quietly, args=(old,), daemon=True)
+        closing.start()
+        self._closing = [t for t in self._closing if t.is_alive()] + [closing]
 
     def _check_open(self) -> None:
         if self._closed:
             raise LogError("kafka log: the consumer is closed")
+
+
+def _while(holds: Callable[[], bool], callback: Callable[..., None]) -> Callable[..., None]:
+    """``callback``, called only while ``holds()``."""
+
+    def guarded(*args: Any) -> None:
+        if holds():
+            callback(*args)
+
+    return guarded
 
 
 def _close_quietly(consumer: Any) -> None:
