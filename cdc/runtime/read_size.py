@@ -42,9 +42,11 @@ class ReadSize:
 
     def read(self, stored: Sequence[StoredRecord]) -> None:
         """Size the next read after ``stored`` (the records this one returned)."""
-        if not stored:
-            return
         # map/filter/sum run in C: no Python call a record on the sink's hot path.
         size = sum(map(len, filter(None, map(_VALUE, stored))))
-        fit = self.max_bytes * len(stored) // size if size else self.max_records
-        self.count = max(1, min(self.max_records, fit))
+        if not size:
+            # Nothing learnt (no record, or tombstones only): the values may still be large. A
+            # 1 MB table's delete is followed by its tombstone, and a read of that one tombstone
+            # must not make the next read ask for batch_records values.
+            return
+        self.count = max(1, min(self.max_records, self.max_bytes * len(stored) // size))

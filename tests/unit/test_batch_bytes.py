@@ -116,12 +116,16 @@ def test_large_values_shrink_the_next_read_to_the_byte_bound_at_once() -> None:
     assert size.count == 2000
 
 
-def test_tombstones_and_empty_reads_do_not_shrink_the_read() -> None:
+def test_tombstones_and_empty_reads_leave_the_read_size_as_it_was() -> None:
     size = ReadSize(max_records=2000, max_bytes=1 << 20)
-    size.read(_records(FIRST_READ, None))  # tombstones: no value bytes
-    assert size.count == 2000
+    size.read(_records(FIRST_READ, None))  # tombstones: no value bytes, nothing learnt
+    assert size.count == FIRST_READ
+    size.read(_records(2, 1 << 20))  # 1 MB values: one a read
+    assert size.count == 1
+    size.read(_records(1, None))  # the tombstone after a delete of one of them
+    assert size.count == 1
     size.read([])
-    assert size.count == 2000
+    assert size.count == 1
 
 
 def test_a_read_of_mixed_values_fits_the_bound_at_their_average() -> None:
