@@ -12,6 +12,8 @@ from cdc.config import SinkConfig
 #: percentage of the machine's memory; checked here so a typo is a config error, not a failed start.
 MEMORY_PATTERN = r"(?i)^\s*\d+(\.\d+)?\s*(%|b|bytes|[kmgt]i?b?)\s*$"
 MEMORY_LIMIT = "256MiB"
+#: A size DuckDB parses (no percentage), for ``checkpoint_threshold``.
+SIZE_PATTERN = r"(?i)^\s*\d+(\.\d+)?\s*(b|bytes|[kmgt]i?b?)\s*$"
 
 
 class DuckDBSinkConfig(SinkConfig):
@@ -26,6 +28,11 @@ class DuckDBSinkConfig(SinkConfig):
             of the machine's memory (default :data:`MEMORY_LIMIT`, where DuckDB's own is 80%
             of the machine's memory: the sink merges one batch at a time, and a table larger
             than the limit is read back from the file instead of held).
+        checkpoint_threshold: how much write-ahead log DuckDB gathers before a checkpoint
+            (DuckDB's default, 16MB, when unset). Each checkpoint rewrites the table's last row
+            group, which for a table of large values (1 MB text) holds every row: a larger
+            threshold (e.g. ``256MB``) checkpoints less often, for a longer WAL replay after a
+            crash.
     """
 
     type: Literal["duckdb"] = "duckdb"
@@ -33,3 +40,4 @@ class DuckDBSinkConfig(SinkConfig):
     mode: Literal["current", "history"] = "current"
     threads: int | None = Field(default=None, ge=1)
     memory_limit: str | None = Field(default=MEMORY_LIMIT, pattern=MEMORY_PATTERN)
+    checkpoint_threshold: str | None = Field(default=None, pattern=SIZE_PATTERN)

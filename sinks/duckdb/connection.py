@@ -24,7 +24,12 @@ def is_lock_conflict(exc: BaseException) -> bool:
     return isinstance(exc, duckdb.IOException) and "lock" in str(exc).lower()
 
 
-def connect(path: Path, threads: int | None = None, memory_limit: str | None = None) -> Any:
+def connect(
+    path: Path,
+    threads: int | None = None,
+    memory_limit: str | None = None,
+    checkpoint_threshold: str | None = None,
+) -> Any:
     """Open ``path`` for writing, creating its directory and the file if missing.
 
     Raises:
@@ -42,6 +47,8 @@ def connect(path: Path, threads: int | None = None, memory_limit: str | None = N
         settings["threads"] = threads
     if memory_limit is not None:
         settings["memory_limit"] = memory_limit
+    if checkpoint_threshold is not None:
+        settings["checkpoint_threshold"] = checkpoint_threshold
     try:
         return duckdb.connect(str(path), config=settings)
     except duckdb.Error as exc:

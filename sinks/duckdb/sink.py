@@ -62,7 +62,9 @@ class DuckDBSink:
         """
         config = self._config
         with self._naming():
-            self._con = connect(Path(config.path), config.threads, config.memory_limit)
+            self._con = connect(
+                Path(config.path), config.threads, config.memory_limit, config.checkpoint_threshold
+            )
             try:
                 for ddl in catalog.META_DDL:
                     self._con.execute(ddl)

@@ -133,6 +133,27 @@ def test_memory_limits_duckdb_reads_are_valid(value: str) -> None:
     assert DuckDBSinkConfig(name="wh", path="x.duckdb", memory_limit=value).memory_limit == value
 
 
+@pytest.mark.parametrize("value", ["lots", "10%", "-1GB"])
+def test_a_checkpoint_threshold_duckdb_cannot_read_is_a_config_error(value: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse(_duckdb_pipeline(f"    checkpoint_threshold: '{value}'\n"))
+    assert any(path == "sinks[0].checkpoint_threshold" for path, _ in raised.value.problems)
+
+
+def test_a_checkpoint_threshold_reaches_duckdb(tmp_path: Path) -> None:
+    config = DuckDBSinkConfig(
+        name="wh", path=str(tmp_path / "wh.duckdb"), checkpoint_threshold="256MB"
+    )
+    context = SinkContext("shop", "wh", [], None, get_logger(sink="wh"))  # type: ignore[arg-type]
+    sink = DuckDBSink(config, context)
+    sink.open()
+    try:
+        [threshold] = sink._con.execute("SELECT current_setting('checkpoint_threshold')").fetchone()
+    finally:
+        sink.close()
+    assert threshold == "244.1 MiB"  # 256 MB, as DuckDB prints it
+
+
 def test_threads_must_be_positive() -> None:
     with pytest.raises(ValidationError):
         DuckDBSinkConfig(name="wh", path="x.duckdb", threads=0)
