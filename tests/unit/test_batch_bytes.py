@@ -13,6 +13,7 @@ from cdc.config import parse
 from cdc.errors import ConfigError
 from cdc.log.base import StoredRecord
 from cdc.runtime.read_size import FIRST_READ, ReadSize
+from tests.unit.pipeline_run_kit import started
 
 
 def _pipeline(source_extra: str = "", sink_extra: str = "", source: str = "postgres") -> str:
@@ -74,19 +75,9 @@ def test_a_misspelt_bound_gets_a_suggestion() -> None:
 def test_the_sink_bound_reaches_the_sink_task(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cdc.runtime.pipeline import start
-
     monkeypatch.chdir(tmp_path)
-    run = start(parse(_pipeline(sink_extra="    batch_bytes: 2MiB\n")), role="sinks")
-    try:
+    with started(parse(_pipeline(sink_extra="    batch_bytes: 2MiB\n"))) as run:
         assert run.sink_tasks["files"].read_size.max_bytes == 2 * 1024 * 1024
-    finally:
-        run.stop()
-        assert run.wait(10)
-        for helper in (run.control, run.heartbeat):  # as cdc run does, before the log closes
-            if helper is not None:
-                helper.join(10)
-        run.log.close()
 
 
 # -- a sink task's reads ------------------------------------------------------------------------

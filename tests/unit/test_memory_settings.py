@@ -21,6 +21,7 @@ from cdc.logging import get_logger
 from cdc.runtime import memory
 from cdc.sink import SinkContext
 from sinks.duckdb import DuckDBSink, DuckDBSinkConfig
+from tests.unit.pipeline_run_kit import started
 
 TOPIC = "shop.public.customers"
 
@@ -212,16 +213,6 @@ def test_a_misspelt_batch_size_gets_a_suggestion() -> None:
 def test_the_batch_size_reaches_the_sink_task(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: str, expected: int
 ) -> None:
-    from cdc.runtime.pipeline import start
-
     monkeypatch.chdir(tmp_path)
-    run = start(parse(_jsonl_pipeline(extra)), role="sinks")
-    try:
+    with started(parse(_jsonl_pipeline(extra))) as run:
         assert run.sink_tasks["files"].read_size.max_records == expected
-    finally:
-        run.stop()
-        assert run.wait(10)
-        for helper in (run.control, run.heartbeat):  # as cdc run does, before the log closes
-            if helper is not None:
-                helper.join(10)
-        run.log.close()
