@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import signal
 import sqlite3
 import threading
 import time
@@ -223,3 +224,17 @@ def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.25) 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(interval)
+
+
+def kill_after_chunks(
+    process: Any, log_dir: Path, table: str = "public.t", chunks: int = 2
+) -> None:
+    """SIGKILL ``cdc run`` once ``table``'s snapshot stored ``chunks`` chunks as done."""
+    wait_for(
+        lambda: len(chunks_done(snapshot_tables(log_dir).get(table, {}))) >= chunks,
+        120,
+        "some chunks",
+        interval=0.05,
+    )
+    process.send_signal(signal.SIGKILL)
+    process.wait(10)

@@ -6,7 +6,6 @@ equal to the table, every value whole."""
 from __future__ import annotations
 
 import hashlib
-import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import pytest
 from tests.e2e.cli_helpers import start_run
 from tests.e2e.snapshot_helpers import (
     chunks_done,
+    kill_after_chunks,
     run_log_events,
     snapshot_tables,
     topic_state,
@@ -66,14 +66,7 @@ def test_sigkill_mid_snapshot_of_1mb_values_resumes_and_ends_complete(
     try:
         process = start_run(pipeline, tmp_path)
         runs.append(process)
-        wait_for(
-            lambda: len(chunks_done(snapshot_tables(log_dir).get("public.t", {}))) >= 2,
-            120,
-            "some chunks",
-            interval=0.05,
-        )
-        process.send_signal(signal.SIGKILL)
-        process.wait(10)
+        kill_after_chunks(process, log_dir)
         entry = snapshot_tables(log_dir)["public.t"]
         done_before = chunks_done(entry)
         assert entry["chunks_total"] == ROWS // 4 + 1  # and an empty one past the last key

@@ -4,7 +4,6 @@ exactness check: the latest record per key in the topic equals the table."""
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import time
 from collections import Counter
@@ -27,6 +26,7 @@ from tests.e2e.snapshot_helpers import (
     compacted_keys,
     create_table,
     key_index_present,
+    kill_after_chunks,
     marker_lsn,
     run_log_events,
     snapshot_tables,
@@ -136,14 +136,7 @@ def test_sigkill_mid_snapshot_resumes_without_rereading_finished_chunks(
         with Writer(pg_db, 300_000, rate=300):
             process = start_run(pipeline, tmp_path)
             runs.append(process)
-            wait_for(
-                lambda: len(chunks_done(snapshot_tables(log_dir).get("public.t", {}))) >= 2,
-                120,
-                "some chunks",
-                interval=0.05,
-            )
-            process.send_signal(signal.SIGKILL)
-            process.wait(10)
+            kill_after_chunks(process, log_dir)
             assert not key_index_present(log_dir)  # the snapshot wrote without it
             entry = snapshot_tables(log_dir)["public.t"]
             done_before = chunks_done(entry)
