@@ -279,6 +279,27 @@ def make_targets() -> set[str]:
     return set(re.findall(r"^([A-Za-z0-9_.-]+):", text, flags=re.MULTILINE))
 
 
+def make_variables() -> set[str]:
+    """The variables the Makefile sets (``NAME ?=``, ``:=`` or ``=``), which a command may
+    override."""
+    text = (ROOT / "Makefile").read_text()
+    return set(re.findall(r"^([A-Z][A-Z0-9_]*)\s*[?:]?=", text, flags=re.MULTILINE))
+
+
+def make_problems(command: str, argv: list[str]) -> list[str]:
+    """Each argument of a ``make`` command is a target of the Makefile, or ``NAME=value`` for a
+    variable it sets."""
+    targets, variables = make_targets(), make_variables()
+    problems = []
+    for arg in argv[1:]:
+        name, is_variable, _ = arg.partition("=")
+        if is_variable and name not in variables:
+            problems.append(f"{command!r}: the Makefile sets no variable {name}")
+        elif not is_variable and arg not in targets:
+            problems.append(f"{command!r}: no make target {arg}")
+    return problems
+
+
 def command_problems(command: str) -> list[str]:
     argv = words(command)
     if not argv:
@@ -286,8 +307,7 @@ def command_problems(command: str) -> list[str]:
     if argv[0] == "cdc":
         return cli_problems(command)
     if argv[0] == "make":
-        targets = make_targets()
-        return [f"{command!r}: no make target {t}" for t in argv[1:] if t not in targets]
+        return make_problems(command, argv)
     if argv[0] in ("python", "python3") and len(argv) > 1:
         return script_problems(command, argv[1:])
     return []
@@ -382,4 +402,6 @@ def test_the_checks_see_the_docs() -> None:
     assert any("cdc validate" in c for b in SHELL_BLOCKS for c in commands(b))
     assert cli_problems("cdc nonsense x.yaml") and cli_problems("cdc run x.yaml --nope")
     assert not cli_problems("cdc snapshot f.yaml --table t [--wait] [--timeout-s S]")
+    assert not command_problems("make test PYTEST_WORKERS=0")
+    assert command_problems("make tests") and command_problems("make test PYTEST_WORKRS=0")
     assert "cdc --help" in inline_commands(ROOT / "README.md")
