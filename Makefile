@@ -64,7 +64,7 @@ $(PYTHON):
 pip: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml $(NATIVE_SOURCES) | $(PYTHON)
 	PIP_ROOT_USER_ACTION=ignore $(PYTHON) -m pip install -q -e '.[dev]'
-	$(PYTHON) -c 'from connectors.postgres import fast; print("native row encoder:", "built" if fast.available() else "not built (no Rust toolchain): the pure-Python path runs")'
+	$(PYTHON) -c 'from connectors.postgres.types import row_encoder; print("native row encoder:", "built" if row_encoder.available() else "not built (no Rust toolchain): the pure-Python path runs")'
 	$(PYTHON) -c 'from cdc.log.embedded import appender as n; print("native log appender:", "built" if n.available() else "not built (no Rust toolchain): executemany runs")'
 	touch $@
 

@@ -103,10 +103,9 @@ def encoder_cost(figures: Figures) -> None:
     """The row encoder's time per bench row, with ``name`` hashed and without: native and the
     Python reference. In-process, on the same pgoutput bytes, so the difference is exact."""
     from cdc.masks import compile_mask
-    from connectors.postgres import fast
-    from connectors.postgres.encoding import PythonRowEncoder
     from connectors.postgres.pgoutput import RelationColumn
-    from connectors.postgres.types import TypeRegistry, row_converter
+    from connectors.postgres.types import TypeRegistry, row_converter, row_encoder
+    from connectors.postgres.types.encoder import PythonRowEncoder
 
     columns = [
         RelationColumn(True, "id", 20, -1),
@@ -121,7 +120,7 @@ def encoder_cost(figures: Figures) -> None:
     per_row: dict[str, float] = {}
     for label, masked in (("plain", {}), ("hash", masks)):
         convert = row_converter(columns, registry, masked)
-        native = fast.row_encoder(columns, registry, [0], convert, masked)
+        native = row_encoder.row_encoder(columns, registry, [0], convert, masked)
         python = PythonRowEncoder(convert, ["id"])
         per_row[f"native_{label}"] = _time(native.encode_tuple, messages)
         per_row[f"python_{label}"] = _time(python.encode_tuple, messages)

@@ -16,7 +16,7 @@ from psycopg import sql
 
 from cdc.errors import SourceFatal
 from connectors.postgres.errors import connect_error, lost
-from connectors.postgres.replication import session_conninfo
+from connectors.postgres.replication.connection import session_conninfo
 from connectors.postgres.types import TYPE_QUERY, TypeRegistry
 
 Query = sql.SQL | sql.Composed

@@ -1,7 +1,7 @@
 """Publication and slot lifecycle: create when missing, reuse when present, fail loudly when a
 stored position can no longer be honoured, and drop on request (``cdc drop``).
 
-The publication's own functions live in :mod:`connectors.postgres.publication` (re-exported
+The publication's own functions live in :mod:`connectors.postgres.publication.spec` (re-exported
 here, where the callers have always found them)."""
 
 from __future__ import annotations
@@ -19,19 +19,19 @@ from cdc.logging import Logger
 from connectors.postgres.catalog import Catalog, SlotState
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.lsn import Lsn
-from connectors.postgres.publication import (
+from connectors.postgres.publication.spec import (
     drop_from_publication,
     ensure_publication,
     publication_tables,
 )
-from connectors.postgres.publication import run_ddl as _run_ddl
-from connectors.postgres.replication import (
+from connectors.postgres.publication.spec import run_ddl as _run_ddl
+from connectors.postgres.replication.connection import (
     CreatedSlot,
     ReplicationCommandError,
     ReplicationConnection,
     require_failover_version,
 )
-from connectors.postgres.standby import (
+from connectors.postgres.replication.standby import (
     FACTS_SQL,
     FAILOVER_ON_STANDBY,
     ServerFacts,
@@ -73,7 +73,7 @@ def check_slot(
     Raises:
         SourceFatal: the slot belongs to another plugin or database, or stays active in another
             process past the grace period; on a standby, what decoding there lacks
-            (:func:`connectors.postgres.standby.check_decoding_here`).
+            (:func:`connectors.postgres.replication.standby.check_decoding_here`).
     """
     deadline = time.monotonic() + ACTIVE_SLOT_GRACE_S
     state = catalog.slot(slot) if read is UNREAD else read

@@ -9,9 +9,9 @@ from cdc.doctor import Check
 from cdc.envelope_options import READABLE, EnvelopeOptions
 from cdc.source import Source, SourceContext
 from connectors.postgres.config import PostgresSourceConfig
-from connectors.postgres.doctor import doctor
+from connectors.postgres.doctor.server import doctor
 from connectors.postgres.lifecycle import drop_replication_objects
-from connectors.postgres.probe import SlotProbe
+from connectors.postgres.replication.probe import SlotProbe
 from connectors.postgres.snapshot.signal import cancel_snapshot, request_snapshot
 from connectors.postgres.snapshot.source import SnapshottingPostgresSource
 from connectors.postgres.snapshot.table_rows import keyed_by_value, table_rows
@@ -89,5 +89,5 @@ class PostgresSourcePlugin:
 
     @staticmethod
     def doctor(config: PostgresSourceConfig, pipeline_name: str) -> list[Check]:
-        """The preflight checks of ``cdc doctor`` (:mod:`connectors.postgres.doctor`)."""
+        """The preflight checks of ``cdc doctor`` (:mod:`connectors.postgres.doctor.server`)."""
         return doctor(config, pipeline_name)

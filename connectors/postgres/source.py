@@ -1,9 +1,9 @@
 """The PostgreSQL source: logical replication with pgoutput over the streaming protocol.
 
 Lifecycle, and why in this order: ``open`` checks the server (PostgreSQL 14 or later, and the
-options its version offers: :mod:`connectors.postgres.versions`) and the role, makes sure the
-publication and the slot exist (or fails loudly when a stored position can no longer be
-honoured), then starts streaming from the stored commit LSN; PostgreSQL skips every
+options its version offers: :mod:`connectors.postgres.replication.versions`) and the role,
+makes sure the publication and the slot exist (or fails loudly when a stored position can no
+longer be honoured), then starts streaming from the stored commit LSN; PostgreSQL skips every
 transaction that committed at or before it, so a restart gives no duplicate and no gap.
 ``poll`` returns whole transactions (several small ones per batch, a large one in bounded
 pieces with ``commit_offsets=None`` until its commit). ``ack`` is the only place the flush LSN
@@ -24,11 +24,12 @@ from typing import Any
 from cdc.config import redact_url
 from cdc.errors import SourceFatal, SourceUnavailable
 from cdc.source import SourceBatch, SourceContext
+from connectors.postgres.assembly.assembler import Assembler, MessageHook
+from connectors.postgres.assembly.relation_state import check_keyable
+from connectors.postgres.assembly.shapes import Resnapshot, ShapeTracker, published_schemas
+from connectors.postgres.assembly.toast import ToastFiller
 from connectors.postgres.catalog import Catalog, SlotState, TableInfo
 from connectors.postgres.config import PostgresSourceConfig
-from connectors.postgres.filters import TableFilter, bind_filters, table_filters
-from connectors.postgres.flush import Flush, Heartbeat, IdleOffers
-from connectors.postgres.inprogress import StreamedTransactions
 from connectors.postgres.lifecycle import (
     UNREAD,
     Unread,
@@ -39,14 +40,16 @@ from connectors.postgres.lifecycle import (
     slot_in_use,
 )
 from connectors.postgres.lsn import Lsn
-from connectors.postgres.publication_filters import prepare_publication, wanted_specs
-from connectors.postgres.relations import check_keyable
-from connectors.postgres.replication import ReplicationCommandError, ReplicationConnection
-from connectors.postgres.shapes import Resnapshot, ShapeTracker, published_schemas
-from connectors.postgres.stream import Assembler, MessageHook
-from connectors.postgres.toast import ToastFiller
-from connectors.postgres.versions import check_supported, stream_options
-from connectors.postgres.wal import WalReader
+from connectors.postgres.publication.filters import TableFilter, bind_filters, table_filters
+from connectors.postgres.publication.row_filters import prepare_publication, wanted_specs
+from connectors.postgres.replication.connection import (
+    ReplicationCommandError,
+    ReplicationConnection,
+)
+from connectors.postgres.replication.flush import Flush, Heartbeat, IdleOffers
+from connectors.postgres.replication.inprogress import StreamedTransactions
+from connectors.postgres.replication.versions import check_supported, stream_options
+from connectors.postgres.replication.wal import WalReader
 
 
 class Session:
@@ -88,7 +91,7 @@ class PostgresSource:
         #: of :mod:`snapshots`); each is called as ``hook(message, lsn)`` during ``poll``.
         self.message_hooks: dict[str, MessageHook] = {}
         #: Queues a re-snapshot of a table whose DDL changed rows without logging them
-        #: (:mod:`connectors.postgres.shapes`); installed by the snapshot layer.
+        #: (:mod:`connectors.postgres.assembly.shapes`); installed by the snapshot layer.
         self.resnapshot: Resnapshot | None = None
 
     @property
@@ -233,7 +236,7 @@ class PostgresSource:
 
     def _bind_filters(self, catalog: Catalog, tables: Mapping[tuple[str, str], TableInfo]) -> None:
         """Bind the filters before anything is read: from here a renamed column keeps its
-        mask or exclusion (:mod:`connectors.postgres.filters`)."""
+        mask or exclusion (:mod:`connectors.postgres.publication.filters`)."""
         known = published_schemas(self._context.log, self._context.pipeline, list(tables))
         published = {
             f"{schema}.{table}": {c.name: c.id for c in shape.columns if c.id is not None}
@@ -334,7 +337,7 @@ class PostgresSource:
 
     def _idle_batch(self, session: Session, asm: Assembler) -> SourceBatch | None:
         """Offsets for WAL the server passed while no captured table changed (see
-        :class:`connectors.postgres.flush.IdleOffers`)."""
+        :class:`connectors.postgres.replication.flush.IdleOffers`)."""
         if asm.in_tx or asm.has_output or session.wal.replaying:
             return None
         position = self._idle.offer(session.flush)

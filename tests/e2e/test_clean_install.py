@@ -29,8 +29,8 @@ IMPORT_NATIVE = """
 import importlib, sys
 for name in sys.argv[1:]:
     importlib.import_module(name)
-from connectors.postgres import fast
-print(fast.available())
+from connectors.postgres.types import row_encoder
+print(row_encoder.available())
 """
 
 # Imports every module of the installed packages and prints where the first one came from.

@@ -12,7 +12,7 @@ import pytest
 from bench import pg_snapshot, pg_stream
 from cdc.errors import SourceFatal
 from connectors.postgres import PostgresSourceConfig, drop_replication_objects
-from connectors.postgres.replication import ReplicationConnection
+from connectors.postgres.replication.connection import ReplicationConnection
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

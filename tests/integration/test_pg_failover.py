@@ -20,7 +20,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from cdc.errors import SourceFatal
-from connectors.postgres.doctor import doctor
+from connectors.postgres.doctor.server import doctor
 from tests.integration.pg_source_kit import harness
 from tests.integration.pg_source_kit import sql as run_sql
 from tests.integration.snapshot_kit import PIPELINE, execute, pipeline, table_state

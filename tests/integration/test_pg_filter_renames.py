@@ -206,7 +206,7 @@ def test_a_column_named_like_a_masked_one_only_by_case_is_reported(
 @pytest.mark.pgcore
 def test_doctor_names_a_renamed_masked_column_and_a_case_twin(users: str) -> None:
     from connectors.postgres import PostgresSourceConfig
-    from connectors.postgres.doctor import doctor
+    from connectors.postgres.doctor.server import doctor
 
     config = PostgresSourceConfig.model_validate(
         {"type": "postgres", "dsn": users, "tables": [USERS]}

@@ -342,7 +342,7 @@ def test_a_route_merges_snapshot_and_stream_rows_with_unique_keys(
 
 def test_doctor_names_what_a_start_would_refuse(pg_db: str) -> None:
     from connectors.postgres import PostgresSourceConfig
-    from connectors.postgres.doctor import doctor
+    from connectors.postgres.doctor.server import doctor
 
     execute(
         pg_db,

@@ -1,13 +1,16 @@
 """The options the source sends are the ones the server under test takes: the highest pgoutput
 protocol it speaks (one more is refused), and every option of
-:func:`connectors.postgres.versions.stream_options` its version offers."""
+:func:`connectors.postgres.replication.versions.stream_options` its version offers."""
 
 from __future__ import annotations
 
 import pytest
 
-from connectors.postgres.replication import ReplicationCommandError, ReplicationConnection
-from connectors.postgres.versions import ORIGIN_NONE_VERSION, stream_options
+from connectors.postgres.replication.connection import (
+    ReplicationCommandError,
+    ReplicationConnection,
+)
+from connectors.postgres.replication.versions import ORIGIN_NONE_VERSION, stream_options
 from tests.integration.pg_source_kit import query, sql
 
 SLOT, PUBLICATION = "proto_slot", "proto_pub"

@@ -170,7 +170,7 @@ def test_wal_level_below_logical_is_a_clear_error(tmp_path: Path) -> None:
 def test_create_slot_exporting_a_snapshot(pg_db: str) -> None:
     """For the snapshot: the exported snapshot reads the database as of the consistent point,
     as long as the creating connection stays idle."""
-    from connectors.postgres.replication import ReplicationConnection
+    from connectors.postgres.replication.connection import ReplicationConnection
 
     sql(pg_db, "CREATE TABLE a (id int PRIMARY KEY)", "INSERT INTO a VALUES (1)")
     repl = ReplicationConnection(pg_db, "test", 10)

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from structlog.testing import capture_logs
 
-from connectors.postgres.versions import protocol_version
+from connectors.postgres.replication.versions import protocol_version
 from tests.integration.pg_source_kit import harness, query, slot_flush, sql
 
 # A tiny decoding memory makes the server stream any transaction past 64 kB.

@@ -17,7 +17,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from cdc.errors import SourceFatal
-from connectors.postgres.doctor import doctor
+from connectors.postgres.doctor.server import doctor
 from connectors.postgres.snapshot.signal import request_snapshot
 from tests.integration.pg_source_kit import harness
 from tests.integration.snapshot_kit import PIPELINE, execute, pipeline, table_state

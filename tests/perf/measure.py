@@ -56,12 +56,12 @@ def measure(path: str, dsn: str | None = None, timeout_s: float = 600) -> dict[s
 def _child(args: argparse.Namespace) -> dict[str, Any]:
     from cdc.log.embedded import appender
     from cdc.logging import configure
-    from connectors.postgres import fast
+    from connectors.postgres.types import row_encoder
     from tests.perf import paths
 
     configure(level="warning", json=True)  # on stderr: stdout carries the figures
 
-    if not (fast.available() and appender.available()):
+    if not (row_encoder.available() and appender.available()):
         raise SystemExit(
             "the native row encoder or log appender is not built: the budgets count the shipped "
             "path (build them with `make install`)"

@@ -221,7 +221,7 @@ class LogSuite:
 
     def test_latest_value_sees_the_callers_open_transaction(self, log_factory: LogFactory) -> None:
         # The PostgreSQL source fills unchanged TOAST values from an earlier, uncommitted batch
-        # of a large transaction this way (connectors/postgres/toast.py).
+        # of a large transaction this way (connectors/postgres/assembly/toast.py).
         log = log_factory(partitions=3)
         topic = new_topic()
         log.ensure_topics([topic])

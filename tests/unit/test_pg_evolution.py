@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cdc.schema import Column, TableSchema
-from connectors.postgres.evolution import (
+from connectors.postgres.assembly.evolution import (
     Attribute,
     ShapeChange,
     column_ids,

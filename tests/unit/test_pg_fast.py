@@ -25,21 +25,20 @@ from cdc import envelope
 from cdc.envelope import EncodedRow
 from cdc.envelope_options import READABLE, EnvelopeOptions
 from cdc.events import ChangeEvent, Op, SourceInfo
-from connectors.postgres import fast
+from connectors.postgres.assembly.assembler import Assembler
+from connectors.postgres.assembly.toast import ToastFiller
 from connectors.postgres.catalog import TableInfo
-from connectors.postgres.encoding import PythonRowEncoder, RowEncoder
 from connectors.postgres.lsn import str_to_lsn
 from connectors.postgres.pgoutput import Insert, Relation, RelationColumn, decode
-from connectors.postgres.stream import Assembler
-from connectors.postgres.toast import ToastFiller
-from connectors.postgres.types import TypeEntry, TypeRegistry, row_converter
+from connectors.postgres.types import TypeEntry, TypeRegistry, row_converter, row_encoder
+from connectors.postgres.types.encoder import PythonRowEncoder, RowEncoder
 from tests.services.common import in_ci
 from tests.unit import debezium_workload as w
 from tests.unit.test_pg_stream import FakeCatalog, FakeLog
 
 # Outside CI a machine without Rust runs the pure-Python path only; in CI the encoder must exist.
 pytestmark = pytest.mark.skipif(
-    not fast.available() and not in_ci(),
+    not row_encoder.available() and not in_ci(),
     reason="the native encoder is not built (no Rust toolchain)",
 )
 
@@ -150,7 +149,7 @@ def _columns(oids: list[int] | None = None) -> list[RelationColumn]:
 def _native_oids(options: EnvelopeOptions = READABLE) -> list[int]:
     """The cases' types the encoder writes without a Python converter (most of their values)."""
     registry = _registry(options)
-    return [oid for oid in CASES if fast._kind(registry, oid, -1)[0] != fast.PYTHON]
+    return [oid for oid in CASES if row_encoder._kind(registry, oid, -1)[0] != row_encoder.PYTHON]
 
 
 def _python(columns: list[RelationColumn], registry: TypeRegistry, values: tuple[Any, ...]) -> Any:
@@ -173,7 +172,7 @@ def _native(encoder: Any, values: tuple[Any, ...]) -> Any:
 def test_every_case_alone_gives_the_python_bytes(options: EnvelopeOptions) -> None:
     registry = _registry(options)
     columns = _columns()
-    encoder = fast.native_encoder(columns, registry, [0])
+    encoder = row_encoder.native_encoder(columns, registry, [0])
     assert encoder is not None
     compared = 0
     for position, (oid, _, cases) in enumerate(COLUMN_CASES, start=1):
@@ -194,7 +193,7 @@ def test_every_case_alone_gives_the_python_bytes(options: EnvelopeOptions) -> No
 def test_random_rows_give_the_python_bytes(options: EnvelopeOptions) -> None:
     registry = _registry(options)
     columns = _columns()
-    encoder = fast.native_encoder(columns, registry, [0])
+    encoder = row_encoder.native_encoder(columns, registry, [0])
     assert encoder is not None
     rng = random.Random(11)
     for _ in range(3000):
@@ -210,7 +209,7 @@ def test_random_rows_give_the_python_bytes(options: EnvelopeOptions) -> None:
 def test_random_text_is_escaped_as_orjson_does() -> None:
     registry = TypeRegistry()
     columns = [RelationColumn(True, "k", 25, -1), RelationColumn(False, 'na"me\n', 25, -1)]
-    encoder = fast.native_encoder(columns, registry, [0])
+    encoder = row_encoder.native_encoder(columns, registry, [0])
     assert encoder is not None
     rng = random.Random(3)
     alphabet = [chr(c) for c in range(0, 0x80)] + ["é", "✓", "😀", "\u2028", "\ufeff"]
@@ -229,7 +228,7 @@ def test_key_values_keep_their_python_types() -> None:
         RelationColumn(True, "d", 1700, -1),
         RelationColumn(False, "e", 701, -1),
     ]
-    encoder = fast.native_encoder(columns, registry, [3, 0, 2, 1])
+    encoder = row_encoder.native_encoder(columns, registry, [3, 0, 2, 1])
     assert encoder is not None
     result = encoder.encode_values(("-12", "x", "2024-01-01 00:00:00+00", "1.50", "NaN"))
     assert result is not None
@@ -249,7 +248,7 @@ def test_key_values_keep_their_python_types() -> None:
 def test_declines_what_only_python_handles() -> None:
     registry = TypeRegistry()
     columns = [RelationColumn(True, "id", 23, -1), RelationColumn(False, "t", 25, -1)]
-    encoder = fast.native_encoder(columns, registry, [0])
+    encoder = row_encoder.native_encoder(columns, registry, [0])
     assert encoder is not None
     assert encoder.encode_values(("1",)) is None  # wrong column count
     head = b"I" + struct.pack(">I", 1) + b"N" + struct.pack(">H", 2) + b"t\x00\x00\x00\x011"
@@ -273,7 +272,7 @@ def test_captured_inserts_give_the_python_bytes() -> None:
         if not isinstance(message, Insert) or message.relation_oid not in relations:
             continue
         columns = list(relations[message.relation_oid].columns)  # type: ignore[attr-defined]
-        encoder = fast.native_encoder(columns, registry, [0])
+        encoder = row_encoder.native_encoder(columns, registry, [0])
         assert encoder is not None
         expected = _python(columns, registry, message.new)
         got = encoder.encode_tuple(data, 6)
@@ -287,7 +286,7 @@ def test_captured_inserts_give_the_python_bytes() -> None:
 def test_an_encoded_row_makes_the_same_envelope_as_its_dict() -> None:
     registry = _registry()
     columns = _columns()
-    encoder = fast.native_encoder(columns, registry, [0])
+    encoder = row_encoder.native_encoder(columns, registry, [0])
     assert encoder is not None
     convert = row_converter(columns, registry)
     values = ("7", *(cases[0] for *_, cases in COLUMN_CASES))
@@ -352,9 +351,12 @@ def _implementations(columns: list[RelationColumn], registry: TypeRegistry) -> l
     """The Python encoder, and the Rust one (which completes itself with a Python one)."""
     convert = row_converter(columns, registry)
     python = PythonRowEncoder(convert, [columns[0].name])
-    native = fast.native_encoder(columns, registry, [0])
+    native = row_encoder.native_encoder(columns, registry, [0])
     assert native is not None
-    return [python, fast.RustRowEncoder(native, PythonRowEncoder(convert, [columns[0].name]))]
+    return [
+        python,
+        row_encoder.RustRowEncoder(native, PythonRowEncoder(convert, [columns[0].name])),
+    ]
 
 
 def _outcome(call: Any, *args: Any) -> Any:
@@ -407,21 +409,22 @@ def test_both_encoders_answer_bad_tuples_alike() -> None:
 
 def test_the_encoder_is_chosen_once_and_logged(monkeypatch: pytest.MonkeyPatch) -> None:
     code = (
-        "from connectors.postgres import fast; print(fast.IMPLEMENTATION, fast.REASON, "
-        "type(fast.row_encoder([], None, [], dict)).__name__)"
+        "from connectors.postgres.types import row_encoder; "
+        "print(row_encoder.IMPLEMENTATION, row_encoder.REASON, "
+        "type(row_encoder.row_encoder([], None, [], dict)).__name__)"
     )
     env = {**os.environ, "CDC_NATIVE": "0"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.stdout.split() == ["python", "CDC_NATIVE=0", "PythonRowEncoder"], out.stderr
     with capture_logs() as logs:
-        fast.log_selected(structlog.get_logger())
+        row_encoder.log_selected(structlog.get_logger())
     assert logs == [
         {
             "event": "native.selected",
             "log_level": "info",
             "component": "row_encoder",
-            "implementation": fast.IMPLEMENTATION,
-            "reason": fast.REASON,
+            "implementation": row_encoder.IMPLEMENTATION,
+            "reason": row_encoder.REASON,
         }
     ]
-    assert (fast.IMPLEMENTATION == "rust") == fast.available()
+    assert (row_encoder.IMPLEMENTATION == "rust") == row_encoder.available()

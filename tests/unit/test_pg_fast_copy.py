@@ -18,14 +18,14 @@ from cdc import envelope
 from cdc.envelope import EncodedRow
 from cdc.envelope_options import EnvelopeOptions
 from cdc.events import ChangeEvent, Op, SourceInfo
-from connectors.postgres import fast
+from connectors.postgres.assembly.relation_state import RelationState, build_state
 from connectors.postgres.catalog import TableInfo
-from connectors.postgres.encoding import PythonRowEncoder
 from connectors.postgres.pgoutput import Relation
-from connectors.postgres.relations import RelationState, build_state
 from connectors.postgres.snapshot.reader import SnapshotTable, lines_of
 from connectors.postgres.snapshot.rows import keyed_lines, to_records
 from connectors.postgres.snapshot.window_rows import ChunkJob, window_records
+from connectors.postgres.types import row_encoder
+from connectors.postgres.types.encoder import PythonRowEncoder
 from snapshots.chunks import KeyChunk
 from tests.services.common import in_ci
 from tests.unit.test_pg_fast import (
@@ -43,7 +43,7 @@ from tests.unit.test_pg_fast import (
 
 # Outside CI a machine without Rust runs the pure-Python path only; in CI the encoder must exist.
 pytestmark = pytest.mark.skipif(
-    not fast.available() and not in_ci(),
+    not row_encoder.available() and not in_ci(),
     reason="the native encoder is not built (no Rust toolchain)",
 )
 
@@ -65,7 +65,7 @@ def test_copy_lines_give_the_python_records_or_are_declined(
     oids = _native_oids(options) if native_only else list(CASES)
     registry = _registry(options)
     columns = _columns(oids)
-    encoder = fast.native_encoder(columns, registry, [0])
+    encoder = row_encoder.native_encoder(columns, registry, [0])
     assert encoder is not None
     rng = random.Random(43)
     rows = [

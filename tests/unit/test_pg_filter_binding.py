@@ -15,8 +15,8 @@ from structlog.testing import capture_logs
 from cdc.errors import SourceMisconfigured
 from cdc.filters import TableEntry
 from cdc.schema import Column, TableSchema
-from connectors.postgres.evolution import Attribute, column_ids
-from connectors.postgres.filters import TableFilter, _compiled
+from connectors.postgres.assembly.evolution import Attribute, column_ids
+from connectors.postgres.publication.filters import TableFilter, _compiled
 
 LIVE = [(1, "id"), (2, "name"), (3, "ssn"), (4, "password_hash")]
 ENTRY: dict[str, Any] = {

@@ -19,10 +19,10 @@ from cdc.masks import compile_mask, hash_text
 from cdc.transforms.chain import build_chain
 from cdc.transforms.route import RouteConfig
 from connectors.postgres import pgoutput as pg
+from connectors.postgres.assembly.assembler import Assembler
+from connectors.postgres.assembly.toast import ToastFiller
 from connectors.postgres.catalog import TableInfo
-from connectors.postgres.filters import TableFilter
-from connectors.postgres.stream import Assembler
-from connectors.postgres.toast import ToastFiller
+from connectors.postgres.publication.filters import TableFilter
 from tests.unit.test_pg_stream import INT4, TEXT, FakeCatalog, FakeLog, _tx
 
 KEY = b"unit-mask-key-0123456789"

@@ -1,5 +1,5 @@
-"""The spool of streamed in-progress transactions (connectors.postgres.inprogress), fed the
-messages a server streams: blocks of two interleaved transactions, a rolled-back
+"""The spool of streamed in-progress transactions (connectors.postgres.replication.inprogress),
+fed the messages a server streams: blocks of two interleaved transactions, a rolled-back
 subtransaction, a whole abort with and without protocol 4's abort position, and the commit."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import structlog
 from structlog.testing import capture_logs
 
 from connectors.postgres import pgoutput as pg
-from connectors.postgres.inprogress import StreamedTransactions
+from connectors.postgres.replication.inprogress import StreamedTransactions
 
 TOP, SUB, OTHER = 700, 701, 800
 

@@ -20,17 +20,16 @@ import pytest
 
 from cdc import envelope
 from cdc.masks import Mask, hash_text
-from connectors.postgres import fast
-from connectors.postgres.encoding import NEW_TUPLE_AT, PythonRowEncoder, RowEncoder
 from connectors.postgres.pgoutput import RelationColumn
-from connectors.postgres.types import row_converter
+from connectors.postgres.types import row_converter, row_encoder
+from connectors.postgres.types.encoder import NEW_TUPLE_AT, PythonRowEncoder, RowEncoder
 from tests.services.common import in_ci
 from tests.unit.test_pg_fast import _outcome, _registry
 from tests.unit.test_pg_fast_copy import _copy_line
 
 # Outside CI a machine without Rust runs the pure-Python path only; in CI the encoder must exist.
 pytestmark = pytest.mark.skipif(
-    not fast.available() and not in_ci(),
+    not row_encoder.available() and not in_ci(),
     reason="the native encoder is not built (no Rust toolchain)",
 )
 
@@ -101,7 +100,7 @@ def _reference(
 
 
 def _encoder(columns: Sequence[RelationColumn], masks: Mapping[str, Mask], key: list[int]) -> Any:
-    encoder = fast.native_encoder(columns, _registry(), key, masks)
+    encoder = row_encoder.native_encoder(columns, _registry(), key, masks)
     assert encoder is not None
     return encoder
 
@@ -124,8 +123,8 @@ def _implementations(
     """The Python encoder, and the Rust one (completed by a Python one), as a relation has."""
     names = [columns[i].name for i in key]
     convert = row_converter(columns, _registry(), masks)
-    rust = fast.row_encoder(columns, _registry(), key, convert, masks)
-    assert isinstance(rust, fast.RustRowEncoder)
+    rust = row_encoder.row_encoder(columns, _registry(), key, convert, masks)
+    assert isinstance(rust, row_encoder.RustRowEncoder)
     return [PythonRowEncoder(convert, names), rust]
 
 

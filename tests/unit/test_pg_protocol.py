@@ -11,7 +11,7 @@ import pytest
 
 from connectors.postgres.lsn import lsn_to_str, str_to_lsn
 from connectors.postgres.pgoutput import Begin, ProtocolError, decode
-from connectors.postgres.protocol import (
+from connectors.postgres.replication.protocol import (
     PG_EPOCH_UNIX_US,
     XLOG_HEADER_SIZE,
     PrimaryKeepalive,

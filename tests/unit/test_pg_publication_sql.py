@@ -8,9 +8,9 @@ import pytest
 
 from cdc.errors import SourceFatal
 from cdc.schema import Column, TableSchema
+from connectors.postgres.assembly.evolution import Attribute, diff, resnapshot_reasons
 from connectors.postgres.catalog import TableInfo, published_column
-from connectors.postgres.evolution import Attribute, diff, resnapshot_reasons
-from connectors.postgres.publication import (
+from connectors.postgres.publication.spec import (
     TableSpec,
     check_leaves,
     check_partitions,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from cdc.errors import SourceFatal
-from connectors.postgres.replication import create_slot_command
-from connectors.postgres.standby import ServerFacts
+from connectors.postgres.replication.connection import create_slot_command
+from connectors.postgres.replication.standby import ServerFacts
 
 
 @pytest.mark.parametrize(

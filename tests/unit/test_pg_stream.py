@@ -13,10 +13,10 @@ from cdc.envelope import encode_key
 from cdc.errors import SourceFatal
 from cdc.events import Op
 from connectors.postgres import pgoutput as pg
+from connectors.postgres.assembly.assembler import Assembler
+from connectors.postgres.assembly.relation_state import check_keyable
+from connectors.postgres.assembly.toast import ToastFiller
 from connectors.postgres.catalog import TableInfo
-from connectors.postgres.relations import check_keyable
-from connectors.postgres.stream import Assembler
-from connectors.postgres.toast import ToastFiller
 from connectors.postgres.types import ConversionError, TypeRegistry
 
 INT4, TEXT, JSON = 23, 25, 114

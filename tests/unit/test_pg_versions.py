@@ -1,5 +1,5 @@
-"""What each PostgreSQL version is asked for at start (connectors.postgres.versions), and the
-version gate: the harness has no server older than 14, so the refusal is tested here."""
+"""What each PostgreSQL version is asked for at start (connectors.postgres.replication.versions),
+and the version gate: the harness has no server older than 14, so the refusal is tested here."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import structlog
 from cdc.errors import SourceFatal
 from cdc.source import SourceContext
 from connectors.postgres import PostgresSource, PostgresSourceConfig
-from connectors.postgres.versions import (
+from connectors.postgres.replication.versions import (
     check_supported,
     major,
     protocol_version,

@@ -19,8 +19,8 @@ from connectors.generator.source import Generated, GeneratorSource, GeneratorSou
 from connectors.mongodb import positions as mongo
 from connectors.mongodb.config import MongoSourceConfig
 from connectors.mongodb.source import MongoSource
-from connectors.postgres.flush import Flush
 from connectors.postgres.lsn import Lsn
+from connectors.postgres.replication.flush import Flush
 from tests.unit.log_suite import Step, append
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from connectors.postgres.snapshot.copytext import split_block, split_row, unescape
+from connectors.postgres.types.copytext import split_block, split_row, unescape
 
 
 def test_plain_rows_split_on_tabs() -> None:

@@ -22,9 +22,9 @@ from cdc.source import SourceBatch, SourceContext
 from cdc.testing import make_event
 from connectors.postgres import PostgresSourceConfig
 from connectors.postgres import pgoutput as pg
+from connectors.postgres.assembly.relation_state import build_state
 from connectors.postgres.catalog import TableInfo
 from connectors.postgres.pgoutput import Relation, RelationColumn
-from connectors.postgres.relations import build_state
 from connectors.postgres.snapshot.channel import WATERMARK, Channel
 from connectors.postgres.snapshot.incremental import ChunkJob, OpenWindow
 from connectors.postgres.snapshot.reader import SnapshotTable

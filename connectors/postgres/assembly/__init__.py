@@ -1,8 +1,12 @@
-"""The parts of the stream's :class:`~connectors.postgres.stream.Assembler`, one job each.
+"""Turning decoded pgoutput messages into change events: the :class:`.assembler.Assembler`
+and its parts, one job each.
 
 - :mod:`.transaction`: the transaction being assembled (framing, sequence, ``source`` info,
   row writers).
-- :mod:`.relations`: the captured relations and types, as ``Relation`` messages describe them.
+- :mod:`.relations`: the captured relations and types, as ``Relation`` messages describe them;
+  :mod:`.relation_state`: one relation's state (its row encoder, key, projection).
+- :mod:`.shapes`, :mod:`.evolution`: each table's shape and how it changed.
+- :mod:`.toast`: unchanged TOAST values and their images.
 - :mod:`.batch`: the batch being built (events, schemas, dead letters, the cut at a shape
   change) and its latest event per key.
 - :mod:`.bad`: a value that does not convert: fail, or keep the change as a dead letter.

@@ -7,8 +7,8 @@ from cdc.events import Row
 from cdc.source import DeadLetter
 from connectors.postgres import pgoutput as pg
 from connectors.postgres.assembly.batch import Batch
+from connectors.postgres.assembly.relation_state import RelationState
 from connectors.postgres.assembly.transaction import Transaction
-from connectors.postgres.relations import RelationState
 from connectors.postgres.types import ConversionError
 
 

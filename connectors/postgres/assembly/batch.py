@@ -8,7 +8,7 @@ from typing import Any
 from cdc.events import ChangeEvent, Op
 from cdc.schema import TableSchema
 from cdc.source import DeadLetter, SourceBatch
-from connectors.postgres.toast import key_identity
+from connectors.postgres.assembly.toast import key_identity
 
 
 class Batch:

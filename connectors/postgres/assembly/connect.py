@@ -22,7 +22,7 @@ from cdc.connect_schema import (
     source_struct,
 )
 from cdc.envelope_options import EnvelopeOptions
-from connectors.postgres.relations import CONNECTOR, RelationState
+from connectors.postgres.assembly.relation_state import CONNECTOR, RelationState
 from connectors.postgres.types import TypeRegistry
 from connectors.postgres.types.connect import column_schema
 

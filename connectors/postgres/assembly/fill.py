@@ -2,8 +2,9 @@
 
 The server does not resend an unchanged TOASTed value (``UNCHANGED`` in the tuple): the
 previous image has it. That image is the key's latest event in the batch being built, else the
-latest record the log holds for the key (:class:`~connectors.postgres.toast.ToastFiller`), else
-the row as the database has it now, read by key.
+latest record the log holds for the key
+(:class:`~connectors.postgres.assembly.toast.ToastFiller`), else the row as the database has
+it now, read by key.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from cdc.envelope import EncodedRow, encode_key
 from cdc.events import Row
 from connectors.postgres import pgoutput as pg
 from connectors.postgres.assembly.batch import Batch
-from connectors.postgres.relations import RelationState
-from connectors.postgres.toast import ToastFiller, fill_from, missing_columns
+from connectors.postgres.assembly.relation_state import RelationState
+from connectors.postgres.assembly.toast import ToastFiller, fill_from, missing_columns
 
 
 class RowReader(Protocol):

@@ -11,11 +11,11 @@ from cdc.events import topic_name
 from cdc.schema import TableSchema
 from connectors.postgres import pgoutput as pg
 from connectors.postgres.assembly.batch import Batch
+from connectors.postgres.assembly.relation_state import RelationState, build_state
+from connectors.postgres.assembly.shapes import ShapeTracker
+from connectors.postgres.assembly.toast import ToastFiller
 from connectors.postgres.catalog import TableInfo
-from connectors.postgres.filters import PLAIN, TableFilter
-from connectors.postgres.relations import RelationState, build_state
-from connectors.postgres.shapes import ShapeTracker
-from connectors.postgres.toast import ToastFiller
+from connectors.postgres.publication.filters import PLAIN, TableFilter
 from connectors.postgres.types import TypeRegistry
 
 

@@ -17,9 +17,9 @@ from typing import NamedTuple
 from cdc.connect_schema import TableSchemas
 from cdc.envelope import PG_TAIL, RecordTemplate
 from cdc.events import Op, SourceInfo
+from connectors.postgres.assembly.relation_state import CONNECTOR, RelationState
 from connectors.postgres.lsn import Lsn
-from connectors.postgres.protocol import pg_time_to_unix_ms
-from connectors.postgres.relations import CONNECTOR, RelationState
+from connectors.postgres.replication.protocol import pg_time_to_unix_ms
 
 #: Microseconds from the Unix epoch to PostgreSQL's (2000-01-01).
 _PG_EPOCH_US = 946_684_800_000_000

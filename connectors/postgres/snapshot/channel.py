@@ -23,7 +23,7 @@ from cdc.errors import SourceFatal
 from cdc.events import ChangeEvent, Op
 from connectors.postgres.catalog import EMIT_MESSAGE
 from connectors.postgres.config import PostgresSourceConfig
-from connectors.postgres.standby import read_only_problem
+from connectors.postgres.replication.standby import read_only_problem
 from snapshots.watermark import parse
 
 WATERMARK = "wm"

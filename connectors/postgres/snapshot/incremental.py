@@ -31,7 +31,7 @@ from cdc.batch_bytes import BATCH_BYTES
 from cdc.errors import SourceFatal, SourceUnavailable
 from cdc.logging import Logger
 from cdc.runtime.retry import Backoff, Decision, Stopped, classify, retry, retry_until_stopped
-from connectors.postgres.replication import session_conninfo
+from connectors.postgres.replication.connection import session_conninfo
 from connectors.postgres.snapshot.channel import WATERMARK, Channel
 from connectors.postgres.snapshot.parallel import ChunkFailed
 from connectors.postgres.snapshot.read_shape import PlanOutdated, Refresh, lock_current

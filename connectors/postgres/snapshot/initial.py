@@ -25,11 +25,11 @@ from cdc.envelope_options import READABLE, EnvelopeOptions
 from cdc.logging import Logger
 from connectors.postgres.catalog import Catalog, TableInfo
 from connectors.postgres.config import PostgresSourceConfig
-from connectors.postgres.filters import PLAIN, TableFilter, table_filters
 from connectors.postgres.lifecycle import check_slot, create_slot
 from connectors.postgres.lsn import Lsn
-from connectors.postgres.publication_filters import prepare_publication
-from connectors.postgres.replication import ReplicationConnection, session_conninfo
+from connectors.postgres.publication.filters import PLAIN, TableFilter, table_filters
+from connectors.postgres.publication.row_filters import prepare_publication
+from connectors.postgres.replication.connection import ReplicationConnection, session_conninfo
 from connectors.postgres.snapshot.reader import SnapshotTable, describe, plan
 from connectors.postgres.types import TypeRegistry
 from snapshots.chunks import Chunk

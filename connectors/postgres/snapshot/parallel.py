@@ -30,7 +30,7 @@ from cdc.log.base import Record
 from cdc.logging import Logger
 from cdc.runtime.retry import Backoff, retry
 from connectors.postgres.assembly.connect import relation_schemas
-from connectors.postgres.replication import session_conninfo
+from connectors.postgres.replication.connection import session_conninfo
 from connectors.postgres.snapshot.reader import SnapshotTable, chunk_query, read_lines
 from connectors.postgres.snapshot.rows import Transforms, to_records
 from snapshots.chunks import Chunk

@@ -3,8 +3,8 @@
 Every statement is composed with :mod:`psycopg.sql`. Chunks are read with ``COPY (SELECT ...) TO
 STDOUT`` in text format: the server formats each value with the same output function pgoutput
 uses, under the same session settings (see
-:data:`connectors.postgres.replication.SESSION_OPTIONS`), so the stream's converters turn them
-into identical JSON values.
+:data:`connectors.postgres.replication.connection.SESSION_OPTIONS`), so the stream's
+converters turn them into identical JSON values.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from psycopg import sql
 
 from cdc.batch_bytes import BATCH_BYTES
 from cdc.errors import SourceFatal
+from connectors.postgres.assembly.relation_state import RelationState, build_state
 from connectors.postgres.catalog import Catalog, TableInfo, published_column
 from connectors.postgres.errors import QueryRefused, server_error
-from connectors.postgres.filters import PLAIN, TableFilter
 from connectors.postgres.pgoutput import Relation, RelationColumn
-from connectors.postgres.relations import RelationState, build_state
-from connectors.postgres.snapshot.copytext import split_line
+from connectors.postgres.publication.filters import PLAIN, TableFilter
 from connectors.postgres.types import TypeRegistry
+from connectors.postgres.types.copytext import split_line
 from snapshots.chunks import Chunk, KeyChunk, PageChunk, key_chunks, page_chunks
 
 Values = tuple[str | None, ...]

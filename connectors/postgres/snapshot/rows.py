@@ -32,9 +32,9 @@ from cdc.runtime.source_task import letter_record
 from cdc.runtime.transformed import apply_chain
 from cdc.transforms.chain import TransformChain
 from connectors.postgres.assembly.connect import relation_schemas
-from connectors.postgres.encoding import KeyedRow
-from connectors.postgres.relations import CONNECTOR, RelationState
+from connectors.postgres.assembly.relation_state import CONNECTOR, RelationState
 from connectors.postgres.snapshot.reader import SnapshotTable
+from connectors.postgres.types.encoder import KeyedRow
 
 SEQUENCE_SHIFT = 32
 __all__ = ["SEQUENCE_SHIFT", "KeyedRow", "keyed_lines", "read_template", "to_records"]

@@ -32,7 +32,7 @@ from cdc.config import redact_url
 from cdc.errors import ConfigError, SourceFatal
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.errors import connect_error
-from connectors.postgres.replication import session_conninfo
+from connectors.postgres.replication.connection import session_conninfo
 from connectors.postgres.snapshot.channel import SIGNAL, choose
 from connectors.postgres.snapshot.where import check_where_on_server, check_where_text
 

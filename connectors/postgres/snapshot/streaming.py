@@ -41,8 +41,8 @@ from connectors.postgres import pgoutput as pg
 from connectors.postgres.assembly.connect import relation_schemas
 from connectors.postgres.catalog import Catalog
 from connectors.postgres.config import PostgresSourceConfig
-from connectors.postgres.filters import PLAIN, table_filters
-from connectors.postgres.replication import session_conninfo
+from connectors.postgres.publication.filters import PLAIN, table_filters
+from connectors.postgres.replication.connection import session_conninfo
 from connectors.postgres.snapshot.channel import SIGNAL, WATERMARK, Channel, Marker, signal_rows
 from connectors.postgres.snapshot.incremental import WatermarkReader, Work
 from connectors.postgres.snapshot.initial import describe_one

@@ -17,8 +17,8 @@ from cdc.config import redact_url
 from cdc.envelope_options import READABLE, EnvelopeOptions
 from connectors.postgres.catalog import Catalog
 from connectors.postgres.config import PostgresSourceConfig
-from connectors.postgres.filters import PLAIN, table_filters
-from connectors.postgres.replication import session_conninfo
+from connectors.postgres.publication.filters import PLAIN, table_filters
+from connectors.postgres.replication.connection import session_conninfo
 from connectors.postgres.snapshot.reader import describe, read_rows
 from connectors.postgres.types import TypeRegistry
 

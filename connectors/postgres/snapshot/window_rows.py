@@ -10,7 +10,7 @@ from cdc.envelope_options import READABLE, EnvelopeOptions
 from cdc.events import SourceInfo
 from cdc.log.base import Record
 from cdc.transforms.chain import EMPTY
-from connectors.postgres.relations import CONNECTOR
+from connectors.postgres.assembly.relation_state import CONNECTOR
 from connectors.postgres.snapshot.reader import SnapshotTable
 from connectors.postgres.snapshot.rows import (
     SEQUENCE_SHIFT,

@@ -21,7 +21,7 @@ use pyo3::types::{PyBytes, PyDict, PyString};
 use sha2::Sha256;
 
 /// How a column's text becomes JSON: the codes of `TypeKind`
-/// (`connectors/postgres/types/kinds.py`), which `connectors/postgres/fast.py` passes.
+/// (`connectors/postgres/types/kinds.py`), which `connectors/postgres/types/row_encoder.py` passes.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Text = 0,
@@ -95,7 +95,7 @@ enum Mask {
     KeepLast(usize),
 }
 
-/// A column's mask as `connectors/postgres/fast.py` plans it: code, `hash`'s key, `keep_last`'s
+/// A column's mask as `connectors/postgres/types/row_encoder.py` plans it: code, `hash`'s key, `keep_last`'s
 /// count.
 type MaskPlan = (u8, Vec<u8>, usize);
 
@@ -199,7 +199,7 @@ struct RowEncoder {
 /// key order, and `orjson.dumps(key)`.
 type Encoded<'py> = (Bound<'py, PyBytes>, Bound<'py, PyDict>, Bound<'py, PyBytes>);
 
-/// A column as `connectors/postgres/fast.py` plans it: name JSON, kind code, array delimiter,
+/// A column as `connectors/postgres/types/row_encoder.py` plans it: name JSON, kind code, array delimiter,
 /// converter, built-in mask.
 type ColumnPlan = (
     Vec<u8>,

@@ -13,11 +13,11 @@ from collections.abc import Iterator
 
 from cdc.batch_bytes import BATCH_BYTES
 from connectors.postgres import pgoutput as pg
-from connectors.postgres.flush import Flush
-from connectors.postgres.inprogress import StreamedTransactions
-from connectors.postgres.protocol import XLOG_HEADER_SIZE, xlog_wal_start
-from connectors.postgres.replication import ReplicationConnection
-from connectors.postgres.stream import Assembler
+from connectors.postgres.assembly.assembler import Assembler
+from connectors.postgres.replication.connection import ReplicationConnection
+from connectors.postgres.replication.flush import Flush
+from connectors.postgres.replication.inprogress import StreamedTransactions
+from connectors.postgres.replication.protocol import XLOG_HEADER_SIZE, xlog_wal_start
 
 _XLOG_TAG = ord("w")
 

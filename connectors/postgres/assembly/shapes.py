@@ -1,5 +1,6 @@
 """Follow each captured table's shape through the stream; ask for a re-snapshot when DDL changed
-rows that PostgreSQL did not log (the rules and their limits: :mod:`connectors.postgres.evolution`).
+rows that PostgreSQL did not log (the rules and their limits:
+:mod:`connectors.postgres.assembly.evolution`).
 
 The previous shape of a table is the one this session saw last, else the one the pipeline
 published last (read from the schema topic at ``open``), so a change made while the pipeline
@@ -22,8 +23,8 @@ from cdc.log.base import Log
 from cdc.logging import Logger
 from cdc.runtime.schemas import SchemaCatalog
 from cdc.schema import TableSchema
+from connectors.postgres.assembly.evolution import Attribute, column_ids, diff, resnapshot_reasons
 from connectors.postgres.catalog import Catalog
-from connectors.postgres.evolution import Attribute, column_ids, diff, resnapshot_reasons
 from connectors.postgres.pgoutput import Relation
 
 #: Called as ``resnapshot(table, reason)`` (``table`` is ``schema.table``) when a schema change

@@ -18,8 +18,8 @@ from cdc.logging import Logger
 from cdc.positions import carried, require_forward
 from connectors.postgres.catalog import Catalog
 from connectors.postgres.lsn import Lsn
-from connectors.postgres.protocol import parse_keepalive, standby_status_update
-from connectors.postgres.replication import ReplicationConnection
+from connectors.postgres.replication.connection import ReplicationConnection
+from connectors.postgres.replication.protocol import parse_keepalive, standby_status_update
 
 
 class Flush:

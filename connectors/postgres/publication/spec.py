@@ -25,7 +25,7 @@ from psycopg import sql
 from cdc.errors import SourceFatal, SourceMisconfigured
 from cdc.logging import Logger
 from connectors.postgres.catalog import PUBLISHES_GENERATED_MIN_VERSION, Catalog, Query, TableInfo
-from connectors.postgres.standby import read_only_problem
+from connectors.postgres.replication.standby import read_only_problem
 
 #: Row filters and column lists on a publication's tables.
 ROW_FILTER_MIN_VERSION = 150000

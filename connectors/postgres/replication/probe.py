@@ -23,8 +23,8 @@ from psycopg import sql
 
 from cdc.config import redact_url
 from connectors.postgres.config import PostgresSourceConfig
-from connectors.postgres.replication import session_conninfo
-from connectors.postgres.versions import SLOT_INACTIVE_SINCE_VERSION
+from connectors.postgres.replication.connection import session_conninfo
+from connectors.postgres.replication.versions import SLOT_INACTIVE_SINCE_VERSION
 
 _HEALTH = (
     "WITH here AS (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()"

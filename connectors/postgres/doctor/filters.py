@@ -20,9 +20,9 @@ from psycopg import sql
 from cdc.doctor import Check, failed, passed, warned
 from cdc.filters import TableEntry
 from connectors.postgres.catalog import Catalog
-from connectors.postgres.doctor_tables import TableFacts
-from connectors.postgres.filters import PUBLICATION_FILTERS_MIN_VERSION
-from connectors.postgres.publication_filters import table_columns
+from connectors.postgres.doctor.tables import TableFacts
+from connectors.postgres.publication.filters import PUBLICATION_FILTERS_MIN_VERSION
+from connectors.postgres.publication.row_filters import table_columns
 
 #: The columns of the table that view ``cdc_doctor_where`` reads (built-in functions are
 #: pinned: they have no dependency rows, so they are found in the view's rule instead).
@@ -77,7 +77,8 @@ def _key(facts: TableFacts, entry: TableEntry) -> Check:
 
 def _named(catalog: Catalog, facts: TableFacts, entry: TableEntry) -> Check:
     """The masked and left-out columns exist: a renamed one would leave the database under
-    its new name (the start refuses such a table: :mod:`connectors.postgres.filters`)."""
+    its new name (the start refuses such a table:
+    :mod:`connectors.postgres.publication.filters`)."""
     label = f"table {facts.name}: masked and left-out columns"
     live = [str(name) for (name,) in catalog.rows(_LIVE_COLUMNS, (facts.schema, facts.table))]
     missing = [c for c in entry.hidden_names() if c not in live]

@@ -17,9 +17,9 @@ from cdc.doctor import Check, failed, passed, warned
 from cdc.errors import SourceError
 from connectors.postgres.catalog import Catalog, Query
 from connectors.postgres.config import PostgresSourceConfig
-from connectors.postgres.doctor_failover import Standby, failover_checks, standby_check
-from connectors.postgres.doctor_filters import filter_checks
-from connectors.postgres.doctor_tables import TableFacts, publication_checks, table_checks
+from connectors.postgres.doctor.failover import Standby, failover_checks, standby_check
+from connectors.postgres.doctor.filters import filter_checks
+from connectors.postgres.doctor.tables import TableFacts, publication_checks, table_checks
 
 #: The server versions the source is tested on.
 MIN_VERSION, MAX_VERSION = 140000, 189999

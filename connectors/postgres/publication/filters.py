@@ -7,7 +7,7 @@
   table) the source drops them from each tuple before anything is converted.
 * Masks: in the row converters and the row encoder (:mod:`cdc.masks`), on the value's text.
 * Row filters: the publication's row filter (15+) and the same predicate on every snapshot
-  read (:mod:`.publication_filters` checks it first).
+  read (:mod:`.row_filters` checks it first).
 * Operations: ``r`` left out means no snapshot reads the table; the others are dropped by the
   runtime.
 
@@ -163,7 +163,7 @@ class TableFilter:
 
         Args:
             published: the ``attnum`` of each column of the shape the pipeline published last
-                (:mod:`connectors.postgres.shapes`): a masked column renamed while the
+                (:mod:`connectors.postgres.assembly.shapes`): a masked column renamed while the
                 pipeline was stopped is found by it.
 
         Raises:
@@ -270,10 +270,10 @@ class TableFilter:
         is called now.
 
         While a bound hidden column the server sends is not found by its ``attnum`` (the
-        stream is behind later DDL: see :mod:`connectors.postgres.evolution`), the catalog's
-        names no longer say which column is which: the hidden one may be there under a name
-        the catalog has forgotten, or under one it now gives a newer column (``RENAME ssn TO
-        ssn2``, ``RENAME ssn2 TO x``, ``ADD ssn2``: ``ssn2`` looks up as the new column). So
+        stream is behind later DDL: see :mod:`connectors.postgres.assembly.evolution`), the
+        catalog's names no longer say which column is which: the hidden one may be there under a
+        name the catalog has forgotten, or under one it now gives a newer column (``RENAME ssn
+        TO ssn2``, ``RENAME ssn2 TO x``, ``ADD ssn2``: ``ssn2`` looks up as the new column). So
         every column not known to the stream before, by ``attnum``, is left out then (key
         columns aside, which are never hidden other than by hash, and columns hidden by
         name anyway).

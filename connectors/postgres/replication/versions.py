@@ -15,7 +15,8 @@ The pgoutput protocol versions (PostgreSQL's "Logical Replication Message Format
   is then the same as 2.
 - 4 (PostgreSQL 16+): ``streaming = parallel``, whose ``Stream Abort`` also carries the abort
   LSN and time. The server streams the same blocks as with ``on``; the source spools them to
-  commit either way (:mod:`connectors.postgres.inprogress`), and logs where an abort happened.
+  commit either way (:mod:`connectors.postgres.replication.inprogress`), and logs where an
+  abort happened.
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@
 A relation's row encoder turns its tuples (pgoutput messages, ``COPY ... TO STDOUT`` lines)
 into row JSON, key and key JSON, and snapshot lines into whole records. Two implementations
 follow this one :class:`RowEncoder` interface, as psycopg's ``pq`` has its Python and C ones:
-:class:`PythonRowEncoder` here, and the Rust one in :mod:`connectors.postgres.fast`, which
-hands back to this one every tuple it declines. :func:`connectors.postgres.fast.row_encoder`
-picks one at import; no caller knows which runs. ``tests/unit/test_pg_fast.py`` holds the two
-to the same bytes.
+:class:`PythonRowEncoder` here, and the Rust one in :mod:`connectors.postgres.types.row_encoder`,
+which hands back to this one every tuple it declines.
+:func:`connectors.postgres.types.row_encoder.row_encoder` picks one at import; no caller knows
+which runs. ``tests/unit/test_pg_fast.py`` holds the two to the same bytes.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from cdc.envelope import EncodedRow, RecordTemplate, dumps, encode_key, exact
 from cdc.events import Row
 from connectors.postgres.pgoutput import UNCHANGED, TupleData, tuple_at
-from connectors.postgres.snapshot.copytext import split_line
+from connectors.postgres.types.copytext import split_line
 
 #: A streamed row: its key (the key columns' values by name, in key order), the row (the Rust
 #: encoder's decodes its values on demand), the row's JSON and the key's JSON (the record key).

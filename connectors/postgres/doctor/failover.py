@@ -17,8 +17,8 @@ from psycopg import sql
 from cdc.doctor import Check, failed, passed, warned
 from connectors.postgres.catalog import Catalog
 from connectors.postgres.lifecycle import UNGUARDED
-from connectors.postgres.replication import FAILOVER_VERSION, quote_ident
-from connectors.postgres.standby import FAILOVER_ON_STANDBY, STANDBY_DECODING_VERSION
+from connectors.postgres.replication.connection import FAILOVER_VERSION, quote_ident
+from connectors.postgres.replication.standby import FAILOVER_ON_STANDBY, STANDBY_DECODING_VERSION
 
 _STANDBY_SIDE = (
     "each standby needs sync_replication_slots = on, primary_slot_name, "

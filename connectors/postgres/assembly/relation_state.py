@@ -15,11 +15,11 @@ from cdc.events import topic_name
 from cdc.masks import MASKED_TYPE, Mask
 from cdc.schema import Column, TableSchema
 from connectors.postgres.catalog import TableInfo
-from connectors.postgres.encoding import RowEncoder
-from connectors.postgres.fast import row_encoder
-from connectors.postgres.filters import PLAIN, TableFilter
 from connectors.postgres.pgoutput import Relation, TupleData
+from connectors.postgres.publication.filters import PLAIN, TableFilter
 from connectors.postgres.types import TypeRegistry, row_converter, type_name
+from connectors.postgres.types.encoder import RowEncoder
+from connectors.postgres.types.row_encoder import row_encoder
 
 CONNECTOR = "postgresql"
 
@@ -34,7 +34,8 @@ class RelationState:
         key_index: their positions in a tuple.
         convert: tuple -> row dict (``UNCHANGED`` passes through).
         index: column name -> position in a tuple.
-        encoder: the row encoder (:mod:`connectors.postgres.fast` chose its implementation).
+        encoder: the row encoder (:mod:`connectors.postgres.types.row_encoder` chose its
+            implementation).
         registry: the types its columns were described with (their Connect schemas too).
         masks: the masked columns' masks, by name (:mod:`cdc.masks`).
         project: where the server sends columns the filter leaves out (PostgreSQL 14, or a

@@ -4,10 +4,10 @@
 when a Rust toolchain is present. It writes the JSON that ``orjson.dumps`` would write for the
 row :func:`~connectors.postgres.types.row_converter` returns, without building the Python
 values: the common types take native fast paths, the rest call their Python converter.
-:class:`RustRowEncoder` wraps it behind the :class:`~connectors.postgres.encoding.RowEncoder`
+:class:`RustRowEncoder` wraps it behind the :class:`~connectors.postgres.types.encoder.RowEncoder`
 interface and hands every tuple it declines (unchanged TOAST values, binary values, a value a
 converter rejects, an escape in a COPY line) to the
-:class:`~connectors.postgres.encoding.PythonRowEncoder`, so behaviour never depends on whether
+:class:`~connectors.postgres.types.encoder.PythonRowEncoder`, so behaviour never depends on whether
 it was built; ``tests/unit/test_pg_fast.py`` holds the two to the same bytes.
 
 Under the readable envelope defaults (:data:`~cdc.envelope_options.READABLE`) every type it
@@ -42,14 +42,14 @@ from cdc.envelope import EncodedRow, RecordTemplate
 from cdc.logging import Logger
 from cdc.masks import Mask
 from connectors.postgres import types as t
-from connectors.postgres.encoding import (
+from connectors.postgres.pgoutput import RelationColumn
+from connectors.postgres.types.encoder import (
     NEW_TUPLE_AT,
     Keyed,
     KeyedRow,
     PythonRowEncoder,
     RowEncoder,
 )
-from connectors.postgres.pgoutput import RelationColumn
 from connectors.postgres.types.kinds import MaskKind
 
 # The native encoder's kind codes (native/src/lib.rs) are TypeKind's values.
@@ -161,7 +161,7 @@ def _masked(name_json: bytes, mask: Mask) -> ColumnPlan:
 
 
 class RustRowEncoder:
-    """:class:`~connectors.postgres.encoding.RowEncoder` through the native encoder, with the
+    """:class:`~connectors.postgres.types.encoder.RowEncoder` through the native encoder, with the
     Python one for whatever it declines.
 
     Args:

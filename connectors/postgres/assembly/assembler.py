@@ -31,18 +31,18 @@ from connectors.postgres.assembly.bad import BadRecords
 from connectors.postgres.assembly.batch import Batch
 from connectors.postgres.assembly.connect import key_only_before, relation_schemas
 from connectors.postgres.assembly.fill import ToastFill
+from connectors.postgres.assembly.relation_state import CONNECTOR, RelationState
 from connectors.postgres.assembly.relations import Relations
+from connectors.postgres.assembly.shapes import ShapeTracker
+from connectors.postgres.assembly.toast import ToastFiller
 from connectors.postgres.assembly.transaction import Transaction
 from connectors.postgres.catalog import TableInfo
-from connectors.postgres.encoding import NEW_TUPLE_AT
-from connectors.postgres.fast import log_selected
-from connectors.postgres.filters import TableFilter
 from connectors.postgres.lsn import Lsn
 from connectors.postgres.pgoutput import tuple_at
-from connectors.postgres.relations import CONNECTOR, RelationState
-from connectors.postgres.shapes import ShapeTracker
-from connectors.postgres.toast import ToastFiller
+from connectors.postgres.publication.filters import TableFilter
 from connectors.postgres.types import ConversionError, TypeRegistry
+from connectors.postgres.types.encoder import NEW_TUPLE_AT
+from connectors.postgres.types.row_encoder import log_selected
 
 MessageHook = Callable[[pg.LogicalMessage, int], None]
 

@@ -1,7 +1,7 @@
 """How a table's shape changed between two ``Relation`` messages, and whether rows must be re-read.
 
 Pure functions over two :class:`~cdc.schema.TableSchema` values and the table's
-``pg_attribute`` rows; no I/O (the tracker in :mod:`connectors.postgres.shapes` does that).
+``pg_attribute`` rows; no I/O (the tracker in :mod:`connectors.postgres.assembly.shapes` does that).
 
 Why a re-snapshot is needed at all: some DDL changes the values of rows it does not touch, and
 PostgreSQL writes no change for them. ``ADD COLUMN ... DEFAULT`` gives every existing row the

@@ -2,7 +2,7 @@
 
 What goes to the server: a table's ``where`` as its row filter, and its column selection as
 its column list when that keeps every replica identity column (else the source drops the
-columns itself, :mod:`connectors.postgres.filters`).
+columns itself, :mod:`connectors.postgres.publication.filters`).
 
 A row filter the server accepts can still break the application: PostgreSQL refuses every
 ``UPDATE`` and ``DELETE`` of a table whose publication filters on a column outside its replica
@@ -27,13 +27,13 @@ from psycopg import sql
 from cdc.errors import SourceFatal, SourceMisconfigured
 from cdc.logging import Logger
 from connectors.postgres.catalog import Catalog, TableInfo, published_column
-from connectors.postgres.filters import (
+from connectors.postgres.publication.filters import (
     PLAIN,
     PUBLICATION_FILTERS_MIN_VERSION,
     TableFilter,
     pushes_columns,
 )
-from connectors.postgres.publication import TableSpec, ensure_publication, set_tables_statement
+from connectors.postgres.publication.spec import TableSpec, ensure_publication, set_tables_statement
 
 #: Every column of a table, with whether it is in the replica identity (``{}``: a condition
 #: on ``pg_attribute`` row ``a``, or nothing).
@@ -91,7 +91,7 @@ def wanted_specs(
     catalog: Catalog, tables: Sequence[TableInfo], filters: Mapping[str, TableFilter]
 ) -> dict[str, TableSpec]:
     """The publication's entry for each of ``tables``: with the row filter and, where it can
-    (:func:`~connectors.postgres.filters.pushes_columns`), the column list.
+    (:func:`~connectors.postgres.publication.filters.pushes_columns`), the column list.
 
     Raises:
         SourceMisconfigured: a row filter below PostgreSQL 15 (the server cannot apply one).
@@ -277,7 +277,7 @@ def prepare_publication(
     filters: Mapping[str, TableFilter],
 ) -> None:
     """The publication of ``tables``, with their filters: created or completed
-    (:func:`~connectors.postgres.publication.ensure_publication`), then its column lists and
+    (:func:`~connectors.postgres.publication.spec.ensure_publication`), then its column lists and
     row filters made what ``filters`` say (:func:`sync_filters`), in one transaction that a
     refused filter rolls back whole.
 
