@@ -242,7 +242,8 @@ class Log(Protocol):
 
         The PostgreSQL source relies on the second part: it asks from the thread that appends
         its batches, in the middle of a large transaction, and needs the image an earlier,
-        uncommitted batch of that transaction appended (``connectors/postgres/toast.py``).
+        uncommitted batch of that transaction appended
+        (``connectors/postgres/assembly/toast.py``).
 
         A log that keeps only declared fields (Kafka, :meth:`keep_latest`) returns
         ``{"after": {those fields}}`` instead of the whole value.

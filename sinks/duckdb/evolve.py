@@ -14,8 +14,9 @@ the add or rename that would make such a pair, stops the sink naming both column
 before any DDL runs (the other sinks go on).
 
 The source re-snapshots a table after a change that rewrote its rows unlogged (a default, a
-rename, a drop, a type change: :mod:`connectors.postgres.evolution`), so the rows converge
-here too: in the current table a dropped column then reads NULL, as in any row written since.
+rename, a drop, a type change: :mod:`connectors.postgres.assembly.evolution`), so the rows
+converge here too: in the current table a dropped column then reads NULL, as in any row written
+since.
 """
 
 from __future__ import annotations
