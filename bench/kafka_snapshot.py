@@ -51,15 +51,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 from bench.kafka_perf import PerfResult, PerfSettings, producer_perf
 from bench.pg_snapshot import fill_table
 from bench.report import Figures
-from cdc.config import KafkaLogConfig
-from cdc.envelope_options import READABLE
+from cdc.config.pipeline import KafkaLogConfig
+from cdc.contracts.snapshot_offsets import progress
+from cdc.contracts.source import SourceContext
+from cdc.envelope.options import READABLE
 from cdc.log.kafka import KafkaLog
 from cdc.log.kafka.common import producer_config
-from cdc.logging import configure
 from cdc.runtime.pipeline import GC_THRESHOLDS
 from cdc.runtime.source_task import SourceTask
-from cdc.snapshot_offsets import progress
-from cdc.source import SourceContext
+from cdc.support.logging import configure
 from connectors.postgres import PostgresSourceConfig, drop_replication_objects
 from connectors.postgres.snapshot.source import SnapshottingPostgresSource
 from tests.services.postgres import LocalPostgres

@@ -29,10 +29,10 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
 
 from bench.report import Figures
-from cdc.clock import now_ms
 from cdc.log.base import Record
 from cdc.log.embedded import EmbeddedLog
 from cdc.log.embedded.store import INSERT_RECORD, SCHEMA, SELECT_RANGE, connect
+from cdc.support.clock import now_ms
 
 TOPIC = "shop.public.customers"
 TARGET_APPEND = 100_000

@@ -2,7 +2,7 @@
 
 Starts a throwaway PostgreSQL 15 and Redis (``LocalPostgres``, ``LocalRedis``), seeds a table
 of ``--seed`` rows, and runs a real pipeline on the embedded log as a user does (``python -m
-cdc.cli run FILE`` in a subprocess). Its RSS is read from ``/proc/PID/status`` every
+cdc.cli.main run FILE`` in a subprocess). Its RSS is read from ``/proc/PID/status`` every
 ``--interval-s``:
 
 - **idle**: once the snapshot is in every sink, over ``--idle-s`` seconds (the last sample);
@@ -172,7 +172,7 @@ class Sampler:
 
 def cdc(work: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "cdc.cli", *args],
+        [sys.executable, "-m", "cdc.cli.main", *args],
         cwd=work,
         env=env,
         text=True,
@@ -210,7 +210,7 @@ def command(args: argparse.Namespace) -> list[str]:
     if args.probe:
         trace = ["--trace"] if args.trace else []
         return [sys.executable, "-m", "bench.memory_probe", "mem.yaml", *trace]
-    return [sys.executable, "-m", "cdc.cli", "run", "mem.yaml"]
+    return [sys.executable, "-m", "cdc.cli.main", "run", "mem.yaml"]
 
 
 def idle_rss(pid: int, seconds: float) -> int:

@@ -162,7 +162,7 @@ def main(argv: list[str]) -> None:
         import tracemalloc
 
         tracemalloc.start(1)
-    from cdc.cli import main as cli
+    from cdc.cli.main import main as cli
 
     signal.signal(signal.SIGUSR1, dump)
     cli(["run", args.file])

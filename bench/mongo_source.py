@@ -21,7 +21,7 @@ from bson import Decimal128, Int64, ObjectId, Timestamp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.report import Figures
-from cdc import envelope
+from cdc.envelope import encode as envelope
 from connectors.mongodb import changes
 from tests.integration.mongo_kit import database, harness
 

@@ -102,7 +102,7 @@ def report(phase: str, rounds: list[dict[str, dict[str, Any]]], figures: Figures
 def encoder_cost(figures: Figures) -> None:
     """The row encoder's time per bench row, with ``name`` hashed and without: native and the
     Python reference. In-process, on the same pgoutput bytes, so the difference is exact."""
-    from cdc.masks import compile_mask
+    from cdc.transforms.masks import compile_mask
     from connectors.postgres.pgoutput import RelationColumn
     from connectors.postgres.types import TypeRegistry, row_converter, row_encoder
     from connectors.postgres.types.encoder import PythonRowEncoder

@@ -41,14 +41,14 @@ import structlog
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
 
 from bench.report import Figures
-from cdc.envelope_options import READABLE
+from cdc.contracts.snapshot_offsets import progress
+from cdc.contracts.source import SourceContext
+from cdc.envelope.options import READABLE
 from cdc.log.embedded import EmbeddedLog
-from cdc.logging import configure
+from cdc.metrics.snapshot_report import request_finished
 from cdc.runtime.pipeline import GC_THRESHOLDS
 from cdc.runtime.source_task import SourceTask
-from cdc.snapshot_offsets import progress
-from cdc.snapshot_report import request_finished
-from cdc.source import SourceContext
+from cdc.support.logging import configure
 from connectors.postgres import PostgresSourceConfig, drop_replication_objects
 from connectors.postgres.snapshot.signal import request_snapshot
 from connectors.postgres.snapshot.source import SnapshottingPostgresSource

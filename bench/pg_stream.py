@@ -124,7 +124,7 @@ MASK_KEY = "bench-mask-key-0123456789abcdef"
 
 def _bench_source(dsn: str, log: Any, variant: Variant) -> Any:
     """A PostgresSource of the bench table with ``cdc run``'s defaults."""
-    from cdc.source import SourceContext
+    from cdc.contracts.source import SourceContext
     from connectors.postgres import PostgresSource, PostgresSourceConfig
 
     config = PostgresSourceConfig.model_validate(
@@ -141,7 +141,7 @@ def _bench_source(dsn: str, log: Any, variant: Variant) -> Any:
 def _options() -> Any:
     """The envelope options of the run: the readable defaults, with ``schemas.enable: true``
     under ``--schemas`` (handed to the children through the environment)."""
-    from cdc.envelope_options import READABLE
+    from cdc.envelope.options import READABLE
 
     return READABLE.model_copy(update={"schemas_enable": os.environ.get(SCHEMAS_ENV) == "1"})
 
@@ -152,7 +152,7 @@ def _observer() -> Any:
     if os.environ.get(METRICS_ENV) != "1":
         return None
     from cdc.metrics import Telemetry
-    from cdc.runtime.lag import LagClock
+    from cdc.metrics.lag import LagClock
 
     telemetry = Telemetry(PIPELINE, "127.0.0.1:0", 300.0, structlog.get_logger(), list)
     return telemetry.source(LagClock())
@@ -163,8 +163,8 @@ def _stream(
 ) -> None:
     """Poll -> records -> append -> store offsets -> commit -> ack, as the source task does,
     until ``rows`` events are committed (or the deadline)."""
-    from cdc import envelope
-    from cdc.runtime.lag import LagClock
+    from cdc.envelope import encode as envelope
+    from cdc.metrics.lag import LagClock
 
     options = _options()
     observer = _observer()
@@ -270,7 +270,7 @@ def open_bench_log(target: str) -> Any:
     """The log a child appends to: an embedded log directory, or ``kafka://host:port`` with
     ``?state=DIR``, the pipeline's state directory (the latest-image store)."""
     if target.startswith(KAFKA_SCHEME):
-        from cdc.config import KafkaLogConfig
+        from cdc.config.pipeline import KafkaLogConfig
         from cdc.log.kafka import KafkaLog
 
         address, _, state = target[len(KAFKA_SCHEME) :].partition("?state=")

@@ -67,7 +67,7 @@ class Pipe:
         argv = (
             [str(cdc), "run", str(self.file)]
             if cdc.exists()
-            else [sys.executable, "-m", "cdc.cli", "run", str(self.file)]
+            else [sys.executable, "-m", "cdc.cli.main", "run", str(self.file)]
         )
         err = (self.workdir / "cdc.log").open("ab")
         self.started = time.perf_counter()

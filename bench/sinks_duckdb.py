@@ -38,14 +38,14 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.report import Figures, add_sink
-from cdc import envelope
-from cdc.events import ChangeEvent, Op, SourceInfo, topic_name
+from cdc.contracts.events import ChangeEvent, Op, SourceInfo, topic_name
+from cdc.contracts.schema import Column, TableSchema, schema_record
+from cdc.contracts.sink import Sink, SinkContext
+from cdc.envelope import encode as envelope
 from cdc.log.embedded import EmbeddedLog
-from cdc.logging import configure, get_logger
 from cdc.runtime.schemas import SchemaCatalog
 from cdc.runtime.sink_task import SinkTask, group_name
-from cdc.schema import Column, TableSchema, schema_record
-from cdc.sink import Sink, SinkContext
+from cdc.support.logging import configure, get_logger
 from sinks.duckdb import DuckDBSink, DuckDBSinkConfig
 
 PIPELINE = "bench"

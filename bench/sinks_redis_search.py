@@ -47,9 +47,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.report import Figures, add_sink
 from bench.sinks_duckdb import TABLE, changes, fill_log, run_sink
-from cdc.events import ChangeEvent, Op
+from cdc.contracts.events import ChangeEvent, Op
 from cdc.log.embedded import EmbeddedLog
-from cdc.logging import configure
+from cdc.support.logging import configure
 from sinks.keyed import key_suffix
 from sinks.redis import RedisSink, RedisSinkConfig
 from sinks.search import SearchSink, SearchSinkConfig

@@ -65,7 +65,11 @@ def say(text: str) -> None:
 
 def cdc(*args: str, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
-        [sys.executable, "-m", "cdc.cli", *args], cwd=WORK, env=env, text=True, capture_output=True
+        [sys.executable, "-m", "cdc.cli.main", *args],
+        cwd=WORK,
+        env=env,
+        text=True,
+        capture_output=True,
     )
     print(result.stdout, end="")
     if result.stderr.strip():
@@ -123,7 +127,7 @@ def wait_caught_up(env: dict[str, str], timeout_s: float = 120) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         result = subprocess.run(
-            [sys.executable, "-m", "cdc.cli", "status", "shop.yaml", "--json"],
+            [sys.executable, "-m", "cdc.cli.main", "status", "shop.yaml", "--json"],
             cwd=WORK,
             env=env,
             text=True,
@@ -156,7 +160,7 @@ def main() -> None:
         say("cdc run shop.yaml (snapshot, then streaming) while a workload runs for 10 s")
         with (WORK / "run.log").open("w") as log:
             run = subprocess.Popen(
-                [sys.executable, "-m", "cdc.cli", "run", "shop.yaml"],
+                [sys.executable, "-m", "cdc.cli.main", "run", "shop.yaml"],
                 cwd=WORK,
                 env=env,
                 stdout=log,

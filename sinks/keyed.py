@@ -14,9 +14,9 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from cdc.errors import RecordError
-from cdc.events import topic_name
-from cdc.sink import SinkRecord
+from cdc.contracts.errors import RecordError
+from cdc.contracts.events import topic_name
+from cdc.contracts.sink import SinkRecord
 
 Table = tuple[str, str]
 Pos = tuple[int, int]

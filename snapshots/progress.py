@@ -10,8 +10,8 @@ from typing import Any, Protocol
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from cdc import progress
-from cdc.logging import Logger
+from cdc.metrics import progress
+from cdc.support.logging import Logger
 
 
 class Reporter(Protocol):
@@ -78,7 +78,7 @@ class RichReporter:
 
 
 class SilentReporter:
-    """Nothing: ``cdc run``'s own display (:mod:`cdc.progress`) shows the stored figures."""
+    """Nothing: ``cdc run``'s own display (:mod:`cdc.metrics.progress`) shows the stored figures."""
 
     def chunk_done(self, table: str, chunk: int, rows: int, figures: dict[str, Any]) -> None:
         return None

@@ -1,4 +1,5 @@
-"""Snapshot progress, as stored in the log's source offsets (see :mod:`cdc.snapshot_offsets`).
+"""Snapshot progress, as stored in the log's source offsets (see
+:mod:`cdc.contracts.snapshot_offsets`).
 
 Each table's progress and each queued request is stored under its own key, in the same log
 transaction as the rows it describes, so after a crash it names exactly the chunks whose rows are
@@ -42,9 +43,9 @@ from typing import Any, TypeVar
 
 import orjson
 
-from cdc import snapshot_offsets
-from cdc.clock import now_ms
-from cdc.redact import redact
+from cdc.contracts import snapshot_offsets
+from cdc.support.clock import now_ms
+from cdc.support.redact import redact
 from snapshots.chunks import (
     Chunk,
     add_done,
@@ -151,7 +152,7 @@ class SnapshotState:
 
     def to_json(self) -> dict[str, Any]:
         """A deep copy of the whole progress, every table included (the form
-        :func:`cdc.snapshot_offsets.progress` reads back)."""
+        :func:`cdc.contracts.snapshot_offsets.progress` reads back)."""
         with self._lock:
             return _copy({**self._data, "requests": list(self._queue.values())})
 

@@ -23,7 +23,7 @@ class TopicPartition(NamedTuple):
     partition: int
 
 
-@dataclass(slots=True)  # not frozen: built once per change, see cdc/events.py
+@dataclass(slots=True)  # not frozen: built once per change, see cdc/contracts/events.py
 class Record:
     """A record to append; the log picks its partition from the key."""
 
@@ -32,8 +32,9 @@ class Record:
     value: bytes | None  # None is a tombstone
     pos: bytes | None = None
     """The change's source position, ``[position, sequence]`` as JSON
-    (:func:`cdc.envelope.write_pos`), beside the value, not in it: a Kafka header ``cdc.pos``,
-    the embedded log's ``pos`` column. ``None``: none (a tombstone, a schema record)."""
+    (:func:`cdc.envelope.encode.write_pos`), beside the value, not in it: a Kafka header
+    ``cdc.pos``, the embedded log's ``pos`` column. ``None``: none (a tombstone, a schema
+    record)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +49,7 @@ class StoredRecord:
     timestamp_ms: int
     pos: bytes | None = None
     """:attr:`Record.pos` as appended (``None`` too for a record appended before the log kept
-    it: its value's ``source.pos`` holds it, :func:`cdc.envelope.record_pos`)."""
+    it: its value's ``source.pos`` holds it, :func:`cdc.envelope.encode.record_pos`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +146,7 @@ class Consumer(Protocol):
         """Commit the next offsets to read for the group; durable on return.
 
         ``stop``, once set, ends a commit that waits on an unreachable log with
-        :class:`cdc.runtime.retry.Stopped` (the offsets may or may not be committed then).
+        :class:`cdc.support.retry.Stopped` (the offsets may or may not be committed then).
         """
         ...
 

@@ -23,11 +23,11 @@ from typing import Any, Final
 
 import orjson
 
-from cdc.envelope_options import EnvelopeOptions
-from cdc.errors import ConfigError
+from cdc.contracts.errors import ConfigError
+from cdc.contracts.schema import schema_topic
+from cdc.envelope.options import EnvelopeOptions
 from cdc.log.base import Log, Record, TopicInfo
-from cdc.logging import Logger
-from cdc.schema import schema_topic
+from cdc.support.logging import Logger
 
 ENCODING_KEY: Final = orjson.dumps({"kind": "encoding"})
 _LOOK_AGAIN_S: Final = 5.0

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from cdc.envelope_options import EnvelopeOptions
+from cdc.envelope.options import EnvelopeOptions
 from cdc.log.encoding import StoredEncoding
 
 _END: Final = 1 << 63

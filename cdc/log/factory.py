@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cdc.config import EmbeddedLogConfig, Pipeline
+from cdc.config.pipeline import EmbeddedLogConfig, Pipeline
 from cdc.log.base import Log
 
 

@@ -7,7 +7,7 @@ last record* is what a task that applies records reaches; on Kafka a marker may 
 
 from __future__ import annotations
 
-from cdc.errors import LogError, LogFatal, LogUnavailable
+from cdc.contracts.errors import LogError, LogFatal, LogUnavailable
 from cdc.log.base import Log
 
 

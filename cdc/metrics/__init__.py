@@ -1,4 +1,5 @@
-"""Prometheus metrics, health probes and the stall alarm of a running pipeline.
+"""Prometheus metrics, health probes and the stall alarm of a running pipeline, its lag clock,
+and the snapshot progress it reports and displays.
 
 :class:`Telemetry` bundles them for one process: the metrics (:mod:`cdc.metrics.registry`),
 the tasks' health (:mod:`cdc.metrics.health`), the sampler thread
@@ -12,13 +13,13 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 
 from cdc.log.base import Log
-from cdc.logging import Logger
 from cdc.metrics.health import Health
+from cdc.metrics.lag import LagClock
 from cdc.metrics.observers import SinkObserver, SourceObserver
 from cdc.metrics.registry import Metrics
 from cdc.metrics.sampler import Sampler, SourceProbe
 from cdc.metrics.server import MetricsServer
-from cdc.runtime.lag import LagClock
+from cdc.support.logging import Logger
 
 __all__ = ["Health", "Metrics", "MetricsServer", "SinkObserver", "SourceObserver", "Telemetry"]
 

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdc.logging import Logger
 from cdc.metrics.registry import SINK_STATES, Metrics
+from cdc.support.logging import Logger
 
 
 @dataclass

@@ -15,12 +15,12 @@ from collections.abc import Mapping, Sequence
 from operator import attrgetter
 from typing import Any
 
-from cdc.events import ChangeEvent, Op
+from cdc.contracts.events import ChangeEvent, Op
+from cdc.contracts.positions import carried
 from cdc.log.base import Record
 from cdc.metrics.health import Health
+from cdc.metrics.lag import LagClock
 from cdc.metrics.registry import Metrics
-from cdc.positions import carried
-from cdc.runtime.lag import LagClock
 
 SOURCE_TASK = "source"
 
@@ -120,7 +120,7 @@ class SinkObserver:
         self._m.sink_rebuilds.labels(self._pipeline, self._sink).inc()
 
     def applied(self, batch: Sequence[Any]) -> None:
-        """A batch of :class:`~cdc.sink.SinkRecord` was written and flushed."""
+        """A batch of :class:`~cdc.contracts.sink.SinkRecord` was written and flushed."""
         counts: Counter[tuple[str, str]] = Counter()
         newest_ms = None
         tables = self._tables

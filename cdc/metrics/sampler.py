@@ -20,12 +20,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from cdc.log.base import Log, TopicPartition
-from cdc.logging import Logger
 from cdc.metrics.health import Health
 from cdc.metrics.observers import SOURCE_TASK, sink_task
 from cdc.metrics.registry import WAL_STATUSES, Metrics
-from cdc.redact import redact
-from cdc.snapshot_report import snapshot_report
+from cdc.metrics.snapshot_report import snapshot_report
+from cdc.support.logging import Logger
+from cdc.support.redact import redact
 
 #: ``probe(config, pipeline)`` of a source plugin: a mapping with any of ``retained_wal_bytes``
 #: (int), ``slot_active`` (bool), ``wal_status`` (str), ``position`` (a number: the slot's

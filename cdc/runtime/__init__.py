@@ -1,1 +1,1 @@
-"""The pipeline runtime: source task, sink tasks, retries."""
+"""The pipeline runtime: the pipeline, its source task and sink tasks, and their controls."""

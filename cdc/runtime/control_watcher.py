@@ -14,11 +14,11 @@ import queue
 import threading
 from collections.abc import Callable
 
-from cdc.errors import CdcError
+from cdc.contracts.errors import CdcError
 from cdc.log.base import Log
-from cdc.logging import Logger
-from cdc.runtime.retry import Backoff
 from cdc.runtime.sink_control import APPLIED, PENDING, Reset, SinkControl
+from cdc.support.logging import Logger
+from cdc.support.retry import Backoff
 
 Write = Callable[[SinkControl], object]
 

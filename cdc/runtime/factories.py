@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from cdc import plugins
-from cdc.config import Pipeline, SinkConfig
+from cdc.config.pipeline import Pipeline, SinkConfig
+from cdc.contracts import plugins
+from cdc.contracts.sink import Sink, SinkContext
+from cdc.contracts.source import Source, SourceContext
 from cdc.log.base import Log
-from cdc.logging import Logger
 from cdc.runtime import fingerprints
 from cdc.runtime.schemas import SchemaCatalog
-from cdc.sink import Sink, SinkContext
-from cdc.source import Source, SourceContext
+from cdc.support.logging import Logger
 
 
 def build_source(
@@ -64,7 +64,7 @@ def build_sink(
 
 def masked_columns(pipeline: Pipeline) -> dict[tuple[str, str], frozenset[str]]:
     """By table (after routing), the columns the source's masks hide: a sink's errors name
-    them but never print their values (:attr:`cdc.sink.SinkContext.hidden`)."""
+    them but never print their values (:attr:`cdc.contracts.sink.SinkContext.hidden`)."""
     chain = pipeline.chain()
     hidden: dict[tuple[str, str], frozenset[str]] = {}
     for entry in pipeline.source.tables:

@@ -27,10 +27,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from cdc.config import Pipeline
-from cdc.errors import ConfigError
-from cdc.filters import digest
-from cdc.logging import Logger
+from cdc.config.pipeline import Pipeline
+from cdc.contracts.errors import ConfigError
+from cdc.support.logging import Logger
+from cdc.transforms.filters import digest
 
 OFFSET_KEY: Final = "filters"
 _NO_TRANSFORMS: Final = digest([])

@@ -21,11 +21,11 @@ from typing import Any
 
 import orjson
 
-from cdc.clock import now_ms
 from cdc.log.base import Log, Record
 from cdc.log.offsets import end_offsets
-from cdc.logging import Logger
 from cdc.runtime.sink_control import control_topic
+from cdc.support.clock import now_ms
+from cdc.support.logging import Logger
 
 EVERY_S = 5.0
 KIND = "process"

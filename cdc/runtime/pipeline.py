@@ -18,24 +18,24 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from cdc import plugins
-from cdc.config import Pipeline, SinkConfig
-from cdc.errors import SourceMisconfigured
-from cdc.events import topic_name
+from cdc.config.pipeline import Pipeline, SinkConfig
+from cdc.contracts import plugins
+from cdc.contracts.errors import SourceMisconfigured
+from cdc.contracts.events import topic_name
 from cdc.log.base import Log
 from cdc.log.encoding import ensure_encoding
 from cdc.log.factory import open_log
-from cdc.logging import Logger, get_logger
 from cdc.metrics import SinkObserver, Telemetry
+from cdc.metrics.lag import LagClock
 from cdc.runtime import fingerprints, memory
 from cdc.runtime.control_watcher import ControlWatcher
 from cdc.runtime.factories import build_sink, build_source
 from cdc.runtime.heartbeat import Heartbeat
-from cdc.runtime.lag import LagClock
 from cdc.runtime.preflight import SinkCannotStart, check_sinks, is_first_start
 from cdc.runtime.schemas import SchemaCatalog
 from cdc.runtime.sink_task import SinkTask, group_name
 from cdc.runtime.source_task import SourceTask
+from cdc.support.logging import Logger, get_logger
 
 # The hot path allocates a container per decoded value and row, nearly all freed at once by
 # reference counting; the default gen-0 threshold (700) runs the cycle collector thousands of
@@ -295,7 +295,7 @@ def run_until_signalled(
     accept_envelope_change: bool = False,
 ) -> int:
     """Run until SIGINT/SIGTERM or a fatal error; returns the process exit code."""
-    from cdc.progress import TerminalProgress  # rich's import only where a run starts
+    from cdc.metrics.progress import TerminalProgress  # rich's import only where a run starts
 
     logger = get_logger(pipeline=pipeline.name)
     progress = TerminalProgress(pipeline, role)  # before start: it claims the terminal
@@ -330,7 +330,7 @@ def run_until_signalled(
 def _exit_code(run: PipelineRun, clean: bool, logger: Logger) -> int:
     """0 for a clean stop; 1, with the reason logged, for a failed task, a task that did not
     stop in time, or sinks that an error had stopped; 2 for a file the database cannot serve
-    (:class:`cdc.errors.SourceMisconfigured`)."""
+    (:class:`cdc.contracts.errors.SourceMisconfigured`)."""
     failure = run.failed()
     if failure is not None:
         logger.error(

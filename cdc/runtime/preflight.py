@@ -13,11 +13,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping
 
-from cdc.errors import CdcError, SinkFatal
+from cdc.contracts.errors import CdcError, SinkFatal
+from cdc.contracts.sink import Sink
 from cdc.log.base import Log
-from cdc.logging import Logger
-from cdc.runtime.retry import Decision, classify
-from cdc.sink import Sink
+from cdc.support.logging import Logger
+from cdc.support.retry import Decision, classify
 
 
 class SinkCannotStart(SinkFatal):

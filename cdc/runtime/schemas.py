@@ -12,9 +12,9 @@ import time
 
 import orjson
 
+from cdc.contracts.schema import TableSchema, is_table_schema_key, schema_topic
 from cdc.log.base import Log
 from cdc.log.encoding import is_encoding_key
-from cdc.schema import TableSchema, is_table_schema_key, schema_topic
 
 
 class SchemaCatalog:
@@ -24,7 +24,7 @@ class SchemaCatalog:
         source_shapes: read the source tables' own shapes (what a source compares a table's
             next shape with) instead of the published ones: where transforms changed a table's
             shape or name, the source's own is kept beside it
-            (:func:`cdc.schema.source_shape_record`).
+            (:func:`cdc.contracts.schema.source_shape_record`).
     """
 
     def __init__(

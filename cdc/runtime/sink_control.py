@@ -25,10 +25,10 @@ from typing import Any
 
 import orjson
 
-from cdc.clock import now_ms
 from cdc.log.base import Log, Record
 from cdc.log.offsets import end_offsets
-from cdc.redact import redact
+from cdc.support.clock import now_ms
+from cdc.support.redact import redact
 
 PENDING = "requested"
 APPLIED = "applied"

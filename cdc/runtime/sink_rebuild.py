@@ -15,9 +15,9 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from cdc.errors import CdcError, SinkDataLost
+from cdc.contracts.errors import CdcError, SinkDataLost
 from cdc.log.base import TopicPartition
-from cdc.logging import Logger
+from cdc.support.logging import Logger
 
 PROGRESS_EVERY_S = 5.0
 PROBE_EVERY_S = 5.0

@@ -23,16 +23,16 @@ import dataclasses
 import uuid
 from collections.abc import Mapping
 
-from cdc.clock import now_ms
-from cdc.errors import CdcError
+from cdc.contracts.errors import CdcError
+from cdc.contracts.sink import Sink
 from cdc.log.base import Log, TopicPartition
 from cdc.log.offsets import last_offsets
-from cdc.logging import Logger
 from cdc.runtime.control_watcher import ControlWatcher
-from cdc.runtime.retry import Decision, classify
 from cdc.runtime.sink_control import APPLIED, DONE, FAILED, PENDING, Reset
 from cdc.runtime.sink_rebuild import WholeRebuild
-from cdc.sink import Sink
+from cdc.support.clock import now_ms
+from cdc.support.logging import Logger
+from cdc.support.retry import Decision, classify
 
 
 class TableResets:

@@ -16,9 +16,9 @@ offsets stay where the last durable batch left them, so nothing is lost; and the
 a table reset (``cdc sink FILE NAME --reset-table T``), which starts it again, or for the
 pipeline to stop. The next start of the pipeline tries the sink again too.
 
-A store that lost its data (:class:`~cdc.errors.SinkDataLost`: a cache restarted empty) does not
-stop the sink: the task resets every table, as ``--reset-table`` does, and reads the compacted
-log again from the start (:meth:`SinkTask._rebuild_from_log`).
+A store that lost its data (:class:`~cdc.contracts.errors.SinkDataLost`: a cache restarted empty)
+does not stop the sink: the task resets every table, as ``--reset-table`` does, and reads the
+compacted log again from the start (:meth:`SinkTask._rebuild_from_log`).
 """
 
 from __future__ import annotations
@@ -30,24 +30,24 @@ from typing import Any
 
 import orjson
 
-from cdc import extended_json
-from cdc.batch_bytes import BATCH_BYTES
-from cdc.clock import now_ms
-from cdc.errors import RecordError, SinkDataLost
+from cdc.config.batch_bytes import BATCH_BYTES
+from cdc.contracts.errors import RecordError, SinkDataLost
+from cdc.contracts.schema import schema_topic
+from cdc.contracts.sink import Sink, SinkRecord, sink_offsets
 from cdc.log.base import Consumer, Log, StoredRecord, TopicPartition
 from cdc.log.encoding import EncodingFollower
 from cdc.log.eras import Eras
-from cdc.logging import Logger
 from cdc.metrics.observers import SinkObserver
+from cdc.records import extended_json
 from cdc.runtime.control_watcher import ControlWatcher
 from cdc.runtime.read_size import ReadSize
-from cdc.runtime.retry import Backoff, Decision, Stopped, classify, retry_until_stopped
 from cdc.runtime.sink_control import RETRYING, RUNNING, STOPPED
 from cdc.runtime.sink_rebuild import StoreProbe
 from cdc.runtime.sink_resets import TableResets
 from cdc.runtime.source_task import dead_letter_record
-from cdc.schema import schema_topic
-from cdc.sink import Sink, SinkRecord, sink_offsets
+from cdc.support.clock import now_ms
+from cdc.support.logging import Logger
+from cdc.support.retry import Backoff, Decision, Stopped, classify, retry_until_stopped
 
 
 class SinkRecordStop(RecordError):
@@ -59,7 +59,7 @@ def decode_records(records: Sequence[StoredRecord], eras: Eras | None = None) ->
 
     Under ``schemas.enable: true`` a key and a value are the JsonConverter's ``{"schema",
     "payload"}``: sinks are given the payload (the schema describes what the pipeline's
-    envelope options and the published :class:`~cdc.schema.TableSchema` already say).
+    envelope options and the published :class:`~cdc.contracts.schema.TableSchema` already say).
     MongoDB's rows, Extended JSON texts in Debezium's format, become row objects. ``eras``,
     the log's stored encodings, gives each record the one it was written under
     (:attr:`SinkRecord.era`; ``None``: the sink decodes with the pipeline's options).

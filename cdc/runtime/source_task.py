@@ -15,25 +15,25 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from cdc import envelope
-from cdc.envelope_options import READABLE, EnvelopeOptions
-from cdc.errors import CdcError, RecordTooLarge, SourceFatal, SourceUnavailable
-from cdc.events import ChangeEvent
-from cdc.log.base import Log, LogTransaction, Record
-from cdc.logging import Logger
-from cdc.metrics.observers import SourceObserver
-from cdc.runtime.lag import LagClock
-from cdc.runtime.retry import Backoff, Decision, Stopped, classify
-from cdc.runtime.transactions import TransactionMetadata
-from cdc.runtime.transformed import apply_chain
-from cdc.schema import (
+from cdc.contracts.errors import CdcError, RecordTooLarge, SourceFatal, SourceUnavailable
+from cdc.contracts.events import ChangeEvent
+from cdc.contracts.schema import (
     TableSchema,
     dead_letter_topic,
     schema_record,
     schema_topic,
     source_shape_record,
 )
-from cdc.source import DeadLetter, Source, SourceBatch
+from cdc.contracts.source import DeadLetter, Source, SourceBatch
+from cdc.envelope import encode as envelope
+from cdc.envelope.options import READABLE, EnvelopeOptions
+from cdc.log.base import Log, LogTransaction, Record
+from cdc.metrics.lag import LagClock
+from cdc.metrics.observers import SourceObserver
+from cdc.runtime.transactions import TransactionMetadata
+from cdc.runtime.transformed import apply_chain
+from cdc.support.logging import Logger
+from cdc.support.retry import Backoff, Decision, Stopped, classify
 from cdc.transforms.chain import EMPTY, TransformChain
 
 SourceFactory = Callable[[], Source]
@@ -63,7 +63,7 @@ class SourceTask:
             it stops with the error; once it has run, an unreachable source is retried with
             backoff for as long as it takes. ``None``: always retried.
         observer: the process's metrics (``None``: off), told once per batch.
-        lag: the source's lag (:mod:`cdc.runtime.lag`), fed once per batch; read by the
+        lag: the source's lag (:mod:`cdc.metrics.lag`), fed once per batch; read by the
             metrics and the terminal display.
         transforms: the pipeline's transforms, applied to each batch's events and schemas
             before they are encoded (:mod:`cdc.transforms`).

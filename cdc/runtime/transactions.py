@@ -11,9 +11,9 @@ record comes before the transaction's first change, the END after its last, keye
      "data_collections":[{"data_collection":"<schema>.<table>","event_count":k},...],"ts_ms":...}
 
 in the ``{"schema", "payload"}`` wrapper under ``schemas.enable``
-(:data:`cdc.connect_schema.TRANSACTION_RECORDS`), as Debezium 3.6.1 wrote them. One deviation:
-Debezium's PostgreSQL connector writes each change's own LSN into the id of its block and of
-the BEGIN record (``"731:26384296"``, ``"731:26384424"``, ... and the END ``"731:26384768"``),
+(:data:`cdc.envelope.connect_schema.TRANSACTION_RECORDS`), as Debezium 3.6.1 wrote them. One
+deviation: Debezium's PostgreSQL connector writes each change's own LSN into the id of its block and
+of the BEGIN record (``"731:26384296"``, ``"731:26384424"``, ... and the END ``"731:26384768"``),
 so ids of one transaction differ and no change's id matches its END's; ours are the
 transaction's one id, the END's (the commit LSN), everywhere.
 
@@ -29,10 +29,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from cdc import envelope
-from cdc.connect_schema import TRANSACTION_RECORDS
-from cdc.envelope_options import EnvelopeOptions
-from cdc.events import ChangeEvent
+from cdc.contracts.events import ChangeEvent
+from cdc.envelope import encode as envelope
+from cdc.envelope.connect_schema import TRANSACTION_RECORDS
+from cdc.envelope.options import EnvelopeOptions
 from cdc.log.base import Record
 
 

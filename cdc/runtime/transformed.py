@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cdc.events import ChangeEvent
-from cdc.source import DeadLetter
+from cdc.contracts.events import ChangeEvent
+from cdc.contracts.source import DeadLetter
 from cdc.transforms.base import TransformError
 from cdc.transforms.chain import TransformChain
 

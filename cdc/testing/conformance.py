@@ -25,7 +25,7 @@ a reader gets by applying its records in order.
 Every check uses table ``public.kit_items`` (``id bigint`` key, ``name text``, ``qty integer``,
 later ``note text``; the delete check gives it NOT NULL columns of many types, :data:`TYPED`)
 of pipeline ``kit``. Records are built the way the runtime builds them:
-events encoded by :mod:`cdc.envelope`, then decoded.
+events encoded by :mod:`cdc.envelope.encode`, then decoded.
 """
 
 from __future__ import annotations
@@ -40,14 +40,14 @@ from typing import Any, ClassVar
 import orjson
 import pytest
 
-from cdc import envelope
-from cdc.errors import SinkFatal, SinkUnavailable
-from cdc.events import ChangeEvent, Op, SourceInfo, topic_name
+from cdc.contracts.errors import SinkFatal, SinkUnavailable
+from cdc.contracts.events import ChangeEvent, Op, SourceInfo, topic_name
+from cdc.contracts.schema import Column, TableSchema
+from cdc.contracts.sink import Sink, SinkContext, SinkRecord
+from cdc.envelope import encode as envelope
 from cdc.log.base import Log, TopicPartition
-from cdc.logging import get_logger
 from cdc.runtime.sink_task import SinkTask, group_name
-from cdc.schema import Column, TableSchema
-from cdc.sink import Sink, SinkContext, SinkRecord
+from cdc.support.logging import get_logger
 
 PIPELINE = "kit"
 TABLE = ("public", "kit_items")

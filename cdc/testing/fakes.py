@@ -12,11 +12,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdc.errors import RecordError, SinkFatal, SinkUnavailable
-from cdc.events import ChangeEvent, Op, SourceInfo
+from cdc.contracts.errors import RecordError, SinkFatal, SinkUnavailable
+from cdc.contracts.events import ChangeEvent, Op, SourceInfo
+from cdc.contracts.sink import SinkRecord
+from cdc.contracts.source import SourceBatch
 from cdc.log.base import TopicPartition
-from cdc.sink import SinkRecord
-from cdc.source import SourceBatch
 
 
 def make_event(

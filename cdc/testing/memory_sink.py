@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cdc.contracts.sink import SinkRecord
 from cdc.log.base import TopicPartition
-from cdc.sink import SinkRecord
 
 
 @dataclass

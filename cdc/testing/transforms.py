@@ -16,13 +16,15 @@ must start with ``Test`` so pytest collects it) and implements two methods::
 The kit builds the transform with a :class:`~cdc.transforms.TransformContext` for pipeline
 ``kit`` listing the sample events' tables (:meth:`TransformConformance.tables`), and checks:
 
-* ``apply`` returns a :class:`~cdc.events.ChangeEvent`, a list or tuple of them, or ``None``;
-* it never changes the event it is given (rows, :class:`~cdc.envelope.EncodedRow` rows and
+* ``apply`` returns a :class:`~cdc.contracts.events.ChangeEvent`, a list or tuple of them, or
+``None``;
+* it never changes the event it is given (rows, :class:`~cdc.envelope.encode.EncodedRow` rows and
   their JSON, the key, the source block, everything), and is deterministic;
 * the events it returns keep their ``source`` position and sequence, which sinks compare to
   skip replays (a changed one would make a sink drop or reorder changes);
-* they encode through :func:`cdc.envelope.to_records`, without and with ``schemas.enable``, to
-  the topic of :attr:`~cdc.events.ChangeEvent.topic_table`, with their key and rows, and
+* they encode through :func:`cdc.envelope.encode.to_records`, without and with ``schemas.enable``,
+to
+  the topic of :attr:`~cdc.contracts.events.ChangeEvent.topic_table`, with their key and rows, and
   Connect schemas named after that topic that describe every field of the rows;
 * ``table()`` names the table ``apply`` sends the events to, and ``schema()`` of each table's
   shape (:meth:`TransformConformance.sample_schemas`: by default derived from the sample
@@ -45,12 +47,12 @@ from typing import Any, ClassVar
 import orjson
 from pydantic import ValidationError
 
-from cdc import envelope
-from cdc.envelope_options import READABLE, EnvelopeOptions
-from cdc.events import ChangeEvent, Op, topic_name
-from cdc.json_rows import EncodedRow
-from cdc.logging import get_logger
-from cdc.schema import Column, TableSchema
+from cdc.contracts.events import ChangeEvent, Op, topic_name
+from cdc.contracts.schema import Column, TableSchema
+from cdc.envelope import encode as envelope
+from cdc.envelope.json_rows import EncodedRow
+from cdc.envelope.options import READABLE, EnvelopeOptions
+from cdc.support.logging import get_logger
 from cdc.transforms.base import Transform, TransformConfig, TransformContext, topic_table_id
 from cdc.transforms.chain import TransformChain
 

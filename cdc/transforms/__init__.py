@@ -1,4 +1,5 @@
-"""Transforms: reshape change events before they are encoded (see :mod:`.base`)."""
+"""Transforms, filters and masks: what leaves the database and how events are reshaped before
+they are encoded (see :mod:`.base`, :mod:`.filters`, :mod:`.masks`)."""
 
 from cdc.transforms.base import (
     Applied,

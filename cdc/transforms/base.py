@@ -1,8 +1,8 @@
 """What a transform is: a plugin of the ``cdc.transforms`` entry point group.
 
 A transform sees one change event at a time, after the source's filters and masks and before
-the event is encoded for the log (:class:`cdc.events.ChangeEvent`), and returns the event, a
-changed event, several events, or none. It must not change the event it is given (build a new
+the event is encoded for the log (:class:`cdc.contracts.events.ChangeEvent`), and returns the event,
+a changed event, several events, or none. It must not change the event it is given (build a new
 one: :func:`dataclasses.replace`), and its answer must depend on the event alone: the same
 transform runs over the stream, every snapshot, and, in ``cdc verify``, over the source's
 current rows read as ``r`` events.
@@ -12,7 +12,7 @@ Three optional parts, with :class:`BaseTransform`'s defaults:
 * :meth:`BaseTransform.table`: the table whose topic a table's events go to (``route``), so the
   runtime knows every topic up front and each sink its tables;
 * :meth:`BaseTransform.schema`: the published shape of the events it returns
-  (:class:`cdc.schema.TableSchema`), so sinks type the columns it adds or renames;
+  (:class:`cdc.contracts.schema.TableSchema`), so sinks type the columns it adds or renames;
 * :attr:`BaseTransform.applies_to_rows`: ``False`` for a transform whose result on a row read
   now is not what the stream gave for it (one that reads the clock, or counts), which makes
   ``cdc verify`` report its tables as not verifiable rather than compare them.
@@ -31,10 +31,10 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from cdc.errors import CdcError, Fatal, RecordError
-from cdc.events import ChangeEvent
-from cdc.logging import Logger
-from cdc.schema import TableSchema
+from cdc.contracts.errors import CdcError, Fatal, RecordError
+from cdc.contracts.events import ChangeEvent
+from cdc.contracts.schema import TableSchema
+from cdc.support.logging import Logger
 
 #: What :meth:`Transform.apply` may return.
 Applied = ChangeEvent | Sequence[ChangeEvent] | None

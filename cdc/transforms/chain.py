@@ -11,11 +11,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from cdc import plugins
-from cdc.events import ChangeEvent, topic_name
-from cdc.filters import digest
-from cdc.logging import Logger, get_logger
-from cdc.schema import TableSchema
+from cdc.contracts import plugins
+from cdc.contracts.events import ChangeEvent, topic_name
+from cdc.contracts.schema import TableSchema
+from cdc.support.logging import Logger, get_logger
 from cdc.transforms.base import (
     Transform,
     TransformConfig,
@@ -23,6 +22,7 @@ from cdc.transforms.base import (
     TransformError,
     TransformShapeError,
 )
+from cdc.transforms.filters import digest
 
 
 class TransformChain:

@@ -1,8 +1,8 @@
 """The Connect schemas (``schemas.enable: true``) of transformed events.
 
 A source hands its events over with their table's Connect schemas
-(:attr:`cdc.events.ChangeEvent.connect`), which carry the column types the values alone do not
-tell (an ``int32``, a ``Decimal``, a ``Timestamp``). A transform that renames, adds or routes
+(:attr:`cdc.contracts.events.ChangeEvent.connect`), which carry the column types the values alone do
+not tell (an ``int32``, a ``Decimal``, a ``Timestamp``). A transform that renames, adds or routes
 edits those schemas the way it edits the rows, so the types of every other column survive;
 dropping them instead would have the envelope infer every column's type from its value.
 
@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import orjson
 
-from cdc.connect_schema import TableSchemas, field_schema
+from cdc.envelope.connect_schema import TableSchemas, field_schema
 
 #: The Connect type of each published column type a transform gives an added field.
 CONNECT_TYPES: Final = {

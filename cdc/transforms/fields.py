@@ -25,10 +25,10 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from cdc.events import ChangeEvent, Op
-from cdc.json_rows import edit_row
-from cdc.record_template import source_block
-from cdc.schema import Column, TableSchema
+from cdc.contracts.events import ChangeEvent, Op
+from cdc.contracts.schema import Column, TableSchema
+from cdc.envelope.json_rows import edit_row
+from cdc.envelope.template import source_block
 from cdc.transforms.base import (
     BaseTransform,
     Matcher,

@@ -34,9 +34,9 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from cdc.events import ChangeEvent, Op, topic_name
-from cdc.json_rows import edit_row
-from cdc.schema import Column, TableSchema
+from cdc.contracts.events import ChangeEvent, Op, topic_name
+from cdc.contracts.schema import Column, TableSchema
+from cdc.envelope.json_rows import edit_row
 from cdc.transforms.base import BaseTransform, TransformConfig, TransformContext, topic_table_id
 from cdc.transforms.connect import routed
 

@@ -48,7 +48,7 @@ from typing import Any, Final, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from cdc.sink import SinkRecord
+from cdc.contracts.sink import SinkRecord
 
 DeleteHandling = Literal[
     "tombstone", "drop", "rewrite", "rewrite-with-tombstone", "delete-to-tombstone"

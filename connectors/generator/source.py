@@ -20,11 +20,11 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from cdc.config import SourceConfig
-from cdc.events import ChangeEvent, Op, SourceInfo
-from cdc.positions import Offsets, carried, require_forward
-from cdc.schema import Column, TableSchema
-from cdc.source import SourceBatch, SourceContext
+from cdc.config.pipeline import SourceConfig
+from cdc.contracts.events import ChangeEvent, Op, SourceInfo
+from cdc.contracts.positions import Offsets, carried, require_forward
+from cdc.contracts.schema import Column, TableSchema
+from cdc.contracts.source import SourceBatch, SourceContext
 
 OFFSET_KEY = "generator"
 COLUMNS = (

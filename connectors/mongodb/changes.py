@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from cdc.events import ChangeEvent, Op, Row, SourceInfo
+from cdc.contracts.events import ChangeEvent, Op, Row, SourceInfo
 from connectors.mongodb import records
 from connectors.mongodb.filters import CollectionFilter
 from connectors.mongodb.positions import position

@@ -9,10 +9,10 @@ from bson.codec_options import DatetimeConversion
 from pymongo import MongoClient
 from pymongo import errors as px
 
-from cdc.errors import LogError, SourceFatal
+from cdc.contracts.errors import LogError, SourceFatal
+from cdc.contracts.schema import TableSchema
 from cdc.log.base import Log
 from cdc.runtime.schemas import SchemaCatalog
-from cdc.schema import TableSchema
 from connectors.mongodb import errors
 from connectors.mongodb.config import MongoSourceConfig
 

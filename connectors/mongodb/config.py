@@ -6,9 +6,9 @@ from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
 
-from cdc.batch_bytes import BATCH_BYTES, BatchBytes
-from cdc.config import SourceConfig
-from cdc.filters import ColumnSelection, MaskSpec, TableEntry
+from cdc.config.batch_bytes import BATCH_BYTES, BatchBytes
+from cdc.config.pipeline import SourceConfig
+from cdc.transforms.filters import ColumnSelection, MaskSpec, TableEntry
 from connectors.mongodb.match import QueryError, compile_query, from_extended_json
 
 KEY = "_id"
@@ -70,7 +70,7 @@ class MongoSourceConfig(SourceConfig):
 
     Attributes:
         dsn: a ``mongodb://`` or ``mongodb+srv://`` URI of a replica set or sharded cluster; a
-            secret, never logged (see ``cdc.config.redact_url``).
+            secret, never logged (see ``cdc.config.pipeline.redact_url``).
         tables: ``db.collection`` of every captured collection, or an entry with its filters
             (:class:`MongoTableEntry`, :mod:`connectors.mongodb.filters`).
         full_document: ``updateLookup`` (default): an update's ``after`` is the document as it
@@ -90,9 +90,9 @@ class MongoSourceConfig(SourceConfig):
             reports it unavailable (and the runtime retries with backoff).
         max_batch_events: most events one poll returns.
         max_batch_bytes: about the most bytes of changes one poll returns (bytes or a size
-            such as ``16MiB``; :mod:`cdc.batch_bytes`): a poll stops reading once its changes'
-            documents reach it, always after at least one change, where ``max_batch_events``
-            would stop it too.
+            such as ``16MiB``; :mod:`cdc.config.batch_bytes`): a poll stops reading once its
+            changes' documents reach it, always after at least one change, where
+            ``max_batch_events`` would stop it too.
         signal_collection: ``db.collection`` the source watches for requests (``cdc snapshot
             --table``): an inserted ``{"type": "snapshot", "table": ..., "pipeline": ...}``
             makes it re-read that collection at that point of the stream. Off when omitted.

@@ -23,9 +23,9 @@ from typing import Any, Final
 
 import orjson
 
-from cdc.connect_schema import TRANSACTION, TableSchemas, infer, named, source_struct
-from cdc.connect_schema import field_schema as _f
-from cdc.events import ChangeEvent, topic_name
+from cdc.contracts.events import ChangeEvent, topic_name
+from cdc.envelope.connect_schema import TRANSACTION, TableSchemas, infer, named, source_struct
+from cdc.envelope.connect_schema import field_schema as _f
 
 _JSON: Final = {"type": "string", "optional": True, "name": "io.debezium.data.Json", "version": 1}
 _CHANGESTREAM: Final = "io.debezium.connector.mongodb.changestream"

@@ -12,10 +12,10 @@ from typing import Any
 from pymongo import MongoClient
 from pymongo import errors as px
 
-from cdc.config import redact_url
-from cdc.doctor import Check, failed, passed, warned
-from cdc.errors import SourceError
-from cdc.redact import redact
+from cdc.cli.doctor import Check, failed, passed, warned
+from cdc.config.pipeline import redact_url
+from cdc.contracts.errors import SourceError
+from cdc.support.redact import redact
 from connectors.mongodb.client import connect
 from connectors.mongodb.config import MongoSourceConfig
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pymongo import errors as px
 
-from cdc.errors import SourceFatal, SourceUnavailable
+from cdc.contracts.errors import SourceFatal, SourceUnavailable
 
 HISTORY_LOST = 286  # ChangeStreamHistoryLost: the resume point has left the oplog
 FATAL_STREAM = 280  # ChangeStreamFatalError: the stream cannot resume from its token

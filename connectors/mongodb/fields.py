@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from cdc.schema import Column, TableSchema
+from cdc.contracts.schema import Column, TableSchema
 
 JSON_TYPE = ""
 KEY = "_id"

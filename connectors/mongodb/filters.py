@@ -27,9 +27,9 @@ from typing import Any, Final
 
 import orjson
 
-from cdc.events import Op, Row
-from cdc.filters import TableEntry
-from cdc.masks import Mask, compile_mask
+from cdc.contracts.events import Op, Row
+from cdc.transforms.filters import TableEntry
+from cdc.transforms.masks import Mask, compile_mask
 from connectors.mongodb import match
 from connectors.mongodb.convert import to_json
 

@@ -9,11 +9,11 @@ from typing import Any
 
 from pymongo import errors as px
 
-from cdc.config import redact_url
-from cdc.doctor import Check
-from cdc.envelope_options import READABLE, EnvelopeOptions
-from cdc.errors import ConfigError
-from cdc.source import SourceContext
+from cdc.cli.doctor import Check
+from cdc.config.pipeline import redact_url
+from cdc.contracts.errors import ConfigError
+from cdc.contracts.source import SourceContext
+from cdc.envelope.options import READABLE, EnvelopeOptions
 from connectors.mongodb import errors, positions
 from connectors.mongodb.client import client_for
 from connectors.mongodb.config import MongoSourceConfig

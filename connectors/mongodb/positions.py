@@ -18,8 +18,8 @@ but with ``cluster_time`` resumes from that time (``startAtOperationTime``); ``s
 set after an invalidate, whose token only ``startAfter`` accepts.
 
 Typed: one stream's entry is a :class:`StreamPoint`, ordered by cluster time; the streams of the
-block together are a :class:`MongoPosition` (a :class:`cdc.positions.Position`), which is behind
-another when any stream both hold is behind there. Each has one codec to and from the block.
+block together are a :class:`MongoPosition` (a :class:`cdc.contracts.positions.Position`), which is
+behind another when any stream both hold is behind there. Each has one codec to and from the block.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import orjson
 from bson import json_util
 from bson.timestamp import Timestamp
 
-from cdc.positions import Offsets
+from cdc.contracts.positions import Offsets
 
 OFFSET_KEY = "mongodb"
 RESTARTS_KEY = "restarts"

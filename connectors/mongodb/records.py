@@ -12,7 +12,7 @@
 
 In-process, key and rows stay readable mappings of relaxed Extended JSON values (what the
 change event always held, :func:`connectors.mongodb.convert.document`): they are
-:class:`cdc.envelope.EncodedRow` objects, whose JSON (what the envelope writes) is Debezium's
+:class:`cdc.envelope.encode.EncodedRow` objects, whose JSON (what the envelope writes) is Debezium's
 form and whose values are worked out only when something reads them.
 """
 
@@ -26,9 +26,9 @@ import orjson
 from bson import json_util
 from bson.json_util import JSONOptions
 
-from cdc.envelope import EncodedRow
-from cdc.events import Row
-from cdc.json_rows import RowEdit, register_row_editor
+from cdc.contracts.events import Row
+from cdc.envelope.encode import EncodedRow
+from cdc.envelope.json_rows import RowEdit, register_row_editor
 from connectors.mongodb.convert import document, to_json
 from connectors.mongodb.extjson import STRICT, document_text, updated_fields_text
 
@@ -50,7 +50,7 @@ def row(doc: Mapping[str, Any]) -> EncodedRow:
 
 def edit(current: Mapping[str, Any], change: RowEdit) -> Mapping[str, Any]:
     """``current`` with ``change`` applied to its document, in the form it came in (the row editor
-    of :func:`cdc.json_rows.edit_row`, which transforms use).
+    of :func:`cdc.envelope.json_rows.edit_row`, which transforms use).
 
     A row this source wrote (:func:`row`) is edited as its BSON document and written again as
     Debezium's STRICT text, so a renamed or added field keeps every value's exact type. A

@@ -37,8 +37,8 @@ import bson
 from bson.codec_options import CodecOptions
 from pymongo import MongoClient
 
-from cdc.batch_bytes import BATCH_BYTES
-from cdc.clock import now_ms
+from cdc.config.batch_bytes import BATCH_BYTES
+from cdc.support.clock import now_ms
 from connectors.mongodb import ranges
 from connectors.mongodb.filters import CollectionFilter
 from snapshots.chunks import rate_and_eta, to_ranges

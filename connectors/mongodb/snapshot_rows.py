@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from cdc.clock import now_ms
-from cdc.events import ChangeEvent, Op, SourceInfo
+from cdc.contracts.events import ChangeEvent, Op, SourceInfo
+from cdc.support.clock import now_ms
 from connectors.mongodb import records
 from connectors.mongodb.filters import CollectionFilter
 from connectors.mongodb.snapshot import Batch

@@ -27,11 +27,11 @@ from typing import Any
 from pymongo import MongoClient
 from pymongo import errors as px
 
-from cdc import snapshot_offsets
-from cdc.clock import now_ms
-from cdc.config import redact_url
-from cdc.positions import Offsets, carried, require_forward
-from cdc.source import SourceBatch, SourceContext
+from cdc.config.pipeline import redact_url
+from cdc.contracts import snapshot_offsets
+from cdc.contracts.positions import Offsets, carried, require_forward
+from cdc.contracts.source import SourceBatch, SourceContext
+from cdc.support.clock import now_ms
 from connectors.mongodb import changes, errors, positions, snapshot, snapshot_rows
 from connectors.mongodb.client import (
     check_collections,

@@ -1,7 +1,7 @@
 """The streaming phase: read every change stream in turn, cut batches at transaction ends.
 
 A batch ends a unit of work (``commit_offsets`` set) unless ``max_events`` or ``max_bytes``
-(about the bytes of its changes' documents, :mod:`cdc.batch_bytes`) was reached inside a
+(about the bytes of its changes' documents, :mod:`cdc.config.batch_bytes`) was reached inside a
 MongoDB transaction (events carrying the same ``lsid`` and ``txnNumber``): then the batch is
 handed on without offsets and the next poll continues with the same stream, so a transaction's
 changes become visible in the log together. Events of one transaction come from the oplog's one
@@ -18,13 +18,13 @@ from typing import Any
 import orjson
 from pymongo import errors as px
 
-from cdc.batch_bytes import BATCH_BYTES
-from cdc.errors import RecordError, SourceUnavailable
-from cdc.events import ChangeEvent
-from cdc.json_rows import EncodedRow
-from cdc.logging import Logger
-from cdc.schema import TableSchema
-from cdc.source import DeadLetter
+from cdc.config.batch_bytes import BATCH_BYTES
+from cdc.contracts.errors import RecordError, SourceUnavailable
+from cdc.contracts.events import ChangeEvent
+from cdc.contracts.schema import TableSchema
+from cdc.contracts.source import DeadLetter
+from cdc.envelope.json_rows import EncodedRow
+from cdc.support.logging import Logger
 from connectors.mongodb import changes, errors, positions
 from connectors.mongodb.convert import to_json
 from connectors.mongodb.fields import FieldTracker

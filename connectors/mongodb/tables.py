@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from cdc.logging import Logger
+from cdc.contracts.source import SourceContext
 from cdc.runtime.fingerprints import OFFSET_KEY, key_check
-from cdc.source import SourceContext
+from cdc.support.logging import Logger
 from connectors.mongodb.config import MongoSourceConfig
 from connectors.mongodb.filters import CollectionFilter
 from snapshots.modes import Action, AddedTables, added_tables, table_changes

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from cdc.errors import SourceFatal
+from cdc.contracts.errors import SourceFatal
 from connectors.postgres.errors import connect_error, lost
 from connectors.postgres.replication.connection import session_conninfo
 from connectors.postgres.types import TYPE_QUERY, TypeRegistry

@@ -8,10 +8,10 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from cdc.batch_bytes import BATCH_BYTES, BatchBytes
-from cdc.config import SourceConfig
-from cdc.filters import TableEntry
-from cdc.redact import redact
+from cdc.config.batch_bytes import BATCH_BYTES, BatchBytes
+from cdc.config.pipeline import SourceConfig
+from cdc.support.redact import redact
+from cdc.transforms.filters import TableEntry
 
 #: Slot names allow only these characters (PostgreSQL's rule), which also makes them safe to
 #: place inside a replication command.
@@ -24,7 +24,7 @@ class PostgresSourceConfig(SourceConfig):
     """Settings of the PostgreSQL source.
 
     Attributes:
-        dsn: libpq connection string or URL; a secret, never logged (see :mod:`cdc.redact`).
+        dsn: libpq connection string or URL; a secret, never logged (see :mod:`cdc.support.redact`).
         key_columns: per ``schema.table``, the columns that form the record key of a table
             without a primary key.
         publication: publication name; ``<pipeline>_pub`` when omitted.
@@ -43,7 +43,7 @@ class PostgresSourceConfig(SourceConfig):
             such as ``16MiB``): a poll stops adding events once its changes' messages and the
             TOASTed values it filled in reach it, always after at least one event, at the same
             points ``max_batch_events`` splits a large transaction at
-            (:mod:`cdc.batch_bytes`).
+            (:mod:`cdc.config.batch_bytes`).
         connect_timeout_s: how long a connection attempt may take, and how long the first
             start (no stored position yet) waits for an unreachable server before it stops
             with the error; once the pipeline has run, a lost server is retried with backoff.

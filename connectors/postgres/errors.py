@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import psycopg
 
-from cdc.errors import SourceError, SourceFatal, SourceUnavailable
+from cdc.contracts.errors import SourceError, SourceFatal, SourceUnavailable
 
 #: Connection failures that retrying cannot fix: the credentials or the target are wrong.
 _FATAL_CONNECT_MARKERS = (

@@ -13,9 +13,9 @@ from typing import Final, Literal
 import structlog
 from psycopg import sql
 
-from cdc.config import redact_url
-from cdc.errors import SourceFatal
-from cdc.logging import Logger
+from cdc.config.pipeline import redact_url
+from cdc.contracts.errors import SourceFatal
+from cdc.support.logging import Logger
 from connectors.postgres.catalog import Catalog, SlotState
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.lsn import Lsn

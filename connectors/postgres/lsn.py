@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from cdc.positions import Offsets
+from cdc.contracts.positions import Offsets
 
 OFFSET_KEY: Final = "postgres"
 MAX_LSN: Final = (1 << 64) - 1

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from cdc.doctor import Check
-from cdc.envelope_options import READABLE, EnvelopeOptions
-from cdc.source import Source, SourceContext
+from cdc.cli.doctor import Check
+from cdc.contracts.source import Source, SourceContext
+from cdc.envelope.options import READABLE, EnvelopeOptions
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.doctor.server import doctor
 from connectors.postgres.lifecycle import drop_replication_objects

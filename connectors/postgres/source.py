@@ -21,9 +21,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from cdc.config import redact_url
-from cdc.errors import SourceFatal, SourceUnavailable
-from cdc.source import SourceBatch, SourceContext
+from cdc.config.pipeline import redact_url
+from cdc.contracts.errors import SourceFatal, SourceUnavailable
+from cdc.contracts.source import SourceBatch, SourceContext
 from connectors.postgres.assembly.assembler import Assembler, MessageHook
 from connectors.postgres.assembly.relation_state import check_keyable
 from connectors.postgres.assembly.shapes import Resnapshot, ShapeTracker, published_schemas

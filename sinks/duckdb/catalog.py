@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from cdc.schema import TableSchema
+from cdc.contracts.schema import TableSchema
 
 META: Final = '"_cdc"'
 POSITION: Final = "__cdc_position"
@@ -49,7 +49,7 @@ class ColumnInfo:
     """A column of a sink table: its source type and the DuckDB type it maps to.
 
     Attributes:
-        source_id: the source's identity of the column (:attr:`cdc.schema.Column.id`), by
+        source_id: the source's identity of the column (:attr:`cdc.contracts.schema.Column.id`), by
             which a rename is told from a drop and an add.
         former: names the column had before renames, oldest first: records written before a
             rename still carry one.

@@ -13,7 +13,7 @@ from typing import Any
 
 import duckdb
 
-from cdc.errors import SinkError, SinkFatal, SinkUnavailable
+from cdc.contracts.errors import SinkError, SinkFatal, SinkUnavailable
 
 
 def first_line(exc: BaseException) -> str:

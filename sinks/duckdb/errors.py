@@ -2,8 +2,8 @@
 the configuration masks the column) and the fix, in one sentence an operator can act on.
 
 The runner adds the sink's name and the ``bad_records`` policy to a record's error
-(:class:`cdc.runtime.sink_task.SinkRecordStop`); a :class:`~cdc.errors.SinkFatal` built here
-names the sink itself. DuckDB's own messages quote the values they refused (and a batch's
+(:class:`cdc.runtime.sink_task.SinkRecordStop`); a :class:`~cdc.contracts.errors.SinkFatal` built
+here names the sink itself. DuckDB's own messages quote the values they refused (and a batch's
 staging document, which holds every value of the batch), so they are cut before any quote.
 """
 
@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import orjson
 
-from cdc.errors import RecordError, SinkError, SinkFatal
+from cdc.contracts.errors import RecordError, SinkError, SinkFatal
 from sinks.duckdb.catalog import ColumnInfo, TableState
 from sinks.duckdb.connection import first_line, translate
 

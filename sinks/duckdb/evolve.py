@@ -1,17 +1,17 @@
 """Create a table on first sight and follow its schema as the source changes it.
 
-Rules: an added column is added (existing rows get NULL); a renamed column is renamed, data
-kept: the source gives each column an ``id`` that a rename keeps (:attr:`cdc.schema.Column.id`),
-and a recorded column whose ``id`` now has another name, free in the table, takes that name
-(records written before the rename keep arriving under the old name: they are read under the
-new one, see :func:`sinks.duckdb.stage.encode`); a dropped column stays, and new rows leave it
-NULL (dropping it would destroy history the warehouse may be the last copy of); a type change
-that widens (:func:`sinks.duckdb.types.is_widening`) is applied with ``ALTER COLUMN ... TYPE``;
-any other type change stops the sink with :class:`~cdc.errors.SinkFatal`. DuckDB matches
-identifiers without regard to case, so two source columns whose names differ only by case
-(``email`` and ``"Email"``) cannot both be columns of one DuckDB table: the table's creation, or
-the add or rename that would make such a pair, stops the sink naming both columns and the fix,
-before any DDL runs (the other sinks go on).
+Rules: an added column is added (existing rows get NULL); a renamed column is renamed, data kept:
+the source gives each column an ``id`` that a rename keeps (:attr:`cdc.contracts.schema.Column.id`),
+and a recorded column whose ``id`` now has another name, free in the table, takes that name (records
+written before the rename keep arriving under the old name: they are read under the new one, see
+:func:`sinks.duckdb.stage.encode`); a dropped column stays, and new rows leave it NULL (dropping it
+would destroy history the warehouse may be the last copy of); a type change that widens
+(:func:`sinks.duckdb.types.is_widening`) is applied with ``ALTER COLUMN ... TYPE``; any other type
+change stops the sink with :class:`~cdc.contracts.errors.SinkFatal`. DuckDB matches identifiers
+without regard to case, so two source columns whose names differ only by case (``email`` and
+``"Email"``) cannot both be columns of one DuckDB table: the table's creation, or the add or rename
+that would make such a pair, stops the sink naming both columns and the fix, before any DDL runs
+(the other sinks go on).
 
 The source re-snapshots a table after a change that rewrote its rows unlogged (a default, a
 rename, a drop, a type change: :mod:`connectors.postgres.assembly.evolution`), so the rows
@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from cdc.errors import SinkFatal
-from cdc.logging import Logger
-from cdc.schema import Column, TableSchema
+from cdc.contracts.errors import SinkFatal
+from cdc.contracts.schema import Column, TableSchema
+from cdc.support.logging import Logger
 from sinks.duckdb import catalog
 from sinks.duckdb.catalog import HISTORY_COLUMNS, ColumnInfo, TableState, quote
 from sinks.duckdb.types import duckdb_type, is_widening, normalize

@@ -21,9 +21,9 @@ from typing import Any, Final
 
 import orjson
 
-from cdc.errors import RecordError
+from cdc.contracts.errors import RecordError
+from cdc.contracts.sink import SinkRecord
 from cdc.log.base import TopicPartition
-from cdc.sink import SinkRecord
 from sinks.keyed import TopicTables
 
 Pos = tuple[int, int]
@@ -50,7 +50,7 @@ class TableBatch:
     """The changes of one table in one flush, in arrival order, as parallel lists.
 
     ``rows`` holds the new image, or for a delete its key alone: a delete is applied by its
-    key (the sink contract, :mod:`cdc.sink`), and its other columns stay NULL.
+    key (the sink contract, :mod:`cdc.contracts.sink`), and its other columns stay NULL.
     """
 
     table: TableId

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from cdc.sink import SinkContext
+from cdc.contracts.sink import SinkContext
 from sinks.duckdb import doctor as preflight
 from sinks.duckdb import reader
 from sinks.duckdb.config import DuckDBSinkConfig
@@ -29,7 +29,8 @@ class DuckDBSinkPlugin:
     ) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
         """``(key, row)`` of every current row of ``schema.table`` (see :mod:`.reader`);
         ``pipeline`` is not needed, the file is the sink's own. JSON documents come as their
-        text, which :func:`cdc.normalize.canonical` reads (a parsed ``"str"`` would not be)."""
+        text, which :func:`cdc.records.normalize.canonical` reads (a parsed ``"str"`` would not
+        be)."""
         return reader.read_rows(Path(config.path), schema, table, json_text=True)
 
     doctor = staticmethod(preflight.doctor)  # cdc doctor: the file opens, or can be created

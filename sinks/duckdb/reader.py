@@ -23,7 +23,7 @@ from typing import Any
 
 import duckdb
 
-from cdc.errors import SinkFatal, SinkUnavailable
+from cdc.contracts.errors import SinkFatal, SinkUnavailable
 from sinks.duckdb.catalog import DOCUMENT_BODY, DOCUMENT_KEY, ColumnInfo, load_states, quote
 from sinks.duckdb.connection import first_line, is_lock_conflict
 from sinks.duckdb.types import normalize
@@ -45,7 +45,7 @@ def read_rows(
 
     ``json_text``: a ``json``/``jsonb`` column's documents as their JSON text (``'"str"'``,
     ``'null'``) instead of parsed: a parsed string scalar cannot be told from JSON text, and
-    ``cdc verify`` (:func:`cdc.normalize.canonical`) reads text as JSON text.
+    ``cdc verify`` (:func:`cdc.records.normalize.canonical`) reads text as JSON text.
     """
     with open_for_reading(path, lock_wait_s) as con:
         try:

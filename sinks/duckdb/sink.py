@@ -21,10 +21,10 @@ from typing import Any
 
 import duckdb
 
-from cdc.errors import CdcError, RecordError, SinkFatal
+from cdc.contracts.errors import CdcError, RecordError, SinkFatal
+from cdc.contracts.schema import is_table_schema_key, schema_topic
+from cdc.contracts.sink import SinkContext, SinkRecord, sink_offsets
 from cdc.log.base import TopicPartition
-from cdc.schema import is_table_schema_key, schema_topic
-from cdc.sink import SinkContext, SinkRecord, sink_offsets
 from sinks.duckdb import catalog, history, merge
 from sinks.duckdb.config import DuckDBSinkConfig
 from sinks.duckdb.connection import connect, translate

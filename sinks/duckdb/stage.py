@@ -16,9 +16,9 @@ from typing import Any, Final
 
 import orjson
 
-from cdc.envelope_options import READABLE, EnvelopeOptions
-from cdc.errors import RecordError
-from cdc.sink import SinkRecord
+from cdc.contracts.errors import RecordError
+from cdc.contracts.sink import SinkRecord
+from cdc.envelope.options import READABLE, EnvelopeOptions
 from sinks.duckdb.catalog import POSITION, SEQUENCE, ColumnInfo, TableState, quote
 from sinks.duckdb.errors import bad_value, duckdb_reason
 from sinks.duckdb.plan import TableBatch

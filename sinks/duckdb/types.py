@@ -1,7 +1,7 @@
 """PostgreSQL type names to DuckDB types, how values are staged, and which changes widen.
 
-Pure functions over the type names a source publishes (see :class:`cdc.schema.Column`), so the
-mapping is tested without a database. Values reach DuckDB as JSON text and are cast there in
+Pure functions over the type names a source publishes (see :class:`cdc.contracts.schema.Column`), so
+the mapping is tested without a database. Values reach DuckDB as JSON text and are cast there in
 bulk; a few types need help on the way (see :func:`conversion`).
 
 Mapping decisions that lose no data:
@@ -26,7 +26,7 @@ from typing import Any, Final
 import duckdb
 import orjson
 
-from cdc.values import far_iso
+from cdc.records.values import far_iso
 
 MAX_DECIMAL_PRECISION: Final = 38
 

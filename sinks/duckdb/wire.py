@@ -3,8 +3,8 @@
 The staging (:mod:`sinks.duckdb.stage`) parses JSON values straight into DuckDB types: decimal
 strings, ISO dates and times, base64 for ``BLOB``, JSON documents. Debezium's other encodings
 write some columns otherwise (base64 unscaled decimals, epoch days, µs, hex bytes, a JSON
-document as text); those columns are decoded first with :func:`cdc.values.decoder` and staged
-as text DuckDB reads, so the table holds the same values whichever options wrote the records.
+document as text); those columns are decoded first with :func:`cdc.records.values.decoder` and
+staged as text DuckDB reads, so the table holds the same values whichever options wrote the records.
 Columns whose values DuckDB reads as they come stay on the fast path (no Python per value).
 """
 
@@ -21,8 +21,8 @@ from typing import Any, Final
 
 import orjson
 
-from cdc.envelope_options import EnvelopeOptions
-from cdc.values import Interval, decoder, normalize_type
+from cdc.envelope.options import EnvelopeOptions
+from cdc.records.values import Interval, decoder, normalize_type
 
 PyConvert = Callable[[list[Any]], list[Any]]
 
@@ -93,9 +93,9 @@ def _convert(
 
 
 def _document(value: Any) -> Any:
-    """``json``: the document's text (:func:`cdc.values.decoder` gives text in every encoding),
-    staged as text and cast to JSON, so JSON's ``null`` stays a document, not SQL NULL; in a
-    ``json[]`` each element goes into the staged list as the JSON it is."""
+    """``json``: the document's text (:func:`cdc.records.values.decoder` gives text in every
+    encoding), staged as text and cast to JSON, so JSON's ``null`` stays a document, not SQL NULL;
+    in a ``json[]`` each element goes into the staged list as the JSON it is."""
     if isinstance(value, list):
         return [_element(v) for v in value]
     return value
@@ -115,7 +115,7 @@ def _json_text(value: Any) -> Any:
 
 
 def _staged(value: Any) -> Any:
-    """A canonical value (:mod:`cdc.values`) as DuckDB's staging reads it."""
+    """A canonical value (:mod:`cdc.records.values`) as DuckDB's staging reads it."""
     if isinstance(value, list):
         return [None if v is None else _staged(v) for v in value]
     if isinstance(value, Decimal):  # plain digits, as PostgreSQL prints a numeric

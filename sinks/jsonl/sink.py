@@ -19,9 +19,9 @@ from typing import IO, Any
 
 import orjson
 
-from cdc.errors import SinkFatal
+from cdc.contracts.errors import SinkFatal
+from cdc.contracts.sink import SinkContext, SinkRecord
 from cdc.log.base import TopicPartition
-from cdc.sink import SinkContext, SinkRecord
 from cdc.transforms.unwrap import unwrap_records
 from sinks.jsonl.config import JsonlSinkConfig
 from sinks.offsets import offset_field, parse_offsets, replace_file

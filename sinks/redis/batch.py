@@ -17,8 +17,8 @@ from typing import Any, Final
 
 import orjson
 
-from cdc.errors import RecordError
-from cdc.sink import SinkRecord
+from cdc.contracts.errors import RecordError
+from cdc.contracts.sink import SinkRecord
 from sinks.keyed import Change, Kind, TopicTables, counted_position, key_suffix
 from sinks.redis.script import Chunk
 

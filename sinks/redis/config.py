@@ -7,8 +7,8 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 from redis.connection import parse_url
 
-from cdc.config import SinkConfig
-from cdc.redact import redact
+from cdc.config.pipeline import SinkConfig
+from cdc.support.redact import redact
 
 
 class RedisSinkConfig(SinkConfig):

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import redis
 from redis import exceptions as rx
 
-from cdc.config import secret_value
-from cdc.errors import CdcError, SinkDataLost, SinkFatal, SinkUnavailable
-from cdc.redact import redact
+from cdc.config.pipeline import secret_value
+from cdc.contracts.errors import CdcError, SinkDataLost, SinkFatal, SinkUnavailable
+from cdc.support.redact import redact
 from sinks.redis.config import RedisSinkConfig
 
 SCAN_COUNT = 1000

@@ -11,9 +11,9 @@ import uuid
 import redis
 from redis import exceptions as rx
 
-from cdc.config import secret_value
-from cdc.doctor import Check, failed, passed
-from cdc.redact import redact
+from cdc.cli.doctor import Check, failed, passed
+from cdc.config.pipeline import secret_value
+from cdc.support.redact import redact
 from sinks.redis.config import RedisSinkConfig
 from sinks.redis.connection import connect, translate
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cdc.sink import SinkContext
+from cdc.contracts.sink import SinkContext
 from sinks.redis import doctor as preflight
 from sinks.redis import reader
 from sinks.redis.config import RedisSinkConfig

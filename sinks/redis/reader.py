@@ -9,7 +9,7 @@ import orjson
 import redis
 from redis import exceptions as rx
 
-from cdc.errors import SinkFatal
+from cdc.contracts.errors import SinkFatal
 from sinks.keyed import Table
 from sinks.redis.config import RedisSinkConfig
 from sinks.redis.connection import SCAN_COUNT, as_str, connect, scan_fields, translate

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import orjson
 
-from cdc.sink import SinkRecord
+from cdc.contracts.sink import SinkRecord
 from sinks.keyed import Pos, Table
 from sinks.offsets import offset_field
 

@@ -17,9 +17,9 @@ from typing import TypeVar
 import redis
 from redis import exceptions as rx
 
-from cdc.events import topic_name
+from cdc.contracts.events import topic_name
+from cdc.contracts.sink import SinkContext, SinkRecord
 from cdc.log.base import TopicPartition
-from cdc.sink import SinkContext, SinkRecord
 from sinks.keyed import Change, Table, TopicTables
 from sinks.offsets import offset_field, parse_offsets
 from sinks.redis.batch import Segment, segments

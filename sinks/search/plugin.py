@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cdc.doctor import Check, writable_dir
-from cdc.sink import SinkContext
+from cdc.cli.doctor import Check, writable_dir
+from cdc.contracts.sink import SinkContext
 from sinks.search import reader
 from sinks.search.config import SearchSinkConfig
 from sinks.search.sink import SearchSink

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from cdc.errors import SinkFatal
+from cdc.contracts.errors import SinkFatal
 from sinks.search.config import SearchSinkConfig, table_dir
 from sinks.search.index import live_rows, open_reader, search_rows
 

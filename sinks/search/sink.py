@@ -17,9 +17,9 @@ from pathlib import Path
 
 import orjson
 
-from cdc.errors import CdcError, RecordError, SinkFatal, SinkUnavailable
+from cdc.contracts.errors import CdcError, RecordError, SinkFatal, SinkUnavailable
+from cdc.contracts.sink import SinkContext, SinkRecord, sink_offsets
 from cdc.log.base import TopicPartition
-from cdc.sink import SinkContext, SinkRecord, sink_offsets
 from sinks.keyed import Change, Kind, Pos, Table, TopicTables, classify
 from sinks.offsets import offset_field, parse_offsets, replace_file
 from sinks.search.config import SearchSinkConfig, table_dir

@@ -3,7 +3,7 @@ a query. Every other column is still indexed, under ``row.<column>``."""
 
 from __future__ import annotations
 
-from cdc.schema import TableSchema
+from cdc.contracts.schema import TableSchema
 
 _TEXT_TYPES = {"text", "character varying", "varchar", "character", "char", "bpchar", "citext"}
 

@@ -76,7 +76,7 @@ class CdcRun:
         """Starts ``cdc run FILE`` (its log lines go to ``cdc.log``)."""
         with self.log_file.open("ab") as out:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "cdc.cli", "run", str(self.file)],
+                [sys.executable, "-m", "cdc.cli.main", "run", str(self.file)],
                 cwd=self.workdir,
                 env=self._env,
                 stdin=subprocess.DEVNULL,
@@ -112,7 +112,7 @@ class CdcRun:
 
     def snapshot(self, table: str, timeout_s: float) -> None:
         """Re-snapshots ``table`` online (``cdc snapshot FILE --table T --wait``)."""
-        argv = [sys.executable, "-m", "cdc.cli", "snapshot", str(self.file), "--table", table]
+        argv = [sys.executable, "-m", "cdc.cli.main", "snapshot", str(self.file), "--table", table]
         argv += ["--wait", "--timeout-s", str(timeout_s)]
         done = subprocess.run(
             argv,

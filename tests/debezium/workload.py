@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from cdc.envelope_options import DEBEZIUM_DEFAULTS
+from cdc.envelope.options import DEBEZIUM_DEFAULTS
 
 #: Settings combinations: name -> Debezium properties over the harness's defaults.
 SETTINGS: dict[str, dict[str, str]] = {

@@ -29,7 +29,7 @@ def cdc(
 ) -> subprocess.CompletedProcess[str]:
     """Run a ``cdc`` command to completion."""
     return subprocess.run(
-        [sys.executable, "-m", "cdc.cli", *args],
+        [sys.executable, "-m", "cdc.cli.main", *args],
         cwd=cwd,
         text=True,
         capture_output=True,
@@ -44,7 +44,7 @@ def start_run(
     """Start ``cdc run`` in the background, logs to ``cwd/run.log``."""
     log = (cwd / "run.log").open("a")
     return subprocess.Popen(
-        [sys.executable, "-m", "cdc.cli", "run", str(pipeline), *extra],
+        [sys.executable, "-m", "cdc.cli.main", "run", str(pipeline), *extra],
         cwd=cwd,
         text=True,
         stdout=log,

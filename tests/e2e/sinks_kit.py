@@ -14,8 +14,8 @@ import psycopg
 import pytest
 import yaml
 
-from cdc.envelope_options import EnvelopeOptions
-from cdc.snapshot_offsets import progress
+from cdc.contracts.snapshot_offsets import progress
+from cdc.envelope.options import EnvelopeOptions
 from sinks.redis import RedisSinkConfig, RedisSinkPlugin
 from tests.e2e.cli_helpers import cdc, start_run, wait_for
 from tests.e2e.snapshot_helpers import offsets

@@ -16,9 +16,9 @@ import orjson
 import psycopg
 from psycopg import sql
 
+from cdc.contracts.snapshot_offsets import progress
 from cdc.log.embedded import EmbeddedLog
 from cdc.log.embedded.bulk import indexed
-from cdc.snapshot_offsets import progress
 
 PIPELINE = "snp"
 TOPIC = f"{PIPELINE}.public.t"

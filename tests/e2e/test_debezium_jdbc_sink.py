@@ -42,7 +42,7 @@ from confluent_kafka import Producer
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from cdc.envelope_options import DEBEZIUM_DEFAULTS
+from cdc.envelope.options import DEBEZIUM_DEFAULTS
 from tests.e2e.cli_helpers import cdc, start_run, stop
 from tests.services.common import ServiceError, ServiceUnavailableError, in_ci
 from tests.services.connect import ConnectWorker, jdbc_sink_config

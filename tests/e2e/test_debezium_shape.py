@@ -26,8 +26,8 @@ from typing import Any
 import orjson
 import pytest
 
-from cdc.envelope_options import DEBEZIUM_DEFAULTS
-from cdc.errors import LogError
+from cdc.contracts.errors import LogError
+from cdc.envelope.options import DEBEZIUM_DEFAULTS
 from cdc.log.embedded import EmbeddedLog
 from tests.debezium import capture, workload
 from tests.e2e.cli_helpers import start_run, stop

@@ -22,7 +22,7 @@ import psycopg
 import pytest
 import yaml
 
-from cdc.envelope_options import DEBEZIUM_DEFAULTS, READABLE
+from cdc.envelope.options import DEBEZIUM_DEFAULTS, READABLE
 from tests.e2e.cli_helpers import cdc, start_run, stop
 from tests.e2e.sinks_kit import execute
 

@@ -21,7 +21,7 @@ import psycopg
 import pytest
 import yaml
 
-from cdc.envelope_options import DEBEZIUM_DEFAULTS, READABLE, EnvelopeOptions
+from cdc.envelope.options import DEBEZIUM_DEFAULTS, READABLE, EnvelopeOptions
 from tests.e2e.cli_helpers import cdc, start_run, stop, wait_for
 from tests.e2e.sinks_kit import Cache, execute, redis_url, status
 

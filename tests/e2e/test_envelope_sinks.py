@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 import pytest
 
-from cdc.envelope_options import DEBEZIUM_DEFAULTS, READABLE, EnvelopeOptions
+from cdc.envelope.options import DEBEZIUM_DEFAULTS, READABLE, EnvelopeOptions
 from sinks.duckdb import read_rows as duckdb_rows
 from sinks.search import SearchSinkConfig, SearchSinkPlugin
 from tests.e2e.cli_helpers import cdc, start_run, stop, wait_for

@@ -63,7 +63,7 @@ def assert_lag_per_partition(report: dict[str, Any]) -> None:
 
 def start_worker(pipeline: Path, tmp_path: Path, out: Path) -> subprocess.Popen[Any]:
     return subprocess.Popen(
-        [sys.executable, "-m", "cdc.cli", "sink", str(pipeline), "files"],
+        [sys.executable, "-m", "cdc.cli.main", "sink", str(pipeline), "files"],
         cwd=tmp_path,
         env=cdc_env({"OUT_DIR": str(out)}),
         stdout=(tmp_path / f"{out.name}.log").open("a"),

@@ -105,7 +105,7 @@ def _check_a_second_worker_takes_partitions_over(
     revokes = len(events(run_log, "kafka.partitions_revoked"))
     assigns = len(events(run_log, "kafka.partitions_assigned"))
     worker = subprocess.Popen(
-        [sys.executable, "-m", "cdc.cli", "sink", str(pipeline), "files"],
+        [sys.executable, "-m", "cdc.cli.main", "sink", str(pipeline), "files"],
         cwd=tmp_path,
         env=cdc_env({"OUT_DIR": str(tmp_path / "worker2")}),
         stdout=worker_log.open("a"),

@@ -26,7 +26,7 @@ import pytest
 from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from cdc.config import KafkaLogConfig
+from cdc.config.pipeline import KafkaLogConfig
 from cdc.log.base import StoredRecord
 from cdc.log.kafka import KafkaLog
 from tests.e2e.cli_helpers import (
@@ -265,7 +265,7 @@ def test_two_sink_workers_share_partitions_and_one_takes_over(
     first_dir, second_dir = tmp_path / "worker1", tmp_path / "worker2"
     workers = [
         subprocess.Popen(
-            [sys.executable, "-m", "cdc.cli", "sink", str(pipeline), "files"],
+            [sys.executable, "-m", "cdc.cli.main", "sink", str(pipeline), "files"],
             cwd=tmp_path,
             env=cdc_env({"OUT_DIR": str(out)}),
             stdout=(tmp_path / f"{out.name}.log").open("a"),

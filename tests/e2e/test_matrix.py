@@ -35,7 +35,7 @@ import redis
 import yaml
 from psycopg import sql
 
-from cdc.envelope_options import DEBEZIUM_DEFAULTS, READABLE
+from cdc.envelope.options import DEBEZIUM_DEFAULTS, READABLE
 from connectors.postgres.lsn import str_to_lsn
 from tests.e2e import matrix_values as mv
 from tests.e2e.cli_helpers import cdc, start_run, stop

@@ -20,7 +20,7 @@ import duckdb
 import pytest
 import redis
 
-from cdc import config
+from cdc.config import pipeline as config
 from connectors.mongodb import MongoSourcePlugin
 from sinks.duckdb import DuckDBSinkPlugin
 from sinks.redis import RedisSinkConfig, RedisSinkPlugin

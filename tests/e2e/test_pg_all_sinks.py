@@ -23,9 +23,9 @@ import orjson
 import psycopg
 import pytest
 
-from cdc.config import load
+from cdc.config.pipeline import load
 from cdc.log.factory import open_log
-from cdc.normalize import canonical
+from cdc.records.normalize import canonical
 from cdc.runtime.schemas import SchemaCatalog
 from connectors.postgres import PostgresSourcePlugin
 from connectors.postgres.lsn import str_to_lsn

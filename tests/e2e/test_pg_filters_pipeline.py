@@ -23,7 +23,7 @@ import psycopg
 import pytest
 import redis
 
-from cdc.masks import hash_text, keep_last
+from cdc.transforms.masks import hash_text, keep_last
 from sinks.duckdb.reader import read_rows
 from tests.e2e.cli_helpers import cdc, start_run, stop, wait_for
 

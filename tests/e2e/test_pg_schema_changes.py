@@ -16,7 +16,7 @@ import orjson
 import psycopg
 import pytest
 
-from cdc.config import load
+from cdc.config.pipeline import load
 from connectors.postgres import PostgresSourcePlugin
 from sinks.redis import RedisSinkPlugin
 from sinks.search import SearchSinkPlugin

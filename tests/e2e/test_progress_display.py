@@ -62,7 +62,7 @@ class Terminal:
 
 def cdc_process(args: list[str], cwd: Path, stdout: IO[Any] | int, stderr: Any) -> Any:
     return subprocess.Popen(
-        [sys.executable, "-m", "cdc.cli", *args],
+        [sys.executable, "-m", "cdc.cli.main", *args],
         cwd=cwd,
         stdin=subprocess.DEVNULL,
         stdout=stdout,
@@ -150,7 +150,7 @@ def test_snapshot_wait_on_a_terminal_shows_the_request_and_a_pipe_gets_lines(
         assert re.search(rb"snapshot \S+ done", out), out
         assert b"chunks," not in out, "the display replaces the progress lines"
         piped = subprocess.run(
-            [sys.executable, "-m", "cdc.cli", *wait_args],
+            [sys.executable, "-m", "cdc.cli.main", *wait_args],
             cwd=tmp_path,
             capture_output=True,
             text=True,

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from cdc import snapshot_offsets as so
+from cdc.contracts import snapshot_offsets as so
 from cdc.log.embedded import EmbeddedLog
 from tests.e2e.cli_helpers import start_run
 from tests.e2e.snapshot_helpers import (

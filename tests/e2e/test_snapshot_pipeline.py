@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 import pytest
 
-from cdc.config import load
-from cdc.errors import SourceFatal
+from cdc.config.pipeline import load
+from cdc.contracts.errors import SourceFatal
 from cdc.log.embedded import EmbeddedLog
 from connectors.postgres import drop_replication_objects
 from tests.e2e.cli_helpers import cdc, start_run, stop

@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from cdc.snapshot_offsets import progress
+from cdc.contracts.snapshot_offsets import progress
 from tests.e2e.cli_helpers import cdc, stop, wait_for
 from tests.e2e.sinks_kit import Cache, Scene, create_table, execute, redis_url, write_pipeline
 from tests.e2e.snapshot_helpers import offsets, run_log_events

@@ -37,7 +37,7 @@ def _on_a_terminal(pipeline: Path, cwd: Path, columns: int) -> str:
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
     env = {k: v for k, v in cdc_env().items() if k not in ("COLUMNS", "LINES")}
     process = subprocess.Popen(
-        [sys.executable, "-m", "cdc.cli", "status", str(pipeline)],
+        [sys.executable, "-m", "cdc.cli.main", "status", str(pipeline)],
         cwd=cwd,
         env={**env, "TERM": "dumb"},
         stdout=follower,

@@ -1,7 +1,8 @@
 """A small harness for the DuckDB sink tests: events built as the runner builds them, a sink over
 one DuckDB file, and its rows read back.
 
-Records are events encoded by :mod:`cdc.envelope`, then decoded with orjson, as the runner does.
+Records are events encoded by :mod:`cdc.envelope.encode`, then decoded with orjson, as the runner
+does.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from typing import Any
 
 import orjson
 
-from cdc import envelope
-from cdc.events import ChangeEvent, Op, SourceInfo, topic_name
-from cdc.logging import get_logger
-from cdc.schema import Column, TableSchema
-from cdc.sink import SinkContext, SinkRecord
+from cdc.contracts.events import ChangeEvent, Op, SourceInfo, topic_name
+from cdc.contracts.schema import Column, TableSchema
+from cdc.contracts.sink import SinkContext, SinkRecord
+from cdc.envelope import encode as envelope
+from cdc.support.logging import get_logger
 from sinks.duckdb import DuckDBSink, DuckDBSinkConfig, read_rows
 
 PIPELINE = "shop"

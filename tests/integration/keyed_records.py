@@ -1,6 +1,6 @@
 """Records for the Redis and search sink tests, built the way the runner builds them.
 
-Events go through :mod:`cdc.envelope` (as the source task encodes them) and back through
+Events go through :mod:`cdc.envelope.encode` (as the source task encodes them) and back through
 ``orjson.loads`` (as :func:`cdc.runtime.sink_task.decode_records` decodes them).
 """
 
@@ -13,13 +13,13 @@ from typing import Any
 
 import orjson
 
-from cdc import envelope
-from cdc.events import ChangeEvent, Op, SourceInfo, topic_name
+from cdc.contracts.events import ChangeEvent, Op, SourceInfo, topic_name
+from cdc.contracts.schema import Column, TableSchema
+from cdc.contracts.sink import Sink, SinkContext, SinkRecord
+from cdc.envelope import encode as envelope
 from cdc.log.base import Log
-from cdc.logging import get_logger
 from cdc.runtime.sink_task import SinkTask, group_name
-from cdc.schema import Column, TableSchema
-from cdc.sink import Sink, SinkContext, SinkRecord
+from cdc.support.logging import get_logger
 
 PIPELINE = "shop"
 ITEMS = ("public", "items")

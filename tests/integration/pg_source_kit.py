@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from cdc.events import ChangeEvent
+from cdc.contracts.events import ChangeEvent
 from connectors.postgres import PostgresSource, PostgresSourceConfig, drop_replication_objects
 from tests.integration.source_kit import SourceHarness
 

@@ -14,12 +14,12 @@ import orjson
 import psycopg
 import structlog
 
-from cdc import plugins
-from cdc.events import topic_name
+from cdc.contracts import plugins
+from cdc.contracts.events import topic_name
+from cdc.contracts.snapshot_offsets import progress
+from cdc.contracts.source import SourceContext
 from cdc.log.embedded import EmbeddedLog
 from cdc.runtime.source_task import SourceTask
-from cdc.snapshot_offsets import progress
-from cdc.source import SourceContext
 from cdc.transforms.chain import TransformChain, build_chain
 from connectors.postgres import PostgresSourceConfig, drop_replication_objects
 from connectors.postgres.snapshot.source import SnapshottingPostgresSource

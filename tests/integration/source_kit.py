@@ -13,12 +13,12 @@ from typing import Any, Generic, TypeVar
 
 import structlog
 
-from cdc import envelope
-from cdc.events import ChangeEvent, topic_name
+from cdc.contracts.events import ChangeEvent, topic_name
+from cdc.contracts.schema import TableSchema, schema_record, schema_topic
+from cdc.contracts.source import DeadLetter, Source, SourceContext
+from cdc.envelope import encode as envelope
 from cdc.log.base import LogTransaction
 from cdc.log.embedded import EmbeddedLog
-from cdc.schema import TableSchema, schema_record, schema_topic
-from cdc.source import DeadLetter, Source, SourceContext
 
 S = TypeVar("S", bound=Source)
 

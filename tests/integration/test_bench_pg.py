@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from bench import pg_snapshot, pg_stream
-from cdc.errors import SourceFatal
+from cdc.contracts.errors import SourceFatal
 from connectors.postgres import PostgresSourceConfig, drop_replication_objects
 from connectors.postgres.replication.connection import ReplicationConnection
 

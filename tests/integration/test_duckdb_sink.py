@@ -1,6 +1,6 @@
 """The DuckDB sink against a real DuckDB file (embedded, so every test runs it for real).
 
-Records are built as the runner builds them: events encoded by :mod:`cdc.envelope`, then
+Records are built as the runner builds them: events encoded by :mod:`cdc.envelope.encode`, then
 decoded with orjson (the harness is ``duckdb_kit.py``). Every type and bad values are in
 ``test_duckdb_sink_types.py``; schema evolution, history mode and crash safety are in
 ``test_duckdb_sink_more.py``.
@@ -17,10 +17,10 @@ from typing import Any
 import duckdb
 import pytest
 
-from cdc.errors import SinkFatal, SinkUnavailable
-from cdc.events import Op
-from cdc.logging import get_logger
-from cdc.sink import Sink, SinkContext
+from cdc.contracts.errors import SinkFatal, SinkUnavailable
+from cdc.contracts.events import Op
+from cdc.contracts.sink import Sink, SinkContext
+from cdc.support.logging import get_logger
 from cdc.testing.conformance import SinkConformance
 from sinks.duckdb import DuckDBSink, DuckDBSinkConfig, DuckDBSinkPlugin, read_rows
 from tests.integration.duckdb_kit import (
@@ -196,7 +196,7 @@ def test_read_rows_in_the_writing_process(wh: Harness) -> None:
 
 
 def test_plugin_is_registered() -> None:
-    from cdc import plugins
+    from cdc.contracts import plugins
 
     assert plugins.load(plugins.SINK_GROUP, "duckdb") is DuckDBSinkPlugin
     assert duckdb.__version__

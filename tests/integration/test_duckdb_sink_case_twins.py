@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from cdc.errors import SinkFatal
-from cdc.events import Op
-from cdc.schema import Column
+from cdc.contracts.errors import SinkFatal
+from cdc.contracts.events import Op
+from cdc.contracts.schema import Column
 from tests.integration.duckdb_kit import Harness, event
 
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from cdc.events import Op
+from cdc.contracts.events import Op
+from cdc.contracts.sink import Sink, SinkContext
 from cdc.log.base import TopicPartition
-from cdc.sink import Sink, SinkContext
 from cdc.testing.conformance import SinkConformance
 from sinks.duckdb import DuckDBSink, DuckDBSinkConfig, history, read_rows
 from tests.integration.duckdb_kit import TOPIC, Harness, item

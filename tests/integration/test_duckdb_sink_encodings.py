@@ -17,13 +17,13 @@ from typing import Any
 import orjson
 import pytest
 
-from cdc.envelope_options import READABLE, EnvelopeOptions
-from cdc.errors import RecordError
+from cdc.contracts.errors import RecordError
+from cdc.contracts.schema import Column, TableSchema
+from cdc.contracts.sink import SinkContext, SinkRecord
+from cdc.envelope.options import READABLE, EnvelopeOptions
 from cdc.log.base import StoredRecord
-from cdc.logging import get_logger
 from cdc.runtime.sink_task import decode_records
-from cdc.schema import Column, TableSchema
-from cdc.sink import SinkContext, SinkRecord
+from cdc.support.logging import get_logger
 from sinks.duckdb import DuckDBSink, DuckDBSinkConfig, read_rows
 from tests.integration.duckdb_kit import Schemas
 from tests.unit.test_values import EXPECTED, SETTINGS

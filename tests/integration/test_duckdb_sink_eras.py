@@ -11,15 +11,15 @@ from typing import Any
 import orjson
 import pytest
 
-from cdc.envelope_options import DEBEZIUM_DEFAULTS, READABLE
-from cdc.errors import RecordError
+from cdc.contracts.errors import RecordError
+from cdc.contracts.schema import Column
+from cdc.contracts.sink import SinkContext
+from cdc.envelope.options import DEBEZIUM_DEFAULTS, READABLE
 from cdc.log.base import StoredRecord
 from cdc.log.encoding import DEBEZIUM, StoredEncoding
 from cdc.log.eras import Eras
-from cdc.logging import get_logger
 from cdc.runtime.sink_task import decode_records
-from cdc.schema import Column
-from cdc.sink import SinkContext
+from cdc.support.logging import get_logger
 from sinks.duckdb import DuckDBSink, DuckDBSinkConfig, read_rows
 from tests.integration.duckdb_kit import Schemas
 

@@ -14,14 +14,14 @@ from typing import Any
 import duckdb
 import pytest
 
-from cdc import envelope
-from cdc.errors import RecordError, SinkFatal
-from cdc.events import Op
+from cdc.contracts.errors import RecordError, SinkFatal
+from cdc.contracts.events import Op
+from cdc.contracts.schema import Column
+from cdc.contracts.sink import SinkContext
+from cdc.envelope import encode as envelope
 from cdc.log.embedded import EmbeddedLog
-from cdc.logging import get_logger
 from cdc.runtime.sink_task import SinkTask
-from cdc.schema import Column
-from cdc.sink import SinkContext
+from cdc.support.logging import get_logger
 from sinks.duckdb import DuckDBSink, DuckDBSinkConfig
 from sinks.duckdb.errors import named, staging_failed
 from tests.integration.duckdb_kit import PIPELINE, Schemas, event

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cdc.errors import RecordError
-from cdc.events import Op
+from cdc.contracts.errors import RecordError
+from cdc.contracts.events import Op
 from cdc.log.base import TopicPartition
 from sinks.duckdb.plan import TRANSACTION_BYTES
 from tests.integration.duckdb_kit import Harness, item

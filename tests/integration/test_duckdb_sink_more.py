@@ -13,14 +13,14 @@ from pathlib import Path
 import orjson
 import pytest
 
-from cdc import envelope
-from cdc.errors import RecordError, SinkFatal
-from cdc.events import Op
+from cdc.contracts.errors import RecordError, SinkFatal
+from cdc.contracts.events import Op
+from cdc.contracts.schema import Column, dead_letter_topic
+from cdc.contracts.sink import SinkContext
+from cdc.envelope import encode as envelope
 from cdc.log.embedded import EmbeddedLog
-from cdc.logging import get_logger
 from cdc.runtime.sink_task import SinkTask, group_name
-from cdc.schema import Column, dead_letter_topic
-from cdc.sink import SinkContext
+from cdc.support.logging import get_logger
 from sinks.duckdb import DuckDBSink, DuckDBSinkConfig, read_rows
 from tests.integration.duckdb_kit import ITEM_COLUMNS, PIPELINE, TOPIC, Harness, event, item
 
@@ -202,11 +202,11 @@ def test_a_failing_flush_leaves_no_partial_effect(wh: Harness) -> None:
 
 CRASH = """
 import os, signal, sys, orjson
-from cdc.logging import get_logger
-from cdc.sink import SinkContext, SinkRecord
+from cdc.support.logging import get_logger
+from cdc.contracts.sink import SinkContext, SinkRecord
 from sinks.duckdb import DuckDBSink, DuckDBSinkConfig, sink as sink_module
 from tests.integration.duckdb_kit import Harness, item
-from cdc.events import Op
+from cdc.contracts.events import Op
 
 harness = Harness.__new__(Harness)
 harness.__init__(__import__("pathlib").Path(sys.argv[1]))

@@ -9,8 +9,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from cdc.events import ChangeEvent, Op
-from cdc.schema import Column
+from cdc.contracts.events import ChangeEvent, Op
+from cdc.contracts.schema import Column
 from sinks.duckdb import read_rows
 from tests.integration.duckdb_kit import Harness, event, item
 

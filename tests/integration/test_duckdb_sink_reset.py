@@ -10,16 +10,16 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from cdc import envelope
-from cdc.errors import SinkFatal
-from cdc.events import Op, topic_name
+from cdc.contracts.errors import SinkFatal
+from cdc.contracts.events import Op, topic_name
+from cdc.contracts.schema import Column, TableSchema, schema_record
+from cdc.contracts.sink import SinkContext
+from cdc.envelope import encode as envelope
 from cdc.log.base import TopicPartition
 from cdc.log.embedded import EmbeddedLog
-from cdc.logging import get_logger
 from cdc.runtime.schemas import SchemaCatalog
 from cdc.runtime.sink_task import SinkTask, group_name
-from cdc.schema import Column, TableSchema, schema_record
-from cdc.sink import SinkContext
+from cdc.support.logging import get_logger
 from sinks.duckdb import DuckDBSink, DuckDBSinkConfig
 from tests.integration.duckdb_kit import ITEM_COLUMNS, PIPELINE, TOPIC, Harness, event, item
 

@@ -18,9 +18,9 @@ from typing import Any
 import orjson
 import pytest
 
-from cdc.errors import RecordError
-from cdc.events import Op
-from cdc.schema import Column
+from cdc.contracts.errors import RecordError
+from cdc.contracts.events import Op
+from cdc.contracts.schema import Column
 from tests.integration.duckdb_kit import (
     Harness,
     event,

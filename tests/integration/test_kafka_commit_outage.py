@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 import structlog
 
-from cdc.errors import LogUnavailable
+from cdc.contracts.errors import LogUnavailable
 from cdc.log.base import Record, StoredRecord, TopicPartition
 from cdc.log.kafka import KafkaLog
 from cdc.log.kafka import commits as kafka_commits
 from cdc.log.kafka import common as kafka_common
 from cdc.log.kafka.consumer import KafkaConsumer
 from cdc.runtime.pipeline import STOP_GRACE_S
-from cdc.runtime.retry import Stopped
+from cdc.support.retry import Stopped
 from tests.integration.test_kafka_log import kafka_config
 from tests.services.kafka import outage
 from tests.unit.log_suite import append, key, new_topic

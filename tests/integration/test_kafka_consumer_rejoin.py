@@ -20,7 +20,7 @@ import orjson
 import pytest
 import structlog
 
-from cdc.errors import LogUnavailable
+from cdc.contracts.errors import LogUnavailable
 from cdc.log.base import Record
 from cdc.log.kafka import KafkaLog
 from cdc.log.kafka import brokerless as kafka_brokerless

@@ -16,16 +16,16 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from cdc.config import KafkaLogConfig
-from cdc.errors import LogFatal, LogUnavailable, RecordTooLarge
-from cdc.events import topic_name
+from cdc.config.pipeline import KafkaLogConfig
+from cdc.contracts.errors import LogFatal, LogUnavailable, RecordTooLarge
+from cdc.contracts.events import topic_name
+from cdc.contracts.schema import dead_letter_topic
+from cdc.contracts.source import SourceBatch
 from cdc.log.base import Record
 from cdc.log.kafka import KafkaLog
-from cdc.logging import get_logger
-from cdc.partitioner import partition_for
+from cdc.log.partitioner import partition_for
 from cdc.runtime.source_task import BadRecordStop, SourceTask
-from cdc.schema import dead_letter_topic
-from cdc.source import SourceBatch
+from cdc.support.logging import get_logger
 from cdc.testing import ScriptedSource, make_event
 from tests.services.ports import free_port
 from tests.unit.log_suite import LogSuite, append, key, new_topic, read_all

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from cdc.config import KafkaLogConfig
+from cdc.config.pipeline import KafkaLogConfig
 from cdc.log.base import Record
 from cdc.log.kafka import KafkaLog
-from cdc.partitioner import partition_for
+from cdc.log.partitioner import partition_for
 from tests.unit.log_suite import key, new_topic, read_all
 
 #: Over two of the loop's batches of delivery reports (cdc.log.kafka.txn._POLL_EVERY).

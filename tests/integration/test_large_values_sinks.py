@@ -21,9 +21,9 @@ import duckdb
 import pytest
 import structlog
 
+from cdc.contracts.sink import Sink, SinkContext
 from cdc.runtime.schemas import SchemaCatalog
 from cdc.runtime.sink_task import SinkTask, group_name
-from cdc.sink import Sink, SinkContext
 from sinks.duckdb import DuckDBSink, DuckDBSinkConfig
 from sinks.duckdb.config import MEMORY_LIMIT
 from sinks.search.config import SearchSinkConfig

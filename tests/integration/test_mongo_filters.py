@@ -20,10 +20,10 @@ import pymongo
 import pytest
 from structlog.testing import capture_logs
 
-from cdc import envelope
-from cdc.errors import ConfigError
-from cdc.events import ChangeEvent, Op
-from cdc.json_rows import EncodedRow
+from cdc.contracts.errors import ConfigError
+from cdc.contracts.events import ChangeEvent, Op
+from cdc.envelope import encode as envelope
+from cdc.envelope.json_rows import EncodedRow
 from cdc.runtime.fingerprints import OFFSET_KEY
 from cdc.transforms.chain import build_chain
 from cdc.transforms.fields import RenameFieldsConfig

@@ -14,12 +14,12 @@ import orjson
 import pytest
 from structlog import get_logger
 
-from cdc.config import KafkaLogConfig
-from cdc.events import topic_name
+from cdc.config.pipeline import KafkaLogConfig
+from cdc.contracts.events import topic_name
+from cdc.contracts.schema import dead_letter_topic
+from cdc.contracts.source import SourceContext
 from cdc.log.kafka import KafkaLog
 from cdc.runtime.source_task import BadRecordStop, SourceTask
-from cdc.schema import dead_letter_topic
-from cdc.source import SourceContext
 from connectors.mongodb import MongoSource, MongoSourceConfig
 from tests.integration.mongo_kit import database, into_next_second, scope
 

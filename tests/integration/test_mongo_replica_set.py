@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from cdc.events import Op
+from cdc.contracts.events import Op
 from tests.integration.mongo_kit import database, harness, is_real
 
 pytestmark = pytest.mark.timeout(120)

@@ -13,9 +13,9 @@ import orjson
 import pytest
 from bson import ObjectId
 
-from cdc import envelope
-from cdc.envelope_options import EnvelopeOptions
-from cdc.events import Op, topic_name
+from cdc.contracts.events import Op, topic_name
+from cdc.envelope import encode as envelope
+from cdc.envelope.options import EnvelopeOptions
 from tests.integration.mongo_kit import PIPELINE, database, harness, scope
 
 pytestmark = pytest.mark.timeout(120)

@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 import pytest
 
-from cdc import extended_json
-from cdc.events import topic_name
+from cdc.contracts.events import topic_name
+from cdc.records import extended_json
 from connectors.mongodb import MongoSourcePlugin
 from tests.integration.mongo_kit import (
     PIPELINE,

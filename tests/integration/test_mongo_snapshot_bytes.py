@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from cdc.events import Op
+from cdc.contracts.events import Op
 from tests.integration.mongo_kit import Harness, database, harness, scope
 
 pytestmark = pytest.mark.timeout(180)

@@ -14,8 +14,8 @@ import pytest
 from bson import Binary, Decimal128, Int64, ObjectId, json_util
 from structlog.testing import capture_logs
 
-from cdc.errors import ConfigError, SourceFatal, SourceUnavailable
-from cdc.events import Op
+from cdc.contracts.errors import ConfigError, SourceFatal, SourceUnavailable
+from cdc.contracts.events import Op
 from connectors.mongodb import MongoSourcePlugin
 from tests.integration.mongo_kit import (
     database,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from cdc.events import Op
+from cdc.contracts.events import Op
 from tests.integration.mongo_kit import database, harness, into_next_second, scope
 
 pytestmark = pytest.mark.timeout(120)

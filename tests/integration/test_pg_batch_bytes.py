@@ -17,9 +17,9 @@ import orjson
 import pytest
 import structlog
 
+from cdc.contracts.sink import SinkContext, SinkRecord
 from cdc.runtime.schemas import SchemaCatalog
 from cdc.runtime.sink_task import SinkTask, group_name
-from cdc.sink import SinkContext, SinkRecord
 from sinks.jsonl.config import JsonlSinkConfig
 from sinks.jsonl.sink import JsonlSink
 from tests.integration.pg_source_kit import PIPELINE, Harness, harness, query, sql

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from structlog.testing import capture_logs
 
-from cdc.errors import SourceFatal
+from cdc.contracts.errors import SourceFatal
 from connectors.postgres.doctor.server import doctor
 from tests.integration.pg_source_kit import harness
 from tests.integration.pg_source_kit import sql as run_sql

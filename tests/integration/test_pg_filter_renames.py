@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from cdc.errors import SourceMisconfigured
+from cdc.contracts.errors import SourceMisconfigured
 from tests.integration.snapshot_kit import Pipeline, execute, pipeline
 
 RAW = (b"SSN-RAW-", b"PW-RAW-")

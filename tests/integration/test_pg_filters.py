@@ -23,9 +23,9 @@ import orjson
 import psycopg
 import pytest
 
-from cdc.errors import SourceMisconfigured
-from cdc.masks import hash_text, keep_last
+from cdc.contracts.errors import SourceMisconfigured
 from cdc.runtime.schemas import SchemaCatalog
+from cdc.transforms.masks import hash_text, keep_last
 from connectors.postgres.snapshot.table_rows import table_rows
 from tests.integration.snapshot_kit import PIPELINE, Pipeline, execute, pipeline
 

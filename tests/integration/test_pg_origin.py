@@ -22,9 +22,9 @@ import pytest
 import structlog
 from psycopg import sql as pgsql
 
-from cdc.errors import SourceFatal
+from cdc.contracts.errors import SourceFatal
+from cdc.contracts.source import SourceContext
 from cdc.log.embedded import EmbeddedLog
-from cdc.source import SourceContext
 from connectors.postgres.snapshot.source import SnapshottingPostgresSource
 from tests.integration.pg_source_kit import harness, query, sql
 

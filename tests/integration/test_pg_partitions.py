@@ -18,8 +18,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from cdc.errors import SourceFatal
-from cdc.events import ChangeEvent
+from cdc.contracts.errors import SourceFatal
+from cdc.contracts.events import ChangeEvent
 from connectors.postgres.snapshot.signal import request_snapshot
 from tests.integration import snapshot_kit
 from tests.integration.pg_source_kit import PIPELINE, Harness, harness, query, sql

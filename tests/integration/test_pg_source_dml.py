@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cdc import envelope
-from cdc.events import Op
+from cdc.contracts.events import Op
+from cdc.envelope import encode as envelope
 from tests.integration.pg_source_kit import harness, rows_of, sql
 
 TYPES_DDL = """

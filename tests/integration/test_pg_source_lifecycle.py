@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from cdc.errors import SourceFatal, SourceUnavailable
+from cdc.contracts.errors import SourceFatal, SourceUnavailable
 from connectors.postgres import lifecycle
 from tests.integration.pg_source_kit import PIPELINE, Harness, harness, query, sql
 from tests.services.ports import free_port

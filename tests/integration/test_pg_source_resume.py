@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from cdc.errors import Retriable, SourceUnavailable
+from cdc.contracts.errors import Retriable, SourceUnavailable
 from tests.integration.pg_source_kit import Harness, harness, query, slot_flush, sql
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc.events import Op
+from cdc.contracts.events import Op
 from tests.integration.pg_source_kit import harness, query, sql
 
 # 100 kB of md5 hex: barely compressible, so PostgreSQL stores it out of line (TOAST).

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from structlog.testing import capture_logs
 
-from cdc.errors import SourceFatal
+from cdc.contracts.errors import SourceFatal
 from connectors.postgres.doctor.server import doctor
 from connectors.postgres.snapshot.signal import request_snapshot
 from tests.integration.pg_source_kit import harness

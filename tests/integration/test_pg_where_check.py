@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from structlog.testing import capture_logs
 
-from cdc.errors import ConfigError
+from cdc.contracts.errors import ConfigError
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.snapshot.signal import _write, request_snapshot
 from tests.integration.snapshot_kit import PIPELINE, execute, pipeline

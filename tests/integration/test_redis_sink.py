@@ -13,11 +13,11 @@ import orjson
 import pytest
 import redis
 
-from cdc.errors import SinkFatal, SinkUnavailable
-from cdc.events import Op, topic_name
+from cdc.contracts.errors import SinkFatal, SinkUnavailable
+from cdc.contracts.events import Op, topic_name
+from cdc.contracts.sink import Sink, SinkContext
 from cdc.log.base import TopicPartition
 from cdc.log.embedded import EmbeddedLog
-from cdc.sink import Sink, SinkContext
 from cdc.testing.conformance import SinkConformance
 from sinks.redis import RedisSink, RedisSinkConfig, RedisSinkPlugin
 from tests.integration.keyed_records import (

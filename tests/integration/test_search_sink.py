@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from cdc.errors import RecordError, SinkFatal, SinkUnavailable
-from cdc.events import Op, topic_name
+from cdc.contracts.errors import RecordError, SinkFatal, SinkUnavailable
+from cdc.contracts.events import Op, topic_name
+from cdc.contracts.schema import Column, TableSchema
+from cdc.contracts.sink import Sink, SinkContext, SinkRecord
 from cdc.log.base import TopicPartition
 from cdc.log.embedded import EmbeddedLog
-from cdc.logging import get_logger
 from cdc.runtime.sink_task import SinkTask
-from cdc.schema import Column, TableSchema
-from cdc.sink import Sink, SinkContext, SinkRecord
+from cdc.support.logging import get_logger
 from cdc.testing.conformance import SinkConformance
 from sinks.search import SearchSink, SearchSinkConfig, SearchSinkPlugin
 from tests.integration.keyed_records import (

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from cdc import snapshot_offsets as so
-from cdc.config import KafkaLogConfig
+from cdc.config.pipeline import KafkaLogConfig
+from cdc.contracts import snapshot_offsets as so
 from cdc.log.base import Log
 from cdc.log.embedded import EmbeddedLog
 from cdc.log.kafka import KafkaLog

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from structlog.testing import capture_logs
 
-from cdc.errors import ConfigError
+from cdc.contracts.errors import ConfigError
 from connectors.postgres.snapshot.signal import cancel_snapshot, request_snapshot
 from tests.integration.snapshot_kit import PIPELINE, execute, pipeline
 

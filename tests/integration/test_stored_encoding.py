@@ -16,8 +16,10 @@ from typing import Any
 import orjson
 import pytest
 
-from cdc.config import KafkaLogConfig
-from cdc.envelope_options import DEBEZIUM_DEFAULTS, READABLE
+from cdc.config.pipeline import KafkaLogConfig
+from cdc.contracts.schema import Column, TableSchema, schema_record, schema_topic
+from cdc.contracts.sink import SinkRecord
+from cdc.envelope.options import DEBEZIUM_DEFAULTS, READABLE
 from cdc.log.base import Log, Record
 from cdc.log.embedded import EmbeddedLog
 from cdc.log.encoding import (
@@ -30,11 +32,9 @@ from cdc.log.encoding import (
     read_encoding,
 )
 from cdc.log.kafka import KafkaLog
-from cdc.logging import get_logger
 from cdc.runtime.schemas import SchemaCatalog
 from cdc.runtime.sink_task import SinkTask
-from cdc.schema import Column, TableSchema, schema_record, schema_topic
-from cdc.sink import SinkRecord
+from cdc.support.logging import get_logger
 from tests.unit.log_suite import append, read_all
 
 LOGGER = get_logger(test="stored_encoding")

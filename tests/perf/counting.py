@@ -198,7 +198,8 @@ def _code(function: Callable[..., Any]) -> CodeType:
 
 
 def _code_name(code: CodeType) -> str:
-    """``cdc/envelope.py:120(batch_records)``: relative to the checkout, or to site-packages."""
+    """``cdc/envelope/encode.py:120(batch_records)``: relative to the checkout, or to
+    site-packages."""
     path = code.co_filename
     for prefix, shown in ((ROOT, ""), (STDLIB, "stdlib/")):
         if path.startswith(prefix):

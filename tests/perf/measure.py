@@ -55,7 +55,7 @@ def measure(path: str, dsn: str | None = None, timeout_s: float = 600) -> dict[s
 
 def _child(args: argparse.Namespace) -> dict[str, Any]:
     from cdc.log.embedded import appender
-    from cdc.logging import configure
+    from cdc.support.logging import configure
     from connectors.postgres.types import row_encoder
     from tests.perf import paths
 

@@ -31,17 +31,17 @@ import psycopg
 import structlog
 
 from bench import sinks_duckdb
-from cdc import envelope
-from cdc.errors import SourceFatal
-from cdc.events import topic_name
+from cdc.contracts.errors import SourceFatal
+from cdc.contracts.events import topic_name
+from cdc.contracts.schema import schema_record
+from cdc.contracts.sink import SinkContext, SinkRecord
+from cdc.contracts.source import SourceBatch, SourceContext
+from cdc.envelope import encode as envelope
 from cdc.log.base import TopicPartition
 from cdc.log.embedded import EmbeddedLog
 from cdc.runtime.schemas import SchemaCatalog
 from cdc.runtime.sink_task import SinkTask
 from cdc.runtime.source_task import SourceTask
-from cdc.schema import schema_record
-from cdc.sink import SinkContext, SinkRecord
-from cdc.source import SourceBatch, SourceContext
 from connectors.postgres import PostgresSourceConfig, drop_replication_objects
 from connectors.postgres.snapshot.source import SnapshottingPostgresSource
 from connectors.postgres.source import PostgresSource

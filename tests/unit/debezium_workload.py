@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any, Final
 
-from cdc.envelope_options import EnvelopeOptions
+from cdc.envelope.options import EnvelopeOptions
 from connectors.postgres.types import TypeEntry, TypeRegistry
 from tests.debezium.compare import snapshot_date
 

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from cdc.errors import LogError
+from cdc.contracts.errors import LogError
+from cdc.contracts.positions import Offsets, PositionMovedBackwards
 from cdc.log.base import Log, Record, StoredRecord, TopicPartition
-from cdc.partitioner import partition_for
-from cdc.positions import Offsets, PositionMovedBackwards
+from cdc.log.partitioner import partition_for
 
 LogFactory = Callable[..., Log]
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from cdc.config import Pipeline
+from cdc.config.pipeline import Pipeline
 
 
 @contextmanager

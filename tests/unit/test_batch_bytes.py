@@ -1,5 +1,6 @@
-"""Byte bounds of batches (:mod:`cdc.batch_bytes`): the config fields of the sources and sinks,
-their errors, and how a sink task sizes its reads (:class:`cdc.runtime.read_size.ReadSize`)."""
+"""Byte bounds of batches (:mod:`cdc.config.batch_bytes`): the config fields of the sources and
+sinks, their errors, and how a sink task sizes its reads
+(:class:`cdc.runtime.read_size.ReadSize`)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from cdc.batch_bytes import BATCH_BYTES
-from cdc.config import parse
-from cdc.errors import ConfigError
+from cdc.config.batch_bytes import BATCH_BYTES
+from cdc.config.pipeline import parse
+from cdc.contracts.errors import ConfigError
 from cdc.log.base import StoredRecord
 from cdc.runtime.read_size import FIRST_READ, ReadSize
 from tests.unit.pipeline_run_kit import started

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from bench import memory
-from cdc.config import parse
+from cdc.config.pipeline import parse
 
 ENV = {"MEM_PG_DSN": "postgresql://u@127.0.0.1/bench", "MEM_REDIS_URL": "redis://127.0.0.1/0"}
 

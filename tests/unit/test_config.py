@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cdc.config import EmbeddedLogConfig, expand_env, parse, redact_url
-from cdc.errors import ConfigError
+from cdc.config.pipeline import EmbeddedLogConfig, expand_env, parse, redact_url
+from cdc.contracts.errors import ConfigError
 
 VALID = """
 version: 1
@@ -110,12 +110,14 @@ def test_cli_validate_exit_codes_and_no_secrets(tmp_path: Path) -> None:
         .replace("path: ${OUT_DIR:-out/files}", "path: out\n    colour: blue")
     )
     ok = subprocess.run(
-        [sys.executable, "-m", "cdc.cli", "validate", str(good)], capture_output=True, text=True
+        [sys.executable, "-m", "cdc.cli.main", "validate", str(good)],
+        capture_output=True,
+        text=True,
     )
     assert ok.returncode == 0, ok.stderr
     assert "valid pipeline 'shop'" in ok.stdout
     failed = subprocess.run(
-        [sys.executable, "-m", "cdc.cli", "validate", str(bad)], capture_output=True, text=True
+        [sys.executable, "-m", "cdc.cli.main", "validate", str(bad)], capture_output=True, text=True
     )
     assert failed.returncode == 2
     for path in ("name:", "source.snapshot:", "source.changes:", "sinks[0].colour:"):

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cdc.config import expand_env, parse
-from cdc.errors import ConfigError
+from cdc.config.pipeline import expand_env, parse
+from cdc.contracts.errors import ConfigError
 from tests.e2e.cli_helpers import cdc
 
 PIPELINE = """

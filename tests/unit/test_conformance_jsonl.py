@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from cdc.sink import Sink, SinkContext
+from cdc.contracts.sink import Sink, SinkContext
 from cdc.testing.conformance import TOPIC, SinkConformance
 from sinks.jsonl import JsonlSinkPlugin
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from cdc.sink import Sink, SinkContext
+from cdc.contracts.sink import Sink, SinkContext
 from cdc.testing.conformance import SinkConformance
 from cdc.testing.memory_sink import MemorySink, MemoryStore
 

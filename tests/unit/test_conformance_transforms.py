@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from cdc.connect_schema import inferred_schemas
-from cdc.events import ChangeEvent, Op, SourceInfo, topic_name
-from cdc.json_rows import EncodedRow
+from cdc.contracts.events import ChangeEvent, Op, SourceInfo, topic_name
+from cdc.envelope.connect_schema import inferred_schemas
+from cdc.envelope.json_rows import EncodedRow
 from cdc.testing import TransformConformance
 from cdc.testing.transforms import PIPELINE
 from cdc.transforms import BaseTransform, Transform, TransformContext

@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
-from cdc import extended_json
 from cdc.log.base import StoredRecord
+from cdc.records import extended_json
 from cdc.runtime.sink_task import decode_records, unwrap
 
 KEY = {"_id": 5}

@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cdc.cli import main as cli
+from cdc.cli.main import main as cli
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
@@ -189,7 +189,7 @@ def validate(text: str, tmp_path: Path, plugins: Path) -> subprocess.CompletedPr
     path.write_text(completed(text))
     env = {name: harmless(name) for name in VARIABLE.findall(text)}
     return subprocess.run(
-        [sys.executable, "-m", "cdc.cli", "validate", str(path)],
+        [sys.executable, "-m", "cdc.cli.main", "validate", str(path)],
         cwd=tmp_path,
         text=True,
         capture_output=True,

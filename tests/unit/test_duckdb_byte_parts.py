@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from cdc.sink import SinkRecord
+from cdc.contracts.sink import SinkRecord
 from sinks.duckdb.plan import TRANSACTION_BYTES, byte_parts
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from cdc import envelope
-from cdc.events import ChangeEvent, Op, SourceInfo
+from cdc.contracts.events import ChangeEvent, Op, SourceInfo
+from cdc.contracts.sink import SinkRecord
+from cdc.envelope import encode as envelope
 from cdc.log.base import TopicPartition
-from cdc.sink import SinkRecord
 from sinks.duckdb.plan import plan
 from sinks.duckdb.types import bc_to_duckdb, duckdb_type, is_widening, iso_duration_to_duckdb
 

@@ -14,8 +14,8 @@ import pytest
 from structlog.testing import capture_logs
 
 import cdc.log.embedded
+from cdc.cli.status import appender_report, print_status
 from cdc.log.embedded import appender
-from cdc.status import appender_report, print_status
 from tests.services.common import in_ci
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc.errors import LogError, LogFatal, LogUnavailable
+from cdc.contracts.errors import LogError, LogFatal, LogUnavailable
 from cdc.log.base import Record, StoredRecord, TopicPartition
 from cdc.log.embedded import EmbeddedLog
 from cdc.log.embedded import compaction as embedded_compaction

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from cdc.errors import LogError, LogFatal
+from cdc.contracts.errors import LogError, LogFatal
 from cdc.log.base import Record
 from cdc.log.embedded import EmbeddedLog
 from cdc.log.embedded import appender as embedded_native

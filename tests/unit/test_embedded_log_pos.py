@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from cdc.envelope import record_pos
+from cdc.envelope.encode import record_pos
 from cdc.log.base import Record
 from cdc.log.embedded import EmbeddedLog
 from cdc.log.embedded.store import SCHEMA_VERSION

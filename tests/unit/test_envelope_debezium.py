@@ -9,9 +9,9 @@ from pathlib import Path
 import orjson
 
 import connectors.postgres.assembly.connect  # noqa: F401  (registers PostgreSQL's source struct)
-from cdc import envelope
-from cdc.envelope_options import DEBEZIUM_DEFAULTS, READABLE, EnvelopeOptions
-from cdc.events import ChangeEvent, Op, SourceInfo
+from cdc.contracts.events import ChangeEvent, Op, SourceInfo
+from cdc.envelope import encode as envelope
+from cdc.envelope.options import DEBEZIUM_DEFAULTS, READABLE, EnvelopeOptions
 
 EXPECTED = Path(__file__).resolve().parents[1] / "debezium" / "expected"
 PG_EXTRA = {"lsn": 30867616, "xmin": None, "origin": None, "origin_lsn": None}

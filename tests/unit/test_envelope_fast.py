@@ -9,9 +9,9 @@ from typing import Any
 
 import orjson
 
-from cdc import envelope
-from cdc.envelope import EncodedRow
-from cdc.events import ChangeEvent, Op, SourceInfo
+from cdc.contracts.events import ChangeEvent, Op, SourceInfo
+from cdc.envelope import encode as envelope
+from cdc.envelope.encode import EncodedRow
 
 ROWS: list[Any] = [
     None,

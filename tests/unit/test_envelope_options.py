@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from cdc.config import load as load_pipeline
-from cdc.envelope_options import DEBEZIUM_DEFAULTS, READABLE, EnvelopeOptions
-from cdc.errors import ConfigError
-from cdc.events import Op
+from cdc.config.pipeline import load as load_pipeline
+from cdc.contracts.errors import ConfigError
+from cdc.contracts.events import Op
+from cdc.envelope.options import DEBEZIUM_DEFAULTS, READABLE, EnvelopeOptions
 
 
 def test_the_defaults_are_the_readable_settings() -> None:

@@ -7,14 +7,14 @@ from typing import Any
 
 import orjson
 
-from cdc.envelope_options import DEBEZIUM_DEFAULTS, READABLE
+from cdc.cli.verify.compare import compare_table
+from cdc.contracts.schema import Column, TableSchema
+from cdc.contracts.sink import SinkContext, SinkRecord, record_options
+from cdc.envelope.options import DEBEZIUM_DEFAULTS, READABLE
 from cdc.log.base import StoredRecord
 from cdc.log.encoding import DEBEZIUM, LEGACY, StoredEncoding
 from cdc.log.eras import Eras, eras_of
 from cdc.runtime.sink_task import decode_records
-from cdc.schema import Column, TableSchema
-from cdc.sink import SinkContext, SinkRecord, record_options
-from cdc.verify import compare_table
 from sinks.duckdb.stage import encoding_runs
 
 T, U = "p.public.t", "p.public.u"
@@ -123,7 +123,7 @@ SCHEMA = TableSchema(
 
 
 def test_verify_reads_a_row_in_the_encoding_it_was_stored_in() -> None:
-    from cdc.verify import _row_decoding
+    from cdc.cli.verify.compare import _row_decoding
 
     source = [({"id": 1}, {"id": 1, "price": "1.50", "blob": "deadbeef"})]  # readable-hex
     old = {"id": 1, "price": "AJY=", "blob": "3q2+7w=="}  # the defaults: base64 both

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from cdc.config import Pipeline, parse
-from cdc.errors import ConfigError
-from cdc.filters import TableEntry
+from cdc.config.pipeline import Pipeline, parse
+from cdc.contracts.errors import ConfigError
+from cdc.transforms.filters import TableEntry
 
 KEY = "k3y-0f-the-hash-masks-Zq8"
 
@@ -426,7 +426,7 @@ def test_mask_key_is_not_in_the_pipeline_repr() -> None:
 
 
 def test_compiled_masks() -> None:
-    from cdc.masks import compile_mask, hash_text
+    from cdc.transforms.masks import compile_mask, hash_text
 
     key = KEY.encode()
     assert compile_mask("redact")("anything") == "***"
@@ -441,8 +441,8 @@ def test_compiled_masks() -> None:
 
 
 def test_compiled_mask_errors_and_repr() -> None:
-    from cdc.errors import PluginNotFound
-    from cdc.masks import compile_mask
+    from cdc.contracts.errors import PluginNotFound
+    from cdc.transforms.masks import compile_mask
 
     with pytest.raises(ValueError, match="mask_key"):
         compile_mask("hash")

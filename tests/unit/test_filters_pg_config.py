@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from cdc.config import parse
-from cdc.errors import ConfigError
+from cdc.config.pipeline import parse
+from cdc.contracts.errors import ConfigError
 
 KEY = "0123456789abcdef0123"
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from cdc.config import Pipeline, parse
-from cdc.logging import get_logger
+from cdc.config.pipeline import Pipeline, parse
 from cdc.runtime import fingerprints
 from cdc.runtime.fingerprints import OFFSET_KEY, TransformsChanged, key_check, plan
+from cdc.support.logging import get_logger
 
 KEY_A = "first-mask-key-0123456789"
 KEY_B = "second-mask-key-9876543210"

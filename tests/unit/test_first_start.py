@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from cdc.errors import SinkFatal, SinkUnavailable, SourceFatal, SourceUnavailable
+from cdc.contracts.errors import SinkFatal, SinkUnavailable, SourceFatal, SourceUnavailable
+from cdc.contracts.source import SourceBatch
 from cdc.log.embedded import EmbeddedLog
-from cdc.logging import get_logger
 from cdc.runtime.preflight import SinkCannotStart, check_sinks, is_first_start
 from cdc.runtime.source_task import SourceTask
-from cdc.source import SourceBatch
+from cdc.support.logging import get_logger
 
 
 class Unreachable:

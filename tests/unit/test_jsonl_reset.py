@@ -7,9 +7,9 @@ from typing import Any
 
 import orjson
 
+from cdc.contracts.sink import SinkContext, SinkRecord
 from cdc.log.base import TopicPartition
-from cdc.logging import get_logger
-from cdc.sink import SinkContext, SinkRecord
+from cdc.support.logging import get_logger
 from sinks.jsonl import JsonlSinkPlugin
 
 ITEMS, OTHER = "p.public.items", "p.public.other"

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from cdc.errors import LogUnavailable
+from cdc.contracts.errors import LogUnavailable
 from cdc.log.base import Record
 from cdc.log.kafka.common import ConnectionWatch
 from cdc.log.kafka.txn import KafkaTransaction

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from cdc.errors import RecordError
-from cdc.events import Op
-from cdc.sink import SinkRecord
+from cdc.contracts.errors import RecordError
+from cdc.contracts.events import Op
+from cdc.contracts.sink import SinkRecord
 from sinks.keyed import Kind, TopicTables, classify, key_suffix
 from sinks.redis.script import encode_pos
 from tests.integration.keyed_records import ITEMS, NOT_ENVELOPES, ORDERS, Records, event, item

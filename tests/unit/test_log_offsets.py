@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc.errors import LogUnavailable
+from cdc.contracts.errors import LogUnavailable
 from cdc.log.base import Record
 from cdc.log.embedded import EmbeddedLog
 from cdc.log.offsets import end_offsets, last_offsets

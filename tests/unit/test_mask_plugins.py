@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from cdc.config import parse
-from cdc.errors import ConfigError
-from cdc.masks import available_plugins, compile_mask
+from cdc.config.pipeline import parse
+from cdc.contracts.errors import ConfigError
+from cdc.transforms.masks import available_plugins, compile_mask
 
 PLUGIN = """
 def reverse(options):

@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from cdc.config import parse
-from cdc.errors import ConfigError
+from cdc.config.pipeline import parse
+from cdc.contracts.errors import ConfigError
+from cdc.contracts.sink import SinkContext
 from cdc.log.embedded import EmbeddedLog
 from cdc.log.embedded import store as embedded_store
 from cdc.log.embedded.consumer import READER_CACHE
-from cdc.logging import get_logger
 from cdc.runtime import memory
-from cdc.sink import SinkContext
+from cdc.support.logging import get_logger
 from sinks.duckdb import DuckDBSink, DuckDBSinkConfig
 from tests.unit.pipeline_run_kit import started
 

@@ -16,13 +16,13 @@ import pytest
 import structlog
 from prometheus_client import generate_latest
 
-from cdc.config import MetricsConfig, parse_listen
-from cdc.errors import ConfigError
-from cdc.events import ChangeEvent, Op, SourceInfo
+from cdc.config.pipeline import MetricsConfig, parse_listen
+from cdc.contracts.errors import ConfigError
+from cdc.contracts.events import ChangeEvent, Op, SourceInfo
+from cdc.contracts.sink import SinkRecord
 from cdc.log.base import Record
 from cdc.metrics import Health, Metrics, MetricsServer, SinkObserver, SourceObserver
-from cdc.runtime.lag import LagClock
-from cdc.sink import SinkRecord
+from cdc.metrics.lag import LagClock
 
 
 def _value(metrics: Metrics, name: str, **labels: str) -> float | None:

@@ -11,9 +11,9 @@ import pytest
 import structlog
 from bson import Binary, Int64, ObjectId, Timestamp
 
-from cdc.batch_bytes import BATCH_BYTES
-from cdc.errors import RecordError
-from cdc.events import Op
+from cdc.config.batch_bytes import BATCH_BYTES
+from cdc.contracts.errors import RecordError
+from cdc.contracts.events import Op
 from connectors.mongodb import changes
 from connectors.mongodb.fields import FieldTracker
 from connectors.mongodb.plan import StreamSpec

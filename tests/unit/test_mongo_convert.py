@@ -28,8 +28,8 @@ from bson import (
 from bson.datetime_ms import DatetimeMS
 from pymongo.errors import OperationFailure, ServerSelectionTimeoutError
 
-from cdc.errors import SourceFatal, SourceUnavailable
-from cdc.normalize import canonical_row
+from cdc.contracts.errors import SourceFatal, SourceUnavailable
+from cdc.records.normalize import canonical_row
 from connectors.mongodb import errors, positions, ranges
 from connectors.mongodb.config import MongoSourceConfig
 from connectors.mongodb.convert import document, key_of, to_json
@@ -281,8 +281,8 @@ def test_decimal128_digits_match_the_driver() -> None:
 
 
 def test_pipeline_file_errors_are_reported_together_with_their_paths() -> None:
-    from cdc.config import parse
-    from cdc.errors import ConfigError
+    from cdc.config.pipeline import parse
+    from cdc.contracts.errors import ConfigError
 
     text = (
         "version: 1\nname: bad\nsource:\n  type: mongodb\n  dsn: http://user:pw@x/\n"

@@ -25,9 +25,10 @@ import bson
 import orjson
 import pytest
 
-from cdc import envelope, extended_json
-from cdc.envelope_options import READABLE, EnvelopeOptions
-from cdc.events import ChangeEvent, Op
+from cdc.contracts.events import ChangeEvent, Op
+from cdc.envelope import encode as envelope
+from cdc.envelope.options import READABLE, EnvelopeOptions
+from cdc.records import extended_json
 from connectors.mongodb import changes, records
 from connectors.mongodb.connect import Schemas
 from connectors.mongodb.convert import document

@@ -11,8 +11,8 @@ from typing import Any
 
 import structlog
 
-from cdc.schema import Column, TableSchema
-from cdc.sink import SinkContext, SinkRecord
+from cdc.contracts.schema import Column, TableSchema
+from cdc.contracts.sink import SinkContext, SinkRecord
 from sinks.duckdb.config import DuckDBSinkConfig
 from sinks.duckdb.reader import read_rows
 from sinks.duckdb.sink import DuckDBSink

@@ -18,10 +18,10 @@ import structlog
 from bson import Binary, Decimal128, Int64, MaxKey, MinKey, ObjectId, Regex, Timestamp
 from bson.datetime_ms import DatetimeMS
 
-from cdc import config as cdc_config
-from cdc.errors import ConfigError
-from cdc.events import ChangeEvent, Op
-from cdc.json_rows import EncodedRow
+from cdc.config import pipeline as cdc_config
+from cdc.contracts.errors import ConfigError
+from cdc.contracts.events import ChangeEvent, Op
+from cdc.envelope.json_rows import EncodedRow
 from cdc.transforms.chain import build_chain
 from cdc.transforms.fields import AddFieldConfig, RenameFieldsConfig
 from cdc.transforms.route import RouteConfig
@@ -619,8 +619,8 @@ def test_doctor_warns_about_a_row_filter_without_pre_images() -> None:
 
 
 def test_resnapshot_is_planned_once_per_start() -> None:
+    from cdc.contracts.source import SourceContext
     from cdc.runtime.fingerprints import OFFSET_KEY, current
-    from cdc.source import SourceContext
 
     pipeline = parse("    - shop.orders\n    - name: shop.users\n      where: {a: 1}")
     source = pipeline.source

@@ -12,8 +12,8 @@ from decimal import Decimal
 
 import pytest
 
-from cdc.normalize import canonical
-from cdc.values import numeric_value
+from cdc.records.normalize import canonical
+from cdc.records.values import numeric_value
 from sinks.duckdb.types import conversion
 
 SAME_INSTANTS = [

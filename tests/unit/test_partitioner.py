@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdc.partitioner import murmur2, partition_for, to_positive
+from cdc.log.partitioner import murmur2, partition_for, to_positive
 
 # Kafka's UtilsTest.testMurmur2 (org.apache.kafka.common.utils), plus the empty input.
 JAVA_MURMUR2 = [

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from cdc.config import parse
-from cdc.errors import ConfigError
+from cdc.config.pipeline import parse
+from cdc.contracts.errors import ConfigError
 from connectors.postgres import PostgresSourceConfig
 
 

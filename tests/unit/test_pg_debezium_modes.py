@@ -8,7 +8,7 @@ import base64
 import orjson
 import pytest
 
-from cdc.envelope_options import DEBEZIUM_DEFAULTS, READABLE, EnvelopeOptions
+from cdc.envelope.options import DEBEZIUM_DEFAULTS, READABLE, EnvelopeOptions
 from connectors.postgres.types import ConversionError, TypeEntry, TypeRegistry
 from connectors.postgres.types.connect import column_schema
 from connectors.postgres.types.hstore import hstore_json, parse_hstore

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdc.schema import Column, TableSchema
+from cdc.contracts.schema import Column, TableSchema
 from connectors.postgres.assembly.evolution import (
     Attribute,
     ShapeChange,

@@ -21,10 +21,10 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from cdc import envelope
-from cdc.envelope import EncodedRow
-from cdc.envelope_options import READABLE, EnvelopeOptions
-from cdc.events import ChangeEvent, Op, SourceInfo
+from cdc.contracts.events import ChangeEvent, Op, SourceInfo
+from cdc.envelope import encode as envelope
+from cdc.envelope.encode import EncodedRow
+from cdc.envelope.options import READABLE, EnvelopeOptions
 from connectors.postgres.assembly.assembler import Assembler
 from connectors.postgres.assembly.toast import ToastFiller
 from connectors.postgres.catalog import TableInfo

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from cdc import envelope
-from cdc.envelope import EncodedRow
-from cdc.envelope_options import EnvelopeOptions
-from cdc.events import ChangeEvent, Op, SourceInfo
+from cdc.contracts.events import ChangeEvent, Op, SourceInfo
+from cdc.envelope import encode as envelope
+from cdc.envelope.encode import EncodedRow
+from cdc.envelope.options import EnvelopeOptions
 from connectors.postgres.assembly.relation_state import RelationState, build_state
 from connectors.postgres.catalog import TableInfo
 from connectors.postgres.pgoutput import Relation

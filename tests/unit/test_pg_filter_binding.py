@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from cdc.errors import SourceMisconfigured
-from cdc.filters import TableEntry
-from cdc.schema import Column, TableSchema
+from cdc.contracts.errors import SourceMisconfigured
+from cdc.contracts.schema import Column, TableSchema
+from cdc.transforms.filters import TableEntry
 from connectors.postgres.assembly.evolution import Attribute, column_ids
 from connectors.postgres.publication.filters import TableFilter, _compiled
 

@@ -11,12 +11,12 @@ import orjson
 import pytest
 import structlog
 
-from cdc.envelope import to_records
-from cdc.errors import SourceFatal
-from cdc.events import Op
-from cdc.filters import TableEntry
-from cdc.masks import compile_mask, hash_text
+from cdc.contracts.errors import SourceFatal
+from cdc.contracts.events import Op
+from cdc.envelope.encode import to_records
 from cdc.transforms.chain import build_chain
+from cdc.transforms.filters import TableEntry
+from cdc.transforms.masks import compile_mask, hash_text
 from cdc.transforms.route import RouteConfig
 from connectors.postgres import pgoutput as pg
 from connectors.postgres.assembly.assembler import Assembler

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from cdc import envelope
-from cdc.masks import Mask, hash_text
+from cdc.envelope import encode as envelope
+from cdc.transforms.masks import Mask, hash_text
 from connectors.postgres.pgoutput import RelationColumn
 from connectors.postgres.types import row_converter, row_encoder
 from connectors.postgres.types.encoder import NEW_TUPLE_AT, PythonRowEncoder, RowEncoder

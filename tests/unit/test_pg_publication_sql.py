@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from cdc.errors import SourceFatal
-from cdc.schema import Column, TableSchema
+from cdc.contracts.errors import SourceFatal
+from cdc.contracts.schema import Column, TableSchema
 from connectors.postgres.assembly.evolution import Attribute, diff, resnapshot_reasons
 from connectors.postgres.catalog import TableInfo, published_column
 from connectors.postgres.publication.spec import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdc.errors import SourceFatal
+from cdc.contracts.errors import SourceFatal
 from connectors.postgres.replication.connection import create_slot_command
 from connectors.postgres.replication.standby import ServerFacts
 

@@ -9,9 +9,9 @@ import orjson
 import pytest
 import structlog
 
-from cdc.envelope import encode_key
-from cdc.errors import SourceFatal
-from cdc.events import Op
+from cdc.contracts.errors import SourceFatal
+from cdc.contracts.events import Op
+from cdc.envelope.encode import encode_key
 from connectors.postgres import pgoutput as pg
 from connectors.postgres.assembly.assembler import Assembler
 from connectors.postgres.assembly.relation_state import check_keyable

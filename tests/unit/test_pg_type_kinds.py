@@ -9,8 +9,8 @@ from typing import get_args
 
 import pytest
 
-from cdc.envelope_options import DEBEZIUM_DEFAULTS, READABLE
-from cdc.masks import MaskType
+from cdc.envelope.options import DEBEZIUM_DEFAULTS, READABLE
+from cdc.transforms.masks import MaskType
 from connectors.postgres.types import CONVERTER_KINDS, TypeKind, TypeRegistry, converter_kind
 from connectors.postgres.types.kinds import MaskKind
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from cdc.errors import RecordError
+from cdc.contracts.errors import RecordError
 from connectors.postgres.pgoutput import UNCHANGED, Insert, Relation, RelationColumn, decode
 from connectors.postgres.types import (
     ConversionError,

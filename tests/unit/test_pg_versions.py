@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import structlog
 
-from cdc.errors import SourceFatal
-from cdc.source import SourceContext
+from cdc.contracts.errors import SourceFatal
+from cdc.contracts.source import SourceContext
 from connectors.postgres import PostgresSource, PostgresSourceConfig
 from connectors.postgres.replication.versions import (
     check_supported,

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from cdc.errors import SourceFatal
+from cdc.contracts.errors import SourceFatal
 from connectors.postgres.lsn import str_to_lsn
 from connectors.postgres.pgoutput import (
     UNCHANGED,

@@ -11,10 +11,10 @@ import pytest
 import structlog
 from bson.timestamp import Timestamp
 
+from cdc.contracts.positions import CommittedPositions, Offsets, PositionMovedBackwards, carried
+from cdc.contracts.source import SourceContext
 from cdc.log.base import Record
 from cdc.log.embedded import EmbeddedLog
-from cdc.positions import CommittedPositions, Offsets, PositionMovedBackwards, carried
-from cdc.source import SourceContext
 from connectors.generator.source import Generated, GeneratorSource, GeneratorSourceConfig
 from connectors.mongodb import positions as mongo
 from connectors.mongodb.config import MongoSourceConfig

@@ -1,5 +1,5 @@
-"""What the live progress display draws (cdc.progress), rendered to a plain console; and that
-off a terminal it neither draws nor claims the terminal from a source's own bar."""
+"""What the live progress display draws (cdc.metrics.progress), rendered to a plain console; and
+that off a terminal it neither draws nor claims the terminal from a source's own bar."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 from rich.console import Console
 
-from cdc import progress
-from cdc.config import parse
+from cdc.config.pipeline import parse
+from cdc.metrics import progress
 
 
 def rendered(renderable: Any) -> str:

@@ -1,5 +1,6 @@
-"""``cdc.redact.redact``: every secret form libpq, redis-py and pymongo accept, checked against
-the drivers' own parsers (what each would use as the password must not survive redaction)."""
+"""``cdc.support.redact.redact``: every secret form libpq, redis-py and pymongo accept, checked
+against the drivers' own parsers (what each would use as the password must not survive
+redaction)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from psycopg.conninfo import conninfo_to_dict
 from pymongo.uri_parser import parse_uri
 from redis.connection import parse_url
 
-from cdc.errors import SourceFatal
-from cdc.logging import configure, get_logger
-from cdc.redact import MASK, names_secret, redact
+from cdc.contracts.errors import SourceFatal
+from cdc.support.logging import configure, get_logger
+from cdc.support.redact import MASK, names_secret, redact
 
 PW = "Zq9s3cr3t"  # the secret every case hides; long enough to search for
 

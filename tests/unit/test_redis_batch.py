@@ -11,9 +11,9 @@ from typing import Any
 import orjson
 import pytest
 
-from cdc.errors import RecordError
-from cdc.events import Op
-from cdc.sink import SinkRecord
+from cdc.contracts.errors import RecordError
+from cdc.contracts.events import Op
+from cdc.contracts.sink import SinkRecord
 from sinks.keyed import Change, Kind, TopicTables, classify, key_suffix
 from sinks.redis import batch
 from sinks.redis.batch import segments

@@ -1,4 +1,4 @@
-"""The one retry loop (``cdc.runtime.retry.retry``): what it retries, how often, what it raises."""
+"""The one retry loop (``cdc.support.retry.retry``): what it retries, how often, what it raises."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from cdc.runtime.retry import Backoff, Stopped, retry
+from cdc.support.retry import Backoff, Stopped, retry
 
 
 class Flaky(Exception):

@@ -13,15 +13,15 @@ from pathlib import Path
 import orjson
 import pytest
 
-from cdc.errors import RecordError, SinkFatal, SourceFatal, SourceUnavailable
-from cdc.events import Op, topic_name
+from cdc.contracts.errors import RecordError, SinkFatal, SourceFatal, SourceUnavailable
+from cdc.contracts.events import Op, topic_name
+from cdc.contracts.schema import dead_letter_topic
+from cdc.contracts.source import DeadLetter, SourceBatch
 from cdc.log.base import Record, TopicPartition
 from cdc.log.embedded import EmbeddedLog
-from cdc.logging import get_logger
 from cdc.runtime.sink_task import SinkTask, group_name
 from cdc.runtime.source_task import BadRecordStop, SourceTask
-from cdc.schema import dead_letter_topic
-from cdc.source import DeadLetter, SourceBatch
+from cdc.support.logging import get_logger
 from cdc.testing import FlakySink, ScriptedSource, make_event
 
 TOPIC = topic_name("p", "public", "items")

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from cdc.contracts.schema import Column, TableSchema, schema_record
 from cdc.log.embedded import EmbeddedLog
 from cdc.runtime.schemas import SchemaCatalog
-from cdc.schema import Column, TableSchema, schema_record
 from tests.unit.log_suite import append
 
 

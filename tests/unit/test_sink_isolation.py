@@ -15,16 +15,16 @@ from typing import Any
 
 import pytest
 
-from cdc.errors import SinkFatal
-from cdc.events import topic_name
+from cdc.contracts.errors import SinkFatal
+from cdc.contracts.events import topic_name
+from cdc.contracts.sink import Sink, SinkRecord
+from cdc.contracts.source import SourceBatch
 from cdc.log.base import TopicPartition
 from cdc.log.embedded import EmbeddedLog
-from cdc.logging import get_logger
 from cdc.runtime.control_watcher import ControlWatcher
 from cdc.runtime.sink_control import APPLIED, DONE, FAILED, SinkControl
 from cdc.runtime.sink_task import SinkTask, group_name
-from cdc.sink import Sink, SinkRecord
-from cdc.source import SourceBatch
+from cdc.support.logging import get_logger
 from cdc.testing import ScriptedSource, make_event
 from cdc.testing.memory_sink import MemorySink, MemoryStore
 from tests.unit.test_runtime import run_source

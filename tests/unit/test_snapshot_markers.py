@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import orjson
 
-from cdc.events import Op, SourceInfo
+from cdc.contracts.events import Op, SourceInfo
+from cdc.envelope.template import RecordTemplate
 from cdc.log.base import Record
-from cdc.record_template import RecordTemplate
 from connectors.postgres.snapshot.markers import SnapshotMarks
 from connectors.postgres.snapshot.parallel import Piece
 

@@ -1,5 +1,5 @@
-"""Snapshot progress stored per table (cdc.snapshot_offsets, snapshots.state): a commit stores
-only what it changed, a table whose progress goes is deleted, the old single-key form is read
+"""Snapshot progress stored per table (cdc.contracts.snapshot_offsets, snapshots.state): a commit
+stores only what it changed, a table whose progress goes is deleted, the old single-key form is read
 and rewritten (pure)."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from unittest.mock import ANY
 import orjson
 from rich.console import Console
 
-from cdc import snapshot_offsets as so
-from cdc.progress import StreamWatch
-from cdc.snapshot_report import request_finished, snapshot_report
-from cdc.status import _without_snapshots
+from cdc.cli.status import _without_snapshots
+from cdc.contracts import snapshot_offsets as so
+from cdc.metrics.progress import StreamWatch
+from cdc.metrics.snapshot_report import request_finished, snapshot_report
 from snapshots.chunks import key_chunks
 from snapshots.state import SnapshotState
 

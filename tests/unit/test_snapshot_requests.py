@@ -8,9 +8,9 @@ import threading
 import pytest
 import structlog
 
-from cdc.errors import SourceUnavailable
-from cdc.runtime.retry import Backoff, retry_until_stopped
-from cdc.snapshot_report import open_requests, request_outcome, snapshot_report
+from cdc.contracts.errors import SourceUnavailable
+from cdc.metrics.snapshot_report import open_requests, request_outcome, snapshot_report
+from cdc.support.retry import Backoff, retry_until_stopped
 from snapshots.chunks import key_chunks
 from snapshots.state import OFFSET_KEY, SnapshotState
 

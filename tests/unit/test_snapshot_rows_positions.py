@@ -7,8 +7,8 @@ from itertools import islice
 
 import pytest
 
-from cdc.events import Op, SourceInfo
-from cdc.record_template import RecordTemplate
+from cdc.contracts.events import Op, SourceInfo
+from cdc.envelope.template import RecordTemplate
 from connectors.postgres.snapshot.rows import SEQUENCE_SHIFT, positions
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdc.errors import ConfigError
+from cdc.contracts.errors import ConfigError
 from connectors.postgres.snapshot.signal import check_where_text
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from cdc.snapshot_report import request_finished, snapshot_report
+from cdc.metrics.snapshot_report import request_finished, snapshot_report
 from snapshots.chunks import key_chunks
 from snapshots.state import OFFSET_KEY, SnapshotState
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdc.errors import ConfigError, SourceFatal
+from cdc.contracts.errors import ConfigError, SourceFatal
 from connectors.postgres.snapshot.where import check_where_text, problems, tokens
 
 

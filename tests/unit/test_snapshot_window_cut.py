@@ -14,11 +14,11 @@ from typing import Any
 
 import structlog
 
-from cdc.envelope import encode_key
-from cdc.events import ChangeEvent, Op, SourceInfo
+from cdc.contracts.events import ChangeEvent, Op, SourceInfo
+from cdc.contracts.snapshot_offsets import table_key
+from cdc.contracts.source import SourceBatch, SourceContext
+from cdc.envelope.encode import encode_key
 from cdc.log.base import Record
-from cdc.snapshot_offsets import table_key
-from cdc.source import SourceBatch, SourceContext
 from cdc.testing import make_event
 from connectors.postgres import PostgresSourceConfig
 from connectors.postgres import pgoutput as pg

@@ -14,14 +14,14 @@ from typing import Any
 import orjson
 import pytest
 
-from cdc.events import ChangeEvent, Op
+from cdc.contracts.events import ChangeEvent, Op
+from cdc.contracts.schema import Column, TableSchema, dead_letter_topic, schema_topic
+from cdc.contracts.source import SourceBatch
 from cdc.log.embedded import EmbeddedLog
-from cdc.logging import get_logger
 from cdc.runtime.fingerprints import OFFSET_KEY
 from cdc.runtime.schemas import SchemaCatalog
 from cdc.runtime.source_task import BadRecordStop, SourceTask
-from cdc.schema import Column, TableSchema, dead_letter_topic, schema_topic
-from cdc.source import SourceBatch
+from cdc.support.logging import get_logger
 from cdc.testing import ScriptedSource, make_event
 from cdc.transforms import TransformChain, TransformConfig, TransformShapeError, build_chain
 from cdc.transforms.fields import AddFieldConfig, RenameFieldsConfig

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from cdc.cli.status_liveness import as_running, as_served
 from cdc.runtime.heartbeat import GONE, RUNNING, STOPPED, _as_of, stale_after_s
-from cdc.status_liveness import as_running, as_served
 
 NOW = 1_000_000_000
 

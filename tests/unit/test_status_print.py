@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from cdc.snapshot_report import snapshot_report
-from cdc.status import print_status
+from cdc.cli.status import print_status
+from cdc.metrics.snapshot_report import snapshot_report
 from connectors.mongodb import snapshot
 from connectors.mongodb.config import MongoSourceConfig
 from connectors.mongodb.plugin import MongoSourcePlugin

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import orjson
 
-from cdc.envelope_options import EnvelopeOptions
-from cdc.events import ChangeEvent, Op, SourceInfo
+from cdc.contracts.events import ChangeEvent, Op, SourceInfo
+from cdc.envelope.options import EnvelopeOptions
 from cdc.runtime.transactions import TransactionMetadata
 
 

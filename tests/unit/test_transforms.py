@@ -9,12 +9,12 @@ from typing import Any
 import orjson
 import pytest
 
-from cdc import envelope
-from cdc.connect_schema import TableSchemas, inferred_schemas
-from cdc.envelope_options import READABLE, EnvelopeOptions
-from cdc.events import ChangeEvent, Op, SourceInfo
-from cdc.json_rows import EncodedRow
-from cdc.schema import Column, TableSchema
+from cdc.contracts.events import ChangeEvent, Op, SourceInfo
+from cdc.contracts.schema import Column, TableSchema
+from cdc.envelope import encode as envelope
+from cdc.envelope.connect_schema import TableSchemas, inferred_schemas
+from cdc.envelope.json_rows import EncodedRow
+from cdc.envelope.options import READABLE, EnvelopeOptions
 from cdc.transforms import (
     TransformChain,
     TransformConfig,

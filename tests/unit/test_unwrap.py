@@ -12,14 +12,14 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from cdc import envelope
-from cdc.config import parse
-from cdc.envelope_options import READABLE, EnvelopeOptions
-from cdc.errors import ConfigError
-from cdc.events import ChangeEvent, Op, SourceInfo
+from cdc.config.pipeline import parse
+from cdc.contracts.errors import ConfigError
+from cdc.contracts.events import ChangeEvent, Op, SourceInfo
+from cdc.contracts.sink import SinkContext, SinkRecord
+from cdc.envelope import encode as envelope
+from cdc.envelope.options import READABLE, EnvelopeOptions
 from cdc.log.base import TopicPartition
-from cdc.logging import get_logger
-from cdc.sink import SinkContext, SinkRecord
+from cdc.support.logging import get_logger
 from cdc.transforms.unwrap import UnwrapOptions, unwrap_options, unwrap_records
 from sinks.jsonl import JsonlSink, JsonlSinkConfig
 

@@ -1,4 +1,4 @@
-"""cdc.values against the records the real Debezium 3.6.1 wrote (tests/debezium/expected).
+"""cdc.records.values against the records the real Debezium 3.6.1 wrote (tests/debezium/expected).
 
 Every setting's records decode to the same canonical values as the readable setting's records
 of the same change, except where a setting itself loses information (a double, µs intervals,
@@ -16,8 +16,8 @@ from typing import Any
 import orjson
 import pytest
 
-from cdc.envelope_options import DEBEZIUM_DEFAULTS, READABLE, EnvelopeOptions
-from cdc.values import Interval, decode, decoder
+from cdc.envelope.options import DEBEZIUM_DEFAULTS, READABLE, EnvelopeOptions
+from cdc.records.values import Interval, decode, decoder
 from tests.debezium.workload import COLUMNS
 
 EXPECTED = Path(__file__).resolve().parents[1] / "debezium" / "expected"
@@ -139,7 +139,7 @@ def _nan(value: Any) -> bool:
 
 #: Debezium's snapshots overflow a date infinity, differently as epoch days and as ISO text
 #: (the differential test's documented "dates in snapshot rows"): not comparable across modes.
-#: Decoded as PostgreSQL's text of those far years (``cdc.values.far_iso``).
+#: Decoded as PostgreSQL's text of those far years (``cdc.records.values.far_iso``).
 _SNAPSHOT_INFINITY = ("292278994-08-16", "292269055-12-02")
 
 

@@ -9,9 +9,9 @@ from decimal import Decimal
 
 import orjson
 
-from cdc.normalize import canonical, interval_micros
-from cdc.schema import Column, TableSchema
-from cdc.verify import compare_table
+from cdc.cli.verify.compare import compare_table
+from cdc.contracts.schema import Column, TableSchema
+from cdc.records.normalize import canonical, interval_micros
 
 SCHEMA = TableSchema(
     "postgresql",

@@ -31,7 +31,7 @@ from typing import Any, Final, Literal, NamedTuple
 from cdc.log.base import Record
 from cdc.log.embedded import frames
 from cdc.log.embedded.heads import Known
-from cdc.logging import get_logger
+from cdc.support.logging import get_logger
 
 _LIBRARY: Final = "libsqlite3.so.0"
 # CPython versions whose connection object starts with the sqlite3 handle (checked by hand).

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from operator import itemgetter, length_hint
 from typing import TYPE_CHECKING, Any
 
-from cdc.errors import LogError
+from cdc.contracts.errors import LogError
 from cdc.log.base import PartitionsCallback, StartOffsets, StoredRecord, TopicPartition, fitting
 from cdc.log.embedded.store import (
     SELECT_RANGE,

@@ -8,12 +8,13 @@ offsets, and one transaction makes records and source offsets durable together.
 Concurrency: each thread gets its own connection. SQLite allows one writer at a time across all
 processes; readers never block and never see uncommitted data. A second process writing the
 same log (``cdc snapshot``) waits for the write lock for up to 60 s, then gets
-:class:`~cdc.errors.LogUnavailable`. Consumers do not rebalance: each gets every partition of its
-topics (see :class:`~cdc.log.embedded.consumer.EmbeddedConsumer`).
+:class:`~cdc.contracts.errors.LogUnavailable`. Consumers do not rebalance: each gets every partition
+of its topics (see :class:`~cdc.log.embedded.consumer.EmbeddedConsumer`).
 
 Errors from SQLite are translated at this boundary: a lock that outlasts the busy timeout is
-:class:`~cdc.errors.LogUnavailable`; corruption, a full or read-only disk and other failures are
-:class:`~cdc.errors.LogFatal`.
+:class:`~cdc.contracts.errors.LogUnavailable`; corruption, a full or read-only disk and other
+failures are
+:class:`~cdc.contracts.errors.LogFatal`.
 """
 
 from __future__ import annotations
@@ -25,8 +26,7 @@ from typing import Any, cast
 
 import orjson
 
-from cdc import clock
-from cdc.errors import LogError, LogFatal, LogUnavailable
+from cdc.contracts.errors import LogError, LogFatal, LogUnavailable
 from cdc.log.base import PartitionsCallback, StartOffsets, StoredRecord, TopicInfo, TopicPartition
 from cdc.log.embedded import bulk
 from cdc.log.embedded import compaction as embedded_compaction
@@ -46,7 +46,8 @@ from cdc.log.embedded.store import (
     translated,
 )
 from cdc.log.embedded.txn import EmbeddedTransaction
-from cdc.partitioner import partition_for
+from cdc.log.partitioner import partition_for
+from cdc.support import clock
 
 # The key's newest offset from the key index, then its record. Asked in one query (``... AND key
 # = ? ORDER BY offset DESC LIMIT 1``), SQLite's planner walks the primary key backwards instead
@@ -70,7 +71,8 @@ class EmbeddedLog:
         tombstone_retention_ms: how long compaction keeps a tombstone after its timestamp, so
             consumers that lag by less than this still see the delete.
         busy_timeout_ms: how long a write waits for another writer's lock before
-            :class:`~cdc.errors.LogUnavailable`; generous, since ``cdc snapshot`` may hold it.
+            :class:`~cdc.contracts.errors.LogUnavailable`; generous, since ``cdc snapshot`` may hold
+            it.
     """
 
     def __init__(

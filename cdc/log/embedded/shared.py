@@ -19,7 +19,7 @@ from pathlib import Path
 
 import orjson
 
-from cdc.errors import LogError
+from cdc.contracts.errors import LogError
 from cdc.log.embedded.frames import ValueFrames
 from cdc.log.embedded.heads import ValueHeads
 from cdc.log.embedded.store import (

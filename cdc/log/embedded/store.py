@@ -15,10 +15,10 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from cdc.errors import LogError, LogFatal, LogUnavailable
+from cdc.contracts.errors import LogError, LogFatal, LogUnavailable
 from cdc.log.base import StoredRecord
 from cdc.log.embedded import frames
-from cdc.runtime.retry import Backoff, retry
+from cdc.support.retry import Backoff, retry
 
 DB_FILE = "log.sqlite3"
 SCHEMA_VERSION = 5
@@ -325,7 +325,7 @@ def migrate(conn: sqlite3.Connection) -> None:
             conn.execute(VALUE_HEADS)
         if version in (1, 2):
             # Before the position moved beside the value: the records' pos is NULL, and
-            # readers take it from the value's source.pos (cdc.envelope.record_pos).
+            # readers take it from the value's source.pos (cdc.envelope.encode.record_pos).
             conn.execute("ALTER TABLE records ADD COLUMN pos BLOB")
         if version in (1, 2, 3):  # before value frames: no record has one (frame_id NULL)
             conn.execute("ALTER TABLE records ADD COLUMN frame_id INTEGER")

@@ -9,9 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from cdc import positions
-from cdc.clock import now_ms
-from cdc.errors import LogError
+from cdc.contracts import positions
+from cdc.contracts.errors import LogError
 from cdc.log.base import Record, TransactionContext
 from cdc.log.embedded import frames
 from cdc.log.embedded.appender import UNKNOWN_HEAD, appender
@@ -27,7 +26,8 @@ from cdc.log.embedded.store import (
     translate_code,
     translated,
 )
-from cdc.partitioner import partition_for
+from cdc.log.partitioner import partition_for
+from cdc.support.clock import now_ms
 
 if TYPE_CHECKING:
     from cdc.log.embedded.shared import LogState
@@ -99,7 +99,7 @@ class EmbeddedTransaction(TransactionContext):
         Raises:
             PositionMovedBackwards: ``offsets`` carry a position before the stored one (read
                 here, under the write lock); nothing is stored and the transaction can only
-                be aborted (see :mod:`cdc.positions`).
+                be aborted (see :mod:`cdc.contracts.positions`).
         """
         self._check_open()
         upserts = [(k, orjson.dumps(v)) for k, v in offsets.items() if v is not None]

@@ -20,13 +20,13 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
     OffsetSpec,
 )
 
-from cdc.config import KafkaLogConfig
-from cdc.errors import LogUnavailable
+from cdc.config.pipeline import KafkaLogConfig
+from cdc.contracts.errors import LogUnavailable
 from cdc.log.base import TopicPartition
 from cdc.log.kafka.brokerless import RenewedClient
 from cdc.log.kafka.common import client_config, describe, error_of, translate, translated
 from cdc.log.kafka.groups import GroupDescription, described
-from cdc.runtime.retry import Backoff, retry
+from cdc.support.retry import Backoff, retry
 
 TIMEOUT_S = 15.0
 _GROUP_OFFSETS_TOPIC = "__consumer_offsets"

@@ -17,7 +17,7 @@ from typing import Any, Generic, TypeVar
 
 import orjson
 
-from cdc.logging import get_logger
+from cdc.support.logging import get_logger
 
 #: librdkafka's statistics every this many milliseconds (parsing one costs some 50 µs).
 STATS_INTERVAL_MS = 5_000

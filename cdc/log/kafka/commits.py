@@ -18,8 +18,8 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaPartition
 
 from cdc.log.kafka.common import describe, error_of
-from cdc.logging import get_logger
-from cdc.runtime.retry import Backoff, Stopped, retry
+from cdc.support.logging import get_logger
+from cdc.support.retry import Backoff, Stopped, retry
 
 #: A commit gives up (LogUnavailable) once the coordinator stayed unreachable this long.
 COMMIT_RETRY_S = 30.0

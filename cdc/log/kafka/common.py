@@ -2,8 +2,9 @@
 
 librdkafka reports errors as :class:`confluent_kafka.KafkaException` wrapping a ``KafkaError``
 that says whether retrying can help. This module is the one place that maps them onto the
-framework's errors: fatal ones (and a fenced producer) become :class:`~cdc.errors.LogFatal`,
-everything else :class:`~cdc.errors.LogUnavailable`, which the runtime retries with backoff.
+framework's errors: fatal ones (and a fenced producer) become
+:class:`~cdc.contracts.errors.LogFatal`, everything else
+:class:`~cdc.contracts.errors.LogUnavailable`, which the runtime retries with backoff.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from cdc.config import KafkaLogConfig
-from cdc.errors import LogFatal, LogUnavailable
-from cdc.logging import get_logger
+from cdc.config.pipeline import KafkaLogConfig
+from cdc.contracts.errors import LogFatal, LogUnavailable
+from cdc.support.logging import get_logger
 
 #: Errors that no retry can cure: a bad setting, a missing permission.
 _NOT_RETRIABLE = {

@@ -18,7 +18,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException
 from confluent_kafka import TopicPartition as KafkaPartition
 
-from cdc.errors import LogError, LogUnavailable
+from cdc.contracts.errors import LogError, LogUnavailable
 from cdc.log.base import (
     PartitionsCallback,
     StartOffsets,
@@ -30,7 +30,7 @@ from cdc.log.kafka.brokerless import BrokerlessWatch
 from cdc.log.kafka.commits import Committer
 from cdc.log.kafka.common import ConnectionWatch, translate, translated
 from cdc.log.kafka.messages import MAX_CONSUME, records_of
-from cdc.logging import get_logger
+from cdc.support.logging import get_logger
 
 #: While the connection is lost and nothing arrives, ask for metadata this often, so that an
 #: idle member notices (and logs) when the cluster is back.

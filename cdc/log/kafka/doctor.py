@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import shlex
 
-from cdc.config import KafkaLogConfig
-from cdc.doctor import Check, failed, passed
-from cdc.errors import LogError
+from cdc.cli.doctor import Check, failed, passed
+from cdc.config.pipeline import KafkaLogConfig
+from cdc.contracts.errors import LogError
 from cdc.log.kafka.admin import KafkaAdmin
 
 

@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from cdc.errors import LogUnavailable
+from cdc.contracts.errors import LogUnavailable
 from cdc.log.base import Record, StoredRecord
 from cdc.log.kafka.images import FILE_NAME, ImageStore, fingerprint
-from cdc.logging import get_logger
+from cdc.support.logging import get_logger
 
 if TYPE_CHECKING:
     from cdc.log.kafka.log import KafkaLog

@@ -7,7 +7,7 @@ Same semantics as the embedded log, with Kafka's mechanisms:
   topics are left as they are.
 - Records of one key go to ``murmur2(key) % partitions`` (Java's default partitioner): the
   producer's ``partitioner`` is ``murmur2_random``, which a user's ``properties`` cannot
-  override, and :func:`cdc.partitioner.partition_for` computes the same; a record without a key
+  override, and :func:`cdc.log.partitioner.partition_for` computes the same; a record without a key
   goes to partition 0, as in the embedded log.
 - Records and source offsets commit in one Kafka transaction. Source offsets are JSON records
   of the compacted topic ``<pipeline>.__offsets`` (one partition), as in Kafka Connect.
@@ -31,9 +31,9 @@ from typing import Any
 
 import orjson
 
-from cdc import positions
-from cdc.config import KafkaLogConfig
-from cdc.errors import LogError, RecordTooLarge
+from cdc.config.pipeline import KafkaLogConfig
+from cdc.contracts import positions
+from cdc.contracts.errors import LogError, RecordTooLarge
 from cdc.log.base import (
     PartitionsCallback,
     Record,
@@ -56,7 +56,7 @@ from cdc.log.kafka.image_sync import SourceImages, split_mark
 from cdc.log.kafka.messages import RecordsCallback
 from cdc.log.kafka.partition_reader import PartitionReader
 from cdc.log.kafka.txn import KafkaTransaction, TransactionalWriter
-from cdc.partitioner import partition_for
+from cdc.log.partitioner import partition_for
 
 #: librdkafka's default ``message.max.bytes``: the client refuses larger records itself.
 CLIENT_MAX_BYTES = 1_000_000
@@ -302,7 +302,7 @@ class KafkaLog:
         """Check each record's size before any of them is produced, and say where each
         topic's records go: partition 0, or :data:`UNASSIGNED` for the producer's murmur2
         partitioner (which ``tests/integration/test_kafka_log.py`` holds to
-        :func:`cdc.partitioner.partition_for`) on a topic of several partitions.
+        :func:`cdc.log.partitioner.partition_for`) on a topic of several partitions.
 
         Raises:
             RecordTooLarge: a record exceeds the client's or its topic's size limit.

@@ -7,10 +7,10 @@ from typing import Any
 
 from confluent_kafka import KafkaError
 
-from cdc.errors import LogFatal
+from cdc.contracts.errors import LogFatal
 from cdc.log.base import StoredRecord
 from cdc.log.kafka.common import POS_HEADER
-from cdc.logging import get_logger
+from cdc.support.logging import get_logger
 
 MAX_CONSUME = 10_000  # librdkafka's consume() refuses batches over a million
 

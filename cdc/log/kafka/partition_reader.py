@@ -10,12 +10,12 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaPartition
 
-from cdc.errors import LogUnavailable
+from cdc.contracts.errors import LogUnavailable
 from cdc.log.base import StoredRecord
 from cdc.log.kafka.brokerless import RenewedClient
 from cdc.log.kafka.common import translated
 from cdc.log.kafka.messages import MAX_CONSUME, RecordsCallback, records_of
-from cdc.logging import get_logger
+from cdc.support.logging import get_logger
 
 _READ_TIMEOUT_S = 20.0
 

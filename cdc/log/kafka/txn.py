@@ -7,9 +7,10 @@ the same writer is open. Error handling follows librdkafka's transactional API r
 - ``commit_transaction`` failing with a *retriable* error is called again, until the transaction
   timeout; after that the producer is discarded, and a fresh one's ``init_transactions`` settles
   the transaction on the broker (committed or aborted: the stored source offsets tell which).
-- an *abortable* error aborts the transaction and raises :class:`~cdc.errors.LogUnavailable`, so
+- an *abortable* error aborts the transaction and raises
+:class:`~cdc.contracts.errors.LogUnavailable`, so
   the runtime re-reads the source from the stored offsets;
-- a *fatal* error (above all a fenced producer) raises :class:`~cdc.errors.LogFatal`.
+- a *fatal* error (above all a fenced producer) raises :class:`~cdc.contracts.errors.LogFatal`.
 
 A source transaction with latest images (:mod:`cdc.log.kafka.image_sync`) feeds them every record it
 appends, writes a fresh commit mark to the offsets topic just before committing, and commits the
@@ -27,8 +28,8 @@ from typing import Any, Protocol
 import orjson
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from cdc import positions
-from cdc.errors import LogError, LogFatal, LogUnavailable, RecordTooLarge
+from cdc.contracts import positions
+from cdc.contracts.errors import LogError, LogFatal, LogUnavailable, RecordTooLarge
 from cdc.log.base import Record, TransactionContext
 from cdc.log.kafka.common import (
     FENCED,
@@ -205,7 +206,7 @@ class KafkaTransaction(TransactionContext):
             PositionMovedBackwards: ``offsets`` carry a position before the last one this
                 log committed in this process (reading the offsets topic per commit would cost
                 a round trip); nothing is produced and the transaction can only be aborted
-                (see :mod:`cdc.positions`).
+                (see :mod:`cdc.contracts.positions`).
         """
         self._check_open()
         topic = self._log.offsets_topic

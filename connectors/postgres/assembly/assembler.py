@@ -18,12 +18,12 @@ import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from cdc import envelope
-from cdc.envelope import encode_key
-from cdc.envelope_options import READABLE, EnvelopeOptions
-from cdc.events import ChangeEvent, Op, Row, SourceInfo
-from cdc.logging import Logger
-from cdc.source import SourceBatch
+from cdc.contracts.events import ChangeEvent, Op, Row, SourceInfo
+from cdc.contracts.source import SourceBatch
+from cdc.envelope import encode as envelope
+from cdc.envelope.encode import encode_key
+from cdc.envelope.options import READABLE, EnvelopeOptions
+from cdc.support.logging import Logger
 from cdc.transforms.base import TransformError
 from cdc.transforms.chain import EMPTY, TransformChain
 from connectors.postgres import pgoutput as pg
@@ -287,7 +287,7 @@ class Assembler:
 
         Both paths keep the same order and sequence numbers. This one also writes the event's
         record (:attr:`ChangeEvent.encoded`) through the transaction's
-        :class:`~cdc.envelope.RecordTemplate` of the table, built once per transaction.
+        :class:`~cdc.envelope.encode.RecordTemplate` of the table, built once per transaction.
         """
         tag = message[0]
         if (tag != _INSERT and tag != _UPDATE) or len(message) <= NEW_TUPLE_AT:

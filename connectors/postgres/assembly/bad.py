@@ -3,8 +3,8 @@ as a dead letter (``on_bad_record``)."""
 
 from __future__ import annotations
 
-from cdc.events import Row
-from cdc.source import DeadLetter
+from cdc.contracts.events import Row
+from cdc.contracts.source import DeadLetter
 from connectors.postgres import pgoutput as pg
 from connectors.postgres.assembly.batch import Batch
 from connectors.postgres.assembly.relation_state import RelationState

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
-from cdc.events import ChangeEvent, Op
-from cdc.schema import TableSchema
-from cdc.source import DeadLetter, SourceBatch
+from cdc.contracts.events import ChangeEvent, Op
+from cdc.contracts.schema import TableSchema
+from cdc.contracts.source import DeadLetter, SourceBatch
 from connectors.postgres.assembly.toast import key_identity
 
 

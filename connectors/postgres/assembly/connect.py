@@ -2,7 +2,7 @@
 
 The row fields come from :func:`connectors.postgres.types.connect.column_schema`, the source
 struct is Debezium's PostgreSQL one (:data:`POSTGRES_SOURCE`, registered with
-:mod:`cdc.connect_schema` for events without schemas of their own) with our ``pos``.
+:mod:`cdc.envelope.connect_schema` for events without schemas of their own) with our ``pos``.
 Debezium makes a key column and a ``NOT NULL`` column ``optional: false``.
 """
 
@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import orjson
 
-from cdc.connect_schema import (
+from cdc.envelope.connect_schema import (
     TableSchemas,
     envelope_schema,
     field_schema,
@@ -21,7 +21,7 @@ from cdc.connect_schema import (
     register_source_fields,
     source_struct,
 )
-from cdc.envelope_options import EnvelopeOptions
+from cdc.envelope.options import EnvelopeOptions
 from connectors.postgres.assembly.relation_state import CONNECTOR, RelationState
 from connectors.postgres.types import TypeRegistry
 from connectors.postgres.types.connect import column_schema

@@ -1,6 +1,6 @@
 """How a table's shape changed between two ``Relation`` messages, and whether rows must be re-read.
 
-Pure functions over two :class:`~cdc.schema.TableSchema` values and the table's
+Pure functions over two :class:`~cdc.contracts.schema.TableSchema` values and the table's
 ``pg_attribute`` rows; no I/O (the tracker in :mod:`connectors.postgres.assembly.shapes` does that).
 
 Why a re-snapshot is needed at all: some DDL changes the values of rows it does not touch, and
@@ -15,8 +15,8 @@ columns in ``attnum`` order, without the ``attnum``. ``RENAME a TO b`` and ``DRO
 type, ``a`` the last column) give the same message. The ``attnum`` tells them apart: a rename
 keeps it, an added column gets a new one, and a dropped one is never reused. So the source
 looks the ``attnum`` of each column up by name in ``pg_attribute`` when the message arrives
-(:func:`column_ids`) and publishes it as :attr:`cdc.schema.Column.id`; :func:`diff` pairs the
-columns of two shapes by ``id`` first, then by name.
+(:func:`column_ids`) and publishes it as :attr:`cdc.contracts.schema.Column.id`; :func:`diff` pairs
+the columns of two shapes by ``id`` first, then by name.
 
 Limits, because the catalog can only be read as it is *now*, not as of the message's position
 in the WAL: when the stream lags behind later DDL (a restart after a migration, a long
@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cdc.schema import Column, TableSchema
+from cdc.contracts.schema import Column, TableSchema
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from cdc.envelope import EncodedRow, encode_key
-from cdc.events import Row
+from cdc.contracts.events import Row
+from cdc.envelope.encode import EncodedRow, encode_key
 from connectors.postgres import pgoutput as pg
 from connectors.postgres.assembly.batch import Batch
 from connectors.postgres.assembly.relation_state import RelationState

@@ -10,10 +10,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from cdc.errors import SourceFatal
-from cdc.events import topic_name
-from cdc.masks import MASKED_TYPE, Mask
-from cdc.schema import Column, TableSchema
+from cdc.contracts.errors import SourceFatal
+from cdc.contracts.events import topic_name
+from cdc.contracts.schema import Column, TableSchema
+from cdc.transforms.masks import MASKED_TYPE, Mask
 from connectors.postgres.catalog import TableInfo
 from connectors.postgres.pgoutput import Relation, TupleData
 from connectors.postgres.publication.filters import PLAIN, TableFilter
@@ -37,7 +37,7 @@ class RelationState:
         encoder: the row encoder (:mod:`connectors.postgres.types.row_encoder` chose its
             implementation).
         registry: the types its columns were described with (their Connect schemas too).
-        masks: the masked columns' masks, by name (:mod:`cdc.masks`).
+        masks: the masked columns' masks, by name (:mod:`cdc.transforms.masks`).
         project: where the server sends columns the filter leaves out (PostgreSQL 14, or a
             table whose replica identity needs them), the positions of the captured ones in
             the server's tuples: :meth:`captured` keeps only those; ``None``: every column.
@@ -137,8 +137,8 @@ def build_state(
 
     ``array_dims`` gives the declared dimensions of multi-dimensional array columns, published
     as ``integer[][]`` so sinks with fixed nesting can type them. ``ids`` gives each column's
-    ``attnum`` (:attr:`cdc.schema.Column.id`), where known. ``table_filter`` leaves columns
-    out (those the server still sends, :attr:`RelationState.project`) and masks others.
+    ``attnum`` (:attr:`cdc.contracts.schema.Column.id`), where known. ``table_filter`` leaves
+    columns out (those the server still sends, :attr:`RelationState.project`) and masks others.
 
     Raises:
         SourceFatal: no key, or the filter leaves out or masks a key column (other than by
@@ -192,7 +192,7 @@ def _schema_columns(
     masks: Mapping[str, Mask],
 ) -> tuple[Column, ...]:
     """The published columns of a relation (see :func:`build_state`); a masked column is
-    published as what its mask writes (:data:`cdc.masks.MASKED_TYPE`)."""
+    published as what its mask writes (:data:`cdc.transforms.masks.MASKED_TYPE`)."""
     known = list(ids)
     columns = []
     for n, c in enumerate(relation.columns):

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
-from cdc.envelope_options import READABLE, EnvelopeOptions
-from cdc.events import topic_name
-from cdc.schema import TableSchema
+from cdc.contracts.events import topic_name
+from cdc.contracts.schema import TableSchema
+from cdc.envelope.options import READABLE, EnvelopeOptions
 from connectors.postgres import pgoutput as pg
 from connectors.postgres.assembly.batch import Batch
 from connectors.postgres.assembly.relation_state import RelationState, build_state

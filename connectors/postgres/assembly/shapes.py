@@ -18,11 +18,11 @@ from collections.abc import Callable, Mapping, Sequence
 
 from psycopg import sql
 
-from cdc.errors import LogError
+from cdc.contracts.errors import LogError
+from cdc.contracts.schema import TableSchema
 from cdc.log.base import Log
-from cdc.logging import Logger
 from cdc.runtime.schemas import SchemaCatalog
-from cdc.schema import TableSchema
+from cdc.support.logging import Logger
 from connectors.postgres.assembly.evolution import Attribute, column_ids, diff, resnapshot_reasons
 from connectors.postgres.catalog import Catalog
 from connectors.postgres.pgoutput import Relation

@@ -28,9 +28,9 @@ from typing import Any
 
 import orjson
 
-from cdc.envelope import encode_key, payload
+from cdc.envelope.encode import encode_key, payload
 from cdc.log.base import Log
-from cdc.logging import Logger
+from cdc.support.logging import Logger
 from connectors.postgres.pgoutput import UNCHANGED
 
 

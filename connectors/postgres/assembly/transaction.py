@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from cdc.connect_schema import TableSchemas
-from cdc.envelope import PG_TAIL, RecordTemplate
-from cdc.events import Op, SourceInfo
+from cdc.contracts.events import Op, SourceInfo
+from cdc.envelope.connect_schema import TableSchemas
+from cdc.envelope.encode import PG_TAIL, RecordTemplate
 from connectors.postgres.assembly.relation_state import CONNECTOR, RelationState
 from connectors.postgres.lsn import Lsn
 from connectors.postgres.replication.protocol import pg_time_to_unix_ms
@@ -26,11 +26,11 @@ _PG_EPOCH_US = 946_684_800_000_000
 
 
 class RowWriter(NamedTuple):
-    """A :class:`~cdc.envelope.RecordTemplate` of one transaction, table and operation, cut
+    """A :class:`~cdc.envelope.encode.RecordTemplate` of one transaction, table and operation, cut
     where a streamed change's own parts go, so that a row costs one bytes format for its value
     and one for its position, and no call.
 
-    The value up to its ``ts_ms`` number (:data:`cdc.envelope.PreEncoded`) is
+    The value up to its ``ts_ms`` number (:data:`cdc.envelope.encode.PreEncoded`) is
     ``prefix + <row JSON> + head + <lsn> + mid + <lsn> + tail``: the change's LSN is written
     twice, in ``source.sequence`` (``["<last commit>","<lsn>"]``, a JSON string) and as
     ``source.lsn``. Its position beside the value is ``[<position>,<sequence>]``.

@@ -17,8 +17,8 @@ import re
 import psycopg
 from psycopg import sql
 
-from cdc.doctor import Check, failed, passed, warned
-from cdc.filters import TableEntry
+from cdc.cli.doctor import Check, failed, passed, warned
+from cdc.transforms.filters import TableEntry
 from connectors.postgres.catalog import Catalog
 from connectors.postgres.doctor.tables import TableFacts
 from connectors.postgres.publication.filters import PUBLICATION_FILTERS_MIN_VERSION

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
-from cdc.config import redact_url
-from cdc.doctor import Check, failed, passed, warned
-from cdc.errors import SourceError
+from cdc.cli.doctor import Check, failed, passed, warned
+from cdc.config.pipeline import redact_url
+from cdc.contracts.errors import SourceError
 from connectors.postgres.catalog import Catalog, Query
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.doctor.failover import Standby, failover_checks, standby_check

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final, Literal, TypeAlias
 
-from cdc.errors import SourceFatal
+from cdc.contracts.errors import SourceFatal
 
 __all__ = [
     "UNCHANGED",

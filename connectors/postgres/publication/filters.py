@@ -5,7 +5,8 @@
   ``UPDATE`` or ``DELETE`` of a table whose published columns do not cover its identity: a
   ``REPLICA IDENTITY FULL`` table excluding any column). Otherwise (PostgreSQL 14, such a
   table) the source drops them from each tuple before anything is converted.
-* Masks: in the row converters and the row encoder (:mod:`cdc.masks`), on the value's text.
+* Masks: in the row converters and the row encoder (:mod:`cdc.transforms.masks`), on the value's
+text.
 * Row filters: the publication's row filter (15+) and the same predicate on every snapshot
   read (:mod:`.row_filters` checks it first).
 * Operations: ``r`` left out means no snapshot reads the table; the others are dropped by the
@@ -32,10 +33,10 @@ from typing import Any, Protocol
 
 from psycopg import sql
 
-from cdc.errors import SourceMisconfigured
-from cdc.filters import TableEntry
-from cdc.logging import Logger
-from cdc.masks import Mask, compile_mask
+from cdc.contracts.errors import SourceMisconfigured
+from cdc.support.logging import Logger
+from cdc.transforms.filters import TableEntry
+from cdc.transforms.masks import Mask, compile_mask
 from connectors.postgres.config import PostgresSourceConfig
 
 #: Publication column lists and row filters exist from this version.
@@ -131,7 +132,7 @@ class TableFilter:
 
     def named_hidden(self) -> list[str]:
         """The columns the entry masks or leaves out by name (see
-        :meth:`cdc.filters.TableEntry.hidden_names`)."""
+        :meth:`cdc.transforms.filters.TableEntry.hidden_names`)."""
         return self.entry.hidden_names()
 
     def check_live(self, columns: Collection[str], carried: Collection[str] = ()) -> None:

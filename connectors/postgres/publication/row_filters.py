@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from cdc.errors import SourceFatal, SourceMisconfigured
-from cdc.logging import Logger
+from cdc.contracts.errors import SourceFatal, SourceMisconfigured
+from cdc.support.logging import Logger
 from connectors.postgres.catalog import Catalog, TableInfo, published_column
 from connectors.postgres.publication.filters import (
     PLAIN,

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from cdc.errors import SourceFatal, SourceMisconfigured
-from cdc.logging import Logger
+from cdc.contracts.errors import SourceFatal, SourceMisconfigured
+from cdc.support.logging import Logger
 from connectors.postgres.catalog import PUBLISHES_GENERATED_MIN_VERSION, Catalog, Query, TableInfo
 from connectors.postgres.replication.standby import read_only_problem
 

@@ -16,7 +16,7 @@ import psycopg
 from psycopg import pq
 from psycopg.conninfo import make_conninfo
 
-from cdc.errors import SourceFatal
+from cdc.contracts.errors import SourceFatal
 from connectors.postgres.config import parse_dsn
 from connectors.postgres.errors import connect_error, lost
 from connectors.postgres.lsn import Lsn

@@ -14,8 +14,8 @@ from typing import Any
 
 import psycopg
 
-from cdc.logging import Logger
-from cdc.positions import carried, require_forward
+from cdc.contracts.positions import carried, require_forward
+from cdc.support.logging import Logger
 from connectors.postgres.catalog import Catalog
 from connectors.postgres.lsn import Lsn
 from connectors.postgres.replication.connection import ReplicationConnection

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import IO
 
-from cdc.logging import Logger
+from cdc.support.logging import Logger
 from connectors.postgres import pgoutput as pg
 
 _HEAD = struct.Struct("!QI")

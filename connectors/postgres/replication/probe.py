@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from cdc.config import redact_url
+from cdc.config.pipeline import redact_url
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.replication.connection import session_conninfo
 from connectors.postgres.replication.versions import SLOT_INACTIVE_SINCE_VERSION

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from cdc.errors import SourceFatal
-from cdc.logging import Logger
+from cdc.contracts.errors import SourceFatal
+from cdc.support.logging import Logger
 
 #: The first version that decodes on a standby.
 STANDBY_DECODING_VERSION = 160000

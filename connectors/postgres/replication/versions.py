@@ -21,7 +21,7 @@ The pgoutput protocol versions (PostgreSQL's "Logical Replication Message Format
 
 from __future__ import annotations
 
-from cdc.errors import SourceFatal
+from cdc.contracts.errors import SourceFatal
 
 #: The oldest server the source supports (and is tested on): PostgreSQL 14.
 MIN_VERSION = 140000

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from cdc.batch_bytes import BATCH_BYTES
+from cdc.config.batch_bytes import BATCH_BYTES
 from connectors.postgres import pgoutput as pg
 from connectors.postgres.assembly.assembler import Assembler
 from connectors.postgres.replication.connection import ReplicationConnection

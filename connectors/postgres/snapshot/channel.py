@@ -19,8 +19,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from cdc.errors import SourceFatal
-from cdc.events import ChangeEvent, Op
+from cdc.contracts.errors import SourceFatal
+from cdc.contracts.events import ChangeEvent, Op
 from connectors.postgres.catalog import EMIT_MESSAGE
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.replication.standby import read_only_problem

@@ -9,7 +9,7 @@ reads the table's shape at that time (:mod:`.read_shape`): DDL committed since t
 what is read (or, for a new chunk key, the plan), and never fails the request.
 
 A request is the unit that fails or is cancelled, never the stream: a chunk whose read fails
-(after a few retries when the error may heal, through :mod:`cdc.runtime.retry`) marks its
+(after a few retries when the error may heal, through :mod:`cdc.support.retry`) marks its
 request failed in the stored state, with the reason, and the reader moves on. Chunks are read in
 read-only transactions: ``--where`` is the operator's SQL, and it must not write.
 """
@@ -27,10 +27,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from cdc.batch_bytes import BATCH_BYTES
-from cdc.errors import SourceFatal, SourceUnavailable
-from cdc.logging import Logger
-from cdc.runtime.retry import Backoff, Decision, Stopped, classify, retry, retry_until_stopped
+from cdc.config.batch_bytes import BATCH_BYTES
+from cdc.contracts.errors import SourceFatal, SourceUnavailable
+from cdc.support.logging import Logger
+from cdc.support.retry import Backoff, Decision, Stopped, classify, retry, retry_until_stopped
 from connectors.postgres.replication.connection import session_conninfo
 from connectors.postgres.snapshot.channel import WATERMARK, Channel
 from connectors.postgres.snapshot.parallel import ChunkFailed
@@ -92,7 +92,7 @@ class WatermarkReader:
     """The background reader.
 
     A request that fails (after the retries a retriable error gets, see
-    :func:`cdc.runtime.retry.retry_until_stopped`) is marked failed in ``state`` with its reason
+    :func:`cdc.support.retry.retry_until_stopped`) is marked failed in ``state`` with its reason
     and the reader goes on with the next: an online snapshot never stops the stream. One that
     ended (failed, or cancelled by the poll thread) is read no further.
 

@@ -19,10 +19,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from cdc.clock import now_ms
-from cdc.config import redact_url
-from cdc.envelope_options import READABLE, EnvelopeOptions
-from cdc.logging import Logger
+from cdc.config.pipeline import redact_url
+from cdc.envelope.options import READABLE, EnvelopeOptions
+from cdc.support.clock import now_ms
+from cdc.support.logging import Logger
 from connectors.postgres.catalog import Catalog, TableInfo
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.lifecycle import check_slot, create_slot

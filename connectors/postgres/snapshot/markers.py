@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from cdc.envelope.template import RecordTemplate
 from cdc.log.base import Record
-from cdc.record_template import RecordTemplate
 from connectors.postgres.snapshot.parallel import Piece
 
 FIRST, FIRST_IN, TRUE = "first", "first_in_data_collection", "true"

@@ -23,12 +23,12 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from cdc.batch_bytes import BATCH_BYTES
-from cdc.envelope_options import READABLE, EnvelopeOptions
-from cdc.errors import CdcError, SourceFatal
+from cdc.config.batch_bytes import BATCH_BYTES
+from cdc.contracts.errors import CdcError, SourceFatal
+from cdc.envelope.options import READABLE, EnvelopeOptions
 from cdc.log.base import Record
-from cdc.logging import Logger
-from cdc.runtime.retry import Backoff, retry
+from cdc.support.logging import Logger
+from cdc.support.retry import Backoff, retry
 from connectors.postgres.assembly.connect import relation_schemas
 from connectors.postgres.replication.connection import session_conninfo
 from connectors.postgres.snapshot.reader import SnapshotTable, chunk_query, read_lines

@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from cdc.errors import SourceFatal
+from cdc.contracts.errors import SourceFatal
 from connectors.postgres.snapshot.reader import SnapshotTable
 from connectors.postgres.snapshot.window_rows import ChunkJob
 from snapshots.chunks import Chunk, KeyChunk

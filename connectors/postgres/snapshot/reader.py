@@ -16,8 +16,8 @@ from typing import Any, cast
 import psycopg
 from psycopg import sql
 
-from cdc.batch_bytes import BATCH_BYTES
-from cdc.errors import SourceFatal
+from cdc.config.batch_bytes import BATCH_BYTES
+from cdc.contracts.errors import SourceFatal
 from connectors.postgres.assembly.relation_state import RelationState, build_state
 from connectors.postgres.catalog import Catalog, TableInfo, published_column
 from connectors.postgres.errors import QueryRefused, server_error
@@ -239,8 +239,8 @@ def read_lines(
     piece_bytes: int = BATCH_BYTES,
 ) -> Iterator[list[bytes]]:
     """The chunk's rows as lines of COPY text (newline included or not), in pieces of at most
-    ``piece_rows`` and about ``piece_bytes`` (:mod:`cdc.batch_bytes`: 5,000 rows of 1 MB values
-    are 5 GB; a piece always holds at least one row): the native encoder reads them without
+    ``piece_rows`` and about ``piece_bytes`` (:mod:`cdc.config.batch_bytes`: 5,000 rows of 1 MB
+    values are 5 GB; a piece always holds at least one row): the native encoder reads them without
     splitting them in Python first (:func:`.rows.to_records`).
 
     Raises:

@@ -16,8 +16,9 @@ from dataclasses import dataclass, replace
 from itertools import count, repeat
 from typing import Any, NamedTuple, cast
 
-from cdc.connect_schema import TableSchemas
-from cdc.envelope import (
+from cdc.contracts.events import ChangeEvent, Op, Row, SourceInfo
+from cdc.envelope.connect_schema import TableSchemas
+from cdc.envelope.encode import (
     EncodedRow,
     RecordTemplate,
     batch_records,
@@ -25,8 +26,7 @@ from cdc.envelope import (
     order_json,
     pg_order,
 )
-from cdc.envelope_options import READABLE, EnvelopeOptions
-from cdc.events import ChangeEvent, Op, Row, SourceInfo
+from cdc.envelope.options import READABLE, EnvelopeOptions
 from cdc.log.base import Record
 from cdc.runtime.source_task import letter_record
 from cdc.runtime.transformed import apply_chain
@@ -84,7 +84,7 @@ def to_records(
     order), as the runtime would write them for the rows' events at ``now_ms``, with
     ``source.lsn`` and ``source.sequence`` at ``lsn`` (the snapshot point; ``position`` if not
     given) and ``source.txId`` ``tx_id``: through the
-    chunk's :class:`~cdc.envelope.RecordTemplate`, its ``source`` head encoded once. The
+    chunk's :class:`~cdc.envelope.encode.RecordTemplate`, its ``source`` head encoded once. The
     relation's encoder writes them (the Rust one with the interpreter lock released). With
     ``transforms``, each row becomes its event first and goes through them (:func:`event_records`).
 
@@ -153,7 +153,7 @@ class Transforms:
 
 
 def lsn_fields(lsn: int | None) -> dict[str, Any]:
-    """PostgreSQL's ``source`` fields after ``txId`` (:func:`cdc.envelope.lsn_extra`'s)."""
+    """PostgreSQL's ``source`` fields after ``txId`` (:func:`cdc.envelope.encode.lsn_extra`'s)."""
     return {"lsn": lsn, "xmin": None, "origin": None, "origin_lsn": None}
 
 

@@ -27,9 +27,9 @@ from typing import Any
 import orjson
 import psycopg
 
-from cdc import snapshot_offsets
-from cdc.config import redact_url
-from cdc.errors import ConfigError, SourceFatal
+from cdc.config.pipeline import redact_url
+from cdc.contracts import snapshot_offsets
+from cdc.contracts.errors import ConfigError, SourceFatal
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.errors import connect_error
 from connectors.postgres.replication.connection import session_conninfo

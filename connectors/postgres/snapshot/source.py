@@ -24,13 +24,13 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from cdc.config import redact_url
-from cdc.errors import CdcError, SourceUnavailable
-from cdc.filters import TableEntry
+from cdc.config.pipeline import redact_url
+from cdc.contracts.errors import CdcError, SourceUnavailable
+from cdc.contracts.schema import TableSchema
+from cdc.contracts.source import SourceBatch, SourceContext
+from cdc.envelope.template import RecordTemplate
 from cdc.log.base import Record
-from cdc.record_template import RecordTemplate
-from cdc.schema import TableSchema
-from cdc.source import SourceBatch, SourceContext
+from cdc.transforms.filters import TableEntry
 from connectors.postgres.catalog import Catalog, SlotState
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.lifecycle import (

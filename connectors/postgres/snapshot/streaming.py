@@ -10,10 +10,10 @@ runtime appends after the batch's events), so the batch is cut at the high water
 stream brought after it is handed on by the next ``poll``, before anything new, and only that
 last part carries the commit offsets, so the runtime commits both parts in one transaction.
 
-Progress rides on the batch's commit: the stored snapshot state (:mod:`cdc.snapshot_offsets`)
-changes only together with the records it describes (a signal with the transaction that
-carried it, a chunk's ``done`` with its rows), so after a crash neither a request nor a chunk
-is lost or claimed without its rows.
+Progress rides on the batch's commit: the stored snapshot state
+(:mod:`cdc.contracts.snapshot_offsets`) changes only together with the records it describes (a
+signal with the transaction that carried it, a chunk's ``done`` with its rows), so after a crash
+neither a request nor a chunk is lost or claimed without its rows.
 """
 
 from __future__ import annotations
@@ -27,16 +27,16 @@ from typing import Any
 import orjson
 import psycopg
 
-from cdc import snapshot_offsets
-from cdc.clock import now_ms
-from cdc.config import redact_url
-from cdc.envelope import encode_key
-from cdc.events import ChangeEvent, Op
+from cdc.config.pipeline import redact_url
+from cdc.contracts import snapshot_offsets
+from cdc.contracts.events import ChangeEvent, Op
+from cdc.contracts.positions import rebuilt
+from cdc.contracts.schema import TableSchema
+from cdc.contracts.source import DeadLetter, SourceBatch, SourceContext
+from cdc.envelope.encode import encode_key
 from cdc.log.base import Record
-from cdc.logging import Logger
-from cdc.positions import rebuilt
-from cdc.schema import TableSchema
-from cdc.source import DeadLetter, SourceBatch, SourceContext
+from cdc.support.clock import now_ms
+from cdc.support.logging import Logger
 from connectors.postgres import pgoutput as pg
 from connectors.postgres.assembly.connect import relation_schemas
 from connectors.postgres.catalog import Catalog

@@ -13,8 +13,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from cdc.config import redact_url
-from cdc.envelope_options import READABLE, EnvelopeOptions
+from cdc.config.pipeline import redact_url
+from cdc.envelope.options import READABLE, EnvelopeOptions
 from connectors.postgres.catalog import Catalog
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.publication.filters import PLAIN, table_filters

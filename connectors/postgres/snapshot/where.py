@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from cdc.errors import ConfigError, SourceFatal
+from cdc.contracts.errors import ConfigError, SourceFatal
 from connectors.postgres.errors import server_error
 
 #: Rows the server-side check evaluates ``--where`` on: enough to catch most expressions that

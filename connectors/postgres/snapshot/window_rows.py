@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cdc.connect_schema import TableSchemas
-from cdc.envelope import PG_TAIL, order_json, pg_order, row_json
-from cdc.envelope_options import READABLE, EnvelopeOptions
-from cdc.events import SourceInfo
+from cdc.contracts.events import SourceInfo
+from cdc.envelope.connect_schema import TableSchemas
+from cdc.envelope.encode import PG_TAIL, order_json, pg_order, row_json
+from cdc.envelope.options import READABLE, EnvelopeOptions
 from cdc.log.base import Record
 from cdc.transforms.chain import EMPTY
 from connectors.postgres.assembly.relation_state import CONNECTOR
@@ -50,8 +50,8 @@ def window_records(
     transforms: Transforms | None = None,
 ) -> list[Record]:
     """The ``r`` records of a closed window, at the high watermark's position: each row's JSON
-    put in the window's :class:`~cdc.envelope.RecordTemplate`, its ``source`` head encoded once
-    (with ``transforms``, each row's event through them: :func:`.rows.event_records`).
+    put in the window's :class:`~cdc.envelope.encode.RecordTemplate`, its ``source`` head encoded
+    once (with ``transforms``, each row's event through them: :func:`.rows.event_records`).
     """
     first = job.chunk.index << SEQUENCE_SHIFT
     # As Debezium writes an incremental snapshot's rows: no lsn (nor txId) of their own, and a

@@ -2,7 +2,7 @@
 
 pgoutput sends column values in their text output form. Each column gets one ``str -> value``
 function, chosen by its type, typmod and the pipeline's envelope options
-(:class:`~cdc.envelope_options.EnvelopeOptions`, :mod:`.modes`); under the readable defaults:
+(:class:`~cdc.envelope.options.EnvelopeOptions`, :mod:`.modes`); under the readable defaults:
 
 ================================  ==============================================================
 integers, ``oid``                 ``int``

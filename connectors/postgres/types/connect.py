@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from cdc.envelope_options import EnvelopeOptions
+from cdc.envelope.options import EnvelopeOptions
 from connectors.postgres.types.decimals import numeric_scale
 from connectors.postgres.types.modes import time_precision
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from cdc.envelope import EncodedRow, RecordTemplate, dumps, encode_key, exact
-from cdc.events import Row
+from cdc.contracts.events import Row
+from cdc.envelope.encode import EncodedRow, RecordTemplate, dumps, encode_key, exact
 from connectors.postgres.pgoutput import UNCHANGED, TupleData, tuple_at
 from connectors.postgres.types.copytext import split_line
 
@@ -86,7 +86,7 @@ class PythonRowEncoder:
     def encode_values(self, values: TupleData) -> Keyed:
         """A tuple's key, row, row JSON and key JSON.
 
-        The row JSON is not copied to its own size (:func:`~cdc.envelope.exact`): it is used
+        The row JSON is not copied to its own size (:func:`~cdc.envelope.encode.exact`): it is used
         once, to write the record value, and the event keeps the row itself.
         """
         row = self._convert(values)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from cdc.errors import RecordError
+from cdc.contracts.errors import RecordError
 
 __all__ = ["CONVERSION_FAILURES", "ConversionError"]
 

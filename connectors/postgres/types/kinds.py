@@ -50,16 +50,18 @@ class TypeKind(IntEnum):
 
 
 class MaskKind(IntEnum):
-    """The built-in masks (:mod:`cdc.masks`) the native encoder computes itself, by the names of
-    :attr:`cdc.masks.Mask.kind`; a ``plugin`` mask is a :attr:`TypeKind.PYTHON` converter.
+    """The built-in masks (:mod:`cdc.transforms.masks`) the native encoder computes itself, by the
+    names of
+    :attr:`cdc.transforms.masks.Mask.kind`; a ``plugin`` mask is a :attr:`TypeKind.PYTHON`
+    converter.
 
     The codes are those of ``Mask::from_plan`` in ``connectors/postgres/native/src/lib.rs``
     (``tests/unit/test_pg_type_kinds.py`` holds the two lists together).
     """
 
     HASH = 0
-    """HMAC-SHA256 of the text keyed by :attr:`cdc.masks.Mask.key`, in lower-case hex."""
+    """HMAC-SHA256 of the text keyed by :attr:`cdc.transforms.masks.Mask.key`, in lower-case hex."""
     REDACT = 1
     NULL = 2
     KEEP_LAST = 3
-    """Every character but the last :attr:`cdc.masks.Mask.n` replaced by ``*``."""
+    """Every character but the last :attr:`cdc.transforms.masks.Mask.n` replaced by ``*``."""

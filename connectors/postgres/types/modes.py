@@ -1,5 +1,5 @@
 """Which converter a column gets under the pipeline's envelope options: chosen once per column
-from its type, typmod and :class:`~cdc.envelope_options.EnvelopeOptions`, never per value.
+from its type, typmod and :class:`~cdc.envelope.options.EnvelopeOptions`, never per value.
 
 The forms are Debezium 3.6.1's (``tests/debezium/OBSERVED.md``); types this module does not
 name keep the :data:`~connectors.postgres.types.scalars.BUILTIN_CONVERTERS` form (or their text),
@@ -12,7 +12,7 @@ import base64
 from collections.abc import Callable
 from typing import Final
 
-from cdc.envelope_options import EnvelopeOptions
+from cdc.envelope.options import EnvelopeOptions
 from connectors.postgres.types import decimals, temporal
 from connectors.postgres.types.hstore import hstore_converter
 from connectors.postgres.types.kinds import TypeKind

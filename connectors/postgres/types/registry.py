@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from cdc.envelope_options import READABLE, EnvelopeOptions
+from cdc.envelope.options import READABLE, EnvelopeOptions
 from connectors.postgres.types.arrays import array_parser
 from connectors.postgres.types.errors import CONVERSION_FAILURES, ConversionError
 from connectors.postgres.types.kinds import TypeKind

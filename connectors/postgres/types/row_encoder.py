@@ -10,7 +10,7 @@ converter rejects, an escape in a COPY line) to the
 :class:`~connectors.postgres.types.encoder.PythonRowEncoder`, so behaviour never depends on whether
 it was built; ``tests/unit/test_pg_fast.py`` holds the two to the same bytes.
 
-Under the readable envelope defaults (:data:`~cdc.envelope_options.READABLE`) every type it
+Under the readable envelope defaults (:data:`~cdc.envelope.options.READABLE`) every type it
 wrote before stays native, in Debezium's forms: text, varchar, uuid, enums, ``json`` and
 ``jsonb`` (a string of the server's text), integers, booleans, ``timestamptz`` (UTC, six
 fraction digits), ``timestamp``/``date``/``time`` under ``isostring`` (ISO with ``Z``),
@@ -21,8 +21,8 @@ text, integers and booleans. The Python converter writes, per column: ``float4``
 ``adaptive_time_microseconds`` and ``connect`` (epoch numbers), ``money``, ``hstore``, and
 arrays of anything but text, integers and booleans.
 
-A masked column (:mod:`cdc.masks`) is written by its mask: ``hash``, ``redact``, ``null`` and
-``keep_last`` natively (:class:`~connectors.postgres.types.kinds.MaskKind`), a ``plugin`` mask
+A masked column (:mod:`cdc.transforms.masks`) is written by its mask: ``hash``, ``redact``, ``null``
+and ``keep_last`` natively (:class:`~connectors.postgres.types.kinds.MaskKind`), a ``plugin`` mask
 through its Python call.
 
 Set ``CDC_NATIVE=0`` to turn it off (to compare, or to rule it out). The source logs which one
@@ -37,10 +37,10 @@ from typing import Any, Final
 
 import orjson
 
-from cdc import envelope
-from cdc.envelope import EncodedRow, RecordTemplate
-from cdc.logging import Logger
-from cdc.masks import Mask
+from cdc.envelope import encode as envelope
+from cdc.envelope.encode import EncodedRow, RecordTemplate
+from cdc.support.logging import Logger
+from cdc.transforms.masks import Mask
 from connectors.postgres import types as t
 from connectors.postgres.pgoutput import RelationColumn
 from connectors.postgres.types.encoder import (
@@ -55,8 +55,8 @@ from connectors.postgres.types.kinds import MaskKind
 # The native encoder's kind codes (native/src/lib.rs) are TypeKind's values.
 PYTHON: Final = t.TypeKind.PYTHON
 _ARRAY_ELEMENT_KINDS: Final = frozenset({t.TypeKind.TEXT, t.TypeKind.INT, t.TypeKind.BOOL})
-#: The masks the native encoder computes itself, by :attr:`cdc.masks.Mask.kind`; any other (a
-#: plugin) is a Python call.
+#: The masks the native encoder computes itself, by :attr:`cdc.transforms.masks.Mask.kind`; any
+#: other (a plugin) is a Python call.
 _NATIVE_MASKS: Final = {
     "hash": MaskKind.HASH,
     "redact": MaskKind.REDACT,

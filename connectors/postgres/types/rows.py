@@ -26,7 +26,7 @@ def row_converter(
     Converters are looked up once here, not per row. ``None`` stays ``None``, the
     ``UNCHANGED`` sentinel passes through for the source to fill from the previous image, and
     binary values (``bytes``) pass through (the envelope writes them as base64). A masked
-    column's text goes to its mask (:class:`cdc.masks.Mask`) instead of its converter.
+    column's text goes to its mask (:class:`cdc.transforms.masks.Mask`) instead of its converter.
 
     Raises (from the returned function):
         ConversionError: a value does not parse, or the tuple has the wrong column count.

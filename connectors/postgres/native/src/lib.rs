@@ -9,7 +9,7 @@
 //! answers `None` or raises, and the caller takes the pure-Python path, which produces the
 //! value or the precise error.
 //!
-//! A masked column (`cdc/masks.py`) is written by its mask: `hash` (HMAC-SHA256 in hex),
+//! A masked column (`cdc/transforms/masks.py`) is written by its mask: `hash` (HMAC-SHA256 in hex),
 //! `redact`, `null` and `keep_last` here, without the interpreter; a `plugin` mask is a Python
 //! converter like any other.
 
@@ -82,7 +82,7 @@ impl Kind {
     }
 }
 
-/// A built-in mask (`cdc/masks.py`): the codes of `MaskKind`
+/// A built-in mask (`cdc/transforms/masks.py`): the codes of `MaskKind`
 /// (`connectors/postgres/types/kinds.py`), with their parameters.
 enum Mask {
     /// HMAC-SHA256 of the text's UTF-8 in lower-case hex; the keyed state, cloned per value.

@@ -1,0 +1,5 @@
+"""``python -m cdc.cli``: the ``cdc`` command."""
+
+from cdc.cli.main import main
+
+main()
