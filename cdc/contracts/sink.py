@@ -140,8 +140,8 @@ class SinkPlugin(Protocol):
     pipeline's name (a sink that keys its store by pipeline, like Redis, needs it).
 
     Optional, for ``cdc doctor``: ``doctor(config, pipeline_name)``, a list of
-    :class:`cdc.cli.doctor.Check`: whether the store can be reached and written (cheaply; a probe
-    it writes is removed again), each ok or with the exact fix.
+    :class:`cdc.contracts.checks.Check`: whether the store can be reached and written (cheaply; a
+    probe it writes is removed again), each ok or with the exact fix.
     """
 
     config_model: type[BaseModel]

@@ -120,9 +120,9 @@ class SourcePlugin(Protocol):
     under ``envelope`` (:class:`~cdc.envelope.options.EnvelopeOptions`) shape them.
 
     Optional, for ``cdc doctor``: ``doctor(config, pipeline_name)``, a list of
-    :class:`cdc.cli.doctor.Check`, one per precondition of a start (server settings, privileges,
-    replication objects), each ok or with the exact fix. It changes nothing, and reports an
-    unreachable server as a failed check rather than raising.
+    :class:`cdc.contracts.checks.Check`, one per precondition of a start (server settings,
+    privileges, replication objects), each ok or with the exact fix. It changes nothing, and reports
+    an unreachable server as a failed check rather than raising.
     """
 
     config_model: type[BaseModel]

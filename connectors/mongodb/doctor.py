@@ -12,8 +12,8 @@ from typing import Any
 from pymongo import MongoClient
 from pymongo import errors as px
 
-from cdc.cli.doctor import Check, failed, passed, warned
 from cdc.config.pipeline import redact_url
+from cdc.contracts.checks import Check, failed, passed, warned
 from cdc.contracts.errors import SourceError
 from cdc.support.redact import redact
 from connectors.mongodb.client import connect

@@ -9,8 +9,8 @@ from typing import Any
 
 from pymongo import errors as px
 
-from cdc.cli.doctor import Check
 from cdc.config.pipeline import redact_url
+from cdc.contracts.checks import Check
 from cdc.contracts.errors import ConfigError
 from cdc.contracts.source import SourceContext
 from cdc.envelope.options import READABLE, EnvelopeOptions

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from cdc.cli.doctor import Check
+from cdc.contracts.checks import Check
 from cdc.contracts.source import Source, SourceContext
 from cdc.envelope.options import READABLE, EnvelopeOptions
 from connectors.postgres.config import PostgresSourceConfig

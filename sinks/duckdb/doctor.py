@@ -7,7 +7,7 @@ from pathlib import Path
 
 import duckdb
 
-from cdc.cli.doctor import Check, failed, passed, warned, writable_dir
+from cdc.contracts.checks import Check, failed, passed, warned, writable_dir
 from sinks.duckdb.config import DuckDBSinkConfig
 from sinks.duckdb.connection import first_line, is_lock_conflict
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cdc.cli.doctor import Check, writable_dir
+from cdc.contracts.checks import Check, writable_dir
 from cdc.contracts.sink import SinkContext
 from sinks.jsonl.config import JsonlSinkConfig
 from sinks.jsonl.sink import JsonlSink

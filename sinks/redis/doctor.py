@@ -11,8 +11,8 @@ import uuid
 import redis
 from redis import exceptions as rx
 
-from cdc.cli.doctor import Check, failed, passed
 from cdc.config.pipeline import secret_value
+from cdc.contracts.checks import Check, failed, passed
 from cdc.support.redact import redact
 from sinks.redis.config import RedisSinkConfig
 from sinks.redis.connection import connect, translate

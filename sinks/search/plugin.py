@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cdc.cli.doctor import Check, writable_dir
+from cdc.contracts.checks import Check, writable_dir
 from cdc.contracts.sink import SinkContext
 from sinks.search import reader
 from sinks.search.config import SearchSinkConfig

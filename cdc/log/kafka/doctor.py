@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import shlex
 
-from cdc.cli.doctor import Check, failed, passed
 from cdc.config.pipeline import KafkaLogConfig
+from cdc.contracts.checks import Check, failed, passed
 from cdc.contracts.errors import LogError
 from cdc.log.kafka.admin import KafkaAdmin
 

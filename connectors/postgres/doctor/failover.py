@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
-from cdc.cli.doctor import Check, failed, passed, warned
+from cdc.contracts.checks import Check, failed, passed, warned
 from connectors.postgres.catalog import Catalog
 from connectors.postgres.lifecycle import UNGUARDED
 from connectors.postgres.replication.connection import FAILOVER_VERSION, quote_ident

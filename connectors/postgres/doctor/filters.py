@@ -17,7 +17,7 @@ import re
 import psycopg
 from psycopg import sql
 
-from cdc.cli.doctor import Check, failed, passed, warned
+from cdc.contracts.checks import Check, failed, passed, warned
 from cdc.transforms.filters import TableEntry
 from connectors.postgres.catalog import Catalog
 from connectors.postgres.doctor.tables import TableFacts

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
-from cdc.cli.doctor import Check, failed, passed, warned
 from cdc.config.pipeline import redact_url
+from cdc.contracts.checks import Check, failed, passed, warned
 from cdc.contracts.errors import SourceError
 from connectors.postgres.catalog import Catalog, Query
 from connectors.postgres.config import PostgresSourceConfig

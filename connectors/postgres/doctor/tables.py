@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
-from cdc.cli.doctor import Check, failed, passed
+from cdc.contracts.checks import Check, failed, passed
 from connectors.postgres.catalog import Catalog
 from connectors.postgres.lifecycle import publication_tables
 
