@@ -19,7 +19,8 @@ from typing import Any
 
 import orjson
 
-from cdc.config.pipeline import EmbeddedLogConfig, Pipeline
+from cdc.config.models import EmbeddedLogConfig
+from cdc.config.pipeline import Pipeline
 from cdc.contracts import plugins
 from cdc.contracts.checks import Check, failed, passed, writable_dir
 from cdc.support.redact import redact

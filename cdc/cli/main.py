@@ -17,13 +17,14 @@ from cdc.cli.support import emit_json as _emit_json
 from cdc.cli.support import load as _load
 from cdc.cli.support import opened_log as _opened_log
 from cdc.cli.support import runtime_errors as _runtime_errors
-from cdc.config.pipeline import Pipeline, parse_listen
+from cdc.config.models import parse_listen
+from cdc.config.pipeline import Pipeline
 from cdc.contracts import plugins
 from cdc.contracts.errors import ConfigError
 from cdc.support.logging import configure
 
 if TYPE_CHECKING:
-    from cdc.cli.verify.compare import TableComparison
+    from cdc.cli.verify.comparison import TableComparison
 
 
 @click.group()

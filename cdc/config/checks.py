@@ -11,7 +11,7 @@ from cdc.transforms.base import TransformConfig
 from cdc.transforms.chain import TransformChain, TransformRefused, build_chain
 
 if TYPE_CHECKING:
-    from cdc.config.pipeline import SinkConfig, SourceConfig
+    from cdc.config.models import SinkConfig, SourceConfig
 
 
 def built_chain(

@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from cdc.envelope.connect_schema import TableSchemas
-    from cdc.envelope.encode import PreEncoded
+
+
+#: A record a source already wrote for an event (:attr:`ChangeEvent.encoded`):
+#: ``(pipeline, topic, key JSON, value up to its top-level ts_ms number, its closing, its
+#: position)``: the position is :func:`cdc.envelope.encode.write_pos` of the event's source, written
+#: by the source with the value. A plain tuple, not a named one: one is built per streamed change,
+#: and a ``NamedTuple`` costs eight times more.
+PreEncoded = tuple[str, str, bytes, bytes, bytes, bytes]
 
 
 class Op(StrEnum):
@@ -83,7 +90,7 @@ class ChangeEvent:
     source has it (deletes, updates with a full replica identity); ``after`` the new image.
     ``after`` may be any mapping (a source can hand over a row it wrote already, see
     :class:`cdc.envelope.encode.EncodedRow`), and ``encoded`` the record it wrote for the event,
-    when it did: both are the envelope module's business (:data:`cdc.envelope.encode.PreEncoded`).
+    when it did: both are the envelope module's business (:data:`PreEncoded`).
 
     ``fields`` are connector-specific top-level fields written after ``after`` (MongoDB's
     ``updateDescription``); ``transaction`` is the ``transaction`` block

@@ -52,7 +52,6 @@ __all__ = [
     "CONNECTOR_VERSION",
     "PG_TAIL",
     "EncodedRow",
-    "PreEncoded",
     "RecordTemplate",
     "batch_records",
     "decode",
@@ -76,13 +75,6 @@ __all__ = [
     "to_records",
     "write_pos",
 ]
-
-#: A record a source already wrote for an event (:attr:`ChangeEvent.encoded`):
-#: ``(pipeline, topic, key JSON, value up to its top-level ts_ms number, its closing, its
-#: position)``: the position is :func:`write_pos` of the event's source, written by the source
-#: with the value. A plain tuple, not a named one: one is built per streamed change, and a
-#: ``NamedTuple`` costs eight times more.
-PreEncoded = tuple[str, str, bytes, bytes, bytes, bytes]
 
 
 def encode_key(key: dict[str, Any]) -> bytes:

@@ -6,7 +6,7 @@ column), never in it: a Debezium consumer reads Debezium's bytes.
 
 Every record value is written through one :class:`RecordTemplate`:
 :func:`cdc.envelope.encode.encode_value`, a source that writes its records itself
-(:data:`cdc.envelope.encode.PreEncoded`, the PostgreSQL stream) and the snapshot's native encoder,
+(:data:`cdc.contracts.events.PreEncoded`, the PostgreSQL stream) and the snapshot's native encoder,
 which is handed the template's pieces. Split from :mod:`cdc.envelope.encode`, which re-exports it.
 """
 

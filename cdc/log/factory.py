@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from cdc.config.pipeline import EmbeddedLogConfig, Pipeline
+from cdc.config.models import EmbeddedLogConfig
+from cdc.config.pipeline import Pipeline
 from cdc.log.base import Log
 
 

@@ -16,7 +16,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 import orjson
 from prometheus_client import make_wsgi_app
 
-from cdc.config.pipeline import parse_listen
+from cdc.config.models import parse_listen
 from cdc.contracts.errors import ConfigError
 from cdc.metrics.health import Health
 from cdc.metrics.registry import Metrics

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from cdc.config.pipeline import Pipeline, SinkConfig
+from cdc.config.models import SinkConfig
+from cdc.config.pipeline import Pipeline
 from cdc.contracts import plugins
 from cdc.contracts.sink import Sink, SinkContext
 from cdc.contracts.source import Source, SourceContext

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from cdc.config.pipeline import Pipeline, SinkConfig
+from cdc.config.models import SinkConfig
+from cdc.config.pipeline import Pipeline
 from cdc.contracts import plugins
 from cdc.contracts.errors import SourceMisconfigured
 from cdc.contracts.events import topic_name

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from cdc.config.pipeline import SourceConfig
+from cdc.config.models import SourceConfig
 from cdc.contracts.events import ChangeEvent, Op, SourceInfo
 from cdc.contracts.positions import Offsets, carried, require_forward
 from cdc.contracts.schema import Column, TableSchema

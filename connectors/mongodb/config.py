@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, field_validator
 
 from cdc.config.batch_bytes import BATCH_BYTES, BatchBytes
-from cdc.config.pipeline import SourceConfig
+from cdc.config.models import SourceConfig
 from cdc.transforms.filters import ColumnSelection, MaskSpec, TableEntry
 from connectors.mongodb.match import QueryError, compile_query, from_extended_json
 

@@ -9,7 +9,7 @@ from psycopg.conninfo import conninfo_to_dict
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from cdc.config.batch_bytes import BATCH_BYTES, BatchBytes
-from cdc.config.pipeline import SourceConfig
+from cdc.config.models import SourceConfig
 from cdc.support.redact import redact
 from cdc.transforms.filters import TableEntry
 

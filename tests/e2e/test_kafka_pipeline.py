@@ -26,7 +26,7 @@ import pytest
 from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from cdc.config.pipeline import KafkaLogConfig
+from cdc.config.models import KafkaLogConfig
 from cdc.log.base import StoredRecord
 from cdc.log.kafka import KafkaLog
 from tests.e2e.cli_helpers import (

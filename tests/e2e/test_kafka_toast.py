@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 import psycopg
 
-from cdc.config.pipeline import KafkaLogConfig
+from cdc.config.models import KafkaLogConfig
 from cdc.log.kafka import KafkaLog
 from cdc.log.kafka.images import FILE_NAME
 from tests.e2e.cli_helpers import cdc, start_run, stop, wait_for

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import orjson
 
-from cdc.config.pipeline import KafkaLogConfig
+from cdc.config.models import KafkaLogConfig
 from cdc.log.base import Record
 from cdc.log.kafka import KafkaLog, images
 

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
-from cdc.config.pipeline import KafkaLogConfig
+from cdc.config.models import KafkaLogConfig
 from cdc.log.base import Record
 from cdc.log.kafka import KafkaLog
 from cdc.log.kafka.image_sync import MARK_KEY

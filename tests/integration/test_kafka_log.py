@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from cdc.config.pipeline import KafkaLogConfig
+from cdc.config.models import KafkaLogConfig
 from cdc.contracts.errors import LogFatal, LogUnavailable, RecordTooLarge
 from cdc.contracts.events import topic_name
 from cdc.contracts.schema import dead_letter_topic

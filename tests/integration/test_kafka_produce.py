@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from cdc.config.pipeline import KafkaLogConfig
+from cdc.config.models import KafkaLogConfig
 from cdc.log.base import Record
 from cdc.log.kafka import KafkaLog
 from cdc.log.partitioner import partition_for

@@ -14,7 +14,7 @@ import orjson
 import pytest
 from structlog import get_logger
 
-from cdc.config.pipeline import KafkaLogConfig
+from cdc.config.models import KafkaLogConfig
 from cdc.contracts.events import topic_name
 from cdc.contracts.schema import dead_letter_topic
 from cdc.contracts.source import SourceContext

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from cdc.config.pipeline import KafkaLogConfig
+from cdc.config.models import KafkaLogConfig
 from cdc.contracts import snapshot_offsets as so
 from cdc.log.base import Log
 from cdc.log.embedded import EmbeddedLog

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 import pytest
 
-from cdc.config.pipeline import KafkaLogConfig
+from cdc.config.models import KafkaLogConfig
 from cdc.contracts.schema import Column, TableSchema, schema_record, schema_topic
 from cdc.contracts.sink import SinkRecord
 from cdc.envelope.options import DEBEZIUM_DEFAULTS, READABLE

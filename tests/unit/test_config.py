@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cdc.config.pipeline import EmbeddedLogConfig, expand_env, parse, redact_url
+from cdc.config.models import EmbeddedLogConfig
+from cdc.config.pipeline import expand_env, parse, redact_url
 from cdc.contracts.errors import ConfigError
 
 VALID = """

@@ -16,7 +16,7 @@ import pytest
 import structlog
 from prometheus_client import generate_latest
 
-from cdc.config.pipeline import MetricsConfig, parse_listen
+from cdc.config.models import MetricsConfig, parse_listen
 from cdc.contracts.errors import ConfigError
 from cdc.contracts.events import ChangeEvent, Op, SourceInfo
 from cdc.contracts.sink import SinkRecord

@@ -22,11 +22,12 @@ import functools
 import hashlib
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from cdc.cli.verify.comparison import RowDecoding, RowReader, TableComparison
+from cdc.cli.verify.keyless import keyless_guard
 from cdc.cli.verify.lag import lagging
 from cdc.cli.verify.sources import source_reader
 from cdc.cli.verify.sources import unverifiable as unverifiable_reason
@@ -41,67 +42,6 @@ from cdc.records.values import decoder
 
 #: The reason a side is not verifiable at all (the jsonl sink, the generator source).
 UNREADABLE = "cannot be read back"
-
-RowReader = Callable[[], Iterable[tuple[dict[str, Any], dict[str, Any]]]]
-RowDecoding = Callable[[dict[str, Any]], dict[str, Any]]
-
-
-@dataclass
-class TableComparison:
-    """How one sink's copy of one table compares with the source."""
-
-    table: str
-    sink: str
-    source_count: int = 0
-    sink_count: int = 0
-    source_checksum: str = ""
-    sink_checksum: str = ""
-    missing: list[Any] = field(default_factory=list)  # in the source, not in the sink
-    extra: list[Any] = field(default_factory=list)  # in the sink, not in the source
-    different: list[Any] = field(default_factory=list)
-    details: list[dict[str, Any]] = field(default_factory=list)  # columns of a few differences
-    skipped: str | None = None  # kept in --json (always null): what unverifiable now says
-    lag: dict[str, Any] | None = None  # the sink is behind the log: offsets, not compared
-    # Not compared, and why: a transform cannot be applied to the source's rows, or a side
-    # (the jsonl sink, the generator source) cannot be read back.
-    unverifiable: str | None = None
-    note: str | None = None  # what an ok comparison cannot show (a keyless table's duplicates)
-
-    @property
-    def state(self) -> str:
-        """``ok``, ``different``, ``lagging`` (not compared) or ``unverifiable`` (not
-        compared: the pipeline's transforms cannot be applied to rows read now, or a side
-        cannot be read back)."""
-        if self.unverifiable is not None:
-            return "unverifiable"
-        if self.lag is not None:
-            return "lagging"
-        return "different" if (self.missing or self.extra or self.different) else "ok"
-
-    @property
-    def ok(self) -> bool:
-        """Agreed. A lagging sink, a table a transform makes unverifiable and a sink that
-        cannot be read back were not verified, so not ok: ``cdc verify`` exits 0 only for
-        what it verified (``--sink`` leaves a sink out)."""
-        return self.state == "ok"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "table": self.table,
-            "sink": self.sink,
-            "ok": self.ok,
-            "state": self.state,
-            "lag": self.lag,
-            "source": {"count": self.source_count, "checksum": self.source_checksum},
-            "sink_rows": {"count": self.sink_count, "checksum": self.sink_checksum},
-            "missing_in_sink": self.missing,
-            "extra_in_sink": self.extra,
-            "different": self.different,
-            "details": self.details,
-            "skipped": self.skipped,
-            "unverifiable": self.unverifiable,
-            "note": self.note,
-        }
 
 
 def _state(
@@ -320,8 +260,6 @@ def _verify_table(
     if unverifiable is not None:
         return TableComparison(name, sink.name, unverifiable=unverifiable)
     envelope = pipeline.envelope
-    from cdc.cli.verify.keyless import keyless_guard  # it builds on this module's types
-
     source_rows, judge = keyless_guard(pipeline, name, source_reader(pipeline, read_source, name))
     sink_rows = _reader(read_sink, sink, schema_name, table_name, pipeline=pipeline.name)
     source_decoded = _decoding(source_rows, schema, envelope)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from cdc.cli.verify.compare import RowReader, TableComparison
+from cdc.cli.verify.comparison import RowReader, TableComparison
 from cdc.contracts import plugins
 
 Judge = Callable[[TableComparison], TableComparison]

@@ -7,7 +7,8 @@ from typing import Any
 
 import click
 
-from cdc.cli.verify.compare import UNREADABLE, TableComparison
+from cdc.cli.verify.compare import UNREADABLE
+from cdc.cli.verify.comparison import TableComparison
 
 STATES = {
     "ok": "ok",

@@ -20,7 +20,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
     OffsetSpec,
 )
 
-from cdc.config.pipeline import KafkaLogConfig
+from cdc.config.models import KafkaLogConfig
 from cdc.contracts.errors import LogUnavailable
 from cdc.log.base import TopicPartition
 from cdc.log.kafka.brokerless import RenewedClient

@@ -16,7 +16,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from cdc.config.pipeline import KafkaLogConfig
+from cdc.config.models import KafkaLogConfig
 from cdc.contracts.errors import LogFatal, LogUnavailable
 from cdc.support.logging import get_logger
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shlex
 
-from cdc.config.pipeline import KafkaLogConfig
+from cdc.config.models import KafkaLogConfig
 from cdc.contracts.checks import Check, failed, passed
 from cdc.contracts.errors import LogError
 from cdc.log.kafka.admin import KafkaAdmin

@@ -31,17 +31,15 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 
 from cdc.contracts.errors import LogUnavailable
 from cdc.log.base import Record, StoredRecord
 from cdc.log.kafka.images import FILE_NAME, ImageStore, fingerprint
+from cdc.log.kafka.messages import RecordsCallback
 from cdc.support.logging import get_logger
-
-if TYPE_CHECKING:
-    from cdc.log.kafka.log import KafkaLog
 
 #: The offsets-topic key of the commit mark (left out of what ``source_offsets`` returns).
 MARK_KEY = "__latest_images"
@@ -49,6 +47,15 @@ MARK_KEY = "__latest_images"
 RESTORE_BATCH = 500
 
 _logger = get_logger(component="kafka_log")
+
+
+class ImageLog(Protocol):
+    """What the latest images read of their Kafka log (:class:`~cdc.log.kafka.log.KafkaLog`):
+    its source offsets, and the records committed to a topic for a restore."""
+
+    def source_offsets(self) -> dict[str, Any]: ...
+
+    def scan_committed(self, topic: str, batch: int, apply: RecordsCallback) -> None: ...
 
 
 class SourceImages:
@@ -59,7 +66,7 @@ class SourceImages:
         directory: the pipeline's state directory; the store is ``FILE_NAME`` inside it.
     """
 
-    def __init__(self, log: KafkaLog, directory: Path) -> None:
+    def __init__(self, log: ImageLog, directory: Path) -> None:
         self._log = log
         self.path = directory / FILE_NAME
         self._store: ImageStore | None = None

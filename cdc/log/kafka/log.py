@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from cdc.config.pipeline import KafkaLogConfig
+from cdc.config.models import KafkaLogConfig
 from cdc.contracts import positions
 from cdc.contracts.errors import LogError, RecordTooLarge
 from cdc.log.base import (

@@ -30,7 +30,7 @@ class RowWriter(NamedTuple):
     where a streamed change's own parts go, so that a row costs one bytes format for its value
     and one for its position, and no call.
 
-    The value up to its ``ts_ms`` number (:data:`cdc.envelope.encode.PreEncoded`) is
+    The value up to its ``ts_ms`` number (:data:`cdc.contracts.events.PreEncoded`) is
     ``prefix + <row JSON> + head + <lsn> + mid + <lsn> + tail``: the change's LSN is written
     twice, in ``source.sequence`` (``["<last commit>","<lsn>"]``, a JSON string) and as
     ``source.lsn``. Its position beside the value is ``[<position>,<sequence>]``.

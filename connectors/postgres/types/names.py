@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
-if TYPE_CHECKING:
-    from connectors.postgres.types.registry import TypeRegistry
+from connectors.postgres.types.oids import TypeEntry
 
 __all__ = ["type_name"]
+
+
+class KnownTypes(Protocol):
+    """Where a type's catalog entry is found by OID (a
+    :class:`~connectors.postgres.types.registry.TypeRegistry`)."""
+
+    def get(self, oid: int) -> TypeEntry | None: ...
+
 
 # format_type() spellings of built-in types whose SQL name differs from typname.
 _SQL_NAMES: Final[Mapping[int, str]] = {
@@ -98,7 +105,7 @@ def _quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def type_name(type_oid: int, type_modifier: int, registry: TypeRegistry) -> str:
+def type_name(type_oid: int, type_modifier: int, registry: KnownTypes) -> str:
     """The SQL type as ``format_type(type_oid, type_modifier)`` writes it.
 
     For example ``numeric(12,2)``, ``character varying(20)``, ``timestamp(3) with time zone``,
