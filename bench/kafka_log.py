@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.log_throughput import key, value
 from bench.report import Figures
-from cdc.config.pipeline import KafkaLogConfig
+from cdc.config.models import KafkaLogConfig
 from cdc.log.base import Record
 from cdc.log.kafka import KafkaLog
 

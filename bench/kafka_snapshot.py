@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 from bench.kafka_perf import PerfResult, PerfSettings, producer_perf
 from bench.pg_snapshot import fill_table
 from bench.report import Figures
-from cdc.config.pipeline import KafkaLogConfig
+from cdc.config.models import KafkaLogConfig
 from cdc.contracts.snapshot_offsets import progress
 from cdc.contracts.source import SourceContext
 from cdc.envelope.options import READABLE

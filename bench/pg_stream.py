@@ -270,7 +270,7 @@ def open_bench_log(target: str) -> Any:
     """The log a child appends to: an embedded log directory, or ``kafka://host:port`` with
     ``?state=DIR``, the pipeline's state directory (the latest-image store)."""
     if target.startswith(KAFKA_SCHEME):
-        from cdc.config.pipeline import KafkaLogConfig
+        from cdc.config.models import KafkaLogConfig
         from cdc.log.kafka import KafkaLog
 
         address, _, state = target[len(KAFKA_SCHEME) :].partition("?state=")

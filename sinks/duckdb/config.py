@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from cdc.config.pipeline import SinkConfig
+from cdc.config.models import SinkConfig
 
 #: What DuckDB's ``memory_limit`` parses: a number with a unit (1000- or 1024-based) or a
 #: percentage of the machine's memory; checked here so a typo is a config error, not a failed start.

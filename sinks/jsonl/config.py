@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import field_validator
 
-from cdc.config.pipeline import SinkConfig
+from cdc.config.models import SinkConfig
 from cdc.transforms.unwrap import UnwrapOptions, unwrap_options
 
 

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 from redis.connection import parse_url
 
-from cdc.config.pipeline import SinkConfig
+from cdc.config.models import SinkConfig
 from cdc.support.redact import redact
 
 

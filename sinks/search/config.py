@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from cdc.config.pipeline import SinkConfig
+from cdc.config.models import SinkConfig
 
 
 class SearchSinkConfig(SinkConfig):
