@@ -37,7 +37,8 @@ from cdc.log.embedded.store import (
 
 
 class Connections:
-    """One SQLite connection per thread, all closed by :meth:`close`.
+    """One SQLite connection per thread, closed by :meth:`close` (a live thread's at its next
+    :meth:`get`).
 
     Args:
         database: the database file.
@@ -58,11 +59,14 @@ class Connections:
         """The calling thread's connection, opened on first use.
 
         Raises:
-            LogError: the log is closed.
+            LogError: the log is closed (the calling thread's connection is closed then).
         """
-        if self.closed:
-            raise LogError("embedded log: the log is closed")
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if self.closed:
+            if conn is not None:
+                self._local.conn = None
+                self._close_own(conn)
+            raise LogError("embedded log: the log is closed")
         if conn is None:
             conn = connect(self.database, self._durability, self._busy_timeout_ms)
             self._register(conn)
@@ -70,16 +74,30 @@ class Connections:
         return conn
 
     def close(self) -> bool:
-        """Close every thread's connection; ``False`` if they were closed already."""
+        """Close the log's connections; ``False`` if it was closed already.
+
+        The calling thread's connection and those of threads that ended are closed now. A
+        connection another live thread holds is left to that thread, which closes it at its
+        next :meth:`get` (and gets :class:`LogError`): closing a connection while another
+        thread is inside one of its statements crashes the process (CPython's sqlite3 frees
+        the database handle under the running statement).
+        """
         with self._lock:
             if self.closed:
                 return False
             self.closed = True
-            connections = list(self._by_thread.values())
-            self._by_thread.clear()
-        for conn in connections:
+            me, alive = threading.get_ident(), _alive_threads()
+            closing = [c for i, c in self._by_thread.items() if i == me or i not in alive]
+            self._by_thread = {i: c for i, c in self._by_thread.items() if i != me and i in alive}
+        for conn in closing:
             conn.close()
         return True
+
+    def _close_own(self, conn: sqlite3.Connection) -> None:
+        with self._lock:
+            if self._by_thread.get(threading.get_ident()) is conn:
+                del self._by_thread[threading.get_ident()]
+        conn.close()
 
     def __len__(self) -> int:
         """How many threads hold an open connection."""
@@ -89,13 +107,16 @@ class Connections:
         # Connections of threads that ended are closed here, so a process that starts threads
         # over and over does not pile up open connections until close().
         threading.current_thread()  # registers a thread that threading did not start
-        me = threading.get_ident()
-        alive = {thread.ident for thread in threading.enumerate()}
+        me, alive = threading.get_ident(), _alive_threads()
         with self._lock:
             stale = [i for i in self._by_thread if i not in alive or i == me]
             for ident in stale:
                 self._by_thread.pop(ident).close()
             self._by_thread[me] = conn
+
+
+def _alive_threads() -> set[int | None]:
+    return {thread.ident for thread in threading.enumerate()}
 
 
 class TopicCatalog:
