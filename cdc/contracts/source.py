@@ -123,6 +123,11 @@ class SourcePlugin(Protocol):
     :class:`cdc.contracts.checks.Check`, one per precondition of a start (server settings,
     privileges, replication objects), each ok or with the exact fix. It changes nothing, and reports
     an unreachable server as a failed check rather than raising.
+
+    Optional, for the sinks: ``record_rows(topic, key, value) -> (key, value)``, when the
+    source's records are not rows as they are (MongoDB's ``before``/``after`` are Extended JSON
+    texts): the runtime hands it to every sink task, which applies it to each decoded record
+    (:data:`cdc.runtime.sink_task.RecordRows`).
     """
 
     config_model: type[BaseModel]

@@ -34,13 +34,10 @@ from cdc.envelope.options import READABLE, EnvelopeOptions
 from cdc.envelope.template import (
     _OP_PARTS,
     CONNECTOR_VERSION,
-    PG_TAIL,
     RecordTemplate,
     extra_json,
     finish,
-    lsn_extra,
     order_json,
-    pg_order,
     source_block,
     source_parts,
     stamp,
@@ -50,7 +47,6 @@ from cdc.log.base import Record
 
 __all__ = [
     "CONNECTOR_VERSION",
-    "PG_TAIL",
     "EncodedRow",
     "RecordTemplate",
     "batch_records",
@@ -62,10 +58,8 @@ __all__ = [
     "exact",
     "extra_json",
     "finish",
-    "lsn_extra",
     "order_json",
     "payload",
-    "pg_order",
     "read_pos",
     "record_pos",
     "row_json",

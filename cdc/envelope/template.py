@@ -136,23 +136,6 @@ def extra_json(extra: Mapping[str, Any]) -> bytes:
     return b"," + orjson.dumps(extra, default=json_default)[1:-1]
 
 
-#: PostgreSQL's ``source`` fields after ``lsn``: always null here (no xmin, no origins).
-PG_TAIL: Final = b',"xmin":null,"origin":null,"origin_lsn":null'
-
-
-def lsn_extra(lsn: int) -> bytes:
-    """:func:`extra_json` of PostgreSQL's ``{"lsn": lsn, "xmin": None, "origin": None,
-    "origin_lsn": None}``."""
-    return b',"lsn":%d%b' % (lsn, PG_TAIL)
-
-
-def pg_order(last_commit: int | None, lsn: int) -> str:
-    """PostgreSQL's ``source.sequence``: ``["<last commit lsn>","<lsn>"]`` (Debezium's)."""
-    if last_commit is None:
-        return f'[null,"{int(lsn)}"]'
-    return f'["{int(last_commit)}","{int(lsn)}"]'
-
-
 def order_json(order: str | None) -> bytes:
     """``source.sequence`` as JSON (a string holding JSON, or null)."""
     return b"null" if order is None else orjson.dumps(order)

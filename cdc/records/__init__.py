@@ -1,2 +1,2 @@
-"""The read side: records back to typed values, for the sinks and ``cdc verify`` (values, their
-comparable form, MongoDB's Extended JSON)."""
+"""The read side: records back to typed values and their comparable form, for the sinks and
+``cdc verify`` (a source's own decoding comes from its plugin: ``record_rows``)."""

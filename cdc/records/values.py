@@ -50,19 +50,19 @@ class Interval:
     microseconds: int = 0
 
 
-def normalize_type(pg_type: str) -> str:
+def normalize_type(type_name: str) -> str:
     """Lower-case, single-spaced, without the quotes ``format_type`` puts on some names."""
-    return " ".join(pg_type.strip().lower().replace('"', "").split())
+    return " ".join(type_name.strip().lower().replace('"', "").split())
 
 
-def decode(value: Any, pg_type: str, options: EnvelopeOptions | None) -> Any:
+def decode(value: Any, type_name: str, options: EnvelopeOptions | None) -> Any:
     """One value (see the module docstring); prefer :func:`decoder` on a hot path."""
-    return decoder(pg_type, options)(value)
+    return decoder(type_name, options)(value)
 
 
-def decoder(pg_type: str, options: EnvelopeOptions | None) -> Decoder:
-    """The function from an envelope value of a ``pg_type`` column to its canonical value."""
-    name = normalize_type(pg_type)
+def decoder(type_name: str, options: EnvelopeOptions | None) -> Decoder:
+    """The function from an envelope value of a ``type_name`` column to its canonical value."""
+    name = normalize_type(type_name)
     if name.endswith("[]"):
         element = decoder(name[:-2], options)
         return _array(element)
@@ -228,7 +228,7 @@ _FAR_ISO: Final = re.compile(r"([+-]\d{4,}|0000)-(\d\d)-(\d\d)(?:T(\d\d:\d\d:\d\
 _CYCLE_DAYS, _CYCLE_YEARS = 146_097, 400  # the Gregorian calendar repeats every 400 years
 
 
-def _pg_text(year: int, month: int, day: int, clock: str | None, zone: str) -> str:
+def _sql_date_text(year: int, month: int, day: int, clock: str | None, zone: str) -> str:
     """PostgreSQL's text of a date or timestamp: ``0044-03-15 BC``, ``12345-01-01 00:00:00``."""
     era = ""
     if year <= 0:
@@ -250,7 +250,7 @@ def far_text(micros: int, clock: bool = True, zone: str = "") -> str:
     shifted = EPOCH + dt.timedelta(days=days + cycles * _CYCLE_DAYS)
     text = (EPOCH_DT + dt.timedelta(microseconds=clock_us)).time().isoformat()
     year = shifted.year - cycles * _CYCLE_YEARS
-    return _pg_text(year, shifted.month, shifted.day, text if clock else None, zone)
+    return _sql_date_text(year, shifted.month, shifted.day, text if clock else None, zone)
 
 
 def far_iso(text: str, zone: str = "") -> str:
@@ -264,7 +264,7 @@ def far_iso(text: str, zone: str = "") -> str:
     if match is None:
         return text
     year, month, day, clock = match.groups()
-    return _pg_text(int(year), int(month), int(day), clock, zone)
+    return _sql_date_text(int(year), int(month), int(day), clock, zone)
 
 
 _TEMPORAL: Final = re.compile(

@@ -4,6 +4,7 @@ calls its factory again after a retriable failure, so a reconnect starts from a 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, cast
 
 from cdc.config.models import SinkConfig
 from cdc.config.pipeline import Pipeline
@@ -73,3 +74,10 @@ def masked_columns(pipeline: Pipeline) -> dict[tuple[str, str], frozenset[str]]:
             schema, _, table = chain.table(entry.name).partition(".")
             hidden[(schema, table)] = hidden.get((schema, table), frozenset()) | set(entry.mask)
     return hidden
+
+
+def source_record_rows(pipeline: Pipeline) -> Callable[[str, Any, Any], tuple[Any, Any]] | None:
+    """The source plugin's read-side decoding of its records for the sinks (its optional
+    ``record_rows``; ``None``: its records are rows already)."""
+    rows = getattr(plugins.load(plugins.SOURCE_GROUP, pipeline.source.type), "record_rows", None)
+    return cast("Callable[[str, Any, Any], tuple[Any, Any]] | None", rows)

@@ -30,7 +30,7 @@ from cdc.metrics import SinkObserver, Telemetry
 from cdc.metrics.lag import LagClock
 from cdc.runtime import fingerprints, memory
 from cdc.runtime.control_watcher import ControlWatcher
-from cdc.runtime.factories import build_sink, build_source
+from cdc.runtime.factories import build_sink, build_source, source_record_rows
 from cdc.runtime.heartbeat import Heartbeat
 from cdc.runtime.preflight import SinkCannotStart, check_sinks, is_first_start
 from cdc.runtime.schemas import SchemaCatalog
@@ -238,6 +238,7 @@ def _start_sinks(run: PipelineRun, base: Logger, only: list[str] | None) -> None
             control=run.control,
             tables=pipeline.sink_tables(config),
             observer=_sink_observer(run, config),
+            rows=source_record_rows(pipeline),
         )
         run.sink_tasks[config.name] = task
         _spawn(run, f"sink:{config.name}", task.serve)

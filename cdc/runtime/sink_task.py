@@ -38,7 +38,6 @@ from cdc.log.base import Consumer, Log, StoredRecord, TopicPartition
 from cdc.log.encoding import EncodingFollower
 from cdc.log.eras import Eras
 from cdc.metrics.observers import SinkObserver
-from cdc.records import extended_json
 from cdc.runtime.control_watcher import ControlWatcher
 from cdc.runtime.read_size import ReadSize
 from cdc.runtime.sink_control import RETRYING, RUNNING, STOPPED
@@ -54,30 +53,33 @@ class SinkRecordStop(RecordError):
     """A record a sink cannot apply, under the ``fail`` policy."""
 
 
-def decode_records(records: Sequence[StoredRecord], eras: Eras | None = None) -> list[SinkRecord]:
+#: A source's own read-side decoding (its plugin's optional ``record_rows``): a decoded
+#: record's ``(key, value)`` turned into the rows sinks store, e.g. MongoDB's Extended JSON
+#: texts into objects (``connectors/mongodb/extended_json.py``).
+RecordRows = Callable[[str, Any, Any], tuple[Any, Any]]
+
+
+def decode_records(
+    records: Sequence[StoredRecord], eras: Eras | None = None, rows: RecordRows | None = None
+) -> list[SinkRecord]:
     """Parse keys and values once, for every sink.
 
     Under ``schemas.enable: true`` a key and a value are the JsonConverter's ``{"schema",
     "payload"}``: sinks are given the payload (the schema describes what the pipeline's
     envelope options and the published :class:`~cdc.contracts.schema.TableSchema` already say).
-    MongoDB's rows, Extended JSON texts in Debezium's format, become row objects. ``eras``,
-    the log's stored encodings, gives each record the one it was written under
-    (:attr:`SinkRecord.era`; ``None``: the sink decodes with the pipeline's options).
+    ``rows``, the source's :data:`RecordRows` (``None``: its records are rows already), then
+    makes each record rows. ``eras``, the log's stored encodings, gives each record the one it
+    was written under (:attr:`SinkRecord.era`; ``None``: the sink decodes with the pipeline's
+    options).
     """
-    parse, mongo = payload_of, extended_json.rows
+    parse = payload_of
     written = [None] * len(records) if eras is None else eras.of(records)
     decoded = []
     for r, era in zip(records, written, strict=True):
         key = None if r.key is None else parse(r.key)
         value = None if r.value is None else parse(r.value)
-        # extended_json.rows changes only MongoDB's values: the common case is decided here,
-        # without a call a record (the sinks' hot path).
-        if value.__class__ is not dict or "payload" in value:
-            key, value = mongo(r.topic, key, value)
-        else:
-            source = value.get("source")
-            if isinstance(source, dict) and source.get("connector") == "mongodb":
-                key, value = mongo(r.topic, key, value)
+        if rows is not None:
+            key, value = rows(r.topic, key, value)
         decoded.append(SinkRecord(r.topic, r.partition, r.offset, key, value, era, r.pos))
     return decoded
 
@@ -129,6 +131,7 @@ class SinkTask:
         tables: ``(schema, table)`` of each of ``topics``, in the same order (default:
             read from the topic names, ``<pipeline>.<schema>.<table>``).
         observer: the process's metrics (``None``: off), told once per batch.
+        rows: the source's read-side decoding of its records (:data:`RecordRows`), if any.
     """
 
     def __init__(
@@ -147,8 +150,10 @@ class SinkTask:
         control: ControlWatcher | None = None,
         tables: Sequence[tuple[str, str]] | None = None,
         observer: SinkObserver | None = None,
+        rows: RecordRows | None = None,
     ) -> None:
         self._observer = observer
+        self._rows = rows
         self._pipeline = pipeline
         self._name = name
         self._log = log
@@ -293,7 +298,7 @@ class SinkTask:
         retry_until_stopped(
             self._follow_encoding, self._stop, self._logger, "sink.encoding_retrying"
         )
-        batch = decode_records(stored, self._eras)
+        batch = decode_records(stored, self._eras, self._rows)
         try:
             self._apply(batch)
         except SinkDataLost as exc:

@@ -14,7 +14,7 @@ from cdc.contracts.checks import Check
 from cdc.contracts.errors import ConfigError
 from cdc.contracts.source import SourceContext
 from cdc.envelope.options import READABLE, EnvelopeOptions
-from connectors.mongodb import errors, positions
+from connectors.mongodb import errors, extended_json, positions
 from connectors.mongodb.client import client_for
 from connectors.mongodb.config import MongoSourceConfig
 from connectors.mongodb.convert import document
@@ -27,6 +27,8 @@ class MongoSourcePlugin:
     """Builds :class:`MongoSource`; reads collections back for ``cdc verify``."""
 
     config_model = MongoSourceConfig
+    #: The sinks' rows of its records: Debezium's Extended JSON texts as objects.
+    record_rows = staticmethod(extended_json.rows)
 
     @staticmethod
     def create(config: MongoSourceConfig, context: SourceContext) -> MongoSource:

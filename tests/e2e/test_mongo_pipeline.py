@@ -20,8 +20,7 @@ import pytest
 from bson import Binary, Decimal128, Int64, ObjectId
 
 from cdc.config import pipeline as config
-from cdc.records import extended_json
-from connectors.mongodb import MongoSourcePlugin
+from connectors.mongodb import MongoSourcePlugin, extended_json
 from tests.e2e.cli_helpers import cdc, latest_per_key, start_run, stop, tail_all, wait_for
 from tests.integration.mongo_kit import database, private_server, scope
 
@@ -246,7 +245,8 @@ def _stop_after_a_sentinel(
 
 def _as_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Tailed records as a sink reads them: Debezium's MongoDB key and Extended JSON texts
-    turned back into ``{"_id": ...}`` keys and row objects (:mod:`cdc.records.extended_json`)."""
+    turned back into ``{"_id": ...}`` keys and row objects
+    (:mod:`connectors.mongodb.extended_json`)."""
     out = []
     for record in records:
         key, value = extended_json.rows(record["topic"], record["key"], record["value"])

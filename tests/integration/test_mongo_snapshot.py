@@ -14,8 +14,7 @@ import orjson
 import pytest
 
 from cdc.contracts.events import topic_name
-from cdc.records import extended_json
-from connectors.mongodb import MongoSourcePlugin
+from connectors.mongodb import MongoSourcePlugin, extended_json
 from tests.integration.mongo_kit import (
     PIPELINE,
     database,

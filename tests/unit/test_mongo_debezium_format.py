@@ -28,8 +28,7 @@ import pytest
 from cdc.contracts.events import ChangeEvent, Op
 from cdc.envelope import encode as envelope
 from cdc.envelope.options import READABLE, EnvelopeOptions
-from cdc.records import extended_json
-from connectors.mongodb import changes, records
+from connectors.mongodb import changes, extended_json, records
 from connectors.mongodb.connect import Schemas
 from connectors.mongodb.convert import document
 from connectors.mongodb.extjson import document_text, java_double, string

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from snapshots.modes import Action, StartState, decide
+from connectors.postgres.snapshot.modes import StartState, decide
+from snapshots.modes import Action
 
 FRESH = StartState(stored_lsn=None, slot_exists=False, confirmed_lsn=None, unfinished=False)
 HEALTHY = StartState(stored_lsn=100, slot_exists=True, confirmed_lsn=100, unfinished=False)

@@ -16,8 +16,9 @@ from typing import NamedTuple
 
 from cdc.contracts.events import Op, SourceInfo
 from cdc.envelope.connect_schema import TableSchemas
-from cdc.envelope.encode import PG_TAIL, RecordTemplate
+from cdc.envelope.encode import RecordTemplate
 from connectors.postgres.assembly.relation_state import CONNECTOR, RelationState
+from connectors.postgres.assembly.source_fields import PG_TAIL
 from connectors.postgres.lsn import Lsn
 from connectors.postgres.replication.protocol import pg_time_to_unix_ms
 

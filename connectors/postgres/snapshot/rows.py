@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from itertools import count, repeat
-from typing import Any, NamedTuple, cast
+from typing import NamedTuple, cast
 
 from cdc.contracts.events import ChangeEvent, Op, Row, SourceInfo
 from cdc.envelope.connect_schema import TableSchemas
@@ -22,9 +22,7 @@ from cdc.envelope.encode import (
     EncodedRow,
     RecordTemplate,
     batch_records,
-    lsn_extra,
     order_json,
-    pg_order,
 )
 from cdc.envelope.options import READABLE, EnvelopeOptions
 from cdc.log.base import Record
@@ -33,6 +31,7 @@ from cdc.runtime.transformed import apply_chain
 from cdc.transforms.chain import TransformChain
 from connectors.postgres.assembly.connect import relation_schemas
 from connectors.postgres.assembly.relation_state import CONNECTOR, RelationState
+from connectors.postgres.assembly.source_fields import lsn_extra, lsn_fields, pg_order
 from connectors.postgres.snapshot.reader import SnapshotTable
 from connectors.postgres.types.encoder import KeyedRow
 
@@ -150,11 +149,6 @@ class Transforms:
 
     def __bool__(self) -> bool:
         return bool(self.chain)
-
-
-def lsn_fields(lsn: int | None) -> dict[str, Any]:
-    """PostgreSQL's ``source`` fields after ``txId`` (:func:`cdc.envelope.encode.lsn_extra`'s)."""
-    return {"lsn": lsn, "xmin": None, "origin": None, "origin_lsn": None}
 
 
 def event_records(

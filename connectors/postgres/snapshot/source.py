@@ -43,6 +43,7 @@ from connectors.postgres.lsn import Lsn
 from connectors.postgres.snapshot.channel import Channel, choose, ensure_table
 from connectors.postgres.snapshot.initial import ExportedSnapshot, start_exported
 from connectors.postgres.snapshot.markers import ChunkEnd, SnapshotMarks
+from connectors.postgres.snapshot.modes import StartState, decide
 from connectors.postgres.snapshot.parallel import (
     ChunkFailed,
     ExportedSnapshotReader,
@@ -51,7 +52,7 @@ from connectors.postgres.snapshot.parallel import (
 from connectors.postgres.snapshot.rows import Transforms, read_template
 from connectors.postgres.snapshot.streaming import StreamSnapshots
 from connectors.postgres.source import PostgresSource
-from snapshots.modes import Action, StartState, added_tables, decide, table_changes
+from snapshots.modes import Action, added_tables, table_changes
 from snapshots.progress import Reporter, reporter
 from snapshots.state import SnapshotState
 

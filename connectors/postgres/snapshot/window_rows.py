@@ -6,18 +6,18 @@ from dataclasses import dataclass
 
 from cdc.contracts.events import SourceInfo
 from cdc.envelope.connect_schema import TableSchemas
-from cdc.envelope.encode import PG_TAIL, order_json, pg_order, row_json
+from cdc.envelope.encode import order_json, row_json
 from cdc.envelope.options import READABLE, EnvelopeOptions
 from cdc.log.base import Record
 from cdc.transforms.chain import EMPTY
 from connectors.postgres.assembly.relation_state import CONNECTOR
+from connectors.postgres.assembly.source_fields import PG_TAIL, lsn_fields, pg_order
 from connectors.postgres.snapshot.reader import SnapshotTable
 from connectors.postgres.snapshot.rows import (
     SEQUENCE_SHIFT,
     KeyedRow,
     Transforms,
     event_records,
-    lsn_fields,
     read_template,
 )
 from snapshots.chunks import Chunk

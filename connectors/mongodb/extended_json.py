@@ -6,8 +6,8 @@ as a JSON *string* in the Java driver's STRICT mode (``{"$numberLong": "5"}``,
 Extended JSON. Sinks keep storing what they always stored: the row as an object of relaxed
 Extended JSON values (the form ``bson.json_util`` writes with ``RELAXED_JSON_OPTIONS``,
 ``cdc verify`` reads from the source, and the sinks' tests hold). :func:`rows` is the one place
-that turns the first into the second; it knows no plugin: a record is MongoDB's when its
-``source.connector`` says so.
+that turns the first into the second: the MongoDB plugin hands it to the sinks as its
+``record_rows``; a record is changed only when its ``source.connector`` says MongoDB.
 """
 
 from __future__ import annotations
