@@ -1,8 +1,8 @@
 """Masked columns in the native row encoder write exactly what the Python path writes.
 
 The built-in masks (``hash``, ``redact``, ``null``, ``keep_last``) are computed in Rust; a
-``plugin`` mask is a Python call. Differential, as ``tests/unit/test_pg_fast.py`` and
-``tests/unit/test_pg_fast_copy.py`` (whose helpers it shares): every value goes through
+``plugin`` mask is a Python call. Differential, as ``tests/unit/test_pg_row_encoder.py`` and
+``tests/unit/test_pg_row_encoder_copy.py`` (whose helpers it shares): every value goes through
 :func:`~connectors.postgres.types.row_converter` with the masks and orjson, and through the
 native encoder, over pgoutput tuples and ``COPY`` lines, and the bytes and key values must be
 equal.
@@ -24,8 +24,8 @@ from connectors.postgres.pgoutput import RelationColumn
 from connectors.postgres.types import row_converter, row_encoder
 from connectors.postgres.types.encoder import NEW_TUPLE_AT, PythonRowEncoder, RowEncoder
 from tests.services.common import in_ci
-from tests.unit.test_pg_fast import _outcome, _registry
-from tests.unit.test_pg_fast_copy import _copy_line
+from tests.unit.test_pg_row_encoder import _outcome, _registry
+from tests.unit.test_pg_row_encoder_copy import _copy_line
 
 # Outside CI a machine without Rust runs the pure-Python path only; in CI the encoder must exist.
 pytestmark = pytest.mark.skipif(

@@ -279,7 +279,7 @@ class Assembler:
             event.connect = relation_schemas(rel, self._options, self.registry)
         self._batch.events.append(event)
 
-    def fast_change(self, message: bytes, lsn: int) -> bool:
+    def change_from_bytes(self, message: bytes, lsn: int) -> bool:
         """Apply an Insert, or an Update without an old tuple, from its message bytes through
         the relation's row encoder (either implementation: the encoder itself falls back);
         ``False`` when it is not such a message, or its tuple has an unchanged TOAST value to

@@ -59,7 +59,12 @@ class WalReader:
         bytes: each change's message adds its size to the batch's (``nbytes``, an attribute,
         not a call), and the batch is full at ``max_bytes`` as it is at ``limit`` events.
         """
-        read, decode, handle, fast = self._repl.read, self._decoder, asm.handle, asm.fast_change
+        read, decode, handle, from_bytes = (
+            self._repl.read,
+            self._decoder,
+            asm.handle,
+            asm.change_from_bytes,
+        )
         flush, streams, events, wal_start = self._flush, self.streams, asm.events, xlog_wal_start
         batch, max_bytes = asm.batch, self.max_bytes
         deadline = time.monotonic() + wait_s if wait_s else 0.0
@@ -83,7 +88,7 @@ class WalReader:
             payload = bytes(data[XLOG_HEADER_SIZE:])
             if streams is None:
                 batch.size += data.nbytes
-                if not fast(payload, lsn):
+                if not from_bytes(payload, lsn):
                     handle(decode(payload), lsn)
             elif not self._streamed(asm, decode(payload), lsn, payload):
                 continue

@@ -521,6 +521,6 @@ class StreamSnapshots:
 
 def _key_json(event: ChangeEvent) -> bytes:
     """The event's record key: the one its source wrote (byte for byte ``encode_key``'s, see
-    ``tests/unit/test_pg_fast.py``), else encoded now."""
+    ``tests/unit/test_pg_row_encoder.py``), else encoded now."""
     encoded = event.encoded
     return encode_key(event.key) if encoded is None else encoded[2]

@@ -6,7 +6,7 @@ follow this one :class:`RowEncoder` interface, as psycopg's ``pq`` has its Pytho
 :class:`PythonRowEncoder` here, and the Rust one in :mod:`connectors.postgres.types.row_encoder`,
 which hands back to this one every tuple it declines.
 :func:`connectors.postgres.types.row_encoder.row_encoder` picks one at import; no caller knows
-which runs. ``tests/unit/test_pg_fast.py`` holds the two to the same bytes.
+which runs. ``tests/unit/test_pg_row_encoder.py`` holds the two to the same bytes.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ values: the common types take native fast paths, the rest call their Python conv
 interface and hands every tuple it declines (unchanged TOAST values, binary values, a value a
 converter rejects, an escape in a COPY line) to the
 :class:`~connectors.postgres.types.encoder.PythonRowEncoder`, so behaviour never depends on whether
-it was built; ``tests/unit/test_pg_fast.py`` holds the two to the same bytes.
+it was built; ``tests/unit/test_pg_row_encoder.py`` holds the two to the same bytes.
 
 Under the readable envelope defaults (:data:`~cdc.envelope.options.READABLE`) every type it
 wrote before stays native, in Debezium's forms: text, varchar, uuid, enums, ``json`` and

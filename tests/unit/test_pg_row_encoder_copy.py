@@ -1,6 +1,6 @@
 """The native row encoder on the snapshot paths: COPY lines, snapshot and watermark records.
 
-Differential, as ``tests/unit/test_pg_fast.py`` (whose cases and helpers it shares): every
+Differential, as ``tests/unit/test_pg_row_encoder.py`` (whose cases and helpers it shares): every
 ``COPY ... TO STDOUT`` line goes through both paths, and the records an initial snapshot and a
 watermark window write must equal the Python path's, byte for byte.
 """
@@ -28,7 +28,7 @@ from connectors.postgres.types import row_encoder
 from connectors.postgres.types.encoder import PythonRowEncoder
 from snapshots.chunks import KeyChunk
 from tests.services.common import in_ci
-from tests.unit.test_pg_fast import (
+from tests.unit.test_pg_row_encoder import (
     CASES,
     COLUMN_CASES,
     SETTING_IDS,

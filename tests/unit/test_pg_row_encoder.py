@@ -3,7 +3,8 @@
 Differential: every value goes through both paths, and the bytes (and key values) must be equal.
 The values are the text forms PostgreSQL 15 sends under the source's session settings, edge
 cases included, plus random ones; and the Insert messages captured from a real server. The
-COPY and snapshot paths, on these cases and helpers, are ``tests/unit/test_pg_fast_copy.py``'s.
+COPY and snapshot paths, on these cases and helpers, are
+``tests/unit/test_pg_row_encoder_copy.py``'s.
 """
 
 from __future__ import annotations
@@ -322,7 +323,7 @@ def _captured_run(fast_path: bool) -> list[ChangeEvent]:
     asm = Assembler("p", "db", tables, {}, FakeCatalog(), toast, "fail", logger)
     events: list[ChangeEvent] = []
     for lsn, data in messages:
-        if not (fast_path and asm.fast_change(data, lsn)):
+        if not (fast_path and asm.change_from_bytes(data, lsn)):
             asm.handle(decode(data), lsn)
         events += asm.take().events
     return events
