@@ -9,7 +9,6 @@ import pytest
 
 from cdc.log.embedded import EmbeddedLog
 from cdc.log.embedded import appender as embedded_native
-from cdc.log.embedded import txn as embedded_txn
 from tests.services.common import in_ci
 from tests.unit.log_suite import read_all
 
@@ -20,13 +19,15 @@ both_paths = pytest.mark.parametrize("native", [True, False], ids=["native", "ex
 
 
 def use_appender(native: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The native appender, or ``executemany`` (the native one is off for this test)."""
+    """The native appender, or ``executemany`` (the native one is off for this test): call it
+    before the test opens its logs, which choose their appender when they open."""
     if native and not embedded_native.available():
         if in_ci():
             pytest.fail("the native log appender was not built")
         pytest.skip("the native log appender is not built (no Rust toolchain)")
     if not native:
-        monkeypatch.setattr(embedded_txn, "appender", lambda conn, path: None)
+        python = embedded_native.PythonAppender()
+        monkeypatch.setattr(embedded_native, "choose", lambda conn, database: python)
 
 
 def opened_logs(tmp_path: Path) -> Iterator[Callable[..., EmbeddedLog]]:

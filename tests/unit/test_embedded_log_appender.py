@@ -46,7 +46,7 @@ def test_both_append_paths_store_the_same_records(
     calls = _count_native_appends(monkeypatch)
     log = log_factory(partitions=3)
     tx = log.begin()
-    assert (tx._native is not None) is native
+    assert isinstance(tx._appender, embedded_native.RustAppender) is native
     odd = [b"", None, b"\x00\xff" * 40, b"0000000012", bytes(range(256))]
     records = [Record(TOPIC, k, v) for k in odd for v in odd]
     records += [Record("shop.public.orders", key(i), b"%d" % i) for i in range(100)]
@@ -131,7 +131,8 @@ def test_the_native_appender_only_takes_its_own_file(tmp_path: Path) -> None:
             pytest.fail("the native log appender was not built")
         pytest.skip("the native log appender is not built (no Rust toolchain)")
     conn = sqlite3.connect(tmp_path / "a.db")
-    assert embedded_native.appender(conn, tmp_path / "a.db") is not None
-    assert embedded_native.appender(conn, tmp_path / "b.db") is None
+    rust, python = embedded_native.RustAppender, embedded_native.PythonAppender
+    assert isinstance(embedded_native.choose(conn, tmp_path / "a.db"), rust)
+    assert isinstance(embedded_native.choose(conn, tmp_path / "b.db"), python)
     conn.close()
-    assert embedded_native.appender(conn, tmp_path / "a.db") is None  # closed: no handle
+    assert isinstance(embedded_native.choose(conn, tmp_path / "a.db"), python)  # no handle

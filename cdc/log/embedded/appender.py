@@ -17,6 +17,11 @@ names the log's own file. Anything else, no Rust toolchain at install, or ``CDC_
 ``executemany`` runs, with the same result. Which one runs is decided once, at import
 (:data:`SELECTION`, with the reason), logged as ``native.selected`` when a command opens the
 log, and shown by ``cdc status``.
+
+Both sit behind one interface, :class:`Appender`: :class:`PythonAppender` (``executemany``, the
+reference) and :class:`RustAppender`, which hands a batch it cannot take (a key or value that is
+not bytes) to the Python one itself. A log chooses one when it opens (:func:`choose`); no
+transaction decides a fallback.
 """
 
 from __future__ import annotations
@@ -26,11 +31,12 @@ import os
 import sqlite3
 import sys
 from pathlib import Path
-from typing import Any, Final, Literal, NamedTuple
+from typing import Any, Final, Literal, NamedTuple, Protocol
 
 from cdc.log.base import Record
 from cdc.log.embedded import frames
-from cdc.log.embedded.heads import Known
+from cdc.log.embedded.heads import Known, head_of, strip
+from cdc.log.embedded.store import INSERT_FRAMED, INSERT_RECORD, translate_code, translated
 from cdc.support.logging import get_logger
 
 _LIBRARY: Final = "libsqlite3.so.0"
@@ -180,14 +186,124 @@ class NativeAppender:
         return found
 
 
-def appender(conn: sqlite3.Connection, database: Path) -> NativeAppender | None:
-    """The native appender of ``conn``, an open connection to ``database``, or ``None``."""
+class HeadBook(Protocol):
+    """The value heads a transaction may store values without (:mod:`cdc.log.embedded.heads`):
+    the committed ones and its own, and a new one stored when a value has a head not yet known."""
+
+    def known(self, topic_id: int) -> Known: ...
+
+    def store_head(self, topic_id: int, value: bytes | None) -> None: ...
+
+
+class Appender(Protocol):
+    """Inserts one partition's records at consecutive offsets from ``first``, in the open
+    transaction of ``conn``, each wrapped value without its head."""
+
+    def insert(
+        self,
+        conn: sqlite3.Connection,
+        heads: HeadBook,
+        where: frames.Range,
+        ts_ms: int,
+        records: list[Record],
+    ) -> None: ...
+
+
+class PythonAppender:
+    """``executemany``: the reference implementation."""
+
+    def insert(
+        self,
+        conn: sqlite3.Connection,
+        heads: HeadBook,
+        where: frames.Range,
+        ts_ms: int,
+        records: list[Record],
+    ) -> None:
+        tid, first = where.topic_id, where.first
+        rows = []
+        for i, record in enumerate(records):
+            value, head_id = strip(record.value, heads.known(tid))
+            if head_id is None and isinstance(value, bytes) and head_of(value) is not None:
+                heads.store_head(tid, value)  # a head this topic's writer has not seen
+                value, head_id = strip(value, heads.known(tid))
+            rows.append(
+                (tid, where.partition, first + i, record.key, value, ts_ms, head_id, record.pos)
+            )
+        with translated("appending records"):
+            conn.executemany(INSERT_RECORD, rows)
+
+
+class RustAppender:
+    """The native loop, with the interpreter lock released for the whole batch; a batch it
+    cannot take goes to ``python``, with the same result."""
+
+    def __init__(self, python: PythonAppender) -> None:
+        self._python = python
+
+    def insert(
+        self,
+        conn: sqlite3.Connection,
+        heads: HeadBook,
+        where: frames.Range,
+        ts_ms: int,
+        records: list[Record],
+    ) -> None:
+        try:
+            failed = self._append(NativeAppender(conn), conn, heads, where, ts_ms, records)
+        except TypeError:  # not bytes, or closed: executemany accepts it or says why
+            self._python.insert(conn, heads, where, ts_ms, records)
+            return
+        if failed is not None:
+            code, detail = failed
+            raise translate_code(code, f"{detail} (code {code})", "appending records")
+
+    def _append(
+        self,
+        native: NativeAppender,
+        conn: sqlite3.Connection,
+        heads: HeadBook,
+        where: frames.Range,
+        ts_ms: int,
+        records: list[Record],
+    ) -> tuple[int, str] | None:
+        """The native append's result, after storing every head it did not know (it inserts
+        nothing until it knows them all), with the batch's frame where it has one."""
+        tid = where.topic_id
+        frame = None  # stored once: a frame no record uses would never be collected
+        while True:
+            known = heads.known(tid)
+            if frame is None and len(records) >= frames.MIN_RECORDS:
+                found = native.frame(records, known)  # None while a head is unknown
+                if found is not None:
+                    with translated("storing a value frame"):
+                        frame = (frames.store(conn, *found, where), *found)
+            try:
+                failed = native.append(
+                    INSERT_FRAMED, tid, where.partition, where.first, ts_ms, records, known, frame
+                )
+            except TypeError:
+                # The Python appender takes over, without the frame: it goes now, as nothing
+                # else would ever collect a frame no record was stored with.
+                if frame is not None:
+                    with translated("storing a value frame"):
+                        frames.collect(conn, [frame[0]])
+                raise
+            if failed is None or failed[0] != UNKNOWN_HEAD:
+                return failed
+            heads.store_head(tid, records[int(failed[1])].value)
+
+
+def choose(conn: sqlite3.Connection, database: Path) -> Appender:
+    """The appender of a log at ``database``, chosen once from one of its connections: the
+    native one when :data:`SELECTION` picked it and ``conn``'s handle is the log's file."""
+    python = PythonAppender()
     if _SQLITE is None:
-        return None
+        return python
     handle = _handle(conn)
     if not handle or _SQLITE.filename(handle) != str(database.resolve()):
-        return None
-    return NativeAppender(conn)
+        return python
+    return RustAppender(python)
 
 
 def _handle(conn: sqlite3.Connection) -> int | None:

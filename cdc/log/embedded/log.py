@@ -28,7 +28,7 @@ import orjson
 
 from cdc.contracts.errors import LogError, LogFatal, LogUnavailable
 from cdc.log.base import PartitionsCallback, StartOffsets, StoredRecord, TopicInfo, TopicPartition
-from cdc.log.embedded import bulk
+from cdc.log.embedded import appender, bulk
 from cdc.log.embedded import compaction as embedded_compaction
 from cdc.log.embedded.consumer import EmbeddedConsumer, committed_offsets
 from cdc.log.embedded.frames import ValueFrames
@@ -99,19 +99,21 @@ class EmbeddedLog:
             raise LogFatal(f"embedded log: cannot create {self.path}: {exc.strerror}") from exc
         self._connections = Connections(self.path / DB_FILE, durability, busy_timeout_ms)
         self._catalog = TopicCatalog(partitions, tombstone_retention_ms)
+        try:
+            conn = self._conn()
+            migrate(conn)
+            chosen = appender.choose(conn, self._connections.database)  # once, at open
+        except BaseException:
+            self._connections.close()
+            raise
         # What transactions and consumers get instead of the log itself.
         self._state = LogState(
-            self._connections, self._catalog, AppendSignal(), ValueHeads(), ValueFrames()
+            self._connections, self._catalog, AppendSignal(), ValueHeads(), ValueFrames(), chosen
         )
         # This process is loading in bulk without the key index (see :mod:`.bulk`); and whether
         # the index was seen since (a key lookup checks once, not each time).
         self._loading = False
         self._indexed = False
-        try:
-            migrate(self._conn())
-        except BaseException:
-            self.close()
-            raise
 
     @property
     def closed(self) -> bool:

@@ -20,6 +20,7 @@ from pathlib import Path
 import orjson
 
 from cdc.contracts.errors import LogError
+from cdc.log.embedded.appender import Appender
 from cdc.log.embedded.frames import ValueFrames
 from cdc.log.embedded.heads import ValueHeads
 from cdc.log.embedded.store import (
@@ -232,6 +233,7 @@ class LogState:
     appends: AppendSignal
     heads: ValueHeads
     frames: ValueFrames
+    appender: Appender
 
     @contextmanager
     def reading(self, conn: sqlite3.Connection) -> Iterator[Whole]:

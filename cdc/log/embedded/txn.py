@@ -13,17 +13,13 @@ from cdc.contracts import positions
 from cdc.contracts.errors import LogError
 from cdc.log.base import Record, TransactionContext
 from cdc.log.embedded import frames
-from cdc.log.embedded.appender import UNKNOWN_HEAD, appender
-from cdc.log.embedded.heads import Known, head_of, strip
+from cdc.log.embedded.heads import Known, head_of
 from cdc.log.embedded.store import (
     ADVANCE_PARTITION,
     DELETE_SOURCE_OFFSET,
-    INSERT_FRAMED,
-    INSERT_RECORD,
     SELECT_NEXT_OFFSET,
     UPSERT_SOURCE_OFFSET,
     TopicMeta,
-    translate_code,
     translated,
 )
 from cdc.log.partitioner import partition_for
@@ -59,7 +55,7 @@ class EmbeddedTransaction(TransactionContext):
         self._catalog = state.catalog
         self._appends = state.appends
         self._conn = conn
-        self._native = appender(conn, state.connections.database)
+        self._appender = state.appender
         self._heads = state.heads
         # Heads stored by this transaction, by topic id: shared with the log on commit.
         self._new_heads: dict[int, dict[bytes, int]] = {}
@@ -164,66 +160,18 @@ class EmbeddedTransaction(TransactionContext):
 
     def _insert(self, tid: int, partition: int, first: int, ts: int, records: list[Record]) -> None:
         """One partition's records at consecutive offsets from ``first``, each wrapped value
-        without its head (:mod:`cdc.log.embedded.heads`)."""
-        if self._native is not None:
-            try:
-                failed = self._append_native(tid, partition, first, ts, records)
-            except TypeError:
-                pass  # not bytes, or closed: executemany accepts it or says why
-            else:
-                if failed is None:
-                    return
-                code, detail = failed
-                raise translate_code(code, f"{detail} (code {code})", "appending records")
-        rows = []
-        for i, record in enumerate(records):
-            value, head_id = strip(record.value, self._known(tid))
-            if head_id is None and isinstance(value, bytes) and head_of(value) is not None:
-                self._store_head(tid, value)  # a head this topic's writer has not seen
-                value, head_id = strip(value, self._known(tid))
-            rows.append((tid, partition, first + i, record.key, value, ts, head_id, record.pos))
-        with translated("appending records"):
-            self._conn.executemany(INSERT_RECORD, rows)
-
-    def _append_native(
-        self, tid: int, partition: int, first: int, ts: int, records: list[Record]
-    ) -> tuple[int, str] | None:
-        """The native appender's result, after storing every head it did not know (it inserts
-        nothing until it knows them all), with the batch's frame where it has one."""
-        native = self._native
-        assert native is not None
-        frame = None  # stored once: a frame no record uses would never be collected
+        without its head (:mod:`cdc.log.embedded.heads`), through the log's appender."""
         where = frames.Range(tid, partition, first, first + len(records))
-        while True:
-            known = self._known(tid)
-            if frame is None and len(records) >= frames.MIN_RECORDS:
-                found = native.frame(records, known)  # None while a head is unknown
-                if found is not None:
-                    with translated("storing a value frame"):
-                        frame = (frames.store(self._conn, *found, where), *found)
-            try:
-                failed = native.append(
-                    INSERT_FRAMED, tid, partition, first, ts, records, known, frame
-                )
-            except TypeError:
-                # The caller falls back to executemany, without the frame: it goes now, as
-                # nothing else would ever collect a frame no record was stored with.
-                if frame is not None:
-                    with translated("storing a value frame"):
-                        frames.collect(self._conn, [frame[0]])
-                raise
-            if failed is None or failed[0] != UNKNOWN_HEAD:
-                return failed
-            self._store_head(tid, records[int(failed[1])].value)
+        self._appender.insert(self._conn, self, where, ts, records)
 
-    def _known(self, topic_id: int) -> Known:
+    def known(self, topic_id: int) -> Known:
         """The heads a value of the topic may be stored without: the committed ones and this
         transaction's."""
         known = self._heads.known(topic_id)
         new = self._new_heads.get(topic_id)
         return known + list(new.items()) if new else known
 
-    def _store_head(self, topic_id: int, value: bytes | None) -> None:
+    def store_head(self, topic_id: int, value: bytes | None) -> None:
         head = None if value is None else head_of(value)
         if head is None:  # cannot happen: the appender flags only wrapped values
             raise LogError("embedded log: a value flagged as wrapped has no head")
