@@ -2,4 +2,6 @@
 
 from cdc.cli.main import main
 
-main()
+# Guarded: the install check imports every module, and an import must run nothing.
+if __name__ == "__main__":
+    main()
