@@ -9,6 +9,7 @@ go on, and at the end the process exits 1, naming the sinks that stopped.
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import signal
 import threading
@@ -123,6 +124,9 @@ def start(
     """
     gc.set_threshold(*GC_THRESHOLDS)
     memory.limit_arenas()  # before any task's thread exists (cdc.runtime.memory)
+    # A crash in native code (SQLite, DuckDB, librdkafka...) then leaves every thread's Python
+    # stack on stderr instead of a bare exit code.
+    faulthandler.enable()
     base = get_logger(pipeline=pipeline.name)
     run = _opened(pipeline, accept_envelope_change, base)
     log = run.log

@@ -108,8 +108,11 @@ class Connections:
         # Connections of threads that ended are closed here, so a process that starts threads
         # over and over does not pile up open connections until close().
         threading.current_thread()  # registers a thread that threading did not start
-        me, alive = threading.get_ident(), _alive_threads()
+        me = threading.get_ident()
         with self._lock:
+            # Which threads live is read under the lock: read before it, a thread that started
+            # and registered in between looked ended, and its connection was closed under it.
+            alive = _alive_threads()
             stale = [i for i in self._by_thread if i not in alive or i == me]
             for ident in stale:
                 self._by_thread.pop(ident).close()
