@@ -115,6 +115,11 @@ class TableIndex:
         path.mkdir(parents=True, exist_ok=True)
         self.index = tantivy.Index(SCHEMA, path=str(path), reuse=True)
         self.writer = self.index.writer(heap_size=heap_bytes, num_threads=1)
+        # A killed process can leave files its commit never recorded. Tantivy names a delete
+        # file by segment and opstamp, and the opstamp restarts from the last commit, so the
+        # same changes applied again would write the same name and the commit would fail
+        # (FileAlreadyExists after a SIGKILL). Unrecorded files are removed first.
+        self.writer.garbage_collect_files()
         self.searcher = self.index.searcher()
         self.floor = self._committed_floor()
 
