@@ -1,1 +1,2 @@
-"""Source connectors: PostgreSQL (pgoutput), MongoDB (change streams), and a generator."""
+"""Source connectors, each a ``cdc.sources`` plugin: PostgreSQL (logical replication with
+pgoutput), MongoDB (change streams), and a deterministic generator for demos and tests."""

@@ -1,2 +1,2 @@
-"""The ``cdc`` command (:mod:`.main`) and each command's work and report: snapshot, doctor,
-status, tail, sink resets, verify."""
+"""The ``cdc`` command: :mod:`.main` parses it, and each command's work and report lives here
+(status, tail, snapshot, sink resets, doctor, verify). No other package imports it."""

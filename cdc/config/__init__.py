@@ -1,2 +1,2 @@
-"""The pipeline YAML: parsing and validation (:mod:`.pipeline`), the checks across sections, the
-plugins' sections, ``${VAR}`` expansion, did-you-mean for keys, byte sizes."""
+"""The pipeline file: YAML read, ``${VAR}`` expanded, the core's sections and each plugin's own
+validated, every problem reported at once with its YAML path (``cdc validate``)."""

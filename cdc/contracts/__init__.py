@@ -1,2 +1,2 @@
-"""The contracts between the core and its plugins: what a source emits and implements, what a
-sink implements, positions, table schemas, errors, the stored snapshot progress, plugin lookup."""
+"""What a plugin author implements and uses: the source and sink protocols, the change event,
+positions, table schemas, errors, preflight checks, plugin lookup, the stored snapshot progress."""

@@ -1,2 +1,2 @@
-"""The write side: change events to Debezium's record bytes (the envelope, its options, row
-JSON, the per-table record template, Connect schemas for ``schemas.enable``)."""
+"""The write side: change events become Debezium's record bytes (envelope, options, row JSON, the
+per-table record template, Connect schemas), the source position travelling beside the value."""

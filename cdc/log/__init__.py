@@ -1,4 +1,5 @@
-"""The log: interface and implementations."""
+"""The log between the source and the sinks: the :class:`Log` interface (keyed, compacted topics,
+consumer groups, records and source offsets in one transaction), embedded or on Kafka."""
 
 from cdc.log.base import (
     Consumer,

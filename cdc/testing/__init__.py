@@ -1,8 +1,11 @@
-"""The shipped test kit: fault-injecting fakes for runtime tests, a reference in-memory sink,
-the sink conformance kit (cdc.testing.conformance, built on pytest: import it from there) and
-the transform conformance kit (:class:`TransformConformance`, cdc.testing.transforms), which a
-third-party ``cdc.transforms`` plugin's tests subclass, and the one way a test waits for
-something (:func:`wait_until`, on a :class:`ManualClock` where real time need not pass)."""
+"""The shipped test kit, for this project's tests and a third-party plugin's alike: fakes that
+inject faults, a reference in-memory sink, the sink and transform conformance kits, a wait.
+
+The sink conformance kit is :mod:`cdc.testing.conformance` (built on pytest: import it from
+there); the transform conformance kit, :class:`TransformConformance`
+(:mod:`cdc.testing.transforms`), is what a third-party ``cdc.transforms`` plugin's tests
+subclass; a test waits for something one way, :func:`wait_until`, on a :class:`ManualClock`
+where real time need not pass."""
 
 from cdc.support.wait import WaitTimeout, wait_until
 from cdc.testing.clock import ManualClock

@@ -1,5 +1,5 @@
-"""Transforms, filters and masks: what leaves the database and how events are reshaped before
-they are encoded (see :mod:`.base`, :mod:`.filters`, :mod:`.masks`)."""
+"""What leaves the database and how it is reshaped before it is encoded: ``source.tables``
+entries (columns, masks, row filters, ops), the transform plugin interface, its chain, built-ins."""
 
 from cdc.transforms.base import (
     Applied,

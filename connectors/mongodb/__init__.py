@@ -1,4 +1,5 @@
-"""MongoDB source: change streams with resume tokens, snapshots in ``_id`` ranges."""
+"""The MongoDB source (the ``mongodb`` plugin): change streams resumed from points stored in the
+log, a snapshot in ``_id`` ranges, and records in the shapes of Debezium's MongoDB connector."""
 
 from connectors.mongodb.config import MongoSourceConfig
 from connectors.mongodb.plugin import MongoSourcePlugin

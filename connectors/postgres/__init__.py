@@ -1,4 +1,5 @@
-"""PostgreSQL source: logical replication with pgoutput."""
+"""The PostgreSQL source (the ``postgres`` plugin): logical replication with pgoutput, grouped by
+job in replication/, pgoutput/, assembly/, types/, publication/, snapshot/ and doctor/."""
 
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.lifecycle import drop_replication_objects

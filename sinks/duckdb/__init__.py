@@ -1,4 +1,5 @@
-"""The DuckDB warehouse sink: typed tables upserted by key, offsets kept with the data."""
+"""The DuckDB warehouse sink: a typed table per source table, upserted by key (optionally with
+history), its offsets committed in the same DuckDB transaction as the data."""
 
 from sinks.duckdb.config import DuckDBSinkConfig
 from sinks.duckdb.plugin import DuckDBSinkPlugin

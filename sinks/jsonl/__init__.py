@@ -1,4 +1,5 @@
-"""A sink that appends every record to one JSON-lines file per topic, exactly once."""
+"""The JSON-lines sink: every record appended to one file per topic, exactly once (files cut back
+to the lengths its state file recorded), optionally unwrapped to flat rows."""
 
 from sinks.jsonl.config import JsonlSinkConfig
 from sinks.jsonl.plugin import JsonlSinkPlugin

@@ -1,4 +1,5 @@
-"""An embedded full-text index (Tantivy) per table, documents keyed by primary key."""
+"""The search sink: an embedded full-text index (Tantivy) per table, documents keyed by primary
+key, each holding its change's source position so that a replayed change is skipped."""
 
 from sinks.search.config import SearchSinkConfig
 from sinks.search.plugin import SearchSinkPlugin

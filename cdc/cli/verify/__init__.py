@@ -1,2 +1,2 @@
-"""``cdc verify``: each table compared between the source and every sink (:mod:`.compare`),
-keyless tables, lag, the sources' readers and the report."""
+"""``cdc verify``: do the source and each sink hold the same rows? Lagging sinks are reported as
+such; the others are compared table by table (count, checksum, then key by key) and reported."""

@@ -1,4 +1,5 @@
-"""The embedded log: SQLite in the pipeline's state directory, one file, compacted in place.
+"""The default log: SQLite (WAL mode) in the pipeline's state directory, one file and no server
+to run, compacted in place.
 
 ``log`` is the :class:`~cdc.log.base.Log` itself; ``store`` the schema and stored offsets,
 ``txn`` a transaction, ``consumer`` a consumer group's reads, ``shared`` the parts the log hands

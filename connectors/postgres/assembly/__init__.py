@@ -1,5 +1,5 @@
-"""Turning decoded pgoutput messages into change events: the :class:`.assembler.Assembler`
-and its parts, one job each.
+"""Decoded pgoutput messages to change events, in commit order and in bounded batches: the
+:class:`.assembler.Assembler` and its parts, one job each.
 
 - :mod:`.transaction`: the transaction being assembled (framing, sequence, ``source`` info,
   row writers).
@@ -11,4 +11,6 @@ and its parts, one job each.
   change) and its latest event per key.
 - :mod:`.bad`: a value that does not convert: fail, or keep the change as a dead letter.
 - :mod:`.fill`: unchanged TOAST values, filled from previous images.
+- :mod:`.source_fields`: PostgreSQL's fields of a record's ``source`` block.
+- :mod:`.connect`: a relation's Connect schemas (``schemas.enable``).
 """

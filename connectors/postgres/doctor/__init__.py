@@ -1,2 +1,2 @@
-"""``cdc doctor`` for PostgreSQL: the server, role and slot checks (:mod:`.server`), and the
-failover, filter and table checks beside them."""
+"""``cdc doctor`` for PostgreSQL: what the server, the role, the slot, the tables and their
+filters must be for a pipeline to start, each check ok or with its exact fix."""

@@ -1,4 +1,5 @@
-"""Decode pgoutput logical replication messages, as pure functions over bytes.
+"""pgoutput, PostgreSQL's logical replication message format, decoded as pure functions over
+bytes: the message dataclasses (:mod:`.messages`) and the decoder (:mod:`.parser`).
 
 The format is PostgreSQL's "Logical Replication Message Formats" (protocol versions 1 to 4;
 3's two-phase messages are refused, as the source never turns ``two_phase`` on).

@@ -1,2 +1,2 @@
-"""The replication connection and what rides on it: CopyBoth framing, the WAL read loop, flush
-positions and acks, streamed in-progress transactions, standbys and failover slots, probes."""
+"""The replication connection and what rides on it: CopyBoth framing, the WAL read loop (the hot
+path), flush positions and acks, streamed transactions, standbys, the slot's probe, versions."""

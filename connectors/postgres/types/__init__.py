@@ -1,4 +1,5 @@
-"""Convert PostgreSQL text-format values into the JSON-ready values Debezium 3.6.1 writes.
+"""PostgreSQL values: their text form converted into the JSON-ready values Debezium 3.6.1 writes,
+and the row encoder (a Python reference and an optional Rust one) that writes rows of them.
 
 pgoutput sends column values in their text output form. Each column gets one ``str -> value``
 function, chosen by its type, typmod and the pipeline's envelope options
