@@ -21,6 +21,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+# The stored form's own count (its one codec); chunk bookkeeping uses it as is.
+from cdc.contracts.snapshot_offsets import done_count as done_count
+
 KeyValues = tuple[str, ...]
 
 
@@ -121,11 +124,6 @@ def to_ranges(indexes: Iterable[int]) -> list[list[int]]:
 def expand(ranges: Sequence[Sequence[int]]) -> list[int]:
     """Every index in ``ranges``."""
     return [i for first, last in ranges for i in range(int(first), int(last) + 1)]
-
-
-def done_count(ranges: Sequence[Sequence[int]]) -> int:
-    """How many chunks ``ranges`` covers."""
-    return sum(int(last) - int(first) + 1 for first, last in ranges)
 
 
 def remaining(chunks: Sequence[Chunk], ranges: Sequence[Sequence[int]]) -> list[Chunk]:

@@ -261,22 +261,11 @@ class SnapshotState:
             if self._ended(request):
                 return False
             self._touch(name, -1)
-            self._data["tables"][name] = {
-                "kind": kind,
-                "request": request,
-                "method": method,
-                "where": where,
-                "chunks": [chunk_to_json(c) for c in chunks],
-                "chunks_total": len(chunks),
-                "done": [],
-                "rows": 0,
-                "started_ms": now_ms(),
-                "updated_ms": now_ms(),
-                "rows_per_s": 0.0,
-                "eta_s": None,
-            }
+            stored = [chunk_to_json(c) for c in chunks]
+            entry = snapshot_offsets.new_table(kind, request, method, where, stored, now_ms())
+            self._data["tables"][name] = entry
             if purge:
-                self._data["tables"][name]["purge"] = True
+                entry["purge"] = True
             self._touch(name, +1)
             self._unqueue(request)
             return True

@@ -20,14 +20,18 @@ rewrites it in the new form at its first commit after a start, :func:`migrated`)
 writes its read-only view (:func:`whole`), whose own entry is rewritten whole with every commit
 anyway.
 
-This module lives in ``cdc`` because ``cdc status``, ``cdc snapshot --wait`` and the metrics read
-it, and ``cdc`` imports no ``snapshots`` module; ``snapshots.state`` writes through it.
-Pure functions over plain JSON.
+This module is the format's one codec: every entry is built here (:func:`new_table`,
+:func:`mirrored_table`, :func:`encode`, :func:`whole`) and read here, into the typed views
+(:func:`read`: :class:`SnapshotProgress`, :class:`TableProgress`) that ``cdc status``,
+``cdc snapshot --wait``, the live display and the metrics use; ``snapshots.state`` (PostgreSQL's
+progress) and MongoDB's mirror write through it, and nothing else parses it. It lives in ``cdc``
+because ``cdc`` imports no ``snapshots`` module. Pure functions over plain JSON.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 RUN_KEY = "snapshot"
@@ -108,7 +112,181 @@ def encode(
     return stored
 
 
-def whole(view: Mapping[str, Any]) -> dict[str, Any]:
-    """The offsets storing ``view`` (run entry with its ``"tables"``) under the run key alone:
-    for a source that rewrites its whole state with every commit anyway (MongoDB's mirror)."""
-    return {RUN_KEY: dict(view)}
+def new_table(
+    kind: str,
+    request: str | None,
+    method: str,
+    where: str | None,
+    chunks: list[dict[str, Any]],
+    now: int,
+) -> dict[str, Any]:
+    """A table's entry as its chunk plan is stored (``chunks`` in their stored form), before
+    any chunk is read."""
+    return {
+        "kind": kind,
+        "request": request,
+        "method": method,
+        "where": where,
+        "chunks": chunks,
+        "chunks_total": len(chunks),
+        "done": [],
+        "rows": 0,
+        "started_ms": now,
+        "updated_ms": now,
+        "rows_per_s": 0.0,
+        "eta_s": None,
+    }
+
+
+def mirrored_table(
+    *,
+    kind: str,
+    method: str,
+    chunks_total: int,
+    done: list[list[int]],
+    rows: int,
+    rows_per_s: float | None,
+    eta_s: float | None,
+    updated_ms: int,
+    request: str | None,
+) -> dict[str, Any]:
+    """A table's entry in a read-only mirror (:func:`whole`): the figures alone, no plan."""
+    return {
+        "kind": kind,
+        "method": method,
+        "chunks_total": chunks_total,
+        "done": done,
+        "rows": rows,
+        "rows_per_s": rows_per_s,
+        "eta_s": eta_s,
+        "updated_ms": updated_ms,
+        "request": request,
+    }
+
+
+def whole(tables: Mapping[str, Mapping[str, Any]], finished: Sequence[str]) -> dict[str, Any]:
+    """The offsets storing ``tables`` (each a :func:`mirrored_table`) and the ``finished``
+    request ids under the run key alone: for a source that rewrites its whole state with every
+    commit anyway (MongoDB's mirror)."""
+    return {RUN_KEY: {"tables": dict(tables), "requests": [], "finished": list(finished)}}
+
+
+# -- the typed views every reader uses (cdc status, cdc snapshot --wait, the live display,
+# the metrics) -------------------------------------------------------------------------------
+
+
+def done_count(done: Sequence[Sequence[int]] | None) -> int:
+    """How many chunks the stored ``done`` ranges (sorted, merged ``[first, last]``) hold."""
+    return sum(int(last) - int(first) + 1 for first, last in done or [])
+
+
+@dataclass(frozen=True, slots=True)
+class TableProgress:
+    """One table's stored progress: its figures as of its last finished chunk.
+
+    Attributes:
+        eta_s: the stored estimate (``None`` once the table is done).
+        updated_ms: when the source stored the figures (``None`` if it did not say).
+    """
+
+    table: str
+    kind: str | None
+    method: str | None
+    request: str | None
+    chunks_done: int
+    chunks_total: int
+    rows: int
+    rows_per_s: float | None
+    eta_s: float | None
+    updated_ms: int | None
+
+    @property
+    def done(self) -> bool:
+        """Every planned chunk is read."""
+        return self.chunks_done >= self.chunks_total
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedRequest:
+    """A request the source has not planned yet."""
+
+    id: str | None
+    table: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class FailedRequest:
+    """A request that failed, listed with its (redacted) reason until it is cancelled."""
+
+    id: str | None
+    table: str | None
+    where: str | None
+    reason: str | None
+    rows: int
+    failed_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotProgress:
+    """The whole stored progress, typed: tables by name, the queue in order, and the last few
+    request ids that finished, failed or were cancelled."""
+
+    tables: tuple[TableProgress, ...]
+    queued: tuple[QueuedRequest, ...]
+    failed: tuple[FailedRequest, ...]
+    finished: tuple[str, ...]
+    cancelled: tuple[str, ...]
+
+    def outcome(self, request: str) -> str | None:
+        """How ``request`` ended: ``done``, ``failed: <reason>``, ``cancelled``, or ``None``
+        while it has not."""
+        if request in self.cancelled:
+            return "cancelled"
+        if request in self.finished:
+            return "done"
+        for failure in self.failed:
+            if failure.id == request:
+                return f"failed: {failure.reason}"
+        return None
+
+
+def read(offsets: Mapping[str, Any]) -> SnapshotProgress | None:
+    """The stored progress, typed, from any stored form; ``None`` when nothing of a snapshot is
+    stored."""
+    view = progress(offsets)
+    if view is None:
+        return None
+    return SnapshotProgress(
+        tables=tuple(_table(n, e) for n, e in sorted((view.get("tables") or {}).items())),
+        queued=tuple(QueuedRequest(r.get("id"), r.get("table")) for r in view["requests"]),
+        failed=tuple(map(_failure, view.get("failed") or [])),
+        finished=tuple(view.get("finished") or []),
+        cancelled=tuple(view.get("cancelled") or []),
+    )
+
+
+def _table(name: str, entry: Mapping[str, Any]) -> TableProgress:
+    updated = entry.get("updated_ms")
+    return TableProgress(
+        table=name,
+        kind=entry.get("kind"),
+        method=entry.get("method"),
+        request=entry.get("request"),
+        chunks_done=done_count(entry.get("done")),
+        chunks_total=int(entry.get("chunks_total", 0)),
+        rows=int(entry.get("rows", 0)),
+        rows_per_s=entry.get("rows_per_s"),
+        eta_s=entry.get("eta_s"),
+        updated_ms=None if updated is None else int(updated),
+    )
+
+
+def _failure(entry: Mapping[str, Any]) -> FailedRequest:
+    return FailedRequest(
+        id=entry.get("id"),
+        table=entry.get("table"),
+        where=entry.get("where"),
+        reason=entry.get("reason"),
+        rows=int(entry.get("rows", 0)),
+        failed_ms=entry.get("failed_ms"),
+    )

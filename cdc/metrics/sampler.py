@@ -19,11 +19,11 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from cdc.contracts import snapshot_offsets
 from cdc.log.base import Log, TopicPartition
 from cdc.metrics.health import Health
 from cdc.metrics.observers import SOURCE_TASK, sink_task
 from cdc.metrics.registry import WAL_STATUSES, Metrics
-from cdc.metrics.snapshot_report import snapshot_report
 from cdc.support.logging import Logger
 from cdc.support.redact import redact
 
@@ -116,10 +116,9 @@ class Sampler:
             self._health.waiting(sink_task(sink), total > 0)
 
     def _sample_snapshot(self) -> None:
-        for entry in snapshot_report(self._log.source_offsets()):
-            if "chunks_total" not in entry:
-                continue  # a queued or failed request: no chunks yet
-            done, total = int(entry["chunks_done"]), int(entry["chunks_total"])
+        state = snapshot_offsets.read(self._log.source_offsets())
+        for table in state.tables if state is not None else ():  # queued or failed: no chunks
+            done, total = table.chunks_done, table.chunks_total
             chunks = self._m.snapshot_chunks
-            chunks.labels(self._pipeline, entry["table"], "done").set(done)
-            chunks.labels(self._pipeline, entry["table"], "pending").set(max(0, total - done))
+            chunks.labels(self._pipeline, table.table, "done").set(done)
+            chunks.labels(self._pipeline, table.table, "pending").set(max(0, total - done))

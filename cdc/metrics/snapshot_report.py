@@ -15,80 +15,61 @@ from typing import Any
 from rich.console import Console
 from rich.table import Column, Table
 
-from cdc.contracts.snapshot_offsets import progress
+from cdc.contracts.snapshot_offsets import SnapshotProgress, TableProgress, read
 from cdc.support.clock import now_ms
-
-
-def _done(entry: Mapping[str, Any]) -> int:
-    return sum(int(last) - int(first) + 1 for first, last in entry.get("done") or [])
 
 
 def snapshot_report(offsets: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Per table: kind, chunks done of total, rows, rows/s, ETA, request id."""
-    state = progress(offsets)
+    return report_rows(read(offsets))
+
+
+def report_rows(state: SnapshotProgress | None) -> list[dict[str, Any]]:
+    """The rows of :func:`snapshot_report` (``cdc status --json``'s ``"snapshot"``), from the
+    typed progress; tables first, then queued, then failed requests."""
     if state is None:
         return []
-    return _tables(state, now_ms()) + _queued(state) + _failed(state)
-
-
-def _tables(state: Mapping[str, Any], now: int) -> list[dict[str, Any]]:
-    report = []
-    for name, entry in sorted((state.get("tables") or {}).items()):
-        done, total = _done(entry), int(entry.get("chunks_total", 0))
-        report.append(
+    now = now_ms()
+    return (
+        [_table(t, now) for t in state.tables]
+        + [{"table": q.table, "request": q.id, "state": "queued"} for q in state.queued]
+        + [
             {
-                "table": name,
-                "kind": entry.get("kind"),
-                "method": entry.get("method"),
-                "chunks_done": done,
-                "chunks_total": total,
-                "rows": entry.get("rows", 0),
-                "rows_per_s": entry.get("rows_per_s"),
-                "eta_s": None if done >= total else entry.get("eta_s"),
-                "state": "done" if done >= total else "running",
-                "request": entry.get("request"),
-                "age_s": round((now - int(entry.get("updated_ms", now))) / 1000, 1),
+                "table": f.table,
+                "request": f.id,
+                "state": "failed",
+                "reason": f.reason,
+                "where": f.where,
+                "rows": f.rows,
+                "failed_ms": f.failed_ms,
             }
-        )
-    return report
+            for f in state.failed
+        ]
+    )
 
 
-def _queued(state: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return [
-        {"table": r.get("table"), "request": r.get("id"), "state": "queued"}
-        for r in state.get("requests") or []
-    ]
-
-
-def _failed(state: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return [
-        {
-            "table": f.get("table"),
-            "request": f.get("id"),
-            "state": "failed",
-            "reason": f.get("reason"),
-            "where": f.get("where"),
-            "rows": f.get("rows", 0),
-            "failed_ms": f.get("failed_ms"),
-        }
-        for f in state.get("failed") or []
-    ]
+def _table(table: TableProgress, now: int) -> dict[str, Any]:
+    updated = now if table.updated_ms is None else table.updated_ms
+    return {
+        "table": table.table,
+        "kind": table.kind,
+        "method": table.method,
+        "chunks_done": table.chunks_done,
+        "chunks_total": table.chunks_total,
+        "rows": table.rows,
+        "rows_per_s": table.rows_per_s,
+        "eta_s": None if table.done else table.eta_s,
+        "state": "done" if table.done else "running",
+        "request": table.request,
+        "age_s": round((now - updated) / 1000, 1),
+    }
 
 
 def request_outcome(offsets: Mapping[str, Any], request_id: str) -> str | None:
     """How request ``request_id`` ended: ``done``, ``failed: <reason>``, ``cancelled``, or
     ``None`` while it has not."""
-    state = progress(offsets)
-    if state is None:
-        return None
-    if request_id in (state.get("cancelled") or []):
-        return "cancelled"
-    if request_id in (state.get("finished") or []):
-        return "done"
-    for failure in state.get("failed") or []:
-        if failure.get("id") == request_id:
-            return f"failed: {failure.get('reason')}"
-    return None
+    state = read(offsets)
+    return None if state is None else state.outcome(request_id)
 
 
 def open_requests(offsets: Mapping[str, Any]) -> dict[str, str]:
@@ -103,8 +84,8 @@ def open_requests(offsets: Mapping[str, Any]) -> dict[str, str]:
 
 def request_finished(offsets: Mapping[str, Any], request_id: str) -> bool:
     """The stored offsets record request ``request_id`` as done."""
-    state = progress(offsets)
-    return state is not None and request_id in (state.get("finished") or [])
+    state = read(offsets)
+    return state is not None and request_id in state.finished
 
 
 def print_snapshots(report: list[dict[str, Any]], console: Console | None = None) -> None:

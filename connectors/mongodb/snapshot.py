@@ -38,6 +38,7 @@ from bson.codec_options import CodecOptions
 from pymongo import MongoClient
 
 from cdc.config.batch_bytes import BATCH_BYTES
+from cdc.contracts import snapshot_offsets
 from cdc.support.clock import now_ms
 from connectors.mongodb import ranges
 from connectors.mongodb.filters import CollectionFilter
@@ -155,10 +156,11 @@ def record(state: Doc, batch: Batch) -> dict[str, Any]:
     }
 
 
-def status_view(entry: Doc) -> Doc | None:
-    """The snapshot as ``cdc status`` reads any source's progress (top-level ``"snapshot"``
-    offsets: per table ``chunks_total``, ``done`` intervals, ``rows``, rows/s, ETA), derived from
-    the running snapshot, else the last finished one; ``None`` before any snapshot."""
+def mirror(entry: Doc) -> Doc:
+    """The snapshot as every source's progress is stored for ``cdc status`` (a read-only mirror
+    in :mod:`cdc.contracts.snapshot_offsets`' form, whole: per table ``chunks_total``, ``done``
+    ranges, rows, rows/s, ETA), derived from the running snapshot, else the last finished one:
+    the offsets items to store beside ``entry``; none before any snapshot."""
     now = now_ms()
     running = entry.get("snapshot")
     tables: Doc = {}
@@ -166,28 +168,29 @@ def status_view(entry: Doc) -> Doc | None:
         request = running.get("request")
         for table, info in running["collections"].items():
             done = [i for i, r in enumerate(info["ranges"]) if r["done"]]
-            tables[table] = _view(len(info["ranges"]), done, info, now, request)
+            tables[table] = _mirrored(len(info["ranges"]), done, info, now, request)
     elif entry.get("last_snapshot"):
         last = entry["last_snapshot"]
         for table, rows in last["rows"].items():
             info = {"rows": rows, "rows_per_s": None}
-            tables[table] = _view(1, [0], info, now, last.get("request"))
-    finished = list(entry.get("finished_requests", []))
-    return {"tables": tables, "requests": [], "finished": finished} if tables else None
+            tables[table] = _mirrored(1, [0], info, now, last.get("request"))
+    if not tables:
+        return {}
+    return snapshot_offsets.whole(tables, entry.get("finished_requests", []))
 
 
-def _view(total: int, done: list[int], info: Doc, now: int, request: str | None) -> Doc:
-    return {
-        "kind": "initial" if request is None else "blocking",
-        "method": "_id ranges",
-        "chunks_total": total,
-        "done": to_ranges(done),
-        "rows": info["rows"],
-        "rows_per_s": info.get("rows_per_s"),
-        "eta_s": info.get("eta_s"),
-        "updated_ms": now,
-        "request": request,
-    }
+def _mirrored(total: int, done: list[int], info: Doc, now: int, request: str | None) -> Doc:
+    return snapshot_offsets.mirrored_table(
+        kind="initial" if request is None else "blocking",
+        method="_id ranges",
+        chunks_total=total,
+        done=to_ranges(done),
+        rows=info["rows"],
+        rows_per_s=info.get("rows_per_s"),
+        eta_s=info.get("eta_s"),
+        updated_ms=now,
+        request=request,
+    )
 
 
 class Scanner:

@@ -28,7 +28,6 @@ from pymongo import MongoClient
 from pymongo import errors as px
 
 from cdc.config.pipeline import redact_url
-from cdc.contracts import snapshot_offsets
 from cdc.contracts.positions import Offsets, carried, require_forward
 from cdc.contracts.source import SourceBatch, SourceContext
 from cdc.support.clock import now_ms
@@ -441,10 +440,8 @@ class MongoSource:
         self._entry["streams"] = streams
         position = positions.MongoPosition.from_entries(streams, entry.get(positions.RESTARTS_KEY))
         offsets = Offsets({positions.OFFSET_KEY: entry}, position)
-        view = snapshot.status_view(entry)
-        if view is not None:
-            # A read-only mirror for `cdc status`, never read back; stored whole, as the entry is.
-            offsets.update(snapshot_offsets.whole(view))
+        # A read-only mirror for `cdc status`, never read back; stored whole, as the entry is.
+        offsets.update(snapshot.mirror(entry))
         return offsets
 
     # -- ack, close ------------------------------------------------------------------------

@@ -300,7 +300,7 @@ def test_pipeline_file_errors_are_reported_together_with_their_paths() -> None:
     assert "pw" not in str(failure.value)
 
 
-def test_signal_collection_and_status_view() -> None:
+def test_signal_collection_and_status_mirror() -> None:
     from connectors.mongodb import snapshot
 
     base = {"type": "mongodb", "dsn": "mongodb://h/", "tables": ["shop.orders"]}
@@ -310,12 +310,11 @@ def test_signal_collection_and_status_view() -> None:
         MongoSourceConfig.model_validate(base | {"signal_collection": "signals"})
     state = snapshot.new_state("s1", 5, "why", {"shop.orders": ranges.plan([10, 20])}, "r1")
     state["collections"]["shop.orders"]["ranges"][1]["done"] = True
-    view = snapshot.status_view({"snapshot": state})
-    assert view is not None
+    view = snapshot.mirror({"snapshot": state})["snapshot"]
     table = view["tables"]["shop.orders"]
     assert (table["chunks_total"], table["done"], table["kind"]) == (3, [[1, 1]], "blocking")
     finished = {"last_snapshot": {"rows": {"shop.orders": 7}, "request": "r1"}}
-    view = snapshot.status_view(finished | {"finished_requests": ["r1"]})
-    assert view is not None and view["finished"] == ["r1"]
+    view = snapshot.mirror(finished | {"finished_requests": ["r1"]})["snapshot"]
+    assert view["finished"] == ["r1"]
     assert view["tables"]["shop.orders"]["rows"] == 7
-    assert snapshot.status_view({}) is None
+    assert snapshot.mirror({}) == {}

@@ -20,7 +20,7 @@ def test_a_running_mongodb_snapshot_is_shown_once(capsys: pytest.CaptureFixture[
     state = snapshot.new_state("s1", 7, "initial", {"shop.orders": plan})
     state["collections"]["shop.orders"]["rows"] = 1234
     entry = {"streams": {"shop": {"at": "2026-11-30T00:00:00Z"}}, "snapshot": state}
-    offsets = {"mongodb": entry, "snapshot": snapshot.status_view(entry)}
+    offsets = {"mongodb": entry, **snapshot.mirror(entry)}
     config = MongoSourceConfig.model_validate(
         {"type": "mongodb", "dsn": "mongodb://localhost:1", "tables": ["shop.orders"]}
     )

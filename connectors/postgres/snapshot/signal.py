@@ -118,14 +118,12 @@ def _write(
 
 def progress(offsets: dict[str, Any], request_id: str) -> dict[str, Any]:
     """What the stored offsets say about a request: ``{"done", "tables": {...}}``."""
-    state = snapshot_offsets.progress(offsets) or {}
+    state = snapshot_offsets.read(offsets)
+    if state is None:
+        return {"done": False, "tables": {}}
     tables = {
-        name: {
-            "chunks_done": sum(b - a + 1 for a, b in entry.get("done", [])),
-            "chunks_total": entry.get("chunks_total", 0),
-            "rows": entry.get("rows", 0),
-        }
-        for name, entry in (state.get("tables") or {}).items()
-        if entry.get("request") == request_id
+        t.table: {"chunks_done": t.chunks_done, "chunks_total": t.chunks_total, "rows": t.rows}
+        for t in state.tables
+        if t.request == request_id
     }
-    return {"done": request_id in (state.get("finished") or []), "tables": tables}
+    return {"done": request_id in state.finished, "tables": tables}
