@@ -10,7 +10,6 @@ stopping at any point after the request ends it at once, with exit 1 and the sin
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import click
@@ -18,6 +17,7 @@ import click
 from cdc.log.base import Log, TopicPartition
 from cdc.log.offsets import last_offsets
 from cdc.runtime.sink_control import APPLIED, DONE, FAILED, STOPPED, Reset, SinkControl
+from cdc.support.wait import WaitTimeout, wait_until
 
 EXIT_OK, EXIT_RUNTIME = 0, 1
 POLL_S = 0.5
@@ -33,33 +33,58 @@ def follow(
 ) -> int:
     """Print each request's progress until the sink holds them all and caught up (0), one
     failed or the sink stopped (1, with the reason), or the time is up (1)."""
-    deadline = time.monotonic() + timeout_s
-    seen = {r.id: r.state for r in requests}
-    caught_up_at: dict[TopicPartition, int] | None = None
-    sink, since = requests[0].sink, min(r.requested_ms for r in requests)
-    while True:
-        control.refresh()
-        current = [control.find(r.sink, r.id) or r for r in requests]
-        for request in current:
-            if seen[request.id] != request.state:
-                seen[request.id] = request.state
+    follower = _Follower(log, control, requests, topics, group)
+    try:
+        wait_until(follower.ended, timeout_s, POLL_S)
+    except WaitTimeout:
+        _timed_out(follower.current, timeout_s, follower.caught_up_at is not None)
+        return EXIT_RUNTIME
+    return follower.exit_code
+
+
+class _Follower:
+    """One look at the requests per :meth:`ended`, printing what changed since the last."""
+
+    def __init__(
+        self,
+        log: Log,
+        control: SinkControl,
+        requests: list[Reset],
+        topics: Sequence[str],
+        group: str,
+    ) -> None:
+        self._log, self._control, self._requests = log, control, requests
+        self._topics, self._group = topics, group
+        self._seen = {r.id: r.state for r in requests}
+        self._sink, self._since = requests[0].sink, min(r.requested_ms for r in requests)
+        self.current = list(requests)
+        self.caught_up_at: dict[TopicPartition, int] | None = None
+        self.exit_code = EXIT_RUNTIME
+
+    def ended(self) -> bool:
+        """Whether the wait is over, with :attr:`exit_code` set."""
+        self._control.refresh()
+        self.current = [self._control.find(r.sink, r.id) or r for r in self._requests]
+        for request in self.current:
+            if self._seen[request.id] != request.state:
+                self._seen[request.id] = request.state
                 click.echo(f"{request.table}: {_describe(request)}")
-        reason = _stopped_since(control, sink, since)
-        states = {r.state for r in current}
+        reason = _stopped_since(self._control, self._sink, self._since)
+        states = {r.state for r in self.current}
         if FAILED in states and states <= {DONE, FAILED}:
-            return EXIT_RUNTIME
+            return True
         if reason is not None:
-            click.echo(f"error: sink {sink} stopped again after the reset: {reason}", err=True)
-            return EXIT_RUNTIME
+            click.echo(
+                f"error: sink {self._sink} stopped again after the reset: {reason}", err=True
+            )
+            return True
         if states <= {DONE}:
-            caught_up_at = caught_up_at or _ends(log, topics)
-            if _reached(log, group, caught_up_at):
-                click.echo(f"sink {sink}: running, caught up with the log")
-                return EXIT_OK
-        if time.monotonic() >= deadline:
-            _timed_out(current, timeout_s, caught_up_at is not None)
-            return EXIT_RUNTIME
-        time.sleep(POLL_S)
+            self.caught_up_at = self.caught_up_at or _ends(self._log, self._topics)
+            if _reached(self._log, self._group, self.caught_up_at):
+                click.echo(f"sink {self._sink}: running, caught up with the log")
+                self.exit_code = EXIT_OK
+                return True
+        return False
 
 
 def _stopped_since(control: SinkControl, sink: str, since_ms: int) -> str | None:

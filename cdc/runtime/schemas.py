@@ -8,13 +8,13 @@ change, the matching schema is readable here.
 from __future__ import annotations
 
 import threading
-import time
 
 import orjson
 
 from cdc.contracts.schema import TableSchema, is_table_schema_key, schema_topic
 from cdc.log.base import Log
 from cdc.log.encoding import is_encoding_key
+from cdc.support.wait import WaitTimeout, wait_until
 
 
 class SchemaCatalog:
@@ -49,16 +49,17 @@ class SchemaCatalog:
         the change a moment before the schema. A missing schema is therefore waited for, briefly.
         """
         name = (schema, table)
-        deadline = time.monotonic() + (0.0 if name in self._waited else self._wait_s)
-        while True:
-            with self._lock:
-                self._refresh()
-                found = self._schemas.get(name)
-            if found is not None or time.monotonic() >= deadline:
-                if found is None:
-                    self._waited.add(name)
-                return found
-            time.sleep(0.05)
+        wait_s = 0.0 if name in self._waited else self._wait_s
+        try:
+            return wait_until(lambda: self._read(name), wait_s, 0.05)
+        except WaitTimeout:
+            self._waited.add(name)
+            return None
+
+    def _read(self, name: tuple[str, str]) -> TableSchema | None:
+        with self._lock:
+            self._refresh()
+            return self._schemas.get(name)
 
     def _refresh(self) -> None:
         if not self._next and not self._topic_exists():

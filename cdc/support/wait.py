@@ -39,7 +39,7 @@ class WaitTimeout(TimeoutError):
 
 
 def wait_until(
-    predicate: Callable[[], T],
+    predicate: Callable[[], T | None],
     timeout_s: float,
     interval_s: float = 0.05,
     *,

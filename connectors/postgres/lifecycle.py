@@ -6,7 +6,7 @@ here, where the callers have always found them)."""
 
 from __future__ import annotations
 
-import time
+import contextlib
 from enum import Enum
 from typing import Final, Literal
 
@@ -16,6 +16,7 @@ from psycopg import sql
 from cdc.config.pipeline import redact_url
 from cdc.contracts.errors import SourceFatal
 from cdc.support.logging import Logger
+from cdc.support.wait import WaitTimeout, wait_until
 from connectors.postgres.catalog import Catalog, SlotState
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.lsn import Lsn
@@ -75,25 +76,37 @@ def check_slot(
             process past the grace period; on a standby, what decoding there lacks
             (:func:`connectors.postgres.replication.standby.check_decoding_here`).
     """
-    deadline = time.monotonic() + ACTIVE_SLOT_GRACE_S
     state = catalog.slot(slot) if read is UNREAD else read
     if state is not None:
         # A slot that exists is checked here; a new one by create_slot before it is made.
         check_decoding_here(ServerFacts.from_row(catalog.rows(sql.SQL(FACTS_SQL))[0]), False, _log)
-    while True:
-        if state is None:
-            return None
-        if state.plugin != "pgoutput" or state.database != database:
-            raise SourceFatal(
-                f"replication slot {slot!r} exists for plugin {state.plugin!r} in database "
-                f"{state.database!r}, not pgoutput in {database!r}; choose another slot name"
-            )
-        if state.active_pid is None:
-            return state
-        if time.monotonic() > deadline:
-            raise slot_in_use(slot, state.active_pid)
-        time.sleep(0.25)
-        state = catalog.slot(slot)
+    last: list[SlotState | None] = []  # the latest look; the first is the one already read
+
+    def free() -> tuple[SlotState | None] | None:
+        last[:] = [catalog.slot(slot) if last else state]
+        return _free(last[0], slot, database)
+
+    try:
+        return wait_until(free, ACTIVE_SLOT_GRACE_S, 0.25)[0]
+    except WaitTimeout:
+        held = last[0]
+        raise slot_in_use(slot, held.active_pid if held else None) from None
+
+
+def _free(state: SlotState | None, slot: str, database: str) -> tuple[SlotState | None] | None:
+    """``(state,)`` when the slot is absent or free, ``None`` while another process holds it.
+
+    Raises:
+        SourceFatal: the slot belongs to another plugin or database.
+    """
+    if state is None:
+        return (None,)
+    if state.plugin != "pgoutput" or state.database != database:
+        raise SourceFatal(
+            f"replication slot {slot!r} exists for plugin {state.plugin!r} in database "
+            f"{state.database!r}, not pgoutput in {database!r}; choose another slot name"
+        )
+    return (state,) if state.active_pid is None else None
 
 
 def slot_in_use(slot: str, pid: int | None) -> SourceFatal:
@@ -258,9 +271,12 @@ def _on_standby(catalog: Catalog, publication: str, logger: Logger) -> bool:
 
 def _released(catalog: Catalog, slot: str, wait_s: float) -> SlotState | None:
     """The slot's state once no process holds it, or as it is after ``wait_s``."""
-    deadline = time.monotonic() + wait_s
-    state = catalog.slot(slot)
-    while state is not None and state.active_pid is not None and time.monotonic() < deadline:
-        time.sleep(0.1)
-        state = catalog.slot(slot)
-    return state
+    last: list[SlotState | None] = []
+
+    def released() -> bool:
+        last[:] = [catalog.slot(slot)]
+        return last[0] is None or last[0].active_pid is None
+
+    with contextlib.suppress(WaitTimeout):  # then the slot as it is now is the answer
+        wait_until(released, wait_s, 0.1)
+    return last[0]

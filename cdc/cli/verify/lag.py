@@ -4,7 +4,7 @@ a difference)."""
 
 from __future__ import annotations
 
-import time
+import contextlib
 from typing import Any
 
 from cdc.contracts.events import topic_name
@@ -12,6 +12,7 @@ from cdc.log.base import Log, TopicPartition
 from cdc.log.offsets import end_offsets
 from cdc.runtime.sink_control import SinkControl
 from cdc.runtime.sink_task import group_name
+from cdc.support.wait import WaitTimeout, wait_until
 
 
 def lagging(
@@ -36,12 +37,16 @@ def lagging(
         for topic in [topic_name(pipeline, s, t)]
     }
     control = SinkControl(log, pipeline)
-    deadline = time.monotonic() + wait_s
-    while True:
-        behind = _behind(log, pipeline, goals, control)
-        if not behind or time.monotonic() >= deadline:
-            return behind
-        time.sleep(poll_s)
+    behind: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def caught_up() -> bool:
+        behind.clear()
+        behind.update(_behind(log, pipeline, goals, control))
+        return not behind
+
+    with contextlib.suppress(WaitTimeout):  # then those still behind are the answer
+        wait_until(caught_up, wait_s, poll_s)
+    return behind
 
 
 def _behind(

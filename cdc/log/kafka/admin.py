@@ -7,7 +7,7 @@ again for a few seconds before the failure is reported.
 
 from __future__ import annotations
 
-import time
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +27,7 @@ from cdc.log.kafka.brokerless import RenewedClient
 from cdc.log.kafka.common import client_config, describe, error_of, translate, translated
 from cdc.log.kafka.groups import GroupDescription, described
 from cdc.support.retry import Backoff, retry
+from cdc.support.wait import WaitTimeout, wait_until
 
 TIMEOUT_S = 15.0
 _GROUP_OFFSETS_TOPIC = "__consumer_offsets"
@@ -124,17 +125,19 @@ class KafkaAdmin:
         gives "visible on return", as the embedded log has.
         """
         pending = dict(last)
-        deadline = time.monotonic() + _VISIBLE_WAIT_S
-        while pending and time.monotonic() < deadline:
+
+        def visible() -> bool:
             request = {KafkaPartition(t, p): LATEST for t, p in pending}
-            try:
-                for tp, future in self._list_offsets(request, _VISIBLE_WAIT_S).items():
-                    if future.result().offset > pending[tp.topic, tp.partition]:
-                        del pending[tp.topic, tp.partition]
-            except KafkaException:
-                return  # the commit is durable; only its visibility is late
-            if pending:
-                time.sleep(0.002)
+            for tp, future in self._list_offsets(request, _VISIBLE_WAIT_S).items():
+                if future.result().offset > pending[tp.topic, tp.partition]:
+                    del pending[tp.topic, tp.partition]
+            return not pending
+
+        if not pending:
+            return
+        # Either error leaves the commit durable; only its visibility is late.
+        with contextlib.suppress(KafkaException, WaitTimeout):
+            wait_until(visible, _VISIBLE_WAIT_S, 0.002, describe="the commit markers")
 
     def committed(self, group: str) -> dict[TopicPartition, int]:
         """The group's committed next offsets (partitions without a commit are left out).
@@ -197,22 +200,25 @@ class KafkaAdmin:
 
     def _wait_for_leaders(self, names: list[str]) -> None:
         """Wait until every partition of ``names`` has a leader: until then, requests fail."""
-        deadline = time.monotonic() + TIMEOUT_S
-        while True:
+
+        def led() -> bool:
             with translated("reading cluster metadata", self.servers):
                 metadata = self._admin.list_topics(timeout=TIMEOUT_S)
             self._remember(metadata)
             topics = [metadata.topics.get(name) for name in names]
-            if all(
+            return all(
                 t is not None
                 and t.error is None
                 and all(p.leader >= 0 for p in t.partitions.values())
                 for t in topics
-            ):
-                return
-            if time.monotonic() > deadline:
-                raise LogUnavailable(f"kafka log ({self.servers}): topics {names} have no leader")
-            time.sleep(0.05)
+            )
+
+        try:
+            wait_until(led, TIMEOUT_S, 0.05)
+        except WaitTimeout:
+            raise LogUnavailable(
+                f"kafka log ({self.servers}): topics {names} have no leader"
+            ) from None
 
     def _remember(self, metadata: Any) -> None:
         self._known = {
