@@ -24,6 +24,7 @@ from typing import Any
 import duckdb
 
 from cdc.contracts.errors import SinkFatal, SinkUnavailable
+from cdc.support.wait import WaitTimeout, wait_until
 from sinks.duckdb.catalog import DOCUMENT_BODY, DOCUMENT_KEY, ColumnInfo, load_states, quote
 from sinks.duckdb.connection import first_line, is_lock_conflict
 from sinks.duckdb.types import normalize
@@ -124,24 +125,30 @@ def open_for_reading(path: Path, lock_wait_s: float = 0.5) -> Iterator[Any]:
     """
     if not path.is_file():
         raise SinkFatal(f"DuckDB sink: no database file at {path}")
-    deadline = time.monotonic() + lock_wait_s
-    while True:
-        try:
-            con = _connect(path)
-        except duckdb.Error as exc:
-            if not is_lock_conflict(exc) and not isinstance(exc, duckdb.ConnectionException):
-                raise SinkFatal(f"DuckDB sink: cannot read {path}: {first_line(exc)}") from exc
-            if is_lock_conflict(exc) and time.monotonic() < deadline:
-                time.sleep(0.1)
-                continue
-            with _snapshot(path) as copy:
-                yield copy
-            return
-        try:
-            yield con
-        finally:
-            con.close()
+    try:
+        con = wait_until(lambda: _connect_unlocked(path), lock_wait_s, 0.1)
+    except (WaitTimeout, duckdb.ConnectionException):
+        con = None  # locked all along, or this process's writer refuses a second connection
+    except duckdb.Error as exc:
+        raise SinkFatal(f"DuckDB sink: cannot read {path}: {first_line(exc)}") from exc
+    if con is None:
+        with _snapshot(path) as copy:
+            yield copy
         return
+    try:
+        yield con
+    finally:
+        con.close()
+
+
+def _connect_unlocked(path: Path) -> Any:
+    """A connection, or ``None`` while another process holds the file's lock."""
+    try:
+        return _connect(path)
+    except duckdb.Error as exc:
+        if is_lock_conflict(exc):
+            return None
+        raise
 
 
 def _connect(path: Path) -> Any:
