@@ -146,10 +146,19 @@ def test_the_core_is_layered_as_its_folders() -> None:
         for m, targets in graph.items()
         for t, line in targets.items()
         for importer, imported in FORBIDDEN
-        if (m == importer or m.startswith(importer + "."))
-        and (t.startswith(imported) and not t.startswith(importer + "."))
+        if _within(m, importer) and _within(t, imported) and not _within(t, importer)
     ]
     assert not against, "imports against the core's layers:\n" + "\n".join(sorted(against))
+
+
+def _within(module: str, package: str) -> bool:
+    """``module`` is ``package`` or inside it (``cdc.cli.main``, not ``cdc.client``)."""
+    return module == package or module.startswith(package + ".")
+
+
+def test_within_matches_dotted_prefixes_only() -> None:
+    assert _within("cdc.cli", "cdc.cli") and _within("cdc.cli.verify.report", "cdc.cli")
+    assert not _within("cdc.client", "cdc.cli") and not _within("cdc", "cdc.cli")
 
 
 def test_a_cycle_through_a_lazy_or_type_only_import_is_found() -> None:
