@@ -46,6 +46,7 @@ from cdc.log.embedded.store import (
     translated,
 )
 from cdc.log.embedded.txn import EmbeddedTransaction
+from cdc.log.offsets import decode_offset
 from cdc.log.partitioner import partition_for
 from cdc.support import clock
 
@@ -225,7 +226,7 @@ class EmbeddedLog:
         """Every source offset stored so far, decoded from JSON."""
         with translated("reading source offsets"):
             rows = self._conn().execute("SELECT key, value FROM source_offsets").fetchall()
-        return {key: orjson.loads(value) for key, value in rows}
+        return {key: decode_offset(value) for key, value in rows}
 
     def keep_latest(self, fields: Mapping[str, Sequence[str]]) -> None:
         """Nothing to do: every key's latest value can be looked up here."""

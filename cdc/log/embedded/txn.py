@@ -7,8 +7,6 @@ from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from cdc.contracts import positions
 from cdc.contracts.errors import LogError
 from cdc.log.base import Record, TransactionContext
@@ -22,6 +20,7 @@ from cdc.log.embedded.store import (
     TopicMeta,
     translated,
 )
+from cdc.log.offsets import decode_offset, encode_offset
 from cdc.log.partitioner import partition_for
 from cdc.support.clock import now_ms
 
@@ -98,7 +97,7 @@ class EmbeddedTransaction(TransactionContext):
                 be aborted (see :mod:`cdc.contracts.positions`).
         """
         self._check_open()
-        upserts = [(k, orjson.dumps(v)) for k, v in offsets.items() if v is not None]
+        upserts = [(k, encode_offset(v)) for k, v in offsets.items() if v is not None]
         deletes = [(k,) for k, v in offsets.items() if v is None]
         position = positions.carried(offsets)
         try:
@@ -110,7 +109,7 @@ class EmbeddedTransaction(TransactionContext):
                             "SELECT value FROM source_offsets WHERE key = ?", (key,)
                         ).fetchone()
                         if row is not None:
-                            stored[key] = orjson.loads(row[0])
+                            stored[key] = decode_offset(row[0])
                 positions.check_forward(position, stored)
             with translated("storing source offsets"):
                 self._conn.executemany(UPSERT_SOURCE_OFFSET, upserts)

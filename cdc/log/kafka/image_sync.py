@@ -39,6 +39,7 @@ from cdc.contracts.errors import LogUnavailable
 from cdc.log.base import Record, StoredRecord
 from cdc.log.kafka.images import FILE_NAME, ImageStore, fingerprint
 from cdc.log.kafka.messages import RecordsCallback
+from cdc.log.offsets import stored_after
 from cdc.support.logging import get_logger
 
 #: The offsets-topic key of the commit mark (left out of what ``source_offsets`` returns).
@@ -130,7 +131,7 @@ class SourceImages:
         """
         self._in_log_tx = False
         assert self._log_state is not None
-        merged = _merged(self._log_state[1], offsets)
+        merged = stored_after(self._log_state[1], offsets)
         self._log_state = (mark, merged)
         self._guarded(lambda: self._open().commit(mark, fingerprint(merged)))
 
@@ -246,17 +247,6 @@ class SourceImages:
                 f"kafka log: the latest-image store {self.path} failed ({exc}); it is checked "
                 "against the log and rebuilt from the topics if needed at the next session"
             ) from exc
-
-
-def _merged(offsets: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
-    """``offsets`` after a transaction stored ``changes``, as ``source_offsets`` reads them."""
-    out = dict(offsets)
-    for key, value in changes.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = orjson.loads(orjson.dumps(value))
-    return out
 
 
 def split_mark(offsets: dict[str, Any]) -> str | None:

@@ -29,8 +29,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from cdc.config.models import KafkaLogConfig
 from cdc.contracts import positions
 from cdc.contracts.errors import LogError, RecordTooLarge
@@ -56,6 +54,7 @@ from cdc.log.kafka.image_sync import SourceImages, split_mark
 from cdc.log.kafka.messages import RecordsCallback
 from cdc.log.kafka.partition_reader import PartitionReader
 from cdc.log.kafka.txn import KafkaTransaction, TransactionalWriter
+from cdc.log.offsets import decode_offset
 from cdc.log.partitioner import partition_for
 
 #: librdkafka's default ``message.max.bytes``: the client refuses larger records itself.
@@ -139,7 +138,7 @@ class KafkaLog:
             if record.value is None:
                 offsets.pop(key, None)
             else:
-                offsets[key] = orjson.loads(record.value)
+                offsets[key] = decode_offset(record.value)
         mark = split_mark(offsets)
         if self._images is not None and threading.get_ident() == self._source_thread:
             self._images.offsets_read(mark, offsets)

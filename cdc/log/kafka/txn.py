@@ -25,7 +25,6 @@ from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from typing import Any, Protocol
 
-import orjson
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from cdc.contracts import positions
@@ -41,6 +40,7 @@ from cdc.log.kafka.common import (
     translate,
 )
 from cdc.log.kafka.image_sync import MARK_KEY, SourceImages, mark_value
+from cdc.log.offsets import encode_offset
 
 # Serve delivery reports after this many records produced, so their memory is freed as we go.
 _POLL_EVERY = 1000
@@ -215,7 +215,7 @@ class KafkaTransaction(TransactionContext):
             if position is not None:
                 self._log.committed_positions.check(position, lambda: self._state == "committed")
             for key, value in offsets.items():
-                encoded = None if value is None else orjson.dumps(value)
+                encoded = encode_offset(value)
                 self._produce(topic, 0, key.encode(), encoded)
         except BaseException:
             self._state = "failed"
