@@ -1,11 +1,17 @@
-"""Typed source positions, and the check that a stored or acknowledged one never moves back.
+"""Typed source positions, the offsets that carry them, and the check that a stored or
+acknowledged position never moves back.
+
+:data:`Offsets` is what the plugin contract passes (``Source.open``/``ack``,
+``SourceBatch.commit_offsets``, a log transaction's ``store_offsets``): a mapping of the source's
+own plain JSON, exactly what the log stores. A third-party source may hand on a plain ``dict``.
+A source with a typed position hands on :class:`PositionedOffsets`, a ``dict`` of the same items
+(so the stored bytes are the same) that also carries the position it encodes, so nothing
+re-parses it on the way to the log and back to ``ack``.
 
 Each source has one position type (``connectors.postgres.lsn.Lsn``, the MongoDB resume points in
-``connectors.mongodb.positions``) that implements :class:`Position`: it decodes itself from the
-stored offsets (``from_offsets``) and orders itself (``<``). The stored format stays the
-source's own plain JSON; what travels from the source to the log and back to ``ack`` is an
-:class:`Offsets`, a ``dict`` of exactly that JSON which also carries the typed position it
-encodes, so nothing re-parses it on the way.
+``connectors.mongodb.positions``) that implements :class:`Position`: it decodes itself from
+offsets (``from_offsets``) and orders itself (``<``). :func:`position_in` reaches it from any
+offsets: the carried one, or decoded from the items (what the log read back, a plain mapping).
 
 The check, and why the log stays source-neutral: the log never knows a position type. When the
 offsets it is asked to store carry a position, it decodes the offsets stored last *with the new
@@ -25,16 +31,20 @@ Equal positions are accepted (a reopened session re-stores where it resumed).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, Self
+from typing import Any, Protocol, Self, TypeAlias, TypeVar
 
 from cdc.contracts.errors import CdcError, Fatal
+
+Offsets: TypeAlias = Mapping[str, Any]
+"""A source's offsets: top-level keys the source owns, JSON values (stored, ``None`` deletes the
+key); a plain mapping, or :class:`PositionedOffsets` carrying the typed position too."""
 
 
 class Position(Protocol):
     """A source's position: decoded from the stored offsets, ordered, printable (``str``)."""
 
     @classmethod
-    def from_offsets(cls, offsets: Mapping[str, Any]) -> Self | None:
+    def from_offsets(cls, offsets: Offsets) -> Self | None:
         """The position stored in ``offsets``, or ``None`` when they hold none."""
         ...
 
@@ -43,7 +53,10 @@ class Position(Protocol):
         ...
 
 
-class Offsets(dict[str, Any]):
+P = TypeVar("P", bound=Position)
+
+
+class PositionedOffsets(dict[str, Any]):
     """Offsets to store (the plain JSON the source stores) and the typed position they encode.
 
     Equal to the plain ``dict`` of the same items, and stored as one: the log writes the items.
@@ -51,13 +64,13 @@ class Offsets(dict[str, Any]):
 
     __slots__ = ("position",)
 
-    def __init__(self, items: Mapping[str, Any], position: Position) -> None:
+    def __init__(self, items: Offsets, position: Position) -> None:
         super().__init__(items)
         self.position = position
 
-    def with_items(self, items: Mapping[str, Any]) -> Offsets:
+    def with_items(self, items: Offsets) -> PositionedOffsets:
         """These offsets with ``items`` added (a snapshot's progress beside the position)."""
-        return Offsets({**self, **items}, self.position)
+        return PositionedOffsets({**self, **items}, self.position)
 
 
 class PositionMovedBackwards(CdcError, Fatal):
@@ -72,16 +85,24 @@ class PositionMovedBackwards(CdcError, Fatal):
         self.old, self.new = old, new
 
 
-def carried(offsets: Mapping[str, Any]) -> Position | None:
-    """The typed position ``offsets`` carry, if they are :class:`Offsets`."""
-    return offsets.position if isinstance(offsets, Offsets) else None
+def carried(offsets: Offsets) -> Position | None:
+    """The typed position ``offsets`` carry, if they are :class:`PositionedOffsets`."""
+    return offsets.position if isinstance(offsets, PositionedOffsets) else None
 
 
-def rebuilt(offsets: Mapping[str, Any], items: Mapping[str, Any]) -> dict[str, Any]:
+def position_in(offsets: Offsets, kind: type[P]) -> P | None:
+    """The position of type ``kind`` in ``offsets``: the one they carry, else decoded from their
+    items (plain offsets: as the log read them back, or built by hand); ``None`` when they hold
+    none."""
+    position = offsets.position if isinstance(offsets, PositionedOffsets) else None
+    return position if isinstance(position, kind) else kind.from_offsets(offsets)
+
+
+def rebuilt(offsets: Offsets, items: Offsets) -> dict[str, Any]:
     """``items`` as offsets carrying the position ``offsets`` carry, if any (for a source that
     adds to or trims the offsets it hands on)."""
     position = carried(offsets)
-    return dict(items) if position is None else Offsets(items, position)
+    return dict(items) if position is None else PositionedOffsets(items, position)
 
 
 def require_forward(old: Position | None, new: Position, what: str = "stored") -> None:
@@ -94,7 +115,7 @@ def require_forward(old: Position | None, new: Position, what: str = "stored") -
         raise PositionMovedBackwards(old, new, what)
 
 
-def check_forward(new: Position, stored: Mapping[str, Any]) -> None:
+def check_forward(new: Position, stored: Offsets) -> None:
     """Refuse ``new`` when it comes before the position of its type in ``stored``.
 
     Raises:

@@ -3,11 +3,14 @@
 Contract (after Bytewax's resumable sources): offsets mean "everything up to and including this
 is done". The runtime stores a batch's ``commit_offsets`` in the same log transaction as the
 batch's records and every uncommitted record before it, and only then calls :meth:`Source.ack`.
+Offsets are :data:`~cdc.contracts.positions.Offsets`: the source's plain JSON, which may carry its
+typed position (:class:`~cdc.contracts.positions.PositionedOffsets`, reached with
+:func:`~cdc.contracts.positions.position_in`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -15,6 +18,7 @@ import structlog
 from pydantic import BaseModel
 
 from cdc.contracts.events import ChangeEvent
+from cdc.contracts.positions import Offsets
 from cdc.contracts.schema import TableSchema
 from cdc.envelope.options import EnvelopeOptions
 from cdc.log.base import Log, Record
@@ -51,7 +55,7 @@ class SourceBatch:
     """
 
     events: Sequence[ChangeEvent] = ()
-    commit_offsets: Mapping[str, Any] | None = None
+    commit_offsets: Offsets | None = None
     schemas: Sequence[TableSchema] = ()
     dead_letters: Sequence[DeadLetter] = field(default_factory=tuple)
     records: Sequence[Record] = ()
@@ -97,16 +101,18 @@ class Source(Protocol):
         """``(schema, table)`` of every captured table, so their topics exist up front."""
         ...
 
-    def open(self, stored_offsets: Mapping[str, Any]) -> None:
-        """Connect and resume after ``stored_offsets`` (empty on a first start)."""
+    def open(self, stored_offsets: Offsets) -> None:
+        """Connect and resume after ``stored_offsets`` (empty on a first start; as the log read
+        them back, so they carry no position: decode it with ``position_in``)."""
         ...
 
     def poll(self, max_events: int, timeout_s: float) -> SourceBatch:
         """At most ``max_events`` events, blocking at most ``timeout_s``."""
         ...
 
-    def ack(self, offsets: Mapping[str, Any]) -> None:
-        """The offsets are durable in the log: the source may release what they cover."""
+    def ack(self, offsets: Offsets) -> None:
+        """The offsets are durable in the log: the source may release what they cover (they are
+        a batch's ``commit_offsets`` as the source handed them on, position included)."""
         ...
 
     def close(self) -> None: ...

@@ -17,6 +17,8 @@ from operator import length_hint
 from types import TracebackType
 from typing import Any, NamedTuple, Protocol, Self
 
+from cdc.contracts.positions import Offsets
+
 
 class TopicPartition(NamedTuple):
     topic: str
@@ -73,7 +75,7 @@ class LogTransaction(Protocol):
 
     def append(self, records: Sequence[Record]) -> None: ...
 
-    def store_offsets(self, offsets: Mapping[str, Any]) -> None:
+    def store_offsets(self, offsets: Offsets) -> None:
         """Store source offsets (JSON values; ``None`` deletes a key) with this transaction."""
         ...
 

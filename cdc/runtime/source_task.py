@@ -17,6 +17,7 @@ from typing import Any
 
 from cdc.contracts.errors import CdcError, RecordTooLarge, SourceFatal, SourceUnavailable
 from cdc.contracts.events import ChangeEvent
+from cdc.contracts.positions import Offsets
 from cdc.contracts.schema import (
     TableSchema,
     dead_letter_topic,
@@ -89,7 +90,7 @@ class SourceTask:
         lag: LagClock | None = None,
         transforms: TransformChain = EMPTY,
         table_ops: Mapping[str, frozenset[str]] | None = None,
-        stored_with_first_commit: Mapping[str, Any] | None = None,
+        stored_with_first_commit: Offsets | None = None,
     ) -> None:
         self._observer = observer
         self._chain = transforms
@@ -290,7 +291,7 @@ class SourceTask:
         self._logger.warning("record.dead_lettered", table=letter.table, reason=letter.reason)
         return letter_record(self._pipeline, letter)
 
-    def _committed(self, offsets: Mapping[str, Any]) -> None:
+    def _committed(self, offsets: Offsets) -> None:
         self.committed_batches += 1
         self.last_commit_ms = int(time.time() * 1000)
         self._logger.debug("checkpoint.committed", offsets=dict(offsets))

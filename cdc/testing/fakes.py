@@ -14,6 +14,7 @@ from typing import Any
 
 from cdc.contracts.errors import RecordError, SinkFatal, SinkUnavailable
 from cdc.contracts.events import ChangeEvent, Op, SourceInfo
+from cdc.contracts.positions import Offsets
 from cdc.contracts.sink import SinkRecord
 from cdc.contracts.source import SourceBatch
 from cdc.log.base import TopicPartition
@@ -59,7 +60,7 @@ class ScriptedSource:
     def tables(self) -> list[tuple[str, str]]:
         return self.table_names
 
-    def open(self, stored_offsets: Mapping[str, Any]) -> None:
+    def open(self, stored_offsets: Offsets) -> None:
         self.opened_with.append(dict(stored_offsets))
         if self.replay:
             self.script[:0], self._unacked = self._unacked, []
@@ -78,7 +79,7 @@ class ScriptedSource:
         self._unacked.append(item)
         return item
 
-    def ack(self, offsets: Mapping[str, Any]) -> None:
+    def ack(self, offsets: Offsets) -> None:
         self.acked.append(dict(offsets))
         self._unacked.clear()
 

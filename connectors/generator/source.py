@@ -22,7 +22,7 @@ from pydantic import Field
 
 from cdc.config.models import SourceConfig
 from cdc.contracts.events import ChangeEvent, Op, SourceInfo
-from cdc.contracts.positions import Offsets, carried, require_forward
+from cdc.contracts.positions import Offsets, PositionedOffsets, position_in, require_forward
 from cdc.contracts.schema import Column, TableSchema
 from cdc.contracts.source import SourceBatch, SourceContext
 
@@ -41,13 +41,13 @@ class Generated(int):
     __slots__ = ()
 
     @classmethod
-    def from_offsets(cls, offsets: Mapping[str, Any]) -> Generated | None:
+    def from_offsets(cls, offsets: Offsets) -> Generated | None:
         entry = offsets.get(OFFSET_KEY)
         value = entry.get("next") if isinstance(entry, Mapping) else None
         return cls(value) if isinstance(value, int) else None
 
-    def to_offsets(self) -> Offsets:
-        return Offsets({OFFSET_KEY: {"next": int(self)}}, self)
+    def to_offsets(self) -> PositionedOffsets:
+        return PositionedOffsets({OFFSET_KEY: {"next": int(self)}}, self)
 
 
 class GeneratorSourceConfig(SourceConfig):
@@ -75,7 +75,7 @@ class GeneratorSource:
     def tables(self) -> list[tuple[str, str]]:
         return [(schema, table) for schema, table in self._tables]
 
-    def open(self, stored_offsets: Mapping[str, Any]) -> None:
+    def open(self, stored_offsets: Offsets) -> None:
         self._next = int(stored_offsets.get(OFFSET_KEY, {}).get("next", 0))
         self._acked = None
         self._started = time.monotonic() - self._next / (self._config.rate or float("inf"))
@@ -100,16 +100,14 @@ class GeneratorSource:
             events=events, commit_offsets=Generated(self._next).to_offsets(), schemas=schemas
         )
 
-    def ack(self, offsets: Mapping[str, Any]) -> None:
+    def ack(self, offsets: Offsets) -> None:
         """Nothing to release (the stream regenerates from any position); the position may not
         move back from the previous ``ack`` of this session.
 
         Raises:
             PositionMovedBackwards: it did.
         """
-        position = carried(offsets)
-        if not isinstance(position, Generated):
-            position = Generated.from_offsets(offsets)
+        position = position_in(offsets, Generated)
         if position is not None:
             require_forward(self._acked, position, "acknowledged")
             self._acked = position

@@ -34,7 +34,7 @@ import orjson
 from bson import json_util
 from bson.timestamp import Timestamp
 
-from cdc.contracts.positions import Offsets
+from cdc.contracts.positions import Offsets, PositionedOffsets
 
 OFFSET_KEY = "mongodb"
 RESTARTS_KEY = "restarts"
@@ -150,7 +150,7 @@ class MongoPosition:
     restarts: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
-    def from_offsets(cls, offsets: Mapping[str, Any]) -> MongoPosition | None:
+    def from_offsets(cls, offsets: Offsets) -> MongoPosition | None:
         """The streams' points stored in ``offsets``, or ``None`` when none is stored."""
         entry = offsets.get(OFFSET_KEY)
         streams = entry.get("streams") if isinstance(entry, Mapping) else None
@@ -168,13 +168,13 @@ class MongoPosition:
             {sid: n for sid, n in counts.items() if isinstance(n, int)},
         )
 
-    def to_offsets(self, entry: Mapping[str, Any]) -> Offsets:
+    def to_offsets(self, entry: Mapping[str, Any]) -> PositionedOffsets:
         """The offsets storing ``entry`` (the whole block) with these points as its streams."""
         streams = {sid: point.to_entry() for sid, point in self.streams.items()}
         block = {**entry, "streams": streams}
         if self.restarts:
             block[RESTARTS_KEY] = dict(self.restarts)
-        return Offsets({OFFSET_KEY: block}, self)
+        return PositionedOffsets({OFFSET_KEY: block}, self)
 
     def __lt__(self, other: MongoPosition) -> bool:
         """Behind ``other`` in some stream both hold (streams come and go with the plan)."""
@@ -217,7 +217,7 @@ def stream_entry(
     return StreamPoint.of(token, cluster_time, start_after).to_entry()
 
 
-def stored(offsets: Mapping[str, Any]) -> dict[str, Any]:
+def stored(offsets: Offsets) -> dict[str, Any]:
     """A deep copy of this source's stored entry (empty when nothing is stored)."""
     entry = offsets.get(OFFSET_KEY)
     return copy.deepcopy(dict(entry)) if isinstance(entry, Mapping) else {}

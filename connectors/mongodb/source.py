@@ -28,7 +28,7 @@ from pymongo import MongoClient
 from pymongo import errors as px
 
 from cdc.config.pipeline import redact_url
-from cdc.contracts.positions import Offsets, carried, require_forward
+from cdc.contracts.positions import Offsets, PositionedOffsets, position_in, require_forward
 from cdc.contracts.source import SourceBatch, SourceContext
 from cdc.support.clock import now_ms
 from connectors.mongodb import changes, errors, positions, snapshot, snapshot_rows
@@ -97,7 +97,7 @@ class MongoSource:
 
     # -- open ------------------------------------------------------------------------------
 
-    def open(self, stored_offsets: Mapping[str, Any]) -> None:
+    def open(self, stored_offsets: Offsets) -> None:
         """Connect, check, and resume the snapshot or the streams from ``stored_offsets``.
 
         Raises:
@@ -430,7 +430,7 @@ class MongoSource:
         self._logger.info("snapshot.finished", rows=rows, seconds=seconds)
         self._close_scanner()
 
-    def offsets(self) -> Offsets:
+    def offsets(self) -> PositionedOffsets:
         """The whole ``mongodb`` entry as of what was handed on so far."""
         entry = dict(self._entry)
         streams = dict(entry.get("streams", {}))
@@ -439,23 +439,21 @@ class MongoSource:
         entry["streams"] = streams
         self._entry["streams"] = streams
         position = positions.MongoPosition.from_entries(streams, entry.get(positions.RESTARTS_KEY))
-        offsets = Offsets({positions.OFFSET_KEY: entry}, position)
+        offsets = PositionedOffsets({positions.OFFSET_KEY: entry}, position)
         # A read-only mirror for `cdc status`, never read back; stored whole, as the entry is.
         offsets.update(snapshot.mirror(entry))
         return offsets
 
     # -- ack, close ------------------------------------------------------------------------
 
-    def ack(self, offsets: Mapping[str, Any]) -> None:
+    def ack(self, offsets: Offsets) -> None:
         """Nothing to release (the resume point lives only in the log); no stream's point may
         move back from the previous ``ack`` of this session.
 
         Raises:
             PositionMovedBackwards: one did.
         """
-        position = carried(offsets)
-        if not isinstance(position, positions.MongoPosition):
-            position = positions.MongoPosition.from_offsets(offsets)
+        position = position_in(offsets, positions.MongoPosition)
         if position is not None:
             require_forward(self._acked, position, "acknowledged")
             self._acked = position

@@ -5,6 +5,10 @@ handles plain ints from the socket and makes an ``Lsn`` only at a transaction's 
 is ``pg_lsn``'s as PostgreSQL 14-17 print it: ``16/B374D848``, upper-case hex, no padding (18
 pads the low half to 8 digits); parsing takes any case and padding, as the server does. Stored as
 ``{"postgres": {"lsn": <int>, "lsn_str": "X/Y"}}``; ``lsn_str`` is for people reading the log.
+
+Annotations say ``Lsn`` wherever an LSN crosses a module boundary (a public function, a
+dataclass field, a protocol method); only the per-message loop and what it calls keep the plain
+``int`` the socket gives, which costs no call to wrap.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from cdc.contracts.positions import Offsets
+from cdc.contracts.positions import Offsets, PositionedOffsets
 
 OFFSET_KEY: Final = "postgres"
 MAX_LSN: Final = (1 << 64) - 1
@@ -48,7 +52,7 @@ class Lsn(int):
         return cls((int(match.group(1), 16) << 32) | int(match.group(2), 16))
 
     @classmethod
-    def from_offsets(cls, offsets: Mapping[str, Any]) -> Lsn | None:
+    def from_offsets(cls, offsets: Offsets) -> Lsn | None:
         """The commit LSN stored in ``offsets``, or ``None`` when they hold none."""
         entry = offsets.get(OFFSET_KEY)
         if isinstance(entry, Mapping):
@@ -57,22 +61,22 @@ class Lsn(int):
                 return value if type(value) is Lsn else cls(value)
         return None
 
-    def to_offsets(self, commit: int | None = None) -> Offsets:
+    def to_offsets(self, commit: int | None = None) -> PositionedOffsets:
         """The offsets that store this position (and carry it, for the log's check), and
         ``commit``, the end of the last commit streamed (``lsn_commit``, as Debezium's offsets
         name it: ``source.sequence``'s first LSN after a restart), when known."""
         entry: dict[str, Any] = {"lsn": int(self), "lsn_str": str(self)}
         if commit is not None:
             entry["lsn_commit"] = int(commit)
-        return Offsets({OFFSET_KEY: entry}, self)
+        return PositionedOffsets({OFFSET_KEY: entry}, self)
 
-    @staticmethod
-    def commit_from_offsets(offsets: Mapping[str, Any]) -> int | None:
+    @classmethod
+    def commit_from_offsets(cls, offsets: Offsets) -> Lsn | None:
         """``lsn_commit`` of ``offsets`` (see :meth:`to_offsets`); ``None`` when they hold none
         (offsets stored before it was, or at a snapshot point or a heartbeat)."""
         entry = offsets.get(OFFSET_KEY)
         value = entry.get("lsn_commit") if isinstance(entry, Mapping) else None
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
+        return cls(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
     def __str__(self) -> str:
         return f"{self >> 32:X}/{self & 0xFFFFFFFF:X}"

@@ -19,10 +19,10 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Mapping
-from typing import Any
 
 from cdc.config.pipeline import redact_url
 from cdc.contracts.errors import SourceFatal, SourceUnavailable
+from cdc.contracts.positions import Offsets
 from cdc.contracts.source import SourceBatch, SourceContext
 from connectors.postgres.assembly.assembler import Assembler, MessageHook
 from connectors.postgres.assembly.relation_state import check_keyable
@@ -81,7 +81,7 @@ class PostgresSource:
         self.publication = config.publication_name(context.pipeline)
         self._logger = context.logger.bind(slot=self.slot, publication=self.publication)
         self._toast = ToastFiller(context.log, self._logger)
-        self._last_commit: int | None = None  # the stored lsn_commit (source.sequence)
+        self._last_commit: Lsn | None = None  # the stored lsn_commit (source.sequence)
         heartbeat = f"{context.pipeline}.heartbeat"
         self._heartbeat = Heartbeat(heartbeat, config.heartbeat_interval_s, self._logger)
         self._idle = IdleOffers(config.status_interval_s)
@@ -113,9 +113,7 @@ class PostgresSource:
 
     # -- open ------------------------------------------------------------------------------
 
-    def open(
-        self, stored_offsets: Mapping[str, Any], slot: SlotState | Unread | None = UNREAD
-    ) -> None:
+    def open(self, stored_offsets: Offsets, slot: SlotState | Unread | None = UNREAD) -> None:
         """Check, prepare the publication and slot, and start streaming after the stored LSN.
 
         Args:
@@ -194,7 +192,7 @@ class PostgresSource:
         catalog: Catalog,
         database: str,
         tables: dict[tuple[str, str], TableInfo],
-        last_commit: int | None = None,
+        last_commit: Lsn | None = None,
     ) -> Assembler:
         asm = Assembler(
             self._context.pipeline,
@@ -347,7 +345,7 @@ class PostgresSource:
 
     # -- ack, close ------------------------------------------------------------------------
 
-    def ack(self, offsets: Mapping[str, Any]) -> None:
+    def ack(self, offsets: Offsets) -> None:
         """The offsets are durable in the log: the flush LSN may advance to them.
 
         Raises:

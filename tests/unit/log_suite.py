@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from cdc.contracts.errors import LogError
-from cdc.contracts.positions import Offsets, PositionMovedBackwards
+from cdc.contracts.positions import PositionedOffsets, PositionMovedBackwards
 from cdc.log.base import Log, Record, StoredRecord, TopicPartition
 from cdc.log.partitioner import partition_for
 
@@ -67,8 +67,8 @@ class Step(int):
         entry = offsets.get("step")
         return cls(entry["n"]) if isinstance(entry, Mapping) else None
 
-    def to_offsets(self) -> Offsets:
-        return Offsets({"step": {"n": int(self)}}, self)
+    def to_offsets(self) -> PositionedOffsets:
+        return PositionedOffsets({"step": {"n": int(self)}}, self)
 
 
 class LogSuite:

@@ -3,6 +3,8 @@ position that moves backwards (by the embedded log across a restart, and by each
 
 from __future__ import annotations
 
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +13,17 @@ import pytest
 import structlog
 from bson.timestamp import Timestamp
 
-from cdc.contracts.positions import CommittedPositions, Offsets, PositionMovedBackwards, carried
+from cdc.contracts.positions import (
+    CommittedPositions,
+    PositionedOffsets,
+    PositionMovedBackwards,
+    carried,
+    position_in,
+)
 from cdc.contracts.source import SourceContext
 from cdc.log.base import Record
 from cdc.log.embedded import EmbeddedLog
+from cdc.log.embedded.store import DB_FILE
 from connectors.generator.source import Generated, GeneratorSource, GeneratorSourceConfig
 from connectors.mongodb import positions as mongo
 from connectors.mongodb.config import MongoSourceConfig
@@ -121,7 +130,7 @@ def _mongo_source() -> MongoSource:
     return MongoSource(config, context)
 
 
-def _mongo_offsets(**times: int) -> Offsets:
+def _mongo_offsets(**times: int) -> PositionedOffsets:
     streams = {sid: mongo.StreamPoint.of(None, when) for sid, when in times.items()}
     return mongo.MongoPosition(streams).to_offsets({"captured": ["db.c"]})
 
@@ -207,6 +216,41 @@ def test_last_commit_is_stored_and_old_offsets_stay_readable() -> None:
     offsets = Lsn(200).to_offsets(180)
     assert offsets == {"postgres": {"lsn": 200, "lsn_str": "0/C8", "lsn_commit": 180}}
     assert Lsn.from_offsets(offsets) == 200 and Lsn.commit_from_offsets(offsets) == 180
+    assert type(Lsn.commit_from_offsets(offsets)) is Lsn
     old = {"postgres": {"lsn": 200, "lsn_str": "0/C8"}}  # stored before lsn_commit was
     assert Lsn.from_offsets(old) == 200 and Lsn.commit_from_offsets(old) is None
     assert Lsn.commit_from_offsets({}) is None
+
+
+def test_position_in_takes_the_carried_position_or_decodes_plain_offsets() -> None:
+    lsn = Lsn(200)
+    assert position_in(lsn.to_offsets(), Lsn) is lsn  # carried: not decoded again
+    # Plain offsets (a third-party source's, or as the log reads them back) decode.
+    plain = position_in({"postgres": {"lsn": 200}}, Lsn)
+    assert plain == 200 and type(plain) is Lsn
+    # Carrying another source's position: this type's is decoded from the items.
+    both = PositionedOffsets({"postgres": {"lsn": 7}, "generator": {"next": 3}}, Generated(3))
+    assert position_in(both, Lsn) == 7 and type(position_in(both, Lsn)) is Lsn
+    assert position_in(both, Generated) is both.position
+    assert position_in({"pos": 2}, Lsn) is None and carried({"pos": 2}) is None
+
+
+def _stored_rows(directory: Path) -> list[tuple[str, bytes]]:
+    with closing(sqlite3.connect(directory / DB_FILE)) as conn:
+        return sorted(conn.execute("SELECT key, value FROM source_offsets").fetchall())
+
+
+def test_offsets_carrying_a_position_store_the_same_bytes_as_plain_ones(tmp_path: Path) -> None:
+    """A third-party source hands on a plain mapping; a typed one, the same items carrying its
+    position: the log stores the same bytes for both."""
+    typed = Lsn(200).to_offsets(180)
+    plain = orjson.loads(orjson.dumps(dict(typed)))
+    assert type(plain) is dict and plain == typed
+    for name, offsets in (("typed", typed), ("plain", plain)):
+        with EmbeddedLog(tmp_path / name) as log:
+            log.ensure_topics(["p.public.t"])
+            append(log, [Record("p.public.t", b"1", b"v")], offsets)
+    assert _stored_rows(tmp_path / "typed") == _stored_rows(tmp_path / "plain")
+    assert _stored_rows(tmp_path / "plain") == [
+        ("postgres", b'{"lsn":200,"lsn_str":"0/C8","lsn_commit":180}')
+    ]

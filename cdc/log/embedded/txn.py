@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import suppress
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cdc.contracts import positions
 from cdc.contracts.errors import LogError
@@ -88,7 +88,7 @@ class EmbeddedTransaction(TransactionContext):
             self._state = "failed"
             raise
 
-    def store_offsets(self, offsets: Mapping[str, Any]) -> None:
+    def store_offsets(self, offsets: positions.Offsets) -> None:
         """Upsert source offsets as JSON in this transaction; a ``None`` value deletes the key.
 
         Raises:

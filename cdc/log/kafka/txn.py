@@ -199,7 +199,7 @@ class KafkaTransaction(TransactionContext):
             self._state = "failed"
             raise
 
-    def store_offsets(self, offsets: Mapping[str, Any]) -> None:
+    def store_offsets(self, offsets: positions.Offsets) -> None:
         """Produce offsets to the offsets topic in this transaction (``None``: a tombstone).
 
         Raises:

@@ -136,8 +136,11 @@ class ReplicationConnection:
         require_failover_version(self.server_version)
         self.command(f"ALTER_REPLICATION_SLOT {quote_ident(slot)} (FAILOVER true)".encode())
 
-    def start(self, slot: str, lsn: int, options: dict[str, str]) -> None:
-        """``START_REPLICATION SLOT slot LOGICAL lsn (options)``; switches to non-blocking."""
+    def start(self, slot: str, lsn: Lsn, options: dict[str, str]) -> None:
+        """``START_REPLICATION SLOT slot LOGICAL lsn (options)``; switches to non-blocking.
+
+        ``lsn`` is made an ``Lsn`` again for its text: a plain ``int`` would print in decimal,
+        which the server rejects."""
         rendered = ", ".join(f"{quote_ident(k)} {quote_literal(v)}" for k, v in options.items())
         command = f"START_REPLICATION SLOT {quote_ident(slot)} LOGICAL {Lsn(lsn)} "
         self.command(f"{command}({rendered})".encode())

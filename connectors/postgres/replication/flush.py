@@ -9,12 +9,10 @@ and at once when the server asks for a reply (a shutdown waits until we confirm 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from typing import Any
 
 import psycopg
 
-from cdc.contracts.positions import carried, require_forward
+from cdc.contracts.positions import Offsets, position_in, require_forward
 from cdc.support.logging import Logger
 from connectors.postgres.catalog import Catalog
 from connectors.postgres.lsn import Lsn
@@ -33,24 +31,26 @@ class Flush:
     """
 
     def __init__(
-        self, repl: ReplicationConnection, start: int, interval_s: float, logger: Logger
+        self, repl: ReplicationConnection, start: Lsn, interval_s: float, logger: Logger
     ) -> None:
         self._repl, self._interval_s, self._logger = repl, interval_s, logger
         # Never report a flush position below the slot's: PostgreSQL 15 would move it back.
-        self.acked = self.received = start
+        self.acked: Lsn = start
+        # The WAL received and the server's WAL end: the per-message loop stores the socket's
+        # plain ints here (an Lsn is made only where one leaves: send, IdleOffers.offer).
+        self.received: int = start
         self.wal_end = 0
         self.reply_wanted = False
         self._last_ack: Lsn | None = None  # what the runtime acked last, for the backwards check
         self._last_status = time.monotonic()
 
-    def ack(self, offsets: Mapping[str, Any]) -> None:
+    def ack(self, offsets: Offsets) -> None:
         """The offsets are durable in the log: the flush LSN may advance to them.
 
         Raises:
             PositionMovedBackwards: they are before the previous ``ack`` of this session.
         """
-        position = carried(offsets)
-        lsn = position if isinstance(position, Lsn) else Lsn.from_offsets(offsets)
+        lsn = position_in(offsets, Lsn)
         if lsn is None:
             return
         require_forward(self._last_ack, lsn, "acknowledged")
@@ -79,7 +79,8 @@ class Flush:
     def send(self) -> None:
         """Report the flush position (and at least as much received)."""
         flush = self.acked
-        self._repl.send(standby_status_update(max(self.received, flush), flush, flush))
+        received = Lsn(self.received) if self.received > flush else flush
+        self._repl.send(standby_status_update(received, flush, flush))
         self._last_status = time.monotonic()
         self._logger.debug("slot.status_sent", flush_lsn=flush)
 

@@ -6,7 +6,8 @@ standby status updates (``'r'``) that report how far it wrote, flushed and appli
 LSN is what lets the server recycle WAL, so it must never run ahead of durable records.
 
 Also the PostgreSQL-clock helpers the source needs to talk about times (LSNs are
-:class:`connectors.postgres.lsn.Lsn`).
+:class:`connectors.postgres.lsn.Lsn`; the frames read in the per-message loop keep the socket's
+plain ints, which cost no call to wrap).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Final
 
+from connectors.postgres.lsn import Lsn
 from connectors.postgres.pgoutput import ProtocolError
 
 __all__ = [
@@ -132,9 +134,9 @@ def parse_copy_data(data: bytes | bytearray | memoryview) -> ReplicationMessage:
 
 
 def standby_status_update(
-    write_lsn: int,
-    flush_lsn: int,
-    apply_lsn: int,
+    write_lsn: Lsn,
+    flush_lsn: Lsn,
+    apply_lsn: Lsn,
     client_time_us: int | None = None,
     *,
     reply_requested: bool = False,

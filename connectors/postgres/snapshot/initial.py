@@ -184,7 +184,7 @@ def _plan_all(
     snapshot_name: str,
     tables: list[SnapshotTable],
     state: SnapshotState,
-    point: int,
+    point: Lsn,
 ) -> tuple[list[tuple[SnapshotTable, Chunk]], int | None]:
     """Every table's chunks, and the snapshot transaction's id."""
     snapshot_id = uuid.uuid4().hex

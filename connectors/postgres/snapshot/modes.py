@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from connectors.postgres.lsn import Lsn
 from snapshots.modes import Action, Decision
 
 
@@ -38,9 +39,9 @@ class StartState:
             planned.
     """
 
-    stored_lsn: int | None
+    stored_lsn: Lsn | None
     slot_exists: bool
-    confirmed_lsn: int | None
+    confirmed_lsn: Lsn | None
     unfinished: bool
 
 

@@ -30,6 +30,7 @@ from cdc.log.base import Record
 from cdc.support.logging import Logger
 from cdc.support.retry import Backoff, retry
 from connectors.postgres.assembly.connect import relation_schemas
+from connectors.postgres.lsn import Lsn
 from connectors.postgres.replication.connection import session_conninfo
 from connectors.postgres.snapshot.reader import SnapshotTable, chunk_query, read_lines
 from connectors.postgres.snapshot.rows import Transforms, to_records
@@ -76,7 +77,7 @@ class ReadSettings:
     #: The pipeline's ``schemas.enable``, for the ``{"schema", "payload"}`` wrapper.
     options: EnvelopeOptions = READABLE
     #: ``source.lsn`` of the rows (the snapshot point; ``position`` is one before it).
-    lsn: int | None = None
+    lsn: Lsn | None = None
     #: ``source.txId`` of the rows: the snapshot transaction's id.
     tx_id: int | None = None
     #: The pipeline's transforms, which the rows go through (``None``: none).

@@ -32,6 +32,7 @@ from cdc.transforms.chain import TransformChain
 from connectors.postgres.assembly.connect import relation_schemas
 from connectors.postgres.assembly.relation_state import CONNECTOR, RelationState
 from connectors.postgres.assembly.source_fields import lsn_extra, lsn_fields, pg_order
+from connectors.postgres.lsn import Lsn
 from connectors.postgres.snapshot.reader import SnapshotTable
 from connectors.postgres.types.encoder import KeyedRow
 
@@ -74,7 +75,7 @@ def to_records(
     ts_ms: int,
     now_ms: int,
     schemas: TableSchemas | None = None,
-    lsn: int | None = None,
+    lsn: Lsn | None = None,
     tx_id: int | None = None,
     options: EnvelopeOptions = READABLE,
     transforms: Transforms | None = None,
@@ -93,7 +94,8 @@ def to_records(
         TransformError: a transform failed on a row, under ``bad_records: fail``.
     """
     base = (chunk << SEQUENCE_SHIFT) + first_row
-    point = position if lsn is None else lsn
+    # The row writers get a plain int, as from the stream: once a piece, not a row.
+    point = position if lsn is None else int(lsn)
     if transforms:
         source = SourceInfo(
             CONNECTOR, db, table.info.schema, table.info.table, ts_ms, position, 0, flag, tx_id

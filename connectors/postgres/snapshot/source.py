@@ -21,11 +21,10 @@ since is snapshotted while streaming, as ``cdc snapshot`` would, unless the mode
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
-from typing import Any
 
 from cdc.config.pipeline import redact_url
 from cdc.contracts.errors import CdcError, SourceUnavailable
+from cdc.contracts.positions import Offsets
 from cdc.contracts.schema import TableSchema
 from cdc.contracts.source import SourceBatch, SourceContext
 from cdc.envelope.template import RecordTemplate
@@ -96,7 +95,7 @@ class SnapshottingPostgresSource:
 
     # -- open ------------------------------------------------------------------------------
 
-    def open(self, stored_offsets: Mapping[str, Any]) -> None:
+    def open(self, stored_offsets: Offsets) -> None:
         """Decide this start's snapshot work and begin it (see the module docstring).
 
         Raises:
@@ -140,7 +139,7 @@ class SnapshottingPostgresSource:
         log("source.tables_added", tables=self._added, snapshot=plan.snapshot, reason=plan.reason)
         return self._added if plan.snapshot else []
 
-    def _probe(self, stored_offsets: Mapping[str, Any]) -> StartState:
+    def _probe(self, stored_offsets: Offsets) -> StartState:
         stored = Lsn.from_offsets(stored_offsets)
         catalog = Catalog(self._dsn, redact_url(self._dsn), self._config.connect_timeout_s)
         try:
@@ -232,7 +231,7 @@ class SnapshottingPostgresSource:
             piece_rows=min(5000, self._config.max_batch_events),
             piece_bytes=self._config.max_batch_bytes,
             options=self._context.envelope,
-            lsn=int(exported.consistent_point),
+            lsn=exported.consistent_point,
             tx_id=exported.tx_id,
             transforms=Transforms(self._context.transforms, self._context.on_bad_record),
         )
@@ -256,7 +255,7 @@ class SnapshottingPostgresSource:
             workers=self._config.snapshot_workers,
         )
 
-    def _open_stream(self, stored_offsets: Mapping[str, Any]) -> None:
+    def _open_stream(self, stored_offsets: Offsets) -> None:
         assert self._reporter is not None
         self._stream = StreamSnapshots(
             self._config,
@@ -352,7 +351,7 @@ class SnapshottingPostgresSource:
 
     # -- ack, close ------------------------------------------------------------------------
 
-    def ack(self, offsets: Mapping[str, Any]) -> None:
+    def ack(self, offsets: Offsets) -> None:
         """Forward to the stream once it runs; snapshot commits pin nothing to release."""
         if self._stream is not None:
             self._inner.ack(offsets)

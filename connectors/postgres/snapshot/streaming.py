@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +30,7 @@ import psycopg
 from cdc.config.pipeline import redact_url
 from cdc.contracts import snapshot_offsets
 from cdc.contracts.events import ChangeEvent, Op
-from cdc.contracts.positions import rebuilt
+from cdc.contracts.positions import Offsets, rebuilt
 from cdc.contracts.schema import TableSchema
 from cdc.contracts.source import DeadLetter, SourceBatch, SourceContext
 from cdc.envelope.encode import encode_key
@@ -65,7 +65,7 @@ class _Rest:
 
     events: list[ChangeEvent]
     markers: list[Marker]
-    offsets: Mapping[str, Any] | None
+    offsets: Offsets | None
 
 
 @dataclass
@@ -136,7 +136,7 @@ class StreamSnapshots:
         inner.message_hooks[channel.prefix(SIGNAL)] = self._on_signal
         inner.resnapshot = self._resnapshot
 
-    def started(self, offsets: Mapping[str, Any]) -> None:
+    def started(self, offsets: Offsets) -> None:
         """The stream is open from ``offsets`` (the stored ones, or the initial snapshot's):
         learn the database name for the events."""
         if offsets.get("postgres") is not None:
@@ -349,7 +349,7 @@ class StreamSnapshots:
         events: list[ChangeEvent],
         markers: list[Marker],
         schemas: list[TableSchema],
-        offsets: Mapping[str, Any] | None,
+        offsets: Offsets | None,
         dead_letters: Sequence[DeadLetter],
         records: Sequence[Record],
     ) -> SourceBatch:
