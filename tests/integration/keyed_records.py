@@ -7,7 +7,6 @@ Events go through :mod:`cdc.envelope.encode` (as the source task encodes them) a
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,6 +19,7 @@ from cdc.envelope import encode as envelope
 from cdc.log.base import Log
 from cdc.runtime.sink_task import SinkTask, group_name
 from cdc.support.logging import get_logger
+from cdc.testing import wait_until
 
 PIPELINE = "shop"
 ITEMS = ("public", "items")
@@ -163,11 +163,14 @@ class TaskThread:
         return sum(self.log.committed_offsets(group_name(PIPELINE, self.name)).values())
 
     def wait_committed(self, count: int, timeout_s: float = 60) -> None:
-        deadline = time.monotonic() + timeout_s
-        while self.committed() < count:
+
+        def reached() -> bool:
+            if self.committed() >= count:
+                return True
             assert self.error is None, f"the sink task stopped: {self.error!r}"
-            assert time.monotonic() < deadline, f"committed {self.committed()}/{count}"
-            time.sleep(0.05)
+            return False
+
+        wait_until(reached, timeout_s, describe=lambda: f"{count} commits ({self.committed()})")
 
     def wait_stopped(self, timeout_s: float = 30) -> BaseException | None:
         self.thread.join(timeout_s)

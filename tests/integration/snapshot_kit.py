@@ -4,7 +4,6 @@ embedded log, in a thread; read the topics back as the per-key state they descri
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +19,7 @@ from cdc.contracts.snapshot_offsets import progress
 from cdc.contracts.source import SourceContext
 from cdc.log.embedded import EmbeddedLog
 from cdc.runtime.source_task import SourceTask
+from cdc.testing import wait_until
 from cdc.transforms.chain import TransformChain, build_chain
 from connectors.postgres import PostgresSourceConfig, drop_replication_objects
 from connectors.postgres.snapshot.source import SnapshottingPostgresSource
@@ -149,14 +149,25 @@ class Pipeline:
                 offset = records[-1].offset + 1
         return out
 
-    def wait(self, done: Callable[[], bool], timeout_s: float = 60) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not done():
+    def wait(
+        self,
+        done: Callable[[], bool],
+        timeout_s: float = 60,
+        what: Callable[[], str] | None = None,
+    ) -> None:
+        """Until ``done()``; a pipeline that failed ends the wait at once. ``what``: says, on
+        timeout, how far it got (default: the snapshot's state)."""
+
+        def ended() -> bool:
+            if done():
+                return True
             if self.error is not None:
                 raise AssertionError(f"pipeline failed: {self.error}") from self.error
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out; snapshot state {self.snapshot_state()}")
-            time.sleep(0.1)
+            return False
+
+        wait_until(
+            ended, timeout_s, 0.1, describe=what or (lambda: f"snapshot {self.snapshot_state()}")
+        )
 
     def snapshot_done(self) -> bool:
         state = self.snapshot_state()

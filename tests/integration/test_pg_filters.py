@@ -55,10 +55,7 @@ def wait_matches(p: Pipeline, table: str, expected: Callable[[], dict[Any, Any]]
         last["topic"], last["want"] = p.topic_state(table), expected()
         return bool(last["topic"] == last["want"])
 
-    try:
-        p.wait(same, timeout_s=60)
-    except AssertionError as exc:
-        raise AssertionError(f"{table}: topic {last.get('topic')} != {last.get('want')}") from exc
+    p.wait(same, 60, lambda: f"{table}: topic {last.get('topic')} == {last.get('want')}")
 
 
 def held(dsn: str) -> dict[str, Any]:

@@ -10,7 +10,6 @@ first and the subscription uses it (``create_slot = false``).
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +24,7 @@ from psycopg import sql as pgsql
 from cdc.contracts.errors import SourceFatal
 from cdc.contracts.source import SourceContext
 from cdc.log.embedded import EmbeddedLog
+from cdc.testing import wait_until
 from connectors.postgres.snapshot.source import SnapshottingPostgresSource
 from tests.integration.pg_source_kit import harness, query, sql
 
@@ -73,14 +73,6 @@ def subscribed(captured: str, upstream: str) -> Iterator[None]:
         )
 
 
-def _wait_applied(captured: str, ids: set[int], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while {row[0] for row in query(captured, "SELECT id FROM t")} < ids:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the subscriber did not apply {sorted(ids)}")
-        time.sleep(0.1)
-
-
 def _capture(pg_db: str, upstream: str, tmp_path: Path, **options: Any) -> list[Any]:
     """What the source streams of ``public.t`` while the subscriber applies 1..3 from upstream
     and the captured database writes 100 and 101 itself: ``(id, op)`` in commit order."""
@@ -93,7 +85,12 @@ def _capture(pg_db: str, upstream: str, tmp_path: Path, **options: Any) -> list[
         sql(pg_db, "INSERT INTO t VALUES (100, 'local')")
         sql(upstream, *(f"INSERT INTO t VALUES ({i}, 'upstream')" for i in (1, 2, 3)))
         sql(upstream, "UPDATE t SET who = 'upstream again' WHERE id = 2")
-        _wait_applied(pg_db, {1, 2, 3})
+        wait_until(
+            lambda: {row[0] for row in query(pg_db, "SELECT id FROM t")} >= {1, 2, 3},
+            30,
+            0.1,
+            describe="the subscriber to apply 1, 2, 3",
+        )
         sql(pg_db, "INSERT INTO t VALUES (101, 'local')", "UPDATE t SET who = 'local' WHERE id = 3")
         # The last local write commits after everything applied: once it is in, all is.
         h.run_until(lambda: any(e.key == {"id": 3} and e.op == "u" for e in h.events))

@@ -10,7 +10,6 @@ real embedded log, against a real PostgreSQL (14 to 18: marker ``pgcore``).
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import psycopg
 import pytest
 
 from cdc.runtime.schemas import SchemaCatalog
+from cdc.testing import wait_until
 from connectors.postgres.snapshot.signal import request_snapshot
 from connectors.postgres.snapshot.window_rows import ChunkJob
 from tests.integration.snapshot_kit import PIPELINE, Pipeline, execute, pipeline, table_state
@@ -152,11 +152,13 @@ def wait_for_lock_wait(dsn: str, application: str = "cdc-snapshot") -> None:
         "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
         " WHERE a.application_name = %s AND NOT l.granted AND l.relation = 't'::regclass"
     )
-    deadline = time.monotonic() + WAIT_S
     with psycopg.connect(dsn, autocommit=True) as conn:
-        while conn.execute(query, (application,)).fetchone() != (1,):
-            assert time.monotonic() < deadline, f"{application} never waited for a lock on t"
-            time.sleep(0.02)
+        wait_until(
+            lambda: conn.execute(query, (application,)).fetchone() == (1,),
+            WAIT_S,
+            0.02,
+            describe=f"{application} to wait for a lock on t",
+        )
 
 
 @pytest.mark.pgcore

@@ -9,11 +9,12 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
+
+import cdc.testing as kit
 
 
 class ServiceError(RuntimeError):
@@ -76,20 +77,25 @@ def wait_until(
     Raises:
         ServiceError: The predicate never held, or the process died.
     """
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def ready() -> bool:
         try:
             if predicate():
-                return
+                return True
         except Exception:
-            pass
+            pass  # not yet: a server still starting refuses or half-answers
         if process is not None and process.poll() is not None:
             raise ServiceError(
                 f"{what}: process exited with code {process.returncode}\n" + _tail(log)
             )
-        if time.monotonic() > deadline:
-            raise ServiceError(f"timed out after {timeout:.0f}s waiting for {what}\n" + _tail(log))
-        time.sleep(interval)
+        return False
+
+    try:
+        kit.wait_until(ready, timeout, interval, describe=what)
+    except kit.WaitTimeout:
+        raise ServiceError(
+            f"timed out after {timeout:.0f}s waiting for {what}\n" + _tail(log)
+        ) from None
 
 
 def _tail(log: Path | None) -> str:

@@ -21,6 +21,7 @@ from cdc.log.embedded import EmbeddedLog
 from cdc.runtime.preflight import SinkCannotStart, check_sinks, is_first_start
 from cdc.runtime.source_task import SourceTask
 from cdc.support.logging import get_logger
+from cdc.testing import wait_until
 
 
 class Unreachable:
@@ -80,13 +81,6 @@ def _run_in_thread(task: SourceTask) -> tuple[threading.Thread, list[BaseExcepti
     return thread, errors
 
 
-def _wait(predicate: Any, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met"
-        time.sleep(0.02)
-
-
 def test_a_first_start_gives_up_on_an_unreachable_source_after_the_timeout(
     log: EmbeddedLog,
 ) -> None:
@@ -109,7 +103,9 @@ def test_a_pipeline_with_stored_offsets_retries_past_the_timeout(log: EmbeddedLo
     started = time.monotonic()
     thread, errors = _run_in_thread(_task(log, Unreachable(attempts), stop, timeout=0.3))
     try:
-        _wait(lambda: (bool(attempts) and attempts[-1] - started > 1.5) or bool(errors))
+        wait_until(
+            lambda: (bool(attempts) and attempts[-1] - started > 1.5) or bool(errors), 20, 0.02
+        )
     finally:
         stop.set()
         thread.join(15)
@@ -123,7 +119,11 @@ def test_a_source_that_opened_once_is_retried_past_the_timeout(log: EmbeddedLog)
     stop = threading.Event()
     thread, errors = _run_in_thread(_task(log, Unreachable(attempts, up=True), stop, 0.3))
     try:
-        _wait(lambda: (len(attempts) >= 2 and attempts[-1] - attempts[0] > 1.5) or bool(errors))
+        wait_until(
+            lambda: (len(attempts) >= 2 and attempts[-1] - attempts[0] > 1.5) or bool(errors),
+            20,
+            0.02,
+        )
     finally:
         stop.set()
         thread.join(15)

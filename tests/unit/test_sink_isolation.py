@@ -25,7 +25,7 @@ from cdc.runtime.control_watcher import ControlWatcher
 from cdc.runtime.sink_control import APPLIED, DONE, FAILED, SinkControl
 from cdc.runtime.sink_task import SinkTask, group_name
 from cdc.support.logging import get_logger
-from cdc.testing import ScriptedSource, make_event
+from cdc.testing import ScriptedSource, make_event, wait_until
 from cdc.testing.memory_sink import MemorySink, MemoryStore
 from tests.unit.test_runtime import run_source
 
@@ -98,11 +98,7 @@ def committed(log: EmbeddedLog, sink: str) -> int:
     return sum(log.committed_offsets(group_name("p", sink)).values())
 
 
-def wait_until(condition: Callable[[], bool], timeout_s: float = 20) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
+WAIT_S = 20
 
 
 def serve(*tasks: SinkTask) -> list[threading.Thread]:
@@ -120,9 +116,9 @@ def test_a_failing_sink_stops_alone_and_says_why(log: EmbeddedLog) -> None:
     good = task(log, "good", lambda: MemorySink(good_store), stop)
     bad = task(log, "bad", lambda: Breakable(bad_store, broken), stop)
     threads = serve(good, bad)
-    wait_until(lambda: bad.failure is not None and committed(log, "good") == 5)
+    wait_until(lambda: bad.failure is not None and committed(log, "good") == 5, WAIT_S)
     fill(log, range(6, 9))  # the source goes on, and so does the good sink
-    wait_until(lambda: committed(log, "good") == 8)
+    wait_until(lambda: committed(log, "good") == 8, WAIT_S)
     assert all(thread.is_alive() for thread in threads)  # serve() did not raise
     state = SinkControl(log, "p").state("bad")
     assert state is not None and state["state"] == "stopped"
@@ -142,10 +138,10 @@ def test_a_reset_starts_a_stopped_sink_again_and_rebuilds_the_table(log: Embedde
     store = MemoryStore()
     bad = task(log, "bad", lambda: Breakable(store, broken), stop)
     (thread,) = serve(bad)
-    wait_until(lambda: bad.failure is not None)
+    wait_until(lambda: bad.failure is not None, WAIT_S)
     control = SinkControl(log, "p")
     request = control.request_reset("bad", "public.items")
-    wait_until(lambda: (control.find("bad", request.id) or request).state == DONE)
+    wait_until(lambda: (control.find("bad", request.id) or request).state == DONE, WAIT_S)
     assert bad.failure is None and len(store.rows) == 5
     assert (control.state("bad") or {})["state"] == "running"
     assert committed(log, "bad") == 5
@@ -168,10 +164,10 @@ def test_a_reset_of_a_running_sink_reads_the_table_again(log: EmbeddedLog) -> No
 
     running = task(log, "s", lambda: Counting(store), stop)
     (thread,) = serve(running)
-    wait_until(lambda: committed(log, "s") == 5)
+    wait_until(lambda: committed(log, "s") == 5, WAIT_S)
     control = SinkControl(log, "p")
     request = control.request_reset("s", "public.items")
-    wait_until(lambda: (control.find("s", request.id) or request).state == DONE)
+    wait_until(lambda: (control.find("s", request.id) or request).state == DONE, WAIT_S)
     assert resets == [("public", "items")] and len(store.rows) == 5
     applied = [r for r in control.resets("s") if r.id == request.id]
     assert applied[0].targets is not None and sum(applied[0].targets.values()) == 5
@@ -187,7 +183,7 @@ def test_a_reset_requested_while_nothing_runs_is_applied_at_the_next_start(
     stop = threading.Event()
     first = task(log, "s", lambda: MemorySink(store), stop)
     (thread,) = serve(first)
-    wait_until(lambda: committed(log, "s") == 3)
+    wait_until(lambda: committed(log, "s") == 3, WAIT_S)
     stop.set()
     thread.join(5)
     store.rows[("p.public.items", "stale")] = {"id": -1}  # what the rebuild must drop
@@ -196,7 +192,7 @@ def test_a_reset_requested_while_nothing_runs_is_applied_at_the_next_start(
     stop = threading.Event()
     (thread,) = serve(task(log, "s", lambda: MemorySink(store), stop))
     control = SinkControl(log, "p")
-    wait_until(lambda: (control.find("s", request.id) or request).state == DONE)
+    wait_until(lambda: (control.find("s", request.id) or request).state == DONE, WAIT_S)
     assert ("p.public.items", "stale") not in store.rows and len(store.rows) == 3
     stop.set()
     thread.join(5)
@@ -210,7 +206,8 @@ def test_a_reset_the_sink_cannot_do_fails_with_the_reason(log: EmbeddedLog) -> N
     unknown = control.request_reset("s", "public.other")
     no_offsets = control.request_reset("s", "public.items")
     wait_until(
-        lambda: all((control.find("s", r.id) or r).state == FAILED for r in (unknown, no_offsets))
+        lambda: all((control.find("s", r.id) or r).state == FAILED for r in (unknown, no_offsets)),
+        WAIT_S,
     )
     assert "does not hold table public.other" in str(control.find("s", unknown.id).reason)  # type: ignore[union-attr]
     assert "keeps no offsets" in str(control.find("s", no_offsets.id).reason)  # type: ignore[union-attr]
@@ -236,11 +233,11 @@ def test_a_rebuild_is_done_only_once_the_last_record_at_the_reset_is_applied(
     control = SinkControl(log, "p")
     request = control.request_reset("s", "public.items")
     (thread,) = serve(task(log, "s", lambda: Slow(store), stop))
-    wait_until(lambda: (control.find("s", request.id) or request).state == APPLIED)
-    wait_until(writing.is_set)  # the rebuild has begun, held inside its first write
+    wait_until(lambda: (control.find("s", request.id) or request).state == APPLIED, WAIT_S)
+    wait_until(writing.is_set, WAIT_S)  # the rebuild has begun, held inside its first write
     assert (control.find("s", request.id) or request).state == APPLIED  # nothing applied yet
     gate.set()
-    wait_until(lambda: (control.find("s", request.id) or request).state == DONE)
+    wait_until(lambda: (control.find("s", request.id) or request).state == DONE, WAIT_S)
     assert len(store.rows) == 10
     stop.set()
     thread.join(5)
@@ -278,9 +275,9 @@ def test_a_sink_never_waits_on_the_control_topic(log: EmbeddedLog) -> None:
     )  # fmt: skip
     thread = threading.Thread(target=running.serve, daemon=True)
     thread.start()
-    wait_until(lambda: committed(log, "s") == 3)
+    wait_until(lambda: committed(log, "s") == 3, WAIT_S)
     hang.set()  # from now on the watcher hangs in its reads
-    wait_until(slow.hanging.is_set)
+    wait_until(slow.hanging.is_set, WAIT_S)
     fill(log, range(4, 10))
     wait_until(lambda: committed(log, "s") == 9, timeout_s=10)  # the sink goes on meanwhile
     started = time.monotonic()
@@ -302,16 +299,18 @@ def test_a_control_write_that_always_fails_is_dropped_not_retried_forever(
     stop = threading.Event()
     control = watcher(log, stop)
     try:
-        wait_until(lambda: control.ready.is_set())
+        wait_until(lambda: control.ready.is_set(), WAIT_S)
 
         def poison(_: SinkControl) -> None:
             raise ValueError("cannot encode this state")
 
         control.post(poison)
         control.post(lambda c: c.set_state("after", "running"))
-        wait_until(lambda: (SinkControl(log, "p").state("after") or {}).get("state") == "running")
+        wait_until(
+            lambda: (SinkControl(log, "p").state("after") or {}).get("state") == "running", WAIT_S
+        )
         request = SinkControl(log, "p").request_reset("after", "public.items")
-        wait_until(lambda: [r.id for r in control.pending("after")] == [request.id])
+        wait_until(lambda: [r.id for r in control.pending("after")] == [request.id], WAIT_S)
     finally:
         stop.set()
         control.join(5)
