@@ -11,12 +11,12 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from operator import attrgetter
 from typing import Any
 
 from cdc.contracts.events import ChangeEvent, Op
-from cdc.contracts.positions import carried
+from cdc.contracts.positions import Offsets, carried
 from cdc.log.base import Record
 from cdc.metrics.health import Health
 from cdc.metrics.lag import LagClock
@@ -74,7 +74,7 @@ class SourceObserver:
     def dead_letters(self, reason: str, count: int = 1) -> None:
         self._m.dead_letters.labels(self._pipeline, reason).inc(count)
 
-    def committed(self, offsets: Mapping[str, Any], append_s: float) -> None:
+    def committed(self, offsets: Offsets, append_s: float) -> None:
         """A transaction with ``offsets`` committed, ``append_s`` after it began."""
         self._append.observe(append_s)
         position = carried(offsets)
