@@ -1,15 +1,22 @@
-"""Offsets a sink keeps beside its data, and the atomic file replace the file-based sinks use.
+"""Offsets a sink keeps beside its data: their one codec, and the atomic file replace the
+file-based sinks use.
 
-A stored offset is named ``<topic>|<partition>`` (``|`` cannot occur in a topic name; the
-partition is after the last one), in the JSONL sink's state file, the search sink's offsets file
-and the Redis sink's offsets hash alike.
+A stored offset is the next offset of a partition, named ``<topic>|<partition>`` (``|`` cannot
+occur in a topic name; the partition is after the last one): the members of the search sink's
+offsets file and of the ``"offsets"`` of the JSONL sink's state file, the fields of the Redis
+sink's offsets hash. :func:`encode_offsets` and :func:`decode_offsets` are its one writer and
+reader; :func:`read_json` and :func:`write_json` the file sinks' reading and durable writing of
+their JSON files. (The DuckDB sink keeps its offsets in a table of its own, with the data.)
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 from cdc.log.base import TopicPartition
 
@@ -19,13 +26,37 @@ def offset_field(topic: str, partition: int) -> str:
     return f"{topic}|{partition}"
 
 
-def parse_offsets(stored: Iterable[tuple[str, int | str | bytes]]) -> dict[TopicPartition, int]:
-    """``(field, next offset)`` pairs as stored, back as offsets by partition."""
+def encode_offsets(offsets: Mapping[TopicPartition, int]) -> dict[str, int]:
+    """The stored form of ``offsets``: the next offset by :func:`offset_field`."""
+    return {offset_field(*tp): offset for tp, offset in offsets.items()}
+
+
+def decode_offsets(
+    stored: Mapping[Any, int | str | bytes],
+) -> dict[TopicPartition, int]:
+    """The offsets :func:`encode_offsets` stored (a Redis hash's fields and values are bytes)."""
     offsets: dict[TopicPartition, int] = {}
-    for field, offset in stored:
-        topic, _, partition = field.rpartition("|")
+    for field, offset in stored.items():
+        name = field.decode() if isinstance(field, bytes) else field
+        topic, _, partition = name.rpartition("|")
         offsets[TopicPartition(topic, int(partition))] = int(offset)
     return offsets
+
+
+def read_json(path: Path) -> Any:
+    """The JSON stored in ``path`` by :func:`write_json`; ``None`` when there is no file.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    if not path.exists():
+        return None
+    return orjson.loads(path.read_bytes())
+
+
+def write_json(path: Path, data: Any, temp: Path) -> None:
+    """Store ``data`` as ``path``'s JSON, atomically and durably (:func:`replace_file`)."""
+    replace_file(path, orjson.dumps(data), temp)
 
 
 def replace_file(path: Path, data: bytes, temp: Path) -> None:

@@ -24,7 +24,7 @@ from cdc.contracts.sink import SinkContext, SinkRecord
 from cdc.log.base import TopicPartition
 from cdc.transforms.unwrap import unwrap_records
 from sinks.jsonl.config import JsonlSinkConfig
-from sinks.offsets import offset_field, parse_offsets, replace_file
+from sinks.offsets import decode_offsets, encode_offsets, read_json, write_json
 
 STATE_FILE = "_state.json"
 
@@ -45,7 +45,7 @@ class JsonlSink:
             state = self._read_state()
         except OSError as exc:
             raise SinkFatal(f"cannot use {self._dir}: {exc.strerror}") from exc
-        self._offsets = parse_offsets(state.get("offsets", {}).items())
+        self._offsets = decode_offsets(state.get("offsets", {}))
         self._lengths = {name: int(n) for name, n in state.get("files", {}).items()}
         for file in self._dir.glob("*.jsonl"):
             # Cut off what was written after the last flush: it will be read again.
@@ -76,11 +76,8 @@ class JsonlSink:
             handle.flush()
             os.fsync(handle.fileno())
             self._lengths[name] = handle.tell()
-        state = {
-            "offsets": {offset_field(*tp): o for tp, o in self._offsets.items()},
-            "files": self._lengths,
-        }
-        replace_file(self._dir / STATE_FILE, orjson.dumps(state), self._dir / (STATE_FILE + ".tmp"))
+        state = {"offsets": encode_offsets(self._offsets), "files": self._lengths}
+        write_json(self._dir / STATE_FILE, state, self._dir / (STATE_FILE + ".tmp"))
 
     def close(self) -> None:
         for handle in self._files.values():
@@ -116,8 +113,5 @@ class JsonlSink:
         return handle
 
     def _read_state(self) -> dict[str, Any]:
-        path = self._dir / STATE_FILE
-        if not path.exists():
-            return {}
-        state: dict[str, Any] = orjson.loads(path.read_bytes())
-        return state
+        state: dict[str, Any] | None = read_json(self._dir / STATE_FILE)
+        return state or {}

@@ -24,8 +24,9 @@ from __future__ import annotations
 import orjson
 
 from cdc.contracts.sink import SinkRecord
+from cdc.log.base import TopicPartition
 from sinks.keyed import Pos, Table
-from sinks.offsets import offset_field
+from sinks.offsets import encode_offsets
 
 # One script, three modes (ARGV[1]), so there is one SHA to load and to reload on NOSCRIPT.
 #
@@ -213,6 +214,7 @@ class Chunk:
 def offsets_args(records: list[SinkRecord]) -> list[str]:
     """``HSET`` arguments storing the next offset per partition after ``records``."""
     latest: dict[tuple[str, int], int] = {}
-    for record in records:
+    for record in records:  # a plain tuple per record, as the rest of this path
         latest[record.topic, record.partition] = record.offset + 1
-    return [part for tp, offset in latest.items() for part in (offset_field(*tp), str(offset))]
+    stored = encode_offsets({TopicPartition(*tp): offset for tp, offset in latest.items()})
+    return [part for field, offset in stored.items() for part in (field, str(offset))]

@@ -21,7 +21,7 @@ from cdc.contracts.events import topic_name
 from cdc.contracts.sink import SinkContext, SinkRecord
 from cdc.log.base import TopicPartition
 from sinks.keyed import Change, Table, TopicTables
-from sinks.offsets import offset_field, parse_offsets
+from sinks.offsets import decode_offsets, encode_offsets
 from sinks.redis.batch import Segment, segments
 from sinks.redis.config import RedisSinkConfig
 from sinks.redis.connection import as_str, connect, scan_fields, translate
@@ -58,7 +58,7 @@ class RedisSink:
         stored = self._call(lambda c: c.hgetall(offsets_key))
         self._rebuild = bool(self._call(lambda c: c.exists(rebuild_key)))
         self._expect_offsets = bool(stored)
-        self._stored = parse_offsets((as_str(field), offset) for field, offset in stored.items())
+        self._stored = decode_offsets(stored)
 
     def stored_offsets(self) -> Mapping[TopicPartition, int]:
         """The offsets stored with the data; every partition from 0 when Redis lost the data."""
@@ -109,10 +109,10 @@ class RedisSink:
             SinkUnavailable: Redis cannot be reached (the runner retries the reset).
         """
         self._call(lambda client: self._forget(client, table))
-        fields = [offset_field(*tp) for tp in partitions]
-        if fields:
+        zeros = encode_offsets(dict.fromkeys(partitions, 0))
+        if zeros:
             offsets_key = self._sink_keys[0]
-            self._call(lambda c: c.hset(offsets_key, mapping=dict.fromkeys(fields, 0)))
+            self._call(lambda c: c.hset(offsets_key, mapping=dict(zeros.items())))
             self._expect_offsets = True
         for tp in partitions:
             self._stored[tp] = 0

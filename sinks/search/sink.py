@@ -21,7 +21,7 @@ from cdc.contracts.errors import CdcError, RecordError, SinkFatal, SinkUnavailab
 from cdc.contracts.sink import SinkContext, SinkRecord, sink_offsets
 from cdc.log.base import TopicPartition
 from sinks.keyed import Change, Kind, Pos, Table, TopicTables, classify
-from sinks.offsets import offset_field, parse_offsets, replace_file
+from sinks.offsets import decode_offsets, encode_offsets, read_json, write_json
 from sinks.search.config import SearchSinkConfig, table_dir
 from sinks.search.index import Mark, TableIndex, marker_document, row_document, row_text
 from sinks.search.types import text_columns
@@ -181,15 +181,12 @@ class SearchSink:
         self._offsets = self._read_offsets()
 
     def _read_offsets(self) -> dict[TopicPartition, int]:
-        if not self._offsets_file.exists():
-            return {}
-        stored: dict[str, int] = orjson.loads(self._offsets_file.read_bytes())
-        return parse_offsets(stored.items())
+        stored = read_json(self._offsets_file)
+        return {} if stored is None else decode_offsets(stored)
 
     def _write_offsets(self) -> None:
-        data = {offset_field(*tp): offset for tp, offset in self._offsets.items()}
         path = self._offsets_file
-        replace_file(path, orjson.dumps(data), path.with_suffix(".tmp"))
+        write_json(path, encode_offsets(self._offsets), path.with_suffix(".tmp"))
 
 
 def _decide(change: Change, mark: Mark | None, floor: Pos | None) -> Mark | None:
