@@ -61,7 +61,7 @@ class Lsn(int):
                 return value if type(value) is Lsn else cls(value)
         return None
 
-    def to_offsets(self, commit: int | None = None) -> PositionedOffsets:
+    def to_offsets(self, commit: Lsn | None = None) -> PositionedOffsets:
         """The offsets that store this position (and carry it, for the log's check), and
         ``commit``, the end of the last commit streamed (``lsn_commit``, as Debezium's offsets
         name it: ``source.sequence``'s first LSN after a restart), when known."""

@@ -108,7 +108,7 @@ class Assembler:
         logger: Logger,
         ignored_prefixes: Sequence[str] = (),
         options: EnvelopeOptions = READABLE,
-        last_commit: int | None = None,
+        last_commit: Lsn | None = None,
         filters: Mapping[str, TableFilter] | None = None,
         transforms: TransformChain = EMPTY,
         topic_of: Callable[[str, str], str] | None = None,
@@ -191,7 +191,7 @@ class Assembler:
         self._relations.shapes = shapes
 
     @property
-    def last_commit(self) -> int | None:
+    def last_commit(self) -> Lsn | None:
         """The end of the latest commit seen (or stored): what the offsets keep as
         ``lsn_commit``."""
         return self._tx.last_commit
@@ -227,7 +227,7 @@ class Assembler:
         """The batch built so far; its offsets are set only at a transaction boundary."""
         committed = self._tx.take_commit()
         self.cut = False
-        return self._batch.take(None if committed is None else Lsn(committed).to_offsets(committed))
+        return self._batch.take(None if committed is None else committed.to_offsets(committed))
 
     def handle(self, message: pg.PgOutputMessage, lsn: int) -> None:
         """Apply one decoded message; ``lsn`` is its WAL position (0 when not known)."""

@@ -9,6 +9,7 @@ from cdc.contracts.events import ChangeEvent, Op
 from cdc.contracts.schema import TableSchema
 from cdc.contracts.source import DeadLetter, SourceBatch
 from connectors.postgres.assembly.toast import key_identity
+from connectors.postgres.lsn import Lsn
 
 
 class Batch:
@@ -48,7 +49,7 @@ class Batch:
         else:
             self.schemas.append(schema)
 
-    def has_output(self, commit_lsn: int | None) -> bool:
+    def has_output(self, commit_lsn: Lsn | None) -> bool:
         """Something to return: events, schemas, letters, or a commit (``commit_lsn``)."""
         return bool(self.events or self.schemas or self.dead or commit_lsn)
 

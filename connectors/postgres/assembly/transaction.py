@@ -78,11 +78,11 @@ class Transaction:
         self.in_tx = False
         self.xid = self.final_lsn = self.ts_ms = self.ts_us = self.seq = 0
         #: The end of the latest commit seen (``source.sequence``'s first LSN).
-        self.last_commit: int | None = None
+        self.last_commit: Lsn | None = None
         self._order_head = "[null,"
         self._order_json = b'"[null,\\"'
         #: The end of the latest commit not yet handed out with a batch.
-        self.commit_lsn: int | None = None
+        self.commit_lsn: Lsn | None = None
         #: The row writer per topic and message tag (see :meth:`writer`).
         self.writers: dict[tuple[str, int], RowWriter] = {}
 
@@ -99,11 +99,12 @@ class Transaction:
         self.writers.clear()
 
     def commit(self, end_lsn: int) -> None:
-        """End the transaction at ``end_lsn``, its commit record's end."""
+        """End the transaction at ``end_lsn``, its commit record's end (from the message:
+        typed here, once a transaction)."""
         self.in_tx = False
-        self.commit_lsn = self.last_commit = end_lsn
+        self.commit_lsn = self.last_commit = Lsn(end_lsn)
 
-    def take_commit(self) -> int | None:
+    def take_commit(self) -> Lsn | None:
         """The commit a batch taken now ends on (only at a transaction boundary), once."""
         committed = None if self.in_tx else self.commit_lsn
         if committed is not None:
