@@ -8,7 +8,7 @@ that failed are listed with their reason until ``cdc snapshot --cancel`` removes
 
 from __future__ import annotations
 
-import time
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -16,7 +16,10 @@ from rich.console import Console
 from rich.table import Column, Table
 
 from cdc.contracts.snapshot_offsets import SnapshotProgress, TableProgress, read
-from cdc.support.clock import now_ms
+from cdc.support.clock import SYSTEM_CLOCK, Clock, now_ms
+from cdc.support.wait import WaitTimeout, wait_until
+
+FOLLOW_INTERVAL_S = 0.5  # how often --wait reads the stored progress again
 
 
 def snapshot_report(offsets: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -121,36 +124,46 @@ def follow_request(
     timeout_s: float | None,
     echo: Callable[[str], None],
     cancel: bool = False,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> str | None:
     """Wait until request ``request_id`` ends, printing its progress (``cdc snapshot --wait``).
 
     Args:
         read_offsets: the stored source offsets, read again each time.
+        timeout_s: ``None``: wait as long as it takes.
         cancel: wait for the request's cancel to be applied (``request_id`` may then be the
             cancel signal's own id, for ``--cancel-all``), whatever state it is in until then.
 
     Returns:
         The outcome (see :func:`request_outcome`), or ``None`` at the timeout.
     """
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    last = ""
-    while True:
-        offsets = read_offsets()
-        rows = [r for r in snapshot_report(offsets) if r.get("request") == request_id]
-        line = ", ".join(
-            f"{r['table']}: {r.get('chunks_done', 0)}/{r.get('chunks_total', '?')} chunks, "
-            f"{r.get('rows', 0):,} rows"
-            for r in rows
-            if r["state"] != "failed"
-        )
-        if line and line != last:
+    shown = [""]
+
+    def ended() -> str | None:
+        state = read(read_offsets())
+        line = _request_line(state, request_id)
+        if line and line != shown[0]:
             echo(line)
-            last = line
-        outcome = request_outcome(offsets, request_id)
-        if cancel and outcome != "cancelled":
-            outcome = None
-        if outcome is not None:
-            return outcome
-        if deadline is not None and time.monotonic() > deadline:
-            return None
-        time.sleep(0.5)
+            shown[0] = line
+        outcome = None if state is None else state.outcome(request_id)
+        return None if cancel and outcome != "cancelled" else outcome
+
+    limit = math.inf if timeout_s is None else timeout_s
+    what = f"snapshot request {request_id}"
+    try:
+        return wait_until(ended, limit, FOLLOW_INTERVAL_S, clock=clock, describe=what)
+    except WaitTimeout:
+        return None
+
+
+def _request_line(state: SnapshotProgress | None, request_id: str) -> str:
+    """The request's tables' chunks and rows, one line (a queued one's chunks are unknown)."""
+    if state is None:
+        return ""
+    tables = [
+        f"{t.table}: {t.chunks_done}/{t.chunks_total} chunks, {t.rows:,} rows"
+        for t in state.tables
+        if t.request == request_id
+    ]
+    queued = [f"{q.table}: 0/? chunks, 0 rows" for q in state.queued if q.id == request_id]
+    return ", ".join(tables + queued)
