@@ -53,6 +53,7 @@ def _bench(name: str, *args: str, module: str | None = None) -> Run:
 #: together took 7.7 minutes on the 2-core machine under load 12-14 (2026-12-06).
 RUNS: tuple[Run, ...] = (
     _bench("pgoutput_decode", "--rounds", "50", "--repeat", "3"),
+    _bench("pg_assemble", "--rows", "20000", "--repeat", "3"),
     _bench("log_throughput", "--records", "100000"),
     _bench("pg_stream", "--rows", "50000", "--big", "50000", "--steady-s", "3"),
     _bench("pg_filters", "--filters", "--rows", "10000", "--rounds", "1", module="pg_stream"),

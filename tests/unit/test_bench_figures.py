@@ -54,6 +54,7 @@ def test_every_bench_emits_figures(script: Path) -> None:
     [
         ["log_throughput.py", "--records", "2000", "--batch", "500"],
         ["pgoutput_decode.py", "--rounds", "1", "--repeat", "1"],
+        ["pg_assemble.py", "--rows", "2000", "--batch", "500", "--repeat", "1"],
     ],
 )
 def test_a_bench_run_ends_with_one_json_line_a_metric(argv: list[str], tmp_path: Path) -> None:
