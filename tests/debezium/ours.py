@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import yaml
 
 from cdc.log.embedded import EmbeddedLog
 from cdc.log.embedded.store import DB_FILE
+from cdc.testing import WaitTimeout, wait_until
 from tests.services.common import ServiceError, tail
 
 __all__ = ["PIPELINE", "CdcRun", "pipeline_file"]
@@ -102,13 +102,20 @@ class CdcRun:
 
     def wait(self, what: str, done: Callable[[], bool], timeout_s: float) -> None:
         """Waits until ``done()``; fails with the end of ``cdc.log`` if the run exits first."""
-        deadline = time.monotonic() + timeout_s
-        while not done():
+
+        def ended() -> bool:
+            if done():
+                return True
             if self._proc is not None and self._proc.poll() is not None:
                 raise ServiceError(f"cdc run exited {self._proc.returncode}: {self.log_tail()}")
-            if time.monotonic() > deadline:
-                raise ServiceError(f"cdc: {what} not after {timeout_s:.0f} s: {self.log_tail()}")
-            time.sleep(0.2)
+            return False
+
+        try:
+            wait_until(ended, timeout_s, 0.2, describe=what)
+        except WaitTimeout:
+            raise ServiceError(
+                f"cdc: {what} not after {timeout_s:.0f} s: {self.log_tail()}"
+            ) from None
 
     def snapshot(self, table: str, timeout_s: float) -> None:
         """Re-snapshots ``table`` online (``cdc snapshot FILE --table T --wait``)."""

@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from cdc.testing import wait_until
+
 # Subprocesses import this checkout's code, whatever an editable install elsewhere points at.
 REPO_ROOT = str(Path(__file__).resolve().parents[2])
 
@@ -128,13 +130,15 @@ def wait_for(
     On failure the message carries what the predicate last saw (``last_seen``, which it fills)
     and the tail of ``log``: a CI run leaves nothing else behind.
     """
-    deadline = time.monotonic() + timeout
-    while not predicate():
+
+    def met() -> bool:
+        if predicate():
+            return True
         if process is not None and process.poll() is not None:
             raise AssertionError(f"cdc run exited with {process.returncode}{_tail(log)}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not met in {timeout} s; last seen {last_seen}{_tail(log)}")
-        time.sleep(interval)
+        return False
+
+    wait_until(met, timeout, interval, describe=lambda: f"last seen {last_seen}{_tail(log)}")
 
 
 def _tail(log: Path | None, size: int = 6000) -> str:

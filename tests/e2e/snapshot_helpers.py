@@ -19,6 +19,7 @@ from psycopg import sql
 from cdc.contracts.snapshot_offsets import progress
 from cdc.log.embedded import EmbeddedLog
 from cdc.log.embedded.bulk import indexed
+from cdc.testing import wait_until
 
 PIPELINE = "snp"
 TOPIC = f"{PIPELINE}.public.t"
@@ -218,23 +219,15 @@ def _documents(line: str) -> list[dict[str, Any]]:
     return out
 
 
-def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.25) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(interval)
-
-
 def kill_after_chunks(
     process: Any, log_dir: Path, table: str = "public.t", chunks: int = 2
 ) -> None:
     """SIGKILL ``cdc run`` once ``table``'s snapshot stored ``chunks`` chunks as done."""
-    wait_for(
+    wait_until(
         lambda: len(chunks_done(snapshot_tables(log_dir).get(table, {}))) >= chunks,
         120,
-        "some chunks",
-        interval=0.05,
+        0.05,
+        describe="some chunks",
     )
     process.send_signal(signal.SIGKILL)
     process.wait(10)

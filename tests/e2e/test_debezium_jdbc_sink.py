@@ -27,10 +27,10 @@ and removes it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import signal
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -43,6 +43,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from cdc.envelope.options import DEBEZIUM_DEFAULTS
+from cdc.testing import WaitTimeout, wait_until
 from tests.e2e.cli_helpers import cdc, start_run, stop
 from tests.services.common import ServiceError, ServiceUnavailableError, in_ci
 from tests.services.connect import ConnectWorker, jdbc_sink_config
@@ -158,12 +159,18 @@ def await_rows(
     Raises:
         ServiceError: The sink failed (its stack trace is in the message).
     """
-    deadline = time.monotonic() + timeout_s
-    got = table_rows(target)
-    while got != want and time.monotonic() < deadline:
+    read: list[list[dict[str, Any]] | None] = []
+
+    def same() -> bool:
+        read[:] = [table_rows(target)]
+        if read[0] == want:
+            return True
         worker.check_healthy(sink)
-        time.sleep(0.5)
-        got = table_rows(target)
+        return False
+
+    with contextlib.suppress(WaitTimeout):  # the checks below say how the table differs
+        wait_until(same, timeout_s, 0.5)
+    got = read[0]
     assert got is not None, f"the sink never created {TABLE}:\n{worker.log_tail(40)}"
     ours, theirs = by_key(got), by_key(want)
     extra, missing = sorted(ours.keys() - theirs.keys()), sorted(theirs.keys() - ours.keys())

@@ -29,6 +29,7 @@ import pytest
 from cdc.contracts.errors import LogError
 from cdc.envelope.options import DEBEZIUM_DEFAULTS
 from cdc.log.embedded import EmbeddedLog
+from cdc.testing import wait_until
 from tests.debezium import capture, workload
 from tests.e2e.cli_helpers import start_run, stop
 
@@ -151,14 +152,6 @@ def _comparable(records: list[dict[str, Any]]) -> tuple[list[Any], Counter[Any]]
     return [*rows, *(s for s in shapes if s.get("op") != "r")], keys
 
 
-def _wait(predicate: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.5)
-
-
 def _run(pg_db: str, tmp_path: Path, setting: str, transactions: bool) -> dict[str, list[Any]]:
     capture.prepare(pg_db)
     pipeline = _pipeline(tmp_path, pg_db, setting, transactions)
@@ -175,11 +168,23 @@ def _run(pg_db: str, tmp_path: Path, setting: str, transactions: bool) -> dict[s
             except LogError:  # no log or no topic yet
                 return 0
 
-        _wait(lambda: all(count(t) >= snapshot for t in topics), 120, "the snapshot")
+        wait_until(
+            lambda: all(count(t) >= snapshot for t in topics), 120, 0.5, describe="the snapshot"
+        )
         capture.stream(pg_db)
-        _wait(lambda: all(count(t) >= len(expected[t]) for t in topics), 120, "the changes")
+        wait_until(
+            lambda: all(count(t) >= len(expected[t]) for t in topics),
+            120,
+            0.5,
+            describe="the changes",
+        )
         files = tmp_path / "files"
-        _wait(lambda: len(list(files.glob("*.jsonl"))) >= len(topics), 60, "the sink's files")
+        wait_until(
+            lambda: len(list(files.glob("*.jsonl"))) >= len(topics),
+            60,
+            0.5,
+            describe="the sink's files",
+        )
         time.sleep(1.0)  # nothing more is due: a late extra record would show
     finally:
         code, _ = stop(process)

@@ -21,8 +21,8 @@ reported at once, so one run names everything that is wrong.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
-import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -36,6 +36,7 @@ import yaml
 from psycopg import sql
 
 from cdc.envelope.options import DEBEZIUM_DEFAULTS, READABLE
+from cdc.testing import WaitTimeout, wait_until
 from connectors.postgres.lsn import str_to_lsn
 from tests.e2e import matrix_values as mv
 from tests.e2e.cli_helpers import cdc, start_run, stop
@@ -144,12 +145,15 @@ def slots(dsn: str) -> dict[str, int | None]:
 
 def wait_for_slots(dsn: str, runs: dict[str, subprocess.Popen[str]], root: Path) -> None:
     """Each pipeline made its slot (its snapshot point): later changes are streamed to all."""
-    deadline = time.monotonic() + 60
-    while not all(f"{name}_slot" in slots(dsn) for name in runs):
+
+    def made() -> bool:
+        if all(f"{name}_slot" in slots(dsn) for name in runs):
+            return True
         for name, run in runs.items():
             assert run.poll() is None, f"{name} exited: " + (root / name / "run.log").read_text()
-        assert time.monotonic() < deadline, f"slots {slots(dsn)}"
-        time.sleep(0.2)
+        return False
+
+    wait_until(made, 60, 0.2, describe=lambda: f"every pipeline's slot (slots {slots(dsn)})")
 
 
 def settled(pipeline: Path, env: dict[str, str], target: int, dsn: str) -> bool:
@@ -171,15 +175,18 @@ def wait_settled(
     # Fixed once the changes are made: WAL other databases of the shared server write later is
     # not waited for (an idle source confirms it only at its next status interval).
     target = str_to_lsn(row[0])
-    deadline = time.monotonic() + 60
     waiting = list(pipelines)
-    while waiting and time.monotonic() < deadline:
-        waiting = [
+
+    def all_settled() -> bool:
+        waiting[:] = [
             p
             for p in waiting
             if runs[p.parent.name].poll() is None and not settled(p, env, target, dsn)
         ]
-        time.sleep(0.3)
+        return not waiting
+
+    with contextlib.suppress(WaitTimeout):  # what did not settle fails the checks that follow
+        wait_until(all_settled, 60, 0.3)
 
 
 # --- the cells ---------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from cdc.testing import WaitTimeout
 from tests.e2e.cli_helpers import (
     cdc,
     kill_mid_workload,
@@ -112,7 +113,7 @@ def _wait_for_the_topic_to_equal(expected: dict[str, Any], pipeline: Path, tmp_p
 
     try:
         wait_for(caught_up, timeout=60, interval=0.5)
-    except AssertionError:
+    except WaitTimeout:
         state = latest_per_key(tail_all(pipeline, TOPIC, tmp_path))
         diff = {
             k: (state.get(k), expected.get(k))

@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from cdc.testing import wait_until
 from tests.e2e.cli_helpers import start_run
 from tests.e2e.snapshot_helpers import (
     chunks_done,
@@ -20,7 +21,6 @@ from tests.e2e.snapshot_helpers import (
     run_log_events,
     snapshot_tables,
     topic_state,
-    wait_for,
     write_pipeline,
 )
 from tests.e2e.test_snapshot_pipeline import drop_objects, settle_and_stop, snapshot_finished
@@ -74,7 +74,7 @@ def test_sigkill_mid_snapshot_of_1mb_values_resumes_and_ends_complete(
         first_run = len(run_log_events(tmp_path, "snapshot.chunk_done"))
         process = start_run(pipeline, tmp_path)
         runs.append(process)
-        wait_for(lambda: snapshot_finished(log_dir), 120, "the resumed snapshot")
+        wait_until(lambda: snapshot_finished(log_dir), 120, 0.25, describe="the resumed snapshot")
         settle_and_stop(process, pg_db, log_dir)
         resumed = run_log_events(tmp_path, "snapshot.chunk_done")[first_run:]
         reread = {e["chunk"] for e in resumed} & done_before

@@ -17,6 +17,7 @@ from psycopg import sql
 
 from cdc.contracts import snapshot_offsets as so
 from cdc.log.embedded import EmbeddedLog
+from cdc.testing import wait_until
 from tests.e2e.cli_helpers import start_run
 from tests.e2e.snapshot_helpers import (
     PIPELINE,
@@ -25,7 +26,6 @@ from tests.e2e.snapshot_helpers import (
     run_log_events,
     snapshot_tables,
     topic_state,
-    wait_for,
 )
 from tests.e2e.test_snapshot_pipeline import drop_objects, settle_and_stop
 
@@ -110,7 +110,7 @@ def test_a_killed_snapshot_of_many_tables_resumes_exactly_the_missing_chunks(
     try:
         process = start_run(pipeline, tmp_path)
         runs.append(process)
-        wait_for(lambda: len(done_pairs(log_dir)) >= 30, 120, "some chunks", interval=0.05)
+        wait_until(lambda: len(done_pairs(log_dir)) >= 30, 120, 0.05, describe="some chunks")
         process.send_signal(signal.SIGKILL)
         process.wait(10)
         done_before = done_pairs(log_dir)
@@ -122,7 +122,7 @@ def test_a_killed_snapshot_of_many_tables_resumes_exactly_the_missing_chunks(
         first_run = len(run_log_events(tmp_path, "snapshot.chunk_done"))
         process = start_run(pipeline, tmp_path)
         runs.append(process)
-        wait_for(lambda: finished(log_dir), 180, "the resumed snapshot")
+        wait_until(lambda: finished(log_dir), 180, 0.25, describe="the resumed snapshot")
         settle_and_stop(process, pg_db, log_dir)
         resumed = {
             (e["table"], e["chunk"])

@@ -16,6 +16,7 @@ import pytest
 from cdc.config.pipeline import load
 from cdc.contracts.errors import SourceFatal
 from cdc.log.embedded import EmbeddedLog
+from cdc.testing import wait_until
 from connectors.postgres import drop_replication_objects
 from tests.e2e.cli_helpers import cdc, start_run, stop
 from tests.e2e.snapshot_helpers import (
@@ -33,7 +34,6 @@ from tests.e2e.snapshot_helpers import (
     stored_lsn,
     table_state,
     topic_state,
-    wait_for,
     write_pipeline,
 )
 
@@ -58,7 +58,7 @@ def drop_objects(pipeline: Path, *processes: subprocess.Popen[str]) -> None:
 def settle_and_stop(process: object, dsn: str, log_dir: Path) -> None:
     """Wait until everything committed so far is in the log, then stop ``cdc run`` cleanly."""
     target = marker_lsn(dsn)
-    wait_for(lambda: stored_lsn(log_dir) >= target, 90, "the stream to catch up")
+    wait_until(lambda: stored_lsn(log_dir) >= target, 90, 0.25, describe="the stream to catch up")
     code, _ = stop(process)  # type: ignore[arg-type]
     assert code == 0
 
@@ -107,9 +107,14 @@ def test_initial_snapshot_of_300k_rows_under_1000_changes_per_second(
         with Writer(pg_db, 300_000, rate=1000) as writer:
             process = start_run(pipeline, tmp_path)
             runs.append(process)
-            wait_for(lambda: snapshot_finished(log_dir), 240, "the snapshot")
+            wait_until(lambda: snapshot_finished(log_dir), 240, 0.25, describe="the snapshot")
             during = writer.changes
-            wait_for(lambda: writer.changes > during + 2000, 30, "changes after the snapshot")
+            wait_until(
+                lambda: writer.changes > during + 2000,
+                30,
+                0.25,
+                describe="changes after the snapshot",
+            )
         assert during > 1000  # the writer ran while the snapshot was read
         settle_and_stop(process, pg_db, log_dir)
         in_topic, in_table = topic_state(log_dir), table_state(pg_db)
@@ -145,7 +150,9 @@ def test_sigkill_mid_snapshot_resumes_without_rereading_finished_chunks(
             first_run = len(run_log_events(tmp_path, "snapshot.chunk_done"))
             process = start_run(pipeline, tmp_path)
             runs.append(process)
-            wait_for(lambda: snapshot_finished(log_dir), 120, "the resumed snapshot")
+            wait_until(
+                lambda: snapshot_finished(log_dir), 120, 0.25, describe="the resumed snapshot"
+            )
         settle_and_stop(process, pg_db, log_dir)
         resumed = run_log_events(tmp_path, "snapshot.chunk_done")[first_run:]
         reread = {e["chunk"] for e in resumed} & done_before
@@ -176,7 +183,12 @@ def test_cdc_snapshot_resnapshots_a_table_while_streaming_and_writing(
     try:
         process = start_run(pipeline, tmp_path)
         runs.append(process)
-        wait_for(lambda: bool(run_log_events(tmp_path, "source.streaming")), 60, "streaming")
+        wait_until(
+            lambda: bool(run_log_events(tmp_path, "source.streaming")),
+            60,
+            0.25,
+            describe="streaming",
+        )
         with Writer(pg_db, 30_000, rate=500) as writer:
             result = cdc(
                 "snapshot",

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
@@ -32,6 +31,7 @@ from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict
 
+from cdc.testing import WaitTimeout, wait_until
 from tests.services.common import Service, ServiceError, tail
 from tests.services.jvm import ensure_jars, find_java
 from tests.services.ports import LOOPBACK, free_port
@@ -203,17 +203,21 @@ class ConnectWorker(Service):
             ServiceError: A task failed (its stack trace is in the message), the worker exited,
                 or ``timeout_s`` passed.
         """
-        deadline = time.monotonic() + timeout_s
-        while True:
+
+        def running() -> dict[str, Any] | None:
             self.check_healthy(name)
             status = self._status_or_none(name)
             tasks = (status or {}).get("tasks", [])
-            running = status is not None and status["connector"]["state"] == "RUNNING"
-            if running and tasks and all(task["state"] == "RUNNING" for task in tasks):
-                return
-            if time.monotonic() > deadline:
-                raise ServiceError(f"connect: {name} not running after {timeout_s:.0f} s: {status}")
-            time.sleep(0.3)
+            up = status is not None and status["connector"]["state"] == "RUNNING"
+            return status if up and tasks and all(t["state"] == "RUNNING" for t in tasks) else None
+
+        try:
+            wait_until(running, timeout_s, 0.3)
+        except WaitTimeout:
+            status = self._status_or_none(name)
+            raise ServiceError(
+                f"connect: {name} not running after {timeout_s:.0f} s: {status}"
+            ) from None
 
     def check_healthy(self, name: str) -> None:
         """Raises if the worker exited, or the connector or one of its tasks failed.

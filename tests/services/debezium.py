@@ -31,6 +31,7 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
+import cdc.testing as kit
 from tests.services.common import ServiceError, tail
 from tests.services.jvm import TESTS_DIR, ensure_jars, find_java
 
@@ -167,46 +168,41 @@ class DebeziumRun:
         Raises:
             ServiceError: The runner exited first, or ``timeout_s`` passed.
         """
-        deadline = time.monotonic() + timeout_s
-        while True:
-            lines = self.lines()
-            if len(lines) >= count:
-                return [json.loads(line) for line in lines]
-            if self._proc is not None and self._proc.poll() is not None:
-                # It may have written the last lines just before exiting.
-                if len(self.lines()) >= count:
-                    continue
-                raise ServiceError(
-                    f"debezium: runner exited {self._proc.returncode} after {len(lines)} of "
-                    f"{count} records:\n{self.log_tail()}"
-                )
-            if time.monotonic() > deadline:
-                raise ServiceError(
-                    f"debezium: {len(lines)} of {count} records after {timeout_s:.0f} s:\n"
-                    f"{self.log_tail()}"
-                )
-            time.sleep(0.2)
+        self.wait_until(
+            lambda: f"{count} records (has {len(self.lines())})",
+            lambda: len(self.lines()) >= count,
+            timeout_s,
+        )
+        return [json.loads(line) for line in self.lines()]
 
-    def wait_until(self, what: str, done: Callable[[], bool], timeout_s: float) -> None:
-        """Waits until ``done()`` (which may read :meth:`records`).
+    def wait_until(
+        self, what: str | Callable[[], str], done: Callable[[], bool], timeout_s: float
+    ) -> None:
+        """Waits until ``done()`` (which may read :meth:`records`); ``what`` may be a callable,
+        asked when the wait fails, to say how far it got.
 
         Raises:
             ServiceError: The runner exited first, or ``timeout_s`` passed; with the log's end.
         """
-        deadline = time.monotonic() + timeout_s
-        while not done():
+
+        def ended() -> bool:
+            if done():
+                return True
             if self._proc is not None and self._proc.poll() is not None:
                 if done():  # it may have written the last lines just before exiting
-                    return
+                    return True
                 raise ServiceError(
-                    f"debezium: runner exited {self._proc.returncode} before {what}:\n"
+                    f"debezium: runner exited {self._proc.returncode} before {_said(what)}:\n"
                     f"{self.log_tail()}"
                 )
-            if time.monotonic() > deadline:
-                raise ServiceError(
-                    f"debezium: {what} not after {timeout_s:.0f} s:\n{self.log_tail()}"
-                )
-            time.sleep(0.2)
+            return False
+
+        try:
+            kit.wait_until(ended, timeout_s, 0.2)
+        except kit.WaitTimeout:
+            raise ServiceError(
+                f"debezium: {_said(what)} not after {timeout_s:.0f} s:\n{self.log_tail()}"
+            ) from None
 
     def wait_streaming(self, dsn: str, timeout_s: float) -> None:
         """Waits until the engine streams: its replication slot is active in the database.
@@ -218,24 +214,15 @@ class DebeziumRun:
             ServiceError: The runner exited first, or ``timeout_s`` passed.
         """
         slot = self._props.get("slot.name", "debezium")
-        deadline = time.monotonic() + timeout_s
-        while True:
+
+        def active() -> bool:
             with psycopg.connect(dsn, autocommit=True) as conn:
                 row = conn.execute(
                     "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,)
                 ).fetchone()
-            if row is not None and row[0]:
-                return
-            if self._proc is not None and self._proc.poll() is not None:
-                raise ServiceError(
-                    f"debezium: runner exited {self._proc.returncode} before streaming:\n"
-                    f"{self.log_tail()}"
-                )
-            if time.monotonic() > deadline:
-                raise ServiceError(
-                    f"debezium: slot {slot} not active after {timeout_s:.0f} s:\n{self.log_tail()}"
-                )
-            time.sleep(0.2)
+            return row is not None and bool(row[0])
+
+        self.wait_until(f"slot {slot} active", active, timeout_s)
 
     def stop(self, timeout_s: float = 60.0) -> int | None:
         """Stops the runner with SIGTERM (the engine closes and commits), killing it if it hangs.
@@ -316,3 +303,7 @@ def _run_in(
             run.wait_for(ready, max(1.0, deadline - time.monotonic()))
             during()
         return run.wait_for(expect, max(1.0, deadline - time.monotonic()))[:expect]
+
+
+def _said(what: str | Callable[[], str]) -> str:
+    return what if isinstance(what, str) else what()

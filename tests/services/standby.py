@@ -22,12 +22,12 @@ import os
 import re
 import subprocess
 import threading
-import time
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 import psycopg
 
+from cdc.testing import WaitTimeout, wait_until
 from tests.services.common import ServiceError, ServiceUnavailableError
 from tests.services.postgres import PG_BINS, PG_ROOT, SUPERUSER, LocalPostgres
 
@@ -155,29 +155,35 @@ class StandbyPostgres(LocalPostgres):
         assert row is not None
         target = row[0]
         query = "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn"
-        deadline = time.monotonic() + timeout
         with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10) as conn:
-            while True:
-                replayed = conn.execute(query, (target,)).fetchone()
-                if replayed and replayed[0]:
-                    return
-                if time.monotonic() > deadline:
-                    raise ServiceError(f"standby did not replay up to {target} in {timeout}s")
-                time.sleep(0.05)
+            self._wait(conn, query, (target,), timeout, 0.05, f"replay up to {target}")
 
     def wait_synced(self, slot: str, timeout: float = 60.0) -> None:
         """Wait until the slot sync worker has made ``slot`` a persistent synced slot here
         (PostgreSQL 17+: ``synced`` and not ``temporary``, so it survives a promotion)."""
         query = "SELECT synced AND NOT temporary FROM pg_replication_slots WHERE slot_name = %s"
-        deadline = time.monotonic() + timeout
         with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10) as conn:
-            while True:
-                row = conn.execute(query, (slot,)).fetchone()
-                if row and row[0]:
-                    return
-                if time.monotonic() > deadline:
-                    raise ServiceError(f"slot {slot!r} was not synced to the standby in {timeout}s")
-                time.sleep(0.1)
+            self._wait(conn, query, (slot,), timeout, 0.1, f"slot {slot!r} synced to the standby")
+
+    @staticmethod
+    def _wait(
+        conn: psycopg.Connection[Any],
+        query: str,
+        params: tuple[str, ...],
+        timeout: float,
+        interval: float,
+        what: str,
+    ) -> None:
+        """Until ``query`` (one boolean) answers true on the standby."""
+
+        def holds() -> bool:
+            row = conn.execute(query, params).fetchone()
+            return bool(row and row[0])
+
+        try:
+            wait_until(holds, timeout, interval, describe=what)
+        except WaitTimeout as exc:
+            raise ServiceError(f"standby: {exc}") from None
 
     def promote(self) -> None:
         """Promote it to a primary (``pg_ctl promote``, waiting until it accepts writes)."""
