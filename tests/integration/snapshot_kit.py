@@ -17,6 +17,8 @@ from cdc.contracts import plugins
 from cdc.contracts.events import topic_name
 from cdc.contracts.snapshot_offsets import progress
 from cdc.contracts.source import SourceContext
+from cdc.envelope.encode import payload
+from cdc.envelope.options import EnvelopeOptions
 from cdc.log.embedded import EmbeddedLog
 from cdc.runtime.source_task import SourceTask
 from cdc.testing import wait_until
@@ -50,9 +52,11 @@ class Pipeline:
         tables: Sequence[str | dict[str, Any]],
         transforms: Sequence[dict[str, Any]] = (),
         bad_records: str = "fail",
+        envelope: dict[str, Any] | None = None,
         **options: Any,
     ) -> None:
         self.dsn = dsn
+        self.envelope = EnvelopeOptions.model_validate(envelope or {})
         self.log = EmbeddedLog(log_dir)
         self.config = PostgresSourceConfig.model_validate(
             {"type": "postgres", "dsn": dsn, "tables": list(tables), **options}
@@ -66,6 +70,7 @@ class Pipeline:
             logger=structlog.get_logger(),
             snapshot_mode=self.config.snapshot,
             on_bad_record=bad_records,
+            envelope=self.envelope,
             transforms=self.chain,
         )
         self.sources: list[SnapshottingPostgresSource] = []
@@ -87,6 +92,7 @@ class Pipeline:
             self.stop_event,
             structlog.get_logger(),
             bad_records=self.bad_records,
+            envelope_options=self.envelope,
             transforms=self.chain,
         )
 
@@ -123,12 +129,12 @@ class Pipeline:
                 if not records:
                     break
                 for record in records:
-                    key = orjson.loads(record.key or b"null")
+                    key = payload(orjson.loads(record.key or b"null"))  # schemas.enable: unwrap
                     single = next(iter(key.values())) if len(key) == 1 else orjson.dumps(key)
                     if record.value is None:
                         state.pop(single, None)
                     else:
-                        state[single] = orjson.loads(record.value)["after"]
+                        state[single] = payload(orjson.loads(record.value))["after"]
                 offset = records[-1].offset + 1
         return state
 

@@ -407,12 +407,13 @@ class StreamSnapshots:
 
     def _observe(self, events: Sequence[ChangeEvent], out: list[ChangeEvent]) -> None:
         if len(self._windows):
+            wrapped = self._options.schemas_enable
             with self._lock:
                 for event in events:
                     if event.op is Op.TRUNCATE:
                         self._windows.observe_truncate(event.table_id)
                     else:
-                        self._windows.observe(event.table_id, _key_json(event))
+                        self._windows.observe(event.table_id, _key_json(event, wrapped))
         out.extend(events)
 
     def _close_window(self, wid: str, lsn: int, schemas: list[TableSchema]) -> list[Record]:
@@ -519,8 +520,10 @@ class StreamSnapshots:
         self._reader.close()
 
 
-def _key_json(event: ChangeEvent) -> bytes:
-    """The event's record key: the one its source wrote (byte for byte ``encode_key``'s, see
-    ``tests/unit/test_pg_row_encoder.py``), else encoded now."""
+def _key_json(event: ChangeEvent, wrapped: bool) -> bytes:
+    """The event's key as a window's rows are keyed: ``encode_key``'s JSON. The record key its
+    source wrote is those bytes (see ``tests/unit/test_pg_row_encoder.py``) unless the envelope
+    ``wrapped`` it (``schemas.enable``): a wrapped key would match no row of the window, and
+    the stale row read before the change would follow it to the sinks."""
     encoded = event.encoded
-    return encode_key(event.key) if encoded is None else encoded[2]
+    return encode_key(event.key) if encoded is None or wrapped else encoded[2]
