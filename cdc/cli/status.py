@@ -15,7 +15,7 @@ from cdc.cli.status_liveness import as_running, as_served, print_processes
 from cdc.config.pipeline import Pipeline
 from cdc.contracts import plugins
 from cdc.contracts.errors import CdcError
-from cdc.contracts.snapshot_offsets import folded, without_progress
+from cdc.contracts.snapshot_offsets import folded, stream_offsets
 from cdc.log.base import Log, TopicPartition
 from cdc.log.encoding import LEGACY, read_encoding
 from cdc.metrics.snapshot_report import print_snapshots, snapshot_report
@@ -252,7 +252,7 @@ def print_status(report: dict[str, Any]) -> None:
         if key in ("type", "snapshot"):  # snapshot progress gets its own table below
             continue
         if key == "offsets":
-            value = _without_snapshots(value)
+            value = stream_offsets(value)
         console.print(f"  {key}: {value}")
     print_envelope(report.get("envelope"), console)
     print_snapshots(report.get("snapshot") or [], console)
@@ -334,18 +334,6 @@ def _time(ms: int | None) -> str:
     if not ms:
         return ""
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
-
-
-def _without_snapshots(offsets: dict[str, Any]) -> dict[str, Any]:
-    """The stored offsets without snapshot progress, top-level (the keys every source writes,
-    :mod:`cdc.contracts.snapshot_offsets`) or inside a source's own entry (MongoDB's running
-    snapshot, range by range)."""
-    return {
-        key: {k: v for k, v in value.items() if k != "snapshot"}
-        if isinstance(value, dict)
-        else value
-        for key, value in without_progress(offsets).items()
-    }
 
 
 def _offsets(offsets: dict[str, int]) -> str:

@@ -54,6 +54,18 @@ def without_progress(offsets: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in offsets.items() if not is_progress_key(k)}
 
 
+def stream_offsets(offsets: Mapping[str, Any]) -> dict[str, Any]:
+    """``offsets`` less every snapshot progress: its keys, and a source's own running snapshot
+    inside its entry (MongoDB keeps one there, range by range, under ``"snapshot"``): where the
+    stream is, as ``cdc status`` and the live display show it."""
+    return {
+        key: {k: v for k, v in value.items() if k != RUN_KEY}
+        if isinstance(value, Mapping)
+        else value
+        for key, value in without_progress(offsets).items()
+    }
+
+
 def progress(offsets: Mapping[str, Any]) -> dict[str, Any] | None:
     """The whole progress as one mapping (the run entry with ``"tables"`` by table name and
     ``"requests"`` in queue order), from any stored form; ``None`` when nothing of a snapshot

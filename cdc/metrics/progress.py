@@ -27,7 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cdc.config.pipeline import Pipeline
-from cdc.contracts.snapshot_offsets import without_progress
+from cdc.contracts.snapshot_offsets import stream_offsets
 from cdc.metrics.snapshot_report import snapshot_report
 from cdc.support.logging import get_logger
 from cdc.support.redact import redact
@@ -191,7 +191,7 @@ class StreamWatch:
         self.lag: Callable[[], float] | None = None
 
     def render(self, offsets: Mapping[str, Any]) -> Text:
-        position = without_progress(offsets)
+        position = stream_offsets(offsets)
         if not position:
             return Text("waiting for the source's first position...")
         if position != self._position:
@@ -208,9 +208,7 @@ def _readable(position: Mapping[str, Any]) -> str:
     parts = []
     for key, value in sorted(position.items()):
         if isinstance(value, Mapping):  # a source's own entry; other keys are bookkeeping
-            # (a source's own running snapshot, MongoDB's, is no position either)
-            value = value.get("lsn_str") or {k: v for k, v in value.items() if k != "snapshot"}
-            parts.append(f"{key} {value}")
+            parts.append(f"{key} {value.get('lsn_str') or value}")
     return "; ".join(parts) or "stored"
 
 

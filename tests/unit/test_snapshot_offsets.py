@@ -10,7 +10,6 @@ from unittest.mock import ANY
 import orjson
 from rich.console import Console
 
-from cdc.cli.status import _without_snapshots
 from cdc.contracts import snapshot_offsets as so
 from cdc.metrics.progress import StreamWatch
 from cdc.metrics.snapshot_report import request_finished, snapshot_report
@@ -139,7 +138,7 @@ def test_the_stream_display_and_status_show_the_position_without_any_progress_ke
     console = Console(width=200, record=True, color_system=None)
     console.print(StreamWatch().render(stored))
     assert "position postgres 0/10," in console.export_text()
-    assert _without_snapshots(stored) == {"postgres": {"lsn_str": "0/10", "lsn": 16}}
+    assert so.stream_offsets(stored) == {"postgres": {"lsn_str": "0/10", "lsn": 16}}
 
 
 def test_an_old_queue_without_seq_keeps_its_order_once_stored_per_request() -> None:
