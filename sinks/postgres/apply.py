@@ -1,0 +1,228 @@
+"""Apply one table's changes: staged with ``COPY``, merged by SQL, guarded by source position.
+
+A staged change wins only if it is newer than everything the target holds for its key: the
+row's ``(_cdc_pos, _cdc_seq)``, the key's entry in ``<table>__cdc_deleted``, and the table's
+truncate watermark. Upserts are ``INSERT ... ON CONFLICT (key) DO UPDATE ... WHERE`` the
+stored position is older (PostgreSQL 14 has no ``MERGE``, and this one statement does the same
+work on every version); a winning delete removes the row and leaves its position in the
+deleted keys, so a replayed older upsert cannot bring the row back. Replays and late older
+changes therefore change nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import psycopg
+from psycopg import sql
+
+from cdc.contracts.errors import RecordError
+from cdc.contracts.sink import SinkRecord
+from sinks.keyed import Change, Kind
+from sinks.postgres import catalog
+from sinks.postgres.catalog import POSITION, SEQUENCE, Ident, TableInfo
+from sinks.postgres.plan import TableChanges
+from sinks.postgres.types import Convert
+
+STAGE: Final = "_cdc_stage"
+DELETE: Final = "_cdc_delete"
+_S = sql.Identifier(STAGE)
+_COLUMN_IN_CONTEXT: Final = re.compile(r"column (\S+?):")
+
+
+def apply(
+    conn: psycopg.Connection[Any],
+    info: TableInfo,
+    changes: TableChanges,
+    convert: Callable[[SinkRecord], Mapping[str, Convert]],
+    ident: Ident,
+) -> bool:
+    """Apply ``changes`` to ``info``'s table in the caller's transaction; returns whether a
+    truncate was applied.
+
+    Raises:
+        RecordError: a record whose values cannot be staged (nothing of the table is applied).
+    """
+    truncated = _truncate(conn, info, changes.truncate, ident)
+    winners = changes.changes()
+    staged = [_staged_row(info, change, convert(change.record)) for change in winners]
+    if not staged:
+        return truncated
+    columns = [*info.columns, POSITION, SEQUENCE, DELETE]
+    conn.execute(_create_stage(info))
+    _copy(conn, columns, staged, winners)
+    kinds = {row[-1] for row in staged}
+    if True in kinds:
+        conn.execute(_delete_rows(info))
+        conn.execute(_remember_deletes(info), info.watermark)
+    if False in kinds:
+        conn.execute(_upsert(info), info.watermark)
+        conn.execute(_forget_deletes(info))
+    conn.execute(sql.SQL("DROP TABLE {}").format(_S))
+    return truncated
+
+
+def _truncate(
+    conn: psycopg.Connection[Any], info: TableInfo, pos: tuple[int, int] | None, ident: Ident
+) -> bool:
+    if pos is None or pos <= info.watermark:
+        return False
+    older = sql.SQL("({}, {}) < (%s, %s)").format(
+        sql.Identifier(POSITION), sql.Identifier(SEQUENCE)
+    )
+    for table in (info.target, info.deleted):
+        conn.execute(sql.SQL("DELETE FROM {} WHERE {}").format(table, older), pos)
+    info.watermark = pos
+    catalog.save_watermark(conn, info, ident)
+    return True
+
+
+def _staged_row(info: TableInfo, change: Change, convert: Mapping[str, Convert]) -> tuple[Any, ...]:
+    """The stage's row of one change: the new image, or for a delete its key alone (a delete's
+    ``before`` holds placeholders under REPLICA IDENTITY DEFAULT, never values to store)."""
+    source = change.row if change.kind is Kind.UPSERT else change.key
+    if source is None or any(k not in source for k in info.keys):
+        raise RecordError(f"no value for key columns {info.keys}", change.record)
+    if change.kind is Kind.UPSERT and not info.columns.keys() >= source.keys():
+        unknown = sorted(set(source) - set(info.columns))
+        raise RecordError(
+            f"columns {unknown} are in no published schema of {info.schema}.{info.name}",
+            change.record,
+        )
+    try:
+        values = [convert[c](source.get(c)) for c in info.columns]
+    except (ValueError, TypeError, KeyError, ArithmeticError) as exc:
+        raise RecordError(f"a value cannot be read: {type(exc).__name__}", change.record) from exc
+    position, sequence = change.pos or (0, 0)
+    return (*values, position, sequence, change.kind is not Kind.UPSERT)
+
+
+def _copy(
+    conn: psycopg.Connection[Any],
+    columns: list[str],
+    rows: list[tuple[Any, ...]],
+    changes: list[Change],
+) -> None:
+    statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
+        _S, sql.SQL(", ").join(map(sql.Identifier, columns))
+    )
+    try:
+        with conn.transaction(), conn.cursor() as cur, cur.copy(statement) as copy:
+            for row in rows:
+                copy.write_row(row)
+    except (psycopg.DataError, psycopg.IntegrityError) as exc:
+        raise _culprit(conn, statement, rows, changes, exc) from None
+
+
+def _culprit(
+    conn: psycopg.Connection[Any],
+    statement: sql.Composed,
+    rows: list[tuple[Any, ...]],
+    changes: list[Change],
+    error: psycopg.Error,
+) -> RecordError:
+    """The record whose row PostgreSQL refused, found by staging the rows one at a time. The
+    message names the column, never the value (PostgreSQL's own quotes it)."""
+    column = _COLUMN_IN_CONTEXT.search(error.diag.context or "")
+    named = f", column {column.group(1)}" if column else ""
+    why = (error.diag.message_primary or type(error).__name__).split('"')[0].rstrip(" :")
+    for row, change in zip(rows, changes, strict=True):
+        try:
+            with conn.transaction(), conn.cursor() as cur, cur.copy(statement) as copy:
+                copy.write_row(row)
+        except psycopg.Error:
+            return RecordError(f"PostgreSQL refused a value{named}: {why}", change.record)
+    return RecordError(f"PostgreSQL refused the batch{named}: {why}", changes[0].record)
+
+
+def _create_stage(info: TableInfo) -> sql.Composed:
+    # Typed as the target (CREATE TABLE AS keeps each column's type, not its constraints):
+    # COPY's text is parsed by the very input functions the target's columns use.
+    columns = sql.SQL(", ").join(map(sql.Identifier, [*info.columns, POSITION, SEQUENCE]))
+    return sql.SQL(
+        "CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT {}, false AS {} FROM {} WITH NO DATA"
+    ).format(_S, columns, sql.Identifier(DELETE), info.target)
+
+
+def _pos(alias: str) -> sql.Composed:
+    return sql.SQL("({}, {})").format(
+        sql.Identifier(alias, POSITION), sql.Identifier(alias, SEQUENCE)
+    )
+
+
+def _same_key(info: TableInfo, left: str, right: str) -> sql.Composable:
+    return sql.SQL(" AND ").join(
+        sql.SQL("{} = {}").format(sql.Identifier(left, k), sql.Identifier(right, k))
+        for k in info.keys
+    )
+
+
+def _delete_rows(info: TableInfo) -> sql.Composed:
+    return sql.SQL("DELETE FROM {} AS t USING {} AS s WHERE s.{} AND {} AND {} < {}").format(
+        info.target, _S, sql.Identifier(DELETE), _same_key(info, "t", "s"), _pos("t"), _pos("s")
+    )
+
+
+def _remember_deletes(info: TableInfo) -> sql.Composed:
+    keys = sql.SQL(", ").join(map(sql.Identifier, info.keys))
+    picked = sql.SQL(", ").join(sql.Identifier("s", k) for k in [*info.keys, POSITION, SEQUENCE])
+    return sql.SQL(
+        "INSERT INTO {d} AS d ({keys}, {p}, {q}) SELECT {picked} FROM {s} AS s WHERE s.{flag} "
+        "AND {spos} > (%s, %s) AND NOT EXISTS (SELECT FROM {t} AS t WHERE {tkey} AND "
+        "{tpos} >= {spos}) ON CONFLICT ({keys}) DO UPDATE SET {p} = EXCLUDED.{p}, "
+        "{q} = EXCLUDED.{q} WHERE {dpos} < (EXCLUDED.{p}, EXCLUDED.{q})"
+    ).format(
+        d=info.deleted,
+        t=info.target,
+        s=_S,
+        keys=keys,
+        picked=picked,
+        p=sql.Identifier(POSITION),
+        q=sql.Identifier(SEQUENCE),
+        flag=sql.Identifier(DELETE),
+        spos=_pos("s"),
+        tpos=_pos("t"),
+        dpos=_pos("d"),
+        tkey=_same_key(info, "t", "s"),
+    )
+
+
+def _upsert(info: TableInfo) -> sql.Composed:
+    columns = [*info.columns, POSITION, SEQUENCE]
+    names = sql.SQL(", ").join(map(sql.Identifier, columns))
+    picked = sql.SQL(", ").join(sql.Identifier("s", c) for c in columns)
+    updates = sql.SQL(", ").join(
+        sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c))
+        for c in columns
+        if c not in info.keys
+    )
+    return sql.SQL(
+        "INSERT INTO {t} AS t ({names}) SELECT {picked} FROM {s} AS s WHERE NOT s.{flag} "
+        "AND {spos} > (%s, %s) AND NOT EXISTS (SELECT FROM {d} AS d WHERE {dkey} AND "
+        "{dpos} >= {spos}) ON CONFLICT ({keys}) DO UPDATE SET {updates} "
+        "WHERE {tpos} < (EXCLUDED.{p}, EXCLUDED.{q})"
+    ).format(
+        t=info.target,
+        d=info.deleted,
+        s=_S,
+        names=names,
+        picked=picked,
+        flag=sql.Identifier(DELETE),
+        spos=_pos("s"),
+        dpos=_pos("d"),
+        tpos=_pos("t"),
+        dkey=_same_key(info, "d", "s"),
+        keys=sql.SQL(", ").join(map(sql.Identifier, info.keys)),
+        updates=updates,
+        p=sql.Identifier(POSITION),
+        q=sql.Identifier(SEQUENCE),
+    )
+
+
+def _forget_deletes(info: TableInfo) -> sql.Composed:
+    """A deleted key written again newer than its delete needs no guard any more."""
+    return sql.SQL("DELETE FROM {} AS d USING {} AS s WHERE NOT s.{} AND {} AND {} < {}").format(
+        info.deleted, _S, sql.Identifier(DELETE), _same_key(info, "d", "s"), _pos("d"), _pos("s")
+    )

@@ -1,0 +1,180 @@
+"""The sink's own tables, and what it knows of a target table, read from ``pg_catalog``.
+
+In the target schema the sink keeps (all keyed by pipeline and sink, so several pipelines and
+sinks can share one schema):
+
+* ``_cdc_offsets``: the next offset of each partition, written in the transaction that applies
+  the records before it (the exactly-once half that needs no position);
+* ``_cdc_tables``: each table's truncate watermark, the source position of its last truncate
+  (changes older than it are ignored: the truncate removed them).
+
+Beside each target table ``<table>`` with its hidden position columns ``_cdc_pos``/``_cdc_seq``
+is ``<table>__cdc_deleted``: the key and position of every key deleted since the row was last
+written. A side table rather than a deleted flag on the row: the target table then holds
+exactly the source's rows, so the replica can be read, joined and constrained as the source
+(a flag would leave dead rows in every query, unique index and foreign key of its readers).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import psycopg
+from psycopg import sql
+
+from sinks.postgres.config import MAX_IDENTIFIER
+
+POSITION: Final = "_cdc_pos"
+SEQUENCE: Final = "_cdc_seq"
+HIDDEN: Final = frozenset({POSITION, SEQUENCE})
+OFFSETS: Final = "_cdc_offsets"
+TABLES: Final = "_cdc_tables"
+DELETED_SUFFIX: Final = "__cdc_deleted"
+
+Pos = tuple[int, int]
+
+
+@dataclass(slots=True)
+class TableInfo:
+    """A target table as the sink found or made it.
+
+    Attributes:
+        schema: the target schema.
+        name: the target table.
+        columns: the user columns, in order, with their target types (``format_type``).
+        keys: the primary-key columns, in key order.
+        watermark: the source position of the last truncate applied.
+    """
+
+    schema: str
+    name: str
+    columns: dict[str, str] = field(default_factory=dict)
+    keys: list[str] = field(default_factory=list)
+    watermark: Pos = (-1, -1)
+
+    @property
+    def target(self) -> sql.Identifier:
+        return sql.Identifier(self.schema, self.name)
+
+    @property
+    def deleted(self) -> sql.Identifier:
+        return sql.Identifier(self.schema, deleted_name(self.name))
+
+
+def deleted_name(table: str) -> str:
+    """``<table>__cdc_deleted``, shortened with a hash where it would pass 63 bytes (the server
+    would cut it, and two long names could meet)."""
+    name = table + DELETED_SUFFIX
+    if len(name.encode()) <= MAX_IDENTIFIER:
+        return name
+    digest = hashlib.sha1(table.encode()).hexdigest()[:8]
+    room = MAX_IDENTIFIER - len(DELETED_SUFFIX) - len(digest) - 1
+    head = table.encode()[:room].decode(errors="ignore")
+    return f"{head}_{digest}{DELETED_SUFFIX}"
+
+
+def meta_ddl(schema: str) -> list[sql.Composed]:
+    """The statements creating the target schema and the sink's tables, if missing."""
+    s = sql.Identifier(schema)
+    return [
+        sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(s),
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} (pipeline text NOT NULL, sink text NOT NULL, "
+            "topic text NOT NULL, partition integer NOT NULL, next_offset bigint NOT NULL, "
+            "PRIMARY KEY (pipeline, sink, topic, partition))"
+        ).format(sql.Identifier(schema, OFFSETS)),
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} (pipeline text NOT NULL, sink text NOT NULL, "
+            "target_table text NOT NULL, truncated_pos bigint NOT NULL, "
+            "truncated_seq bigint NOT NULL, PRIMARY KEY (pipeline, sink, target_table))"
+        ).format(sql.Identifier(schema, TABLES)),
+    ]
+
+
+_COLUMNS: Final = sql.SQL(
+    "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+    "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum"
+)
+_KEYS: Final = sql.SQL(
+    "SELECT a.attname FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY "
+    "AS k(attnum, n) JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+    "WHERE i.indrelid = %s::regclass AND i.indisprimary ORDER BY k.n"
+)
+
+
+def load(conn: psycopg.Connection[Any], schema: str, name: str, ident: Ident) -> TableInfo | None:
+    """The target table ``schema.name`` as it is now, or ``None`` if it does not exist."""
+    regclass = sql.Identifier(schema, name).as_string(conn)
+    found = conn.execute("SELECT to_regclass(%s)", [regclass]).fetchone()
+    if found is None or found[0] is None:
+        return None
+    columns = {n: t for n, t in conn.execute(_COLUMNS, [regclass]) if n not in HIDDEN}
+    keys = [n for (n,) in conn.execute(_KEYS, [regclass])]
+    info = TableInfo(schema, name, columns, keys)
+    row = conn.execute(
+        sql.SQL(
+            "SELECT truncated_pos, truncated_seq FROM {} WHERE pipeline = %s AND sink = %s "
+            "AND target_table = %s"
+        ).format(sql.Identifier(schema, TABLES)),
+        [ident.pipeline, ident.sink, name],
+    ).fetchone()
+    if row is not None:
+        info.watermark = (int(row[0]), int(row[1]))
+    return info
+
+
+@dataclass(frozen=True, slots=True)
+class Ident:
+    """Whose rows of the sink's tables these are."""
+
+    pipeline: str
+    sink: str
+
+
+def create(conn: psycopg.Connection[Any], info: TableInfo) -> None:
+    """Create the target table and its deleted keys' table (``info.columns``, ``info.keys``)."""
+    columns = [
+        sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t)) for n, t in info.columns.items()
+    ]
+    key = sql.SQL(", ").join(map(sql.Identifier, info.keys))
+    hidden = sql.SQL("{} bigint NOT NULL, {} bigint NOT NULL").format(
+        sql.Identifier(POSITION), sql.Identifier(SEQUENCE)
+    )
+    conn.execute(
+        sql.SQL("CREATE TABLE {} ({}, {}, PRIMARY KEY ({}))").format(
+            info.target, sql.SQL(", ").join(columns), hidden, key
+        )
+    )
+    key_columns = [
+        sql.SQL("{} {}").format(sql.Identifier(k), sql.SQL(info.columns[k])) for k in info.keys
+    ]
+    conn.execute(
+        sql.SQL("CREATE TABLE {} ({}, {}, PRIMARY KEY ({}))").format(
+            info.deleted, sql.SQL(", ").join(key_columns), hidden, key
+        )
+    )
+
+
+def save_watermark(conn: psycopg.Connection[Any], info: TableInfo, ident: Ident) -> None:
+    conn.execute(
+        sql.SQL(
+            "INSERT INTO {} VALUES (%s, %s, %s, %s, %s) ON CONFLICT (pipeline, sink, "
+            "target_table) DO UPDATE SET truncated_pos = EXCLUDED.truncated_pos, "
+            "truncated_seq = EXCLUDED.truncated_seq"
+        ).format(sql.Identifier(info.schema, TABLES)),
+        [ident.pipeline, ident.sink, info.name, *info.watermark],
+    )
+
+
+def drop(conn: psycopg.Connection[Any], info: TableInfo, ident: Ident) -> None:
+    """Drop the table, its deleted keys and its watermark."""
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(info.target))
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(info.deleted))
+    conn.execute(
+        sql.SQL("DELETE FROM {} WHERE pipeline = %s AND sink = %s AND target_table = %s").format(
+            sql.Identifier(info.schema, TABLES)
+        ),
+        [ident.pipeline, ident.sink, info.name],
+    )

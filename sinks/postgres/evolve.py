@@ -1,0 +1,117 @@
+"""Create a target table on first sight and follow its schema as the source changes it.
+
+Rules: an added column is added (``ALTER TABLE ADD COLUMN``; existing rows get NULL); a type
+change that widens (:func:`sinks.postgres.types.is_widening`) is applied with ``ALTER COLUMN
+... TYPE ... USING``; a dropped column stays, and new rows leave it NULL (the rows keep what
+they held); a renamed column is, here, a dropped and an added one (the source reads the table
+again after a rename, so every row gets the new column; the old one is left NULL). Any other
+type change, or a changed key, stops this sink alone with :class:`SinkFatal`, naming the fix.
+Every change runs in the flush's transaction: it takes effect with the rows that need it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from cdc.contracts.errors import SinkFatal
+from cdc.contracts.schema import TableSchema
+from cdc.support.logging import Logger
+from sinks.postgres import catalog
+from sinks.postgres.catalog import HIDDEN, TableInfo
+from sinks.postgres.types import is_widening, target_type
+
+
+def prepare(
+    conn: psycopg.Connection[Any],
+    info: TableInfo | None,
+    create_as: TableInfo,
+    published: TableSchema | None,
+    source: str,
+    logger: Logger,
+) -> TableInfo:
+    """The table's info after creating it (as ``create_as`` names it) or evolving it to match
+    ``published``.
+
+    Raises:
+        SinkFatal: no schema to create the table from, a changed key, a column name the sink
+            keeps for itself, or a type change that does not widen.
+    """
+    where = f"{source} (target {create_as.schema}.{create_as.name})"
+    if published is None or not published.key_columns:
+        if info is not None:
+            return info
+        raise SinkFatal(
+            f"table {where}: no schema with key columns was published for it; the PostgreSQL "
+            "sink creates typed tables from the pipeline's schemas and upserts by key"
+        )
+    _check_names(where, [c.name for c in published.columns])
+    if info is None:
+        create_as.columns = {c.name: target_type(c.type) for c in published.columns}
+        create_as.keys = list(published.key_columns)
+        catalog.create(conn, create_as)
+        logger.info("postgres.table_created", table=where, keys=create_as.keys)
+        return create_as
+    _check_keys(where, source, info, published)
+    for column in published.columns:
+        _follow(conn, info, column.name, target_type(column.type), source, logger)
+    return info
+
+
+def _check_names(where: str, names: list[str]) -> None:
+    taken = sorted(set(names) & HIDDEN)
+    if taken:
+        raise SinkFatal(
+            f"table {where}: columns {taken} are the sink's own position columns; map the "
+            "table elsewhere or rename the columns in the source (rename_fields)"
+        )
+
+
+def _check_keys(where: str, source: str, info: TableInfo, published: TableSchema) -> None:
+    if published.key_columns != info.keys:
+        raise SinkFatal(
+            f"table {where}: key columns changed from {info.keys} to {published.key_columns}; "
+            "rows upserted by the old key cannot be matched by the new one. Rebuild the table "
+            f"from the log: cdc sink FILE SINK --reset-table {source}"
+        )
+
+
+def _follow(
+    conn: psycopg.Connection[Any],
+    info: TableInfo,
+    name: str,
+    new: str,
+    source: str,
+    logger: Logger,
+) -> None:
+    where = f"{source} (target {info.schema}.{info.name})"
+    old = info.columns.get(name)
+    if old is None:
+        conn.execute(
+            sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(
+                info.target, sql.Identifier(name), sql.SQL(new)
+            )
+        )
+        info.columns[name] = new
+        logger.info("postgres.column_added", table=where, column=name, type=new)
+        return
+    if target_type(old) == new:
+        return
+    if not is_widening(old, new):
+        raise SinkFatal(
+            f"table {where}: column {name} changed type from {old!r} to {new!r}, which is not "
+            "a widening change; the PostgreSQL sink stops rather than convert existing data "
+            "(the other sinks go on). Rebuild the table from the log: cdc sink FILE SINK "
+            f"--reset-table {source}"
+        )
+    tables = [info.target, info.deleted] if name in info.keys else [info.target]
+    for table in tables:
+        conn.execute(
+            sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE {} USING {}::{}").format(
+                table, sql.Identifier(name), sql.SQL(new), sql.Identifier(name), sql.SQL(new)
+            )
+        )
+    info.columns[name] = new
+    logger.info("postgres.column_widened", table=where, column=name, old=old, new=new)

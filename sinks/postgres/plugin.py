@@ -1,0 +1,23 @@
+"""Entry point ``postgres`` of ``cdc.sinks``."""
+
+from __future__ import annotations
+
+from cdc.contracts.sink import SinkContext
+from sinks.postgres import doctor as preflight
+from sinks.postgres import reader
+from sinks.postgres.config import PostgresSinkConfig
+from sinks.postgres.sink import PostgresSink
+
+
+class PostgresSinkPlugin:
+    """Builds :class:`PostgresSink`; :meth:`read_rows` reads a table back for ``cdc verify``."""
+
+    config_model = PostgresSinkConfig
+    rows_decoded = True  # read_rows gives values by their meaning, not the envelope's encoding
+
+    @staticmethod
+    def create(config: PostgresSinkConfig, context: SinkContext) -> PostgresSink:
+        return PostgresSink(config, context)
+
+    read_rows = staticmethod(reader.read_rows)
+    doctor = staticmethod(preflight.doctor)  # cdc doctor: reachable, version 14+, may create

@@ -1,0 +1,219 @@
+"""The PostgreSQL sink: the source's tables, typed, kept current in a PostgreSQL database.
+
+``write`` only buffers. ``flush`` applies the buffered records in one transaction: each table
+created or evolved from its published schema, its changes staged and merged by source position
+(:mod:`.apply`), and the next offset of every partition in ``_cdc_offsets``. The commit makes
+all of it durable together, so after a crash the runner resumes from :meth:`stored_offsets` and
+no effect is lost or doubled; a failed transaction leaves nothing behind.
+
+The sink also reads the pipeline's schema topic (``reads_schemas``): a table the source
+published but has no rows for yet is created from its schema.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import psycopg
+
+from cdc.contracts.errors import CdcError, SinkFatal
+from cdc.contracts.schema import is_table_schema_key, schema_topic
+from cdc.contracts.sink import SinkContext, SinkRecord, record_options, sink_offsets
+from cdc.envelope.options import EnvelopeOptions
+from cdc.log.base import TopicPartition
+from sinks.keyed import Table, TopicTables
+from sinks.postgres import apply, catalog, offsets
+from sinks.postgres.catalog import Ident, TableInfo
+from sinks.postgres.config import PostgresSinkConfig
+from sinks.postgres.connection import connect, translate, where
+from sinks.postgres.evolve import prepare
+from sinks.postgres.plan import TableChanges, plan
+from sinks.postgres.types import Convert, converter
+
+Converters = Mapping[str, Convert]
+
+
+class PostgresSink:
+    """Keeps ``<schema>.<table>`` of a PostgreSQL database in sync with the source's topics."""
+
+    reads_schemas = True
+
+    def __init__(self, config: PostgresSinkConfig, context: SinkContext) -> None:
+        self._config = config
+        self._context = context
+        self._schema = config.schema_
+        self._ident = Ident(context.pipeline, context.sink_name)
+        self._schema_topic = schema_topic(context.pipeline)
+        self._tables = set(context.tables)
+        self._topic_tables = TopicTables(context.pipeline, context.tables)
+        self._conn: psycopg.Connection[Any] | None = None
+        self._infos: dict[Table, TableInfo] = {}
+        self._offsets: dict[TopicPartition, int] = {}
+        self._pending: list[SinkRecord] = []
+        self._log = context.logger
+
+    def open(self) -> None:
+        """Connect, create the schema and the sink's tables, and read back the offsets.
+
+        Raises:
+            SinkUnavailable: the server cannot be reached now.
+            SinkFatal: it refuses the credentials, or the user may not create the tables.
+        """
+        self._conn = connect(self._config)
+        with self._translated("preparing the schema"):
+            with self._conn.transaction():
+                for ddl in catalog.meta_ddl(self._schema):
+                    self._conn.execute(ddl)
+            self._load()
+        self._log.info("postgres.opened", target=where(self._config), schema=self._schema)
+
+    def stored_offsets(self) -> Mapping[TopicPartition, int]:
+        return dict(self._offsets)
+
+    def write(self, records: Sequence[SinkRecord]) -> None:
+        self._pending.extend(records)
+
+    def flush(self) -> None:
+        """Apply everything written since the last flush, in one transaction.
+
+        Raises:
+            RecordError: a record that cannot be applied (nothing of the batch is applied).
+            SinkFatal: an incompatible schema change, or a target that refuses the changes.
+            SinkUnavailable: the server went away (nothing of the batch is applied).
+        """
+        records, self._pending = self._pending, []
+        if not records:
+            return
+        conn = self._connection()
+        data, announced, schema_offsets = self._split_schemas(records)
+        batches, next_offsets = plan(data, self._offsets, self._topic_tables)
+        next_offsets.update(schema_offsets)
+        with self._translated("applying a batch"), conn.transaction():
+            for table in announced:
+                self._prepare(table, only_published=True)
+            for table, changes in batches.items():
+                self._apply(table, changes)
+            offsets.store(conn, self._schema, self._ident, next_offsets)
+        self._offsets.update(next_offsets)
+
+    def close(self) -> None:
+        self._pending = []
+        if self._conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                self._conn.close()
+            self._conn = None
+
+    def reset_table(self, table: Table, partitions: Sequence[TopicPartition]) -> None:
+        """Drop the target table, its deleted keys and its watermark, store offset 0 for each of
+        ``partitions``, and create the table again, empty, from its published schema: all in
+        one transaction.
+
+        Raises:
+            SinkFatal: the sink is not open, or PostgreSQL refused the change.
+        """
+        conn = self._connection()
+        with self._translated(f"resetting {table[0]}.{table[1]}"), conn.transaction():
+            name = self._config.target_table(table)
+            catalog.drop(conn, TableInfo(self._schema, name), self._ident)
+            self._infos.pop(table, None)
+            offsets.forget_topics(conn, self._schema, self._ident, {tp.topic for tp in partitions})
+            offsets.store(conn, self._schema, self._ident, {tp: 0 for tp in partitions})
+            self._prepare(table, only_published=True)
+        self._load()
+        self._log.info("postgres.table_reset", table=f"{table[0]}.{table[1]}")
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        """The open connection; a lost one is opened again (the runner retries a batch on the
+        same sink), with the offsets read back: the lost commit may have happened."""
+        if self._conn is None:
+            raise SinkFatal(f"PostgreSQL sink {self._context.sink_name}: used before open")
+        if self._conn.closed:
+            self._conn = connect(self._config)
+            self._log.info("postgres.reconnected", target=where(self._config))
+            with self._translated("reading the offsets"):
+                self._load()
+        return self._conn
+
+    def _load(self) -> None:
+        conn = self._conn
+        assert conn is not None
+        with conn.transaction():
+            self._offsets = offsets.load(conn, self._schema, self._ident)
+        self._infos = {}
+
+    def _info(self, table: Table) -> TableInfo | None:
+        info = self._infos.get(table)
+        if info is None:
+            name = self._config.target_table(table)
+            info = catalog.load(self._connection(), self._schema, name, self._ident)
+        return info
+
+    def _prepare(self, table: Table, only_published: bool = False) -> TableInfo | None:
+        published = self._context.schemas.get(*table)
+        if only_published and (published is None or not published.key_columns):
+            return None
+        create_as = TableInfo(self._schema, self._config.target_table(table))
+        source = f"{table[0]}.{table[1]}"
+        conn = self._connection()
+        info = prepare(conn, self._info(table), create_as, published, source, self._log)
+        self._infos[table] = info
+        return info
+
+    def _apply(self, table: Table, changes: TableChanges) -> None:
+        info = self._prepare(table)
+        assert info is not None  # prepare raises where there is no table to write
+        convert = self._converters(table, info)
+        if apply.apply(self._connection(), info, changes, convert, self._ident):
+            self._log.info("postgres.truncated", table=info.name, pos=list(info.watermark))
+
+    def _converters(self, table: Table, info: TableInfo) -> Callable[[SinkRecord], Converters]:
+        """Each record's column converters, by the encoding it was written under (a batch can
+        span an envelope change)."""
+        published = self._context.schemas.get(*table)
+        types = {c.name: c.type for c in published.columns} if published is not None else {}
+        by_options: dict[EnvelopeOptions | None, Converters] = {}
+
+        def of(record: SinkRecord) -> Converters:
+            options = record_options(record, self._context)
+            found = by_options.get(options)
+            if found is None:
+                # A column the source dropped keeps its target type: read its values as that.
+                found = by_options[options] = {
+                    n: converter(types.get(n, t), options) for n, t in info.columns.items()
+                }
+            return found
+
+        return of
+
+    def _split_schemas(
+        self, records: list[SinkRecord]
+    ) -> tuple[list[SinkRecord], list[Table], dict[TopicPartition, int]]:
+        """The data records, the tables the schema records announce, and their offsets."""
+        topic = self._schema_topic
+        if topic not in {r.topic for r in records}:
+            return records, [], {}
+        schemas = [r for r in records if r.topic == topic]
+        announced = [
+            (str(r.key.get("schema")), str(r.key.get("table")))
+            for r in schemas
+            if r.key is not None and r.value is not None and is_table_schema_key(r.key)
+        ]
+        wanted = [t for t in dict.fromkeys(announced) if t in self._tables]
+        return [r for r in records if r.topic != topic], wanted, sink_offsets(schemas)
+
+    @contextlib.contextmanager
+    def _translated(self, doing: str) -> Iterator[None]:
+        """A psycopg error as the framework's; the in-memory table state is read again after a
+        failure (the rolled-back transaction may have changed it)."""
+        try:
+            yield
+        except CdcError:
+            self._infos = {}
+            raise
+        except psycopg.Error as exc:
+            self._infos = {}
+            raise translate(exc, self._config, doing) from exc

@@ -1,0 +1,254 @@
+"""Source type names to target column types, values to what ``COPY`` takes, and widenings.
+
+Pure functions over the type names a source publishes (:attr:`cdc.contracts.schema.Column.type`),
+tested without a server. The target is PostgreSQL, so a type it has keeps its name, modifiers
+included, spelled as ``format_type`` spells it (so a column read back from ``pg_catalog`` maps to
+itself, and a published type is compared with the column's by name):
+
+* numbers, ``boolean``, strings, ``bytea``, temporal types, ``uuid``, ``json``/``jsonb``, the
+  network types and ``xml`` keep their type; ``money`` becomes ``numeric`` (Debezium writes it
+  as a decimal, and ``money``'s text depends on the target's ``lc_monetary``);
+* arrays of those stay arrays (PostgreSQL's array types do not fix the dimensions);
+* enums, domains and every other type become ``text`` holding the source's text;
+* a column without a type (a schemaless MongoDB field) is ``jsonb``.
+
+Only type names built here from a closed list and digits ever reach SQL.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any, Final
+
+import orjson
+
+from cdc.envelope.options import EnvelopeOptions
+from cdc.records.values import Interval, decoder, normalize_type
+
+Convert = Callable[[Any], Any]
+
+_SIMPLE: Final[dict[str, str]] = {
+    "smallint": "smallint",
+    "int2": "smallint",
+    "integer": "integer",
+    "int": "integer",
+    "int4": "integer",
+    "bigint": "bigint",
+    "int8": "bigint",
+    "oid": "bigint",
+    "real": "real",
+    "float4": "real",
+    "double precision": "double precision",
+    "float8": "double precision",
+    "money": "numeric",
+    "boolean": "boolean",
+    "bool": "boolean",
+    "text": "text",
+    "bytea": "bytea",
+    "date": "date",
+    "uuid": "uuid",
+    "json": "json",
+    "jsonb": "jsonb",
+    "inet": "inet",
+    "cidr": "cidr",
+    "macaddr": "macaddr",
+    "macaddr8": "macaddr8",
+    "xml": "xml",
+    "timetz": "time with time zone",
+    "timestamptz": "timestamp with time zone",
+}
+_NUMERIC: Final = re.compile(r"(?:numeric|decimal)(?:\((\d+)(?:,\s*(-?\d+))?\))?")
+_FLOAT: Final = re.compile(r"float(?:\((\d+)\))?")
+_STRING: Final = re.compile(r"(character varying|varchar|character|char|bpchar)(?:\((\d+)\))?")
+_TEMPORAL: Final = re.compile(r"(time|timestamp)(?:\((\d+)\))?(?: (with|without) time zone)?")
+_INTERVAL: Final = re.compile(r"interval(?: [a-z ]+?)?(?:\((\d+)\))?")
+_INTEGER_RANK: Final = {"smallint": 1, "integer": 2, "bigint": 3}
+_INTEGER_DIGITS: Final = {"smallint": 5, "integer": 10, "bigint": 19}
+
+
+def target_type(source_type: str) -> str:
+    """The target column type for a source type name (see the module docstring)."""
+    name = normalize_type(source_type)
+    if not name:
+        return "jsonb"
+    if name.endswith("[]"):
+        element = name
+        while element.endswith("[]"):
+            element = element[:-2].rstrip()
+        return _scalar(element) + "[]"
+    return _scalar(name)
+
+
+def _scalar(name: str) -> str:
+    if name in _SIMPLE:
+        return _SIMPLE[name]
+    for pattern, build in _PATTERNS:
+        match = pattern.fullmatch(name)
+        if match is not None:
+            return build(match)
+    return "text"
+
+
+def _numeric(match: re.Match[str]) -> str:
+    precision, scale = match.groups()
+    if precision is None:
+        return "numeric"
+    p, s = int(precision), int(scale or 0)
+    # PostgreSQL 15+ takes a negative scale or one above the precision; 14 does not.
+    return f"numeric({p},{s})" if 0 <= s <= p <= 1000 else "numeric"
+
+
+def _float(match: re.Match[str]) -> str:
+    bits = match.group(1)
+    return "real" if bits is not None and int(bits) <= 24 else "double precision"
+
+
+def _string(match: re.Match[str]) -> str:
+    kind, length = match.groups()
+    varying = kind in ("character varying", "varchar")
+    if length is None:
+        return "character varying" if varying else ("text" if kind == "bpchar" else "character(1)")
+    return f"{'character varying' if varying else 'character'}({int(length)})"
+
+
+def _temporal(match: re.Match[str]) -> str:
+    base, precision, zone = match.groups()
+    digits = "" if precision is None else f"({min(int(precision), 6)})"
+    return f"{base}{digits} {'with' if zone == 'with' else 'without'} time zone"
+
+
+def _interval(match: re.Match[str]) -> str:
+    # Fields (``day to second``) only restrict input: plain interval holds all of it.
+    precision = match.group(1)
+    return "interval" if precision is None else f"interval({min(int(precision), 6)})"
+
+
+_PATTERNS: Final[list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]]] = [
+    (_NUMERIC, _numeric),
+    (_FLOAT, _float),
+    (_STRING, _string),
+    (_TEMPORAL, _temporal),
+    (_INTERVAL, _interval),
+]
+
+# -- values --------------------------------------------------------------------------------------
+
+
+def converter(source_type: str, options: EnvelopeOptions | None) -> Convert:
+    """The function from an envelope value of a ``source_type`` column to what ``COPY`` (text
+    format, through psycopg's dumpers) writes into its target column."""
+    target = target_type(source_type)
+    if target == "jsonb" and not normalize_type(source_type):
+        return _document
+    decode = decoder(source_type, options)
+    base = target.removesuffix("[]")
+    if base.startswith("interval"):
+        return lambda value: _intervals(decode(value))
+    if base == "text" and normalize_type(source_type).removesuffix("[]") != "text":
+        return lambda value: _texts(decode(value))
+    return decode
+
+
+def _document(value: Any) -> Any:
+    return None if value is None else orjson.dumps(value).decode()
+
+
+def _intervals(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_intervals(v) for v in value]
+    if isinstance(value, Interval):
+        # PostgreSQL keeps months, days and microseconds apart; so does this text.
+        return f"{value.months} months {value.days} days {value.microseconds} microseconds"
+    return value
+
+
+def _texts(value: Any) -> Any:
+    """A value of a type kept as text (an enum, a range, a geometric type): its text."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return [_texts(v) for v in value]
+    if isinstance(value, dict):
+        return orjson.dumps(value).decode()
+    return str(value)
+
+
+# -- widening ------------------------------------------------------------------------------------
+
+
+def is_widening(old: str, new: str) -> bool:
+    """Whether changing a target column from type ``old`` to ``new`` keeps every value.
+
+    Widening: ``smallint`` -> ``integer`` -> ``bigint``, an integer to a numeric with room for
+    its digits, ``real`` -> ``double precision``, ``numeric(p,s)`` -> ``numeric(p2,s2)`` with
+    ``s2 >= s`` and ``p2 - s2 >= p - s`` (or unconstrained), a longer or unbounded
+    ``character varying`` or ``text``, ``json`` <-> ``jsonb``, a higher time precision, and
+    the same element-wise for arrays.
+    """
+    a, b = target_type(old), target_type(new)
+    if a == b:
+        return True
+    if a.endswith("[]") != b.endswith("[]"):
+        return False
+    a, b = a.removesuffix("[]"), b.removesuffix("[]")
+    for rule in (_integers, _numerics, _strings, _same_family):
+        verdict = rule(a, b)
+        if verdict is not None:
+            return verdict
+    return False
+
+
+def _integers(a: str, b: str) -> bool | None:
+    if a not in _INTEGER_RANK:
+        return None
+    if b in _INTEGER_RANK:
+        return _INTEGER_RANK[b] >= _INTEGER_RANK[a]
+    bounds = _numeric_bounds(b)
+    if bounds is None:
+        return None
+    precision, scale = bounds
+    return precision is None or precision - scale >= _INTEGER_DIGITS[a]
+
+
+def _numerics(a: str, b: str) -> bool | None:
+    old, new = _numeric_bounds(a), _numeric_bounds(b)
+    if old is None or new is None:
+        return None
+    (p, s), (p2, s2) = old, new
+    if p2 is None:
+        return True
+    return p is not None and s2 >= s and p2 - s2 >= p - s
+
+
+def _numeric_bounds(name: str) -> tuple[int | None, int] | None:
+    match = _NUMERIC.fullmatch(name)
+    if match is None:
+        return None
+    precision, scale = match.groups()
+    return (None, 0) if precision is None else (int(precision), int(scale or 0))
+
+
+def _strings(a: str, b: str) -> bool | None:
+    old, new = _STRING.fullmatch(a), _STRING.fullmatch(b)
+    if old is None or a.startswith("character("):
+        return None  # blank-padded: another type's values would lose or gain the padding
+    if b == "text" or b == "character varying":
+        return True
+    if new is None or b.startswith("character("):
+        return None
+    return old.group(2) is not None and int(new.group(2)) >= int(old.group(2))
+
+
+def _same_family(a: str, b: str) -> bool | None:
+    if {a, b} <= {"json", "jsonb"} or (a, b) == ("real", "double precision"):
+        return True
+    plain_a, plain_b = re.sub(r"\(\d+\)", "", a), re.sub(r"\(\d+\)", "", b)
+    if plain_a != plain_b or not plain_a.startswith(("time", "interval")):
+        return None
+    return _precision(b) >= _precision(a)
+
+
+def _precision(name: str) -> int:
+    match = re.search(r"\((\d+)\)", name)
+    return int(match.group(1)) if match else 6
