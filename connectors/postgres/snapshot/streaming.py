@@ -41,6 +41,7 @@ from connectors.postgres import pgoutput as pg
 from connectors.postgres.assembly.connect import relation_schemas
 from connectors.postgres.catalog import Catalog
 from connectors.postgres.config import PostgresSourceConfig
+from connectors.postgres.lsn import OFFSET_KEY
 from connectors.postgres.publication.filters import PLAIN, table_filters
 from connectors.postgres.replication.connection import session_conninfo
 from connectors.postgres.snapshot.channel import SIGNAL, WATERMARK, Channel, Marker, signal_rows
@@ -139,8 +140,8 @@ class StreamSnapshots:
     def started(self, offsets: Offsets) -> None:
         """The stream is open from ``offsets`` (the stored ones, or the initial snapshot's):
         learn the database name for the events."""
-        if offsets.get("postgres") is not None:
-            self._last_offsets = {"postgres": offsets["postgres"]}
+        if offsets.get(OFFSET_KEY) is not None:
+            self._last_offsets = {OFFSET_KEY: offsets[OFFSET_KEY]}
         catalog = self._catalog()
         try:
             self._db = catalog.database()
