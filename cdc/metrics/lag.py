@@ -11,13 +11,16 @@ from __future__ import annotations
 import time
 from typing import Final
 
+from cdc.support.clock import SYSTEM_CLOCK, Clock
+
 IDLE_S: Final = 1.0
 
 
 class LagClock:
     """The source task's lag; read from any thread (two attribute reads, no lock needed)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._clock = clock  # times the idle gap; a test moves it by hand
         self._last_ts_ms: int | None = None
         self._idle_since: float | None = None
         self._caught_up = True
@@ -30,7 +33,7 @@ class LagClock:
 
     def idle(self) -> None:
         """A poll found nothing; after :data:`IDLE_S` of them the source is caught up."""
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if self._idle_since is None:
             self._idle_since = now
         elif now - self._idle_since >= IDLE_S:

@@ -23,6 +23,7 @@ from cdc.contracts.sink import SinkRecord
 from cdc.log.base import Record
 from cdc.metrics import Health, Metrics, MetricsServer, SinkObserver, SourceObserver
 from cdc.metrics.lag import LagClock
+from cdc.testing import ManualClock
 
 
 def _value(metrics: Metrics, name: str, **labels: str) -> float | None:
@@ -157,7 +158,8 @@ def test_the_source_observer_counts_a_batch_by_table_and_op(health: Health) -> N
 
 
 def test_the_lag_grows_while_stuck_and_is_0_after_a_second_with_nothing_to_read() -> None:
-    lag = LagClock()
+    idle_clock = ManualClock()
+    lag = LagClock(idle_clock)
     assert lag.seconds() == 0.0  # nothing appended yet
     lag.appended(int(time.time() * 1000) - 3000)
     first = lag.seconds()
@@ -165,7 +167,10 @@ def test_the_lag_grows_while_stuck_and_is_0_after_a_second_with_nothing_to_read(
     assert 2.9 < first < lag.seconds()  # read when asked: it grows until the next change
     lag.idle()  # one empty poll: a gap in a backlog, not caught up
     assert lag.seconds() > 3.0
-    time.sleep(1.05)
+    idle_clock.advance(0.99)
+    lag.idle()  # still within the second
+    assert lag.seconds() > 3.0
+    idle_clock.advance(0.01)
     lag.idle()
     assert lag.seconds() == 0.0
     lag.appended(int(time.time() * 1000) - 500)  # new changes: behind again
