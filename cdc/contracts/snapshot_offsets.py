@@ -197,7 +197,7 @@ class TableProgress:
     """One table's stored progress: its figures as of its last finished chunk.
 
     Attributes:
-        eta_s: the stored estimate (``None`` once the table is done).
+        eta_s: the estimate as stored (a report shows none once the table is done).
         updated_ms: when the source stored the figures (``None`` if it did not say).
     """
 
