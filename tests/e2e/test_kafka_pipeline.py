@@ -296,7 +296,7 @@ def test_postgres_to_kafka_survives_a_sigkill(
 ) -> None:
     """The PostgreSQL source on Kafka: SIGKILL mid-workload, restart; the topic's final state
     per key equals the table."""
-    from tests.e2e.test_pg_pipeline import _table, _workload
+    from tests.e2e.test_pg_pipeline import _table, _workload, wait_written
 
     name = f"pgk{uuid.uuid4().hex[:8]}"
     pipeline = tmp_path / "pgk.yaml"
@@ -314,16 +314,18 @@ def test_postgres_to_kafka_survives_a_sigkill(
         wait_for(lambda: "source.opened" in (tmp_path / "run.log").read_text(), timeout=60)
         # The workload runs until the kill is done (a loaded machine starts a Kafka producer
         # slowly: a fixed few seconds of writes could end before the run is mid-work).
-        done = threading.Event()
-        writer = threading.Thread(target=_workload, args=(pg_db, time.monotonic() + 90, 11, done))
+        done, committed = threading.Event(), [0]
+        writer = threading.Thread(
+            target=_workload, args=(pg_db, time.monotonic() + 90, 11, done, committed)
+        )
         writer.start()
         topic = f"{name}.public.accounts"
         kill_mid_workload(run, writer, pipeline, topic, tmp_path, env)
-        time.sleep(1)  # writes while it is down
+        wait_written(writer, committed, "writes while it is down")
         run = start_run(pipeline, tmp_path, env)
         opened = lambda: (tmp_path / "run.log").read_text().count("source.opened")  # noqa: E731
         wait_for(lambda: opened() >= 2, timeout=60, process=run)  # the log is appended to
-        time.sleep(1)  # and some after the restart
+        wait_written(writer, committed, "writes after the restart")
         done.set()
         writer.join()
         expected = _table(pg_db)

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from cdc.testing import WaitTimeout
+from cdc.testing import WaitTimeout, wait_until
 from tests.e2e.cli_helpers import (
     cdc,
     kill_mid_workload,
@@ -38,8 +38,15 @@ def _pipeline(tmp_path: Path) -> Path:
     return path
 
 
-def _workload(dsn: str, stop_at: float, seed: int, stop: threading.Event | None = None) -> None:
-    """Random changes to ``accounts`` until ``stop_at`` or, sooner, until ``stop`` is set."""
+def _workload(
+    dsn: str,
+    stop_at: float,
+    seed: int,
+    stop: threading.Event | None = None,
+    committed: list[int] | None = None,
+) -> None:
+    """Random changes to ``accounts`` until ``stop_at`` or, sooner, until ``stop`` is set;
+    ``committed[0]`` counts the transactions committed."""
     rng = random.Random(seed)
     with psycopg.connect(dsn, autocommit=True) as conn:
         while time.monotonic() < stop_at and not (stop is not None and stop.is_set()):
@@ -59,7 +66,15 @@ def _workload(dsn: str, stop_at: float, seed: int, stop: threading.Event | None 
                         )
                     else:
                         conn.execute("DELETE FROM accounts WHERE id = %s", (key,))
+            if committed is not None:
+                committed[0] += 1
             time.sleep(0.002)
+
+
+def wait_written(writer: threading.Thread, committed: list[int], what: str, more: int = 50) -> None:
+    """Until the workload committed ``more`` transactions from now (or ended)."""
+    goal = committed[0] + more
+    wait_until(lambda: committed[0] >= goal or not writer.is_alive(), 60, 0.01, describe=what)
 
 
 def _table(dsn: str) -> dict[str, Any]:
@@ -96,10 +111,13 @@ def _kill_mid_workload_and_restart(
     """SIGKILLs ``run`` mid-workload and starts it again; returns once the workload ended."""
     # snapshot: never streams from the slot's creation on: write only once it exists.
     wait_for(lambda: "source.opened" in (tmp_path / "run.log").read_text(), timeout=60)
-    writer = threading.Thread(target=_workload, args=(dsn, time.monotonic() + 8, 7))
+    committed = [0]
+    writer = threading.Thread(
+        target=_workload, args=(dsn, time.monotonic() + 8, 7, None, committed)
+    )
     writer.start()
     kill_mid_workload(run, writer, pipeline, TOPIC, tmp_path, env)
-    time.sleep(1)  # writes while it is down (free: the writer runs to its deadline anyway)
+    wait_written(writer, committed, "writes while it is down")
     run = start_run(pipeline, tmp_path, env)
     writer.join()
     return run
