@@ -35,6 +35,7 @@ from cdc.log.kafka import KafkaLog
 from cdc.runtime.schemas import SchemaCatalog
 from cdc.runtime.sink_task import SinkTask
 from cdc.support.logging import get_logger
+from cdc.testing import wait_until
 from tests.unit.log_suite import append, read_all
 
 LOGGER = get_logger(test="stored_encoding")
@@ -179,7 +180,10 @@ def test_a_running_sink_task_follows_a_change_made_meanwhile(
         _step_until(task, seen, 1)
         # Another process (cdc run --role source) accepts a change and writes under it.
         ensure_encoding(log, pipeline, DEBEZIUM_DEFAULTS, True, LOGGER)
-        time.sleep(1.1)  # a source takes longer to start than a paced follower takes to look
+        # A source takes longer to start than a paced follower takes to look (at most 1 s; on
+        # the embedded log a few ms): it writes once the follower's pause is over.
+        follower = task._encoding
+        wait_until(lambda: time.monotonic() >= follower._due, 5, 0.005, describe="the pause")
         value = orjson.dumps({"before": None, "after": {"id": 2}, "op": "c"})
         append(log, [Record(topic, b'{"id":2}', value)])
         _step_until(task, seen, 2)
