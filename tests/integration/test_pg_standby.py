@@ -8,7 +8,6 @@ publication, heartbeats, snapshot watermarks) is the primary's job there, and ea
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from cdc.contracts.errors import SourceFatal
+from cdc.testing import wait_until
 from connectors.postgres.doctor.server import doctor
 from connectors.postgres.snapshot.signal import request_snapshot
 from tests.integration.pg_source_kit import harness
@@ -61,7 +61,7 @@ def test_snapshot_and_stream_from_standby_through_its_restart(pair: Pair, tmp_pa
         assert slots(standby) == [SLOT] and SLOT not in slots(primary)
         writer = threading.Thread(target=writes, args=(primary, range(301, 501)))
         writer.start()
-        time.sleep(1.0)  # some of them streamed...
+        p.wait(lambda: len(p.topic_state("public.t")) > 300)  # some of them streamed...
         pair.standby.restart()  # ...then the standby goes down mid-stream, and comes back
         writer.join()
         execute(
@@ -133,10 +133,7 @@ def test_standby_without_feedback_is_refused(pair: Pair, tmp_path: Path) -> None
 def _feedback(pair: Pair, value: str) -> None:
     pair.standby.execute(f"ALTER SYSTEM SET hot_standby_feedback = {value}")  # test-only SQL
     pair.standby.execute("SELECT pg_reload_conf()")
-    deadline = time.monotonic() + 10
-    while _setting(pair.standby_dsn) != value:
-        assert time.monotonic() < deadline, "the reload did not apply"
-        time.sleep(0.05)
+    wait_until(lambda: _setting(pair.standby_dsn) == value, 10, describe="the reload to apply")
 
 
 def _setting(dsn: str) -> str:
