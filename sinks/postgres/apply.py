@@ -23,6 +23,7 @@ from cdc.contracts.sink import SinkRecord
 from sinks.keyed import Change, Kind
 from sinks.postgres import catalog
 from sinks.postgres.catalog import POSITION, SEQUENCE, Ident, TableInfo
+from sinks.postgres.connection import first_line
 from sinks.postgres.plan import TableChanges
 from sinks.postgres.types import Convert
 
@@ -127,7 +128,7 @@ def _culprit(
     message names the column, never the value (PostgreSQL's own quotes it)."""
     column = _COLUMN_IN_CONTEXT.search(error.diag.context or "")
     named = f", column {column.group(1)}" if column else ""
-    why = (error.diag.message_primary or type(error).__name__).split('"')[0].rstrip(" :")
+    why = (error.diag.message_primary or first_line(error)).split('"')[0].rstrip(" :")
     for row, change in zip(rows, changes, strict=True):
         try:
             with conn.transaction(), conn.cursor() as cur, cur.copy(statement) as copy:

@@ -18,7 +18,7 @@ Only type names built here from a closed list and digits ever reach SQL.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 import orjson
@@ -147,6 +147,8 @@ def converter(source_type: str, options: EnvelopeOptions | None) -> Convert:
         return lambda value: _intervals(decode(value))
     if base == "text" and normalize_type(source_type).removesuffix("[]") != "text":
         return lambda value: _texts(decode(value))
+    if target.endswith("[]"):
+        return lambda value: _uniform(decode(value))
     return decode
 
 
@@ -161,6 +163,32 @@ def _intervals(value: Any) -> Any:
         # PostgreSQL keeps months, days and microseconds apart; so does this text.
         return f"{value.months} months {value.days} days {value.microseconds} microseconds"
     return value
+
+
+def _uniform(value: Any) -> Any:
+    """An array whose elements psycopg can dump: one Python type, or else all text.
+
+    A date array holds ``date`` values and the text of those Python cannot hold (``infinity``,
+    BC); psycopg dumps no mixed list, and the server parses the text of each alike.
+    """
+    if not isinstance(value, list):
+        return value
+    kinds = {type(v) for v in _leaves(value) if v is not None}
+    return value if len(kinds) <= 1 else _as_text(value)
+
+
+def _leaves(value: list[Any]) -> Iterator[Any]:
+    for item in value:
+        if isinstance(item, list):
+            yield from _leaves(item)
+        else:
+            yield item
+
+
+def _as_text(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_as_text(v) for v in value]
+    return None if value is None else str(value)
 
 
 def _texts(value: Any) -> Any:

@@ -53,16 +53,7 @@ class Harness:
         self.sink.close()
 
     def records(self, *events: ChangeEvent, partition: int = 0) -> list[SinkRecord]:
-        out = []
-        for event in events:
-            topic = topic_name(PIPELINE, event.source.schema, event.source.table)
-            for record in envelope.to_records(event, PIPELINE, now_ms=0):
-                offset = self.next_offset.get((topic, partition), 0)
-                self.next_offset[(topic, partition)] = offset + 1
-                value = None if record.value is None else orjson.loads(record.value)
-                key = orjson.loads(record.key or b"null")
-                out.append(SinkRecord(topic, partition, offset, key, value, pos=record.pos))
-        return out
+        return records_of(events, self.next_offset, partition)
 
     def write(self, records: Sequence[SinkRecord]) -> None:
         self.sink.write(records)
@@ -81,3 +72,20 @@ class Harness:
     def names(self, table: str = "items") -> dict[int, tuple[Any, Any]]:
         rows = self.sql(f"SELECT id, name, qty FROM {SCHEMA}.{table}")
         return {r[0]: (r[1], r[2]) for r in rows}
+
+
+def records_of(
+    events: Sequence[ChangeEvent], next_offset: dict[tuple[str, int], int], partition: int = 0
+) -> list[SinkRecord]:
+    """``events`` as the runner hands them over: encoded, decoded, at the next offsets of
+    ``partition`` (``next_offset`` is advanced)."""
+    out = []
+    for event in events:
+        topic = topic_name(PIPELINE, event.source.schema, event.source.table)
+        for record in envelope.to_records(event, PIPELINE, now_ms=0):
+            offset = next_offset.get((topic, partition), 0)
+            next_offset[(topic, partition)] = offset + 1
+            value = None if record.value is None else orjson.loads(record.value)
+            key = orjson.loads(record.key or b"null")
+            out.append(SinkRecord(topic, partition, offset, key, value, pos=record.pos))
+    return out
