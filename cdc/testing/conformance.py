@@ -31,7 +31,6 @@ events encoded by :mod:`cdc.envelope.encode`, then decoded.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,6 +38,7 @@ from typing import Any, ClassVar
 
 import orjson
 import pytest
+import structlog.testing
 
 from cdc.contracts.errors import SinkFatal, SinkUnavailable
 from cdc.contracts.events import ChangeEvent, Op, SourceInfo, topic_name
@@ -48,6 +48,7 @@ from cdc.envelope import encode as envelope
 from cdc.log.base import Log, TopicPartition
 from cdc.runtime.sink_task import SinkTask, group_name
 from cdc.support.logging import get_logger
+from cdc.support.wait import wait_until
 
 PIPELINE = "kit"
 TABLE = ("public", "kit_items")
@@ -359,9 +360,9 @@ class SinkConformance:
         thread = threading.Thread(target=task.run, daemon=True)
         thread.start()
         self._wait_committed(log, 10)
-        with self.outage():
+        with self.outage(), structlog.testing.capture_logs() as logs:
             self.fill_log(log, [change(k, Op.UPDATE, 100 + k, f"m{k}", k) for k in range(1, 11)])
-            time.sleep(1.5)
+            wait_until(lambda: _retries(logs) >= 2, 60, describe="two refused writes")
             assert self._committed(log) == 10  # nothing more was taken while down
         self._wait_committed(log, 20)
         stop.set()
@@ -394,10 +395,11 @@ class SinkConformance:
         task = self.task(log, stop)
         thread = threading.Thread(target=task.run, daemon=True)
         thread.start()
-        deadline = time.monotonic() + 60
-        while task.records_applied < 8 and thread.is_alive():
-            assert time.monotonic() < deadline, f"rebuilt {task.records_applied}/8 records"
-            time.sleep(0.05)
+        wait_until(
+            lambda: task.records_applied >= 8 or not thread.is_alive(),
+            60,
+            describe=lambda: f"8 records rebuilt ({task.records_applied})",
+        )
         stop.set()
         thread.join(10)
         assert self.rows() == {1: ("n1", 1), 3: ("m3", 30), 4: ("n4", 4), 5: ("n5", 5)}
@@ -407,10 +409,11 @@ class SinkConformance:
         return sum(log.committed_offsets(group_name(PIPELINE, "kit")).values())
 
     def _wait_committed(self, log: Log, count: int, timeout_s: float = 60) -> None:
-        deadline = time.monotonic() + timeout_s
-        while self._committed(log) < count:
-            assert time.monotonic() < deadline, f"sink committed {self._committed(log)}/{count}"
-            time.sleep(0.05)
+        wait_until(
+            lambda: self._committed(log) >= count,
+            timeout_s,
+            describe=lambda: f"{count} commits ({self._committed(log)})",
+        )
 
     def _run_until_caught_up(self, log: Log, end: int) -> None:
         stop = threading.Event()
@@ -419,3 +422,8 @@ class SinkConformance:
         self._wait_committed(log, end)
         stop.set()
         thread.join(10)
+
+
+def _retries(logs: Sequence[Mapping[str, Any]]) -> int:
+    """How many writes the sink task was refused and tries again (``sink.retrying``)."""
+    return sum(1 for entry in logs if entry.get("event") == "sink.retrying")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,12 +11,14 @@ from typing import Any
 import orjson
 import pytest
 import redis
+import structlog.testing
 
 from cdc.contracts.errors import SinkFatal, SinkUnavailable
 from cdc.contracts.events import Op, topic_name
 from cdc.contracts.sink import Sink, SinkContext
 from cdc.log.base import TopicPartition
 from cdc.log.embedded import EmbeddedLog
+from cdc.testing import wait_until
 from cdc.testing.conformance import SinkConformance
 from sinks.redis import RedisSink, RedisSinkConfig, RedisSinkPlugin
 from tests.integration.keyed_records import (
@@ -226,10 +227,7 @@ def test_ttl_applies_to_rows_and_expired_rows_stay_guarded(
     assert 0 < client.pttl(f"{prefix}:public.items:1") <= 1000
     # Gone once its TTL (at most 1 s, asserted above) has run out: polled for, within the
     # 1.2 s the test used to sleep.
-    deadline = time.monotonic() + 1.2
-    while rows(redis_server, prefix) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert rows(redis_server, prefix) == {}
+    wait_until(lambda: not rows(redis_server, prefix), 1.2, 0.02, describe="the row to expire")
     apply(sink, Records()(item(Op.CREATE, 1, 9, name="older")))
     assert rows(redis_server, prefix) == {}
 
@@ -271,9 +269,10 @@ def test_redis_down_mid_run_backpressure_then_no_loss(
     task = TaskThread(log, lambda: RedisSink(cfg, context()))
     try:
         task.wait_committed(200)
-        with persisted_outage(redis_server):
+        with persisted_outage(redis_server), structlog.testing.capture_logs() as logs:
             fill_log(log, [item(Op.UPDATE, k, 1000 + k, name=f"b{k}") for k in range(1, 201)])
-            time.sleep(1.5)
+            refused = lambda: sum(e["event"] == "sink.retrying" for e in logs)  # noqa: E731
+            wait_until(lambda: refused() >= 2, 60, describe="two refused writes")
             assert task.committed() == 200  # backpressure: nothing more taken while down
             assert task.error is None
         task.wait_committed(400)
