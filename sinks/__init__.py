@@ -1,2 +1,2 @@
-"""Sinks, each a ``cdc.sinks`` plugin in a folder of its own (duckdb, redis, search, jsonl), and
-what they share: records as keyed changes (``keyed``), offsets kept with the data (``offsets``)."""
+"""Sinks, each a ``cdc.sinks`` plugin in a folder of its own (duckdb, postgres, redis, search,
+jsonl), and what they share: records as keyed changes (``keyed``), stored offsets (``offsets``)."""
