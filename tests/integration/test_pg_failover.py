@@ -20,6 +20,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from cdc.contracts.errors import SourceFatal
+from cdc.testing import wait_until
 from connectors.postgres.doctor.server import doctor
 from tests.integration.pg_source_kit import harness
 from tests.integration.pg_source_kit import sql as run_sql
@@ -51,6 +52,17 @@ def _slot_row(dsn: str, slot: str) -> tuple[Any, ...] | None:
         ).fetchone()
 
 
+def _held_for_standby(dsn: str) -> bool:
+    """Whether a walsender waits for the standby to confirm WAL before sending it on
+    (synchronized_standby_slots): what was committed from there on is not sent yet."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE backend_type = 'walsender' AND wait_event = 'WaitForStandbyConfirmation'"
+        ).fetchone()
+    return row is not None and row[0] > 0
+
+
 def test_failover_slot_resumes_on_the_promoted_standby(tmp_path: Path) -> None:
     require_major(17, "failover slots")
     with primary_and_standby(sync_slots=True) as pair:
@@ -78,7 +90,7 @@ def test_failover_slot_resumes_on_the_promoted_standby(tmp_path: Path) -> None:
             # primary holds it back from the pipeline too (synchronized_standby_slots).
             pair.standby.stop()
             writes(old, range(201, 211), pause_s=0)
-            time.sleep(2.0)
+            wait_until(lambda: _held_for_standby(old), 30, describe="the primary to hold WAL back")
             assert len(p.topic_state("public.t")) == 200, "sent before the standby had it"
             pair.primary.kill()  # a crash: 201..210 are lost with it
             pair.standby.start()
