@@ -124,14 +124,16 @@ def _steps(phases: _Phases, ours: CdcRun, dbz: DebeziumRun, dsn: str) -> None:
     last = workload.LAST_KEY
     ours.wait("the last change", lambda: has_key(phases.ours(), last), PHASE_S)
     dbz.wait_until("the last change", lambda: has_key(phases.dbz(), last), PHASE_S)
-    time.sleep(1.0)  # anything one side writes after the last change (it should be nothing)
+    # A window, not a wait: anything one side writes after the last change (it should be
+    # nothing) must land in this phase to be compared; no event marks "nothing more came".
+    time.sleep(1.0)
     phases.end("stream")
     for table in workload.CAPTURED:
         ours.snapshot(table, PHASE_S)
     workload.signal_incremental_snapshot(dsn)
     rows = workload.resnapshot_records(values=True)
     dbz.wait_until("the re-snapshot", lambda: len(phases.dbz()) >= rows, PHASE_S)
-    time.sleep(1.0)
+    time.sleep(1.0)  # the same window: any extra record of the re-snapshot is compared
     phases.end("resnapshot")
 
 
