@@ -11,7 +11,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from cdc.log.base import Record
 from cdc.log.embedded import EmbeddedLog
 from cdc.log.embedded import consumer as embedded_consumer
 from cdc.log.embedded import frames as embedded_frames
+from cdc.testing import wait_until
 from tests.unit.embedded_log_kit import TOPIC, both_paths, opened_logs, use_appender
 from tests.unit.log_suite import append, key, read_all
 
@@ -180,11 +180,14 @@ def test_a_compaction_killed_mid_pass_loses_nothing(
     try:
         assert compactor.stdout is not None and compactor.stdout.readline() == b"ready\n"
         with EmbeddedLog(tmp_path / "log") as log:  # killed once its first chunk committed
-            deadline = time.monotonic() + 60
-            while count(log, "SELECT count(*) FROM records") == 8 * KEYS:
+
+            def compacted() -> bool:
+                if count(log, "SELECT count(*) FROM records") != 8 * KEYS:
+                    return True
                 assert compactor.poll() is None, "the compactor exited before compacting"
-                assert time.monotonic() < deadline, "no compaction chunk committed in 60 s"
-                time.sleep(0.001)
+                return False
+
+            wait_until(compacted, 60, 0.001, describe="a compaction chunk committed")
     finally:
         compactor.send_signal(signal.SIGKILL)
         compactor.wait()

@@ -7,7 +7,6 @@ under test is the runtime's own, and the log is the real SQLite-backed one.
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import orjson
@@ -22,7 +21,7 @@ from cdc.log.embedded import EmbeddedLog
 from cdc.runtime.sink_task import SinkTask, group_name
 from cdc.runtime.source_task import BadRecordStop, SourceTask
 from cdc.support.logging import get_logger
-from cdc.testing import FlakySink, ScriptedSource, make_event
+from cdc.testing import FlakySink, ScriptedSource, make_event, wait_until
 
 TOPIC = topic_name("p", "public", "items")
 
@@ -190,11 +189,11 @@ def test_retriable_flush_failures_retry_the_batch_then_commit(log: EmbeddedLog) 
     task = sink_task(log, sink, stop)
     thread = threading.Thread(target=task.run)
     thread.start()
-    deadline = time.monotonic() + 10
-    while committed_total(log) < 5 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    stop.set()
-    thread.join(5)
+    try:
+        wait_until(lambda: committed_total(log) >= 5, 10)
+    finally:
+        stop.set()
+        thread.join(5)
     assert committed_total(log) == 5
     assert sorted(r.offset for r in sink.flushed) == sorted(
         r.offset for p in log.end_offsets(TOPIC) for r in log.read(TOPIC, p, 0, 100)
@@ -211,17 +210,14 @@ def test_sink_down_holds_back_and_loses_nothing(log: EmbeddedLog) -> None:
     task = sink_task(log, sink, stop)
     thread = threading.Thread(target=task.run)
     thread.start()
-    deadline = time.monotonic() + 15
-    while sink.refused < 2 and time.monotonic() < deadline:  # tried, then retried
-        time.sleep(0.05)
-    assert sink.refused >= 2, f"the sink was tried {sink.refused} times while down"
-    assert committed_total(log) == 0 and not sink.flushed
-    is_down.clear()
-    deadline = time.monotonic() + 15
-    while committed_total(log) < 10 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    stop.set()
-    thread.join(5)
+    try:
+        wait_until(lambda: sink.refused >= 2, 15, describe="the sink tried, then retried")
+        assert committed_total(log) == 0 and not sink.flushed
+        is_down.clear()
+        wait_until(lambda: committed_total(log) >= 10, 15)
+    finally:
+        stop.set()
+        thread.join(5)
     assert committed_total(log) == 10
     assert len(sink.rows) == 10
 
@@ -233,11 +229,11 @@ def test_bad_record_goes_to_dead_letter_topic_and_the_rest_applies(log: Embedded
     task = sink_task(log, sink, stop, bad_records="dead_letter")
     thread = threading.Thread(target=task.run)
     thread.start()
-    deadline = time.monotonic() + 10
-    while committed_total(log) < 5 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    stop.set()
-    thread.join(5)
+    try:
+        wait_until(lambda: committed_total(log) >= 5, 10)
+    finally:
+        stop.set()
+        thread.join(5)
     assert sorted(int(k.split(": ")[1].rstrip("}")) for k in sink.rows) == [1, 2, 4, 5]
     dead = all_records(log, dead_letter_topic("p"))
     assert len(dead) == 1 and b"cannot apply key" in (dead[0][1] or b"")
