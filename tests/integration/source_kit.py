@@ -19,6 +19,7 @@ from cdc.contracts.source import DeadLetter, Source, SourceContext
 from cdc.envelope import encode as envelope
 from cdc.log.base import LogTransaction
 from cdc.log.embedded import EmbeddedLog
+from cdc.testing import wait_until
 
 S = TypeVar("S", bound=Source)
 
@@ -91,11 +92,15 @@ class SourceHarness(Generic[S]):
         self, done: Callable[[], bool], timeout_s: float = 30.0, settle_s: float = 0.0
     ) -> list[ChangeEvent]:
         """Step until ``done()`` (then ``settle_s`` more), failing after ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        while not done():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out; {len(self.events)} events so far")
+
+        def stepped() -> bool:
+            if done():
+                return True
             self.step()
+            return done()
+
+        # No pause between looks: a step itself waits for the source's next batch.
+        wait_until(stepped, timeout_s, 0, describe=lambda: f"done ({len(self.events)} events)")
         end = time.monotonic() + settle_s
         while time.monotonic() < end:
             self.step()

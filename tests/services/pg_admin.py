@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
@@ -10,6 +9,7 @@ from urllib.parse import quote
 import psycopg
 from psycopg import sql
 
+import cdc.testing as kit
 from tests.services.common import ServiceError
 
 SUPERUSER = "postgres"
@@ -86,15 +86,14 @@ def drop_replication_slots(admin_dsn: str, dbname: str, timeout: float = 30.0) -
         ServiceError: A slot stayed active past ``timeout``.
     """
     dropped: list[str] = []
-    deadline = time.monotonic() + timeout
+    rows: list[Any] = []
     with psycopg.connect(admin_dsn, autocommit=True, connect_timeout=10) as conn:
-        while True:
-            rows = conn.execute(
+
+        def gone() -> bool:
+            rows[:] = conn.execute(
                 "SELECT slot_name, active_pid FROM pg_replication_slots WHERE database = %s",
                 (dbname,),
             ).fetchall()
-            if not rows:
-                return dropped
             for slot, pid in rows:
                 if pid is not None:
                     conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
@@ -106,6 +105,10 @@ def drop_replication_slots(admin_dsn: str, dbname: str, timeout: float = 30.0) -
                     pass  # a walsender grabbed it between our read and the drop; retry
                 except psycopg.errors.UndefinedObject:
                     pass  # its owner dropped it concurrently
-            if time.monotonic() > deadline:
-                raise ServiceError(f"replication slots of {dbname!r} still active: {rows}")
-            time.sleep(0.1)
+            return not rows
+
+        try:
+            kit.wait_until(gone, timeout, 0.1)
+        except kit.WaitTimeout:
+            raise ServiceError(f"replication slots of {dbname!r} still active: {rows}") from None
+    return dropped
