@@ -26,7 +26,7 @@ from cdc.log.kafka import KafkaLog
 from cdc.log.partitioner import partition_for
 from cdc.runtime.source_task import BadRecordStop, SourceTask
 from cdc.support.logging import get_logger
-from cdc.testing import ScriptedSource, make_event
+from cdc.testing import ScriptedSource, make_event, wait_until
 from tests.services.ports import free_port
 from tests.unit.log_suite import LogSuite, append, key, new_topic, read_all
 
@@ -196,16 +196,15 @@ def test_compaction_keeps_the_latest_per_key_and_drops_deleted_keys(
     for version in range(3):
         append(log, [Record(topic, key(i), b"v%d" % version) for i in range(10)])
     append(log, [Record(topic, key(9), b"deleted"), Record(topic, key(9), None)])
-    deadline = time.monotonic() + 50
     state: list[tuple[bytes | None, bytes | None]] = []
-    while time.monotonic() < deadline:
+
+    def compacted() -> bool:
         # New records roll the segment (segment.ms) so the cleaner can take the older ones.
-        time.sleep(0.3)
         append(log, [Record(topic, b'"filler"', b"%f" % time.time())])
-        state = [(r.key, r.value) for r in read_all(log, topic) if r.key != b'"filler"']
-        if state == [(key(i), b"v2") for i in range(9)]:
-            return
-    pytest.fail(f"compaction did not converge within 50 s; the topic holds {state}")
+        state[:] = [(r.key, r.value) for r in read_all(log, topic) if r.key != b'"filler"']
+        return state == [(key(i), b"v2") for i in range(9)]
+
+    wait_until(compacted, 50, 0.3, describe=lambda: f"compaction (the topic holds {state})")
 
 
 def test_a_second_instance_fences_the_first(log_factory: KafkaFactory) -> None:

@@ -18,6 +18,7 @@ import structlog
 from cdc.contracts.sink import SinkContext, SinkRecord
 from cdc.runtime.schemas import SchemaCatalog
 from cdc.runtime.sink_task import SinkTask, group_name
+from cdc.testing import wait_until
 from sinks.jsonl.config import JsonlSinkConfig
 from sinks.jsonl.sink import JsonlSink
 from tests.integration.pg_source_kit import PIPELINE, Harness, harness, sql
@@ -48,10 +49,14 @@ def _stream(h: Harness, events: int) -> None:
 
 
 def _applied(h: Harness, records: int, thread: threading.Thread) -> None:
-    deadline = time.monotonic() + 60
-    while sum(h.log.committed_offsets(group_name(PIPELINE, "files")).values()) < records:
-        assert time.monotonic() < deadline and thread.is_alive(), _Watched.batches
-        thread.join(0.05)
+
+    def applied() -> bool:
+        if sum(h.log.committed_offsets(group_name(PIPELINE, "files")).values()) >= records:
+            return True
+        assert thread.is_alive(), _Watched.batches
+        return False
+
+    wait_until(applied, 60, describe=lambda: f"{records} records applied ({_Watched.batches})")
 
 
 def _task(h: Harness, tmp_path: Path, stop: threading.Event) -> SinkTask:
