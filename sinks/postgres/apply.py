@@ -92,8 +92,9 @@ def _staged_row(info: TableInfo, change: Change, convert: Mapping[str, Convert])
             f"columns {unknown} are in no published schema of {info.schema}.{info.name}",
             change.record,
         )
+    get = source.get
     try:
-        values = [convert[c](source.get(c)) for c in info.columns]
+        values = [fn(get(c)) for c, fn in convert.items()]
     except (ValueError, TypeError, KeyError, ArithmeticError) as exc:
         raise RecordError(f"a value cannot be read: {type(exc).__name__}", change.record) from exc
     position, sequence = change.pos or (0, 0)

@@ -8,9 +8,9 @@ order), and a truncate drops every change of its table older than itself.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 import orjson
 
@@ -28,7 +28,7 @@ class TableChanges:
     """The changes of one table in one flush: the newest of each key, and the newest truncate."""
 
     table: Table
-    latest: dict[bytes, Change] = field(default_factory=dict)
+    latest: dict[Hashable, Change] = field(default_factory=dict)
     truncate: Pos | None = None
 
     def changes(self) -> list[Change]:
@@ -70,7 +70,18 @@ def _add(batch: TableChanges, change: Change) -> None:
         if batch.truncate is None or pos > batch.truncate:
             batch.truncate = pos
         return
-    key = orjson.dumps(change.key, option=orjson.OPT_SORT_KEYS)
+    key = _identity(change.key)
     held = batch.latest.get(key)
     if held is None or pos > (held.pos or pos):
         batch.latest[key] = change
+
+
+def _identity(key: dict[str, Any]) -> Hashable:
+    """What tells a key from another: its values (a source writes a table's key columns in
+    one order), or, for values that do not hash (a document key), its canonical JSON."""
+    values = tuple(key.values())
+    try:
+        hash(values)
+    except TypeError:
+        return orjson.dumps(key, option=orjson.OPT_SORT_KEYS)
+    return values

@@ -61,7 +61,9 @@ _SIMPLE: Final[dict[str, str]] = {
 _NUMERIC: Final = re.compile(r"(?:numeric|decimal)(?:\((\d+)(?:,\s*(-?\d+))?\))?")
 _FLOAT: Final = re.compile(r"float(?:\((\d+)\))?")
 _STRING: Final = re.compile(r"(character varying|varchar|character|char|bpchar)(?:\((\d+)\))?")
-_TEMPORAL: Final = re.compile(r"(time|timestamp)(?:\((\d+)\))?(?: (with|without) time zone)?")
+_TEMPORAL: Final = re.compile(
+    r"(time|timestamp)(?:\((\d+)\))?(?: (with|without) time zone)?|(timetz|timestamptz)\((\d+)\)"
+)
 _INTERVAL: Final = re.compile(r"interval(?: [a-z ]+?)?(?:\((\d+)\))?")
 _INTEGER_RANK: Final = {"smallint": 1, "integer": 2, "bigint": 3}
 _INTEGER_DIGITS: Final = {"smallint": 5, "integer": 10, "bigint": 19}
@@ -113,7 +115,9 @@ def _string(match: re.Match[str]) -> str:
 
 
 def _temporal(match: re.Match[str]) -> str:
-    base, precision, zone = match.groups()
+    base, precision, zone, short, short_precision = match.groups()
+    if short is not None:  # timestamptz(3), timetz(3)
+        base, precision, zone = short.removesuffix("tz"), short_precision, "with"
     digits = "" if precision is None else f"({min(int(precision), 6)})"
     return f"{base}{digits} {'with' if zone == 'with' else 'without'} time zone"
 
@@ -149,7 +153,34 @@ def converter(source_type: str, options: EnvelopeOptions | None) -> Convert:
         return lambda value: _texts(decode(value))
     if target.endswith("[]"):
         return lambda value: _uniform(decode(value))
+    plain = _PLAIN_TEXT.get(re.sub(r"\(.*?\)", "", base))
+    if plain is not None:
+        return _passing(plain, decode)
     return decode
+
+
+#: Envelope text the server parses as it stands, by target type: plain decimals, and ISO
+#: instants of years 1000-9999 (``2024-03-01T12:00:00.5Z``). Handing it over as it is skips a
+#: ``Decimal`` or ``datetime`` a value; anything else (``NAN``, far years, epoch numbers,
+#: ``POSITIVE_INFINITY``) is decoded first.
+_PLAIN_TEXT: Final = {
+    "numeric": re.compile(r"-?\d{1,100}(?:\.\d{1,100})?").fullmatch,
+    "timestamp with time zone": re.compile(
+        r"[1-9]\d{3}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?Z"
+    ).fullmatch,
+    "timestamp without time zone": re.compile(
+        r"[1-9]\d{3}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?Z?"
+    ).fullmatch,
+}
+
+
+def _passing(plain: Callable[[str], Any], decode: Convert) -> Convert:
+    def run(value: Any) -> Any:
+        if value.__class__ is str and plain(value) is not None:
+            return value
+        return decode(value)
+
+    return run
 
 
 def _document(value: Any) -> Any:
