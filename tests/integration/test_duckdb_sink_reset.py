@@ -20,6 +20,7 @@ from cdc.log.embedded import EmbeddedLog
 from cdc.runtime.schemas import SchemaCatalog
 from cdc.runtime.sink_task import SinkTask, group_name
 from cdc.support.logging import get_logger
+from cdc.testing import wait_until
 from sinks.duckdb import DuckDBSink, DuckDBSinkConfig
 from tests.integration.duckdb_kit import ITEM_COLUMNS, PIPELINE, TOPIC, Harness, event, item
 
@@ -158,9 +159,7 @@ def _run_the_sink_until(
     thread.start()
     if deadline is None:
         deadline = time.monotonic() + 30
-    while not done():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
+    wait_until(done, deadline - time.monotonic(), describe=what)
     stop.set()
     thread.join(10)
     return deadline

@@ -24,6 +24,7 @@ import structlog
 from cdc.contracts.sink import Sink, SinkContext
 from cdc.runtime.schemas import SchemaCatalog
 from cdc.runtime.sink_task import SinkTask, group_name
+from cdc.testing import wait_until
 from sinks.duckdb import DuckDBSink, DuckDBSinkConfig
 from sinks.duckdb.config import MEMORY_LIMIT
 from sinks.search.config import SearchSinkConfig
@@ -81,11 +82,12 @@ def _apply(h: Harness, name: str, make: Callable[[SinkContext], Sink], records: 
     thread = threading.Thread(target=run)
     thread.start()
     try:
-        deadline = time.monotonic() + 300
-        while sum(h.log.committed_offsets(group_name(PIPELINE, name)).values()) < records:
+
+        def caught_up() -> bool:
             assert not failed, failed
-            assert time.monotonic() < deadline, f"{name} did not catch up"
-            thread.join(0.1)
+            return sum(h.log.committed_offsets(group_name(PIPELINE, name)).values()) >= records
+
+        wait_until(caught_up, 300, 0.1, describe=f"{name} to catch up")
     finally:
         stop.set()
         thread.join(60)

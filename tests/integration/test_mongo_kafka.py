@@ -4,8 +4,8 @@ stop that names the collection and the key. Runs the runtime's source task on a 
 
 from __future__ import annotations
 
+import contextlib
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from cdc.contracts.schema import dead_letter_topic
 from cdc.contracts.source import SourceContext
 from cdc.log.kafka import KafkaLog
 from cdc.runtime.source_task import BadRecordStop, SourceTask
+from cdc.testing import WaitTimeout, wait_until
 from connectors.mongodb import MongoSource, MongoSourceConfig
 from tests.integration.mongo_kit import database, into_next_second, scope
 
@@ -114,11 +115,10 @@ def _run_until_the_snapshot_is_done(
 
     thread = threading.Thread(target=run)
     thread.start()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not errors:
-        if "last_snapshot" in log.source_offsets().get("mongodb", {}):
-            break
-        time.sleep(0.2)
+    with contextlib.suppress(WaitTimeout):  # what the snapshot lacks, the caller's checks say
+        wait_until(
+            lambda: errors or "last_snapshot" in log.source_offsets().get("mongodb", {}), 60, 0.2
+        )
     stop.set()
     thread.join(30)
     return errors

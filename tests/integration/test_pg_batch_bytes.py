@@ -20,6 +20,7 @@ import structlog
 from cdc.contracts.sink import SinkContext, SinkRecord
 from cdc.runtime.schemas import SchemaCatalog
 from cdc.runtime.sink_task import SinkTask, group_name
+from cdc.testing import wait_until
 from sinks.jsonl.config import JsonlSinkConfig
 from sinks.jsonl.sink import JsonlSink
 from tests.integration.pg_source_kit import PIPELINE, Harness, harness, query, sql
@@ -156,10 +157,13 @@ def test_the_transaction_reaches_a_sink_complete_in_order_in_reads_bounded_by_by
         thread = threading.Thread(target=task.run)
         thread.start()
         try:
-            deadline = time.monotonic() + 60
-            while sum(h.log.committed_offsets(group_name(PIPELINE, "files")).values()) < ROWS:
-                assert time.monotonic() < deadline, _Watched.batches
-                thread.join(0.05)
+            wait_until(
+                lambda: (
+                    sum(h.log.committed_offsets(group_name(PIPELINE, "files")).values()) >= ROWS
+                ),
+                60,
+                describe=lambda: f"{ROWS} rows committed ({_Watched.batches})",
+            )
         finally:
             stop.set()
             thread.join(10)
