@@ -32,6 +32,7 @@ from prometheus_client import start_http_server
 from prometheus_client.metrics import MetricWrapperBase
 
 from cdc.metrics.registry import CHUNK_STATES, SINK_STATES, WAL_STATUSES, Metrics
+from cdc.testing import wait_until
 from tests.services.common import ServiceUnavailableError, in_ci
 from tests.services.ports import LOOPBACK, free_port
 from tests.services.prometheus import LocalPrometheus
@@ -302,16 +303,17 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(
 ) -> None:
     prometheus, metrics = scraped
     pending = {_substitute(expr) for expr in _dashboard_exprs()}
-    deadline = time.monotonic() + 30
-    while pending and time.monotonic() < deadline:
+
+    def answered() -> bool:
         _grow(metrics)
         for expr in sorted(pending):
             body = _query(prometheus, expr)
             assert body["status"] == "success", (expr, body)
             if body["data"]["result"]:
                 pending.discard(expr)
-        time.sleep(0.5)
-    assert not pending, f"no data after 30 s: {sorted(pending)}"
+        return not pending
+
+    wait_until(answered, 30, 0.5, describe=lambda: f"data for {sorted(pending)}")
 
 
 def test_the_pipeline_variable_finds_the_pipeline(
@@ -321,13 +323,13 @@ def test_the_pipeline_variable_finds_the_pipeline(
     url = f"{prometheus.url}/api/v1/label/pipeline/values?" + urllib.parse.urlencode(
         {"match[]": "cdc_source_lag_seconds"}
     )
-    deadline = time.monotonic() + 30
-    while True:
+
+    def values() -> dict[str, Any] | None:
         with urllib.request.urlopen(url, timeout=10) as response:
-            body = json.loads(response.read())
-        if body["data"] or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
+            body: dict[str, Any] = json.loads(response.read())
+        return body if body["data"] else None
+
+    body = wait_until(values, 30, 0.5, describe="the pipeline label's values")
     assert body == {"status": "success", "data": [PIPELINE]}, body
 
 

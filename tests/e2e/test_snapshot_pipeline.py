@@ -5,7 +5,6 @@ exactness check: the latest record per key in the topic equals the table."""
 from __future__ import annotations
 
 import subprocess
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -44,15 +43,13 @@ def drop_objects(pipeline: Path, *processes: subprocess.Popen[str]) -> None:
         if process.poll() is None:
             process.kill()
             process.wait(10)
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            drop_replication_objects(load(str(pipeline)).source, PIPELINE)  # type: ignore[arg-type]
-            return
-        except SourceFatal:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
+
+    def dropped() -> bool:
+        drop_replication_objects(load(str(pipeline)).source, PIPELINE)  # type: ignore[arg-type]
+        return True
+
+    # SourceFatal: the slot is still active, until its walsender has let go.
+    wait_until(dropped, 20, 0.5, describe="the slot to be dropped", ignore=(SourceFatal,))
 
 
 def settle_and_stop(process: object, dsn: str, log_dir: Path) -> None:
