@@ -46,6 +46,7 @@ def apply(
     Raises:
         RecordError: a record whose values cannot be staged (nothing of the table is applied).
     """
+    catalog.read_watermark(conn, info, ident, for_truncate=changes.truncate is not None)
     truncated = _truncate(conn, info, changes.truncate, ident)
     winners = changes.changes()
     staged = [_staged_row(info, change, convert(change.record)) for change in winners]

@@ -133,8 +133,9 @@ class Ident:
     sink: str
 
 
-def create(conn: psycopg.Connection[Any], info: TableInfo) -> None:
-    """Create the target table and its deleted keys' table (``info.columns``, ``info.keys``)."""
+def create(conn: psycopg.Connection[Any], info: TableInfo, ident: Ident) -> None:
+    """Create the target table, its deleted keys' table (``info.columns``, ``info.keys``) and
+    its watermark row."""
     columns = [
         sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t)) for n, t in info.columns.items()
     ]
@@ -155,6 +156,36 @@ def create(conn: psycopg.Connection[Any], info: TableInfo) -> None:
             info.deleted, sql.SQL(", ").join(key_columns), hidden, key
         )
     )
+    save_watermark(conn, info, ident)
+
+
+def lock_shape(conn: psycopg.Connection[Any], info: TableInfo) -> None:
+    """Hold, until the transaction ends, the right to create or alter ``info``'s table: two
+    workers of one sink (on Kafka) then never race to make the same table or column."""
+    conn.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"cdc:{info.schema}.{info.name}"]
+    )
+
+
+def read_watermark(
+    conn: psycopg.Connection[Any], info: TableInfo, ident: Ident, for_truncate: bool = False
+) -> None:
+    """Read the table's truncate watermark into ``info``, locking its row until the transaction
+    ends: shared to apply changes, exclusive to apply a truncate. So a worker's truncate waits
+    for the changes other workers are applying, and theirs, after it, see its watermark (a row
+    older than the truncate never outlives it)."""
+    lock = sql.SQL("FOR UPDATE" if for_truncate else "FOR SHARE")
+    row = conn.execute(
+        sql.SQL(
+            "SELECT truncated_pos, truncated_seq FROM {} WHERE pipeline = %s AND sink = %s "
+            "AND target_table = %s {}"
+        ).format(sql.Identifier(info.schema, TABLES), lock),
+        [ident.pipeline, ident.sink, info.name],
+    ).fetchone()
+    if row is None:  # made before this row existed, or by hand: the row makes the lock
+        save_watermark(conn, info, ident)
+        return
+    info.watermark = (int(row[0]), int(row[1]))
 
 
 def save_watermark(conn: psycopg.Connection[Any], info: TableInfo, ident: Ident) -> None:

@@ -20,7 +20,7 @@ from cdc.contracts.errors import SinkFatal
 from cdc.contracts.schema import TableSchema
 from cdc.support.logging import Logger
 from sinks.postgres import catalog
-from sinks.postgres.catalog import HIDDEN, TableInfo
+from sinks.postgres.catalog import HIDDEN, Ident, TableInfo
 from sinks.postgres.types import is_widening, target_type
 
 
@@ -30,6 +30,7 @@ def prepare(
     create_as: TableInfo,
     published: TableSchema | None,
     source: str,
+    ident: Ident,
     logger: Logger,
 ) -> TableInfo:
     """The table's info after creating it (as ``create_as`` names it) or evolving it to match
@@ -51,7 +52,7 @@ def prepare(
     if info is None:
         create_as.columns = {c.name: target_type(c.type) for c in published.columns}
         create_as.keys = list(published.key_columns)
-        catalog.create(conn, create_as)
+        catalog.create(conn, create_as, ident)
         logger.info("postgres.table_created", table=where, keys=create_as.keys)
         return create_as
     _check_keys(where, source, info, published)

@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 
 from cdc.contracts.errors import CdcError, SinkFatal
-from cdc.contracts.schema import is_table_schema_key, schema_topic
+from cdc.contracts.schema import TableSchema, is_table_schema_key, schema_topic
 from cdc.contracts.sink import SinkContext, SinkRecord, record_options, sink_offsets
 from cdc.envelope.options import EnvelopeOptions
 from cdc.log.base import TopicPartition
@@ -50,6 +50,7 @@ class PostgresSink:
         self._topic_tables = TopicTables(context.pipeline, context.tables)
         self._conn: psycopg.Connection[Any] | None = None
         self._infos: dict[Table, TableInfo] = {}
+        self._shapes: dict[Table, TableSchema | None] = {}  # the schema each info follows
         self._offsets: dict[TopicPartition, int] = {}
         self._pending: list[SinkRecord] = []
         self._log = context.logger
@@ -70,6 +71,11 @@ class PostgresSink:
         self._log.info("postgres.opened", target=where(self._config), schema=self._schema)
 
     def stored_offsets(self) -> Mapping[TopicPartition, int]:
+        """The offsets as stored now: read again, since another worker of this sink (on
+        Kafka) may have moved a partition's on before it was assigned here."""
+        if self._conn is not None and not self._conn.closed:
+            with self._translated("reading the offsets"):
+                self._load()
         return dict(self._offsets)
 
     def write(self, records: Sequence[SinkRecord]) -> None:
@@ -118,6 +124,7 @@ class PostgresSink:
             name = self._config.target_table(table)
             catalog.drop(conn, TableInfo(self._schema, name), self._ident)
             self._infos.pop(table, None)
+            self._shapes.pop(table, None)
             offsets.forget_topics(conn, self._schema, self._ident, {tp.topic for tp in partitions})
             offsets.store(conn, self._schema, self._ident, {tp: 0 for tp in partitions})
             self._prepare(table, only_published=True)
@@ -143,7 +150,7 @@ class PostgresSink:
         assert conn is not None
         with conn.transaction():
             self._offsets = offsets.load(conn, self._schema, self._ident)
-        self._infos = {}
+        self._infos, self._shapes = {}, {}
 
     def _info(self, table: Table) -> TableInfo | None:
         info = self._infos.get(table)
@@ -153,14 +160,24 @@ class PostgresSink:
         return info
 
     def _prepare(self, table: Table, only_published: bool = False) -> TableInfo | None:
+        """The table as ``table``'s published schema wants it: created or evolved when that
+        schema is new to this sink, under the table's DDL lock and from the catalog as it is
+        then (another worker may have done it)."""
         published = self._context.schemas.get(*table)
         if only_published and (published is None or not published.key_columns):
             return None
+        known = self._infos.get(table)
+        if known is not None and self._shapes.get(table) == published:
+            return known
         create_as = TableInfo(self._schema, self._config.target_table(table))
-        source = f"{table[0]}.{table[1]}"
         conn = self._connection()
-        info = prepare(conn, self._info(table), create_as, published, source, self._log)
-        self._infos[table] = info
+        catalog.lock_shape(conn, create_as)
+        self._infos.pop(table, None)
+        source = f"{table[0]}.{table[1]}"
+        info = prepare(
+            conn, self._info(table), create_as, published, source, self._ident, self._log
+        )
+        self._infos[table], self._shapes[table] = info, published
         return info
 
     def _apply(self, table: Table, changes: TableChanges) -> None:
@@ -212,8 +229,8 @@ class PostgresSink:
         try:
             yield
         except CdcError:
-            self._infos = {}
+            self._infos, self._shapes = {}, {}
             raise
         except psycopg.Error as exc:
-            self._infos = {}
+            self._infos, self._shapes = {}, {}
             raise translate(exc, self._config, doing) from exc

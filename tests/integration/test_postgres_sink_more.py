@@ -7,7 +7,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -290,3 +292,40 @@ def test_doctor_reports_an_unreachable_target() -> None:
     checks = PostgresSinkPlugin.doctor(config, "shop")
     assert [(c.name, c.ok) for c in checks] == [("reachable", False)]
     assert SECRET not in f"{checks[0].detail} {checks[0].fix}"
+
+
+# -- several workers (Kafka spreads a sink's partitions over them) -----------------------------
+
+
+def test_two_workers_of_one_sink_create_and_evolve_a_table_at_once(pg_db: str) -> None:
+    workers = [Harness(pg_db, sink="wh"), Harness(pg_db, sink="wh")]
+    try:
+        for round_, extra in enumerate(((), (Column("note", "text"),))):
+            for worker in workers:
+                _publish_items(worker, *extra)
+            batches = [
+                w.records(
+                    item(Op.CREATE, 10 * round_ + n, 100 * round_ + n, f"w{n}", n), partition=n
+                )
+                for n, w in enumerate(workers)
+            ]
+            _at_once(workers, batches)  # neither races the other into a duplicate table or column
+        assert workers[0].names() == {0: ("w0", 0), 1: ("w1", 1), 10: ("w0", 0), 11: ("w1", 1)}
+        stored = workers[1].sink.stored_offsets()  # read again: both workers' partitions
+        assert sorted(tp.partition for tp in stored) == [0, 1]
+    finally:
+        for worker in workers:
+            worker.close()
+
+
+def _at_once(workers: list[Harness], batches: list[Any]) -> None:
+    barrier = threading.Barrier(len(workers))
+
+    def flush(worker: Harness, batch: list[Any]) -> None:
+        barrier.wait()
+        worker.write(batch)
+
+    with ThreadPoolExecutor(len(workers)) as pool:
+        futures = [pool.submit(flush, w, b) for w, b in zip(workers, batches, strict=True)]
+        for future in futures:
+            future.result()
