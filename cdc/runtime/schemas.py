@@ -14,6 +14,7 @@ import orjson
 from cdc.contracts.schema import TableSchema, is_table_schema_key, schema_topic
 from cdc.log.base import Log
 from cdc.log.encoding import is_encoding_key
+from cdc.support.clock import SYSTEM_CLOCK, Clock
 from cdc.support.wait import WaitTimeout, wait_until
 
 
@@ -28,10 +29,16 @@ class SchemaCatalog:
     """
 
     def __init__(
-        self, log: Log, pipeline: str, wait_s: float = 5.0, source_shapes: bool = False
+        self,
+        log: Log,
+        pipeline: str,
+        wait_s: float = 5.0,
+        source_shapes: bool = False,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._log = log
         self._wait_s = wait_s
+        self._clock = clock
         self._source_shapes = source_shapes
         self._topic = schema_topic(pipeline)
         self._next: dict[int, int] = {}
@@ -51,7 +58,7 @@ class SchemaCatalog:
         name = (schema, table)
         wait_s = 0.0 if name in self._waited else self._wait_s
         try:
-            return wait_until(lambda: self._read(name), wait_s, 0.05)
+            return wait_until(lambda: self._read(name), wait_s, 0.05, clock=self._clock)
         except WaitTimeout:
             self._waited.add(name)
             return None
