@@ -25,6 +25,7 @@ from sinks.postgres import catalog
 from sinks.postgres.catalog import POSITION, SEQUENCE, Ident, TableInfo
 from sinks.postgres.connection import first_line
 from sinks.postgres.plan import TableChanges
+from sinks.postgres.renames import renamed
 from sinks.postgres.types import Convert
 
 STAGE: Final = "_cdc_stage"
@@ -85,6 +86,8 @@ def _staged_row(info: TableInfo, change: Change, convert: Mapping[str, Convert])
     """The stage's row of one change: the new image, or for a delete its key alone (a delete's
     ``before`` holds placeholders under REPLICA IDENTITY DEFAULT, never values to store)."""
     source = change.row if change.kind is Kind.UPSERT else change.key
+    if source is not None and info.former and not info.former.keys().isdisjoint(source):
+        source = renamed(source, info.former)  # written before a rename
     if source is None or any(k not in source for k in info.keys):
         raise RecordError(f"no value for key columns {info.keys}", change.record)
     if change.kind is Kind.UPSERT and not info.columns.keys() >= source.keys():

@@ -6,7 +6,8 @@ sinks can share one schema):
 * ``_cdc_offsets``: the next offset of each partition, written in the transaction that applies
   the records before it (the exactly-once half that needs no position);
 * ``_cdc_tables``: each table's truncate watermark, the source position of its last truncate
-  (changes older than it are ignored: the truncate removed them).
+  (changes older than it are ignored: the truncate removed them);
+* ``_cdc_columns``: each column's source id and former names (:mod:`.renames`).
 
 Beside each target table ``<table>`` with its hidden position columns ``_cdc_pos``/``_cdc_seq``
 is ``<table>__cdc_deleted``: the key and position of every key deleted since the row was last
@@ -31,6 +32,7 @@ SEQUENCE: Final = "_cdc_seq"
 HIDDEN: Final = frozenset({POSITION, SEQUENCE})
 OFFSETS: Final = "_cdc_offsets"
 TABLES: Final = "_cdc_tables"
+COLUMNS: Final = "_cdc_columns"
 DELETED_SUFFIX: Final = "__cdc_deleted"
 
 Pos = tuple[int, int]
@@ -53,6 +55,8 @@ class TableInfo:
     columns: dict[str, str] = field(default_factory=dict)
     keys: list[str] = field(default_factory=list)
     watermark: Pos = (-1, -1)
+    former: dict[str, str] = field(default_factory=dict)
+    """Former names of renamed columns, to their current ones (:mod:`.renames`)."""
 
     @property
     def target(self) -> sql.Identifier:
@@ -90,6 +94,11 @@ def meta_ddl(schema: str) -> list[sql.Composed]:
             "target_table text NOT NULL, truncated_pos bigint NOT NULL, "
             "truncated_seq bigint NOT NULL, PRIMARY KEY (pipeline, sink, target_table))"
         ).format(sql.Identifier(schema, TABLES)),
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} (pipeline text NOT NULL, sink text NOT NULL, "
+            "target_table text NOT NULL, column_name text NOT NULL, source_id integer NOT NULL, "
+            "former text[] NOT NULL, PRIMARY KEY (pipeline, sink, target_table, column_name))"
+        ).format(sql.Identifier(schema, COLUMNS)),
     ]
 
 
@@ -200,12 +209,12 @@ def save_watermark(conn: psycopg.Connection[Any], info: TableInfo, ident: Ident)
 
 
 def drop(conn: psycopg.Connection[Any], info: TableInfo, ident: Ident) -> None:
-    """Drop the table, its deleted keys and its watermark."""
+    """Drop the table, its deleted keys, its watermark and its recorded columns."""
     conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(info.target))
     conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(info.deleted))
-    conn.execute(
-        sql.SQL("DELETE FROM {} WHERE pipeline = %s AND sink = %s AND target_table = %s").format(
-            sql.Identifier(info.schema, TABLES)
-        ),
-        [ident.pipeline, ident.sink, info.name],
-    )
+    forget = "DELETE FROM {} WHERE pipeline = %s AND sink = %s AND target_table = %s"
+    for meta in (TABLES, COLUMNS):
+        conn.execute(
+            sql.SQL(forget).format(sql.Identifier(info.schema, meta)),
+            [ident.pipeline, ident.sink, info.name],
+        )

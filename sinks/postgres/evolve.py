@@ -3,8 +3,7 @@
 Rules: an added column is added (``ALTER TABLE ADD COLUMN``; existing rows get NULL); a type
 change that widens (:func:`sinks.postgres.types.is_widening`) is applied with ``ALTER COLUMN
 ... TYPE ... USING``; a dropped column stays, and new rows leave it NULL (the rows keep what
-they held); a renamed column is, here, a dropped and an added one (the source reads the table
-again after a rename, so every row gets the new column; the old one is left NULL). Any other
+they held); a renamed column is renamed, data kept (:mod:`.renames`). Any other
 type change, or a changed key, stops this sink alone with :class:`SinkFatal`, naming the fix.
 Every change runs in the flush's transaction: it takes effect with the rows that need it.
 """
@@ -19,7 +18,7 @@ from psycopg import sql
 from cdc.contracts.errors import SinkFatal
 from cdc.contracts.schema import TableSchema
 from cdc.support.logging import Logger
-from sinks.postgres import catalog
+from sinks.postgres import catalog, renames
 from sinks.postgres.catalog import HIDDEN, Ident, TableInfo
 from sinks.postgres.types import is_widening, target_type
 
@@ -54,7 +53,9 @@ def prepare(
         create_as.keys = list(published.key_columns)
         catalog.create(conn, create_as, ident)
         logger.info("postgres.table_created", table=where, keys=create_as.keys)
+        renames.follow(conn, create_as, published, ident, logger)
         return create_as
+    renames.follow(conn, info, published, ident, logger)
     _check_keys(where, source, info, published)
     for column in published.columns:
         _follow(conn, info, column.name, target_type(column.type), source, logger)
