@@ -21,10 +21,10 @@ from psycopg import sql
 from cdc.contracts.errors import RecordError
 from cdc.contracts.sink import SinkRecord
 from sinks.keyed import Change, Kind
-from sinks.postgres import catalog
+from sinks.postgres import catalog, history
 from sinks.postgres.catalog import POSITION, SEQUENCE, Ident, TableInfo
 from sinks.postgres.connection import first_line
-from sinks.postgres.plan import TableChanges
+from sinks.postgres.plan import TableChanges, commit_ms
 from sinks.postgres.renames import renamed
 from sinks.postgres.types import Convert
 
@@ -40,22 +40,27 @@ def apply(
     changes: TableChanges,
     convert: Callable[[SinkRecord], Mapping[str, Convert]],
     ident: Ident,
+    keep_history: bool = False,
 ) -> bool:
-    """Apply ``changes`` to ``info``'s table in the caller's transaction; returns whether a
-    truncate was applied.
+    """Apply ``changes`` to ``info``'s table in the caller's transaction (``keep_history``: and
+    their versions to its history); returns whether a truncate was applied.
 
     Raises:
         RecordError: a record whose values cannot be staged (nothing of the table is applied).
     """
     catalog.read_watermark(conn, info, ident, for_truncate=changes.truncate is not None)
     truncated = _truncate(conn, info, changes.truncate, ident)
+    if truncated and keep_history and changes.truncate is not None:
+        history.close_truncated(conn, info, changes.truncate, changes.truncate_ms)
     winners = changes.changes()
     staged = [_staged_row(info, change, convert(change.record)) for change in winners]
     if not staged:
         return truncated
     columns = [*info.columns, POSITION, SEQUENCE, DELETE]
+    if keep_history:  # staged and judged before the current table changes
+        _stage_versions(conn, info, changes.versions(), convert, columns)
     conn.execute(_create_stage(info))
-    _copy(conn, columns, staged, winners)
+    _copy(conn, _S, columns, staged, winners)
     kinds = {row[-1] for row in staged}
     if True in kinds:
         conn.execute(_delete_rows(info))
@@ -64,7 +69,26 @@ def apply(
         conn.execute(_upsert(info), info.watermark)
         conn.execute(_forget_deletes(info))
     conn.execute(sql.SQL("DROP TABLE {}").format(_S))
+    if keep_history:
+        history.append(conn, info)
     return truncated
+
+
+def _stage_versions(
+    conn: psycopg.Connection[Any],
+    info: TableInfo,
+    versions: list[Change],
+    convert: Callable[[SinkRecord], Mapping[str, Convert]],
+    columns: list[str],
+) -> None:
+    rows = [
+        (*_staged_row(info, c, convert(c.record)), commit_ms(c), (c.record.value or {})["op"])
+        for c in versions
+    ]
+    stage = sql.Identifier(history.VERSIONS)
+    conn.execute(history.create_versions(info, DELETE))
+    _copy(conn, stage, [*columns, history.TS, history.OP], rows, versions)
+    conn.execute(history.drop_losers(info), info.watermark)
 
 
 def _truncate(
@@ -107,12 +131,13 @@ def _staged_row(info: TableInfo, change: Change, convert: Mapping[str, Convert])
 
 def _copy(
     conn: psycopg.Connection[Any],
+    stage: sql.Identifier,
     columns: list[str],
     rows: list[tuple[Any, ...]],
     changes: list[Change],
 ) -> None:
     statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
-        _S, sql.SQL(", ").join(map(sql.Identifier, columns))
+        stage, sql.SQL(", ").join(map(sql.Identifier, columns))
     )
     try:
         with conn.transaction(), conn.cursor() as cur, cur.copy(statement) as copy:

@@ -34,6 +34,7 @@ OFFSETS: Final = "_cdc_offsets"
 TABLES: Final = "_cdc_tables"
 COLUMNS: Final = "_cdc_columns"
 DELETED_SUFFIX: Final = "__cdc_deleted"
+HISTORY_SUFFIX: Final = "__history"
 
 Pos = tuple[int, int]
 
@@ -57,6 +58,8 @@ class TableInfo:
     watermark: Pos = (-1, -1)
     former: dict[str, str] = field(default_factory=dict)
     """Former names of renamed columns, to their current ones (:mod:`.renames`)."""
+    history: bool = False
+    """``<table>__history`` exists (:mod:`.history`)."""
 
     @property
     def target(self) -> sql.Identifier:
@@ -66,17 +69,34 @@ class TableInfo:
     def deleted(self) -> sql.Identifier:
         return sql.Identifier(self.schema, deleted_name(self.name))
 
+    @property
+    def history_table(self) -> sql.Identifier:
+        return sql.Identifier(self.schema, side_name(self.name, HISTORY_SUFFIX))
+
+    def holding(self, column: str) -> list[sql.Identifier]:
+        """The tables that hold ``column``: the table, its deleted keys (a key column), its
+        history."""
+        tables = [self.target]
+        tables += [self.deleted] if column in self.keys else []
+        tables += [self.history_table] if self.history else []
+        return tables
+
 
 def deleted_name(table: str) -> str:
-    """``<table>__cdc_deleted``, shortened with a hash where it would pass 63 bytes (the server
+    """``<table>__cdc_deleted`` (:func:`side_name`)."""
+    return side_name(table, DELETED_SUFFIX)
+
+
+def side_name(table: str, suffix: str) -> str:
+    """``<table><suffix>``, shortened with a hash where it would pass 63 bytes (the server
     would cut it, and two long names could meet)."""
-    name = table + DELETED_SUFFIX
+    name = table + suffix
     if len(name.encode()) <= MAX_IDENTIFIER:
         return name
     digest = hashlib.sha1(table.encode()).hexdigest()[:8]
-    room = MAX_IDENTIFIER - len(DELETED_SUFFIX) - len(digest) - 1
+    room = MAX_IDENTIFIER - len(suffix) - len(digest) - 1
     head = table.encode()[:room].decode(errors="ignore")
-    return f"{head}_{digest}{DELETED_SUFFIX}"
+    return f"{head}_{digest}{suffix}"
 
 
 def meta_ddl(schema: str) -> list[sql.Composed]:
@@ -122,6 +142,9 @@ def load(conn: psycopg.Connection[Any], schema: str, name: str, ident: Ident) ->
     columns = {n: t for n, t in conn.execute(_COLUMNS, [regclass]) if n not in HIDDEN}
     keys = [n for (n,) in conn.execute(_KEYS, [regclass])]
     info = TableInfo(schema, name, columns, keys)
+    history = sql.Identifier(schema, side_name(name, HISTORY_SUFFIX)).as_string(conn)
+    kept = conn.execute("SELECT to_regclass(%s)", [history]).fetchone()
+    info.history = kept is not None and kept[0] is not None
     row = conn.execute(
         sql.SQL(
             "SELECT truncated_pos, truncated_seq FROM {} WHERE pipeline = %s AND sink = %s "

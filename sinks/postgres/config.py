@@ -24,6 +24,8 @@ class PostgresSinkConfig(SinkConfig):
             created if missing.
         table_names: source ``schema.table`` -> target table name; a table not named keeps its
             source table name.
+        mode: ``current`` keeps the current state of each table; ``history`` also keeps every
+            version in ``<table>__history`` (slowly changing dimension, type 2).
         connect_timeout_s: libpq's ``connect_timeout``.
     """
 
@@ -34,6 +36,7 @@ class PostgresSinkConfig(SinkConfig):
     dsn: SecretStr
     schema_: str = Field(default="public", alias="schema", min_length=1, max_length=MAX_IDENTIFIER)
     table_names: dict[str, str] = Field(default_factory=dict)
+    mode: Literal["current", "history"] = "current"
     connect_timeout_s: int = Field(default=10, ge=1)
 
     @field_validator("dsn")

@@ -91,11 +91,12 @@ def _follow(
     where = f"{source} (target {info.schema}.{info.name})"
     old = info.columns.get(name)
     if old is None:
-        conn.execute(
-            sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(
-                info.target, sql.Identifier(name), sql.SQL(new)
+        for table in info.holding(name):
+            conn.execute(
+                sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(
+                    table, sql.Identifier(name), sql.SQL(new)
+                )
             )
-        )
         info.columns[name] = new
         logger.info("postgres.column_added", table=where, column=name, type=new)
         return
@@ -108,8 +109,7 @@ def _follow(
             "(the other sinks go on). Rebuild the table from the log: cdc sink FILE SINK "
             f"--reset-table {source}"
         )
-    tables = [info.target, info.deleted] if name in info.keys else [info.target]
-    for table in tables:
+    for table in info.holding(name):
         conn.execute(
             sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE {} USING {}::{}").format(
                 table, sql.Identifier(name), sql.SQL(new), sql.Identifier(name), sql.SQL(new)

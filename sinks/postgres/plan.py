@@ -30,17 +30,31 @@ class TableChanges:
     table: Table
     latest: dict[Hashable, Change] = field(default_factory=dict)
     truncate: Pos | None = None
+    truncate_ms: int = 0
+    every: dict[tuple[Hashable, Pos], Change] | None = None
+    """History mode: every change, once per key and position (else ``None``)."""
 
     def changes(self) -> list[Change]:
         """The newest change of each key that is newer than the truncate."""
         cut = self.truncate
         return [c for c in self.latest.values() if cut is None or (c.pos or cut) > cut]
 
+    def versions(self) -> list[Change]:
+        """History mode: every change newer than the truncate, in source order."""
+        cut = self.truncate
+        every = self.every.values() if self.every is not None else ()
+        kept = [c for c in every if cut is None or (c.pos or cut) > cut]
+        return sorted(kept, key=lambda c: c.pos or (0, 0))
+
 
 def plan(
-    records: Sequence[SinkRecord], applied: Mapping[TopicPartition, int], tables: TopicTables
+    records: Sequence[SinkRecord],
+    applied: Mapping[TopicPartition, int],
+    tables: TopicTables,
+    history: bool = False,
 ) -> tuple[dict[Table, TableChanges], dict[TopicPartition, int]]:
-    """Group ``records`` by table; return the changes and the next offset of each partition.
+    """Group ``records`` by table; return the changes and the next offset of each partition
+    (``history``: keep every change too).
 
     Raises:
         RecordError: a record that is not a change envelope with a position.
@@ -55,7 +69,9 @@ def plan(
         change = classify(record, tables)
         batch = batches.get(change.table)
         if batch is None:
-            batch = batches[change.table] = TableChanges(change.table)
+            batch = batches[change.table] = TableChanges(
+                change.table, every={} if history else None
+            )
         _add(batch, change)
     return batches, offsets
 
@@ -68,12 +84,22 @@ def _add(batch: TableChanges, change: Change) -> None:
         raise RecordError(f"source position {list(pos)} passes bigint", change.record)
     if change.kind is Kind.TRUNCATE:
         if batch.truncate is None or pos > batch.truncate:
-            batch.truncate = pos
+            batch.truncate, batch.truncate_ms = pos, commit_ms(change)
         return
     key = _identity(change.key)
     held = batch.latest.get(key)
     if held is None or pos > (held.pos or pos):
         batch.latest[key] = change
+    if batch.every is not None:
+        batch.every[key, pos] = change
+
+
+def commit_ms(change: Change) -> int:
+    """The change's source commit time in ms (``source.ts_ms``, else the envelope's)."""
+    value = change.record.value or {}
+    source = value.get("source")
+    ts = (source.get("ts_ms") if isinstance(source, dict) else None) or value.get("ts_ms")
+    return ts if type(ts) is int else 0
 
 
 def _identity(key: dict[str, Any]) -> Hashable:

@@ -86,8 +86,7 @@ def renamed(row: dict[str, Any], former: Mapping[str, str]) -> dict[str, Any]:
 
 
 def _rename(conn: psycopg.Connection[Any], info: TableInfo, old: str, new: str) -> None:
-    tables = [info.target, info.deleted] if old in info.keys else [info.target]
-    for table in tables:
+    for table in info.holding(old):
         conn.execute(
             sql.SQL("ALTER TABLE {} RENAME COLUMN {} TO {}").format(
                 table, sql.Identifier(old), sql.Identifier(new)

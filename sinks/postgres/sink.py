@@ -24,7 +24,7 @@ from cdc.contracts.sink import SinkContext, SinkRecord, record_options, sink_off
 from cdc.envelope.options import EnvelopeOptions
 from cdc.log.base import TopicPartition
 from sinks.keyed import Table, TopicTables
-from sinks.postgres import apply, catalog, offsets
+from sinks.postgres import apply, catalog, history, offsets
 from sinks.postgres.catalog import Ident, TableInfo
 from sinks.postgres.config import PostgresSinkConfig
 from sinks.postgres.connection import connect, translate, where
@@ -44,6 +44,7 @@ class PostgresSink:
         self._config = config
         self._context = context
         self._schema = config.schema_
+        self._history = config.mode == "history"
         self._ident = Ident(context.pipeline, context.sink_name)
         self._schema_topic = schema_topic(context.pipeline)
         self._tables = set(context.tables)
@@ -94,7 +95,7 @@ class PostgresSink:
             return
         conn = self._connection()
         data, announced, schema_offsets = self._split_schemas(records)
-        batches, next_offsets = plan(data, self._offsets, self._topic_tables)
+        batches, next_offsets = plan(data, self._offsets, self._topic_tables, self._history)
         next_offsets.update(schema_offsets)
         with self._translated("applying a batch"), conn.transaction():
             for table in announced:
@@ -122,6 +123,9 @@ class PostgresSink:
         conn = self._connection()
         with self._translated(f"resetting {table[0]}.{table[1]}"), conn.transaction():
             name = self._config.target_table(table)
+            found = catalog.load(conn, self._schema, name, self._ident)
+            if found is not None:
+                history.keep_before_reset(conn, found)
             catalog.drop(conn, TableInfo(self._schema, name), self._ident)
             self._infos.pop(table, None)
             self._shapes.pop(table, None)
@@ -177,6 +181,9 @@ class PostgresSink:
         info = prepare(
             conn, self._info(table), create_as, published, source, self._ident, self._log
         )
+        if self._history and not info.history:
+            history.ensure(conn, info, source)
+            self._log.info("postgres.history_created", table=source)
         self._infos[table], self._shapes[table] = info, published
         return info
 
@@ -184,7 +191,8 @@ class PostgresSink:
         info = self._prepare(table)
         assert info is not None  # prepare raises where there is no table to write
         convert = self._converters(table, info)
-        if apply.apply(self._connection(), info, changes, convert, self._ident):
+        conn = self._connection()
+        if apply.apply(conn, info, changes, convert, self._ident, self._history):
             self._log.info("postgres.truncated", table=info.name, pos=list(info.watermark))
 
     def _converters(self, table: Table, info: TableInfo) -> Callable[[SinkRecord], Converters]:

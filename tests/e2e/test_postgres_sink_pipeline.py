@@ -1,6 +1,7 @@
 """PostgreSQL to PostgreSQL through the CLI: a random workload over every common type, a table
 with a composite key and unchanged TOAST, primary-key updates, and two SIGKILLs of ``cdc run``
-mid-work; then ``cdc verify`` and the target compared with the source row by row, typed.
+mid-work; then ``cdc verify`` and the target compared with the source row by row, typed, and
+the history (``mode: history``) without a duplicate version.
 
 The target is another database of the same server. The comparison copies each source table
 byte for byte (binary ``COPY``) into the target database and compares every column with
@@ -71,6 +72,7 @@ def _pipeline(tmp_path: Path) -> Path:
         "  status_interval_s: 1\n"
         "sinks:\n"
         "  - name: replica\n    type: postgres\n    dsn: ${TARGET_DSN}\n    schema: replica\n"
+        "    mode: history\n"
     )
     return path
 
@@ -110,7 +112,26 @@ def test_postgres_to_postgres_after_two_sigkills_equals_the_source_typed(
             "(SELECT min(id) FROM replica.everything WHERE n IS NOT NULL)"
         )
     assert _differences(target_db, "everything") == {"n": 1}
+    _assert_history_has_no_duplicates(target_db)
     cdc("drop", str(pipeline), "--yes", cwd=tmp_path, env=env)
+
+
+def _assert_history_has_no_duplicates(target: str) -> None:
+    """Three runs, two killed mid-work: each change is one version, and exactly the current
+    rows are open versions."""
+    with psycopg.connect(target) as conn:
+        for table, key in (("everything", "id"), ("lines", "order_id, line_no")):
+            duplicates = conn.execute(
+                f"SELECT count(*) FROM (SELECT {key}, _cdc_pos, _cdc_seq FROM "  # test SQL
+                f"replica.{table}__history GROUP BY {key}, _cdc_pos, _cdc_seq "
+                "HAVING count(*) > 1) AS d".encode()
+            ).fetchone()
+            assert duplicates == (0,), table
+            open_versions = conn.execute(
+                f"SELECT count(*) FROM replica.{table}__history WHERE valid_to IS NULL".encode()
+            ).fetchone()
+            current = conn.execute(f"SELECT count(*) FROM replica.{table}".encode()).fetchone()
+            assert open_versions == current, table
 
 
 def _verify(tmp_path: Path, pipeline: Path, env: dict[str, str]) -> None:
