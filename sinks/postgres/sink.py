@@ -230,12 +230,23 @@ class PostgresSink:
         wanted = [t for t in dict.fromkeys(announced) if t in self._tables]
         return [r for r in records if r.topic != topic], wanted, sink_offsets(schemas)
 
+    def _named(self, exc: SinkFatal) -> SinkFatal:
+        """``exc`` naming this sink, and this sink in the ``cdc sink`` command of its fix."""
+        name = self._context.sink_name
+        text = str(exc).replace("cdc sink FILE SINK ", f"cdc sink FILE {name} ")
+        return SinkFatal(f"PostgreSQL sink {name}: {text}")
+
     @contextlib.contextmanager
     def _translated(self, doing: str) -> Iterator[None]:
         """A psycopg error as the framework's; the in-memory table state is read again after a
         failure (the rolled-back transaction may have changed it)."""
         try:
             yield
+        except SinkFatal as exc:
+            self._infos, self._shapes = {}, {}
+            if type(exc) is not SinkFatal or str(exc).startswith("PostgreSQL sink "):
+                raise
+            raise self._named(exc) from exc
         except CdcError:
             self._infos, self._shapes = {}, {}
             raise

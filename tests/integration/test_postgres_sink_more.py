@@ -88,7 +88,8 @@ def test_added_columns_are_added_and_widened_types_altered(wh: Harness) -> None:
 def test_a_narrowed_type_stops_this_sink_with_the_fix(wh: Harness) -> None:
     wh.apply(item(Op.CREATE, 1, 10, "a", 1))
     _publish_items(wh, qty="smallint")
-    with pytest.raises(SinkFatal, match=r"qty changed type .* not a widening .*--reset-table"):
+    fix = r"PostgreSQL sink wh: .*qty changed type .* not a widening .*cdc sink FILE wh --reset"
+    with pytest.raises(SinkFatal, match=fix):
         wh.apply(item(Op.CREATE, 2, 20, "b", 2))
     assert wh.names() == {1: ("a", 1)}  # nothing of the batch, nor the ALTER
     assert _types(wh)["qty"] == "integer"
