@@ -191,8 +191,14 @@ def _intervals(value: Any) -> Any:
     if isinstance(value, list):
         return [_intervals(v) for v in value]
     if isinstance(value, Interval):
-        # PostgreSQL keeps months, days and microseconds apart; so does this text.
-        return f"{value.months} months {value.days} days {value.microseconds} microseconds"
+        # PostgreSQL keeps months, days and time apart; so does this text. The time as
+        # H:MM:SS.ffffff: PostgreSQL 14 refuses a count of microseconds past 32 bits.
+        sign = "-" if value.microseconds < 0 else ""
+        seconds, micros = divmod(abs(value.microseconds), 1_000_000)
+        minutes, second = divmod(seconds, 60)
+        hours, minute = divmod(minutes, 60)
+        clock = f"{sign}{hours}:{minute:02d}:{second:02d}.{micros:06d}"
+        return f"{value.months} months {value.days} days {clock}"
     return value
 
 
