@@ -256,3 +256,16 @@ def test_read_back_for_verify_equals_the_source_decoded(pg_db: str, target_db: s
     assert result.source_count == result.sink_count == 4
     assert result.state == "ok"
     assert PostgresSinkPlugin.rows_decoded
+
+
+def test_into_another_server(pg_db: str) -> None:
+    """The target on a server of its own (a second local cluster): the same typed equality.
+    (CI's versions lane runs these tests on PostgreSQL 14 to 18.)"""
+    from tests.services.postgres import LocalPostgres
+
+    _make_source(pg_db)
+    with LocalPostgres() as other:
+        target = other.dsn_for(dbname=other.create_database("replica_db"))
+        _apply(pg_db, target, READABLE)
+        _copy_expected(pg_db, target)
+        assert _differences(target) == {}
