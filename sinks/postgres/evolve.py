@@ -1,7 +1,7 @@
 """Create a target table on first sight and follow its schema as the source changes it.
 
 Rules: an added column is added (``ALTER TABLE ADD COLUMN``; existing rows get NULL); a type
-change that widens (:func:`sinks.postgres.types.is_widening`) is applied with ``ALTER COLUMN
+change that widens (:func:`sinks.postgres.widen.is_widening`) is applied with ``ALTER COLUMN
 ... TYPE ... USING``; a dropped column stays, and new rows leave it NULL (the rows keep what
 they held); a renamed column is renamed, data kept (:mod:`.renames`). Any other
 type change, or a changed key, stops this sink alone with :class:`SinkFatal`, naming the fix.
@@ -20,7 +20,8 @@ from cdc.contracts.schema import TableSchema
 from cdc.support.logging import Logger
 from sinks.postgres import catalog, renames
 from sinks.postgres.catalog import HIDDEN, Ident, TableInfo
-from sinks.postgres.types import is_widening, target_type
+from sinks.postgres.types import target_type
+from sinks.postgres.widen import is_widening
 
 
 def prepare(

@@ -9,7 +9,8 @@ import pytest
 from cdc.envelope.options import DEBEZIUM_DEFAULTS, READABLE
 from sinks.postgres.catalog import deleted_name
 from sinks.postgres.plan import MAX_POSITION
-from sinks.postgres.types import converter, is_widening, target_type
+from sinks.postgres.types import converter, target_type
+from sinks.postgres.widen import is_widening
 
 
 @pytest.mark.parametrize(
