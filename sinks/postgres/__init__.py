@@ -1,5 +1,5 @@
-"""The PostgreSQL sink (``type: postgres``): the source's tables, typed, kept current in a
-PostgreSQL database, merged by source position, offsets committed in the same transaction."""
+"""The PostgreSQL sink (``type: postgres``): the source's tables, typed, kept current (optionally
+with history) in a PostgreSQL database, merged by position, offsets in the same transaction."""
 
 from sinks.postgres.config import PostgresSinkConfig
 from sinks.postgres.plugin import PostgresSinkPlugin
