@@ -191,6 +191,12 @@ def create(conn: psycopg.Connection[Any], info: TableInfo, ident: Ident) -> None
     save_watermark(conn, info, ident)
 
 
+def lock_meta(conn: psycopg.Connection[Any], schema: str) -> None:
+    """Hold, until the transaction ends, the right to create the schema and the sink's tables:
+    ``IF NOT EXISTS`` alone lets two workers starting at once race into a duplicate."""
+    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"cdc-meta:{schema}"])
+
+
 def lock_shape(conn: psycopg.Connection[Any], info: TableInfo) -> None:
     """Hold, until the transaction ends, the right to create or alter ``info``'s table: two
     workers of one sink (on Kafka) then never race to make the same table or column."""

@@ -64,11 +64,16 @@ class PostgresSink:
             SinkFatal: it refuses the credentials, or the user may not create the tables.
         """
         self._conn = connect(self._config)
-        with self._translated("preparing the schema"):
-            with self._conn.transaction():
-                for ddl in catalog.meta_ddl(self._schema):
-                    self._conn.execute(ddl)
-            self._load()
+        try:
+            with self._translated("preparing the schema"):
+                with self._conn.transaction():
+                    catalog.lock_meta(self._conn, self._schema)
+                    for ddl in catalog.meta_ddl(self._schema):
+                        self._conn.execute(ddl)
+                self._load()
+        except BaseException:
+            self.close()
+            raise
         self._log.info("postgres.opened", target=where(self._config), schema=self._schema)
 
     def stored_offsets(self) -> Mapping[TopicPartition, int]:

@@ -298,8 +298,15 @@ def test_doctor_reports_an_unreachable_target() -> None:
 # -- several workers (Kafka spreads a sink's partitions over them) -----------------------------
 
 
-def test_two_workers_of_one_sink_create_and_evolve_a_table_at_once(pg_db: str) -> None:
-    workers = [Harness(pg_db, sink="wh"), Harness(pg_db, sink="wh")]
+def test_two_workers_of_one_sink_start_create_and_evolve_a_table_at_once(pg_db: str) -> None:
+    barrier = threading.Barrier(2)
+
+    def started() -> Harness:
+        barrier.wait()  # both create the schema and the sink's tables at once
+        return Harness(pg_db, sink="wh")
+
+    with ThreadPoolExecutor(2) as pool:
+        workers = [f.result() for f in [pool.submit(started) for _ in range(2)]]
     try:
         for round_, extra in enumerate(((), (Column("note", "text"),))):
             for worker in workers:
