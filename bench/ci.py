@@ -59,6 +59,7 @@ RUNS: tuple[Run, ...] = (
     _bench("pg_filters", "--filters", "--rows", "10000", "--rounds", "1", module="pg_stream"),
     _bench("pg_snapshot", "--rows", "100000"),
     _bench("sinks", "--changes", "20000"),
+    _bench("sinks_postgres", "--changes", "20000"),
     _bench("kafka_log", "--records", "20000"),
     _bench("kafka_snapshot", "--rows", "20000"),
     _bench("mongo_source", "--docs", "5000", "--events", "1000"),
