@@ -19,8 +19,8 @@ from typing import Any
 import orjson
 
 from cdc.contracts.schema import TableSchema
-from cdc.records.normalize_far import far_temporal
-from cdc.records.values import Interval, numeric_value
+from cdc.records.normalize_far import far_temporal, utc_offset
+from cdc.records.values import END_OF_DAY, Interval, numeric_value
 
 _INTEGER = {"smallint", "integer", "bigint", "int2", "int4", "int8", "oid"}
 _DOUBLE = {"double precision", "float8"}
@@ -30,6 +30,8 @@ _ISO_DURATION = re.compile(
     r"(?:T(?:(-?\d+)H)?(?:(-?\d+)M)?(?:(-?[\d.]+)S)?)?$"
 )
 _MICROS_PER_DAY = 86_400_000_000
+_DOCUMENT = {"json", "jsonb"}
+_END_OF_DAY = re.compile(r"24:00:00(?:\.0+)?(?P<zone>Z|[+-]\d\d(?::?\d\d(?::?\d\d)?)?)?")
 
 
 def base_type(type_name: str) -> str:
@@ -42,10 +44,9 @@ def canonical(value: Any, type_name: str) -> Any:
     if value is None:
         return None
     if type_name.endswith("[]"):
-        element = type_name[:-2]
         if isinstance(value, str):
             value = orjson.loads(value)
-        return [canonical(v, element) for v in value]
+        return _array(value, _element_type(type_name))
     kind = base_type(type_name)
     converter = _CONVERTERS.get(kind)
     if converter is not None:
@@ -55,6 +56,21 @@ def canonical(value: Any, type_name: str) -> Any:
     if isinstance(value, dict | list):
         return value
     return str(value)
+
+
+def _element_type(type_name: str) -> str:
+    # format_type writes one "[]" whatever the dimensions; a hand-written type may write more.
+    while type_name.endswith("[]"):
+        type_name = type_name[:-2]
+    return type_name
+
+
+def _array(values: list[Any], element: str) -> list[Any]:
+    """Elements in canonical form, nested lists (more dimensions) kept nested, so a shape
+    differing is a difference. A ``json``/``jsonb`` element that is a list is a document."""
+    if base_type(element) in _DOCUMENT:
+        return [canonical(v, element) for v in values]
+    return [_array(v, element) if isinstance(v, list) else canonical(v, element) for v in values]
 
 
 def canonical_row(row: dict[str, Any], schema: TableSchema) -> dict[str, Any]:
@@ -121,10 +137,32 @@ def _date(value: Any) -> str:
 
 
 def _time(value: Any) -> str:
-    moment: time = value if isinstance(value, time) else time.fromisoformat(str(value))
+    if isinstance(value, time):
+        moment = value
+    else:
+        text = str(value).strip()
+        end = _END_OF_DAY.fullmatch(text)
+        if end is not None:
+            return _end_of_day(end["zone"])
+        try:
+            moment = time.fromisoformat(text)
+        except ValueError:  # no time: a difference to report, not a crash
+            return text
     if moment.tzinfo is not None:  # a timetz: Debezium writes it in UTC, a sink may keep the offset
         moment = datetime.combine(date(2000, 1, 3), moment).astimezone(UTC).timetz()
     return moment.isoformat()
+
+
+def _end_of_day(zone: str | None) -> str:
+    """PostgreSQL's 24:00:00, which Python's ``time`` cannot hold; with a zone, at UTC as any
+    other ``timetz`` (``24:00:00+02`` is ``22:00:00+00:00``)."""
+    if zone is None:
+        return END_OF_DAY
+    offset = utc_offset(zone).utcoffset(None)
+    if not offset:
+        return f"{END_OF_DAY}+00:00"
+    utc = datetime(2000, 1, 4) - offset  # the next midnight, moved to UTC
+    return utc.time().replace(tzinfo=UTC).isoformat()
 
 
 def interval_micros(value: Any) -> int:

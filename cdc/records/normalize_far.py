@@ -50,11 +50,11 @@ def far_temporal(text: str, with_zone: bool, clock: bool) -> str:
         micros = round(float(match["fraction"] or 0) * 1_000_000)
         moment += timedelta(hours=hour, minutes=minute, seconds=second, microseconds=micros)
     if with_zone:
-        moment = moment.replace(tzinfo=_zone(match["zone"])).astimezone(UTC)
+        moment = moment.replace(tzinfo=utc_offset(match["zone"])).astimezone(UTC)
     return _written(moment, cycles, clock)
 
 
-def _zone(text: str | None) -> timezone:
+def utc_offset(text: str | None) -> timezone:
     """A UTC offset (``Z``, ``+02``, ``-03:30``); none written means UTC."""
     if text is None or text == "Z":
         return UTC

@@ -296,19 +296,26 @@ def _time_unit(options: EnvelopeOptions | None, precision: int) -> int:
     return 1
 
 
+END_OF_DAY: Final = "24:00:00"  # PostgreSQL's time holds it, Python's does not
+_END_OF_DAY_ISO: Final = re.compile(r"24:00:00(?:\.0+)?")
+
+
 def time_value(value: Any, unit: int) -> dt.time | str:
-    """µs or ms since midnight, or ISO text (``13:45:30.123456Z``). ``24:00:00`` stays text."""
+    """µs or ms since midnight, or ISO text (``13:45:30.123456Z``). ``24:00:00`` is the text
+    :data:`END_OF_DAY` in every form (a day of µs or ms, ``"24:00:00Z"``: the ``Z`` is the
+    encoding's, not the value's)."""
     if isinstance(value, dt.time):
         return value
     if isinstance(value, int):
         micros = value * unit
         if micros >= _DAY_US:
-            return "24:00:00"
+            return END_OF_DAY
         return (EPOCH_DT + dt.timedelta(microseconds=micros)).time()
+    bare = value.removesuffix("Z")
     try:
-        return dt.time.fromisoformat(_fraction(value.removesuffix("Z")))
+        return dt.time.fromisoformat(_fraction(bare))
     except ValueError:
-        return str(value)
+        return END_OF_DAY if _END_OF_DAY_ISO.fullmatch(bare) else str(value)
 
 
 def timetz_value(value: Any) -> dt.time | str:
