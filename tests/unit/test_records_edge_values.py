@@ -92,3 +92,9 @@ def test_canonical_tells_arrays_of_different_values_or_shapes_apart() -> None:
     assert canonical([[1, 2]], "integer[]") != canonical([[1, None]], "integer[]")
     assert canonical([[None]], "integer[]") != canonical([None], "integer[]")
     assert canonical([], "integer[]") == canonical("[]", "integer[]") == []
+
+
+def test_a_json_array_element_that_is_a_list_stays_one_document() -> None:
+    # A sink may hand a jsonb[] back parsed: its element [1, 2] is a document, not a dimension.
+    assert canonical([[1, 2], None], "jsonb[]") == canonical(["[1, 2]", None], "jsonb[]")
+    assert canonical([[1, 2]], "json[]") == ["[1,2]"]
