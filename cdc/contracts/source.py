@@ -47,11 +47,17 @@ class SourceBatch:
             follows; its records are appended but not yet committed.
         schemas: table shapes to publish before ``events``.
         dead_letters: changes that could not be converted, under the ``dead_letter`` policy.
-        records: changes the source wrote as records itself, one record each, as
+        records: changes the source wrote as records itself, as
             :func:`cdc.envelope.encode.to_records` would have (a snapshot's rows, written in bulk by
-            its readers); appended after the records of ``events``. Their top-level ``ts_ms``
-            is when the source wrote them, so with parallel readers it need not grow in log
-            order (Debezium's meaning too: when the connector processed the change).
+            its readers; a stream's changes, when :attr:`SourceContext.write_records` lets it);
+            appended after the records of ``events``, in order. Their top-level ``ts_ms`` is
+            when the source wrote them, so with parallel readers it need not grow in log order
+            (Debezium's meaning too: when the connector processed the change).
+        record_ops: the operation of each of ``records`` (``c``, ``u``, ``d``, ``r``, ``t``;
+            ``""`` for a delete's tombstone), for the metrics; ``None``: they are all snapshot
+            rows (``r``).
+        ts_ms: the source's commit time of the last change among ``records`` (the lag clock's,
+            as ``events``' ``source.ts_ms``); ``None``: none to tell (snapshot rows).
     """
 
     events: Sequence[ChangeEvent] = ()
@@ -59,6 +65,8 @@ class SourceBatch:
     schemas: Sequence[TableSchema] = ()
     dead_letters: Sequence[DeadLetter] = field(default_factory=tuple)
     records: Sequence[Record] = ()
+    record_ops: Sequence[str] | None = None
+    ts_ms: int | None = None
 
     @property
     def empty(self) -> bool:
@@ -81,6 +89,12 @@ class SourceContext:
             resnapshot``).
         refiltered: those of them whose own entry (columns, masks, row filter, ops) changed:
             a source may delete the rows a changed row filter now leaves out.
+        write_records: the runtime appends a stream's changes the source writes as
+            ``records`` itself (:attr:`SourceBatch.record_ops`, :attr:`SourceBatch.ts_ms`): a
+            source may do so where no transform and no transaction block needs them as events,
+            and must then leave out the operations the table's ``ops`` and the envelope's
+            ``skipped.operations`` do not write. ``False``: events only (a caller that reads
+            them, as the tests of a source do).
     """
 
     pipeline: str
@@ -92,6 +106,7 @@ class SourceContext:
     transforms: TransformChain = EMPTY
     resnapshot: tuple[str, ...] = ()
     refiltered: tuple[str, ...] = ()
+    write_records: bool = False
 
 
 class Source(Protocol):

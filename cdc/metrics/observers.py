@@ -49,18 +49,25 @@ class SourceObserver:
         self._health.opened(SOURCE_TASK)
 
     def appended(
-        self, events: Sequence[ChangeEvent], written: Sequence[Record], records: Sequence[Record]
+        self,
+        events: Sequence[ChangeEvent],
+        written: Sequence[Record],
+        records: Sequence[Record],
+        written_ops: Sequence[str] | None = None,
     ) -> None:
         """A batch went into the open log transaction: its ``events``, the ``written`` ones
-        (changes the source wrote as records itself: snapshot rows, op ``r``), and every
-        record appended for them (``records``, tombstones and schemas included)."""
+        (changes the source wrote as records itself, each of the operation ``written_ops``
+        gives, ``""`` a tombstone; ``None``: snapshot rows, op ``r``), and every record
+        appended for them (``records``, tombstones and schemas included)."""
         pipeline, prefix = self._pipeline, f"{self._pipeline}."
         if events:
             keys = zip(map(_SCHEMA, events), map(_TABLE, events), map(_OP, events), strict=True)
             for (schema, table, op), n in Counter(keys).items():
                 self._count(f"{schema}.{table}", op.value, n)
-        for topic, n in Counter(map(_TOPIC, written)).items():
-            self._count(topic.removeprefix(prefix), Op.READ.value, n)
+        ops = written_ops if written_ops is not None else [Op.READ.value] * len(written)
+        for (topic, op), n in Counter(zip(map(_TOPIC, written), ops, strict=True)).items():
+            if op:
+                self._count(topic.removeprefix(prefix), op, n)
         for topic, n in Counter(map(_TOPIC, records)).items():
             self._m.log_records.labels(pipeline, topic).inc(n)
         if events or written:

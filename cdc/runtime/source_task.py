@@ -230,15 +230,23 @@ class SourceTask:
         records.extend(self._dead_letter(d) for d in (*batch.dead_letters, *letters))
         if records:
             self._append_records(tx, records)
-        self.events_appended += len(batch.events) + len(batch.records)
-        if batch.events:
-            self.lag.appended(batch.events[-1].source.ts_ms)
+        self._appended(batch)
         if self._observer is not None:
-            self._observer.appended(batch.events, batch.records, records)
+            self._observer.appended(batch.events, batch.records, records, batch.record_ops)
             if batch.dead_letters:
                 self._observer.dead_letters("bad_value", len(batch.dead_letters))
             if letters:
                 self._observer.dead_letters("transform", len(letters))
+
+    def _appended(self, batch: SourceBatch) -> None:
+        """Count a batch's changes (a tombstone is none) and feed the lag clock their commit
+        time."""
+        written, ops = batch.records, batch.record_ops
+        tombstones = 0 if ops is None else ops.count("")
+        self.events_appended += len(batch.events) + len(written) - tombstones
+        ts_ms = batch.events[-1].source.ts_ms if batch.events else batch.ts_ms
+        if ts_ms is not None:
+            self.lag.appended(ts_ms)
 
     def _schema_records(self, schemas: Sequence[TableSchema]) -> list[Record]:
         """The records publishing ``schemas``: as the transforms shape the tables, and where
