@@ -157,6 +157,23 @@ def test_the_source_observer_counts_a_batch_by_table_and_op(health: Health) -> N
     assert seconds is not None and 1.9 < seconds < 3.0  # the last appended change's commit
 
 
+def test_the_source_observer_counts_written_changes_by_their_operation(health: Health) -> None:
+    """Changes a source wrote as records (a stream's: SourceBatch.record_ops), a tombstone
+    not counted; without operations, written records are snapshot rows."""
+    metrics = health._metrics
+    observer = SourceObserver(metrics, health, "q", LagClock())
+    written = [Record("q.public.a", b"{}", b"{}")] * 3 + [Record("q.public.a", b"{}", None)]
+    observer.appended([], written, written, ["c", "u", "d", ""])
+    assert _value(metrics, "cdc_source_events_total", pipeline="q", table="public.a", op="c") == 1
+    assert _value(metrics, "cdc_source_events_total", pipeline="q", table="public.a", op="u") == 1
+    assert _value(metrics, "cdc_source_events_total", pipeline="q", table="public.a", op="d") == 1
+    assert (
+        _value(metrics, "cdc_source_events_total", pipeline="q", table="public.a", op="r") is None
+    )
+    assert _value(metrics, "cdc_snapshot_rows_total", pipeline="q", table="public.a") is None
+    assert _value(metrics, "cdc_log_records_total", pipeline="q", topic="q.public.a") == 4
+
+
 def test_the_lag_grows_while_stuck_and_is_0_after_a_second_with_nothing_to_read() -> None:
     idle_clock = ManualClock()
     lag = LagClock(idle_clock)

@@ -268,3 +268,34 @@ def test_payload_of_is_unwrap_of_the_whole_document(doc: bytes) -> None:
     from cdc.runtime.sink_task import payload_of, unwrap
 
     assert payload_of(doc) == unwrap(orjson.loads(doc))
+
+
+def test_records_a_source_wrote_for_its_changes_are_appended_counted_and_timed(
+    log: EmbeddedLog,
+) -> None:
+    """A stream's changes written as records (SourceContext.write_records): appended after the
+    batch's events, in order; counted as changes, a tombstone not; the lag clock fed their
+    commit time."""
+    created = Record(TOPIC, b'{"id":1}', b'{"op":"c"}', b"[9,0]")
+    deleted = Record(TOPIC, b'{"id":2}', b'{"op":"d"}', b"[9,1]")
+    tombstone = Record(TOPIC, b'{"id":2}', None)
+    written = SourceBatch(
+        records=[created, deleted, tombstone],
+        record_ops=["c", "d", ""],
+        ts_ms=1_700_000_000_000,
+        commit_offsets={"src": {"n": 9}},
+    )
+    source = ScriptedSource([SourceBatch(events=[make_event(3)]), written])
+    stop = threading.Event()
+    task = SourceTask("p", log, lambda: source, stop, get_logger(), poll_timeout_s=0.05)
+    thread = threading.Thread(target=task.run)
+    thread.start()
+    source.drained.wait(5)
+    stop.set()
+    thread.join(5)
+    assert source.acked == [{"src": {"n": 9}}]
+    values = sorted((key or b"", value or b"") for key, value in all_records(log))
+    assert [key for key, _ in values] == [b'{"id":1}', b'{"id":2}', b'{"id":2}', b'{"id":3}']
+    assert (values[0][1], values[1][1] + values[2][1]) == (b'{"op":"c"}', b'{"op":"d"}')
+    assert task.events_appended == 3  # the event, the create and the delete
+    assert task.lag._last_ts_ms == 1_700_000_000_000
