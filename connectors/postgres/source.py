@@ -106,8 +106,8 @@ class PostgresSource:
 
     @property
     def pending_events(self) -> int:
-        """Events assembled so far for the batch ``poll`` will return next (message hooks use
-        it to place a message among the batch's events)."""
+        """Changes assembled so far for the batch ``poll`` will return next, its events or its
+        records (message hooks use it to place a message among them)."""
         asm = None if self._session is None else self._session.assembler
         return 0 if asm is None else asm.pending
 
@@ -209,6 +209,7 @@ class PostgresSource:
             self._filters,
             transforms=self._context.transforms,
             topic_of=self.topic_of,
+            write_records=self._context.write_records,
         )
         asm.hooks.update(self.message_hooks)
         known = published_schemas(self._context.log, self._context.pipeline, list(tables))

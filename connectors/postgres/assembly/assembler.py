@@ -15,7 +15,8 @@ the relations, the batch, the dead letters and the TOAST fill.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence, Sized
 from typing import Any, Protocol
 
 from cdc.contracts.events import ChangeEvent, Op, Row, SourceInfo
@@ -23,6 +24,8 @@ from cdc.contracts.source import SourceBatch
 from cdc.envelope import encode as envelope
 from cdc.envelope.encode import encode_key
 from cdc.envelope.options import READABLE, EnvelopeOptions
+from cdc.envelope.template import stamp
+from cdc.log.base import Record
 from cdc.support.logging import Logger
 from cdc.transforms.base import TransformError
 from cdc.transforms.chain import EMPTY, TransformChain
@@ -36,6 +39,7 @@ from connectors.postgres.assembly.relations import Relations
 from connectors.postgres.assembly.shapes import ShapeTracker
 from connectors.postgres.assembly.toast import ToastFiller
 from connectors.postgres.assembly.transaction import Transaction
+from connectors.postgres.assembly.unwritten import Unwritten
 from connectors.postgres.catalog import TableInfo
 from connectors.postgres.lsn import Lsn
 from connectors.postgres.pgoutput import tuple_at
@@ -112,6 +116,7 @@ class Assembler:
         filters: Mapping[str, TableFilter] | None = None,
         transforms: TransformChain = EMPTY,
         topic_of: Callable[[str, str], str] | None = None,
+        write_records: bool = False,
     ) -> None:
         self._pipeline, self._toast, self._options = pipeline, toast, options
         self._schemas = options.schemas_enable
@@ -119,6 +124,12 @@ class Assembler:
         # Transaction blocks are added per event by the runtime, and transforms see events
         # before they are encoded: no pre-encoded records then.
         self._pre_encode = not (options.provide_transaction_metadata or transforms)
+        # Each change written as its record at once, no event built (SourceContext.write_records).
+        self._records = write_records and self._pre_encode
+        unwritten = Unwritten(filters or {}, options)
+        self._unwritten = unwritten if unwritten else None  # tested per row: None costs no call
+        self._now_ms, self._stamp = 0, b""
+        self._restamp()
         log_selected(logger)
         self.hooks: dict[str, MessageHook] = {}
         self._ignored_prefixes = frozenset(ignored_prefixes)
@@ -130,7 +141,7 @@ class Assembler:
         )
         self._bad = BadRecords(on_bad_record, self._batch, self._tx)
         locate = self._located if self._schemas or transforms else None
-        self._fill = ToastFill(catalog, toast, self._batch, locate).fill
+        self._fill = ToastFill(catalog, toast, self._batch, locate, self._records).fill
         self._handlers = self._dispatch()
         #: The batch must end before the next event (a shape change). A copy of the batch's
         #: flag, kept as a plain attribute: the source reads it once per message.
@@ -205,8 +216,19 @@ class Assembler:
 
     @property
     def pending(self) -> int:
-        """Events waiting in the current batch."""
-        return len(self._batch.events)
+        """Changes waiting in the current batch (records, a delete's tombstone too)."""
+        return len(self.changes)
+
+    @property
+    def changes(self) -> Sized:
+        """The current batch's changes: its records when the assembler writes them, else its
+        events (a new list after each ``take``)."""
+        return self._batch.records if self._records else self._batch.events
+
+    @property
+    def writes_records(self) -> bool:
+        """Each change is written as its record at once (:attr:`Batch.records`), no event."""
+        return self._records
 
     @property
     def batch(self) -> Batch:
@@ -227,7 +249,16 @@ class Assembler:
         """The batch built so far; its offsets are set only at a transaction boundary."""
         committed = self._tx.take_commit()
         self.cut = False
+        if self._records:
+            self._restamp()  # the next batch's records: written from now on
         return self._batch.take(None if committed is None else committed.to_offsets(committed))
+
+    def _restamp(self) -> None:
+        """The envelope's ``ts_ms`` (and ``ts_us``, ``ts_ns``) of the records written next:
+        when the connector processed the change, as Debezium has it. Read per transaction
+        and per batch, not per change."""
+        self._now_ms = int(time.time() * 1000)
+        self._stamp = stamp(self._now_ms)
 
     def handle(self, message: pg.PgOutputMessage, lsn: int) -> None:
         """Apply one decoded message; ``lsn`` is its WAL position (0 when not known)."""
@@ -240,6 +271,8 @@ class Assembler:
 
     def _begin(self, msg: pg.Begin, lsn: int) -> None:
         self._tx.begin(msg.xid, msg.final_lsn, msg.commit_ts_us)
+        if self._records:
+            self._restamp()
 
     def begin_streamed(self, xid: int, commit_lsn: int, commit_ts_us: int) -> None:
         """Start replaying a transaction the server streamed before its commit."""
@@ -277,7 +310,11 @@ class Assembler:
         event = ChangeEvent(op, key, before, after, source)
         if self._schemas:
             event.connect = relation_schemas(rel, self._options, self.registry)
-        self._batch.events.append(event)
+        if not self._records:
+            self._batch.events.append(event)
+        elif self._unwritten is None or self._unwritten.writes(rel.info.name, op.value):
+            written = envelope.to_records(event, self._pipeline, self._now_ms, self._options)
+            self._batch.add(written, op.value, source.ts_ms)
 
     def change_from_bytes(self, message: bytes, lsn: int) -> bool:
         """Apply an Insert, or an Update without an old tuple, from its message bytes through
@@ -285,9 +322,10 @@ class Assembler:
         ``False`` when it is not such a message, or its tuple has an unchanged TOAST value to
         fill, and the caller then decodes the message for :meth:`handle`.
 
-        Both paths keep the same order and sequence numbers. This one also writes the event's
-        record (:attr:`ChangeEvent.encoded`) through the transaction's
-        :class:`~cdc.envelope.encode.RecordTemplate` of the table, built once per transaction.
+        Both paths keep the same order and sequence numbers. This one writes the change's
+        record through the transaction's :class:`~cdc.envelope.encode.RecordTemplate` of the
+        table, built once per transaction: as the batch's record (:meth:`_write_row`), or as
+        the event's (:attr:`ChangeEvent.encoded`).
         """
         tag = message[0]
         if (tag != _INSERT and tag != _UPDATE) or len(message) <= NEW_TUPLE_AT:
@@ -298,6 +336,8 @@ class Assembler:
         if rel is None or rel.project is not None:
             return False  # not captured, or the server sends columns the filter leaves out
         op = _CREATE if tag == _INSERT else _UPDATED
+        if self._records:
+            return self._write_row(message, rel, tag, op, lsn)
         try:
             encoded = rel.encoder.encode_tuple(message)
         except ConversionError as exc:
@@ -319,6 +359,50 @@ class Assembler:
         pos = b"[%b,%d]" % (w.position, source.sequence)
         record = (self._pipeline, rel.topic, key_json, value, w.close, pos)
         self._batch.events.append(ChangeEvent(op, key, None, after, source, record))
+        return True
+
+    def _write_row(self, message: bytes, rel: RelationState, tag: int, op: Op, lsn: int) -> bool:
+        """:meth:`change_from_bytes` writing the change as the batch's record at once: no
+        event, no ``source`` built for it (only for the first change of its transaction,
+        table and operation, whose record template it shapes)."""
+        try:
+            encoded = rel.encoder.encode_json(message)
+        except ConversionError as exc:
+            self._bad.bad(rel, tuple_at(message, NEW_TUPLE_AT), op.value, lsn, exc)
+            return True
+        if encoded is None:
+            return False
+        row_json, key_json = encoded
+        tx = self._tx
+        w = tx.writers.get((rel.topic, tag))
+        schemas = relation_schemas(rel, self._options, self.registry) if self._schemas else None
+        if w is None:
+            w = tx.writer(rel.topic, tag, op, tx.next_source(rel, lsn), schemas)
+            seq = tx.seq - 1  # the sequence next_source took
+        else:
+            seq = tx.seq
+            tx.seq = seq + 1
+        code = "c" if tag == _INSERT else "u"  # op.value costs a property call
+        if self._unwritten is not None and not self._unwritten.writes(rel.info.name, code):
+            return True  # left out, as the runtime leaves out such an event
+        if schemas is not None:
+            key_json = schemas.wrap_key(key_json)
+        lsn = lsn or tx.final_lsn  # as next_source has it
+        value = b"%b%b%b%d%b%d%b%b%b" % (
+            w.prefix,
+            row_json,
+            w.head,
+            lsn,
+            w.mid,
+            lsn,
+            w.tail,
+            self._stamp,
+            w.close,
+        )
+        batch = self._batch
+        batch.records.append(Record(rel.topic, key_json, value, b"[%b,%d]" % (w.position, seq)))
+        batch.ops.append(code)
+        batch.ts_ms = tx.ts_ms
         return True
 
     def _insert(self, msg: pg.Insert, lsn: int) -> None:

@@ -43,7 +43,7 @@ class ToastFill:
             the key's JSON.
     """
 
-    __slots__ = ("_batch", "_locate", "_reader", "_toast")
+    __slots__ = ("_batch", "_locate", "_reader", "_records", "_toast")
 
     def __init__(
         self,
@@ -51,9 +51,11 @@ class ToastFill:
         toast: ToastFiller,
         batch: Batch,
         locate: Callable[[RelationState, Row], tuple[str, bytes] | None] | None = None,
+        records: bool = False,
     ) -> None:
         self._reader, self._toast, self._batch = reader, toast, batch
         self._locate = locate
+        self._records = records  # the batch holds records, not events (Batch.latest_record)
 
     def fill(
         self,
@@ -71,14 +73,17 @@ class ToastFill:
         wanted = missing_columns(row)
         missing = fill_from(row, image, wanted)
         if missing:
-            found, recent = self._recent(rel, lookup_key)
+            found, recent = (False, None) if self._records else self._recent(rel, lookup_key)
             if not found:
                 located = (
                     (rel.topic, encode_key(lookup_key))
                     if self._locate is None
                     else self._locate(rel, lookup_key)
                 )
-                recent = None if located is None else self._toast.previous(*located)
+                if located is not None and self._records:
+                    found, recent = self._batch.latest_record(*located)
+                if located is not None and not found:
+                    recent = self._toast.previous(*located)
             missing = fill_from(row, recent, missing)
         extra = None if not missing else self._read(rel, row, missing, raw)
         self._batch.size += filled_bytes(row, wanted)

@@ -65,11 +65,11 @@ class WalReader:
             asm.handle,
             asm.change_from_bytes,
         )
-        flush, streams, events, wal_start = self._flush, self.streams, asm.events, xlog_wal_start
+        flush, streams, changes, wal_start = self._flush, self.streams, asm.changes, xlog_wal_start
         batch, max_bytes = asm.batch, self.max_bytes
         deadline = time.monotonic() + wait_s if wait_s else 0.0
         handled = 0
-        while not asm.cut and len(events) < limit and handled < limit and batch.size < max_bytes:
+        while not asm.cut and len(changes) < limit and handled < limit and batch.size < max_bytes:
             if self._replay is not None and self._replayed(asm):
                 handled += 1
                 continue

@@ -43,6 +43,11 @@ class RowEncoder(Protocol):
         has an unchanged TOAST value, which only the previous image can fill."""
         ...
 
+    def encode_json(self, message: bytes) -> tuple[bytes, bytes] | None:
+        """The row JSON and key JSON of :meth:`encode_tuple`'s tuple, for a record written at
+        once (no row nor key kept); ``None`` as there."""
+        ...
+
     def copy_records(
         self,
         lines: list[bytes],
@@ -82,6 +87,10 @@ class PythonRowEncoder:
         if UNCHANGED in values:
             return None
         return self.encode_values(values)
+
+    def encode_json(self, message: bytes) -> tuple[bytes, bytes] | None:
+        keyed = self.encode_tuple(message)
+        return None if keyed is None else (keyed[2], keyed[3])
 
     def encode_values(self, values: TupleData) -> Keyed:
         """A tuple's key, row, row JSON and key JSON.

@@ -186,6 +186,15 @@ class RustRowEncoder:
         row, key, key_json = encoded
         return key, EncodedRow(row, message, self._python.decode_new), row, key_json
 
+    def encode_json(self, message: bytes) -> tuple[bytes, bytes] | None:
+        try:
+            encoded: Encoded | None = self._encode_tuple(message, NEW_TUPLE_AT)
+        except Exception:  # a converter rejected a value: the Python encoder reports it
+            encoded = None
+        if encoded is None:
+            return self._python.encode_json(message)
+        return encoded[0], encoded[2]
+
     def copy_records(
         self,
         lines: list[bytes],
