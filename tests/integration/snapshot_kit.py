@@ -53,6 +53,7 @@ class Pipeline:
         transforms: Sequence[dict[str, Any]] = (),
         bad_records: str = "fail",
         envelope: dict[str, Any] | None = None,
+        write_records: bool = False,
         **options: Any,
     ) -> None:
         self.dsn = dsn
@@ -72,6 +73,7 @@ class Pipeline:
             on_bad_record=bad_records,
             envelope=self.envelope,
             transforms=self.chain,
+            write_records=write_records,  # as cdc run has it: the stream writes records
         )
         self.sources: list[SnapshottingPostgresSource] = []
         self.stop_event = threading.Event()

@@ -117,12 +117,14 @@ def role_without_messages(pg_db: str) -> Iterator[str]:
 
 
 @pytest.mark.pgcore
+@pytest.mark.parametrize("write_records", [False, True], ids=["events", "records"])
 def test_a_role_without_logical_messages_uses_the_signal_table(
-    role_without_messages: str, pg_db: str, tmp_path: Path
+    role_without_messages: str, pg_db: str, tmp_path: Path, write_records: bool
 ) -> None:
     dsn = role_without_messages
     options = {"snapshot": "never", "snapshot_chunk_rows": 500}
-    with pipeline(dsn, tmp_path / "log", ["public.t"], **options) as p:
+    log = tmp_path / "log"
+    with pipeline(dsn, log, ["public.t"], write_records=write_records, **options) as p:
         p.start()
         p.wait(lambda: bool(p.sources) and p.sources[0].streaming)
         execute(pg_db, "UPDATE t SET v = 'streamed' WHERE id = 3", "DELETE FROM t WHERE id = 4")

@@ -20,18 +20,26 @@ from tests.integration.test_pg_resnapshot_ddl import WAIT_S, resnapshot, settled
 
 ROWS = 300
 ENVELOPES = {"plain": {}, "schemas": {"schemas.enable": True}}
+#: The stream's changes as events (a caller reading them), or written as records (cdc run).
+WRITES = {"events": False, "records": True}
 
 
-@pytest.fixture(params=sorted(ENVELOPES))
+@pytest.fixture(params=[(e, w) for e in sorted(ENVELOPES) for w in WRITES], ids="-".join)
 def p(request: pytest.FixtureRequest, pg_db: str, tmp_path: Path) -> Iterator[Pipeline]:
-    envelope: dict[str, Any] = ENVELOPES[request.param]
+    envelope: dict[str, Any] = ENVELOPES[request.param[0]]
+    write_records = WRITES[request.param[1]]
     execute(
         pg_db,
         "CREATE TABLE t (id int PRIMARY KEY, a text, b text, v int)",
         f"INSERT INTO t SELECT g, 'a' || g, 'b' || g, g FROM generate_series(1, {ROWS}) g",
     )
     with pipeline(
-        pg_db, tmp_path / "log", ["public.t"], envelope=envelope, snapshot_chunk_rows=100
+        pg_db,
+        tmp_path / "log",
+        ["public.t"],
+        envelope=envelope,
+        write_records=write_records,
+        snapshot_chunk_rows=100,
     ) as running:
         running.start()
         running.wait(lambda: bool(running.sources) and running.sources[-1].streaming)

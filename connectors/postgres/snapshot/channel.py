@@ -13,6 +13,7 @@ same answer):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +25,11 @@ from cdc.contracts.events import ChangeEvent, Op
 from connectors.postgres.catalog import EMIT_MESSAGE
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.replication.standby import read_only_problem
+from connectors.postgres.snapshot.written import WrittenChange
 from snapshots.watermark import parse
+
+#: A change of a batch, as the windows see it: an event, or the record the stream wrote.
+Change = ChangeEvent | WrittenChange
 
 WATERMARK = "wm"
 SIGNAL = "signal"
@@ -154,28 +159,29 @@ def in_recovery(conn: psycopg.Connection[Any]) -> bool:
 
 
 def signal_rows(
-    events: list[ChangeEvent], markers: list[Marker], signal_table: tuple[str, str]
-) -> tuple[list[ChangeEvent], list[Marker]]:
+    events: list[Change], markers: list[Marker], signal_table: tuple[str, str]
+) -> tuple[list[Change], list[Marker]]:
     """Take the signal table's rows out of the batch, as markers where they were.
 
-    The hooks' markers (logical messages) counted the batch's events with those rows in
-    them: they move back by the rows taken out before them.
+    The batch's changes are its events, or the records the stream wrote for them
+    (:class:`~connectors.postgres.snapshot.written.WrittenChange`). The hooks' markers (logical
+    messages) counted the batch's changes with those rows in them: they move back by the rows
+    taken out before them.
     """
-    schema, table = signal_table  # compared as they are: no string built per event
-    kept: list[ChangeEvent] = []
-    kept_before: list[int] = []  # per event of the batch: how many were kept before it
-    # (place in the batch, marker): a hook's message came just before its event index.
+    kept: list[Change] = []
+    kept_before: list[int] = []  # per change of the batch: how many were kept before it
+    # (place in the batch, marker): a hook's message came just before its change index.
     placed: list[tuple[float, Marker]] = []
-    for at, event in enumerate(events):
+    for at, change in enumerate(events):
         kept_before.append(len(kept))
-        source = event.source
-        if source.table != table or source.schema != schema:
-            kept.append(event)
+        found = _signal_row(change, signal_table)
+        if found is None:
+            kept.append(change)
             continue
-        if event.op is not Op.CREATE or event.after is None:
+        after, position = found
+        if after is None:
             continue  # the reader's clean-up deletes
-        kind, payload = event.after.get("kind"), str(event.after.get("payload"))
-        position = event.source.position
+        kind, payload = after.get("kind"), str(after.get("payload"))
         parsed = parse(payload.encode()) if kind == WATERMARK else None
         if parsed is not None:
             placed.append((at, (len(kept), parsed[0], parsed[1], position)))
@@ -186,3 +192,16 @@ def signal_rows(
         placed.append((index - 0.5, (moved, kind, payload, lsn)))
     placed.sort(key=lambda entry: entry[0])
     return kept, [marker for _, marker in placed]
+
+
+def _signal_row(
+    change: Change, signal_table: tuple[str, str]
+) -> tuple[Mapping[str, Any] | None, int] | None:
+    """A signal table change's inserted row (``None`` for another operation) and position;
+    ``None`` for another table's change."""
+    if isinstance(change, WrittenChange):
+        return change.signal_row(".".join(signal_table))
+    source = change.source
+    if source.table != signal_table[1] or source.schema != signal_table[0]:
+        return None
+    return (change.after if change.op is Op.CREATE else None), source.position

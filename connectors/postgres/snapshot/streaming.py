@@ -44,13 +44,21 @@ from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.lsn import OFFSET_KEY
 from connectors.postgres.publication.filters import PLAIN, table_filters
 from connectors.postgres.replication.connection import session_conninfo
-from connectors.postgres.snapshot.channel import SIGNAL, WATERMARK, Channel, Marker, signal_rows
+from connectors.postgres.snapshot.channel import (
+    SIGNAL,
+    WATERMARK,
+    Change,
+    Channel,
+    Marker,
+    signal_rows,
+)
 from connectors.postgres.snapshot.incremental import WatermarkReader, Work
 from connectors.postgres.snapshot.initial import describe_one
 from connectors.postgres.snapshot.reader import SnapshotTable, plan
 from connectors.postgres.snapshot.rows import KeyedRow, Transforms
 from connectors.postgres.snapshot.where import check_where_text
 from connectors.postgres.snapshot.window_rows import ChunkJob, window_records
+from connectors.postgres.snapshot.written import WrittenChange, written_changes
 from connectors.postgres.source import PostgresSource
 from connectors.postgres.types import TypeRegistry
 from snapshots.chunks import chunk_from_json, remaining
@@ -61,12 +69,13 @@ from snapshots.watermark import HIGH, LOW, Watermarks, parse
 
 @dataclass
 class _Rest:
-    """What a batch cut at a closed window still holds: its events after the high watermark,
-    their markers (indexes into ``events``) and the batch's commit offsets."""
+    """What a batch cut at a closed window still holds: its changes after the high watermark,
+    their markers (indexes into ``events``), the batch's commit offsets and commit time."""
 
-    events: list[ChangeEvent]
+    events: list[Change]
     markers: list[Marker]
     offsets: Offsets | None
+    ts_ms: int | None
 
 
 @dataclass
@@ -74,9 +83,9 @@ class _Woven:
     """A batch after its markers: the events up to a closed window, the window's records, and
     what follows it (``None`` when nothing does)."""
 
-    events: list[ChangeEvent]
+    events: list[Change]
     records: list[Record] = field(default_factory=list)
-    rest: tuple[list[ChangeEvent], list[Marker]] | None = None
+    rest: tuple[list[Change], list[Marker]] | None = None
 
 
 class StreamSnapshots:
@@ -94,6 +103,7 @@ class StreamSnapshots:
     ) -> None:
         self._config, self._pipeline = config, context.pipeline
         self._options = context.envelope
+        self._prefix = f"{context.pipeline}."  # of the topics of the records the stream writes
         self._filters = table_filters(config)
         self._transforms = Transforms(context.transforms, context.on_bad_record)
         self._inner, self._state, self._progress = inner, state, progress
@@ -318,18 +328,24 @@ class StreamSnapshots:
             raise failure
         rest, self._rest = self._rest, None
         if rest is not None:  # the part of a batch after a closed window goes first
-            return self._woven(rest.events, rest.markers, [], rest.offsets, (), ())
+            return self._woven(rest.events, rest.markers, [], rest.offsets, (), _NONE, rest.ts_ms)
         batch = self._inner.poll(max_events, timeout_s)
         if batch.empty:
             return self._flush_state() or batch
         markers, self._markers = self._markers, []
-        events, schemas = list(batch.events), list(batch.schemas)
+        changes: list[Change] = list(batch.events)
+        written = _Written(batch.records, batch.record_ops)
+        if written.ops is not None and (markers or len(self._windows) or self._signal_table):
+            # Records the stream wrote, seen one by one only when the windows need them.
+            changes = [*written_changes(written.records, written.ops, self._prefix)]
+            written = _NONE
+        schemas = list(batch.schemas)
         if self._signal_table is not None:
-            events, markers = signal_rows(events, markers, self._signal_table)
+            changes, markers = signal_rows(changes, markers, self._signal_table)
             schemas = [s for s in schemas if (s.schema, s.table) != self._signal_table]
         self._shapes_from_stream(schemas)
-        offsets = batch.commit_offsets
-        return self._woven(events, markers, schemas, offsets, batch.dead_letters, batch.records)
+        offsets, letters = batch.commit_offsets, batch.dead_letters
+        return self._woven(changes, markers, schemas, offsets, letters, written, batch.ts_ms)
 
     def _shapes_from_stream(self, schemas: Sequence[TableSchema]) -> None:
         """Note the shapes the stream publishes, and flag the windows they overtook: a window
@@ -347,20 +363,24 @@ class StreamSnapshots:
 
     def _woven(
         self,
-        events: list[ChangeEvent],
+        changes: list[Change],
         markers: list[Marker],
         schemas: list[TableSchema],
         offsets: Offsets | None,
         dead_letters: Sequence[DeadLetter],
-        records: Sequence[Record],
+        written: _Written,
+        ts_ms: int | None,
     ) -> SourceBatch:
-        """The batch to hand on, with its markers applied; cut after a closed window."""
+        """The batch to hand on, with its markers applied; cut after a closed window.
+        ``written``: the records the stream wrote, handed on as they are."""
+        window: list[Record] = []
         if markers or len(self._windows):
-            woven = self._weave(events, markers, schemas)
-            events, records = woven.events, [*records, *woven.records]
+            woven = self._weave(changes, markers, schemas)
+            changes, window = woven.events, woven.records
             if woven.rest is not None:
-                self._rest = _Rest(*woven.rest, offsets)
+                self._rest = _Rest(*woven.rest, offsets, ts_ms)
                 offsets = None  # more of the same log transaction follows
+        events, records, ops = _handed_on(changes, written, window)
         if offsets is not None:
             trimmed = snapshot_offsets.without_progress(offsets)  # the position alone
             trimmed.pop(CAPTURED_KEY, None)
@@ -368,7 +388,7 @@ class StreamSnapshots:
             if self._state.pending:
                 offsets = rebuilt(offsets, {**offsets, **self._state.offsets()})
         self._mid_transaction = offsets is None
-        return SourceBatch(events, offsets, schemas, dead_letters, records)
+        return SourceBatch(events, offsets, schemas, dead_letters, records, ops, ts_ms)
 
     def _flush_state(self) -> SourceBatch | None:
         """A commit of the snapshot state alone, at the position last handed on: a request
@@ -384,9 +404,9 @@ class StreamSnapshots:
         return SourceBatch(commit_offsets=rebuilt(self._last_offsets, offsets))
 
     def _weave(
-        self, events: list[ChangeEvent], markers: Sequence[Marker], schemas: list[TableSchema]
+        self, events: list[Change], markers: Sequence[Marker], schemas: list[TableSchema]
     ) -> _Woven:
-        out: list[ChangeEvent] = []
+        out: list[Change] = []
         done = 0
         for n, (index, kind, payload, lsn) in enumerate(markers):
             self._observe(events[done:index], out)
@@ -406,16 +426,24 @@ class StreamSnapshots:
         self._observe(events[done:], out)
         return _Woven(out)
 
-    def _observe(self, events: Sequence[ChangeEvent], out: list[ChangeEvent]) -> None:
+    def _observe(self, events: Sequence[Change], out: list[Change]) -> None:
         if len(self._windows):
             wrapped = self._options.schemas_enable
             with self._lock:
                 for event in events:
-                    if event.op is Op.TRUNCATE:
+                    if isinstance(event, WrittenChange):
+                        self._observe_written(event, wrapped)
+                    elif event.op is Op.TRUNCATE:
                         self._windows.observe_truncate(event.table_id)
                     else:
                         self._windows.observe(event.table_id, _key_json(event, wrapped))
         out.extend(events)
+
+    def _observe_written(self, change: WrittenChange, wrapped: bool) -> None:
+        if change.truncate:
+            self._windows.observe_truncate(change.table_id)
+        elif not change.tombstone:  # a tombstone's delete was seen just before it
+            self._windows.observe(change.table_id, change.window_key(wrapped))
 
     def _close_window(self, wid: str, lsn: int, schemas: list[TableSchema]) -> list[Record]:
         with self._lock:
@@ -528,3 +556,29 @@ def _key_json(event: ChangeEvent, wrapped: bool) -> bytes:
     the stale row read before the change would follow it to the sinks."""
     encoded = event.encoded
     return encode_key(event.key) if encoded is None or wrapped else encoded[2]
+
+
+@dataclass(frozen=True)
+class _Written:
+    """Records the stream wrote for its changes, and the operation of each (``ops`` ``None``:
+    none, the stream handed on events)."""
+
+    records: Sequence[Record] = ()
+    ops: Sequence[str] | None = None
+
+
+_NONE = _Written()
+
+
+def _handed_on(
+    changes: list[Change], written: _Written, window: list[Record]
+) -> tuple[list[ChangeEvent], list[Record], list[str] | None]:
+    """The events, records and record operations of a batch to hand on: the stream's changes
+    (events, or the records it wrote, woven or as they came), then a closed window's rows."""
+    events = [c for c in changes if not isinstance(c, WrittenChange)]
+    ours = [c for c in changes if isinstance(c, WrittenChange)]
+    records = [*written.records, *(c.record for c in ours), *window]
+    if written.ops is None and not ours:
+        return events, records, None  # the window's rows alone: snapshot rows (r)
+    ops = [*(written.ops or ()), *(c.op for c in ours), *("r" for _ in window)]
+    return events, records, ops
