@@ -1,12 +1,17 @@
 """CPU a row of the PostgreSQL source's own Python path, without a server or a log.
 
-What a streamed insert costs between the socket and the log: the Assembler's
-``change_from_bytes`` (the native row encoder, the change's ``source``, its record), then
-``batch_records`` as the source task runs it, on the 200 captured ``bench_rows`` inserts of
-``tests/unit/data/pgoutput/v1.json`` replayed as one large transaction, a batch taken every
-``--batch`` changes as ``poll`` takes them. No server, no socket, no log: the figure moves only
-with this path's code, so two builds compare within a few percent even on a busy machine (the
-best of ``--repeat`` runs counts, in CPU time of this process).
+What a streamed insert costs between the socket and the log, on the 200 captured
+``bench_rows`` inserts of ``tests/unit/data/pgoutput/v1.json`` replayed as one large
+transaction, a batch taken every ``--batch`` changes as ``poll`` takes them:
+
+- ``records``: the Assembler's ``change_from_bytes`` writing each change's record at once (the
+  native row encoder, the record), as ``cdc run``'s source does;
+- ``events``, the baseline: an event, its ``source`` and its record for each change, then
+  ``batch_records`` as the source task runs it (a caller that reads events).
+
+No server, no socket, no log: the figures move only with this path's code, so two builds
+compare within a few percent even on a busy machine (the best of ``--repeat`` runs counts, in
+CPU time of this process).
 
 ``bench/pg_stream.py`` measures the whole stream against ``pg_recvlogical``; this one isolates
 the part the issue-26 profiles blamed (the README's Performance section).
@@ -85,19 +90,29 @@ def _messages() -> tuple[pg.Relation, list[bytes]]:
     return relation, inserts
 
 
-def _assembler(relation: pg.Relation) -> Assembler:
+def _assembler(relation: pg.Relation, write_records: bool) -> Assembler:
     keys = tuple(c.name for c in relation.columns if c.is_key)
     name = relation.namespace, relation.name
     info = TableInfo(*name, relation.oid, relation.replica_identity, keys)
     logger = structlog.get_logger()
     toast = ToastFiller(_Log(), logger)  # type: ignore[arg-type]
     tables = {name: info}
-    return Assembler(PIPELINE, "bench", tables, {}, _Catalog(), toast, "fail", logger)
+    return Assembler(
+        PIPELINE,
+        "bench",
+        tables,
+        {},
+        _Catalog(),
+        toast,
+        "fail",
+        logger,
+        write_records=write_records,
+    )
 
 
-def _run(relation: pg.Relation, inserts: list[bytes], rows: int, batch: int) -> float:
+def _run(relation: pg.Relation, inserts: list[bytes], rows: int, batch: int, write: bool) -> float:
     """Stream ``rows`` inserts in one transaction; returns CPU seconds a row."""
-    asm = _assembler(relation)
+    asm = _assembler(relation, write)
     asm.handle(relation, 0)
     asm.handle(pg.Begin(final_lsn=1 << 40, commit_ts_us=0, xid=7), 0)
     records, lsn, done = 0, 1 << 32, 0
@@ -107,9 +122,11 @@ def _run(relation: pg.Relation, inserts: list[bytes], rows: int, batch: int) -> 
             lsn += 64
             if not asm.change_from_bytes(data, lsn):
                 asm.handle(pg.decode(data), lsn)
-            if len(asm.events) >= batch:
-                events = asm.take().events
-                records += len(envelope.batch_records(events, PIPELINE, int(time.time() * 1000)))
+            if asm.pending >= batch:
+                taken = asm.take()
+                now_ms = int(time.time() * 1000)
+                records += len(taken.records)
+                records += len(envelope.batch_records(taken.events, PIPELINE, now_ms))
         done += len(inserts)
     spent = time.process_time() - started
     if records < rows - batch:
@@ -126,15 +143,18 @@ def main() -> None:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
     gc.set_threshold(*GC_THRESHOLDS)  # as `cdc run` does
     relation, inserts = _messages()
-    best = min(_run(relation, inserts, args.rows, args.batch) for _ in range(args.repeat))
-    print(
-        f"{args.rows:,} inserts of {TABLE} ({len(relation.columns)} columns), best of "
-        f"{args.repeat}: {best * 1e6:.2f} us CPU a row, {1 / best:,.0f} rows per CPU-s "
-        "(change_from_bytes + batch_records; no server, no log)"
-    )
-    figures = Figures("pg_assemble")  # no baseline: compare builds with the same script
-    figures.add("us_cpu_per_row", best * 1e6)
-    figures.add("rows_per_cpu_s", 1 / best)
+    figures = Figures("pg_assemble")  # the event path is the baseline of the written records
+    best = {}
+    for path, write in (("events", False), ("records", True)):
+        runs = [_run(relation, inserts, args.rows, args.batch, write) for _ in range(args.repeat)]
+        best[path] = min(runs)
+        print(
+            f"{args.rows:,} inserts of {TABLE} ({len(relation.columns)} columns), {path:>7}, "
+            f"best of {args.repeat}: {best[path] * 1e6:.2f} us CPU a row, "
+            f"{1 / best[path]:,.0f} rows per CPU-s (no server, no log)"
+        )
+    figures.add("us_cpu_per_row", best["records"] * 1e6, best["events"] * 1e6)
+    figures.add("rows_per_cpu_s", 1 / best["records"], 1 / best["events"])
     figures.emit()
 
 

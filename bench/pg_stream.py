@@ -133,7 +133,11 @@ def _bench_source(dsn: str, log: Any, variant: Variant) -> Any:
         | ({"mask_key": MASK_KEY} if variant.pipeline != PIPELINE else {})
     )
     context = SourceContext(
-        pipeline=variant.pipeline, log=log, logger=structlog.get_logger(), envelope=_options()
+        pipeline=variant.pipeline,
+        log=log,
+        logger=structlog.get_logger(),
+        envelope=_options(),
+        write_records=True,  # as cdc run has it
     )
     return PostgresSource(config, context)
 
@@ -175,23 +179,25 @@ def _stream(
         batch = source.poll(5000, 0.2)
         t1 = time.perf_counter()
         run.spent["source"] += t1 - t0
-        if batch.events:
-            run.polled(batch.events)
+        if batch.events or batch.records:
+            run.polled(batch)
         if batch.empty:
             lag.idle()
             continue
         tx = tx or log.begin()
         now_ms = int(time.time() * 1000)
         records = envelope.batch_records(batch.events, pipeline, now_ms, options)
+        records += batch.records
         t2 = time.perf_counter()
         run.spent["encode"] += t2 - t1
         if records:
             tx.append(records)
-        if batch.events:
-            lag.appended(batch.events[-1].source.ts_ms)
+        ts_ms = batch.events[-1].source.ts_ms if batch.events else batch.ts_ms
+        if ts_ms is not None:
+            lag.appended(ts_ms)
         if observer is not None:
-            observer.appended(batch.events, batch.records, records)
-        run.rows += len(batch.events)
+            observer.appended(batch.events, batch.records, records, batch.record_ops)
+        run.rows += len(batch.events) + len(batch.records)
         if batch.commit_offsets is not None:
             tx.store_offsets(batch.commit_offsets)
             run.commit(tx)
@@ -223,10 +229,15 @@ class _Run:
         default_factory=lambda: {"source": 0.0, "encode": 0.0, "log": 0.0}
     )
 
-    def polled(self, events: Any) -> None:
-        """Commit -> out of poll: the source's share of the latency."""
+    def polled(self, batch: Any) -> None:
+        """Commit -> out of poll: the source's share of the latency. A batch of records tells
+        its last transaction's commit time alone (``ts_ms``): one a batch, as the steady
+        workload's transactions are."""
         out_ms = time.time() * 1000
-        commits = {e.source.position: e.source.ts_ms for e in events}
+        if batch.events:
+            commits = {e.source.position: e.source.ts_ms for e in batch.events}
+        else:
+            commits = {} if batch.ts_ms is None else {batch.ts_ms: batch.ts_ms}
         self.delivered.extend(out_ms - t for p, t in commits.items() if p not in self.pending)
         self.pending.update(commits)
 

@@ -34,6 +34,7 @@ def build_source(
         transforms=pipeline.chain(),
         resnapshot=() if filters is None else filters.resnapshot,
         refiltered=() if filters is None else filters.refiltered,
+        write_records=True,  # the source task takes them (SourceTask._append)
     )
 
     def factory() -> Source:

@@ -148,7 +148,11 @@ def _start_slot(config: PostgresSourceConfig, log: EmbeddedLog) -> None:
 
 def _context(config: PostgresSourceConfig, log: EmbeddedLog) -> SourceContext:
     return SourceContext(
-        pipeline=PIPELINE, log=log, logger=structlog.get_logger(), snapshot_mode=config.snapshot
+        pipeline=PIPELINE,
+        log=log,
+        logger=structlog.get_logger(),
+        snapshot_mode=config.snapshot,
+        write_records=True,  # the shipped path: cdc run's source writes its records
     )
 
 
