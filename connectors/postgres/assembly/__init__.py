@@ -13,4 +13,5 @@
 - :mod:`.fill`: unchanged TOAST values, filled from previous images.
 - :mod:`.source_fields`: PostgreSQL's fields of a record's ``source`` block.
 - :mod:`.connect`: a relation's Connect schemas (``schemas.enable``).
+- :mod:`.unwritten`: the operations left out when the assembler writes records itself.
 """
