@@ -2,10 +2,10 @@
 
 It wraps :class:`connectors.postgres.source.PostgresSource`:
 
-* ``open`` decides what this start needs (:func:`snapshots.modes.decide`). For a consistent
-  initial snapshot it creates the slot with an exported snapshot and starts the parallel readers;
-  otherwise it opens the stream at once and queues any watermark work (a resumed snapshot's
-  remaining chunks, ``snapshot: always``, ``cdc snapshot`` requests).
+* ``open`` decides what this start needs (:func:`connectors.postgres.snapshot.modes.decide`).
+  For a consistent initial snapshot it creates the slot with an exported snapshot and starts the
+  parallel readers; otherwise it opens the stream at once and queues any watermark work (a
+  resumed snapshot's remaining chunks, ``snapshot: always``, ``cdc snapshot`` requests).
 * ``poll`` first returns snapshot pieces; the log commits when a chunk is complete, storing the
   chunk progress and the position ``{"postgres": {"lsn": consistent_point}}``. When every chunk
   is in the log it releases the exported snapshot and streams from that point. While streaming
