@@ -16,7 +16,9 @@ import orjson
 
 from cdc.contracts.errors import RecordError
 from cdc.contracts.events import topic_name
-from cdc.contracts.sink import SinkRecord
+from cdc.contracts.schema import is_table_schema_key
+from cdc.contracts.sink import SinkRecord, sink_offsets
+from cdc.log.base import TopicPartition
 
 Table = tuple[str, str]
 Pos = tuple[int, int]
@@ -127,3 +129,20 @@ def key_suffix(key: Mapping[str, Any]) -> str:
             return value
         return str(value) if type(value) is int else orjson.dumps(value).decode()
     return ":".join(v if isinstance(v, str) else orjson.dumps(v).decode() for v in key.values())
+
+
+def split_schemas(
+    records: list[SinkRecord], schema_topic: str, tables: set[Table]
+) -> tuple[list[SinkRecord], list[Table], dict[TopicPartition, int]]:
+    """A read's data records, the sink's tables its schema records (on ``schema_topic``)
+    announce, in order and once each, and the offsets of those schema records."""
+    if schema_topic not in {r.topic for r in records}:  # one call, where any() resumes a record
+        return records, [], {}
+    schemas = [r for r in records if r.topic == schema_topic]
+    announced = [
+        (str(r.key.get("schema")), str(r.key.get("table")))
+        for r in schemas
+        if r.key is not None and r.value is not None and is_table_schema_key(r.key)
+    ]
+    wanted = [t for t in dict.fromkeys(announced) if t in tables]
+    return [r for r in records if r.topic != schema_topic], wanted, sink_offsets(schemas)

@@ -22,8 +22,8 @@ from typing import Any
 import duckdb
 
 from cdc.contracts.errors import CdcError, RecordError, SinkFatal
-from cdc.contracts.schema import is_table_schema_key, schema_topic
-from cdc.contracts.sink import SinkContext, SinkRecord, sink_offsets
+from cdc.contracts.schema import schema_topic
+from cdc.contracts.sink import SinkContext, SinkRecord
 from cdc.log.base import TopicPartition
 from sinks.duckdb import catalog, history, merge
 from sinks.duckdb.config import DuckDBSinkConfig
@@ -32,7 +32,7 @@ from sinks.duckdb.errors import named, staging_failed
 from sinks.duckdb.evolve import prepare
 from sinks.duckdb.plan import TableBatch, byte_parts, plan
 from sinks.duckdb.stage import StageFailed, encode, find_bad_value
-from sinks.keyed import TopicTables
+from sinks.keyed import TopicTables, split_schemas
 
 
 class DuckDBSink:
@@ -98,7 +98,9 @@ class DuckDBSink:
             self._flush_part(records[part])
 
     def _flush_part(self, records: list[SinkRecord]) -> None:
-        records, announced, schema_offsets = self._split_schemas(records)
+        records, announced, schema_offsets = split_schemas(
+            records, self._schema_topic, self._tables
+        )
         batches, offsets = plan(records, self._offsets, self._topic_tables)
         offsets.update(schema_offsets)
         with self._naming():
@@ -164,22 +166,6 @@ class DuckDBSink:
                 f"SELECT topic, partition, next_offset FROM {catalog.META}.offsets"
             ).fetchall()
         }
-
-    def _split_schemas(
-        self, records: list[SinkRecord]
-    ) -> tuple[list[SinkRecord], list[tuple[str, str]], dict[TopicPartition, int]]:
-        """The data records, the tables the schema records announce, and their offsets."""
-        topic = self._schema_topic
-        if topic not in {r.topic for r in records}:  # one call, where any() resumes a record
-            return records, [], {}
-        schemas = [r for r in records if r.topic == topic]
-        announced = [
-            (str(r.key.get("schema")), str(r.key.get("table")))
-            for r in schemas
-            if r.key is not None and r.value is not None and is_table_schema_key(r.key)
-        ]
-        wanted = [t for t in dict.fromkeys(announced) if t in self._tables]
-        return [r for r in records if r.topic != topic], wanted, sink_offsets(schemas)
 
     def _create_announced(self, table: tuple[str, str]) -> None:
         """Create ``table`` from its published schema if the sink holds none yet.

@@ -19,11 +19,11 @@ from typing import Any
 import psycopg
 
 from cdc.contracts.errors import CdcError, SinkFatal
-from cdc.contracts.schema import TableSchema, is_table_schema_key, schema_topic
-from cdc.contracts.sink import SinkContext, SinkRecord, record_options, sink_offsets
+from cdc.contracts.schema import TableSchema, schema_topic
+from cdc.contracts.sink import SinkContext, SinkRecord, record_options
 from cdc.envelope.options import EnvelopeOptions
 from cdc.log.base import TopicPartition
-from sinks.keyed import Table, TopicTables
+from sinks.keyed import Table, TopicTables, split_schemas
 from sinks.postgres import apply, catalog, history, offsets
 from sinks.postgres.catalog import Ident, TableInfo
 from sinks.postgres.config import PostgresSinkConfig
@@ -99,7 +99,7 @@ class PostgresSink:
         if not records:
             return
         conn = self._connection()
-        data, announced, schema_offsets = self._split_schemas(records)
+        data, announced, schema_offsets = split_schemas(records, self._schema_topic, self._tables)
         batches, next_offsets = plan(data, self._offsets, self._topic_tables, self._history)
         next_offsets.update(schema_offsets)
         with self._translated("applying a batch"), conn.transaction():
@@ -218,22 +218,6 @@ class PostgresSink:
             return found
 
         return of
-
-    def _split_schemas(
-        self, records: list[SinkRecord]
-    ) -> tuple[list[SinkRecord], list[Table], dict[TopicPartition, int]]:
-        """The data records, the tables the schema records announce, and their offsets."""
-        topic = self._schema_topic
-        if topic not in {r.topic for r in records}:
-            return records, [], {}
-        schemas = [r for r in records if r.topic == topic]
-        announced = [
-            (str(r.key.get("schema")), str(r.key.get("table")))
-            for r in schemas
-            if r.key is not None and r.value is not None and is_table_schema_key(r.key)
-        ]
-        wanted = [t for t in dict.fromkeys(announced) if t in self._tables]
-        return [r for r in records if r.topic != topic], wanted, sink_offsets(schemas)
 
     def _named(self, exc: SinkFatal) -> SinkFatal:
         """``exc`` naming this sink, and this sink in the ``cdc sink`` command of its fix."""
