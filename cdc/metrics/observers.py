@@ -64,10 +64,15 @@ class SourceObserver:
             keys = zip(map(_SCHEMA, events), map(_TABLE, events), map(_OP, events), strict=True)
             for (schema, table, op), n in Counter(keys).items():
                 self._count(f"{schema}.{table}", op.value, n)
-        ops = written_ops if written_ops is not None else [Op.READ.value] * len(written)
-        for (topic, op), n in Counter(zip(map(_TOPIC, written), ops, strict=True)).items():
-            if op:
-                self._count(topic.removeprefix(prefix), op, n)
+        if written_ops is None:  # snapshot rows: counted by topic alone
+            for topic, n in Counter(map(_TOPIC, written)).items():
+                self._count(topic.removeprefix(prefix), Op.READ.value, n)
+        else:
+            for (topic, op), n in Counter(
+                zip(map(_TOPIC, written), written_ops, strict=True)
+            ).items():
+                if op:  # a tombstone is no change
+                    self._count(topic.removeprefix(prefix), op, n)
         for topic, n in Counter(map(_TOPIC, records)).items():
             self._m.log_records.labels(pipeline, topic).inc(n)
         if events or written:

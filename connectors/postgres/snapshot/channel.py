@@ -168,13 +168,14 @@ def signal_rows(
     messages) counted the batch's changes with those rows in them: they move back by the rows
     taken out before them.
     """
+    table_id = ".".join(signal_table)  # a written change's table, as its topic names it
     kept: list[Change] = []
     kept_before: list[int] = []  # per change of the batch: how many were kept before it
     # (place in the batch, marker): a hook's message came just before its change index.
     placed: list[tuple[float, Marker]] = []
     for at, change in enumerate(events):
         kept_before.append(len(kept))
-        found = _signal_row(change, signal_table)
+        found = _signal_row(change, signal_table, table_id)
         if found is None:
             kept.append(change)
             continue
@@ -195,12 +196,12 @@ def signal_rows(
 
 
 def _signal_row(
-    change: Change, signal_table: tuple[str, str]
+    change: Change, signal_table: tuple[str, str], table_id: str
 ) -> tuple[Mapping[str, Any] | None, int] | None:
     """A signal table change's inserted row (``None`` for another operation) and position;
     ``None`` for another table's change."""
     if isinstance(change, WrittenChange):
-        return change.signal_row(".".join(signal_table))
+        return change.signal_row(table_id)
     source = change.source
     if source.table != signal_table[1] or source.schema != signal_table[0]:
         return None

@@ -22,7 +22,7 @@ import threading
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import psycopg
@@ -574,11 +574,13 @@ def _handed_on(
     changes: list[Change], written: _Written, window: list[Record]
 ) -> tuple[list[ChangeEvent], list[Record], list[str] | None]:
     """The events, records and record operations of a batch to hand on: the stream's changes
-    (events, or the records it wrote, woven or as they came), then a closed window's rows."""
-    events = [c for c in changes if not isinstance(c, WrittenChange)]
-    ours = [c for c in changes if isinstance(c, WrittenChange)]
-    records = [*written.records, *(c.record for c in ours), *window]
-    if written.ops is None and not ours:
-        return events, records, None  # the window's rows alone: snapshot rows (r)
-    ops = [*(written.ops or ()), *(c.op for c in ours), *("r" for _ in window)]
-    return events, records, ops
+    (events, or the records it wrote, woven or as they came), then a closed window's rows.
+    A batch's changes are all of one kind, so the first tells which."""
+    if not changes or not isinstance(changes[0], WrittenChange):
+        events = cast(list[ChangeEvent], changes)
+        if written.ops is None:
+            return events, [*written.records, *window], None  # window rows alone: op r
+        return events, [*written.records, *window], [*written.ops, *("r" for _ in window)]
+    ours = cast(list[WrittenChange], changes)
+    records = [*(c.record for c in ours), *window]
+    return [], records, [*(c.op for c in ours), *("r" for _ in window)]
