@@ -7,7 +7,7 @@ package that declares a ``cdc.sinks`` entry point (a transform: ``cdc.transforms
 from __future__ import annotations
 
 from functools import cache
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from cdc.contracts.errors import PluginNotFound
@@ -27,8 +27,30 @@ def available(group: str) -> tuple[str, ...]:
 @cache
 def load(group: str, name: str) -> Any:
     """The plugin object that entry point ``name`` of ``group`` names."""
-    for ep in entry_points(group=group, name=name):
-        return ep.load()
     kind = _KINDS.get(group, group)
+    for ep in entry_points(group=group, name=name):
+        try:
+            return ep.load()
+        except ModuleNotFoundError as exc:
+            raise PluginNotFound(_missing_client(kind, ep, exc)) from exc
     known = ", ".join(available(group)) or "none"
     raise PluginNotFound(f"unknown {kind} type {name!r} (installed: {known})")
+
+
+def _missing_client(kind: str, ep: EntryPoint, exc: ModuleNotFoundError) -> str:
+    """The error for a plugin whose client library is not installed, with the pip command.
+
+    An optional sink's client is an extra of the package that declares it, named as the sink
+    (``pip install "cdc-connectors[iceberg]"``); a plugin without such an extra is told to
+    install the missing module itself.
+    """
+    if exc.name and (ep.module == exc.name or ep.module.startswith(exc.name + ".")):
+        return f"{kind} type {ep.name!r}: its module {ep.module!r} is missing (a broken install?)"
+    dist = ep.dist
+    extras = dist.metadata.get_all("Provides-Extra") or [] if dist is not None else []
+    if dist is not None and ep.name in extras:
+        command = f'pip install "{dist.name}[{ep.name}]"'
+    else:
+        command = f"pip install {exc.name}"
+    missing = f"needs the {exc.name!r} module, which is not installed"
+    return f"{kind} type {ep.name!r} {missing}: {command}"
