@@ -21,7 +21,7 @@ from psycopg import sql
 from cdc.contracts.errors import RecordError
 from cdc.contracts.sink import SinkRecord
 from sinks.keyed import Change, Kind
-from sinks.postgres import catalog, history
+from sinks.postgres import catalog, enums, history
 from sinks.postgres.catalog import POSITION, SEQUENCE, Ident, TableInfo
 from sinks.postgres.connection import first_line
 from sinks.postgres.plan import TableChanges, commit_ms
@@ -60,7 +60,7 @@ def apply(
     if keep_history:  # staged and judged before the current table changes
         _stage_versions(conn, info, changes.versions(), convert, columns)
     conn.execute(_create_stage(info))
-    _copy(conn, _S, columns, staged, winners)
+    _copy(conn, info, _S, columns, staged, winners)
     kinds = {row[-1] for row in staged}
     if True in kinds:
         conn.execute(_delete_rows(info))
@@ -87,7 +87,7 @@ def _stage_versions(
     ]
     stage = sql.Identifier(history.VERSIONS)
     conn.execute(history.create_versions(info, DELETE))
-    _copy(conn, stage, [*columns, history.TS, history.OP], rows, versions)
+    _copy(conn, info, stage, [*columns, history.TS, history.OP], rows, versions)
     conn.execute(history.drop_losers(info), info.watermark)
 
 
@@ -131,6 +131,7 @@ def _staged_row(info: TableInfo, change: Change, convert: Mapping[str, Convert])
 
 def _copy(
     conn: psycopg.Connection[Any],
+    info: TableInfo,
     stage: sql.Identifier,
     columns: list[str],
     rows: list[tuple[Any, ...]],
@@ -144,6 +145,10 @@ def _copy(
             for row in rows:
                 copy.write_row(row)
     except (psycopg.DataError, psycopg.IntegrityError) as exc:
+        column = _COLUMN_IN_CONTEXT.search(exc.diag.context or "")
+        if column and column.group(1) in info.enums and exc.sqlstate == enums.INVALID_TEXT:
+            source = ".".join(changes[0].table)
+            raise enums.missing_label(info, column.group(1), source) from None
         raise _culprit(conn, statement, rows, changes, exc) from None
 
 

@@ -60,6 +60,8 @@ class TableInfo:
     """Former names of renamed columns, to their current ones (:mod:`.renames`)."""
     history: bool = False
     """``<table>__history`` exists (:mod:`.history`)."""
+    enums: set[str] = field(default_factory=set)
+    """The columns typed as an enum of the target, or an array of one (:mod:`.enums`)."""
 
     @property
     def target(self) -> sql.Identifier:
@@ -123,7 +125,9 @@ def meta_ddl(schema: str) -> list[sql.Composed]:
 
 
 _COLUMNS: Final = sql.SQL(
-    "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+    "SELECT a.attname, format_type(a.atttypid, a.atttypmod), "
+    "coalesce(e.typtype, t.typtype) = 'e' FROM pg_attribute a JOIN pg_type t "
+    "ON t.oid = a.atttypid LEFT JOIN pg_type e ON t.typcategory = 'A' AND e.oid = t.typelem "
     "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum"
 )
 _KEYS: Final = sql.SQL(
@@ -139,9 +143,10 @@ def load(conn: psycopg.Connection[Any], schema: str, name: str, ident: Ident) ->
     found = conn.execute("SELECT to_regclass(%s)", [regclass]).fetchone()
     if found is None or found[0] is None:
         return None
-    columns = {n: t for n, t in conn.execute(_COLUMNS, [regclass]) if n not in HIDDEN}
+    found_columns = [r for r in conn.execute(_COLUMNS, [regclass]) if r[0] not in HIDDEN]
     keys = [n for (n,) in conn.execute(_KEYS, [regclass])]
-    info = TableInfo(schema, name, columns, keys)
+    info = TableInfo(schema, name, {n: t for n, t, _ in found_columns}, keys)
+    info.enums = {n for n, _, enum in found_columns if enum}
     history = sql.Identifier(schema, side_name(name, HISTORY_SUFFIX)).as_string(conn)
     kept = conn.execute("SELECT to_regclass(%s)", [history]).fetchone()
     info.history = kept is not None and kept[0] is not None

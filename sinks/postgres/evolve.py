@@ -18,7 +18,7 @@ from psycopg import sql
 from cdc.contracts.errors import SinkFatal
 from cdc.contracts.schema import TableSchema
 from cdc.support.logging import Logger
-from sinks.postgres import catalog, renames
+from sinks.postgres import catalog, enums, renames
 from sinks.postgres.catalog import HIDDEN, Ident, TableInfo
 from sinks.postgres.types import target_type
 from sinks.postgres.widen import is_widening
@@ -50,7 +50,9 @@ def prepare(
         )
     _check_names(where, [c.name for c in published.columns])
     if info is None:
-        create_as.columns = {c.name: target_type(c.type) for c in published.columns}
+        create_as.columns = {
+            c.name: _typed(conn, create_as, c.name, c.type) for c in published.columns
+        }
         create_as.keys = list(published.key_columns)
         catalog.create(conn, create_as, ident)
         logger.info("postgres.table_created", table=where, keys=create_as.keys)
@@ -59,8 +61,17 @@ def prepare(
     renames.follow(conn, info, published, ident, logger)
     _check_keys(where, source, info, published)
     for column in published.columns:
-        _follow(conn, info, column.name, target_type(column.type), source, logger)
+        _follow(conn, info, column.name, column.type, source, logger)
     return info
+
+
+def _typed(conn: psycopg.Connection[Any], info: TableInfo, name: str, source_type: str) -> str:
+    """A new column's type: the target's enum of the source type's name, else as mapped."""
+    enum = enums.resolve(conn, info.schema, source_type)
+    if enum is None:
+        return target_type(source_type)
+    info.enums.add(name)
+    return enum
 
 
 def _check_names(where: str, names: list[str]) -> None:
@@ -85,13 +96,15 @@ def _follow(
     conn: psycopg.Connection[Any],
     info: TableInfo,
     name: str,
-    new: str,
+    source_type: str,
     source: str,
     logger: Logger,
 ) -> None:
     where = f"{source} (target {info.schema}.{info.name})"
     old = info.columns.get(name)
+    new = target_type(source_type)
     if old is None:
+        new = _typed(conn, info, name, source_type)
         for table in info.holding(name):
             conn.execute(
                 sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(

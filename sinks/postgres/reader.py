@@ -66,6 +66,14 @@ def read_rows(
         conn.close()
 
 
+def _selected(info: catalog.TableInfo, column: str) -> sql.Composable:
+    """A column as read: an enum's labels as text (psycopg knows no enum type by itself)."""
+    if column not in info.enums:
+        return sql.Identifier(column)
+    as_text = "text[]" if info.columns[column].endswith("[]") else "text"
+    return sql.SQL("{}::{}").format(sql.Identifier(column), sql.SQL(as_text))
+
+
 def _rows(
     conn: psycopg.Connection[Any], config: PostgresSinkConfig, name: str
 ) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
@@ -77,7 +85,7 @@ def _rows(
     columns = list(info.columns)
     decoders = [decoder(info.columns[c], READABLE) for c in columns]
     select = sql.SQL("SELECT {} FROM {}").format(
-        sql.SQL(", ").join(map(sql.Identifier, columns)), info.target
+        sql.SQL(", ").join(_selected(info, c) for c in columns), info.target
     )
     with conn.transaction(), conn.cursor(name="cdc_read") as cur:
         cur.execute(select)

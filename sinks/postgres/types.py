@@ -9,10 +9,12 @@ itself, and a published type is compared with the column's by name):
   network types and ``xml`` keep their type; ``money`` becomes ``numeric`` (Debezium writes it
   as a decimal, and ``money``'s text depends on the target's ``lc_monetary``);
 * arrays of those stay arrays (PostgreSQL's array types do not fix the dimensions);
-* enums, domains and every other type become ``text`` holding the source's text;
+* enums, domains and every other type become ``text`` holding the source's text (an enum the
+  target has by the same name is used instead: :mod:`.enums`);
 * a column without a type (a schemaless MongoDB field) is ``jsonb``.
 
-Only type names built here from a closed list and digits ever reach SQL.
+Only type names built here from a closed list and digits ever reach SQL (and an enum's, as the
+server's ``format_type`` spells it).
 """
 
 from __future__ import annotations
