@@ -1,0 +1,102 @@
+"""What goes on the wire: each record's stable id and JSON, and a batch's body and message id.
+Pure functions, no I/O.
+
+A record's id is its source position (``<topic>:<position>:<sequence>``), the same whichever
+offset, batch or worker carries it, so a receiver de-duplicates record by record however the
+batches were cut before and after a restart. A record with no position (one appended before
+the log kept positions) is ``<topic>/<partition>/<offset>``. The topic is part of the id: a
+snapshot's rows of two tables share positions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from cdc.contracts.sink import SinkRecord
+
+#: A record's place in the log: what the sink tells its records apart by while delivering.
+Place = tuple[str, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One record ready to send: its id, its JSON, and the record (for a dead letter)."""
+
+    id: str
+    json: bytes
+    record: SinkRecord
+
+    @property
+    def place(self) -> Place:
+        return self.record.topic, self.record.partition, self.record.offset
+
+
+def position_of(record: SinkRecord) -> tuple[Any, Any] | None:
+    """The record's ``(position, sequence)``, or ``None`` when it has none."""
+    try:
+        return record.position
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def record_id(record: SinkRecord, position: tuple[Any, Any] | None) -> str:
+    if position is None:
+        return f"{record.topic}/{record.partition}/{record.offset}"
+    return f"{record.topic}:{position[0]}:{position[1]}"
+
+
+def entry(record: SinkRecord, form: str, prefix: str) -> Entry | None:
+    """``record`` as it is sent under ``form`` (``debezium`` or ``rows``); ``None`` for a
+    tombstone, which is not sent: it only lets the log's compaction drop a deleted key, and
+    the delete before it already told the receiver (its offset is committed all the same).
+
+    ``prefix`` is ``"<pipeline>."``, taken off the topic to name the table.
+    """
+    value = record.value
+    if value is None:
+        return None
+    position = position_of(record)
+    rid = record_id(record, position)
+    pos = None if position is None else list(position)
+    body: dict[str, Any]
+    if form == "rows":
+        body = rows_body(record, value, prefix)
+        body["id"], body["position"] = rid, pos
+    else:
+        body = {"id": rid, "position": pos, "topic": record.topic, "key": record.key}
+        body["value"] = value
+    return Entry(rid, orjson.dumps(body), record)
+
+
+def rows_body(record: SinkRecord, value: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """``{op, table, key, row}``: ``row`` the state after the change; a delete's row is its
+    key alone, never its ``before`` (under REPLICA IDENTITY DEFAULT Debezium fills the other
+    NOT NULL columns with placeholders, ``0`` and ``""``, that the row never held); a
+    truncate's key and row are null."""
+    op = value.get("op")
+    table = record.topic.removeprefix(prefix)
+    if op == "d":
+        row = record.key
+    elif op == "t":
+        row = None
+    else:
+        row = value.get("after")
+    return {"op": op, "table": table, "key": record.key, "row": row}
+
+
+def message_id(batch: Sequence[Entry]) -> str:
+    """The batch's ``webhook-id`` and ``Idempotency-Key``: a hash of its first and last record
+    ids and its length, so a retry of the same batch carries the same one."""
+    seed = f"{batch[0].id}|{batch[-1].id}|{len(batch)}".encode()
+    return "msg_" + hashlib.sha256(seed).hexdigest()[:32]
+
+
+def body(pipeline: str, sink: str, batch: Sequence[Entry]) -> bytes:
+    """The request body: ``{"pipeline", "sink", "records": [...]}``, records in log order."""
+    head = orjson.dumps({"pipeline": pipeline, "sink": sink})[:-1]
+    return b"".join((head, b',"records":[', b",".join(e.json for e in batch), b"]}"))
