@@ -1,0 +1,175 @@
+"""One table's buffered records as one Iceberg transaction, with the offsets in its summary.
+
+``current`` mode: the newest change of each key (by source position) is applied when it is
+newer than what the table holds for the key (``_cdc_pos``, ``_cdc_seq``) and than the table's
+last truncate, through pyiceberg's ``upsert`` (copy-on-write: the data files holding a matched
+key are rewritten). A delete is kept as a row of its key with ``_cdc_deleted`` true and every
+other column NULL, so a replayed older upsert of the key is refused by its position: readers
+take ``WHERE NOT _cdc_deleted``. ``append`` mode: every change is a row with its operation,
+position and commit time.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import warnings
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa  # type: ignore[import-untyped]
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.table import DataScan, Table
+from pyiceberg.table.upsert_util import create_match_filter
+
+from cdc.contracts.errors import RecordError
+from cdc.contracts.schema import TableSchema
+from cdc.contracts.sink import SinkContext, SinkRecord, record_options
+from cdc.envelope.options import EnvelopeOptions
+from sinks.iceberg import tables
+from sinks.iceberg.tables import COMMITTED, DELETED, OP, POS, SEQ
+from sinks.iceberg.types import Store, Unstorable, storer
+from sinks.keyed import Change, Kind, Pos, TopicTables, classify
+
+Row = dict[str, Any]
+
+
+@dataclass(slots=True)
+class Commit:
+    """What one table's commit needs besides its records."""
+
+    table: Table
+    published: TableSchema
+    offsets: Mapping[Any, int]
+    truncated: Pos | None
+    context: SinkContext
+    topics: TopicTables
+    stores: dict[EnvelopeOptions | None, dict[str, Store]] = field(default_factory=dict)
+
+    def row(self, change: Change) -> Row:
+        """The change's columns as the table stores them."""
+        record = change.record
+        options = record_options(record, self.context)
+        stores = self.stores.get(options)
+        if stores is None:
+            types = {c.name: c.type for c in self.published.columns}
+            stores = self.stores[options] = {n: storer(t, options) for n, t in types.items()}
+        source = change.row if change.row is not None else change.key
+        out: Row = {}
+        for name, store in stores.items():
+            try:
+                out[name] = store(source.get(name))
+            except (Unstorable, ValueError, TypeError, ArithmeticError) as exc:
+                # The reason names the type, never the value: the column may be masked.
+                raise RecordError(f"column {name}: {exc}", record) from None
+        return out
+
+
+def apply_current(commit: Commit, records: Sequence[SinkRecord]) -> Pos | None:
+    """Apply the newest change of each key; return the table's truncate position after it."""
+    latest, truncate = _newest(records, commit.topics)
+    truncated = commit.truncated
+    tx = commit.table.transaction()
+    if truncate is not None and (truncated is None or truncate > truncated):
+        truncated = truncate
+        with warnings.catch_warnings():  # an empty table: "did not match any records"
+            warnings.simplefilter("ignore")
+            tx.delete(AlwaysTrue(), snapshot_properties=tables.summary(commit.offsets, truncated))
+    changes = [c for c in latest.values() if truncated is None or (c.pos or (0, 0)) > truncated]
+    keys = commit.published.key_columns
+    rows = [_current_row(commit, c) for c in changes]
+    arrow = commit.table.schema().as_arrow()
+    props = tables.summary(commit.offsets, truncated)
+    if rows:
+        held = _held(tx, commit.table, pa.Table.from_pylist(rows, schema=arrow), keys)
+        rows = [r for r in rows if (r[POS], r[SEQ]) > held.get(_identity(r, keys), (-1, -1))]
+    if rows:
+        tx.upsert(
+            pa.Table.from_pylist(rows, schema=arrow), join_cols=keys, snapshot_properties=props
+        )
+    else:  # nothing to change: the commit still moves the offsets on
+        tx.append(arrow.empty_table(), snapshot_properties=props)
+    tx.commit_transaction()
+    return truncated
+
+
+def apply_append(commit: Commit, records: Sequence[SinkRecord]) -> None:
+    """Append every change of ``records`` as a changelog row."""
+    rows = []
+    for record in records:
+        if record.value is None:
+            continue  # a tombstone: the delete before it is the change
+        change = classify(record, commit.topics)
+        pos = change.pos or (0, 0)
+        row = {} if change.kind is Kind.TRUNCATE else commit.row(change)
+        when = dt.datetime.fromtimestamp(commit_ms(change) / 1000, dt.UTC)
+        row.update({OP: record.value.get("op"), POS: pos[0], SEQ: pos[1], COMMITTED: when})
+        rows.append(row)
+    arrow = commit.table.schema().as_arrow()
+    props = tables.summary(commit.offsets, None)
+    tx = commit.table.transaction()
+    tx.append(pa.Table.from_pylist(rows, schema=arrow), snapshot_properties=props)
+    tx.commit_transaction()
+
+
+def _newest(
+    records: Sequence[SinkRecord], topics: TopicTables
+) -> tuple[dict[Hashable, Change], Pos | None]:
+    """The newest change of each key (by source position, not arrival), and of truncates."""
+    latest: dict[Hashable, Change] = {}
+    truncate: Pos | None = None
+    for record in records:
+        if record.value is None:
+            continue
+        change = classify(record, topics)
+        pos = change.pos or (0, 0)
+        if change.kind is Kind.TRUNCATE:
+            truncate = pos if truncate is None or pos > truncate else truncate
+            continue
+        key = _identity(change.key, list(change.key))
+        held = latest.get(key)
+        if held is None or pos > (held.pos or (0, 0)):
+            latest[key] = change
+    return latest, truncate
+
+
+def _current_row(commit: Commit, change: Change) -> Row:
+    pos = change.pos or (0, 0)
+    deleted = change.kind is Kind.DELETE
+    row = commit.row(change)
+    if deleted:  # by its key alone: the before image holds placeholders
+        keys = set(commit.published.key_columns)
+        row = {n: (v if n in keys else None) for n, v in row.items()}
+    row.update({POS: pos[0], SEQ: pos[1], DELETED: deleted})
+    return row
+
+
+def _held(tx: Any, table: Table, rows: pa.Table, keys: list[str]) -> dict[Hashable, Pos]:
+    """The position the table holds (as of ``tx``: after its truncate) for each key of ``rows``."""
+    scan = DataScan(
+        table_metadata=tx.table_metadata,
+        io=table.io,
+        row_filter=create_match_filter(rows, keys),
+        selected_fields=(*keys, POS, SEQ),
+    )
+    found: dict[Hashable, Pos] = {}
+    for row in scan.to_arrow().to_pylist():
+        found[_identity(row, keys)] = (row[POS] or 0, row[SEQ] or 0)
+    return found
+
+
+def _identity(row: Mapping[str, Any], keys: list[str]) -> Hashable:
+    values = tuple(row[k] for k in keys)
+    try:
+        hash(values)
+    except TypeError:
+        return repr(values)
+    return values
+
+
+def commit_ms(change: Change) -> int:
+    """The change's source commit time in ms (``source.ts_ms``, else the envelope's)."""
+    value = change.record.value or {}
+    source = value.get("source")
+    ts = (source.get("ts_ms") if isinstance(source, dict) else None) or value.get("ts_ms")
+    return ts if type(ts) is int else 0

@@ -1,0 +1,23 @@
+"""Entry point ``iceberg`` of ``cdc.sinks``."""
+
+from __future__ import annotations
+
+from cdc.contracts.sink import SinkContext
+from sinks.iceberg import doctor as preflight
+from sinks.iceberg import reader
+from sinks.iceberg.config import IcebergSinkConfig
+from sinks.iceberg.sink import IcebergSink
+
+
+class IcebergSinkPlugin:
+    """Builds :class:`IcebergSink`; :meth:`read_rows` reads a table back for ``cdc verify``."""
+
+    config_model = IcebergSinkConfig
+    rows_decoded = True  # read_rows gives values by their meaning, not the envelope's encoding
+
+    @staticmethod
+    def create(config: IcebergSinkConfig, context: SinkContext) -> IcebergSink:
+        return IcebergSink(config, context)
+
+    read_rows = staticmethod(reader.read_rows)
+    doctor = staticmethod(preflight.doctor)  # cdc doctor: reachable, pyiceberg, may create

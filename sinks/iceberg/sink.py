@@ -1,0 +1,264 @@
+"""The Iceberg sink: buffers changes and commits them in batches, each table's commit carrying
+the consumed offsets of that table's topic in its snapshot summary.
+
+Checkpoint (:mod:`cdc.runtime.sink_task`): the runner calls ``flush`` after every batch and
+then commits the group's offsets; this sink commits to Iceberg only every
+``commit_interval_s`` or ``max_rows``, so the group's offsets can run ahead of the tables.
+That is safe because the runner starts from :meth:`IcebergSink.stored_offsets`, the offsets of
+the tables' last commits, wherever it has one, and a partition new to the tables forces a
+commit at once, so every partition the sink ever buffered has one. A crash between two tables'
+commits leaves each table at its own offsets, and the topics of two tables never share a
+partition: each resumes exactly after its last commit. A failed commit keeps the buffer, and
+records handed in again (the runner retries the batch) are skipped by offset.
+
+While idle, the runner asks :meth:`IcebergSink.probe` every few seconds: buffered changes
+whose interval has passed are committed then, not at the next change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.exceptions import CommitFailedException, NamespaceAlreadyExistsError
+from pyiceberg.table import Table as IcebergTable
+
+from cdc.contracts.errors import CdcError, SinkFatal, SinkUnavailable
+from cdc.contracts.sink import SinkContext, SinkRecord, sink_offsets
+from cdc.log.base import TopicPartition
+from sinks.iceberg import apply, tables
+from sinks.iceberg.config import IcebergSinkConfig
+from sinks.keyed import Pos, Table, TopicTables
+
+
+class IcebergSink:
+    """Keeps ``<namespace>.<table>`` Iceberg tables in sync with the source's topics."""
+
+    def __init__(self, config: IcebergSinkConfig, context: SinkContext) -> None:
+        self._config = config
+        self._context = context
+        self._namespace = config.namespace_for(context.pipeline)
+        self._topics = TopicTables(context.pipeline, context.tables)
+        self._catalog: Catalog | None = None
+        self._tables: dict[Table, IcebergTable] = {}
+        self._shapes: dict[Table, Any] = {}
+        self._offsets: dict[TopicPartition, int] = {}  # committed to the tables
+        self._seen: dict[TopicPartition, int] = {}  # committed or buffered
+        self._truncated: dict[Table, Pos | None] = {}
+        self._pending: dict[Table, list[SinkRecord]] = {}
+        self._since: float | None = None
+        self._fresh = False
+        self._log = context.logger
+
+    def open(self) -> None:
+        """Load the catalog, make the namespace and read each table's stored offsets.
+
+        Raises:
+            SinkUnavailable: the catalog cannot be reached now.
+            SinkFatal: it refuses the sink (a bad catalog configuration, no permission).
+        """
+        with self._translated("opening the catalog"):
+            self._catalog = open_catalog(self._config)
+            with contextlib.suppress(NamespaceAlreadyExistsError):
+                self._catalog.create_namespace_if_not_exists(self._namespace)
+            self._load()
+        self._log.info("iceberg.opened", catalog=self._config.where(), namespace=self._namespace)
+
+    def stored_offsets(self) -> Mapping[TopicPartition, int]:
+        return dict(self._offsets)
+
+    def write(self, records: Sequence[SinkRecord]) -> None:
+        seen = self._seen
+        for record in records:
+            tp = TopicPartition(record.topic, record.partition)
+            if record.offset < seen.get(tp, 0):
+                continue  # buffered or committed already: the runner retries a failed batch
+            seen[tp] = record.offset + 1
+            # No commit stored this partition yet, so the runner would start it from the
+            # group's offset: the next flush commits, and the tables' offsets cover it.
+            self._fresh = self._fresh or tp not in self._offsets
+            self._pending.setdefault(self._topics.table(record.topic), []).append(record)
+            if self._since is None:
+                self._since = time.monotonic()
+
+    def flush(self) -> None:
+        """Commit the buffered changes when due (see the module docstring).
+
+        Raises:
+            RecordError: a record no column can hold (nothing of its table is committed).
+            SinkFatal: a schema change Iceberg cannot make, or a catalog that refuses.
+            SinkUnavailable: the catalog is away, or another writer committed first.
+        """
+        if self._due():
+            self.commit()
+
+    def probe(self) -> None:
+        """Called while idle: commit changes whose interval has passed."""
+        if self._pending and self._due():
+            self.commit()
+
+    def commit(self) -> None:
+        """Commit every table's buffered changes now, one Iceberg commit a table."""
+        for table in list(self._pending):
+            self._commit(table, self._pending[table])
+            del self._pending[table]
+        self._since, self._fresh = None, False
+
+    def close(self) -> None:
+        self._pending, self._since, self._seen = {}, None, dict(self._offsets)
+        self._catalog = None
+
+    def reset_table(self, table: Table, partitions: Sequence[TopicPartition]) -> None:
+        """Drop the Iceberg table and create it again, empty, with offset 0 for ``partitions``
+        in its properties (the table's offsets when it has no snapshot)."""
+        catalog = self._open_catalog()
+        name = tables.identifier(self._namespace, table)
+        with self._translated(f"resetting {name[0]}.{name[1]}"):
+            if tables.load(catalog, name) is not None:
+                catalog.drop_table(name)
+            self._forget(table)
+            offsets = {tp: 0 for tp in partitions}
+            published = self._context.schemas.get(*table)
+            if published is not None:
+                self._tables[table] = tables.create(
+                    catalog, name, published, self._config.mode, offsets
+                )
+                self._shapes[table] = published
+            self._offsets.update(offsets)
+            self._seen.update(offsets)
+        self._log.info("iceberg.table_reset", table=f"{name[0]}.{name[1]}")
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _due(self) -> bool:
+        if not self._pending:
+            return False
+        if self._fresh:
+            return True
+        if sum(map(len, self._pending.values())) >= self._config.max_rows:
+            return True
+        waited = time.monotonic() - (self._since or time.monotonic())
+        return waited >= self._config.commit_interval_s
+
+    def _commit(self, table: Table, records: list[SinkRecord]) -> None:
+        offsets = {
+            tp: o for tp, o in self._offsets.items() if self._topics.table(tp.topic) == table
+        }
+        # After a failed commit that may have landed, the state was read again: what it
+        # stored is not applied twice.
+        records = [r for r in records if r.offset >= offsets.get(r.tp, 0)]
+        offsets.update(sink_offsets(records))
+        where = f"{table[0]}.{table[1]}"
+        with self._translated(f"committing {where}"):
+            published = self._context.schemas.get(*table)
+            if published is None:
+                raise SinkFatal(f"no published schema for {where}: the sink cannot type it")
+            commit = apply.Commit(
+                self._table(table, published),
+                published,
+                offsets,
+                self._truncated.get(table),
+                self._context,
+                self._topics,
+            )
+            started = time.monotonic()
+            if self._config.mode == "current":
+                self._truncated[table] = apply.apply_current(commit, records)
+            else:
+                apply.apply_append(commit, records)
+        self._offsets.update(offsets)
+        self._tables.pop(table, None)  # the transaction committed a new metadata version
+        self._log.debug(
+            "iceberg.committed",
+            table=where,
+            records=len(records),
+            seconds=round(time.monotonic() - started, 4),
+        )
+
+    def _table(self, table: Table, published: Any) -> IcebergTable:
+        """The table, created or evolved from ``published`` when it is new to the sink."""
+        catalog = self._open_catalog()
+        name = tables.identifier(self._namespace, table)
+        found = self._tables.get(table) or tables.load(catalog, name)
+        if found is None:
+            found = tables.create(catalog, name, published, self._config.mode)
+        elif self._shapes.get(table) != published:
+            tables.evolve(found, published, f"{name[0]}.{name[1]}")
+            found = catalog.load_table(name)
+        self._tables[table], self._shapes[table] = found, published
+        return found
+
+    def _load(self) -> None:
+        """Each table's stored offsets and truncate position, read again."""
+        catalog = self._open_catalog()
+        self._tables, self._shapes, self._offsets = {}, {}, {}
+        for table in self._context.tables:
+            found = tables.load(catalog, tables.identifier(self._namespace, table))
+            if found is None:
+                continue
+            offsets, self._truncated[table] = tables.state(found)
+            self._offsets.update(offsets)
+        for tp, offset in self._offsets.items():
+            self._seen[tp] = max(offset, self._seen.get(tp, 0))
+
+    def _forget(self, table: Table) -> None:
+        self._tables.pop(table, None)
+        self._shapes.pop(table, None)
+        self._truncated.pop(table, None)
+        self._pending.pop(table, None)
+        for tp in [tp for tp in self._offsets if self._topics.table(tp.topic) == table]:
+            del self._offsets[tp]
+
+    def _open_catalog(self) -> Catalog:
+        if self._catalog is None:
+            raise SinkFatal(f"Iceberg sink {self._context.sink_name}: used before open")
+        return self._catalog
+
+    @contextlib.contextmanager
+    def _translated(self, doing: str) -> Iterator[None]:
+        """pyiceberg's errors as the framework's, secrets taken out; a failed commit may
+        have landed (an ambiguous answer), so the tables' state is read again after one."""
+        try:
+            yield
+        except CdcError:
+            raise
+        except CommitFailedException as exc:
+            self._reload()
+            raise SinkUnavailable(self._message(doing, exc)) from None
+        except (OSError, ConnectionError, TimeoutError) as exc:
+            self._reload()
+            raise SinkUnavailable(self._message(doing, exc)) from None
+        except Exception as exc:  # pyiceberg, SQLAlchemy, pyarrow: no common root
+            self._reload()
+            if _unavailable(exc):
+                raise SinkUnavailable(self._message(doing, exc)) from None
+            raise SinkFatal(self._message(doing, exc)) from None
+
+    def _reload(self) -> None:
+        if self._catalog is not None:
+            with contextlib.suppress(Exception):
+                self._load()
+
+    def _message(self, doing: str, exc: BaseException) -> str:
+        text = self._config.scrub(f"{type(exc).__name__}: {exc}")
+        return f"Iceberg sink {self._context.sink_name} ({self._config.where()}): {doing}: {text}"
+
+
+def _unavailable(exc: Exception) -> bool:
+    """A catalog that is away or busy now (SQLAlchemy's OperationalError: a locked SQLite
+    file, a refused connection; a REST catalog's 503 or 504)."""
+    name = type(exc).__name__
+    return name in ("OperationalError", "ServiceUnavailableError", "ServerError")
+
+
+def open_catalog(config: IcebergSinkConfig) -> Catalog:
+    """pyiceberg's catalog for ``config`` (a SQLite file's directory is made first)."""
+    properties = config.catalog_properties()
+    uri = properties.get("uri", "")
+    if uri.startswith("sqlite:///"):
+        Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    return load_catalog(config.name, **properties)
