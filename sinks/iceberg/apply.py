@@ -59,9 +59,12 @@ class Commit:
         for name, store in stores.items():
             try:
                 out[name] = store(source.get(name))
-            except (Unstorable, ValueError, TypeError, ArithmeticError) as exc:
-                # The reason names the type, never the value: the column may be masked.
+            except Unstorable as exc:
                 raise RecordError(f"column {name}: {exc}", record) from None
+            except (ValueError, TypeError, ArithmeticError) as exc:
+                # The reason names the error, never the value: the column may be masked.
+                reason = f"column {name}: not a value of its type ({type(exc).__name__})"
+                raise RecordError(reason, record) from None
         return out
 
 

@@ -130,10 +130,7 @@ def evolve(table: Table, published: TableSchema, where: str) -> Table:
     schema = table.schema()
     by_id = {_source_id(f.doc): f for f in schema.fields if _source_id(f.doc) is not None}
     names = {f.name for f in schema.fields}
-    if [schema.find_field(i).name for i in schema.identifier_field_ids] not in (
-        [],
-        published.key_columns,
-    ) and set(published.key_columns) - names:
+    if _keys_after(schema, published) != sorted(published.key_columns):
         raise _refused(where, f"the key became {published.key_columns}")
     with table.update_schema() as update:
         for column in published.columns:
@@ -143,7 +140,7 @@ def evolve(table: Table, published: TableSchema, where: str) -> Table:
                 held = by_id[column.id]
                 update.rename_column(held.name, column.name)
             if held is None:
-                update.add_column(column.name, _numbered(wanted), doc=_doc(column.id))
+                update.add_column(column.name, wanted, doc=_doc(column.id))
             elif held.field_type != wanted and not _same_list(held.field_type, wanted):
                 if not _widens(held.field_type, wanted):
                     raise _refused(where, f"{column.name} changed {held.field_type} -> {wanted}")
@@ -151,8 +148,14 @@ def evolve(table: Table, published: TableSchema, where: str) -> Table:
     return table
 
 
-def _numbered(kind: IcebergType) -> IcebergType:
-    return kind  # pyiceberg gives a new column's nested fields fresh ids
+def _keys_after(schema: Schema, published: TableSchema) -> list[str]:
+    """The table's key columns under the names ``published`` gives them (a key column
+    renamed at the source keeps its id); append mode has none, so any key passes."""
+    ids: dict[int | None, str] = {c.id: c.name for c in published.columns if c.id is not None}
+    keys = [schema.find_field(i) for i in schema.identifier_field_ids]
+    if not keys:
+        return sorted(published.key_columns)
+    return sorted(ids.get(_source_id(f.doc), f.name) for f in keys)
 
 
 def _same_list(held: IcebergType, wanted: IcebergType) -> bool:

@@ -138,13 +138,14 @@ def _same(value: Any) -> Any:
 
 def _typed(value: Any, wanted: type) -> Any:
     if not isinstance(value, wanted):  # 'infinity', a BC date, 24:00:00: kept as the source's text
-        raise Unstorable(f"{value!r} has no Iceberg {wanted.__name__} value")
+        # The value is not named: its column may be masked.
+        raise Unstorable(f"a {type(value).__name__} value with no Iceberg {wanted.__name__}")
     return value
 
 
 def _decimal(value: Any) -> Decimal:
     if not isinstance(value, Decimal) or not value.is_finite():
-        raise Unstorable(f"{value!r} has no Iceberg decimal value")
+        raise Unstorable("a value with no Iceberg decimal (NaN, infinity or not a number)")
     return value
 
 
