@@ -1,0 +1,100 @@
+"""A batch's changes as Bulk API actions: one per key, the newest by source position.
+
+Changes are taken in log order. A truncate cuts the batch: what came before it is sent first,
+then the table is truncated, and the changes after it follow. Within a part, each document
+keeps its newest change by the full position (only the newest can take effect at the server).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from cdc.contracts.errors import RecordError
+from sinks.keyed import Change, Kind, Pos, Table
+from sinks.opensearch.versions import version
+
+#: OpenSearch's longest ``_id``, in bytes.
+MAX_ID = 512
+
+
+def doc_id(key: Mapping[str, Any]) -> str:
+    """The document id of a record key: a one-column key's value as text (a string as it is),
+    a composite key the JSON array of its values in key-column order; a longer id than
+    OpenSearch takes is its SHA-256."""
+    values = list(key.values())
+    if len(values) == 1:
+        value = values[0]
+        text = value if isinstance(value, str) else orjson.dumps(value).decode()
+    else:
+        text = orjson.dumps(values).decode()
+    if len(text.encode()) > MAX_ID:
+        return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    return text
+
+
+@dataclass
+class Part:
+    """The newest change of each document of a run of changes, and a truncate ending it."""
+
+    latest: dict[tuple[Table, str], Change] = field(default_factory=dict)
+    truncate: Change | None = None
+
+
+def parts(changes: Sequence[Change]) -> list[Part]:
+    """``changes`` cut at each truncate, keeping each document's newest change per part.
+
+    Raises:
+        RecordError: a change of a table without a key (it has no document to address).
+    """
+    out = [Part()]
+    for change in changes:
+        kind = change.kind
+        if kind is Kind.TOMBSTONE:
+            continue  # compaction's marker; the delete before it did the work
+        if kind is Kind.TRUNCATE:
+            out[-1].truncate = change
+            out.append(Part())
+            continue
+        if not change.key:
+            raise RecordError("a change without a key cannot be a document", change.record)
+        slot = (change.table, doc_id(change.key))
+        held = out[-1].latest.get(slot)
+        if held is None or _newer(change, held):
+            out[-1].latest[slot] = change
+    return out
+
+
+def _newer(change: Change, held: Change) -> bool:
+    assert change.pos is not None and held.pos is not None
+    return change.pos > held.pos or (change.pos == held.pos and change.offset > held.offset)
+
+
+def connector(change: Change) -> object:
+    value = change.record.value
+    source = value.get("source") if value is not None else None
+    return source.get("connector") if isinstance(source, dict) else None
+
+
+def action(index: str, doc: str, change: Change) -> tuple[bytes, Change]:
+    """The NDJSON lines of one change (``index`` for an upsert, ``delete`` for a delete).
+
+    A delete is sent by its key alone: the record's ``before`` (key plus placeholders under
+    REPLICA IDENTITY DEFAULT) is never looked at.
+    """
+    position, sequence = change.pos or (0, 0)
+    number, kind = version(position, sequence, connector(change))
+    meta = {"_index": index, "_id": doc, "version": number, "version_type": kind}
+    if change.kind is Kind.DELETE:
+        return orjson.dumps({"delete": meta}) + b"\n", change
+    line = orjson.dumps({"index": meta}) + b"\n" + orjson.dumps(change.row) + b"\n"
+    return line, change
+
+
+def older_than(pos: Pos | None, watermark: Pos | None) -> bool:
+    """A change at ``pos`` is no newer than a truncate at ``watermark``."""
+    return watermark is not None and pos is not None and pos <= watermark
