@@ -23,6 +23,9 @@ MONGO_SOURCES := $(shell find tests/mongo/src -name '*.java' 2>/dev/null)
 DEBEZIUM_LIB := tests/debezium/target/lib
 DEBEZIUM_SOURCES := $(shell find tests/debezium/src -type f 2>/dev/null)
 CONNECT_LIB := tests/connect/target/lib
+# A single OpenSearch node (2.19, Java 17) from the server's jars: the OpenSearch sink's tests.
+OPENSEARCH_LIB := tests/opensearch/target/lib
+OPENSEARCH_SOURCES := $(shell find tests/opensearch/src -name '*.java' 2>/dev/null)
 
 .PHONY: install apt venv pip jars pgbins test second-lane lint typecheck pytest pytest-pg-versions kafka demo bench-ci clean
 
@@ -71,7 +74,8 @@ $(VENV)/.installed: pyproject.toml $(NATIVE_SOURCES) | $(PYTHON)
 ## jars: Kafka 4, mongo-java-server, the Debezium embedded engine (with its PostgreSQL
 ## connector and the JSON-lines runner tests/debezium builds) and a Kafka Connect worker with
 ## Debezium's JDBC sink (tests/connect), with their dependencies, from Maven Central.
-jars: $(KAFKA_LIB)/.built $(MONGO_LIB)/.built $(DEBEZIUM_LIB)/.built $(CONNECT_LIB)/.built
+jars: $(KAFKA_LIB)/.built $(MONGO_LIB)/.built $(DEBEZIUM_LIB)/.built $(CONNECT_LIB)/.built \
+  $(OPENSEARCH_LIB)/.built
 $(KAFKA_LIB)/.built: tests/kafka/pom.xml
 	rm -rf $(KAFKA_LIB)
 	(cd tests/kafka && $(MVN) package)
@@ -79,6 +83,10 @@ $(KAFKA_LIB)/.built: tests/kafka/pom.xml
 $(MONGO_LIB)/.built: tests/mongo/pom.xml $(MONGO_SOURCES)
 	rm -rf $(MONGO_LIB)
 	(cd tests/mongo && $(MVN) package)
+	touch $@
+$(OPENSEARCH_LIB)/.built: tests/opensearch/pom.xml $(OPENSEARCH_SOURCES)
+	rm -rf $(OPENSEARCH_LIB)
+	(cd tests/opensearch && $(MVN) package)
 	touch $@
 $(DEBEZIUM_LIB)/.built: tests/debezium/pom.xml $(DEBEZIUM_SOURCES)
 	rm -rf $(DEBEZIUM_LIB)
@@ -150,6 +158,7 @@ second-lane:
 	$(MAKE) --no-print-directory lint || failed+=(lint)
 	$(MAKE) --no-print-directory typecheck || failed+=(mypy)
 	$(MAKE) --no-print-directory pytest PYTEST_ARGS="tests/unit" JUNIT=build/pytest-unit-junit.xml || failed+=(unit)
+	$(MAKE) --no-print-directory example-plugin || failed+=(example-plugin)
 	$(MAKE) --no-print-directory pytest-pg-versions || failed+=(pytest-pg-versions)
 	echo "$${failed[*]}" > build/lane.failed
 	if [ $${#failed[@]} -ne 0 ]; then echo "second lane: FAILED: $${failed[*]}" >&2; exit 1; fi
@@ -179,6 +188,21 @@ pytest:
 	  -n $(PYTEST_WORKERS) --dist loadfile --junitxml=$(JUNIT) $(PYTEST_ARGS) || rc=$$?
 	if [ $$rc -eq 5 ]; then echo "pytest: no tests were collected" >&2; fi
 	exit $$rc
+
+## example-plugin: the example third-party sink (examples/cdc-sink-sqlite) installed into the
+## project's virtualenv as a user installs one (pip install of the directory, not editable; its
+## dependencies are the project's, already there), then its own tests, run from its directory
+## so they import the installed package: cdc.testing's conformance kit, and cdc run and
+## cdc verify through its entry point. A change of the plugin interface that would break a
+## third-party sink fails here. About 15 s, in make test's second lane.
+EXAMPLE_PLUGIN := examples/cdc-sink-sqlite
+.PHONY: example-plugin
+example-plugin: pip
+	mkdir -p build
+	rm -rf $(EXAMPLE_PLUGIN)/build
+	PIP_ROOT_USER_ACTION=ignore $(PYTHON) -m pip install -q --no-deps ./$(EXAMPLE_PLUGIN)
+	cd $(EXAMPLE_PLUGIN) && $(abspath $(PYTHON)) -m pytest -q -p no:cacheprovider -ra \
+	  --junitxml=$(abspath build/pytest-example-plugin-junit.xml) tests
 
 ## pytest-pg-versions: the PostgreSQL tests once per version, each on its own server: on
 ## PG_FULL_VERSION every PostgreSQL test below tests/e2e (integration: one plugin against the
@@ -228,4 +252,5 @@ bench-ci: install
 
 clean:
 	rm -rf build $(VENV) tests/kafka/target tests/mongo/target tests/debezium/target tests/connect/target \
+	  tests/opensearch/target \
 	  $(PG_BINS)

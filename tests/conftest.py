@@ -82,6 +82,14 @@ def redis_server() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
+def opensearch_server() -> Iterator[Any]:
+    """A single-node OpenSearch (``.url``), from ``CDC_TEST_OPENSEARCH_URL`` or the jars."""
+    from tests.services.opensearch import opensearch_server as factory
+
+    yield from _serve(factory)
+
+
+@pytest.fixture(scope="session")
 def kafka_server() -> Iterator[Any]:
     """A single-node Kafka 4 broker in KRaft mode (``.bootstrap_servers``)."""
     from tests.services.kafka import kafka_server as factory

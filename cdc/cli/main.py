@@ -20,7 +20,7 @@ from cdc.cli.support import runtime_errors as _runtime_errors
 from cdc.config.models import parse_listen
 from cdc.config.pipeline import Pipeline
 from cdc.contracts import plugins
-from cdc.contracts.errors import ConfigError
+from cdc.contracts.errors import ConfigError, PluginNotFound
 from cdc.support.logging import configure
 
 if TYPE_CHECKING:
@@ -365,9 +365,12 @@ def _check_names(pipeline: Pipeline, sinks: tuple[str, ...], tables: tuple[str, 
 @click.option("--sink", "sink_name", default=None, help="The search sink (default: the first).")
 @click.option("--limit", type=click.IntRange(min=1), default=10, show_default=True)
 def search(file: str, table: str, query: str, sink_name: str | None, limit: int) -> None:
-    """Query a search sink's index of TABLE (schema.table); prints matching rows as JSON lines."""
+    """Query a search sink's index of TABLE (schema.table); prints matching rows as JSON lines.
+
+    A searchable sink is one whose plugin has ``search`` (``search``, ``opensearch``)."""
     pipeline = _load(file)
-    candidates = [s for s in pipeline.sinks if s.type == "search" and sink_name in (None, s.name)]
+    named = [s for s in pipeline.sinks if sink_name in (None, s.name)]
+    candidates = [s for s in named if _searchable(s.type)]
     if not candidates:
         raise click.UsageError("the pipeline has no such search sink")
     config = candidates[0]
@@ -376,8 +379,16 @@ def search(file: str, table: str, query: str, sink_name: str | None, limit: int)
     plugin = plugins.load(plugins.SINK_GROUP, config.type)
     schema_name, _, table_name = table.partition(".")
     with _runtime_errors():
-        for hit in plugin.search(config, schema_name, table_name, query, limit):
+        hits = plugin.search(config, schema_name, table_name, query, limit, pipeline=pipeline.name)
+        for hit in hits:
             click.echo(orjson.dumps(hit).decode())
+
+
+def _searchable(sink_type: str) -> bool:
+    try:
+        return hasattr(plugins.load(plugins.SINK_GROUP, sink_type), "search")
+    except PluginNotFound:  # a plugin whose extra is missing searches nothing here
+        return False
 
 
 @main.command()

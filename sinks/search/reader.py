@@ -25,7 +25,13 @@ def read_rows(
 
 
 def search(
-    config: SearchSinkConfig, schema: str, table: str, query: str, limit: int = 10
+    config: SearchSinkConfig,
+    schema: str,
+    table: str,
+    query: str,
+    limit: int = 10,
+    *,
+    pipeline: str | None = None,  # not needed: the index directory is the sink's own
 ) -> list[dict[str, Any]]:
     """The rows of ``schema.table`` best matching ``query``, best first.
 
