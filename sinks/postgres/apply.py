@@ -61,6 +61,7 @@ def apply(
         _stage_versions(conn, info, changes.versions(), convert, columns)
     conn.execute(_create_stage(info))
     _copy(conn, info, _S, columns, staged, winners)
+    _hash_keys(conn, info, _S)
     kinds = {row[-1] for row in staged}
     if True in kinds:
         conn.execute(_delete_rows(info))
@@ -88,7 +89,18 @@ def _stage_versions(
     stage = sql.Identifier(history.VERSIONS)
     conn.execute(history.create_versions(info, DELETE))
     _copy(conn, info, stage, [*columns, history.TS, history.OP], rows, versions)
+    _hash_keys(conn, info, stage)
     conn.execute(history.drop_losers(info), info.watermark)
+
+
+def _hash_keys(conn: psycopg.Connection[Any], info: TableInfo, stage: sql.Identifier) -> None:
+    """Fill a staged hashed key from the staged (typed) columns, as the target's rows got it."""
+    if info.hashed:
+        conn.execute(
+            sql.SQL("UPDATE {} AS s SET {} = {}").format(
+                stage, sql.Identifier(catalog.KEY_HASH), catalog.key_hash(info, "s")
+            )
+        )
 
 
 def _truncate(
@@ -176,7 +188,7 @@ def _culprit(
 def _create_stage(info: TableInfo) -> sql.Composed:
     # Typed as the target (CREATE TABLE AS keeps each column's type, not its constraints):
     # COPY's text is parsed by the very input functions the target's columns use.
-    columns = sql.SQL(", ").join(map(sql.Identifier, [*info.columns, POSITION, SEQUENCE]))
+    columns = sql.SQL(", ").join(map(sql.Identifier, [*info.stored, POSITION, SEQUENCE]))
     return sql.SQL(
         "CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT {}, false AS {} FROM {} WITH NO DATA"
     ).format(_S, columns, sql.Identifier(DELETE), info.target)
@@ -191,7 +203,7 @@ def _pos(alias: str) -> sql.Composed:
 def _same_key(info: TableInfo, left: str, right: str) -> sql.Composable:
     return sql.SQL(" AND ").join(
         sql.SQL("{} = {}").format(sql.Identifier(left, k), sql.Identifier(right, k))
-        for k in info.keys
+        for k in info.match
     )
 
 
@@ -202,8 +214,8 @@ def _delete_rows(info: TableInfo) -> sql.Composed:
 
 
 def _remember_deletes(info: TableInfo) -> sql.Composed:
-    keys = sql.SQL(", ").join(map(sql.Identifier, info.keys))
-    picked = sql.SQL(", ").join(sql.Identifier("s", k) for k in [*info.keys, POSITION, SEQUENCE])
+    keys = sql.SQL(", ").join(map(sql.Identifier, info.match))
+    picked = sql.SQL(", ").join(sql.Identifier("s", k) for k in [*info.match, POSITION, SEQUENCE])
     return sql.SQL(
         "INSERT INTO {d} AS d ({keys}, {p}, {q}) SELECT {picked} FROM {s} AS s WHERE s.{flag} "
         "AND {spos} > (%s, %s) AND NOT EXISTS (SELECT FROM {t} AS t WHERE {tkey} AND "
@@ -226,13 +238,13 @@ def _remember_deletes(info: TableInfo) -> sql.Composed:
 
 
 def _upsert(info: TableInfo) -> sql.Composed:
-    columns = [*info.columns, POSITION, SEQUENCE]
+    columns = [*info.stored, POSITION, SEQUENCE]
     names = sql.SQL(", ").join(map(sql.Identifier, columns))
     picked = sql.SQL(", ").join(sql.Identifier("s", c) for c in columns)
     updates = sql.SQL(", ").join(
         sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c))
         for c in columns
-        if c not in info.keys
+        if c not in info.match
     )
     return sql.SQL(
         "INSERT INTO {t} AS t ({names}) SELECT {picked} FROM {s} AS s WHERE NOT s.{flag} "
@@ -250,7 +262,7 @@ def _upsert(info: TableInfo) -> sql.Composed:
         dpos=_pos("d"),
         tpos=_pos("t"),
         dkey=_same_key(info, "d", "s"),
-        keys=sql.SQL(", ").join(map(sql.Identifier, info.keys)),
+        keys=sql.SQL(", ").join(map(sql.Identifier, info.match)),
         updates=updates,
         p=sql.Identifier(POSITION),
         q=sql.Identifier(SEQUENCE),

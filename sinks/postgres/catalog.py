@@ -14,6 +14,10 @@ is ``<table>__cdc_deleted``: the key and position of every key deleted since the
 written. A side table rather than a deleted flag on the row: the target table then holds
 exactly the source's rows, so the replica can be read, joined and constrained as the source
 (a flag would leave dead rows in every query, unique index and foreign key of its readers).
+
+A table keyed by every column (a keyless source table under REPLICA IDENTITY FULL) whose columns
+can be NULL, or have no equality or no size bound, cannot have them as its primary key: its key
+is then ``_cdc_key``, the hash of every column (:func:`key_hash`), and so is its deleted keys'.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ from sinks.postgres.config import MAX_IDENTIFIER
 
 POSITION: Final = "_cdc_pos"
 SEQUENCE: Final = "_cdc_seq"
-HIDDEN: Final = frozenset({POSITION, SEQUENCE})
+KEY_HASH: Final = "_cdc_key"
+HIDDEN: Final = frozenset({POSITION, SEQUENCE, KEY_HASH})
 OFFSETS: Final = "_cdc_offsets"
 TABLES: Final = "_cdc_tables"
 COLUMNS: Final = "_cdc_columns"
@@ -62,6 +67,18 @@ class TableInfo:
     """``<table>__history`` exists (:mod:`.history`)."""
     enums: set[str] = field(default_factory=set)
     """The columns typed as an enum of the target, or an array of one (:mod:`.enums`)."""
+    hashed: bool = False
+    """Keyed by every column through their hash in ``_cdc_key`` (a keyless source table)."""
+
+    @property
+    def match(self) -> list[str]:
+        """The columns that tell a row from another in SQL: the key, or its hash."""
+        return [KEY_HASH] if self.hashed else self.keys
+
+    @property
+    def stored(self) -> list[str]:
+        """The user columns, and the key's hash where the table has one."""
+        return [*self.columns, KEY_HASH] if self.hashed else list(self.columns)
 
     @property
     def target(self) -> sql.Identifier:
@@ -79,7 +96,7 @@ class TableInfo:
         """The tables that hold ``column``: the table, its deleted keys (a key column), its
         history."""
         tables = [self.target]
-        tables += [self.deleted] if column in self.keys else []
+        tables += [self.deleted] if column in self.match else []
         tables += [self.history_table] if self.history else []
         return tables
 
@@ -147,6 +164,8 @@ def load(conn: psycopg.Connection[Any], schema: str, name: str, ident: Ident) ->
     keys = [n for (n,) in conn.execute(_KEYS, [regclass])]
     info = TableInfo(schema, name, {n: t for n, t, _ in found_columns}, keys)
     info.enums = {n for n, _, enum in found_columns if enum}
+    if keys == [KEY_HASH]:  # keyed by every column (:func:`create`)
+        info.hashed, info.keys = True, list(info.columns)
     history = sql.Identifier(schema, side_name(name, HISTORY_SUFFIX)).as_string(conn)
     kept = conn.execute("SELECT to_regclass(%s)", [history]).fetchone()
     info.history = kept is not None and kept[0] is not None
@@ -171,12 +190,11 @@ class Ident:
 
 
 def create(conn: psycopg.Connection[Any], info: TableInfo, ident: Ident) -> None:
-    """Create the target table, its deleted keys' table (``info.columns``, ``info.keys``) and
-    its watermark row."""
-    columns = [
-        sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t)) for n, t in info.columns.items()
-    ]
-    key = sql.SQL(", ").join(map(sql.Identifier, info.keys))
+    """Create the target table, its deleted keys' table (``info.columns``, ``info.keys``,
+    ``info.hashed``: its primary key the hash of every column) and its watermark row."""
+    types = {**info.columns, KEY_HASH: "bytea NOT NULL"}
+    columns = [sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(types[n])) for n in info.stored]
+    key = sql.SQL(", ").join(map(sql.Identifier, info.match))
     hidden = sql.SQL("{} bigint NOT NULL, {} bigint NOT NULL").format(
         sql.Identifier(POSITION), sql.Identifier(SEQUENCE)
     )
@@ -186,7 +204,7 @@ def create(conn: psycopg.Connection[Any], info: TableInfo, ident: Ident) -> None
         )
     )
     key_columns = [
-        sql.SQL("{} {}").format(sql.Identifier(k), sql.SQL(info.columns[k])) for k in info.keys
+        sql.SQL("{} {}").format(sql.Identifier(k), sql.SQL(types[k])) for k in info.match
     ]
     conn.execute(
         sql.SQL("CREATE TABLE {} ({}, {}, PRIMARY KEY ({}))").format(
@@ -194,6 +212,29 @@ def create(conn: psycopg.Connection[Any], info: TableInfo, ident: Ident) -> None
         )
     )
     save_watermark(conn, info, ident)
+
+
+def key_hash(info: TableInfo, alias: str) -> sql.Composed:
+    """SQL: the hash of a row's key columns, by their text as the target's types print it (the
+    session's settings fixed: :func:`sinks.postgres.connection.connect`). A row's text tells
+    NULL from an empty string and needs no equality operator (``json``, ``xml`` have none)."""
+    row = sql.SQL(", ").join(sql.Identifier(alias, k) for k in info.keys)
+    return sql.SQL("sha256(convert_to(ROW({})::text, 'UTF8'))").format(row)
+
+
+def rehash(conn: psycopg.Connection[Any], info: TableInfo) -> None:
+    """Compute the hashed key of every row again, and of the history's open versions (after a
+    column's type changed: its text, and so the hash a new change gets, may have too)."""
+    key = sql.Identifier(KEY_HASH)
+    conn.execute(
+        sql.SQL("UPDATE {} AS t SET {} = {}").format(info.target, key, key_hash(info, "t"))
+    )
+    if info.history:
+        conn.execute(
+            sql.SQL("UPDATE {} AS h SET {} = {} WHERE valid_to IS NULL").format(
+                info.history_table, key, key_hash(info, "h")
+            )
+        )
 
 
 def lock_meta(conn: psycopg.Connection[Any], schema: str) -> None:

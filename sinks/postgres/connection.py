@@ -47,10 +47,12 @@ def connect(config: PostgresSinkConfig) -> psycopg.Connection[Any]:
         )
     except psycopg.Error as exc:
         raise translate(exc, config, "connecting") from None
-    # Settings the reader's parsing relies on, whatever the server's defaults are.
+    # Settings the reader's parsing and the hashed keys rely on, whatever the server's are.
     conn.execute("SET TIME ZONE 'UTC'")
     conn.execute("SET DateStyle = 'ISO, YMD'")
     conn.execute("SET IntervalStyle = 'iso_8601'")
+    # Floats printed exactly: a keyless table's key hash is taken over its values' text.
+    conn.execute("SET extra_float_digits = 1")
     conn.commit()
     return conn
 

@@ -10,7 +10,8 @@ Every change runs in the flush's transaction: it takes effect with the rows that
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, Final
 
 import psycopg
 from psycopg import sql
@@ -54,6 +55,7 @@ def prepare(
             c.name: _typed(conn, create_as, c.name, c.type) for c in published.columns
         }
         create_as.keys = list(published.key_columns)
+        create_as.hashed = _hashed(published, create_as)
         catalog.create(conn, create_as, ident)
         logger.info("postgres.table_created", table=where, keys=create_as.keys)
         renames.follow(conn, create_as, published, ident, logger)
@@ -74,12 +76,32 @@ def _typed(conn: psycopg.Connection[Any], info: TableInfo, name: str, source_typ
     return enum
 
 
+#: Target types whose every value fits a primary key's index entry (a btree takes about 2.7 kB).
+_BOUNDED: Final = re.compile(
+    r"smallint|integer|bigint|real|double precision|boolean|date|uuid|inet|cidr|macaddr8?|"
+    r"numeric(\(.*\))?|(time|timestamp)(\(\d\))? with(out)? time zone|interval(\(\d\))?"
+)
+
+
+def _hashed(published: TableSchema, create_as: TableInfo) -> bool:
+    """Whether a table keyed by every column (a keyless source table under REPLICA IDENTITY
+    FULL) is to be keyed by their hash: unless each is NOT NULL and of a bounded type with
+    equality (a link table of ids keeps its own primary key)."""
+    if len(published.key_columns) != len(published.columns):
+        return False
+    return any(
+        c.nullable
+        or not (c.name in create_as.enums or _BOUNDED.fullmatch(create_as.columns[c.name]))
+        for c in published.columns
+    )
+
+
 def _check_names(where: str, names: list[str]) -> None:
     taken = sorted(set(names) & HIDDEN)
     if taken:
         raise SinkFatal(
-            f"table {where}: columns {taken} are the sink's own position columns; map the "
-            "table elsewhere or rename the columns in the source (rename_fields)"
+            f"table {where}: columns {taken} are the sink's own columns; map the table "
+            "elsewhere or rename the columns in the source (rename_fields)"
         )
 
 
@@ -130,4 +152,6 @@ def _follow(
             )
         )
     info.columns[name] = new
+    if info.hashed:  # the key's text may have changed with its type (1.5 -> 1.50)
+        catalog.rehash(conn, info)
     logger.info("postgres.column_widened", table=where, column=name, old=old, new=new)

@@ -23,7 +23,14 @@ import psycopg
 from psycopg import sql
 
 from cdc.contracts.errors import SinkFatal
-from sinks.postgres.catalog import HISTORY_SUFFIX, POSITION, SEQUENCE, TableInfo, side_name
+from sinks.postgres.catalog import (
+    HISTORY_SUFFIX,
+    KEY_HASH,
+    POSITION,
+    SEQUENCE,
+    TableInfo,
+    side_name,
+)
 
 VERSIONS: Final = "_cdc_versions"
 TS: Final = "_cdc_ts"
@@ -48,9 +55,8 @@ def ensure(conn: psycopg.Connection[Any], info: TableInfo, source: str) -> None:
         )
     if info.history:
         return
-    columns = [
-        sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t)) for n, t in info.columns.items()
-    ]
+    types = {**info.columns, KEY_HASH: "bytea"}
+    columns = [sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(types[n])) for n in info.stored]
     own = sql.SQL(
         "valid_from timestamptz, valid_to timestamptz, op text NOT NULL, "
         "{} bigint NOT NULL, {} bigint NOT NULL"
@@ -59,13 +65,13 @@ def ensure(conn: psycopg.Connection[Any], info: TableInfo, source: str) -> None:
     conn.execute(
         sql.SQL("CREATE TABLE {} ({}, {})").format(table, sql.SQL(", ").join(columns), own)
     )
-    keys = sql.SQL(", ").join(map(sql.Identifier, info.keys))
+    keys = sql.SQL(", ").join(map(sql.Identifier, info.match))
     conn.execute(sql.SQL("CREATE INDEX ON {} ({}) WHERE valid_to IS NULL").format(table, keys))
     info.history = True
 
 
 def create_versions(info: TableInfo, delete: str) -> sql.Composed:
-    columns = sql.SQL(", ").join(map(sql.Identifier, [*info.columns, POSITION, SEQUENCE]))
+    columns = sql.SQL(", ").join(map(sql.Identifier, [*info.stored, POSITION, SEQUENCE]))
     return sql.SQL(
         "CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT {}, false AS {}, 0::bigint AS {}, "
         "''::text AS {} FROM {} WITH NO DATA"
@@ -99,7 +105,7 @@ def drop_losers(info: TableInfo) -> sql.Composed:
 
 def append(conn: psycopg.Connection[Any], info: TableInfo) -> None:
     """Close each staged key's open version at its first new version, append the versions."""
-    keys = sql.SQL(", ").join(map(sql.Identifier, info.keys))
+    keys = sql.SQL(", ").join(map(sql.Identifier, info.match))
     order = sql.SQL("{}, {}").format(sql.Identifier(POSITION), sql.Identifier(SEQUENCE))
     conn.execute(
         sql.SQL(
@@ -115,7 +121,7 @@ def append(conn: psycopg.Connection[Any], info: TableInfo) -> None:
             same=_same_key(info, "h", "f"),
         )
     )
-    columns = sql.SQL(", ").join(map(sql.Identifier, info.columns))
+    columns = sql.SQL(", ").join(map(sql.Identifier, info.stored))
     conn.execute(
         sql.SQL(
             "INSERT INTO {h} ({columns}, valid_from, valid_to, op, {order}) "
@@ -181,5 +187,5 @@ def _pos(alias: str) -> sql.Composed:
 def _same_key(info: TableInfo, left: str, right: str) -> sql.Composable:
     return sql.SQL(" AND ").join(
         sql.SQL("{} = {}").format(sql.Identifier(left, k), sql.Identifier(right, k))
-        for k in info.keys
+        for k in info.match
     )
