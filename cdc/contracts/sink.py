@@ -142,6 +142,13 @@ class SinkPlugin(Protocol):
     Optional, for ``cdc doctor``: ``doctor(config, pipeline_name)``, a list of
     :class:`cdc.contracts.checks.Check`: whether the store can be reached and written (cheaply; a
     probe it writes is removed again), each ok or with the exact fix.
+
+    Optional, for scale-out on Kafka: ``single_writer`` (a class attribute, default ``False``).
+    ``True`` says the store takes one writer at a time (a DuckDB file, a Tantivy index; an
+    Iceberg table's one committer): of the sink's ``cdc sink`` workers, only the one that holds
+    the sink's lease opens the store and reads the log, and the others stand by until it dies
+    (:mod:`cdc.runtime.standby`). ``False``: every worker writes, each to the partitions Kafka
+    gives it (Redis, PostgreSQL, OpenSearch, HTTP).
     """
 
     config_model: type[BaseModel]

@@ -10,7 +10,8 @@ while work waits for ``stall_after_s`` is *stalled*: an error event is logged on
 - ``/healthz``: every task's thread is alive (a sink an error stopped is alive: it waits for a
   table reset; the source's death ends the process).
 - ``/readyz``: the source is open (streaming, or snapshotting: its rows are its progress) and
-  every sink is open and running, and no task is stalled; else 503 with the reasons.
+  every sink is open and running (or a standby: another worker leads it), and no task is
+  stalled; else 503 with the reasons.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdc.metrics.registry import SINK_STATES, Metrics
+from cdc.metrics.registry import SINK_STATES, STANDBY, Metrics
 from cdc.support.logging import Logger
 
 
@@ -31,7 +32,7 @@ class TaskState:
 
     name: str
     opened: bool = False
-    state: str = "starting"  # running, retrying, stopped (sinks); running (the source)
+    state: str = "starting"  # running, retrying, stopped, standby (sinks); running (source)
     error: str | None = None
     last_progress: float = field(default_factory=time.monotonic)
     waiting: bool = False  # work is waiting for the task (the sampler's view)
@@ -88,7 +89,7 @@ class Health:
             self._clear(state)
 
     def set_state(self, name: str, value: str, error: BaseException | None = None) -> None:
-        """A sink's state (running, retrying, stopped), as ``cdc_sink_state`` reports it."""
+        """A sink's state (running, retrying, stopped, standby), as ``cdc_sink_state`` says."""
         state = self.task(name)
         state.state = value
         state.error = None if error is None else str(error)
@@ -105,7 +106,9 @@ class Health:
         now = time.monotonic()
         for state in list(self._tasks.values()):
             idle_s = now - state.last_progress
-            if state.waiting and idle_s >= self._stall_after_s and not state.stalled:
+            # A standby applies nothing by design: the leader's lag is no stall of its own.
+            waiting = state.waiting and state.state != STANDBY
+            if waiting and idle_s >= self._stall_after_s and not state.stalled:
                 state.stalled = True
                 self._metrics.task_stalled.labels(self._pipeline, state.name).set(1)
                 self._logger.error(
@@ -114,7 +117,7 @@ class Health:
                     no_progress_s=round(idle_s, 1),
                     stall_after_s=self._stall_after_s,
                 )
-            elif state.stalled and not state.waiting:
+            elif state.stalled and not waiting:
                 self._clear(state)
 
     def _clear(self, state: TaskState) -> None:
@@ -129,6 +132,8 @@ class Health:
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         reasons = []
         for state in sorted(self._tasks.values(), key=lambda s: s.name):
+            if state.state == STANDBY:  # ready: it takes over when the leader dies
+                continue
             if not state.opened:
                 reasons.append(f"{state.name}: not open yet")
             elif state.state != "running":

@@ -18,7 +18,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
 #: The sink states ``cdc_sink_state`` reports, one series each (1 for the current one).
-SINK_STATES: Final = ("running", "retrying", "stopped")
+#: A worker of a single-writer sink while another one leads it (:mod:`cdc.runtime.standby`).
+STANDBY: Final = "standby"
+SINK_STATES: Final = ("running", "retrying", "stopped", STANDBY)
 #: The slot's ``wal_status`` values (``pg_replication_slots``), one series each.
 WAL_STATUSES: Final = ("reserved", "extended", "unreserved", "lost")
 #: The snapshot chunk states ``cdc_snapshot_chunks`` reports.
@@ -57,7 +59,7 @@ SPECS: Final = {
     "sink_lag": Spec(Gauge, "cdc_sink_lag_records", ("sink", "topic", "partition"), "Records in the log not yet applied by the sink."),
     "sink_applied": Spec(Counter, "cdc_sink_applied", ("sink", "table", "op"), "Records the sink applied."),
     "sink_errors": Spec(Counter, "cdc_sink_errors", ("sink", "kind"), "Failed sink writes, by kind: unavailable (retried), record (a bad record), fatal."),
-    "sink_state": Spec(Gauge, "cdc_sink_state", ("sink", "state"), "The sink's state: 1 for the current one of running, retrying, stopped."),
+    "sink_state": Spec(Gauge, "cdc_sink_state", ("sink", "state"), "The sink's state: 1 for the current one of running, retrying, stopped, standby (another worker leads a single-writer sink)."),
     "snapshot_rows": Spec(Counter, "cdc_snapshot_rows", ("table",), "Snapshot rows appended to the log."),
     "snapshot_chunks": Spec(Gauge, "cdc_snapshot_chunks", ("table", "state"), "Snapshot chunks by state."),
     "dead_letters": Spec(Counter, "cdc_dead_letters", ("reason",), "Records routed to the dead-letter topic, by reason."),

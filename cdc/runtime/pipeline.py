@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from types import FrameType
 from typing import Any
 
@@ -29,7 +30,7 @@ from cdc.log.encoding import ensure_encoding
 from cdc.log.factory import open_log
 from cdc.metrics import SinkObserver, Telemetry
 from cdc.metrics.lag import LagClock
-from cdc.runtime import fingerprints, memory
+from cdc.runtime import fingerprints, memory, standby
 from cdc.runtime.control_watcher import ControlWatcher
 from cdc.runtime.factories import build_sink, build_source, source_record_rows
 from cdc.runtime.heartbeat import Heartbeat
@@ -228,24 +229,28 @@ def _start_sinks(run: PipelineRun, base: Logger, only: list[str] | None) -> None
         if only and config.name not in only:
             continue
         logger = base.bind(sink=config.name)
+        observer = _sink_observer(run, config)
+        # A single-writer sink on Kafka runs while this worker leads it (cdc.runtime.standby).
+        gate = standby.gate_for(pipeline, config, run.stop_event, logger, observer)
         task = SinkTask(
             pipeline.name,
             config.name,
             log,
             build_sink(pipeline, config, catalog, logger),
             sink_topics(pipeline, config),
-            run.stop_event,
+            run.stop_event if gate is None else gate.term,
             logger,
             bad_records=pipeline.file.bad_records,
             max_records=config.batch_records,
             max_bytes=config.batch_bytes,
             control=run.control,
             tables=pipeline.sink_tables(config),
-            observer=_sink_observer(run, config),
+            observer=observer,
             rows=source_record_rows(pipeline),
         )
         run.sink_tasks[config.name] = task
-        _spawn(run, f"sink:{config.name}", task.serve)
+        serve = task.serve if gate is None else partial(gate.serve, task)
+        _spawn(run, f"sink:{config.name}", serve)
 
 
 def _sink_observer(run: PipelineRun, config: SinkConfig) -> SinkObserver | None:

@@ -18,6 +18,7 @@ class DuckDBSinkPlugin:
 
     config_model = DuckDBSinkConfig
     rows_decoded = True  # read_rows gives DuckDB's typed values, not the envelope's encoding
+    single_writer = True  # one writing process per file: other workers stand by (on Kafka)
 
     @staticmethod
     def create(config: DuckDBSinkConfig, context: SinkContext) -> DuckDBSink:

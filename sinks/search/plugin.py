@@ -16,6 +16,7 @@ class SearchSinkPlugin:
     serves ``cdc search``."""
 
     config_model = SearchSinkConfig
+    single_writer = True  # Tantivy's index takes one writer: other workers stand by (on Kafka)
 
     @staticmethod
     def create(config: SearchSinkConfig, context: SinkContext) -> SearchSink:
