@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Column, Table
 
 from cdc.cli.status_liveness import as_running, as_served, print_processes
+from cdc.cli.status_workers import print_workers, workers_report
 from cdc.config.pipeline import Pipeline
 from cdc.contracts import plugins
 from cdc.contracts.errors import CdcError
@@ -76,6 +77,9 @@ def sink_report(log: Log, pipeline: Pipeline) -> list[dict[str, Any]]:
                 **sink_state_report(control, sink.name),
             }
         )
+        workers = workers_report(log, pipeline, sink.name, sink.type, group_report)
+        if workers is not None:  # a single-writer sink on Kafka: who leads, who stands by
+            report[-1]["workers"] = workers
     return report
 
 
@@ -324,6 +328,7 @@ def print_sink_states(sinks: list[dict[str, Any]], console: Console) -> None:
         line += f" since {since}" if since else ""
         line += f": {sink['reason']}" if sink.get("reason") else ""
         console.print(line, markup=False, highlight=False, soft_wrap=True)
+        print_workers(sink, console)
         for reset in sink.get("resets", []):
             note = f"  reset of {reset['table']} ({reset['id']}): {reset['state']}"
             note += f": {reset['reason']}" if reset.get("reason") else ""
