@@ -124,18 +124,10 @@ def _follow(
 ) -> None:
     where = f"{source} (target {info.schema}.{info.name})"
     old = info.columns.get(name)
-    new = target_type(source_type)
     if old is None:
-        new = _typed(conn, info, name, source_type)
-        for table in info.holding(name):
-            conn.execute(
-                sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(
-                    table, sql.Identifier(name), sql.SQL(new)
-                )
-            )
-        info.columns[name] = new
-        logger.info("postgres.column_added", table=where, column=name, type=new)
+        _add(conn, info, name, source_type, where, logger)
         return
+    new = target_type(source_type)
     if target_type(old) == new:
         return
     if not is_widening(old, new):
@@ -155,3 +147,22 @@ def _follow(
     if info.hashed:  # the key's text may have changed with its type (1.5 -> 1.50)
         catalog.rehash(conn, info)
     logger.info("postgres.column_widened", table=where, column=name, old=old, new=new)
+
+
+def _add(
+    conn: psycopg.Connection[Any],
+    info: TableInfo,
+    name: str,
+    source_type: str,
+    where: str,
+    logger: Logger,
+) -> None:
+    new = _typed(conn, info, name, source_type)
+    for table in info.holding(name):
+        conn.execute(
+            sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(
+                table, sql.Identifier(name), sql.SQL(new)
+            )
+        )
+    info.columns[name] = new
+    logger.info("postgres.column_added", table=where, column=name, type=new)
