@@ -2,11 +2,17 @@
 
 ``current`` mode: the newest change of each key (by source position) is applied when it is
 newer than what the table holds for the key (``_cdc_pos``, ``_cdc_seq``) and than the table's
-last truncate, through pyiceberg's ``upsert`` (copy-on-write: the data files holding a matched
-key are rewritten). A delete is kept as a row of its key with ``_cdc_deleted`` true and every
-other column NULL, so a replayed older upsert of the key is refused by its position: readers
-take ``WHERE NOT _cdc_deleted``. ``append`` mode: every change is a row with its operation,
-position and commit time.
+last truncate. A delete is kept as a row of its key with ``_cdc_deleted`` true and every other
+column NULL, so a replayed older upsert of the key is refused by its position: readers take
+``WHERE NOT _cdc_deleted``.
+
+Copy-on-write, pyiceberg's own: a ``delete`` by the filter of the keys the table holds (the
+data files holding one are rewritten without it, as ``Table.upsert`` overwrites matched rows),
+then one ``append``, in one transaction. ``upsert`` itself would scan the keys a second time,
+overwrite once per matched batch and compare every column. pyiceberg 0.12 cannot write
+equality deletes (its merge-on-read delete mode falls back to copy-on-write).
+
+``append`` mode: every change is a row with its operation, position and commit time.
 """
 
 from __future__ import annotations
@@ -18,7 +24,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
-from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.expressions import (
+    AlwaysTrue,
+    And,
+    BooleanExpression,
+    GreaterThanOrEqual,
+    LessThanOrEqual,
+    Reference,
+)
 from pyiceberg.table import DataScan, Table
 from pyiceberg.table.upsert_util import create_match_filter
 
@@ -84,14 +97,16 @@ def apply_current(commit: Commit, records: Sequence[SinkRecord]) -> Pos | None:
     arrow = commit.table.schema().as_arrow()
     props = tables.summary(commit.offsets, truncated)
     if rows:
-        held = _held(tx, commit.table, pa.Table.from_pylist(rows, schema=arrow), keys)
+        held = _held(tx, commit.table, rows, keys)
         rows = [r for r in rows if (r[POS], r[SEQ]) > held.get(_identity(r, keys), (-1, -1))]
-    if rows:
-        tx.upsert(
-            pa.Table.from_pylist(rows, schema=arrow), join_cols=keys, snapshot_properties=props
-        )
-    else:  # nothing to change: the commit still moves the offsets on
-        tx.append(arrow.empty_table(), snapshot_properties=props)
+        # Copy-on-write: the files holding a key the batch replaces are rewritten without it
+        # (one delete by the keys the table holds; a new key needs none), then one append.
+        replaced = [r for r in rows if _identity(r, keys) in held]
+        if replaced:
+            doomed = pa.Table.from_pylist(replaced, schema=arrow).select(keys)
+            tx.delete(create_match_filter(doomed, keys), snapshot_properties=props)
+    # An empty append still commits a snapshot: the offsets move on with it.
+    tx.append(pa.Table.from_pylist(rows, schema=arrow), snapshot_properties=props)
     tx.commit_transaction()
     return truncated
 
@@ -147,18 +162,34 @@ def _current_row(commit: Commit, change: Change) -> Row:
     return row
 
 
-def _held(tx: Any, table: Table, rows: pa.Table, keys: list[str]) -> dict[Hashable, Pos]:
-    """The position the table holds (as of ``tx``: after its truncate) for each key of ``rows``."""
+def _held(tx: Any, table: Table, rows: list[Row], keys: list[str]) -> dict[Hashable, Pos]:
+    """The position the table holds (as of ``tx``: after its truncate) for each key of ``rows``.
+
+    A single orderable key is scanned by its range, then matched in Arrow: pyiceberg binds an
+    ``In`` of thousands of values slowly, and prunes files by their bounds either way.
+    """
+    wanted = {_identity(r, keys) for r in rows}
     scan = DataScan(
         table_metadata=tx.table_metadata,
         io=table.io,
-        row_filter=create_match_filter(rows, keys),
+        row_filter=_key_filter(rows, keys),
         selected_fields=(*keys, POS, SEQ),
     )
     found: dict[Hashable, Pos] = {}
     for row in scan.to_arrow().to_pylist():
-        found[_identity(row, keys)] = (row[POS] or 0, row[SEQ] or 0)
+        identity = _identity(row, keys)
+        if identity in wanted:
+            found[identity] = (row[POS] or 0, row[SEQ] or 0)
     return found
+
+
+def _key_filter(rows: list[Row], keys: list[str]) -> BooleanExpression:
+    values = [r[keys[0]] for r in rows]
+    if len(keys) == 1 and all(type(v) is int for v in values):
+        low, high = min(values), max(values)
+        key = Reference(keys[0])
+        return And(GreaterThanOrEqual(term=key, value=low), LessThanOrEqual(term=key, value=high))
+    return create_match_filter(pa.Table.from_pylist([{k: r[k] for k in keys} for r in rows]), keys)
 
 
 def _identity(row: Mapping[str, Any], keys: list[str]) -> Hashable:
