@@ -14,17 +14,21 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Literal
 
 from pydantic import Field
 
 from cdc.config.models import SourceConfig
+from cdc.contracts.errors import SourceFatal
 from cdc.contracts.events import ChangeEvent, Op, SourceInfo
 from cdc.contracts.positions import Offsets, PositionedOffsets, position_in, require_forward
 from cdc.contracts.schema import Column, TableSchema
 from cdc.contracts.source import SourceBatch, SourceContext
+from cdc.envelope.encode import to_records
+from cdc.envelope.options import READABLE, EnvelopeOptions
+from cdc.runtime.sink_task import payload_of
 
 OFFSET_KEY = "generator"
 COLUMNS = (
@@ -131,27 +135,58 @@ class GeneratorSource:
         return TableSchema("generator", event.source.schema, event.source.table, COLUMNS)
 
     def _change(self, n: int) -> ChangeEvent:
-        rng = random.Random(self._config.seed * 1_000_003 + n)
-        schema, table = self._tables[n % len(self._tables)]
-        per_table = n // len(self._tables)
-        if per_table < self._config.keys:
-            op, key = Op.CREATE, per_table
+        return change(self._config, self._tables, n)
+
+
+def change(config: GeneratorSourceConfig, tables: Sequence[tuple[str, ...]], n: int) -> ChangeEvent:
+    """Change number ``n`` of the tables ``tables`` (``(schema, table)``, in turn)."""
+    rng = random.Random(config.seed * 1_000_003 + n)
+    schema, table = tables[n % len(tables)]
+    per_table = n // len(tables)
+    if per_table < config.keys:
+        op, key = Op.CREATE, per_table
+    else:
+        op = Op.UPDATE if rng.random() < 0.8 else Op.DELETE
+        key = rng.randrange(config.keys)
+    row = None if op is Op.DELETE else _row(key, n, rng)
+    source = SourceInfo(
+        connector="generator",
+        db="generator",
+        schema=schema,
+        table=table,
+        ts_ms=int(time.time() * 1000),
+        position=n // config.transaction_size,
+        sequence=n % config.transaction_size,
+        tx_id=n // config.transaction_size,
+    )
+    before = {"id": key} if op is Op.DELETE else None
+    return ChangeEvent(op=op, key={"id": key}, before=before, after=row, source=source)
+
+
+def final_rows(
+    config: GeneratorSourceConfig, schema: str, table: str, envelope: EnvelopeOptions
+) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """``(key, row)`` of ``schema.table`` once every one of ``changes`` was generated, each
+    row as the stream's records carry it under ``envelope``: the changes replayed.
+
+    Raises:
+        SourceFatal: the generator has no end (``changes`` unset), hence no final rows.
+    """
+    if config.changes is None:
+        raise SourceFatal("a generator without an end (no `changes`) has no rows to verify")
+    tables = [tuple(t.split(".", 1)) for t in config.table_names]
+    if (schema, table) not in tables:
+        return
+    latest: dict[int, ChangeEvent] = {}
+    for n in range(tables.index((schema, table)), config.changes, len(tables)):
+        event = change(config, tables, n)
+        if event.op is Op.DELETE:
+            latest.pop(event.key["id"], None)
         else:
-            op = Op.UPDATE if rng.random() < 0.8 else Op.DELETE
-            key = rng.randrange(self._config.keys)
-        row = None if op is Op.DELETE else _row(key, n, rng)
-        source = SourceInfo(
-            connector="generator",
-            db="generator",
-            schema=schema,
-            table=table,
-            ts_ms=int(time.time() * 1000),
-            position=n // self._config.transaction_size,
-            sequence=n % self._config.transaction_size,
-            tx_id=n // self._config.transaction_size,
-        )
-        before = {"id": key} if op is Op.DELETE else None
-        return ChangeEvent(op=op, key={"id": key}, before=before, after=row, source=source)
+            latest[event.key["id"]] = event
+    for key, event in latest.items():
+        record = to_records(event, "verify", 0, envelope)[0]
+        yield {"id": key}, payload_of(record.value or b"null")["after"]
 
 
 def _row(key: int, n: int, rng: random.Random) -> dict[str, Any]:
@@ -172,3 +207,15 @@ class GeneratorSourcePlugin:
     @staticmethod
     def create(config: GeneratorSourceConfig, context: SourceContext) -> GeneratorSource:
         return GeneratorSource(config, context)
+
+    @staticmethod
+    def read_rows(
+        config: GeneratorSourceConfig,
+        schema: str,
+        table: str,
+        *,
+        envelope: EnvelopeOptions = READABLE,
+    ) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+        """``cdc verify``: the rows after the last change (:func:`final_rows`), so a pipeline
+        with a finite ``changes`` is verified once the generator has handed them all on."""
+        return final_rows(config, schema, table, envelope)
