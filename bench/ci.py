@@ -61,6 +61,7 @@ RUNS: tuple[Run, ...] = (
     _bench("sinks", "--changes", "20000"),
     _bench("sinks_postgres", "--changes", "20000"),
     _bench("sinks_iceberg", "--changes", "20000"),
+    _bench("sinks_http", "--changes", "20000"),
     _bench("kafka_log", "--records", "20000"),
     _bench("kafka_snapshot", "--rows", "20000"),
     _bench("mongo_source", "--docs", "5000", "--events", "1000"),

@@ -4,8 +4,8 @@ function ``docs/sinks/http.md`` documents (read from the page, so the documented
 that runs), fails on purpose when told to, records every delivery, and keeps a store that
 applies records by source position the way the docs tell a receiver to.
 
-Faults, taken in order, one per request (:meth:`Receiver.plan`): ``"500"``, ``"503"``,
-``"429:N"`` (``Retry-After: N`` seconds), ``"429-date:N"`` (an HTTP date N seconds ahead),
+Faults, taken in order, one per request (:meth:`Receiver.plan`): ``"ok"`` (none), ``"500"``,
+``"503"``, ``"429:N"`` (``Retry-After: N`` seconds), ``"429-date:N"`` (an HTTP date N s ahead),
 ``"401"``, ``"timeout"`` (the records are taken, then the answer waits past the client's
 timeout: delivered but not acknowledged), ``"drop"`` (the connection is closed unanswered).
 """
@@ -57,6 +57,8 @@ class Receiver:
     hang_s: float = 1.0
     faults: list[str] = field(default_factory=list)
     down: bool = False  # every request answered 503
+    lean: bool = False  # the bench's: verify and count, keep nothing per record
+    taken: int = 0  # records taken (answered 2xx)
     refuse: Callable[[dict[str, Any]], bool] | None = None  # a record answered 422
     requests: list[Request] = field(default_factory=list)
     received: Counter[str] = field(default_factory=Counter)  # record id -> deliveries
@@ -101,6 +103,10 @@ class Receiver:
             return 400, {}
         document = orjson.loads(body)
         records = document["records"]
+        if self.lean:
+            with self.lock:
+                self.taken += len(records)
+            return 200, {}
         fault = self._next_fault()
         status, extra = self._fault_answer(fault, document, records)
         with self.lock:
@@ -118,7 +124,7 @@ class Receiver:
     def _fault_answer(
         self, fault: str | None, document: dict[str, Any], records: list[dict[str, Any]]
     ) -> tuple[int, dict[str, str]]:
-        if fault is None or fault == "timeout":
+        if fault in (None, "ok", "timeout"):
             if self.refuse is not None and any(self.refuse(r) for r in records):
                 return 422, {}
             self._take(document, records)
@@ -135,6 +141,7 @@ class Receiver:
     def _take(self, document: dict[str, Any], records: list[dict[str, Any]]) -> None:
         prefix = f"{document['pipeline']}."
         with self.lock:
+            self.taken += len(records)
             if not records:
                 self.pings += 1
             for record in records:
