@@ -14,7 +14,10 @@ The convention (docs/README.md states it for writers):
   it here (no Docker engine, a tool that is not installed, a synopsis with placeholders);
 - every shell block, run or illustrative, must still be right: each ``cdc`` command names a
   subcommand and options the CLI has, each ``make`` target exists, and a pipeline file written
-  by a heredoc (``cat > x.yaml <<'EOF'``) is validated like a ``yaml`` block.
+  by a heredoc (``cat > x.yaml <<'EOF'``) is validated like a ``yaml`` block;
+- a ``python`` or ``toml`` block is whole and parses, or is an excerpt of a file of the
+  checkout named on the line before its fence, ``<!-- excerpt-of: PATH -->``: its lines are
+  the file's, in order (under one indent), where a line ``...`` stands for lines left out.
 
 A block a doc names plugins in (``my_mask``, ``myco_enrich``) is validated with those plugins
 installed the way a user installs one: a distribution on the path declaring the entry points.
@@ -27,6 +30,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,8 +45,11 @@ DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
 SHELL = frozenset({"bash", "sh", "shell", "console"})
 PIPELINE = frozenset({"yaml", "yml"})
 NOT_RUN = frozenset({"text", "json"})
+EXCERPT = frozenset({"python", "toml"})
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
-MARKER = re.compile(r"^\s*<!--\s*(?P<kind>run-by|illustrative|invalid-example)\s*:(?P<text>.*)-->")
+MARKER = re.compile(
+    r"^\s*<!--\s*(?P<kind>run-by|illustrative|invalid-example|excerpt-of)\s*:(?P<text>.*)-->"
+)
 VARIABLE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-[^}]*)?\}")
 HEREDOC = re.compile(r"cat\s*>\s*(?P<file>\S+)\s*<<\s*'?(?P<end>\w+)'?")
 
@@ -90,6 +97,7 @@ def blocks(path: Path) -> list[Block]:
 ALL = [b for path in DOCS for b in blocks(path)]
 PIPELINE_BLOCKS = [b for b in ALL if b.language in PIPELINE]
 SHELL_BLOCKS = [b for b in ALL if b.language in SHELL]
+EXCERPT_BLOCKS = [b for b in ALL if b.language in EXCERPT]
 
 
 def ids(found: list[Block]) -> list[str]:
@@ -130,7 +138,10 @@ class Enrich:
 ENTRY_POINTS = (
     "[cdc.masks]\nmy_mask = cdc_docs_examples:my_mask\n"
     "[cdc.transforms]\nmyco_enrich = cdc_docs_examples:Enrich\n"
+    # The example third-party sink (examples/cdc-sink-sqlite, its source on the path).
+    "[cdc.sinks]\nsqlite = cdc_sink_sqlite.plugin:SqliteSinkPlugin\n"
 )
+EXAMPLE_SINK = ROOT / "examples" / "cdc-sink-sqlite" / "src"
 
 
 @pytest.fixture(scope="module")
@@ -199,7 +210,8 @@ def validate(text: str, tmp_path: Path, plugins: Path) -> subprocess.CompletedPr
 
 
 def _environ(plugins: Path) -> dict[str, str]:
-    path = os.pathsep.join(p for p in (str(plugins), str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    paths = (str(plugins), str(EXAMPLE_SINK), str(ROOT), os.environ.get("PYTHONPATH"))
+    path = os.pathsep.join(p for p in paths if p)
     return {**os.environ, "PYTHONPATH": path}
 
 
@@ -389,7 +401,7 @@ def test_commands_in_the_text_exist(path: Path) -> None:
 
 
 def test_every_fence_names_its_language() -> None:
-    known = SHELL | PIPELINE | NOT_RUN
+    known = SHELL | PIPELINE | NOT_RUN | EXCERPT
     unnamed = [f"{b.where} ({b.info or 'no language'})" for b in ALL if b.language not in known]
     assert not unnamed, "name the fence's language (bash, console, yaml, text, json): " + ", ".join(
         unnamed
@@ -405,3 +417,52 @@ def test_the_checks_see_the_docs() -> None:
     assert not command_problems("make test PYTEST_WORKERS=0")
     assert command_problems("make tests") and command_problems("make test PYTEST_WORKRS=0")
     assert "cdc --help" in inline_commands(ROOT / "README.md")
+
+
+# --- excerpts -----------------------------------------------------------------------------
+
+
+def excerpt_pieces(block: Block) -> list[list[str]]:
+    """The runs of lines of an excerpt between its ``...`` lines, blank edges left out."""
+    pieces: list[list[str]] = [[]]
+    for line in block.text.splitlines():
+        if line.strip() == "...":
+            pieces.append([])
+        else:
+            pieces[-1].append(line.rstrip())
+    trimmed = ["\n".join(p).strip("\n").splitlines() for p in pieces]
+    return [p for p in trimmed if p]
+
+
+def find_piece(piece: list[str], lines: list[str], start: int) -> int | None:
+    """The index after ``piece`` in ``lines``, found at or after ``start`` with every line of it
+    under one indent; ``None`` if it is not there."""
+    first = piece[0]
+    for at in range(start, len(lines) - len(piece) + 1):
+        line = lines[at]
+        indent = line[: len(line) - len(first)]
+        if not line.endswith(first) or indent.strip():
+            continue
+        if all(lines[at + i] == (indent + p if p else "") for i, p in enumerate(piece)):
+            return at + len(piece)
+    return None
+
+
+@pytest.mark.parametrize("block", EXCERPT_BLOCKS, ids=ids(EXCERPT_BLOCKS))
+def test_a_code_block_parses_or_is_an_excerpt_of_the_file_it_names(block: Block) -> None:
+    if block.marker is None or block.marker[0] != "excerpt-of":
+        if block.language == "toml":
+            tomllib.loads(block.text)
+        else:
+            compile(block.text, block.where, "exec")
+        return
+    source = ROOT / block.marker[1]
+    assert source.is_file(), f"{block.where}: no file {block.marker[1]}"
+    lines = [line.rstrip() for line in source.read_text().splitlines()]
+    at = 0
+    for piece in excerpt_pieces(block):
+        found = find_piece(piece, lines, at)
+        assert found is not None, (
+            f"{block.where}: not in {block.marker[1]} (from its line {at + 1}): {piece[0]!r}..."
+        )
+        at = found
