@@ -60,6 +60,7 @@ RUNS: tuple[Run, ...] = (
     _bench("pg_snapshot", "--rows", "100000"),
     _bench("sinks", "--changes", "20000"),
     _bench("sinks_postgres", "--changes", "20000"),
+    _bench("sinks_opensearch", "--changes", "20000"),
     _bench("sinks_iceberg", "--changes", "20000"),
     _bench("sinks_http", "--changes", "20000"),
     _bench("kafka_log", "--records", "20000"),
