@@ -27,8 +27,15 @@ _W: Final = "__cdc_w"
 
 
 def same_key(state: TableState, left: str, right: str) -> str:
-    """SQL matching the key columns of two aliases."""
-    return " AND ".join(f"{left}.{quote(c.name)} = {right}.{quote(c.name)}" for c in state.keys)
+    """SQL matching the key columns of two aliases.
+
+    ``IS NOT DISTINCT FROM``, not ``=``: a keyless table (REPLICA IDENTITY FULL) is keyed by
+    every column, NULLs included, and with ``=`` a row holding a NULL matched nothing, so its
+    delete was lost and a replay added it twice. DuckDB hash-joins on either at the same cost.
+    """
+    return " AND ".join(
+        f"{left}.{quote(c.name)} IS NOT DISTINCT FROM {right}.{quote(c.name)}" for c in state.keys
+    )
 
 
 def newer(left: str, right: str) -> str:
