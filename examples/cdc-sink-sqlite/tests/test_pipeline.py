@@ -14,7 +14,7 @@ import orjson
 from cdc.log.embedded import EmbeddedLog
 from cdc.testing import wait_until
 
-CHANGES = 4000
+CHANGES = 2400
 PIPELINE = f"""\
 version: 1
 name: gen
@@ -83,7 +83,7 @@ def test_a_pipeline_into_sqlite_survives_a_sigkill_and_verify_agrees(tmp_path: P
     (tmp_path / "gen.yaml").write_text(PIPELINE)
     run = start(tmp_path)
     try:
-        wait_until(lambda: generated(tmp_path) >= 800, 60, describe="800 changes stored")
+        wait_until(lambda: generated(tmp_path) >= 600, 60, describe="600 changes stored")
     finally:
         run.send_signal(signal.SIGKILL)
         run.wait(30)
