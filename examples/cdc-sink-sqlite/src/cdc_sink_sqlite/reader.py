@@ -31,7 +31,8 @@ def read_rows(
     if not path.is_file():
         raise SinkFatal(f"SQLite sink: no database file at {path}")
     try:
-        con = store.connect(path, busy_timeout_s)
+        # A plain connection: the reader changes no setting of the file (the sink made it WAL).
+        con = sqlite3.connect(path, timeout=busy_timeout_s)
     except sqlite3.Error as exc:
         raise store.translate(exc, "opening for reading", path) from exc
     try:
