@@ -20,6 +20,50 @@ from sinks.opensearch.versions import version
 
 #: OpenSearch's longest ``_id``, in bytes.
 MAX_ID = 512
+#: OpenSearch's metadata fields, which a document may not hold (MongoDB's ``_id`` above all).
+#: A column of such a name is stored as ``_cdc`` + its name, and read back under its own.
+RESERVED = frozenset(
+    {
+        "_id",
+        "_index",
+        "_source",
+        "_routing",
+        "_version",
+        "_seq_no",
+        "_primary_term",
+        "_field_names",
+        "_ignored",
+        "_doc_count",
+        "_meta",
+        "_type",
+        "_size",
+        "_data_stream_timestamp",
+    }
+)
+STORED_PREFIX = "_cdc"
+
+
+def stored_name(column: str) -> str:
+    """The field a column is stored under."""
+    return STORED_PREFIX + column if column in RESERVED else column
+
+
+def stored_row(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with its metadata-named columns renamed (the common row is returned as is)."""
+    if RESERVED.isdisjoint(row):
+        return row
+    return {stored_name(k): v for k, v in row.items()}
+
+
+def source_row(doc: dict[str, Any]) -> dict[str, Any]:
+    """The row a stored document holds (the inverse of :func:`stored_row`)."""
+    renamed = [k for k in doc if k.startswith(STORED_PREFIX + "_")]
+    if not renamed:
+        return doc
+    return {
+        k.removeprefix(STORED_PREFIX) if k.removeprefix(STORED_PREFIX) in RESERVED else k: v
+        for k, v in doc.items()
+    }
 
 
 def doc_id(key: Mapping[str, Any]) -> str:
@@ -91,8 +135,8 @@ def action(index: str, doc: str, change: Change) -> tuple[bytes, Change]:
     meta = {"_index": index, "_id": doc, "version": number, "version_type": kind}
     if change.kind is Kind.DELETE:
         return orjson.dumps({"delete": meta}) + b"\n", change
-    line = orjson.dumps({"index": meta}) + b"\n" + orjson.dumps(change.row) + b"\n"
-    return line, change
+    row = stored_row(change.row or {})
+    return orjson.dumps({"index": meta}) + b"\n" + orjson.dumps(row) + b"\n", change
 
 
 def older_than(pos: Pos | None, watermark: Pos | None) -> bool:

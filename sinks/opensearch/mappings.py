@@ -15,6 +15,7 @@ from typing import Any, Final
 from cdc.contracts.schema import TableSchema
 from cdc.envelope.options import EnvelopeOptions
 from cdc.records.values import normalize_type
+from sinks.opensearch.documents import stored_name
 
 _LONG: Final = frozenset({"smallint", "integer", "bigint", "int2", "int4", "int8", "oid"})
 _DOUBLE: Final = frozenset({"real", "double precision", "float4", "float8"})
@@ -64,7 +65,7 @@ def properties(schema: TableSchema | None, options: EnvelopeOptions) -> dict[str
     """The ``properties`` of a table's mapping (none without a published schema)."""
     if schema is None:
         return {}
-    return {c.name: field(c.type, options) for c in schema.columns}
+    return {stored_name(c.name): field(c.type, options) for c in schema.columns}
 
 
 def index_body(

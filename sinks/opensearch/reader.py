@@ -18,6 +18,7 @@ from opensearchpy import exceptions as os_errors
 from cdc.contracts.errors import SinkFatal
 from sinks.opensearch.client import connect, reason, translate
 from sinks.opensearch.config import OpenSearchSinkConfig
+from sinks.opensearch.documents import source_row
 
 _PAGE = 1000
 
@@ -47,7 +48,7 @@ def _scan(client: OpenSearch, name: str) -> Iterator[tuple[dict[str, Any], dict[
         client.indices.refresh(index=name)
     body = {"query": {"match_all": {}}, "sort": ["_doc"]}
     for hit in helpers.scan(client, query=body, index=name, size=_PAGE, scroll="2m"):
-        yield {"_id": hit["_id"]}, hit["_source"]
+        yield {"_id": hit["_id"]}, source_row(hit["_source"])
 
 
 def search(
@@ -80,4 +81,4 @@ def search(
         raise translate(exc, config, "searching") from None
     finally:
         client.close()
-    return [hit["_source"] for hit in reply["hits"]["hits"]]
+    return [source_row(hit["_source"]) for hit in reply["hits"]["hits"]]

@@ -20,7 +20,7 @@ from opensearchpy import OpenSearch
 
 from cdc.cli.main import main
 from cdc.contracts.errors import SinkFatal
-from cdc.contracts.events import ChangeEvent, Op
+from cdc.contracts.events import ChangeEvent, Op, SourceInfo
 from cdc.contracts.schema import Column
 from cdc.contracts.sink import Sink, SinkContext
 from cdc.support.logging import get_logger
@@ -199,3 +199,22 @@ def test_cdc_search_queries_the_index(os_sink: Harness, tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["search", str(pipeline), "public.items", "apple"])
     assert result.exit_code == 0, result.output
     assert [orjson.loads(line)["id"] for line in result.output.splitlines()] == [1]
+
+
+def test_mongodb_documents_keep_their_id_and_transactions_keep_order(os_sink: Harness) -> None:
+    os_sink.schemas.publish("docs", Column("_id", "", key=True), Column("body", ""))
+    base = (1_700_000_000 << 32) | 1  # a clusterTime: seconds << 32 | increment
+
+    def doc(op: Op, key: str, body: Any, pos: int, seq: int = 0) -> ChangeEvent:
+        source = SourceInfo("mongodb", "db", "public", "docs", 0, pos, seq)
+        row = None if op is Op.DELETE else {"_id": key, "body": body}
+        before = {"_id": key} if op is Op.DELETE else None
+        return ChangeEvent(op, {"_id": key}, before, row, source)
+
+    os_sink.apply(doc(Op.CREATE, "a", {"n": 1}, base), doc(Op.CREATE, "b", "x", base + 1))
+    # One transaction (one clusterTime, sequences 0..2): two batches, the later change wins.
+    os_sink.apply(doc(Op.UPDATE, "a", {"n": 2}, base + 5, 0))
+    os_sink.apply(doc(Op.UPDATE, "a", {"n": 3}, base + 5, 2))
+    os_sink.apply(doc(Op.UPDATE, "a", {"n": 0}, base + 4))  # older: refused
+    os_sink.apply(doc(Op.DELETE, "b", None, base + 6))
+    assert _docs(os_sink.config, "public", "docs") == {"a": {"_id": "a", "body": {"n": 3}}}
