@@ -8,6 +8,7 @@ import base64
 import random
 from email.utils import formatdate
 
+import orjson
 import pytest
 from pydantic import ValidationError
 
@@ -107,8 +108,27 @@ def test_message_id_is_the_same_for_the_same_batch_only() -> None:
 
     def entries(*offsets: int) -> list[wire.Entry]:
         records = [SinkRecord("p.s.t", 0, o, {"id": o}, {"op": "c"}) for o in offsets]
-        return [wire.Entry(wire.record_id(r, (r.offset, 0)), b"{}", r) for r in records]
+        return [
+            wire.Entry(wire.record_id(r, (r.offset, 0)), b"{}", r, ("p.s.t", 0, r.offset))
+            for r in records
+        ]
 
     assert wire.message_id(entries(1, 2, 3)) == wire.message_id(entries(1, 2, 3))
     assert wire.message_id(entries(1, 2, 3)) != wire.message_id(entries(1, 3))
     assert wire.message_id(entries(1, 2)) != wire.message_id(entries(1, 2, 3))
+
+
+@pytest.mark.parametrize("form", ["rows", "debezium"])
+def test_an_id_read_from_the_positions_bytes_is_the_parsed_ones(form: str) -> None:
+    from cdc.contracts.sink import SinkRecord
+
+    value = {"op": "u", "after": {"id": 1}, "source": {"pos": [7340032, 3]}}
+    stored = SinkRecord("p.s.t", 0, 5, {"id": 1}, value, pos=b"[7340032,3]")
+    legacy = SinkRecord("p.s.t", 0, 5, {"id": 1}, value)  # the position in the value only
+    odd = SinkRecord("p.s.t", 0, 5, {"id": 1}, value, pos=b'["0/7A0000",3]')  # not integers
+    fast, slow, parsed = (wire.entry(r, form, "p.") for r in (stored, legacy, odd))
+    assert fast is not None and slow is not None and parsed is not None
+    assert fast.id == slow.id == "p.s.t:7340032:3" and parsed.id == "p.s.t:0/7A0000:3"
+    assert orjson.loads(fast.json) == orjson.loads(slow.json)
+    assert orjson.loads(fast.json)["position"] == [7340032, 3]
+    assert orjson.loads(parsed.json)["position"] == ["0/7A0000", 3]
