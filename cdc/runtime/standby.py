@@ -113,8 +113,10 @@ class Gate:
                 if self._stand_by(lease):
                     self._lead(lease, task)
         finally:
-            self._end_term()  # the store is closed before the lease is let go
-            lease.close()
+            try:
+                self._end_term()  # the store is closed before the lease is let go
+            finally:
+                lease.close()
 
     def _stand_by(self, lease: Lease) -> bool:
         """Serve the lease until it is this worker's (True) or the pipeline stops (False)."""
