@@ -31,6 +31,8 @@ class IndexState:
     name: str
     watermark: Pos | None
     schema: TableSchema | None
+    columns: dict[str, int]
+    """Column ids by name as the index's ``_meta`` records them (for telling renames)."""
 
 
 def settings(config: OpenSearchSinkConfig) -> dict[str, Any]:
@@ -43,16 +45,30 @@ def settings(config: OpenSearchSinkConfig) -> dict[str, Any]:
     return out
 
 
-def load(client: OpenSearch, name: str) -> tuple[bool, Pos | None]:
-    """Whether index ``name`` exists, and its truncate watermark."""
+def load(client: OpenSearch, name: str) -> tuple[bool, Pos | None, dict[str, int]]:
+    """Whether index ``name`` exists, its truncate watermark and its recorded column ids."""
     try:
         reply = client.indices.get_mapping(index=name)
     except os_errors.NotFoundError:
-        return False, None
+        return False, None, {}
     found: dict[str, Any] = next(iter(reply.values()), {})
     mapping: dict[str, Any] = found.get("mappings", {})
-    mark = mapping.get("_meta", {}).get("cdc", {}).get("truncated")
-    return True, (int(mark[0]), int(mark[1])) if isinstance(mark, list) else None
+    cdc: dict[str, Any] = mapping.get("_meta", {}).get("cdc", {})
+    mark = cdc.get("truncated")
+    watermark = (int(mark[0]), int(mark[1])) if isinstance(mark, list) else None
+    return True, watermark, {str(k): int(v) for k, v in (cdc.get("columns") or {}).items()}
+
+
+def _meta(watermark: Pos | None, columns: dict[str, int]) -> dict[str, Any]:
+    truncated = list(watermark) if watermark is not None else None
+    return {"cdc": {"truncated": truncated, "columns": columns}}
+
+
+def column_ids(schema: TableSchema | None) -> dict[str, int]:
+    """Each column's id (PostgreSQL's attnum), which a rename keeps, by name."""
+    if schema is None:
+        return {}
+    return {c.name: c.id for c in schema.columns if c.id is not None}
 
 
 def create(
@@ -64,7 +80,7 @@ def create(
     watermark: Pos | None,
 ) -> None:
     """Create ``name``; one that exists already (another worker made it) is left as it is."""
-    meta = {"cdc": {"truncated": list(watermark) if watermark is not None else None}}
+    meta = _meta(watermark, column_ids(schema))
     try:
         client.indices.create(index=name, body=index_body(schema, options, settings(config), meta))
     except os_errors.RequestError as exc:
@@ -73,23 +89,47 @@ def create(
 
 
 def evolve(
-    client: OpenSearch, name: str, schema: TableSchema, options: EnvelopeOptions, sink: str
+    client: OpenSearch,
+    state: IndexState,
+    schema: TableSchema,
+    options: EnvelopeOptions,
+    sink: str,
 ) -> None:
     """Add the schema's new columns to the mapping (a column's mapping never changes).
 
     Raises:
-        SinkFatal: a column's type changed so that its mapping would (``cdc sink --reset-table``
-            rebuilds the index).
+        SinkFatal: a column was renamed (a field cannot be renamed in place) or its type
+            changed so that its mapping would; ``cdc sink --reset-table`` rebuilds the index.
     """
-    try:
-        client.indices.put_mapping(index=name, body={"properties": properties(schema, options)})
-    except os_errors.RequestError as exc:
-        table = f"{schema.schema}.{schema.table}"
+    table = f"{schema.schema}.{schema.table}"
+    fix = f"rebuild it with `cdc sink FILE {sink} --reset-table {table}`"
+    renamed = _renames(state.columns, schema)
+    if renamed:
         raise SinkFatal(
-            f"OpenSearch sink {sink}: the mapping of index {name} cannot follow {table}'s new "
-            f"schema ({reason(exc)}); rebuild it with `cdc sink FILE {sink} --reset-table "
-            f"{table}`"
+            f"OpenSearch sink {sink}: {table} renamed {', '.join(renamed)}, and index "
+            f"{state.name} cannot rename a field in place; {fix}"
+        )
+    columns = {**state.columns, **column_ids(schema)}
+    body = {"_meta": _meta(state.watermark, columns), "properties": properties(schema, options)}
+    try:
+        client.indices.put_mapping(index=state.name, body=body)
+    except os_errors.RequestError as exc:
+        raise SinkFatal(
+            f"OpenSearch sink {sink}: the mapping of index {state.name} cannot follow "
+            f"{table}'s new schema ({reason(exc)}); {fix}"
         ) from exc
+    state.columns = columns
+
+
+def _renames(recorded: dict[str, int], schema: TableSchema) -> list[str]:
+    """``old -> new`` for each column of ``schema`` recorded under another name."""
+    by_id = {i: n for n, i in recorded.items()}
+    out = []
+    for column in schema.columns:
+        old = by_id.get(column.id) if column.id is not None else None
+        if old is not None and old != column.name:
+            out.append(f"{old} -> {column.name}")
+    return out
 
 
 def drop(client: OpenSearch, name: str) -> None:

@@ -160,7 +160,8 @@ class OpenSearchSink:
         published = self._context.schemas.get(*change.table)
         envelope = self._context.envelope
         indexes.create(client, self._config, state.name, published, envelope, change.pos)
-        self._indexes[change.table] = IndexState(state.name, change.pos, published)
+        columns = indexes.column_ids(published)
+        self._indexes[change.table] = IndexState(state.name, change.pos, published, columns)
         self._log.info("opensearch.truncated", index=state.name, pos=list(change.pos or ()))
 
     def _index(self, table: Table) -> IndexState:
@@ -172,13 +173,14 @@ class OpenSearchSink:
             return state
         client, envelope = self._connected(), self._context.envelope
         name = state.name if state is not None else self._index_name(table)
-        exists, watermark = indexes.load(client, name)
+        exists, watermark, columns = indexes.load(client, name)
         if not exists:
             indexes.create(client, self._config, name, published, envelope, None)
-            exists, watermark = indexes.load(client, name)
-        elif published is not None:
-            indexes.evolve(client, name, published, envelope, self._name)
-        state = self._indexes[table] = IndexState(name, watermark, published)
+            exists, watermark, columns = indexes.load(client, name)
+        state = IndexState(name, watermark, published, columns)
+        if published is not None and exists:
+            indexes.evolve(client, state, published, envelope, self._name)
+        self._indexes[table] = state
         return state
 
     def _index_name(self, table: Table) -> str:

@@ -1,0 +1,110 @@
+"""The OpenSearch sink, more: renames and widenings, ``cdc doctor``, secrets kept out of errors,
+and a bad document dead-lettered alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from cdc.cli.main import main
+from cdc.contracts.errors import RecordError, SinkFatal, SinkUnavailable
+from cdc.contracts.events import Op
+from cdc.contracts.schema import Column
+from cdc.contracts.sink import SinkContext
+from cdc.support.logging import get_logger
+from sinks.opensearch.plugin import OpenSearchSinkPlugin
+from sinks.opensearch.sink import OpenSearchSink
+from tests.integration.duckdb_kit import PIPELINE, Schemas, item
+from tests.integration.test_opensearch_sink import Harness, _config, _docs
+from tests.services.ports import free_port
+
+SECRET = "s3cr3t-Pa55word"
+
+
+@pytest.fixture
+def os_sink(opensearch_server: Any) -> Any:
+    harness = Harness(opensearch_server.url)
+    yield harness
+    harness.sink.close()
+
+
+def _columns(name: str, qty: str) -> tuple[Column, ...]:
+    return (
+        Column("id", "bigint", key=True, nullable=False, id=1),
+        Column(name, "text", id=2),
+        Column("qty", qty, id=3),
+    )
+
+
+def test_a_widening_is_applied_and_a_rename_stops_with_the_reset_command(os_sink: Harness) -> None:
+    os_sink.schemas.publish("items", *_columns("name", "integer"))
+    os_sink.apply(item(Op.CREATE, 1, 10, "a", 1))
+    os_sink.schemas.publish("items", *_columns("name", "bigint"))  # both map to long
+    os_sink.apply(item(Op.CREATE, 2, 11, "b", 2**40))
+    assert os_sink.names() == {"1": ("a", 1), "2": ("b", 2**40)}
+    os_sink.reopen()  # the column ids are recorded in the index, not in the sink's memory
+    os_sink.schemas.publish("items", *_columns("title", "bigint"))
+    with pytest.raises(SinkFatal, match=r"renamed name -> title.*--reset-table public\.items"):
+        os_sink.apply(item(Op.CREATE, 3, 12, "c", 3))
+
+
+def test_a_document_the_mapping_refuses_is_a_record_error_naming_it(os_sink: Harness) -> None:
+    refused = {"not": "text"}  # an object for a text field: the mapping refuses it
+    records = os_sink._records.records(
+        item(Op.CREATE, 1, 10, "a", 1),
+        item(Op.CREATE, 2, 11, refused, 2),  # type: ignore[arg-type]
+    )
+    os_sink.sink.write(records)
+    with pytest.raises(RecordError) as caught:
+        os_sink.sink.flush()
+    assert caught.value.record is records[1]
+    os_sink.sink.write([records[0]])  # the runner sends the batch again without it
+    os_sink.sink.flush()
+    assert os_sink.names() == {"1": ("a", 1)}
+
+
+def test_doctor_passes_on_the_node_and_names_the_fix_when_unreachable(
+    opensearch_server: Any,
+) -> None:
+    checks = OpenSearchSinkPlugin.doctor(_config(opensearch_server.url), PIPELINE)
+    assert [(c.name, c.ok) for c in checks] == [
+        ("reachable", True),
+        ("version", True),
+        ("permitted", True),
+    ], checks
+    assert "OpenSearch 2." in checks[1].detail
+    down = _config(f"http://127.0.0.1:{free_port()}", username="cdc", password=SECRET)
+    (failed,) = OpenSearchSinkPlugin.doctor(down, PIPELINE)
+    assert failed.name == "reachable" and not failed.ok and failed.fix
+    assert SECRET not in f"{failed.detail} {failed.fix}"
+
+
+def test_secrets_never_reach_errors_or_the_config_repr(opensearch_server: Any) -> None:
+    config = _config(f"http://127.0.0.1:{free_port()}", api_key=SECRET)
+    assert SECRET not in repr(config) and SECRET not in str(config.model_dump())
+    context = SinkContext(PIPELINE, "search", [], Schemas(), get_logger(sink="search"))
+    sink = OpenSearchSink(config, context)
+    with pytest.raises(SinkUnavailable) as caught:
+        sink.open()
+    assert SECRET not in str(caught.value) and "127.0.0.1" in str(caught.value)
+
+
+def test_credentials_in_the_url_are_a_config_error_that_does_not_quote_them(
+    tmp_path: Path,
+) -> None:
+    pipeline = tmp_path / "shop.yaml"
+    pipeline.write_text(
+        "version: 1\nname: shop\nsource:\n  type: postgres\n  dsn: postgresql://x/y\n"
+        "  tables: [public.items]\nsinks:\n  - name: search\n    type: opensearch\n"
+        f"    url: http://cdc:{SECRET}@localhost:9200\n"
+    )
+    result = CliRunner().invoke(main, ["validate", str(pipeline)])
+    assert result.exit_code == 2, result.output
+    assert "not in the url" in result.output and SECRET not in result.output
+
+
+def test_read_rows_of_a_table_never_written_is_empty(opensearch_server: Any) -> None:
+    assert _docs(_config(opensearch_server.url), "public", "nothing") == {}
