@@ -145,26 +145,18 @@ class IcebergSink:
         return waited >= self._config.commit_interval_s
 
     def _commit(self, table: Table, records: list[SinkRecord]) -> None:
-        offsets = {
-            tp: o for tp, o in self._offsets.items() if self._topics.table(tp.topic) == table
-        }
-        # After a failed commit that may have landed, the state was read again: what it
-        # stored is not applied twice.
-        records = [r for r in records if r.offset >= offsets.get(r.tp, 0)]
-        offsets.update(sink_offsets(records))
         where = f"{table[0]}.{table[1]}"
         with self._translated(f"committing {where}"):
             published = self._context.schemas.get(*table)
             if published is None:
                 raise SinkFatal(f"no published schema for {where}: the sink cannot type it")
-            commit = apply.Commit(
-                self._table(table, published),
-                published,
-                offsets,
-                self._truncated.get(table),
-                self._context,
-                self._topics,
-            )
+            found = self._table(table, published)
+            offsets, truncated = self._committed(table, found)
+            # What the table's last commit stored (this sink's, after a commit that failed
+            # but landed; another worker's, for its partitions) is not applied twice.
+            records = [r for r in records if r.offset >= offsets.get(r.tp, 0)]
+            offsets.update(sink_offsets(records))
+            commit = apply.Commit(found, published, offsets, truncated, self._context, self._topics)
             started = time.monotonic()
             if self._config.mode == "current":
                 self._truncated[table] = apply.apply_current(commit, records)
@@ -178,6 +170,23 @@ class IcebergSink:
             records=len(records),
             seconds=round(time.monotonic() - started, 4),
         )
+
+    def _committed(
+        self, table: Table, found: IcebergTable
+    ) -> tuple[dict[TopicPartition, int], Pos | None]:
+        """The offsets of ``table``'s partitions and its truncate position: this sink's, or
+        the table's last commit's where further. Offsets only move on (a reset makes a new
+        table), and a commit carries every partition of the topic, so a commit never takes
+        back another worker's progress on a partition it does not read."""
+        mine = self._topics.table
+        offsets = {tp: o for tp, o in self._offsets.items() if mine(tp.topic) == table}
+        stored, truncated = tables.state(found)
+        for tp, offset in stored.items():
+            offsets[tp] = max(offset, offsets.get(tp, 0))
+        held = self._truncated.get(table)
+        if held is not None and (truncated is None or held > truncated):
+            truncated = held
+        return offsets, truncated
 
     def _table(self, table: Table, published: Any) -> IcebergTable:
         """The table, created or evolved from ``published`` when it is new to the sink."""

@@ -39,6 +39,7 @@ from sinks.offsets import decode_offsets, encode_offsets
 
 OFFSETS: Final = "cdc.offsets"
 TRUNCATED: Final = "cdc.truncated"
+NO_RETRIES: Final = "commit.retry.num-retries"
 POS, SEQ, DELETED = "_cdc_pos", "_cdc_seq", "_cdc_deleted"
 OP, COMMITTED = "_cdc_op", "_cdc_commit_ts"
 #: The source column's id (PostgreSQL's attnum) is kept in the field's doc: renames follow it.
@@ -93,7 +94,13 @@ def create(
     fields += [NestedField(next(ids), n, t, required=False) for n, t in _HIDDEN[mode]]
     keys = [f.field_id for f in fields if f.name in published.key_columns]
     schema = Schema(*fields, identifier_field_ids=keys if mode == "current" else [])
-    properties = {OFFSETS: orjson.dumps(encode_offsets(offsets or {})).decode()}
+    properties = {
+        OFFSETS: orjson.dumps(encode_offsets(offsets or {})).decode(),
+        # pyiceberg would retry a commit that lost a race on the new metadata, with the
+        # offsets and the position guards' answers of the old one: the sink retries instead,
+        # from a fresh read of the table.
+        NO_RETRIES: "0",
+    }
     return catalog.create_table(name, schema, properties=properties)
 
 

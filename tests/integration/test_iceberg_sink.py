@@ -7,12 +7,14 @@ Schema evolution, types, append mode and errors are in ``test_iceberg_sink_more.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
+from cdc.contracts.errors import SinkUnavailable
 from cdc.contracts.events import ChangeEvent, Op
 from cdc.contracts.schema import Column
 from cdc.contracts.sink import Sink, SinkContext, SinkRecord
@@ -222,3 +224,37 @@ def test_a_crash_between_two_tables_commits_resumes_each_from_its_own_offsets(
     assert lake.names() == {1: ("a2", 2)}
     assert {k: r["name"] for k, r in lake.rows("other").items()} == {7: "o2"}
     assert second.stored_offsets() == {items: 2, other: 2}
+
+
+def test_two_writers_of_a_table_conflict_retry_and_keep_each_others_offsets(
+    tmp_path: Path,
+) -> None:
+    lake = Lake(tmp_path)
+    lake.apply(item(Op.CREATE, 1, 10, "a", 1))
+    first, second = lake.sink, lake.new_sink()
+    items = ("public", "items")
+    first._table(items, lake.schemas.get(*items))  # the metadata version it will commit on
+    # The second worker reads partition 1 of the topic (on Kafka, another worker's share).
+    theirs = [
+        replace(r, partition=1, offset=0) for r in lake.records(item(Op.CREATE, 2, 12, "b", 2))
+    ]
+    second.write(theirs)
+    second.flush()
+    ours = lake.records(item(Op.UPDATE, 1, 11, "a2", 2))
+    first.write(ours)
+    with pytest.raises(SinkUnavailable):  # the catalog refuses a commit on a replaced version
+        first.flush()
+    first.write(ours)  # the runner retries the batch
+    first.flush()
+    # Without a race: each commit keeps the other worker's offsets of the table's last commit.
+    made = lake.records(item(Op.UPDATE, 2, 13, "b2", 3))
+    second.write([replace(r, partition=1, offset=1) for r in made])
+    second.flush()
+    ours = lake.records(item(Op.UPDATE, 1, 14, "a3", 3))
+    first.write(ours)
+    first.flush()
+    assert lake.names() == {1: ("a3", 3), 2: ("b2", 3)}
+    topic = f"{PIPELINE}.public.items"
+    reopened = lake.new_sink()
+    ends = {TopicPartition(topic, 0): ours[-1].offset + 1, TopicPartition(topic, 1): 2}
+    assert reopened.stored_offsets() == ends
