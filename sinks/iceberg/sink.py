@@ -52,6 +52,7 @@ class IcebergSink:
         self._pending: dict[Table, list[SinkRecord]] = {}
         self._since: float | None = None
         self._fresh = False
+        self._flushed = True  # every record written was handed to a flush that returned
         self._log = context.logger
 
     def open(self) -> None:
@@ -72,6 +73,7 @@ class IcebergSink:
         return dict(self._offsets)
 
     def write(self, records: Sequence[SinkRecord]) -> None:
+        self._flushed = False
         seen = self._seen
         for record in records:
             tp = TopicPartition(record.topic, record.partition)
@@ -95,10 +97,11 @@ class IcebergSink:
         """
         if self._due():
             self.commit()
+        self._flushed = True
 
     def probe(self) -> None:
         """Called while idle: commit changes whose interval has passed."""
-        if self._pending and self._due():
+        if self._pending and self._flushed and self._due():
             self.commit()
 
     def commit(self) -> None:
@@ -109,6 +112,14 @@ class IcebergSink:
         self._since, self._fresh = None, False
 
     def close(self) -> None:
+        """Commit what the runner handed over and saw flushed (a clean stop leaves nothing
+        waiting for the next start), then forget the buffer. Records written since the last
+        flush are not committed: that flush failed, or never came."""
+        if self._pending and self._flushed and self._catalog is not None:
+            try:
+                self.commit()
+            except Exception as exc:  # the next start replays them from the stored offsets
+                self._log.warning("iceberg.close_commit_failed", error=str(exc))
         self._pending, self._since, self._seen = {}, None, dict(self._offsets)
         self._catalog = None
 

@@ -145,6 +145,20 @@ def test_an_idle_sink_commits_its_buffer_once_the_interval_passed(tmp_path: Path
     assert lake.names() == {1: ("b", 2)}
 
 
+def test_a_clean_stop_commits_the_flushed_buffer_and_never_an_unflushed_write(
+    tmp_path: Path,
+) -> None:
+    lake = Lake(tmp_path)
+    lake.apply(item(Op.CREATE, 1, 10, "a", 1))
+    object.__setattr__(lake.config, "commit_interval_s", 3600.0)
+    lake.apply(item(Op.UPDATE, 1, 11, "b", 2))  # buffered; the runner commits the group's offset
+    lake.reopen()  # a clean stop: close commits it
+    assert lake.names() == {1: ("b", 2)}
+    lake.sink.write(lake.records(item(Op.UPDATE, 1, 12, "c", 3)))  # its flush fails, or never ran
+    lake.reopen()
+    assert lake.names() == {1: ("b", 2)}
+
+
 def test_catalog_errors_name_no_secret(tmp_path: Path) -> None:
     secret = "s3cr3t-pa55"
     config = IcebergSinkConfig(
