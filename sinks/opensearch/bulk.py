@@ -18,6 +18,8 @@ from cdc.contracts.errors import RecordError, SinkUnavailable
 from sinks.keyed import Change
 
 Action = tuple[bytes, Change]
+#: What the sink reads of a bulk reply: a fraction of its bytes (an item per document).
+_REPLY = "errors,items.*.status,items.*.error"
 
 
 def chunks(actions: Sequence[Action], max_bytes: int) -> Iterator[Sequence[Action]]:
@@ -41,7 +43,7 @@ def send(client: OpenSearch, actions: Sequence[Action], refresh: str, max_bytes:
     """
     for run in chunks(actions, max_bytes):
         body = b"".join(lines for lines, _ in run)
-        reply = client.bulk(body=body, params={"refresh": refresh})
+        reply = client.bulk(body=body, params={"refresh": refresh, "filter_path": _REPLY})
         if reply.get("errors"):
             check(reply["items"], run)
 

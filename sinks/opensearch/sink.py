@@ -141,8 +141,11 @@ class OpenSearchSink:
     def _send(self, part: Part) -> None:
         """One part's documents, then its truncate (if it ends in one)."""
         actions = []
+        states: dict[Table, IndexState] = {}
         for (table, doc), change in part.latest.items():
-            state = self._index(table)
+            state = states.get(table)
+            if state is None:
+                state = states[table] = self._index(table)
             if not older_than(change.pos, state.watermark):
                 actions.append(action(state.name, doc, change))
         config = self._config
