@@ -58,6 +58,7 @@ class Commit:
     context: SinkContext
     topics: TopicTables
     stores: dict[EnvelopeOptions | None, dict[str, Store]] = field(default_factory=dict)
+    formers: dict[str, list[str]] | None = None
 
     def row(self, change: Change) -> Row:
         """The change's columns as the table stores them."""
@@ -70,8 +71,9 @@ class Commit:
         source = change.row if change.row is not None else change.key
         out: Row = {}
         for name, store in stores.items():
+            value = source[name] if name in source else self._former(source, name)
             try:
-                out[name] = store(source.get(name))
+                out[name] = store(value)
             except Unstorable as exc:
                 raise RecordError(f"column {name}: {exc}", record) from None
             except (ValueError, TypeError, ArithmeticError) as exc:
@@ -79,6 +81,17 @@ class Commit:
                 reason = f"column {name}: not a value of its type ({type(exc).__name__})"
                 raise RecordError(reason, record) from None
         return out
+
+    def _former(self, source: Mapping[str, Any], name: str) -> Any:
+        """A renamed column's value in a record written before the rename (newest name
+        first), else ``None``."""
+        if self.formers is None:
+            fields = self.table.schema().fields
+            self.formers = {f.name: tables.former_names(f.doc) for f in fields}
+        for old in reversed(self.formers.get(name, ())):
+            if old in source:
+                return source[old]
+        return None
 
 
 def apply_current(commit: Commit, records: Sequence[SinkRecord]) -> Pos | None:

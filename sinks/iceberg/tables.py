@@ -42,8 +42,11 @@ TRUNCATED: Final = "cdc.truncated"
 NO_RETRIES: Final = "commit.retry.num-retries"
 POS, SEQ, DELETED = "_cdc_pos", "_cdc_seq", "_cdc_deleted"
 OP, COMMITTED = "_cdc_op", "_cdc_commit_ts"
-#: The source column's id (PostgreSQL's attnum) is kept in the field's doc: renames follow it.
+#: The source column's id (PostgreSQL's attnum) and the names it had before are kept in the
+#: field's doc (``cdc:id=3 was=name,title``): renames follow the id, and records written before
+#: a rename (in flight, or replayed) are read under the new name.
 _ID_DOC: Final = "cdc:id="
+_WAS: Final = " was="
 _HIDDEN: Final[dict[str, tuple[tuple[str, IcebergType], ...]]] = {
     "current": ((POS, LongType()), (SEQ, LongType()), (DELETED, BooleanType())),
     "append": (
@@ -87,7 +90,7 @@ def create(
             c.name,
             iceberg_type(c.type, 5000 + i),
             c.key and mode == "current",
-            doc=None if c.id is None else f"{_ID_DOC}{c.id}",
+            doc=_doc(c.id),
         )
         for i, c in enumerate(published.columns)
     ]
@@ -146,6 +149,8 @@ def evolve(table: Table, published: TableSchema, where: str) -> Table:
             if held is None and column.id is not None and column.id in by_id:
                 held = by_id[column.id]
                 update.rename_column(held.name, column.name)
+                former = [*former_names(held.doc), held.name]
+                update.update_column(held.name, doc=_doc(column.id, former))
             if held is None:
                 update.add_column(column.name, wanted, doc=_doc(column.id))
             elif held.field_type != wanted and not _same_list(held.field_type, wanted):
@@ -181,14 +186,23 @@ def _widens(held: IcebergType, wanted: IcebergType) -> bool:
     )
 
 
-def _doc(column_id: int | None) -> str | None:
-    return None if column_id is None else f"{_ID_DOC}{column_id}"
+def _doc(column_id: int | None, former: list[str] | None = None) -> str | None:
+    if column_id is None:
+        return None
+    return f"{_ID_DOC}{column_id}" + (f"{_WAS}{','.join(former)}" if former else "")
 
 
 def _source_id(doc: str | None) -> int | None:
     if doc is None or not doc.startswith(_ID_DOC):
         return None
-    return int(doc[len(_ID_DOC) :])
+    return int(doc[len(_ID_DOC) :].partition(_WAS)[0])
+
+
+def former_names(doc: str | None) -> list[str]:
+    """The names a column had before its renames, oldest first."""
+    if doc is None or not doc.startswith(_ID_DOC) or _WAS not in doc:
+        return []
+    return doc.partition(_WAS)[2].split(",")
 
 
 def _refused(where: str, what: str) -> SinkFatal:
