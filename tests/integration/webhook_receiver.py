@@ -7,7 +7,9 @@ applies records by source position the way the docs tell a receiver to.
 Faults, taken in order, one per request (:meth:`Receiver.plan`): ``"ok"`` (none), ``"500"``,
 ``"503"``, ``"429:N"`` (``Retry-After: N`` seconds), ``"429-date:N"`` (an HTTP date N s ahead),
 ``"401"``, ``"timeout"`` (the records are taken, then the answer waits past the client's
-timeout: delivered but not acknowledged), ``"drop"`` (the connection is closed unanswered).
+timeout: delivered but not acknowledged), ``"drop"`` (the connection is closed unanswered),
+``"hold"`` (the records are taken, :attr:`Receiver.holding` is set, and the answer waits for
+:attr:`Receiver.release`: a test kills the sender mid-request).
 """
 
 from __future__ import annotations
@@ -71,6 +73,9 @@ class Receiver:
 
     def __post_init__(self) -> None:
         self.lock = threading.Lock()
+        self.holding = threading.Event()
+        self.release = threading.Event()
+        self.held: list[str] = []  # the ids of the held requests' records
         self.verify = documented_verify()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
@@ -124,12 +129,16 @@ class Receiver:
     def _fault_answer(
         self, fault: str | None, document: dict[str, Any], records: list[dict[str, Any]]
     ) -> tuple[int, dict[str, str]]:
-        if fault in (None, "ok", "timeout"):
+        if fault in (None, "ok", "timeout", "hold"):
             if self.refuse is not None and any(self.refuse(r) for r in records):
                 return 422, {}
             self._take(document, records)
             if fault == "timeout":  # taken, but the answer comes after the client gave up
                 threading.Event().wait(self.hang_s)
+            if fault == "hold":
+                self.held.extend(r["id"] for r in records)
+                self.holding.set()
+                self.release.wait(60)
             return 200, {}
         if fault == "drop":
             return -1, {}
