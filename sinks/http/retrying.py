@@ -67,7 +67,8 @@ class Delays:
         self.failures += 1
         if retry_after is not None:
             return min(retry_after, config.max_retry_after_s)
-        cap = min(config.max_backoff_s, config.initial_backoff_s * 2.0 ** min(self.failures, 32))
+        doublings = min(self.failures - 1, 32)  # the first wait's cap is initial_backoff_s
+        cap = min(config.max_backoff_s, config.initial_backoff_s * 2.0**doublings)
         return self._rng.uniform(0.0, cap)
 
     def reset(self) -> None:

@@ -74,10 +74,17 @@ def test_backoff_is_capped_full_jitter_and_retry_after_is_capped_too() -> None:
     config = RetryConfig(initial_backoff_s=1, max_backoff_s=8, max_retry_after_s=60)
     delays = Delays(config, random.Random(3))
     waits = [delays.next() for _ in range(40)]
-    caps = [min(8.0, 2.0**n) for n in range(1, 41)]
+    caps = [min(8.0, 2.0**n) for n in range(40)]  # 1, 2, 4, 8, 8...
     assert all(0 <= w <= cap for w, cap in zip(waits, caps, strict=True))
     assert min(waits[5:]) < 4 < max(waits[5:])  # drawn below the cap, not near it
     assert delays.next(retry_after=600) == 60 and delays.next(retry_after=2) == 2
+
+    class Top(random.Random):
+        def uniform(self, a: float, b: float) -> float:
+            return b  # the cap itself
+
+    top = Delays(config, Top())
+    assert [top.next() for _ in range(6)] == [1, 2, 4, 8, 8, 8]
     delays.reset()
     assert delays.failures == 0
 
