@@ -8,13 +8,16 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from opensearchpy import OpenSearch
 
 from cdc.cli.main import main
 from cdc.contracts.errors import RecordError, SinkFatal, SinkUnavailable
 from cdc.contracts.events import Op
 from cdc.contracts.schema import Column
 from cdc.contracts.sink import SinkContext
+from cdc.envelope.options import DEBEZIUM_DEFAULTS, READABLE
 from cdc.support.logging import get_logger
+from sinks.opensearch.mappings import field
 from sinks.opensearch.plugin import OpenSearchSinkPlugin
 from sinks.opensearch.sink import OpenSearchSink
 from tests.integration.duckdb_kit import PIPELINE, Schemas, item
@@ -108,3 +111,37 @@ def test_credentials_in_the_url_are_a_config_error_that_does_not_quote_them(
 
 def test_read_rows_of_a_table_never_written_is_empty(opensearch_server: Any) -> None:
     assert _docs(_config(opensearch_server.url), "public", "nothing") == {}
+
+
+def test_created_indexes_remember_deletes_for_gc_deletes(os_sink: Harness) -> None:
+    os_sink.apply(item(Op.CREATE, 1, 10, "a", 1))
+    index = os_sink.config.index_name(PIPELINE, ("public", "items"))
+    client = OpenSearch([os_sink.config.url])
+    settings = client.indices.get_settings(index=index)[index]["settings"]["index"]
+    assert settings["gc_deletes"] == "24h"
+    mapping = client.indices.get_mapping(index=index)[index]["mappings"]
+    assert mapping["dynamic"] == "false"
+    assert mapping["properties"]["name"]["type"] == "text"
+    assert mapping["properties"]["qty"]["type"] == "long"
+
+
+@pytest.mark.parametrize(
+    ("type_name", "options", "expected"),
+    [
+        ("bigint", READABLE, "long"),
+        ("integer[]", READABLE, "long"),
+        ("double precision", READABLE, "double"),
+        ("numeric(12,2)", READABLE, "double"),
+        ("numeric(12,2)", DEBEZIUM_DEFAULTS, "object"),  # base64: stored only
+        ("boolean", READABLE, "boolean"),
+        ("timestamp(3) with time zone", READABLE, "date"),
+        ("date", DEBEZIUM_DEFAULTS, "long"),  # epoch days
+        ("character varying(20)", READABLE, "text"),
+        ("uuid", READABLE, "keyword"),
+        ("time with time zone", READABLE, "keyword"),
+        ("jsonb", READABLE, "object"),
+        ("", READABLE, "object"),  # a MongoDB field: any JSON
+    ],
+)
+def test_mapping_by_source_type(type_name: str, options: Any, expected: str) -> None:
+    assert field(type_name, options)["type"] == expected
