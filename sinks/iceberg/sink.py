@@ -70,6 +70,11 @@ class IcebergSink:
         self._log.info("iceberg.opened", catalog=self._config.where(), namespace=self._namespace)
 
     def stored_offsets(self) -> Mapping[TopicPartition, int]:
+        """The offsets of the tables' last commits, read again: another worker of this sink
+        (on Kafka) may have moved a partition on before it was assigned here."""
+        if self._catalog is not None:
+            with self._translated("reading the offsets"):
+                self._load()
         return dict(self._offsets)
 
     def write(self, records: Sequence[SinkRecord]) -> None:

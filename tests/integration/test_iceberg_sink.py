@@ -262,3 +262,9 @@ def test_two_writers_of_a_table_conflict_retry_and_keep_each_others_offsets(
     reopened = lake.new_sink()
     ends = {TopicPartition(topic, 0): ours[-1].offset + 1, TopicPartition(topic, 1): 2}
     assert reopened.stored_offsets() == ends
+    made = lake.records(item(Op.UPDATE, 2, 15, "b3", 4))
+    second.write([replace(r, partition=1, offset=2) for r in made])
+    second.flush()
+    # Partition 1 assigned to the first worker now (a rebalance): it starts where the other
+    # worker's commit left it, not where its own last commit saw it.
+    assert first.stored_offsets() == {**ends, TopicPartition(topic, 1): 3}
