@@ -10,6 +10,8 @@ machine does not reach), sees the same keys.
 from __future__ import annotations
 
 import random
+import socket
+import urllib.request
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,7 @@ from tests.e2e.test_pg_all_sinks import kill_mid_work, table_records, wait_caugh
 TABLES = {"everything": ["id"], "lines": ["order_id", "line_no"]}
 
 
-def _pipeline(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
+def _pipeline(tmp_path: Path, port: int) -> tuple[Path, dict[str, Any]]:
     sink = {
         "name": "lake",
         "type": "iceberg",
@@ -42,6 +44,7 @@ def _pipeline(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
     data = {
         "version": 1,
         "name": "shop",
+        "metrics": {"listen": f"127.0.0.1:{port}"},
         "source": {
             "type": "postgres",
             "dsn": "${PG_DSN}",
@@ -67,7 +70,8 @@ def test_postgres_to_iceberg_after_two_sigkills_equals_the_source(
     assert "iceberg" in installed, f"the iceberg sink is not installed: {sorted(installed)}"
     create(pg_db, rows=600)
     env = {"PG_DSN": pg_db}
-    pipeline, sink = _pipeline(tmp_path)
+    port = _free_port()
+    pipeline, sink = _pipeline(tmp_path, port)
     config = IcebergSinkConfig(**sink)
     workload = Workload(pg_db)
     workload.start()
@@ -82,6 +86,7 @@ def test_postgres_to_iceberg_after_two_sigkills_equals_the_source(
     finally:
         workload.stop()
     wait_caught_up(process, tmp_path, pipeline, env, pg_db, timeout=240)
+    _metrics_count_the_changes(port)
     # The group's offsets run ahead of the tables by up to an interval; a clean stop commits
     # what the sink holds, so every table's last commit stores its topic's end offsets.
     assert stop(process)[0] == 0, (tmp_path / "run.log").read_text()[-3000:]
@@ -92,6 +97,27 @@ def test_postgres_to_iceberg_after_two_sigkills_equals_the_source(
     for table, keys in TABLES.items():
         _assert_one_row_per_key_and_duckdb_agrees(config, table, keys)
     cdc("drop", str(pipeline), "--yes", cwd=tmp_path, env=env)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+def _metrics_count_the_changes(port: int) -> None:
+    """The runtime's sink task reports the contract's metrics for this sink as for any."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    labels = 'pipeline="shop",sink="lake"'
+    applied = [
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("cdc_sink_applied_total{") and labels in line
+    ]
+    assert applied and sum(applied) > 0, text[-2000:]
+    assert f'cdc_sink_state{{{labels},state="running"}} 1.0' in text
 
 
 def _committed(config: IcebergSinkConfig, pipeline: Path, cwd: Path, env: dict[str, str]) -> bool:
