@@ -269,7 +269,10 @@ class IcebergSink:
                 self._load()
 
     def _message(self, doing: str, exc: BaseException) -> str:
-        text = self._config.scrub(f"{type(exc).__name__}: {exc}")
+        if type(exc).__module__.startswith("pyarrow"):  # its messages quote the values
+            text = f"{type(exc).__name__}: a value does not fit its column's type"
+        else:
+            text = self._config.scrub(f"{type(exc).__name__}: {exc}")
         return f"Iceberg sink {self._context.sink_name} ({self._config.where()}): {doing}: {text}"
 
 

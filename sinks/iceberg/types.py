@@ -129,10 +129,24 @@ def _converter(kind: IcebergType) -> Callable[[Any], Any]:
             TimeType: dt.time,
         }[type(kind)]
         return lambda v: _typed(v, wanted)
-    return _same
+    if isinstance(kind, FloatType | DoubleType):
+        return _float
+    exact: type = bool if isinstance(kind, BooleanType) else int
+    if isinstance(kind, BinaryType):
+        exact = bytes
+    return lambda v: _exact(v, exact)
 
 
-def _same(value: Any) -> Any:
+def _exact(value: Any, wanted: type) -> Any:
+    # type(), not isinstance: True is an int, and pyarrow's message would quote the value.
+    if type(value) is not wanted:
+        raise Unstorable(f"a {type(value).__name__} value in a {wanted.__name__} column")
+    return value
+
+
+def _float(value: Any) -> Any:
+    if type(value) not in (float, int):
+        raise Unstorable(f"a {type(value).__name__} value in a float column")
     return value
 
 

@@ -95,6 +95,10 @@ def test_a_value_iceberg_cannot_hold_is_a_record_error_without_the_value(tmp_pat
     with pytest.raises(RecordError, match="column day") as raised:
         lake.apply(event(Op.CREATE, {"id": 1}, row, 10))
     assert "infinity" not in str(raised.value)
+    row = {"id": 1, "name": "a", "qty": "s3cr3t", "day": None}  # masked into a string, say
+    with pytest.raises(RecordError, match="column qty") as raised:
+        lake.apply(event(Op.CREATE, {"id": 1}, row, 11))
+    assert "s3cr3t" not in str(raised.value)
 
 
 def test_append_mode_keeps_every_change_with_its_op_position_and_commit_time(
