@@ -13,6 +13,10 @@ class IcebergSinkPlugin:
     """Builds :class:`IcebergSink`; :meth:`read_rows` reads a table back for ``cdc verify``."""
 
     config_model = IcebergSinkConfig
+    # One committer per table: on Kafka other workers stand by (cdc.runtime.standby). Several
+    # would still be correct (each commit is checked by the catalog, docs/sinks/iceberg.md), but
+    # they would only make each other retry; the commit check stays the fence of a paused leader.
+    single_writer = True
     rows_decoded = True  # read_rows gives values by their meaning, not the envelope's encoding
 
     @staticmethod
