@@ -14,6 +14,9 @@ class JsonlSinkPlugin:
     """Builds :class:`JsonlSink`."""
 
     config_model = JsonlSinkConfig
+    # One file per topic and one state file: two workers would interleave their appends and
+    # overwrite each other's offsets, so on Kafka other workers stand by.
+    single_writer = True
 
     @staticmethod
     def create(config: JsonlSinkConfig, context: SinkContext) -> JsonlSink:
