@@ -59,10 +59,6 @@ RUNS: tuple[Run, ...] = (
     _bench("pg_filters", "--filters", "--rows", "10000", "--rounds", "1", module="pg_stream"),
     _bench("pg_snapshot", "--rows", "100000"),
     _bench("sinks", "--changes", "20000"),
-    _bench("sinks_postgres", "--changes", "20000"),
-    _bench("sinks_opensearch", "--changes", "20000"),
-    _bench("sinks_iceberg", "--changes", "20000"),
-    _bench("sinks_http", "--changes", "20000"),
     _bench("kafka_log", "--records", "20000"),
     _bench("kafka_snapshot", "--rows", "20000"),
     _bench("mongo_source", "--docs", "5000", "--events", "1000"),
@@ -70,8 +66,14 @@ RUNS: tuple[Run, ...] = (
     _bench("peer_debezium", "--rows", "10000", "--big", "10000"),
     _bench("scale", "--dimension", "tx_size", "--sizes", "1000,20000"),
 )
-#: Bench scripts another run covers: ``sinks`` runs the two sinks benches, ``memory`` its probe.
-COVERED = {"sinks_duckdb": "sinks", "sinks_redis_search": "sinks", "memory_probe": "memory"}
+#: Bench scripts another run covers: ``sinks`` runs every sink's bench, ``memory`` its probe.
+COVERED = {
+    **{
+        f"sinks_{name}": "sinks"
+        for name in ("duckdb", "redis_search", "postgres", "opensearch", "http", "iceberg")
+    },
+    "memory_probe": "memory",
+}
 
 
 @dataclass

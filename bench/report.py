@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +47,44 @@ class Figures:
         sys.stdout.flush()
         for metric in self.metrics:
             print(json.dumps(metric), flush=True)
+
+
+def sink_result(
+    sink: str,
+    changes: int,
+    base: tuple[float, float],
+    measured: tuple[float, float],
+    target: int | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The figures of a sink bench (``bench/sinks_*.py``): ``changes`` applied through the sink
+    task in ``measured`` (seconds, CPU seconds), against the store's own bulk path doing the same
+    in ``base``; ``extra`` (record counts, batch sizes, latencies) goes in as it is."""
+    (base_s, base_cpu), (sink_s, sink_cpu) = base, measured
+    result: dict[str, Any] = {
+        "sink": sink,
+        "changes": changes,
+        **extra,
+        "sink_s": round(sink_s, 2),
+        "sink_rows_per_s": round(changes / sink_s),
+        "sink_cpu_s": round(sink_cpu, 2),
+        "sink_rows_per_cpu_s": round(changes / sink_cpu),
+        "baseline_s": round(base_s, 2),
+        "baseline_rows_per_s": round(changes / base_s),
+        "baseline_rows_per_cpu_s": round(changes / base_cpu),
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "cpus": os.cpu_count(),
+    }
+    result["ratio_to_baseline"] = round(
+        result["sink_rows_per_s"] / result["baseline_rows_per_s"], 3
+    )
+    result["cpu_ratio_to_baseline"] = round(
+        result["sink_rows_per_cpu_s"] / result["baseline_rows_per_cpu_s"], 3
+    )
+    if target is not None:
+        result["target_rows_per_s"] = target
+        result["target_met"] = result["sink_rows_per_s"] >= target
+    return result
 
 
 def add_sink(figures: Figures, result: dict[str, Any]) -> None:

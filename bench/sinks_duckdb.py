@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import random
 import sys
 import tempfile
@@ -37,7 +36,7 @@ import orjson
 # sinks package: the repository root goes first.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.report import Figures, add_sink
+from bench.report import Figures, add_sink, sink_result
 from cdc.contracts.events import ChangeEvent, Op, SourceInfo, topic_name
 from cdc.contracts.schema import Column, TableSchema, schema_record
 from cdc.contracts.sink import Sink, SinkContext
@@ -245,34 +244,20 @@ def bench_duckdb(n: int = 500_000, batch: int = 5000) -> dict[str, Any]:
 def _figures(
     n: int, records: int, batch: int, base: dict[str, float], sink_s: float, sink_cpu_s: float
 ) -> dict[str, Any]:
-    """The sink's rates beside the better of the two baselines (keys in the printed order)."""
+    """The sink's rates beside the better of the two baselines."""
     best = min(base["read_json_s"], base["from_json_s"])
     best_cpu = min(base["read_json_cpu_s"], base["from_json_cpu_s"])
-    result = {
-        "sink": "duckdb",
-        "changes": n,
-        "records": records,
-        "batch": batch,
-        "sink_s": round(sink_s, 2),
-        "sink_rows_per_s": round(n / sink_s),
-        "sink_cpu_s": round(sink_cpu_s, 2),
-        "sink_rows_per_cpu_s": round(n / sink_cpu_s),
-        "baseline_rows_per_s": round(n / best),
-        "baseline_read_json_rows_per_s": round(n / base["read_json_s"]),
-        "baseline_from_json_rows_per_s": round(n / base["from_json_s"]),
-        "target_rows_per_s": TARGET,
-        "load_average_1m": round(os.getloadavg()[0], 2),
-        "cpus": os.cpu_count(),
-    }
-    result["baseline_rows_per_cpu_s"] = round(n / best_cpu)
-    result["ratio_to_baseline"] = round(
-        result["sink_rows_per_s"] / result["baseline_rows_per_s"], 3
+    return sink_result(
+        "duckdb",
+        n,
+        (best, best_cpu),
+        (sink_s, sink_cpu_s),
+        TARGET,
+        records=records,
+        batch=batch,
+        baseline_read_json_rows_per_s=round(n / base["read_json_s"]),
+        baseline_from_json_rows_per_s=round(n / base["from_json_s"]),
     )
-    result["cpu_ratio_to_baseline"] = round(
-        result["sink_rows_per_cpu_s"] / result["baseline_rows_per_cpu_s"], 3
-    )
-    result["target_met"] = result["sink_rows_per_s"] >= TARGET
-    return result
 
 
 def main() -> None:

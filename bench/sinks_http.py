@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import sys
 import tempfile
 import time
@@ -32,7 +31,7 @@ from typing import Any
 # sinks package: the repository root goes first.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.report import Figures, add_sink
+from bench.report import Figures, add_sink, sink_result
 from bench.sinks_duckdb import PIPELINE, TOPIC, changes, fill_log, run_sink
 from cdc.contracts.sink import SinkContext
 from cdc.log.embedded import EmbeddedLog
@@ -98,41 +97,16 @@ def bench_http(n: int, batch: int, batch_size: int) -> dict[str, Any]:
         assert receiver.taken == sent, (receiver.taken, sent)
     finally:
         receiver.close()
-    return _figures(n, records, sent, batch, batch_size, base, sink)
-
-
-def _figures(
-    n: int,
-    records: int,
-    sent: int,
-    batch: int,
-    batch_size: int,
-    base: tuple[float, float],
-    sink: tuple[float, float],
-) -> dict[str, Any]:
-    result: dict[str, Any] = {
-        "sink": "http",
-        "changes": n,
-        "records": records,
-        "records_sent": sent,
-        "batch": batch,
-        "batch_size": batch_size,
-        "sink_s": round(sink[0], 2),
-        "sink_rows_per_s": round(n / sink[0]),
-        "sink_cpu_s": round(sink[1], 2),
-        "sink_rows_per_cpu_s": round(n / sink[1]),
-        "baseline_rows_per_s": round(n / base[0]),
-        "baseline_rows_per_cpu_s": round(n / base[1]),
-        "load_average_1m": round(os.getloadavg()[0], 2),
-        "cpus": os.cpu_count(),
-    }
-    result["ratio_to_baseline"] = round(
-        result["sink_rows_per_s"] / result["baseline_rows_per_s"], 3
+    return sink_result(
+        "http",
+        n,
+        base,
+        sink,
+        records=records,
+        records_sent=sent,
+        batch=batch,
+        batch_size=batch_size,
     )
-    result["cpu_ratio_to_baseline"] = round(
-        result["sink_rows_per_cpu_s"] / result["baseline_rows_per_cpu_s"], 3
-    )
-    return result
 
 
 def main() -> None:

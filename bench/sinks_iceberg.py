@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import gc
-import os
 import statistics
 import sys
 import tempfile
@@ -37,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pyarrow as pa
 
-from bench.report import Figures, add_sink
+from bench.report import Figures, add_sink, sink_result
 from bench.sinks_duckdb import SCHEMA, changes, fill_log, run_sink
 from cdc.contracts.events import ChangeEvent
 from cdc.contracts.sink import SinkContext
@@ -108,39 +107,21 @@ def bench_iceberg(n: int, batch: int) -> dict[str, Any]:
         sink_s, sink_cpu = run_sink(log, "lake", make, records, batch)
         log.close()
     latencies = sorted(TimedSink.latencies)
-    return _figures(n, records, batch, (base_s, base_cpu), (sink_s, sink_cpu), latencies)
-
-
-def _figures(
-    n: int,
-    records: int,
-    batch: int,
-    base: tuple[float, float],
-    sink: tuple[float, float],
-    latencies: list[float],
-) -> dict[str, Any]:
-    p99 = latencies[min(len(latencies) - 1, round(0.99 * (len(latencies) - 1)))]
-    result: dict[str, Any] = {
-        "sink": "iceberg",
-        "changes": n,
-        "records": records,
-        "batch": batch,
-        "commits": len(latencies),
-        "commit_p50_ms": round(statistics.median(latencies) * 1000, 1),
-        "commit_p99_ms": round(p99 * 1000, 1),
-        "sink_s": round(sink[0], 2),
-        "sink_rows_per_s": round(n / sink[0]),
-        "sink_cpu_s": round(sink[1], 2),
-        "sink_rows_per_cpu_s": round(n / sink[1]),
-        "baseline_rows_per_s": round(n / base[0]),
-        "baseline_rows_per_cpu_s": round(n / base[1]),
-        "load_average_1m": round(os.getloadavg()[0], 2),
-        "cpus": os.cpu_count(),
-    }
-    result["ratio_to_baseline"] = round(
-        result["sink_rows_per_s"] / result["baseline_rows_per_s"], 3
+    return sink_result(
+        "iceberg",
+        n,
+        (base_s, base_cpu),
+        (sink_s, sink_cpu),
+        records=records,
+        batch=batch,
+        commits=len(latencies),
+        commit_p50_ms=round(statistics.median(latencies) * 1000, 1),
+        commit_p99_ms=round(_percentile(latencies, 0.99) * 1000, 1),
     )
-    return result
+
+
+def _percentile(ordered: list[float], q: float) -> float:
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def main() -> None:

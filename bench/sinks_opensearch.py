@@ -40,8 +40,8 @@ from opensearchpy import OpenSearch, helpers
 # sinks package: the repository root goes first.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.report import Figures, add_sink
-from bench.sinks_duckdb import PIPELINE, SCHEMA, changes, fill_log, run_sink
+from bench.report import Figures, add_sink, sink_result
+from bench.sinks_duckdb import SCHEMA, changes, fill_log, run_sink
 from cdc.contracts.events import ChangeEvent, Op
 from cdc.envelope.options import READABLE
 from cdc.log.embedded import EmbeddedLog
@@ -111,35 +111,9 @@ def bench_opensearch(n: int = 200_000, batch: int = 5000) -> dict[str, Any]:
         client = OpenSearch([url])
         client.indices.delete(index=f"{prefix}-*")
         client.close()
-    return _figures(n, records, batch, (base_s, base_cpu), (sink_s, sink_cpu))
-
-
-def _figures(
-    n: int, records: int, batch: int, base: tuple[float, float], sink: tuple[float, float]
-) -> dict[str, Any]:
-    result: dict[str, Any] = {
-        "sink": "opensearch",
-        "changes": n,
-        "records": records,
-        "batch": batch,
-        "pipeline": PIPELINE,
-        "sink_s": round(sink[0], 2),
-        "sink_rows_per_s": round(n / sink[0]),
-        "sink_cpu_s": round(sink[1], 2),
-        "sink_rows_per_cpu_s": round(n / sink[1]),
-        "baseline_s": round(base[0], 2),
-        "baseline_rows_per_s": round(n / base[0]),
-        "baseline_rows_per_cpu_s": round(n / base[1]),
-        "load_average_1m": round(os.getloadavg()[0], 2),
-        "cpus": os.cpu_count(),
-    }
-    result["ratio_to_baseline"] = round(
-        result["sink_rows_per_s"] / result["baseline_rows_per_s"], 3
+    return sink_result(
+        "opensearch", n, (base_s, base_cpu), (sink_s, sink_cpu), records=records, batch=batch
     )
-    result["cpu_ratio_to_baseline"] = round(
-        result["sink_rows_per_cpu_s"] / result["baseline_rows_per_cpu_s"], 3
-    )
-    return result
 
 
 def main() -> None:

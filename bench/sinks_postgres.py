@@ -38,7 +38,7 @@ import psycopg
 # sinks package: the repository root goes first.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.report import Figures, add_sink
+from bench.report import Figures, add_sink, sink_result
 from bench.sinks_duckdb import changes, fill_log, run_sink
 from cdc.contracts.events import ChangeEvent
 from cdc.log.embedded import EmbeddedLog
@@ -102,35 +102,9 @@ def bench_postgres(n: int = 500_000, batch: int = 5000) -> dict[str, Any]:
             log, "replica", lambda context: PostgresSink(config, context), records, batch
         )
         log.close()
-    return _figures(n, records, batch, (base_s, base_cpu), (sink_s, sink_cpu))
-
-
-def _figures(
-    n: int, records: int, batch: int, base: tuple[float, float], sink: tuple[float, float]
-) -> dict[str, Any]:
-    result: dict[str, Any] = {
-        "sink": "postgres",
-        "changes": n,
-        "records": records,
-        "batch": batch,
-        "sink_s": round(sink[0], 2),
-        "sink_rows_per_s": round(n / sink[0]),
-        "sink_cpu_s": round(sink[1], 2),
-        "sink_rows_per_cpu_s": round(n / sink[1]),
-        "baseline_rows_per_s": round(n / base[0]),
-        "baseline_rows_per_cpu_s": round(n / base[1]),
-        "target_rows_per_s": TARGET,
-        "load_average_1m": round(os.getloadavg()[0], 2),
-        "cpus": os.cpu_count(),
-    }
-    result["ratio_to_baseline"] = round(
-        result["sink_rows_per_s"] / result["baseline_rows_per_s"], 3
+    return sink_result(
+        "postgres", n, (base_s, base_cpu), (sink_s, sink_cpu), TARGET, records=records, batch=batch
     )
-    result["cpu_ratio_to_baseline"] = round(
-        result["sink_rows_per_cpu_s"] / result["baseline_rows_per_cpu_s"], 3
-    )
-    result["target_met"] = result["sink_rows_per_s"] >= TARGET
-    return result
 
 
 def main() -> None:
