@@ -4,7 +4,9 @@ The system Python of a developer's or CI's machine may carry packages a user's m
 once hid an undeclared ``click``). This test builds a virtualenv without system site-packages,
 installs the checkout into it, runs ``cdc --help`` and imports every module of the four packages
 from outside the checkout, so only what the install declared can be found; where cargo is, the
-native extensions must be in the install too.
+native extensions must be in the install too. The sinks whose client is an extra
+(``pip install "cdc-connectors[iceberg]"``) are left out of the import, and naming one in a
+pipeline file must be a config error that gives that pip command.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 import venv
 from pathlib import Path
 
@@ -20,6 +23,8 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("cdc", "connectors", "sinks", "snapshots")
+# The sinks whose client library is an optional extra of the same name: a base install lacks it.
+OPTIONAL_SINKS = ("opensearch", "http", "iceberg")
 # The Rust crates of the two native extensions (pyproject.toml's setuptools-rust modules).
 CRATES = ("connectors/postgres/native", "cdc/log/embedded/native")
 NATIVE = ("connectors.postgres._native", "cdc.log.embedded._native")
@@ -33,15 +38,19 @@ from connectors.postgres.types import row_encoder
 print(row_encoder.available())
 """
 
-# Imports every module of the installed packages and prints where the first one came from.
+# Imports every module of the installed packages but the optional sinks' (argv: the packages,
+# then "--", then the optional sinks' packages) and prints where the first one came from.
 IMPORT_ALL = """
 import importlib, pkgutil, sys
+split = sys.argv.index("--")
+tops, optional = sys.argv[1:split], tuple(p + "." for p in sys.argv[split + 1:])
 names = []
-for top in sys.argv[1:]:
+for top in tops:
     package = importlib.import_module(top)
     names.append(top)
     for info in pkgutil.walk_packages(package.__path__, top + "."):
-        names.append(info.name)
+        if not (info.name + ".").startswith(optional):
+            names.append(info.name)
 for name in names:
     importlib.import_module(name)
 print(len(names), importlib.import_module("cdc").__file__)
@@ -112,7 +121,14 @@ def test_the_installed_cdc_command_runs(clean_venv: Path, tmp_path: Path) -> Non
 
 def test_every_module_imports_from_the_clean_install(clean_venv: Path, tmp_path: Path) -> None:
     result = subprocess.run(
-        [str(clean_venv / "bin" / "python"), "-c", IMPORT_ALL, *PACKAGES],
+        [
+            str(clean_venv / "bin" / "python"),
+            "-c",
+            IMPORT_ALL,
+            *PACKAGES,
+            "--",
+            *(f"sinks.{name}" for name in OPTIONAL_SINKS),
+        ],
         cwd=tmp_path,
         env=_clean_env(),
         capture_output=True,
@@ -155,3 +171,35 @@ def test_the_native_extensions_are_in_the_clean_install(clean_venv: Path, tmp_pa
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True"], result.stdout + result.stderr
+
+
+def test_the_optional_sinks_are_the_extras_of_their_names() -> None:
+    # What the tests above leave out is exactly what pyproject.toml declares as sink extras.
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    sinks = set(project["entry-points"]["cdc.sinks"])
+    extras = set(project["optional-dependencies"])
+    assert sorted(sinks & extras) == sorted(OPTIONAL_SINKS)
+
+
+@pytest.mark.parametrize("sink", OPTIONAL_SINKS)
+def test_a_sink_without_its_extra_is_a_config_error_with_the_pip_command(
+    clean_venv: Path, tmp_path: Path, sink: str
+) -> None:
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text(
+        "version: 1\nname: shop\n"
+        "source: {type: generator, tables: [public.orders], changes: 10}\n"
+        f"sinks:\n  - {{name: out, type: {sink}}}\n"
+    )
+    result = subprocess.run(
+        [str(clean_venv / "bin" / "cdc"), "validate", str(pipeline)],
+        cwd=tmp_path,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output
+    assert f'pip install "cdc-connectors[{sink}]"' in output, output
+    assert "Traceback" not in output, output
