@@ -87,14 +87,14 @@ def record_pos(pos: bytes | None, value: Mapping[str, Any] | None) -> tuple[Any,
     Unchecked: each sink checks the types its policy needs.
 
     Raises:
-        KeyError, TypeError, ValueError: neither holds a position (a tombstone has none), or
-            not a pair.
+        KeyError, TypeError, ValueError: neither holds a position (a tombstone written before
+            tombstones carried their delete's position has none), or not a pair.
     """
     if pos is not None:
         position, sequence = orjson.loads(pos)
         return position, sequence
     if value is None:
-        raise ValueError("a tombstone has no source position")
+        raise ValueError("a tombstone without a source position")
     return read_pos(value)
 
 
@@ -254,7 +254,10 @@ def to_records(
     value = encode_value(event, pipeline, now_ms, schemas)
     records = [Record(topic, key, value, pos)]
     if event.op is Op.DELETE and options.tombstones_on_delete:
-        records.append(Record(topic, key, None))  # a tombstone has no position
+        # The tombstone carries its delete's position: a sink that reads it without the delete
+        # (compaction keeps only a key's latest record, and may run while the sink is behind)
+        # applies it as that delete, guarded by the position as any change is.
+        records.append(Record(topic, key, None, pos))
     return records
 
 

@@ -301,6 +301,25 @@ class SinkConformance:
             self.apply(self.records(change(1, Op.CREATE, 10, "a", 1)))  # older than the delete
             assert self.rows() == {2: ("b", 2)}
 
+    def test_kit_a_tombstone_without_its_delete_deletes_the_key(self) -> None:
+        # Compaction keeps a key's latest record, and may run while a sink is behind: the sink
+        # then reads a delete's tombstone without the delete. The tombstone carries the
+        # delete's position, and is that delete.
+        self.apply(self.records(change(1, Op.CREATE, 10, "a", 1), change(2, Op.CREATE, 11, "b", 2)))
+        delete, tombstone = self.records(change(1, Op.DELETE, 12))
+        assert tombstone.value is None and tombstone.pos == delete.pos
+        self.apply([tombstone])
+        assert self.rows() == {2: ("b", 2)}
+        self.apply([delete, tombstone])  # a replay of the delete and its tombstone
+        assert self.rows() == {2: ("b", 2)}
+        if self.guards_positions:
+            self.apply(self.records(change(1, Op.CREATE, 10, "a", 1)))  # older than the delete
+            assert self.rows() == {2: ("b", 2)}
+            _, older = self.records(change(2, Op.DELETE, 13))
+            self.apply(self.records(change(2, Op.UPDATE, 14, "b2", 3)))
+            self.apply([older])  # a replayed tombstone, older than the row it meets
+            assert self.rows() == {2: ("b2", 3)}
+
     def test_kit_delete_is_applied_by_its_key_never_by_its_placeholders(self) -> None:
         # A delete's before under REPLICA IDENTITY DEFAULT holds placeholders no column of
         # these types can take; the delete shares its batch with inserts and updates of the
