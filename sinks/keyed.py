@@ -2,8 +2,9 @@
 
 A record becomes one :class:`Change`: an upsert (``c``, ``u``, ``r``), a delete (``d``), a
 tombstone (null value) or a truncate (``t``). Each carries the source position ``pos`` that orders
-all changes of a key, and the record's offset: a tombstone has no position, so the sinks compare
-offsets to tell a tombstone that follows a change they already applied from one they missed.
+all changes of a key, and the record's offset. The Redis and search sinks tell a tombstone that
+follows a change they already applied from one whose delete they missed by comparing offsets,
+which works for tombstones with or without their delete's position (older logs have none).
 """
 
 from __future__ import annotations

@@ -39,7 +39,11 @@ from cdc.log.eras import Era
 
 @dataclass(frozen=True, slots=True)
 class SinkRecord:
-    """A decoded record: ``key`` and ``value`` are JSON objects, ``value`` None for a tombstone."""
+    """A decoded record: ``key`` and ``value`` are JSON objects, ``value`` None for a tombstone.
+
+    A tombstone's :attr:`pos` is its delete's: a sink that reads it without the delete (which
+    compaction may have removed while the sink was behind) applies it as that delete. One
+    written before tombstones carried a position has none, and is skipped."""
 
     topic: str
     partition: int
@@ -65,7 +69,8 @@ class SinkRecord:
         sink checks the types its policy needs.
 
         Raises:
-            KeyError, TypeError, ValueError: no position (a tombstone has none), or not a pair.
+            KeyError, TypeError, ValueError: no position (a tombstone written before
+                tombstones carried their delete's position has none), or not a pair.
         """
         return record_pos(self.pos, self.value)
 
