@@ -14,9 +14,9 @@ class JsonlSinkPlugin:
     """Builds :class:`JsonlSink`."""
 
     config_model = JsonlSinkConfig
-    # One file per topic and one state file: two workers would interleave their appends and
-    # overwrite each other's offsets, so on Kafka other workers stand by.
-    single_writer = True
+    # Not a single writer: on Kafka each worker writes the partitions it owns into its own
+    # directory (its host's, or its own `path`); two workers given one directory wait on its
+    # lock instead of interleaving.
 
     @staticmethod
     def create(config: JsonlSinkConfig, context: SinkContext) -> JsonlSink:
