@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from cdc.contracts.errors import RecordError
-from sinks.keyed import Change, Kind, Pos, Table
+from sinks.keyed import Change, Kind, Pos, Table, counted_position
 from sinks.opensearch.versions import version
 
 #: OpenSearch's longest ``_id``, in bytes.
@@ -99,8 +99,11 @@ def parts(changes: Sequence[Change]) -> list[Part]:
     for change in changes:
         kind = change.kind
         if kind is Kind.TOMBSTONE:
-            continue  # compaction's marker; the delete before it did the work
-        if kind is Kind.TRUNCATE:
+            found = as_delete(change)
+            if found is None:
+                continue  # a tombstone without a position: its delete did the work
+            change = found
+        elif kind is Kind.TRUNCATE:
             out[-1].truncate = change
             out.append(Part())
             continue
@@ -113,25 +116,47 @@ def parts(changes: Sequence[Change]) -> list[Part]:
     return out
 
 
+def as_delete(change: Change) -> Change | None:
+    """A tombstone as the delete it follows: compaction may have removed that delete while the
+    sink was behind, and the tombstone carries its position. ``None``: one written before
+    tombstones carried a position.
+
+    Raises:
+        RecordError: a position that is not two counts.
+    """
+    record = change.record
+    if record.pos is None:
+        return None
+    return change._replace(kind=Kind.DELETE, pos=counted_position(record))
+
+
 def _newer(change: Change, held: Change) -> bool:
     assert change.pos is not None and held.pos is not None
-    return change.pos > held.pos or (change.pos == held.pos and change.offset > held.offset)
+    if change.pos != held.pos:
+        return change.pos > held.pos
+    # At one position a tombstone is its delete's twin: the delete, which names its source's
+    # connector (the version depends on it), is kept.
+    return change.offset > held.offset and change.record.value is not None
 
 
-def connector(change: Change) -> object:
+def connector(change: Change, default: object) -> object:
+    """The change's source connector; ``default`` (the table's) for a tombstone, which has no
+    ``source`` block."""
     value = change.record.value
     source = value.get("source") if value is not None else None
-    return source.get("connector") if isinstance(source, dict) else None
+    return source.get("connector") if isinstance(source, dict) else default
 
 
-def action(index: str, doc: str, change: Change) -> tuple[bytes, Change]:
-    """The NDJSON lines of one change (``index`` for an upsert, ``delete`` for a delete).
+def action(index: str, doc: str, change: Change, source: object = None) -> tuple[bytes, Change]:
+    """The NDJSON lines of one change (``index`` for an upsert, ``delete`` for a delete or a
+    tombstone); ``source``: the connector of the table's published schema.
 
     A delete is sent by its key alone: the record's ``before`` (key plus placeholders under
-    REPLICA IDENTITY DEFAULT) is never looked at.
+    REPLICA IDENTITY DEFAULT) is never looked at. A tombstone goes under its delete's version:
+    a 409 when the delete did it already, which counts as done.
     """
     position, sequence = change.pos or (0, 0)
-    number, kind = version(position, sequence, connector(change))
+    number, kind = version(position, sequence, connector(change, source))
     meta = {"_index": index, "_id": doc, "version": number, "version_type": kind}
     if change.kind is Kind.DELETE:
         return orjson.dumps({"delete": meta}) + b"\n", change

@@ -147,7 +147,8 @@ class OpenSearchSink:
             if state is None:
                 state = states[table] = self._index(table)
             if not older_than(change.pos, state.watermark):
-                actions.append(action(state.name, doc, change))
+                source = state.schema.connector if state.schema is not None else None
+                actions.append(action(state.name, doc, change, source))
         config = self._config
         bulk.send(self._connected(), actions, config.refresh, config.bulk_bytes)
         if part.truncate is not None:

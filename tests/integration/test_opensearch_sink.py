@@ -21,7 +21,7 @@ from opensearchpy import OpenSearch
 from cdc.cli.main import main
 from cdc.contracts.errors import SinkFatal
 from cdc.contracts.events import ChangeEvent, Op, SourceInfo
-from cdc.contracts.schema import Column
+from cdc.contracts.schema import Column, TableSchema
 from cdc.contracts.sink import Sink, SinkContext
 from cdc.support.logging import get_logger
 from cdc.testing.conformance import SinkConformance
@@ -218,3 +218,27 @@ def test_mongodb_documents_keep_their_id_and_transactions_keep_order(os_sink: Ha
     os_sink.apply(doc(Op.UPDATE, "a", {"n": 0}, base + 4))  # older: refused
     os_sink.apply(doc(Op.DELETE, "b", None, base + 6))
     assert _docs(os_sink.config, "public", "docs") == {"a": {"_id": "a", "body": {"n": 3}}}
+
+
+def test_a_mongodb_tombstone_alone_deletes_under_its_deletes_version(os_sink: Harness) -> None:
+    # Compaction took the delete: its tombstone (no source block) is the delete, versioned as
+    # the table's connector packs a position (MongoDB: the position alone).
+    columns = (Column("_id", "", key=True), Column("body", ""))
+    os_sink.schemas.tables["db", "docs"] = TableSchema("mongodb", "db", "docs", columns)
+    base = (1_700_000_000 << 32) | 1
+
+    def doc(op: Op, pos: int) -> ChangeEvent:
+        source = SourceInfo("mongodb", "db", "db", "docs", 0, pos, 0)
+        row = None if op is Op.DELETE else {"_id": "a", "body": pos}
+        return ChangeEvent(op, {"_id": "a"}, {"_id": "a"} if row is None else None, row, source)
+
+    os_sink.apply(doc(Op.CREATE, base))
+    tombstone = os_sink._records.records(doc(Op.DELETE, base + 2))[-1]
+    assert tombstone.value is None and tombstone.pos is not None
+    os_sink.sink.write([tombstone])
+    os_sink.sink.flush()
+    assert _docs(os_sink.config, "db", "docs") == {}
+    os_sink.apply(doc(Op.UPDATE, base + 1))  # older than the delete: stays out
+    assert _docs(os_sink.config, "db", "docs") == {}
+    os_sink.apply(doc(Op.CREATE, base + 3))  # newer: back
+    assert _docs(os_sink.config, "db", "docs") == {"a": {"_id": "a", "body": base + 3}}
