@@ -13,6 +13,12 @@ overwrite once per matched batch and compare every column. pyiceberg 0.12 cannot
 equality deletes (its merge-on-read delete mode falls back to copy-on-write).
 
 ``append`` mode: every change is a row with its operation, position and commit time.
+
+A tombstone carrying its delete's position is that delete (compaction may have taken the delete
+while the sink was behind): in ``current`` mode a delete of its key at that position, guarded as
+any change, so after its delete it changes nothing; in ``append`` mode a ``d`` row, unless the
+changelog holds its delete already (in the same commit, or committed before: looked up by
+position). A tombstone without a position (written before tombstones carried one) is skipped.
 """
 
 from __future__ import annotations
@@ -28,10 +34,12 @@ from pyiceberg.expressions import (
     AlwaysTrue,
     And,
     BooleanExpression,
+    EqualTo,
     GreaterThanOrEqual,
     LessThanOrEqual,
     Reference,
 )
+from pyiceberg.expressions.literals import literal
 from pyiceberg.table import DataScan, Table
 from pyiceberg.table.upsert_util import create_match_filter
 
@@ -42,7 +50,7 @@ from cdc.envelope.options import EnvelopeOptions
 from sinks.iceberg import tables
 from sinks.iceberg.tables import COMMITTED, DELETED, OP, POS, SEQ
 from sinks.iceberg.types import Store, Unstorable, storer
-from sinks.keyed import Change, Kind, Pos, TopicTables, classify
+from sinks.keyed import Change, Kind, Pos, TopicTables, classify, counted_position
 
 Row = dict[str, Any]
 
@@ -126,21 +134,78 @@ def apply_current(commit: Commit, records: Sequence[SinkRecord]) -> Pos | None:
 
 def apply_append(commit: Commit, records: Sequence[SinkRecord]) -> None:
     """Append every change of ``records`` as a changelog row."""
-    rows = []
+    rows, tombstones = [], []
     for record in records:
-        if record.value is None:
-            continue  # a tombstone: the delete before it is the change
-        change = classify(record, commit.topics)
-        pos = change.pos or (0, 0)
-        row = {} if change.kind is Kind.TRUNCATE else commit.row(change)
-        when = dt.datetime.fromtimestamp(commit_ms(change) / 1000, dt.UTC)
-        row.update({OP: record.value.get("op"), POS: pos[0], SEQ: pos[1], COMMITTED: when})
-        rows.append(row)
+        if record.value is not None:
+            rows.append(_append_row(commit, classify(record, commit.topics)))
+            continue
+        change = tombstone(record, commit.topics)
+        if change is not None:
+            tombstones.append(_append_row(commit, change))
+    rows += _unrecorded(commit, rows, tombstones)
     arrow = commit.table.schema().as_arrow()
     props = tables.summary(commit.offsets, None)
     tx = commit.table.transaction()
     tx.append(pa.Table.from_pylist(rows, schema=arrow), snapshot_properties=props)
     tx.commit_transaction()
+
+
+def tombstone(record: SinkRecord, topics: TopicTables) -> Change | None:
+    """The delete a tombstone stands for (its key, its delete's position), or ``None`` for one
+    written before tombstones carried a position: its delete did the work.
+
+    Raises:
+        RecordError: a position that is not two counts.
+    """
+    if record.pos is None:
+        return None
+    key = record.key if record.key is not None else {}
+    pos = counted_position(record)
+    return Change(Kind.DELETE, topics.table(record.topic), key, pos, record.offset, None, record)
+
+
+def _append_row(commit: Commit, change: Change) -> Row:
+    pos = change.pos or (0, 0)
+    row = {} if change.kind is Kind.TRUNCATE else commit.row(change)
+    value = change.record.value
+    op: Any = "d"
+    # A tombstone has no commit time, nor does the log keep one beside it: NULL says "not
+    # known" where any time would be a guess (the delete's own row, when there is one, has it).
+    when: dt.datetime | None = None
+    if value is not None:
+        op, when = value.get("op"), dt.datetime.fromtimestamp(commit_ms(change) / 1000, dt.UTC)
+    row.update({OP: op, POS: pos[0], SEQ: pos[1], COMMITTED: when})
+    return row
+
+
+def _unrecorded(commit: Commit, rows: list[Row], tombstones: list[Row]) -> list[Row]:
+    """The tombstones' ``d`` rows whose delete the changelog does not hold: neither among
+    ``rows`` (the usual [d, tombstone] pair in one commit) nor in the table (the pair split by
+    a commit; the scan is by position range, which the files' bounds prune)."""
+    if not tombstones:
+        return []
+    keys = commit.published.key_columns  # none: the position alone names the delete
+
+    def change(row: Row) -> Hashable:
+        return (_identity(row, keys), row[POS], row[SEQ])
+
+    held = {change(r) for r in rows if r[OP] == "d"}
+    left = [t for t in tombstones if change(t) not in held]
+    if not left:
+        return []
+    low, high = min(t[POS] for t in left), max(t[POS] for t in left)
+    scan = commit.table.scan(
+        row_filter=And(
+            EqualTo(term=Reference(OP), value=literal("d")),
+            And(
+                GreaterThanOrEqual(term=Reference(POS), value=low),
+                LessThanOrEqual(term=Reference(POS), value=high),
+            ),
+        ),
+        selected_fields=(*keys, POS, SEQ),
+    )
+    held = {change(r) for r in scan.to_arrow().to_pylist()}
+    return [t for t in left if change(t) not in held]
 
 
 def _newest(
@@ -150,9 +215,13 @@ def _newest(
     latest: dict[Hashable, Change] = {}
     truncate: Pos | None = None
     for record in records:
-        if record.value is None:
-            continue
-        change = classify(record, topics)
+        if record.value is not None:
+            change = classify(record, topics)
+        else:  # a tombstone: its delete, guarded below and by the table as any change
+            found = tombstone(record, topics)
+            if found is None:
+                continue
+            change = found
         pos = change.pos or (0, 0)
         if change.kind is Kind.TRUNCATE:
             truncate = pos if truncate is None or pos > truncate else truncate
