@@ -1,10 +1,11 @@
 """Turn a batch of records into per-table changes: pure, no database.
 
 Within a batch only what can still matter is kept: records already applied (offset below the
-stored one) are dropped, tombstones carry nothing (the delete before them did the work), and a
-truncate drops every change of its table older than itself. Order is decided by
-``source.pos``, never by arrival, because a truncate and the rows of its table may sit on
-different partitions.
+stored one) are dropped, and a truncate drops every change of its table older than itself. A
+tombstone carries its delete's position: it is that delete (compaction may have taken the
+delete), guarded like any change, and skipped at no cost right after its delete. Order is
+decided by ``source.pos``, never by arrival, because a truncate and the rows of its table may
+sit on different partitions.
 
 A table's changes are kept as parallel lists, one entry per change: they are staged column by
 column (see :mod:`sinks.duckdb.stage`), and a few lists allocate far less than an object per
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -37,6 +39,7 @@ _UPSERTS = frozenset({"c", "u", "r"})
 #: transaction a read unless the pipeline asks for more.
 TRANSACTION_BYTES: Final = 16 * 1024 * 1024
 _VALUE = operator.attrgetter("value")
+_NO_VALUE: Final[dict[str, Any]] = {}
 
 
 @dataclass(slots=True)
@@ -110,13 +113,29 @@ def plan(
     offsets: dict[tuple[str, int], int] = {}
     floor: Mapping[Any, int] = applied
     by_topic: dict[str, TableId] = {}  # tables.table's answers, without a call a record
+    prev: SinkRecord | None = None
+    lone: set[TableId] = set()  # tables with a tombstone planned as its delete
     for record in records:
         tp = (record.topic, record.partition)
         offsets[tp] = record.offset + 1
-        value = record.value
-        if value is None or record.offset < floor.get(tp, 0):
+        value, before, prev = record.value, prev, record
+        if value is None:
+            # A tombstone is its delete. Right after it (same topic, same position) it is that
+            # delete, already planned: skipped for the cost of a comparison. One without a
+            # position was written before tombstones carried one: its delete did the work.
+            if record.pos is None or (
+                before is not None and record.pos == before.pos and record.topic == before.topic
+            ):
+                continue
+            if record.offset < floor.get(tp, 0):
+                continue
+            value = _NO_VALUE
+            table, op, position, sequence, ts_ms = _tombstone(record, tables)
+            lone.add(table)
+        elif record.offset < floor.get(tp, 0):
             continue
-        table, op, position, sequence, ts_ms = _envelope(record, value)
+        else:
+            table, op, position, sequence, ts_ms = _envelope(record, value)
         if tables is not None:
             table = by_topic.get(record.topic) or by_topic.setdefault(
                 record.topic, tables.table(record.topic)
@@ -136,6 +155,8 @@ def plan(
             batch.keys.append(key)
             after = value.get("after") if op in _UPSERTS else None
             batch.rows.append(after if after.__class__ is dict else _image(record, value, op, key))
+    for table in lone:
+        batches[table] = _once(batches[table])
     return batches, {TopicPartition(*tp): offset for tp, offset in offsets.items()}
 
 
@@ -155,6 +176,43 @@ def _envelope(record: SinkRecord, value: dict[str, Any]) -> tuple[TableId, str, 
     if type(position) is not int or type(sequence) is not int or type(ts_ms) is not int:
         raise RecordError(f"the position and ts_ms must be integers: {record.position!r}", record)
     return table, op, position, sequence, ts_ms
+
+
+def _tombstone(
+    record: SinkRecord, tables: TopicTables | None
+) -> tuple[TableId, str, int, int, int]:
+    """A tombstone read without its delete, as that delete: its table from its topic (it has
+    no ``source`` block), its position beside it.
+
+    Its time, which history mode records as the delete's: a tombstone has no ``ts_ms`` and a
+    :class:`SinkRecord` no log timestamp, so the time it is applied, the first moment the sink
+    knows of the delete (never before the version it closes, whose commit came first).
+    """
+    if tables is None:
+        raise RecordError("a tombstone's table is its topic's: no topic map given", record)
+    try:
+        position, sequence = record.position
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RecordError(f"a tombstone without a readable position: {exc!r}", record) from exc
+    if type(position) is not int or type(sequence) is not int:
+        raise RecordError(f"the position must be integers: {record.position!r}", record)
+    return tables.table(record.topic), "d", position, sequence, int(time.time() * 1000)
+
+
+def _once(batch: TableBatch) -> TableBatch:
+    """``batch`` with each delete once: a tombstone planned as its delete may meet the delete
+    in the same batch (not right before it), and history mode would record both."""
+    seen: set[tuple[int, int, bytes]] = set()
+    keep = []
+    for index, op in enumerate(batch.ops):
+        if op == "d":
+            key = orjson.dumps(batch.keys[index], option=orjson.OPT_SORT_KEYS)
+            ident = (batch.positions[index], batch.sequences[index], key)
+            if ident in seen:
+                continue
+            seen.add(ident)
+        keep.append(index)
+    return batch if len(keep) == len(batch) else batch.subset(keep)
 
 
 def _image(record: SinkRecord, value: dict[str, Any], op: str, key: dict[str, Any]) -> Any:
