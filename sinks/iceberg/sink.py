@@ -9,7 +9,9 @@ the tables' last commits, wherever it has one, and a partition new to the tables
 commit at once, so every partition the sink ever buffered has one. A crash between two tables'
 commits leaves each table at its own offsets, and the topics of two tables never share a
 partition: each resumes exactly after its last commit. A failed commit keeps the buffer, and
-records handed in again (the runner retries the batch) are skipped by offset.
+records handed in again (the runner retries the batch) are skipped by offset; but a record the
+table cannot hold leaves it (the runner dead-letters it or stops), and the next commit's offsets
+pass it.
 
 While idle, the runner asks :meth:`IcebergSink.probe` every few seconds: buffered changes
 whose interval has passed are committed then, not at the next change.
@@ -27,7 +29,7 @@ from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import CommitFailedException, NamespaceAlreadyExistsError
 from pyiceberg.table import Table as IcebergTable
 
-from cdc.contracts.errors import CdcError, SinkFatal, SinkUnavailable
+from cdc.contracts.errors import CdcError, RecordError, SinkFatal, SinkUnavailable
 from cdc.contracts.sink import SinkContext, SinkRecord, sink_offsets
 from cdc.log.base import TopicPartition
 from sinks.iceberg import apply, tables
@@ -50,6 +52,7 @@ class IcebergSink:
         self._seen: dict[TopicPartition, int] = {}  # committed or buffered
         self._truncated: dict[Table, Pos | None] = {}
         self._pending: dict[Table, list[SinkRecord]] = {}
+        self._dropped: dict[Table, dict[TopicPartition, int]] = {}  # past bad records
         self._since: float | None = None
         self._fresh = False
         self._flushed = True  # every record written was handed to a flush that returned
@@ -112,7 +115,11 @@ class IcebergSink:
     def commit(self) -> None:
         """Commit every table's buffered changes now, one Iceberg commit a table."""
         for table in list(self._pending):
-            self._commit(table, self._pending[table])
+            try:
+                self._commit(table, self._pending[table])
+            except RecordError as exc:
+                self._drop(table, exc.record)
+                raise
             del self._pending[table]
         self._since, self._fresh = None, False
 
@@ -126,6 +133,7 @@ class IcebergSink:
             except Exception as exc:  # the next start replays them from the stored offsets
                 self._log.warning("iceberg.close_commit_failed", error=str(exc))
         self._pending, self._since, self._seen = {}, None, dict(self._offsets)
+        self._dropped = {}
         self._catalog = None
 
     def reset_table(self, table: Table, partitions: Sequence[TopicPartition]) -> None:
@@ -160,6 +168,20 @@ class IcebergSink:
         waited = time.monotonic() - (self._since or time.monotonic())
         return waited >= self._config.commit_interval_s
 
+    def _drop(self, table: Table, record: object) -> None:
+        """Take a record the table cannot hold out of its buffer. The runner dead-letters it
+        and hands the batch back without it, and ``write`` skips what it buffered already, so
+        a record left here would fail every later commit. The table's next commit stores
+        offsets past it (even when it was the partition's last record and the buffer is left
+        empty), so a restart does not read it again."""
+        pending = self._pending.get(table, [])
+        kept = [r for r in pending if r is not record]
+        if len(kept) == len(pending) or not isinstance(record, SinkRecord):
+            return  # not buffered here: nothing to take out
+        self._pending[table] = kept
+        dropped = self._dropped.setdefault(table, {})
+        dropped[record.tp] = max(dropped.get(record.tp, 0), record.offset + 1)
+
     def _commit(self, table: Table, records: list[SinkRecord]) -> None:
         where = f"{table[0]}.{table[1]}"
         with self._translated(f"committing {where}"):
@@ -172,6 +194,8 @@ class IcebergSink:
             # but landed; another worker's, for its partitions) is not applied twice.
             records = [r for r in records if r.offset >= offsets.get(r.tp, 0)]
             offsets.update(sink_offsets(records))
+            for tp, offset in self._dropped.get(table, {}).items():
+                offsets[tp] = max(offset, offsets.get(tp, 0))
             commit = apply.Commit(found, published, offsets, truncated, self._context, self._topics)
             started = time.monotonic()
             if self._config.mode == "current":
@@ -179,6 +203,7 @@ class IcebergSink:
             else:
                 apply.apply_append(commit, records)
         self._offsets.update(offsets)
+        self._dropped.pop(table, None)
         self._tables.pop(table, None)  # the transaction committed a new metadata version
         self._log.debug(
             "iceberg.committed",
@@ -235,6 +260,7 @@ class IcebergSink:
         self._shapes.pop(table, None)
         self._truncated.pop(table, None)
         self._pending.pop(table, None)
+        self._dropped.pop(table, None)
         for tp in [tp for tp in self._offsets if self._topics.table(tp.topic) == table]:
             del self._offsets[tp]
 

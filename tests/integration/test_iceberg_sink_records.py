@@ -10,14 +10,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from cdc.contracts.events import ChangeEvent, Op
-from cdc.contracts.schema import Column
+import orjson
+
+from cdc.contracts.events import ChangeEvent, Op, SourceInfo
+from cdc.contracts.schema import Column, TableSchema, dead_letter_topic
 from cdc.contracts.sink import SinkContext
-from cdc.log.base import Log
+from cdc.log.base import Log, TopicPartition
 from cdc.runtime.sink_task import SinkTask, group_name
 from cdc.support.logging import get_logger
 from cdc.testing import wait_until
-from cdc.testing.conformance import PIPELINE, TABLE, TOPIC, SinkConformance, change
+from cdc.testing.conformance import PIPELINE, TABLE, TOPIC, V1, SinkConformance, change
 from sinks.iceberg import IcebergSink, read_rows
 from tests.integration.duckdb_kit import PIPELINE as LAKE_PIPELINE
 from tests.integration.duckdb_kit import event, item
@@ -121,7 +123,7 @@ def run_until_committed(
     thread.start()
     group = group_name(PIPELINE, "kit")
     try:
-        wait_until(lambda: sum(log.committed_offsets(group).values()) >= offset or failed, 60)
+        wait_until(lambda: sum(log.committed_offsets(group).values()) >= offset or failed, 20)
     finally:
         stop.set()
         thread.join(30)
@@ -146,4 +148,42 @@ def test_the_embedded_log_compacted_under_a_stopped_sink_deletes_the_key(tmp_pat
     assert log.compact()["superseded"] == 3
     assert run_until_committed(kit, log, 5) is None
     assert kit_rows(kit) == {2: ("b2", 3)}
+    log.close()
+
+
+def dated(key: int, pos: int, day: str | None) -> ChangeEvent:
+    source = SourceInfo("kit", "kit", *TABLE, 0, pos, 0)
+    return ChangeEvent(Op.CREATE, {"id": key}, None, {"id": key, "day": day}, source)
+
+
+def letters(log: Log) -> list[dict[str, Any]]:
+    found = log.consumer("check", [dead_letter_topic(PIPELINE)]).poll(100, 1.0)
+    return [orjson.loads(r.value or b"{}") for r in found]
+
+
+def test_a_bad_record_is_dead_lettered_once_and_the_other_keys_after_it_committed(
+    tmp_path: Path,
+) -> None:
+    # Before, the bad record stayed in the buffer: every later commit met it again, and the
+    # dead-letter topic grew without end while nothing after it was committed.
+    kit = SinkConformance()
+    kit.setup_kit(tmp_path)
+    columns = (*V1.columns, Column("day", "date"))
+    kit.schemas.current[TABLE] = TableSchema("kit", *TABLE, columns=columns, position=5)
+    log = kit.log()
+    # An Iceberg date cannot hold PostgreSQL's 'infinity'.
+    kit.fill_log(log, [dated(1, 10, "infinity"), *(dated(k, 10 + k, None) for k in range(2, 6))])
+    options = {"bad_records": "dead_letter", "max_records": 10}
+    assert run_until_committed(kit, log, 5, **options) is None
+    assert sorted(kit_rows(kit)) == [2, 3, 4, 5]
+    assert [(d["key"], "column day" in d["reason"]) for d in letters(log)] == [({"id": 1}, True)]
+    # The last record of the partition bad: the table's offsets (where a restart starts) still
+    # move past it, so a restart does not read it, and dead-letter it, again.
+    kit.fill_log(log, [dated(6, 20, "infinity")])
+    assert run_until_committed(kit, log, 6, **options) is None
+    assert [d["key"] for d in letters(log)] == [{"id": 1}, {"id": 6}]
+    sink = IcebergSink(lake_config(kit.kit_dir / "lake"), kit.context())
+    sink.open()
+    assert sink.stored_offsets() == {TopicPartition(TOPIC, 0): 6}
+    sink.close()
     log.close()
