@@ -76,10 +76,15 @@ class HttpSink:
     def write(self, records: Sequence[SinkRecord]) -> None:
         form, prefix = self._config.format, self._prefix
         pending, delivered = self._pending, self._delivered
+        before = None
         for record in records:
             place = (record.topic, record.partition, record.offset)
             if place in pending or place in delivered:
+                before = record
                 continue  # the task handing back a batch a failed flush had partly delivered
+            if record.value is None and wire.follows_its_delete(record, before):
+                continue  # the delete just before it is sent: the receiver would drop its twin
+            before = record
             entry = wire.entry(record, form, prefix)
             if entry is not None:
                 pending[place] = entry

@@ -62,14 +62,19 @@ def _plain_pos(record: SinkRecord) -> tuple[str, bytes] | None:
 
 
 def entry(record: SinkRecord, form: str, prefix: str) -> Entry | None:
-    """``record`` as it is sent under ``form`` (``debezium`` or ``rows``); ``None`` for a
-    tombstone, which is not sent: it only lets the log's compaction drop a deleted key, and
-    the delete before it already told the receiver (its offset is committed all the same).
+    """``record`` as it is sent under ``form`` (``debezium`` or ``rows``).
+
+    A tombstone is its delete, under the delete's id (it carries the delete's position):
+    compaction may have removed the delete while the sink was behind, and a receiver that got
+    the delete de-duplicates the tombstone by id. In ``rows`` it is the delete's very record;
+    in ``debezium`` it is ``{topic, key, value: null}``, Debezium's tombstone. ``None`` for a
+    tombstone without a position (written before tombstones carried one): its delete told the
+    receiver (its offset is committed all the same).
 
     ``prefix`` is ``"<pipeline>."``, taken off the topic to name the table.
     """
     value = record.value
-    if value is None:
+    if value is None and record.pos is None:
         return None
     plain = _plain_pos(record)
     if plain is None:
@@ -88,20 +93,36 @@ def entry(record: SinkRecord, form: str, prefix: str) -> Entry | None:
     return Entry(rid, head + rest[1:], record, place)
 
 
-def rows_body(record: SinkRecord, value: dict[str, Any], prefix: str) -> dict[str, Any]:
+def rows_body(record: SinkRecord, value: dict[str, Any] | None, prefix: str) -> dict[str, Any]:
     """``{op, table, key, row}``: ``row`` the state after the change; a delete's row is its
     key alone, never its ``before`` (under REPLICA IDENTITY DEFAULT Debezium fills the other
     NOT NULL columns with placeholders, ``0`` and ``""``, that the row never held); a
-    truncate's key and row are null."""
-    op = value.get("op")
+    truncate's key and row are null. A tombstone (``value`` None) is its delete."""
+    op = "d" if value is None else value.get("op")
     table = record.topic.removeprefix(prefix)
     if op == "d":
         row = record.key
-    elif op == "t":
+    elif op == "t" or value is None:
         row = None
     else:
         row = value.get("after")
     return {"op": op, "table": table, "key": record.key, "row": row}
+
+
+def follows_its_delete(record: SinkRecord, before: SinkRecord | None) -> bool:
+    """``record`` is the tombstone right after its delete ``before`` in the same partition:
+    the delete, sent already, says all the tombstone would (the common pair, sent once)."""
+    return (
+        record.value is None
+        and before is not None
+        and before.value is not None
+        and before.value.get("op") == "d"
+        and before.offset == record.offset - 1
+        and before.partition == record.partition
+        and before.topic == record.topic
+        and before.pos == record.pos
+        and before.key == record.key
+    )
 
 
 def message_id(batch: Sequence[Entry]) -> str:

@@ -156,7 +156,7 @@ class Receiver:
             for record in records:
                 data = orjson.dumps(record)
                 rid = record["id"]
-                if self.content.setdefault(rid, data) != data:
+                if self.content.setdefault(rid, data) != data and not _twin(record, rid, self):
                     self.conflicts.append(rid)
                 self.received[rid] += 1
                 self._apply(prefix, record)
@@ -180,12 +180,24 @@ class Receiver:
             self.store[slot] = (position, None if op == "d" else row)
 
 
+def _twin(record: dict[str, Any], rid: str, receiver: Receiver) -> bool:
+    """``record`` and the one received first under ``rid`` are a delete and its tombstone
+    (``debezium``: value null), in either order: the one case of an id with other content."""
+    first = orjson.loads(receiver.content[rid])
+    if "value" not in record or first["key"] != record["key"]:
+        return False
+    values = (first["value"], record["value"])
+    return None in values and any(v is not None and v.get("op") == "d" for v in values)
+
+
 def _change(prefix: str, record: dict[str, Any]) -> tuple[str, str, Any, Any]:
-    """``(table, op, key, row)`` of a record in either format."""
+    """``(table, op, key, row)`` of a record in either format; a tombstone is a delete."""
     if "value" not in record:  # format: rows
         return record["table"], record["op"], record["key"], record["row"]
     value = record["value"]
     table = record["topic"].removeprefix(prefix)
+    if value is None:
+        return table, "d", record["key"], None
     return table, value["op"], record["key"], value.get("after")
 
 
