@@ -266,8 +266,15 @@ def _sinks_can_start(run: PipelineRun, logger: Logger) -> bool:
     if not is_first_start(run.log):
         return True
     catalog = SchemaCatalog(run.log, pipeline.name)
+    # A single-writer sink on Kafka is opened only by the worker holding its lease, and this
+    # one may be a standby: another worker's DuckDB file lock would fail the check, and a
+    # JSON-lines open cuts the files back to their last flush under the leader's appends. So it
+    # is not checked here (as with `--role source`); its task reports a store that cannot work.
+    # Taking the lease here instead would mean waiting for it, or for a leader elsewhere.
     factories = {
-        c.name: build_sink(pipeline, c, catalog, logger.bind(sink=c.name)) for c in pipeline.sinks
+        c.name: build_sink(pipeline, c, catalog, logger.bind(sink=c.name))
+        for c in pipeline.sinks
+        if not standby.leased(pipeline, c)
     }
     try:
         check_sinks(factories, logger)

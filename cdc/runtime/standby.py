@@ -54,6 +54,12 @@ def single_writer(sink_type: str) -> bool:
     return bool(getattr(plugins.load(plugins.SINK_GROUP, sink_type), "single_writer", False))
 
 
+def leased(pipeline: Pipeline, config: SinkConfig) -> bool:
+    """Whether ``config``'s store may be opened only by the worker holding its lease: a
+    single-writer sink on Kafka (on the embedded log one process reads the log)."""
+    return isinstance(pipeline.log, KafkaLogConfig) and single_writer(config.type)
+
+
 def gate_for(
     pipeline: Pipeline,
     config: SinkConfig,
@@ -63,7 +69,7 @@ def gate_for(
 ) -> Gate | None:
     """The gate of a single-writer sink on Kafka; ``None`` for any other sink or log."""
     log = pipeline.log
-    if not isinstance(log, KafkaLogConfig) or not single_writer(config.type):
+    if not isinstance(log, KafkaLogConfig) or not leased(pipeline, config):
         return None
     from cdc.log.kafka.leadership import KafkaLease  # the Kafka client only where it runs
 

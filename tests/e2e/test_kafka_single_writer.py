@@ -28,7 +28,7 @@ from tests.e2e.cli_helpers import cdc, cdc_env, http_get, start_run, stop, wait_
 from tests.services.ports import LOOPBACK, free_port
 
 SINK = "warehouse"
-CDC_SINK = (sys.executable, "-m", "cdc.cli.main", "sink")
+CDC = (sys.executable, "-m", "cdc.cli.main")
 
 
 def write_pipeline(tmp_path: Path, name: str, bootstrap: str) -> Path:
@@ -45,13 +45,17 @@ def write_pipeline(tmp_path: Path, name: str, bootstrap: str) -> Path:
 
 
 class Worker:
-    """A ``cdc sink FILE warehouse`` process with its own log file and metrics port."""
+    """A ``cdc sink FILE warehouse`` process (``cdc run FILE`` with ``run``: the source and
+    the sink in one process) with its own log file and metrics port."""
 
-    def __init__(self, pipeline: Path, tmp_path: Path, env: dict[str, str], label: str) -> None:
+    def __init__(
+        self, pipeline: Path, tmp_path: Path, env: dict[str, str], label: str, run: bool = False
+    ) -> None:
         self.log = tmp_path / f"{label}.log"
         self.port = free_port()
+        command = ("run", str(pipeline)) if run else ("sink", str(pipeline), SINK)
         self.process = subprocess.Popen(
-            [*CDC_SINK, str(pipeline), SINK, "--metrics-listen", f"{LOOPBACK}:{self.port}"],
+            [*CDC, *command, "--metrics-listen", f"{LOOPBACK}:{self.port}"],
             cwd=tmp_path,
             env=cdc_env(env),
             stdout=self.log.open("a"),
@@ -114,10 +118,15 @@ class Setup:
     env: dict[str, str]
     tmp_path: Path
     workers: list[Worker] = field(default_factory=list)
+    processes: list[subprocess.Popen[str]] = field(default_factory=list)
 
-    def worker(self, label: str) -> Worker:
-        self.workers.append(Worker(self.pipeline, self.tmp_path, self.env, label))
+    def worker(self, label: str, run: bool = False) -> Worker:
+        self.workers.append(Worker(self.pipeline, self.tmp_path, self.env, label, run))
         return self.workers[-1]
+
+    def source(self) -> None:
+        """``cdc run --role source``, stopped at the end like the workers."""
+        self.processes.append(start_run(self.pipeline, self.tmp_path, self.env, "--role", "source"))
 
     def verify(self, worker: Worker) -> None:
         """``cdc verify`` finds the sink equal to the table (waiting while it lags)."""
@@ -134,24 +143,24 @@ def setup(pg_db: str, kafka_server: Any, tmp_path: Path) -> Iterator[Setup]:
         conn.execute("CREATE TABLE accounts (id int PRIMARY KEY, note text, balance int)")
         conn.execute("INSERT INTO accounts SELECT i, 'n' || i, 0 FROM generate_series(0, 1999) i")
     pipeline = write_pipeline(tmp_path, name, kafka_server.bootstrap_servers)
-    source = start_run(pipeline, tmp_path, env, "--role", "source")
     found = Setup(name, pipeline, env, tmp_path)
     try:
         yield found
     finally:
-        for process in [source, *(w.process for w in found.workers)]:
+        for process in [*found.processes, *(w.process for w in found.workers)]:
             if process.poll() is None:
                 process.send_signal(signal.SIGCONT)  # a paused one would not see the SIGTERM
                 stop(process, signal.SIGTERM, 20)
         cdc("drop", str(pipeline), "--yes", cwd=tmp_path, env=env)
 
 
-def leader_and_standby(setup: Setup) -> tuple[Worker, Worker]:
-    """The first worker leads (it opened the store); the second one stands by."""
+def leader_and_standby(setup: Setup, run: bool = False) -> tuple[Worker, Worker]:
+    """The first worker leads (it opened the store); the second one (``cdc run``: the source
+    too, at its first start) stands by."""
     first = setup.worker("first")
     first.wait_for("sink.opened")
     assert first.events("sink.leading")
-    second = setup.worker("second")
+    second = setup.worker("second", run)
     standby = second.wait_for("sink.standby")
     assert f"-{first.process.pid} at " in standby["leader"]
     return first, second
@@ -161,6 +170,7 @@ def test_a_standby_stands_by_then_takes_over_when_the_leader_is_killed(
     setup: Setup, pg_db: str
 ) -> None:
     name, pipeline, env, tmp_path = setup.name, setup.pipeline, setup.env, setup.tmp_path
+    setup.source()
     first, second = leader_and_standby(setup)
     update(pg_db, 0, 300)
 
@@ -195,8 +205,12 @@ def test_a_paused_leader_loses_the_lease_and_closes_before_the_new_one_opens(
     """The zombie case: the leader is paused past ``session_timeout_ms``, so the group gives
     the lease to the standby while the old leader still holds the DuckDB file. The new leader
     retries its open (the file's lock is the fence); once resumed, the old one learns it lost
-    the lease, closes the file and stands by, and only then does the new one open it."""
-    first, second = leader_and_standby(setup)
+    the lease, closes the file and stands by, and only then does the new one open it.
+
+    The standby is ``cdc run`` (the source too) started at the pipeline's first start, whose
+    check of the sinks must not open a store the lease gives to another worker."""
+    first, second = leader_and_standby(setup, run=True)
+    assert not second.events("preflight.sink_unavailable"), "a standby opened the store"
     update(pg_db, 0, 200)
     first.process.send_signal(signal.SIGSTOP)
     second.wait_for("sink.leading", timeout=60)
