@@ -82,15 +82,18 @@ def _stage_versions(
     convert: Callable[[SinkRecord], Mapping[str, Convert]],
     columns: list[str],
 ) -> None:
-    rows = [
-        (*_staged_row(info, c, convert(c.record)), commit_ms(c), (c.record.value or {})["op"])
-        for c in versions
-    ]
+    rows = [(*_staged_row(info, c, convert(c.record)), commit_ms(c), _op(c)) for c in versions]
     stage = sql.Identifier(history.VERSIONS)
     conn.execute(history.create_versions(info, DELETE))
     _copy(conn, info, stage, [*columns, history.TS, history.OP], rows, versions)
     _hash_keys(conn, info, stage)
     conn.execute(history.drop_losers(info), info.watermark)
+
+
+def _op(change: Change) -> str:
+    """The version's ``op``: the envelope's, ``d`` for a tombstone read as its delete."""
+    value = change.record.value
+    return "d" if value is None else str(value["op"])
 
 
 def _hash_keys(conn: psycopg.Connection[Any], info: TableInfo, stage: sql.Identifier) -> None:

@@ -1,13 +1,16 @@
 """A batch of records as per-table changes: pure, no database.
 
 Only what can still matter is kept: records below the stored offsets (applied before) are
-dropped, tombstones carry nothing (the delete before them did the work), a key keeps only its
-newest change (by source position, never by arrival: one key's changes can be replayed out of
-order), and a truncate drops every change of its table older than itself.
+dropped, a key keeps only its newest change (by source position, never by arrival: one key's
+changes can be replayed out of order), and a truncate drops every change of its table older
+than itself. A tombstone carries its delete's position and is that delete (compaction may
+have taken the delete while the sink was behind), guarded like any change; right after its
+delete it is skipped, and one without a position (written before they carried one) too.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -17,7 +20,7 @@ import orjson
 from cdc.contracts.errors import RecordError
 from cdc.contracts.sink import SinkRecord
 from cdc.log.base import TopicPartition
-from sinks.keyed import Change, Kind, Pos, Table, TopicTables, classify
+from sinks.keyed import Change, Kind, Pos, Table, TopicTables, classify, counted_position
 
 #: The hidden position columns are ``bigint``: PostgreSQL LSNs and MongoDB cluster times fit.
 MAX_POSITION: Final = 2**63 - 1
@@ -61,12 +64,14 @@ def plan(
     """
     batches: dict[Table, TableChanges] = {}
     offsets: dict[TopicPartition, int] = {}
+    prev: SinkRecord | None = None
     for record in records:
         tp = TopicPartition(record.topic, record.partition)
         offsets[tp] = record.offset + 1
-        if record.value is None or record.offset < applied.get(tp, 0):
+        value, before, prev = record.value, prev, record
+        if record.offset < applied.get(tp, 0) or (value is None and _done(record, before)):
             continue
-        change = classify(record, tables)
+        change = classify(record, tables) if value is not None else _delete(record, tables)
         batch = batches.get(change.table)
         if batch is None:
             batch = batches[change.table] = TableChanges(
@@ -74,6 +79,23 @@ def plan(
             )
         _add(batch, change)
     return batches, offsets
+
+
+def _done(tombstone: SinkRecord, before: SinkRecord | None) -> bool:
+    """Whether the tombstone's delete did its work: it is right after it (same topic and
+    position), or it has no position (written before tombstones carried their delete's)."""
+    record = tombstone
+    if record.pos is None:
+        return True
+    return before is not None and before.pos == record.pos and before.topic == record.topic
+
+
+def _delete(record: SinkRecord, tables: TopicTables) -> Change:
+    """A tombstone read without its delete, as that delete: its table is its topic's (it has
+    no ``source`` block), its position the delete's, kept beside it."""
+    table, key = tables.table(record.topic), record.key if record.key is not None else {}
+    pos = counted_position(record)
+    return Change(Kind.DELETE, table, key, pos, record.offset, None, record)
 
 
 def _add(batch: TableChanges, change: Change) -> None:
@@ -95,8 +117,15 @@ def _add(batch: TableChanges, change: Change) -> None:
 
 
 def commit_ms(change: Change) -> int:
-    """The change's source commit time in ms (``source.ts_ms``, else the envelope's)."""
-    value = change.record.value or {}
+    """The change's source commit time in ms (``source.ts_ms``, else the envelope's).
+
+    A tombstone read as its delete has neither, and a :class:`SinkRecord` no log timestamp:
+    the time it is applied stands for the delete's, the first moment the sink knew of it
+    (never before the version it closes, whose commit came first).
+    """
+    value = change.record.value
+    if value is None:
+        return int(time.time() * 1000)
     source = value.get("source")
     ts = (source.get("ts_ms") if isinstance(source, dict) else None) or value.get("ts_ms")
     return ts if type(ts) is int else 0
