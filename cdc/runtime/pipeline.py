@@ -267,10 +267,10 @@ def _sinks_can_start(run: PipelineRun, logger: Logger) -> bool:
         return True
     catalog = SchemaCatalog(run.log, pipeline.name)
     # A single-writer sink on Kafka is opened only by the worker holding its lease, and this
-    # one may be a standby: another worker's DuckDB file lock would fail the check, and a
-    # JSON-lines open cuts the files back to their last flush under the leader's appends. So it
-    # is not checked here (as with `--role source`); its task reports a store that cannot work.
-    # Taking the lease here instead would mean waiting for it, or for a leader elsewhere.
+    # one may be a standby: the leader's lock would fail the check (DuckDB, JSON lines), and on
+    # another host it would open a store the leader does not use. So it is not checked here
+    # (as with `--role source`); its task reports a store that cannot work. Taking the lease
+    # here instead would mean waiting for it, or for a leader elsewhere, before the source runs.
     factories = {
         c.name: build_sink(pipeline, c, catalog, logger.bind(sink=c.name))
         for c in pipeline.sinks

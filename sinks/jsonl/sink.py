@@ -8,10 +8,17 @@ Each flush fsyncs the files, then atomically replaces a small state file holding
 per partition and each file's length. On open, every file is cut back to its recorded length, so
 whatever was written after the last flush (and will be read again) disappears first: replays
 never duplicate a line.
+
+An open sink holds an exclusive ``flock`` on ``_lock`` in its directory until it is closed, and
+an open that finds it held is unavailable (retried): on Kafka only the leading worker writes
+(:mod:`cdc.runtime.standby`), and this lock is the fence against a leader paused past its lease,
+whose late appends and state would otherwise interleave with the new leader's. Like DuckDB's file
+lock it holds between processes of one host (and not on NFS).
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -19,7 +26,7 @@ from typing import IO, Any
 
 import orjson
 
-from cdc.contracts.errors import SinkFatal
+from cdc.contracts.errors import SinkFatal, SinkUnavailable
 from cdc.contracts.sink import SinkContext, SinkRecord
 from cdc.log.base import TopicPartition
 from cdc.transforms.unwrap import unwrap_records
@@ -27,6 +34,7 @@ from sinks.jsonl.config import JsonlSinkConfig
 from sinks.offsets import decode_offsets, encode_offsets, read_json, write_json
 
 STATE_FILE = "_state.json"
+LOCK_FILE = "_lock"
 
 
 class JsonlSink:
@@ -38,12 +46,15 @@ class JsonlSink:
         self._files: dict[str, IO[bytes]] = {}
         self._offsets: dict[TopicPartition, int] = {}
         self._lengths: dict[str, int] = {}
+        self._lock: int | None = None
 
     def open(self) -> None:
         try:
             self._dir.mkdir(parents=True, exist_ok=True)
+            self._take_lock()
             state = self._read_state()
         except OSError as exc:
+            self._let_go()
             raise SinkFatal(f"cannot use {self._dir}: {exc.strerror}") from exc
         self._offsets = decode_offsets(state.get("offsets", {}))
         self._lengths = {name: int(n) for name, n in state.get("files", {}).items()}
@@ -80,9 +91,36 @@ class JsonlSink:
         write_json(self._dir / STATE_FILE, state, self._dir / (STATE_FILE + ".tmp"))
 
     def close(self) -> None:
-        for handle in self._files.values():
-            handle.close()
-        self._files.clear()
+        try:
+            for handle in self._files.values():
+                handle.close()
+            self._files.clear()
+        finally:
+            self._let_go()  # last: the files are closed before another writer may open them
+
+    def _take_lock(self) -> None:
+        """Hold ``_lock`` (the fence between writers: see the module's docstring).
+
+        Raises:
+            SinkUnavailable: another process (or open sink) holds it.
+        """
+        if self._lock is not None:
+            return
+        fd = os.open(self._dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise SinkUnavailable(f"{self._dir} is locked by another writer") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        self._lock = fd
+
+    def _let_go(self) -> None:
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            os.close(lock)  # closing the descriptor releases the flock
 
     def reset_table(self, table: tuple[str, str], partitions: Sequence[TopicPartition]) -> None:
         """Empty the files of ``partitions``' topics and store offset 0 for each partition.

@@ -1,10 +1,11 @@
 """Leadership of a single-writer sink, leased through a Kafka consumer group.
 
-A sink whose store has one writer (a DuckDB file, a Tantivy index: its plugin sets
-``single_writer``) may have several ``cdc sink`` workers, but only one may open the store. Each
-worker joins the group ``<pipeline>.sink.<sink>.leader``, subscribed to the one-partition topic
-``<pipeline>.__leader`` (which holds no records): the member the coordinator gives partition 0
-*leads*, and the others stand by. Kafka then does what a lease needs:
+A sink whose store has one writer (a DuckDB file, a Tantivy index, an Iceberg table, a
+directory of JSON-lines files: its plugin sets ``single_writer``) may have several ``cdc sink``
+workers, but only one may open the store. Each worker joins the group
+``<pipeline>.sink.<sink>.leader``, subscribed to the one-partition topic ``<pipeline>.__leader``
+(which holds no records): the member the coordinator gives partition 0 *leads*, and the others
+stand by. Kafka then does what a lease needs:
 
 - A leader that dies stops heartbeating; after ``session_timeout_ms`` the coordinator removes it
   and gives partition 0 to a standby.
@@ -18,8 +19,12 @@ worker joins the group ``<pipeline>.sink.<sink>.leader``, subscribed to the one-
 What a lease cannot do is fence a leader that is paused (a stopped process, a frozen VM) or cut
 off from Kafka past ``session_timeout_ms``: the group moves on without it, and it learns so only
 when it runs again (librdkafka calls ``on_lost``). It then stops, but the batch it held may be
-written meanwhile. Single-writer stores keep their own lock for that (DuckDB's file lock,
-Tantivy's writer lock), and their stored offsets and per-key positions make a late batch harmless.
+written meanwhile. The fence against that is the store's, not the lease's: DuckDB's file lock,
+Tantivy's writer lock and the JSON-lines sink's ``flock`` on its directory's ``_lock`` (held
+while open, so the new leader's open is retried until the old one closed: one host, not NFS);
+for Iceberg, the catalog's commit check (a commit on a stale snapshot fails, and the loser
+reloads the tables' offsets). Their stored offsets and per-key positions make a late batch
+harmless.
 """
 
 from __future__ import annotations
