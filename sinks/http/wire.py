@@ -1,11 +1,14 @@
 """What goes on the wire: each record's stable id and JSON, and a batch's body and message id.
 Pure functions, no I/O.
 
-A record's id is its source position (``<topic>:<position>:<sequence>``), the same whichever
-offset, batch or worker carries it, so a receiver de-duplicates record by record however the
-batches were cut before and after a restart. A record with no position (one appended before
-the log kept positions) is ``<topic>/<partition>/<offset>``. The topic is part of the id: a
-snapshot's rows of two tables share positions.
+A record's id is its source position and a digest of its key
+(``<topic>:<position>:<sequence>:<key digest>``), the same whichever offset, batch or worker
+carries it, so a receiver de-duplicates record by record however the batches were cut before
+and after a restart. The position alone does not tell records apart: every row of a MongoDB
+snapshot has ``(position, 0)``, and a snapshot's rows of two tables share positions (hence the
+topic). A delete's tombstone has the delete's position and key, so its id is the delete's. A
+record with no position (one appended before the log kept positions) is
+``<topic>/<partition>/<offset>``.
 """
 
 from __future__ import annotations
@@ -42,10 +45,21 @@ def position_of(record: SinkRecord) -> tuple[Any, Any] | None:
         return None
 
 
+#: Bytes of the key digest in an id: 80 bits, so the rows of a snapshot sharing one position
+#: (hundreds of millions) practically never share a digest.
+DIGEST_BYTES = 10
+
+
+def key_digest(key: dict[str, Any] | None) -> str:
+    """A digest of the record key (its JSON, keys sorted: the same for every copy of it)."""
+    data = orjson.dumps(key, option=orjson.OPT_SORT_KEYS)
+    return hashlib.blake2b(data, digest_size=DIGEST_BYTES).hexdigest()
+
+
 def record_id(record: SinkRecord, position: tuple[Any, Any] | None) -> str:
     if position is None:
         return f"{record.topic}/{record.partition}/{record.offset}"
-    return f"{record.topic}:{position[0]}:{position[1]}"
+    return f"{record.topic}:{position[0]}:{position[1]}:{key_digest(record.key)}"
 
 
 def _plain_pos(record: SinkRecord) -> tuple[str, bytes] | None:
@@ -58,7 +72,8 @@ def _plain_pos(record: SinkRecord) -> tuple[str, bytes] | None:
     first, comma, second = pos[1:-1].partition(b",")
     if not (comma and first.isdigit() and second.isdigit()):
         return None
-    return f"{record.topic}:{first.decode()}:{second.decode()}", pos
+    rid = f"{record.topic}:{first.decode()}:{second.decode()}:{key_digest(record.key)}"
+    return rid, pos
 
 
 def entry(record: SinkRecord, form: str, prefix: str) -> Entry | None:

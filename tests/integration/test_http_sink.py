@@ -24,7 +24,7 @@ from cdc.contracts.events import ChangeEvent, Op, SourceInfo
 from cdc.contracts.sink import Sink, SinkContext, SinkRecord
 from cdc.log.base import TopicPartition
 from cdc.testing.conformance import TABLE, TOPIC, SinkConformance, change
-from sinks.http import HttpSink, HttpSinkConfig, HttpSinkPlugin, RetryConfig
+from sinks.http import HttpSink, HttpSinkConfig, HttpSinkPlugin, RetryConfig, wire
 from tests.integration.webhook_receiver import Receiver, documented_verify
 
 SECRET = "whsec_" + base64.b64encode(b"conformance-kit-key-0123").decode()
@@ -96,6 +96,10 @@ def _kit() -> SinkConformance:
     return kit
 
 
+def _id(position: int, key: dict[str, Any] | None) -> str:
+    return f"{TOPIC}:{position}:0:{wire.key_digest(key)}"
+
+
 def _raw(receiver: Receiver) -> list[dict[str, Any]]:
     return [orjson.loads(receiver.content[i]) for r in receiver.requests for i in r.ids]
 
@@ -117,7 +121,10 @@ def test_rows_body_delete_by_key_truncate_sent_tombstone_folded(receiver: Receiv
         ("c", {"id": 2}, {"id": 2, "name": "b", "qty": 2}),
         ("t", None, None),
     ]  # the delete's tombstone, right after it, is folded into it
-    assert [r["id"] for r in sent] == [f"{TOPIC}:{p}:0" for p in (10, 20, 25, 30)]
+    keys = ({"id": 1}, {"id": 1}, {"id": 2}, None)
+    assert [r["id"] for r in sent] == [
+        _id(p, k) for p, k in zip((10, 20, 25, 30), keys, strict=True)
+    ]
     assert [r["position"] for r in sent] == [[p, 0] for p in (10, 20, 25, 30)]
     assert {r["table"] for r in sent} == {"public.kit_items"}
     assert receiver.rows("public.kit_items") == {}  # the truncate emptied the table
@@ -153,9 +160,9 @@ def test_a_tombstone_is_its_delete_under_the_deletes_id(receiver: Receiver, form
     sink.close()
     assert receiver.rows("public.kit_items") == {}
     sent = _raw(receiver)[2:]
-    ids = [f"{TOPIC}:12:0", f"{TOPIC}:13:0", f"{TOPIC}:13:0"]
+    ids = [_id(12, {"id": 1}), _id(13, {"id": 2}), _id(13, {"id": 2})]
     assert [r["id"] for r in sent] == ids and sent[0]["position"] == [12, 0]
-    assert receiver.received[f"{TOPIC}:13:0"] == 2  # in rows, with the same content (no conflict)
+    assert receiver.received[ids[1]] == 2  # in rows, with the same content (no conflict)
     if form == "rows":
         assert sent[0] == {**sent[0], "op": "d", "key": {"id": 1}, "row": {"id": 1}}
     else:

@@ -135,7 +135,31 @@ def test_an_id_read_from_the_positions_bytes_is_the_parsed_ones(form: str) -> No
     odd = SinkRecord("p.s.t", 0, 5, {"id": 1}, value, pos=b'["0/7A0000",3]')  # not integers
     fast, slow, parsed = (wire.entry(r, form, "p.") for r in (stored, legacy, odd))
     assert fast is not None and slow is not None and parsed is not None
-    assert fast.id == slow.id == "p.s.t:7340032:3" and parsed.id == "p.s.t:0/7A0000:3"
+    digest = wire.key_digest({"id": 1})
+    assert fast.id == slow.id == f"p.s.t:7340032:3:{digest}"
+    assert parsed.id == f"p.s.t:0/7A0000:3:{digest}"
     assert orjson.loads(fast.json) == orjson.loads(slow.json)
     assert orjson.loads(fast.json)["position"] == [7340032, 3]
     assert orjson.loads(parsed.json)["position"] == ["0/7A0000", 3]
+
+
+def test_rows_sharing_a_position_get_distinct_ids_stable_for_each_key() -> None:
+    # Every row of a MongoDB snapshot has (position, 0): the position alone gave them one id,
+    # and a receiver de-duplicating by id kept one document of the whole collection.
+    from cdc.contracts.sink import SinkRecord
+
+    def snapshot_row(offset: int, key: dict[str, object]) -> SinkRecord:
+        value = {"op": "r", "after": key, "source": {"connector": "mongodb"}}
+        return SinkRecord("p.db.c", 0, offset, key, value, pos=b"[7301444403200000001,0]")
+
+    keys: list[dict[str, object]] = [{"_id": f"k{n}"} for n in range(500)]
+    keys += [{"a": 1, "b": 2}, {"a": 2, "b": 1}, {"id": 1}, {"id": "1"}]
+    entries = [wire.entry(snapshot_row(n, k), "rows", "p.") for n, k in enumerate(keys)]
+    assert len({e.id for e in entries if e is not None}) == len(keys)
+    # Stable: the same key (in any member order, at any offset) is the same id.
+    again = wire.entry(snapshot_row(9_999, {"b": 1, "a": 2}), "rows", "p.")
+    first = wire.entry(snapshot_row(501, {"a": 2, "b": 1}), "rows", "p.")
+    assert again is not None and first is not None and again.id == first.id
+    tombstone = SinkRecord("p.db.c", 0, 7, {"_id": "k3"}, None, pos=b"[7301444403200000001,0]")
+    twin = wire.entry(tombstone, "debezium", "p.")
+    assert twin is not None and twin.id == wire.entry(snapshot_row(3, keys[3]), "rows", "p.").id
