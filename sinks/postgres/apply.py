@@ -218,9 +218,12 @@ def _delete_rows(info: TableInfo) -> sql.Composed:
 
 def _remember_deletes(info: TableInfo) -> sql.Composed:
     keys = sql.SQL(", ").join(map(sql.Identifier, info.match))
-    picked = sql.SQL(", ").join(sql.Identifier("s", k) for k in [*info.match, POSITION, SEQUENCE])
+    kept = sql.SQL(", ").join(map(sql.Identifier, info.deleted_columns))
+    picked = sql.SQL(", ").join(
+        sql.Identifier("s", k) for k in [*info.deleted_columns, POSITION, SEQUENCE]
+    )
     return sql.SQL(
-        "INSERT INTO {d} AS d ({keys}, {p}, {q}) SELECT {picked} FROM {s} AS s WHERE s.{flag} "
+        "INSERT INTO {d} AS d ({kept}, {p}, {q}) SELECT {picked} FROM {s} AS s WHERE s.{flag} "
         "AND {spos} > (%s, %s) AND NOT EXISTS (SELECT FROM {t} AS t WHERE {tkey} AND "
         "{tpos} >= {spos}) ON CONFLICT ({keys}) DO UPDATE SET {p} = EXCLUDED.{p}, "
         "{q} = EXCLUDED.{q} WHERE {dpos} < (EXCLUDED.{p}, EXCLUDED.{q})"
@@ -229,6 +232,7 @@ def _remember_deletes(info: TableInfo) -> sql.Composed:
         t=info.target,
         s=_S,
         keys=keys,
+        kept=kept,
         picked=picked,
         p=sql.Identifier(POSITION),
         q=sql.Identifier(SEQUENCE),

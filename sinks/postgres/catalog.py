@@ -18,6 +18,9 @@ exactly the source's rows, so the replica can be read, joined and constrained as
 A table keyed by every column (a keyless source table under REPLICA IDENTITY FULL) whose columns
 can be NULL, or have no equality or no size bound, cannot have them as its primary key: its key
 is then ``_cdc_key``, the hash of every column (:func:`key_hash`), and so is its deleted keys'.
+The deleted keys keep the columns beside their hash: a widened column's text, and so the hash
+a change of the row gets, may change (1.5 -> 1.50), and the hash is then computed again from
+them, as the table's (:func:`rehash`); a hash alone would miss the delete it guards.
 """
 
 from __future__ import annotations
@@ -76,6 +79,11 @@ class TableInfo:
         return [KEY_HASH] if self.hashed else self.keys
 
     @property
+    def deleted_columns(self) -> list[str]:
+        """The columns of the deleted keys: the key, and its hash where the table has one."""
+        return [*self.keys, KEY_HASH] if self.hashed else self.keys
+
+    @property
     def stored(self) -> list[str]:
         """The user columns, and the key's hash where the table has one."""
         return [*self.columns, KEY_HASH] if self.hashed else list(self.columns)
@@ -96,7 +104,7 @@ class TableInfo:
         """The tables that hold ``column``: the table, its deleted keys (a key column), its
         history."""
         tables = [self.target]
-        tables += [self.deleted] if column in self.match else []
+        tables += [self.deleted] if column in self.deleted_columns else []
         tables += [self.history_table] if self.history else []
         return tables
 
@@ -204,7 +212,7 @@ def create(conn: psycopg.Connection[Any], info: TableInfo, ident: Ident) -> None
         )
     )
     key_columns = [
-        sql.SQL("{} {}").format(sql.Identifier(k), sql.SQL(types[k])) for k in info.match
+        sql.SQL("{} {}").format(sql.Identifier(k), sql.SQL(types[k])) for k in info.deleted_columns
     ]
     conn.execute(
         sql.SQL("CREATE TABLE {} ({}, {}, PRIMARY KEY ({}))").format(
@@ -223,11 +231,21 @@ def key_hash(info: TableInfo, alias: str) -> sql.Composed:
 
 
 def rehash(conn: psycopg.Connection[Any], info: TableInfo) -> None:
-    """Compute the hashed key of every row again, and of the history's open versions (after a
-    column's type changed: its text, and so the hash a new change gets, may have too)."""
+    """Compute the hashed key of every row and deleted key again, and of the history's open
+    versions (after a column's type changed: its text, and so the hash a new change gets, may
+    have too)."""
     key = sql.Identifier(KEY_HASH)
     conn.execute(
         sql.SQL("UPDATE {} AS t SET {} = {}").format(info.target, key, key_hash(info, "t"))
+    )
+    # A deleted key kept by a sink before they held their columns has them all NULL: its hash
+    # cannot be computed again (a rebuild, --reset-table, renews it). A key truly all NULL
+    # has a hash no type change alters ("(,)"), so both are left alone.
+    values = sql.SQL(", ").join(sql.Identifier("d", k) for k in info.keys)
+    conn.execute(
+        sql.SQL("UPDATE {} AS d SET {} = {} WHERE NOT ROW({}) IS NULL").format(
+            info.deleted, key, key_hash(info, "d"), values
+        )
     )
     if info.history:
         conn.execute(
@@ -235,6 +253,23 @@ def rehash(conn: psycopg.Connection[Any], info: TableInfo) -> None:
                 info.history_table, key, key_hash(info, "h")
             )
         )
+
+
+def add_deleted_columns(conn: psycopg.Connection[Any], info: TableInfo) -> list[str]:
+    """Add to a hashed table's deleted keys the key columns a sink before they held them left
+    out (NULL for the keys deleted then); returns the columns added."""
+    if not info.hashed:
+        return []
+    regclass = info.deleted.as_string(conn)
+    held = {r[0] for r in conn.execute(_COLUMNS, [regclass])}
+    missing = [k for k in info.keys if k not in held]
+    for name in missing:
+        conn.execute(
+            sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(
+                info.deleted, sql.Identifier(name), sql.SQL(info.columns[name])
+            )
+        )
+    return missing
 
 
 def lock_meta(conn: psycopg.Connection[Any], schema: str) -> None:

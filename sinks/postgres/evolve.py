@@ -60,6 +60,9 @@ def prepare(
         logger.info("postgres.table_created", table=where, keys=create_as.keys)
         renames.follow(conn, create_as, published, ident, logger)
         return create_as
+    added = catalog.add_deleted_columns(conn, info)  # before a rename or widening needs them
+    if added:
+        logger.info("postgres.deleted_keys_columns_added", table=where, columns=added)
     renames.follow(conn, info, published, ident, logger)
     _check_keys(where, source, info, published)
     for column in published.columns:

@@ -108,6 +108,39 @@ def test_a_widened_column_keeps_matching_rows_written_before(wh: Harness) -> Non
     assert _rows(wh) == [(2, "b", None, "1.50")]
 
 
+def test_a_widened_column_keeps_its_deleted_keys_guarding(wh: Harness) -> None:
+    # The deleted keys are matched by the hash too: a late, older insert of a deleted row, in
+    # the widened column's new text, must still meet its delete.
+    one = _row(1, None, amount="1.5")
+    wh.apply(_insert(one, 10), _insert(_row(2, "b"), 11), _delete(one, 12))
+    _publish(wh, amount="numeric(8,2)")  # 1.5 now prints 1.50: the key's text changes
+    wh.apply(_insert(_row(2, "c"), 13))  # the widening is applied with this batch
+    wh.apply(_insert(_row(1, None, amount="1.50"), 10))  # a replay, older than its delete
+    assert _rows(wh) == [(2, "b", None, "1.50"), (2, "c", None, "1.50")]
+    wh.reopen()  # the deleted keys' columns read back from the catalog
+    wh.apply(_insert(_row(1, None, amount="1.50"), 10))
+    assert _rows(wh) == [(2, "b", None, "1.50"), (2, "c", None, "1.50")]
+    wh.apply(_insert(_row(1, None, amount="1.50"), 14))  # newer than the delete: back
+    assert len(_rows(wh)) == 3
+
+
+def test_deleted_keys_kept_by_their_hash_alone_get_their_columns(wh: Harness) -> None:
+    # A sink before the deleted keys held their columns kept the hash alone: the columns are
+    # added (NULL for the keys deleted then, whose hash still guards while no type changes).
+    one, two = _row(1, None), _row(2, "b")
+    wh.apply(_insert(one, 10), _insert(two, 11), _delete(one, 12))
+    wh.sql("ALTER TABLE replica.log__cdc_deleted DROP a, DROP note, DROP doc, DROP amount")
+    wh.reopen()
+    wh.apply(_insert(one, 10), _delete(two, 13))  # a replay, older than its delete
+    assert _rows(wh) == []
+    kept = "SELECT a, note FROM replica.log__cdc_deleted ORDER BY a NULLS FIRST"
+    assert wh.sql(kept) == [(None, None), (2, "b")]
+    _publish(wh, amount="numeric(8,2)")
+    wh.apply(_insert(_row(3, "c"), 14))  # the widening is applied with this batch
+    wh.apply(_insert(_row(2, "b", amount="1.50"), 11))  # older than its delete
+    assert _rows(wh) == [(3, "c", None, "1.50")]
+
+
 def test_a_truncate_and_history_mode(pg_db: str) -> None:
     wh = Harness(pg_db, mode="history")
     try:
