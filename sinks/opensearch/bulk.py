@@ -8,16 +8,18 @@ the versions make that harmless); any other refusal is a bad record.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import orjson
 from opensearchpy import OpenSearch
 
 from cdc.contracts.errors import RecordError, SinkUnavailable
 from sinks.keyed import Change
 
 Action = tuple[bytes, Change]
+#: The field an item's error names (``failed to parse field [qty] of type [long] ...``).
+_FIELD = re.compile(r"field \[([^\]]{1,200})\]")
 #: What the sink reads of a bulk reply: a fraction of its bytes (an item per document).
 _REPLY = "errors,items.*.status,items.*.error"
 
@@ -55,10 +57,24 @@ def check(items: Sequence[dict[str, Any]], run: Sequence[Action]) -> None:
         status = int(result.get("status", 500))
         if status < 300 or status == 409 or (op == "delete" and status == 404):
             continue
-        error = orjson.dumps(result.get("error")).decode()[:500]
+        error = summary(result.get("error"))
         if status == 429 or status >= 500:
             retry = retry or f"{status} {error}"
             continue
         raise RecordError(f"OpenSearch refused a document ({status}): {error}", change.record)
     if retry is not None:
         raise SinkUnavailable(f"OpenSearch refused part of a bulk request for now: {retry}")
+
+
+def summary(error: object) -> str:
+    """An item's error as its type (and its cause's) and the field it names: the reason
+    OpenSearch writes quotes the refused value (``Preview of field's value: ...``) and the
+    document's id, and a row's values are kept out of errors and logs, as every sink keeps them."""
+    if not isinstance(error, dict):
+        return "no error detail"
+    kind = str(error.get("type", "unknown"))
+    cause = error.get("caused_by")
+    if isinstance(cause, dict) and cause.get("type"):
+        kind = f"{kind}, caused by {cause['type']}"
+    found = _FIELD.search(str(error.get("reason", "")))
+    return f"{kind} on field {found[1]}" if found else kind

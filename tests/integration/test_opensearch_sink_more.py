@@ -55,7 +55,7 @@ def test_a_widening_is_applied_and_a_rename_stops_with_the_reset_command(os_sink
 
 
 def test_a_document_the_mapping_refuses_is_a_record_error_naming_it(os_sink: Harness) -> None:
-    refused = {"not": "text"}  # an object for a text field: the mapping refuses it
+    refused = {"not": "v4lue-of-a-row"}  # an object for a text field: the mapping refuses it
     records = os_sink._records.records(
         item(Op.CREATE, 1, 10, "a", 1),
         item(Op.CREATE, 2, 11, refused, 2),  # type: ignore[arg-type]
@@ -64,6 +64,9 @@ def test_a_document_the_mapping_refuses_is_a_record_error_naming_it(os_sink: Har
     with pytest.raises(RecordError) as caught:
         os_sink.sink.flush()
     assert caught.value.record is records[1]
+    # The error's type and the field, never the value OpenSearch's reason quotes.
+    assert "mapper_parsing_exception" in str(caught.value) and "field name" in str(caught.value)
+    assert "v4lue-of-a-row" not in str(caught.value)
     os_sink.sink.write([records[0]])  # the runner sends the batch again without it
     os_sink.sink.flush()
     assert os_sink.names() == {"1": ("a", 1)}
