@@ -94,6 +94,9 @@ def _rename(conn: psycopg.Connection[Any], info: TableInfo, old: str, new: str) 
         )
     info.columns = {(new if n == old else n): t for n, t in info.columns.items()}
     info.keys = [new if k == old else k for k in info.keys]
+    # Every name-keyed fact of the column moves with it: an enum column unknown under its new
+    # name would dead-letter a missing label row by row instead of stopping the sink.
+    info.enums = {new if n == old else n for n in info.enums}
 
 
 def _load(conn: psycopg.Connection[Any], info: TableInfo, ident: Ident) -> dict[str, Recorded]:

@@ -166,3 +166,32 @@ def test_a_label_the_targets_enum_lacks_stops_the_sink_with_the_fix(
         assert sorted(_rows(wh)) == [1, 2]
     finally:
         wh.close()
+
+
+def test_a_label_the_renamed_enum_column_lacks_still_stops_the_sink(pg_db: str) -> None:
+    # The sink knows its enum columns by name: a renamed one must stay known under its new
+    # name, or a missing label there is dead-lettered row by row instead of stopping the sink.
+    _execute(pg_db, "CREATE SCHEMA replica", "CREATE TYPE replica.mood AS ENUM ('sad', 'ok')")
+    wh = Harness(pg_db)
+
+    def publish(now: str) -> None:
+        wh.schemas.publish(
+            "feelings",
+            Column("id", "bigint", key=True, nullable=False, id=1),
+            Column("kind", "mood", key=True, nullable=False, id=2),
+            Column(now, "mood", id=3),
+        )
+
+    try:
+        publish("now")
+        first = {"id": 1, "kind": "ok", "now": "sad"}
+        wh.apply(event(Op.CREATE, {"id": 1, "kind": "ok"}, first, 10, table="feelings"))
+        publish("feeling_now")  # renamed in the source
+        row = {"id": 2, "kind": "ok", "feeling_now": "secret-label"}
+        batch = wh.records(event(Op.CREATE, {"id": 2, "kind": "ok"}, row, 11, table="feelings"))
+        with pytest.raises(SinkFatal) as stopped:
+            wh.write(batch)
+        assert "column feeling_now is the target's enum replica.mood" in str(stopped.value)
+        assert wh.sql("SELECT next_offset FROM replica._cdc_offsets") == [(1,)]
+    finally:
+        wh.close()
