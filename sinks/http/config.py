@@ -8,7 +8,6 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, field_validator
 
 from cdc.config.models import SinkConfig, StrictModel
-from cdc.support.redact import redact
 from sinks.http.signing import RESERVED_HEADERS, signing_key
 
 
@@ -35,8 +34,8 @@ class HttpSinkConfig(SinkConfig):
     """``type: http``: every change POSTed, in signed JSON batches, to a webhook receiver.
 
     Attributes:
-        url: the receiver's ``http(s)://`` URL; a secret (its userinfo or a token in its query
-            string would be), shown only redacted.
+        url: the receiver's ``http(s)://`` URL; a secret (its userinfo, a token in its path or
+            its query string would be), shown only as ``scheme://host[:port]/…``.
         headers: extra request headers (``Authorization``...); their values are secrets, never
             logged.
         batch_size: records per request, at most.
@@ -84,5 +83,22 @@ class HttpSinkConfig(SinkConfig):
 
     @property
     def shown_url(self) -> str:
-        """The URL with its secrets masked, for logs, errors and ``cdc doctor``."""
-        return redact(self.url.get_secret_value())
+        """``scheme://host[:port]``, and ``/…`` for the rest, for logs, errors and ``cdc
+        doctor``: a webhook URL's path often is its token (Slack's and Discord's
+        ``/webhooks/<id>/<token>``), which no pattern of secrets recognises."""
+        return shown(self.url.get_secret_value())
+
+
+def shown(url: str) -> str:
+    """``url`` as :attr:`HttpSinkConfig.shown_url` shows it (userinfo, path, query and
+    fragment left out)."""
+    parts = urlsplit(url)
+    host = parts.hostname or "?"
+    if ":" in host:  # an IPv6 address, bracketed again
+        host = f"[{host}]"
+    try:
+        port = f":{parts.port}" if parts.port is not None else ""
+    except ValueError:  # not a number: left out rather than quoted
+        port = ""
+    rest = "/…" if parts.path.strip("/") or parts.query or parts.fragment else ""
+    return f"{parts.scheme}://{host}{port}{rest}"

@@ -4,8 +4,8 @@ Why a signed ping rather than ``HEAD``/``OPTIONS``: a webhook endpoint commonly 
 405 whatever its state, which proves only that something listens. A POST of ``{"pipeline",
 "sink", "records": []}``, signed and carrying the configured headers, goes through the same
 checks a real batch does (the route, the credentials, the signature), and changes nothing on a
-receiver that applies records. Nothing the check reports holds a secret: the URL is redacted
-and a response's body is never shown.
+receiver that applies records. Nothing the check reports holds a secret: the URL is shown as
+``scheme://host[:port]/…`` and a response's body is never shown.
 """
 
 from __future__ import annotations
