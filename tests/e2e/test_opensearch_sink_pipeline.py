@@ -16,6 +16,7 @@ import orjson
 import psycopg
 import urllib3
 
+from sinks.opensearch.config import OpenSearchSinkConfig
 from tests.e2e.cli_helpers import cdc, start_run, stop
 from tests.e2e.shop_workload import Workload, create
 from tests.e2e.test_pg_all_sinks import (
@@ -24,6 +25,8 @@ from tests.e2e.test_pg_all_sinks import (
     wait_caught_up,
     wait_status,
 )
+from tests.integration.test_opensearch_sink import auth_yaml
+from tests.services.opensearch import OpenSearchServer, sink_options
 from tests.services.ports import LOOPBACK, free_port
 
 # cdc_sink_errors_total and cdc_sink_lag_records have a series only once there is an error or
@@ -31,14 +34,15 @@ from tests.services.ports import LOOPBACK, free_port
 METRICS = ("cdc_sink_applied_total", "cdc_sink_state")
 
 
-def _pipeline(tmp_path: Path, url: str, prefix: str, listen: str) -> Path:
+def _pipeline(tmp_path: Path, server: OpenSearchServer, prefix: str, listen: str) -> Path:
+    config = OpenSearchSinkConfig(name="search", **sink_options(server))
     path = tmp_path / "shop.yaml"
     path.write_text(
         "version: 1\nname: shop\nsource:\n  type: postgres\n  dsn: ${PG_DSN}\n"
         "  tables: [public.everything, public.lines]\n  snapshot: initial\n"
         "  status_interval_s: 1\n"
         "sinks:\n"
-        f"  - name: search\n    type: opensearch\n    url: {url}\n"
+        f"  - name: search\n    type: opensearch\n    url: {config.url}\n{auth_yaml(config)}"
         f"    index: '{prefix}-{{pipeline}}.{{schema}}.{{table}}'\n"
         f"    offsets_index: {prefix}-offsets\n    replicas: 0\n"
         f"metrics:\n  listen: '{listen}'\n"
@@ -54,7 +58,7 @@ def test_postgres_to_opensearch_after_two_sigkills_verifies(
     create(pg_db, rows=600)
     env = {"PG_DSN": pg_db}
     listen = f"{LOOPBACK}:{free_port()}"
-    pipeline = _pipeline(tmp_path, opensearch_server.url, f"e{uuid.uuid4().hex[:8]}", listen)
+    pipeline = _pipeline(tmp_path, opensearch_server, f"e{uuid.uuid4().hex[:8]}", listen)
     workload = Workload(pg_db)
     workload.start()
     try:

@@ -16,7 +16,6 @@ from typing import Any
 import orjson
 import pytest
 from click.testing import CliRunner
-from opensearchpy import OpenSearch
 
 from cdc.cli.main import main
 from cdc.contracts.errors import SinkFatal
@@ -25,15 +24,18 @@ from cdc.contracts.schema import Column, TableSchema
 from cdc.contracts.sink import Sink, SinkContext
 from cdc.support.logging import get_logger
 from cdc.testing.conformance import SinkConformance
+from sinks.opensearch.client import connect
 from sinks.opensearch.config import OpenSearchSinkConfig
 from sinks.opensearch.documents import doc_id
 from sinks.opensearch.plugin import OpenSearchSinkPlugin
 from sinks.opensearch.sink import OpenSearchSink
 from sinks.opensearch.versions import version
 from tests.integration.duckdb_kit import ITEM_COLUMNS, PIPELINE, Schemas, event, item
+from tests.services.opensearch import OpenSearchServer, sink_options
 
 
 def _config(url: str, **extra: Any) -> OpenSearchSinkConfig:
+    """A config of indexes of the test's own; ``**sink_options(server)`` for the test node."""
     prefix = f"t{uuid.uuid4().hex[:10]}"
     return OpenSearchSinkConfig(
         name="search",
@@ -45,6 +47,16 @@ def _config(url: str, **extra: Any) -> OpenSearchSinkConfig:
     )
 
 
+def auth_yaml(config: OpenSearchSinkConfig, indent: str = "    ") -> str:
+    """The sink's ``username`` and ``password`` lines of a pipeline file, if it has them."""
+    if config.username is None or config.password is None:
+        return ""
+    secret = orjson.dumps(config.password.get_secret_value()).decode()
+    return (
+        f"{indent}username: {orjson.dumps(config.username).decode()}\n{indent}password: {secret}\n"
+    )
+
+
 def _docs(config: OpenSearchSinkConfig, schema: str, table: str) -> dict[str, Any]:
     rows = OpenSearchSinkPlugin.read_rows(config, schema, table, pipeline=PIPELINE)
     return {key["_id"]: row for key, row in rows}
@@ -53,7 +65,7 @@ def _docs(config: OpenSearchSinkConfig, schema: str, table: str) -> dict[str, An
 class TestOpenSearchConformance(SinkConformance):
     @pytest.fixture(autouse=True)
     def _target(self, opensearch_server: Any) -> None:
-        self.config = _config(opensearch_server.url)
+        self.config = _config(**sink_options(opensearch_server))
 
     def make_sink(self, context: SinkContext) -> Sink:
         return OpenSearchSink(self.config, context)
@@ -66,10 +78,10 @@ class TestOpenSearchConformance(SinkConformance):
 class Harness:
     """An OpenSearch sink over the test node; ``apply`` writes and flushes as the runner does."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, server: OpenSearchServer) -> None:
         from tests.integration.duckdb_kit import Harness as Records
 
-        self.config = _config(url)
+        self.config = _config(**sink_options(server))
         self.schemas = Schemas()
         self.schemas.publish("items", *ITEM_COLUMNS)
         self._records = Records.__new__(Records)
@@ -96,7 +108,7 @@ class Harness:
 
 @pytest.fixture
 def os_sink(opensearch_server: Any) -> Any:
-    harness = Harness(opensearch_server.url)
+    harness = Harness(opensearch_server)
     yield harness
     harness.sink.close()
 
@@ -164,7 +176,7 @@ def test_added_column_extends_the_mapping_and_a_type_change_stops(os_sink: Harne
     os_sink.apply(item(Op.CREATE, 1, 10, "a", 1))
     os_sink.schemas.publish("items", *ITEM_COLUMNS, Column("price", "numeric(10,2)"))
     os_sink.apply(item(Op.CREATE, 2, 11, "b", 2, price="12.50"))
-    client = OpenSearch([os_sink.config.url])
+    client = connect(os_sink.config)
     index = os_sink.config.index_name(PIPELINE, ("public", "items"))
     client.indices.refresh(index=index)
     found = client.search(index=index, body={"query": {"range": {"price": {"gte": 12}}}})
@@ -188,13 +200,14 @@ def test_versions_keep_a_keys_order() -> None:
 
 def test_cdc_search_queries_the_index(os_sink: Harness, tmp_path: Path) -> None:
     os_sink.apply(item(Op.CREATE, 1, 10, "red apple", 1), item(Op.CREATE, 2, 11, "green pear", 2))
-    client = OpenSearch([os_sink.config.url])
+    client = connect(os_sink.config)
     client.indices.refresh(index=os_sink.config.index_name(PIPELINE, ("public", "items")))
     pipeline = tmp_path / "shop.yaml"
     pipeline.write_text(
         f"version: 1\nname: {PIPELINE}\nsource:\n  type: postgres\n  dsn: postgresql://x/y\n"
         "  tables: [public.items]\nsinks:\n  - name: search\n    type: opensearch\n"
         f"    url: {os_sink.config.url}\n    index: '{os_sink.config.index}'\n"
+        + auth_yaml(os_sink.config)
     )
     result = CliRunner().invoke(main, ["search", str(pipeline), "public.items", "apple"])
     assert result.exit_code == 0, result.output

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from opensearchpy import OpenSearch
 
 from cdc.cli.main import main
 from cdc.contracts.errors import RecordError, SinkFatal, SinkUnavailable
@@ -17,11 +16,14 @@ from cdc.contracts.schema import Column
 from cdc.contracts.sink import SinkContext
 from cdc.envelope.options import DEBEZIUM_DEFAULTS, READABLE
 from cdc.support.logging import get_logger
+from sinks.opensearch.client import connect
+from sinks.opensearch.config import OpenSearchSinkConfig
 from sinks.opensearch.mappings import field
 from sinks.opensearch.plugin import OpenSearchSinkPlugin
 from sinks.opensearch.sink import OpenSearchSink
 from tests.integration.duckdb_kit import PIPELINE, Schemas, item
 from tests.integration.test_opensearch_sink import Harness, _config, _docs
+from tests.services.opensearch import ExternalOpenSearch, sink_options
 from tests.services.ports import free_port
 
 SECRET = "s3cr3t-Pa55word"
@@ -29,7 +31,7 @@ SECRET = "s3cr3t-Pa55word"
 
 @pytest.fixture
 def os_sink(opensearch_server: Any) -> Any:
-    harness = Harness(opensearch_server.url)
+    harness = Harness(opensearch_server)
     yield harness
     harness.sink.close()
 
@@ -75,7 +77,7 @@ def test_a_document_the_mapping_refuses_is_a_record_error_naming_it(os_sink: Har
 def test_doctor_passes_on_the_node_and_names_the_fix_when_unreachable(
     opensearch_server: Any,
 ) -> None:
-    checks = OpenSearchSinkPlugin.doctor(_config(opensearch_server.url), PIPELINE)
+    checks = OpenSearchSinkPlugin.doctor(_config(**sink_options(opensearch_server)), PIPELINE)
     assert [(c.name, c.ok) for c in checks] == [
         ("reachable", True),
         ("version", True),
@@ -112,14 +114,25 @@ def test_credentials_in_the_url_are_a_config_error_that_does_not_quote_them(
     assert "not in the url" in result.output and SECRET not in result.output
 
 
+def test_a_test_cluster_url_with_userinfo_gives_the_sink_its_credentials() -> None:
+    # CDC_TEST_OPENSEARCH_URL may hold a user (a secured cluster); the sink refuses one in its
+    # url, so the service hands it over as username and password.
+    server = ExternalOpenSearch(f"https://ad%40min:{SECRET}%3A@search.test:9200/")
+    config = OpenSearchSinkConfig(name="search", **sink_options(server))
+    assert config.url == "https://search.test:9200" and config.username == "ad@min"
+    assert config.password is not None and config.password.get_secret_value() == SECRET + ":"
+    plain = OpenSearchSinkConfig(name="search", **sink_options(ExternalOpenSearch("http://h:1")))
+    assert (plain.url, plain.username, plain.password) == ("http://h:1", None, None)
+
+
 def test_read_rows_of_a_table_never_written_is_empty(opensearch_server: Any) -> None:
-    assert _docs(_config(opensearch_server.url), "public", "nothing") == {}
+    assert _docs(_config(**sink_options(opensearch_server)), "public", "nothing") == {}
 
 
 def test_created_indexes_remember_deletes_for_gc_deletes(os_sink: Harness) -> None:
     os_sink.apply(item(Op.CREATE, 1, 10, "a", 1))
     index = os_sink.config.index_name(PIPELINE, ("public", "items"))
-    client = OpenSearch([os_sink.config.url])
+    client = connect(os_sink.config)
     settings = client.indices.get_settings(index=index)[index]["settings"]["index"]
     assert settings["gc_deletes"] == "24h"
     mapping = client.indices.get_mapping(index=index)[index]["mappings"]

@@ -13,7 +13,8 @@ test framework does). Security is off (plain HTTP, no users); the modules of a d
 from __future__ import annotations
 
 import os
-from typing import Protocol
+from typing import Any, Protocol
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import urllib3
 
@@ -27,12 +28,38 @@ MAIN_CLASS = "cdc.tests.opensearch.OpenSearchMain"
 
 
 class OpenSearchServer(Protocol):
-    """What tests may rely on, whichever way the server was obtained."""
+    """What tests may rely on, whichever way the server was obtained: ``url`` never holds
+    credentials (the sink's config refuses them there), ``username``/``password`` do."""
 
     @property
     def url(self) -> str: ...
 
+    @property
+    def username(self) -> str | None: ...
+
+    @property
+    def password(self) -> str | None: ...
+
     def close(self) -> None: ...
+
+
+def sink_options(server: OpenSearchServer) -> dict[str, Any]:
+    """The ``url``, ``username`` and ``password`` of an ``OpenSearchSinkConfig`` for
+    ``server`` (no credentials: ``url`` alone)."""
+    if server.username is None:
+        return {"url": server.url}
+    return {"url": server.url, "username": server.username, "password": server.password or ""}
+
+
+def split_userinfo(url: str) -> tuple[str, str | None, str | None]:
+    """``url`` without its userinfo, and the user and password it held (percent-decoded)."""
+    parts = urlsplit(url.rstrip("/"))
+    if parts.username is None:
+        return url.rstrip("/"), None, None
+    netloc = parts.netloc.rpartition("@")[2]
+    bare = urlunsplit(parts._replace(netloc=netloc))
+    password = unquote(parts.password) if parts.password is not None else None
+    return bare, unquote(parts.username), password
 
 
 def _green(url: str) -> bool:
@@ -54,6 +81,8 @@ class LocalOpenSearch(Service):
     """
 
     name = "opensearch"
+    username: str | None = None  # security is off: no users
+    password: str | None = None
 
     def __init__(self, *, heap: str = "384m", base_dir: str | os.PathLike[str] | None = None):
         """Prepares (does not start) a node; builds the jars with Maven if they are missing.
@@ -112,10 +141,11 @@ class LocalOpenSearch(Service):
 
 
 class ExternalOpenSearch(ExternalService):
-    """A cluster given by URL (``CDC_TEST_OPENSEARCH_URL``, userinfo allowed)."""
+    """A cluster given by URL (``CDC_TEST_OPENSEARCH_URL``): userinfo allowed, and taken out
+    of :attr:`url` into :attr:`username` and :attr:`password`."""
 
     def __init__(self, url: str):
-        self.url = url.rstrip("/")
+        self.url, self.username, self.password = split_userinfo(url)
 
 
 def opensearch_server() -> OpenSearchServer:
