@@ -1,8 +1,9 @@
-"""A single-writer sink (DuckDB) with two ``cdc sink`` workers on a real Kafka broker: one leads
-and applies, the other is a standby in its log, in ``cdc status`` and in its metrics, opening
-nothing; SIGKILL the leader and the standby takes over, and ``cdc verify`` finds the sink equal
-to the PostgreSQL table. And the zombie case: a leader paused past the session timeout loses the
-lease, and closes the file before the new leader opens it.
+"""A single-writer sink (DuckDB) with two workers on a real Kafka broker: one leads and applies,
+the other is a standby in its log, in ``cdc status`` and in its metrics, opening nothing (not
+even in the check of the sinks a first start of ``cdc run`` makes). The zombie case: a leader
+paused past the session timeout loses the lease, and closes the file before the new leader opens
+it. SIGKILL the leader and the standby takes over, and ``cdc verify`` finds the sink equal to the
+PostgreSQL table.
 
 Both workers share one DuckDB file on this host: the case a standby is for (DuckDB allows one
 writing process per file, so two leaders at once would fail to open, not corrupt it).
@@ -147,88 +148,89 @@ def setup(pg_db: str, kafka_server: Any, tmp_path: Path) -> Iterator[Setup]:
     try:
         yield found
     finally:
-        for process in [*found.processes, *(w.process for w in found.workers)]:
+        running = [*found.processes, *(w.process for w in found.workers)]
+        for process in running:  # all asked at once: they stop side by side
             if process.poll() is None:
                 process.send_signal(signal.SIGCONT)  # a paused one would not see the SIGTERM
-                stop(process, signal.SIGTERM, 20)
+                process.send_signal(signal.SIGTERM)
+        for process in running:
+            process.wait(20)
         cdc("drop", str(pipeline), "--yes", cwd=tmp_path, env=env)
 
 
-def leader_and_standby(setup: Setup, run: bool = False) -> tuple[Worker, Worker]:
-    """The first worker leads (it opened the store); the second one (``cdc run``: the source
-    too, at its first start) stands by."""
+def leader_and_standby(setup: Setup) -> tuple[Worker, Worker]:
+    """The first worker (``cdc sink``) leads: it opened the store before the source ever ran.
+    The second one is ``cdc run``, the source too, started at the pipeline's first start: it
+    stands by, and its check of the sinks (before the source creates anything) must not open
+    the store the lease gives to another worker."""
     first = setup.worker("first")
     first.wait_for("sink.opened")
     assert first.events("sink.leading")
-    second = setup.worker("second", run)
+    second = setup.worker("second", run=True)
     standby = second.wait_for("sink.standby")
     assert f"-{first.process.pid} at " in standby["leader"]
+    assert not second.events("preflight.sink_unavailable"), "a standby opened the store"
     return first, second
 
 
-def test_a_standby_stands_by_then_takes_over_when_the_leader_is_killed(
-    setup: Setup, pg_db: str
-) -> None:
+def stands_by(setup: Setup, leader: Worker, standby: Worker) -> None:
+    """A state of its own in the standby's metrics, ready, no store opened, roles in status."""
     name, pipeline, env, tmp_path = setup.name, setup.pipeline, setup.env, setup.tmp_path
-    setup.source()
-    first, second = leader_and_standby(setup)
-    update(pg_db, 0, 300)
-
-    # The standby: a state of its own in the metrics, no store opened, the roles in status.
-    wait_for(lambda: second.sink_state(name) == "standby", 30, 0.2, second.process)
-    assert first.sink_state(name) == "running"
-    assert http_get(f"http://{LOOPBACK}:{second.port}/readyz")[0] == 200
+    wait_for(lambda: standby.sink_state(name) == "standby", 30, 0.2, standby.process)
+    assert leader.sink_state(name) == "running"
+    assert http_get(f"http://{LOOPBACK}:{standby.port}/readyz")[0] == 200
     workers = status(tmp_path, pipeline, env)["workers"]
-    assert workers["leader"]["client_id"].endswith(f"-{first.process.pid}")
+    assert workers["leader"]["client_id"].endswith(f"-{leader.process.pid}")
     [waiting] = workers["standbys"]
-    assert waiting["client_id"].endswith(f"-{second.process.pid}")
+    assert waiting["client_id"].endswith(f"-{standby.process.pid}")
     text = cdc("status", str(pipeline), cwd=tmp_path, env=env).stdout
     assert f"single writer: leader {workers['leader']['client_id']}" in text
     assert f"1 standby: {waiting['client_id']}" in text
-    assert not second.events("sink.opened"), "a standby opened the store"
-
-    # The leader dies mid-stream; the standby takes over and applies the rest.
-    stop(first.process, signal.SIGKILL)
-    update(pg_db, 300, 300)
-    second.wait_for("sink.opened", timeout=60)
-    assert second.events("sink.leading")
-    setup.verify(second)
-    wait_for(lambda: second.sink_state(name) == "running", 30, 0.2, second.process)
-    leader = status(tmp_path, pipeline, env)["workers"]["leader"]
-    assert leader["client_id"].endswith(f"-{second.process.pid}")
-    assert stop(second.process, signal.SIGTERM, 20)[0] == 0, second.log.read_text()[-3000:]
+    assert not standby.events("sink.opened"), "a standby opened the store"
 
 
-def test_a_paused_leader_loses_the_lease_and_closes_before_the_new_one_opens(
-    setup: Setup, pg_db: str
+def paused_leader_closes_before_the_new_one_opens(
+    pg_db: str, leader: Worker, standby: Worker
 ) -> None:
     """The zombie case: the leader is paused past ``session_timeout_ms``, so the group gives
     the lease to the standby while the old leader still holds the DuckDB file. The new leader
     retries its open (the file's lock is the fence); once resumed, the old one learns it lost
-    the lease, closes the file and stands by, and only then does the new one open it.
-
-    The standby is ``cdc run`` (the source too) started at the pipeline's first start, whose
-    check of the sinks must not open a store the lease gives to another worker."""
-    first, second = leader_and_standby(setup, run=True)
-    assert not second.events("preflight.sink_unavailable"), "a standby opened the store"
-    update(pg_db, 0, 200)
-    first.process.send_signal(signal.SIGSTOP)
-    second.wait_for("sink.leading", timeout=60)
-    second.wait_for("sink.unavailable", timeout=30)  # the paused leader holds the file's lock
+    the lease, closes the file and stands by, and only then does the new one open it."""
+    leader.process.send_signal(signal.SIGSTOP)
+    standby.wait_for("sink.leading", timeout=60)
+    standby.wait_for("sink.unavailable", timeout=30)  # the paused leader holds the file's lock
     update(pg_db, 200, 200)
-    assert not second.events("sink.opened")
-    first.process.send_signal(signal.SIGCONT)
-    lost = first.wait_for("sink.lease_lost", timeout=30)
-    opened = second.wait_for("sink.opened", timeout=60)
+    assert not standby.events("sink.opened")
+    leader.process.send_signal(signal.SIGCONT)
+    lost = leader.wait_for("sink.lease_lost", timeout=30)
+    opened = standby.wait_for("sink.opened", timeout=60)
     assert opened["timestamp"] > lost["timestamp"], "the new leader opened before the old closed"
 
-    def stands_by() -> bool:
-        return any(e["timestamp"] > lost["timestamp"] for e in first.events("sink.standby"))
+    def stood_by() -> bool:
+        return any(e["timestamp"] > lost["timestamp"] for e in leader.events("sink.standby"))
 
-    wait_for(stands_by, 30, 0.2, first.process, first.log)
-    assert f"-{second.process.pid} at " in first.events("sink.standby")[-1]["leader"]
-    setup.verify(second)
-    workers = status(setup.tmp_path, setup.pipeline, setup.env)["workers"]
-    assert workers["leader"]["client_id"].endswith(f"-{second.process.pid}")
-    [waiting] = workers["standbys"]
-    assert waiting["client_id"].endswith(f"-{first.process.pid}")
+    wait_for(stood_by, 30, 0.2, leader.process, leader.log)
+    assert f"-{standby.process.pid} at " in leader.events("sink.standby")[-1]["leader"]
+
+
+def test_standby_takeovers_of_a_paused_and_of_a_killed_leader(setup: Setup, pg_db: str) -> None:
+    """One pipeline for both takeovers (its setup is most of the time): ``first`` leads and
+    ``second`` (the source too) stands by; ``first`` is paused and ``second`` takes over; then
+    ``second`` is killed mid-stream and ``first`` takes over again, while a new source resumes
+    from its slot; ``cdc verify`` finds the sink equal to the table."""
+    first, second = leader_and_standby(setup)
+    update(pg_db, 0, 200)
+    stands_by(setup, first, second)
+    paused_leader_closes_before_the_new_one_opens(pg_db, first, second)
+
+    # The leader dies mid-stream (and the source with it); the standby takes over.
+    stop(second.process, signal.SIGKILL)
+    setup.source()
+    update(pg_db, 400, 200)
+    wait_for(lambda: len(first.events("sink.opened")) == 2, 60, 0.2, first.process, first.log)
+    assert len(first.events("sink.leading")) == 2
+    setup.verify(first)
+    wait_for(lambda: first.sink_state(setup.name) == "running", 30, 0.2, first.process)
+    leader = status(setup.tmp_path, setup.pipeline, setup.env)["workers"]["leader"]
+    assert leader["client_id"].endswith(f"-{first.process.pid}")
+    assert stop(first.process, signal.SIGTERM, 20)[0] == 0, first.log.read_text()[-3000:]
