@@ -80,7 +80,8 @@ def forget_topics(
     client: OpenSearch, index: str, pipeline: str, sink: str, topics: Iterable[str]
 ) -> None:
     """Delete the sink's offsets of ``topics`` (by id: ``_delete_by_query`` is a module a
-    cluster may lack)."""
+    cluster may lack); an offset already gone (404) is forgotten, any other refused item
+    raises (a kept offset would resume the reset table past its start)."""
     wanted = set(topics)
     stale = [tp for tp in load(client, index, pipeline, sink) if tp.topic in wanted]
     if not stale:
@@ -89,4 +90,8 @@ def forget_topics(
         orjson.dumps({"delete": {"_index": index, "_id": f"{pipeline}|{sink}|{t}|{p}"}})
         for t, p in stale
     ]
-    client.bulk(body=b"\n".join(lines) + b"\n")
+    reply = client.bulk(body=b"\n".join(lines) + b"\n")
+    if reply.get("errors"):
+        failed = [i for i in reply["items"] if i["delete"].get("status", 500) not in (200, 404)]
+        if failed:
+            raise os_errors.TransportError(500, "offsets not forgotten", reply)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from opensearchpy import exceptions as os_errors
 
 from cdc.cli.main import main
 from cdc.contracts.errors import RecordError, SinkFatal, SinkUnavailable
@@ -16,6 +17,7 @@ from cdc.contracts.schema import Column
 from cdc.contracts.sink import SinkContext
 from cdc.envelope.options import DEBEZIUM_DEFAULTS, READABLE
 from cdc.support.logging import get_logger
+from sinks.opensearch import offsets
 from sinks.opensearch.client import connect
 from sinks.opensearch.config import OpenSearchSinkConfig
 from sinks.opensearch.mappings import field
@@ -161,3 +163,21 @@ def test_created_indexes_remember_deletes_for_gc_deletes(os_sink: Harness) -> No
 )
 def test_mapping_by_source_type(type_name: str, options: Any, expected: str) -> None:
     assert field(type_name, options)["type"] == expected
+
+
+def test_offsets_not_forgotten_are_an_error(os_sink: Harness) -> None:
+    # reset_table forgets a topic's offsets before storing 0: a delete the cluster refused
+    # (here a write block) must not pass for done.
+    os_sink.apply(item(Op.CREATE, 1, 10, "a", 1))
+    client, index = connect(os_sink.config), os_sink.config.offsets_index
+    stored = offsets.load(client, index, PIPELINE, "search")
+    assert stored
+    client.indices.put_settings(index=index, body={"index.blocks.write": True})
+    try:
+        with pytest.raises(os_errors.TransportError, match="offsets not forgotten"):
+            offsets.forget_topics(client, index, PIPELINE, "search", {t.topic for t in stored})
+    finally:
+        client.indices.put_settings(index=index, body={"index.blocks.write": False})
+    assert offsets.load(client, index, PIPELINE, "search") == stored
+    offsets.forget_topics(client, index, PIPELINE, "search", {t.topic for t in stored})
+    assert offsets.load(client, index, PIPELINE, "search") == {}
