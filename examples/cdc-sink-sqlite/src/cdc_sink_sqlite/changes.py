@@ -5,8 +5,11 @@ delete carries none) or a :class:`Truncate`. Each carries the record's source po
 ``(position, sequence)`` pair that orders all changes of a key; the store applies a step only
 when it is newer than what it holds, so replays and late, older changes change nothing.
 
-A tombstone (a record whose value is null, after every delete) becomes no step: the delete
-before it already did the work, and a tombstone has no position to guard by. A delete is applied
+A tombstone (a record whose value is null, after every delete) carries its delete's position and
+is that delete: compaction keeps a key's latest record and may run while the sink is behind, so
+the sink can read the tombstone without the delete. Right after its delete it changes nothing
+(the position is not newer). A tombstone without a position (a log written before tombstones
+carried one) becomes no step. A delete is applied
 by its record key alone: its ``before`` holds placeholders for NOT NULL columns under
 PostgreSQL's REPLICA IDENTITY DEFAULT (``0``, ``""``), never values to store or match on, so it
 is never read.
@@ -92,15 +95,17 @@ def key_text(record: SinkRecord) -> str:
 
 
 def step(record: SinkRecord, tables: TopicTables) -> Step | None:
-    """The step one data record asks for; ``None`` for a tombstone.
+    """The step one data record asks for; ``None`` for a tombstone without a position.
 
     Raises:
         RecordError: not a change this sink understands (the runner's ``bad_records`` policy
             decides: stop, or dead-letter the record and apply the rest).
     """
     value = record.value
-    if value is None:
-        return None
+    if value is None:  # a tombstone: its delete, if it carries the delete's position
+        if record.pos is None:
+            return None
+        return Write(tables.table(record.topic), key_text(record), None, position(record))
     op = value.get("op")
     table = tables.table(record.topic)
     if op == "t":
