@@ -127,7 +127,7 @@ def test_faults_lose_nothing_and_repeat_a_record_only_under_its_id(
     assert running.error is None
     expected = {k: (f"m{k}" if k % 2 else f"n{k}", k) for k in range(1, 13) if k != 2}
     assert names(receiver) == expected
-    assert len(receiver.received) == 19  # every change (the tombstone is not sent)
+    assert len(receiver.received) == 19  # every change (the tombstone, folded into its delete)
     # The timeout's records were taken and sent again: twice, under the same ids.
     assert max(receiver.received.values()) == 2
     statuses = [r.status for r in receiver.requests]
@@ -228,4 +228,22 @@ def test_a_stop_is_prompt_while_a_long_retry_after_is_pending(
     assert not running.thread.is_alive() and running.error is None
     assert time.monotonic() - started < 2  # not the 600 s, nor the runner's 8 s grace
     assert len(receiver.requests) == 1 and committed(log) == 0
+    log.close()
+
+
+def test_a_delete_compacted_away_under_a_stopped_sink_arrives_as_its_tombstone(
+    kit: SinkConformance, receiver: Receiver
+) -> None:
+    log = filled(kit, [change(1, Op.CREATE, 10, "a", 1), change(2, Op.CREATE, 11, "b", 2)])
+    stop = threading.Event()
+    with Running(task(kit, log, stop, config(receiver.url)), stop) as running:
+        wait_until(lambda: committed(log) == 2 or running.error is not None, 30)
+    assert running.error is None and names(receiver) == {1: ("a", 1), 2: ("b", 2)}
+    kit.fill_log(log, [change(1, Op.DELETE, 12)])  # the delete and its tombstone
+    assert log.compact()["superseded"] >= 1  # the sink is stopped: its delete is gone
+    stop = threading.Event()
+    with Running(task(kit, log, stop, config(receiver.url)), stop) as running:
+        wait_until(lambda: committed(log) >= 3 or running.error is not None, 30)
+    assert running.error is None and names(receiver) == {2: ("b", 2)}
+    assert [r["op"] for r in map(orjson.loads, receiver.content.values())] == ["c", "c", "d"]
     log.close()
