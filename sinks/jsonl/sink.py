@@ -10,10 +10,11 @@ whatever was written after the last flush (and will be read again) disappears fi
 never duplicate a line.
 
 An open sink holds an exclusive ``flock`` on ``_lock`` in its directory until it is closed, and
-an open that finds it held is unavailable (retried): on Kafka only the leading worker writes
-(:mod:`cdc.runtime.standby`), and this lock is the fence against a leader paused past its lease,
-whose late appends and state would otherwise interleave with the new leader's. Like DuckDB's file
-lock it holds between processes of one host (and not on NFS).
+an open that finds it held is unavailable (retried): on Kafka each worker writes the partitions
+it owns into its own directory, and two workers given one directory (or a worker paused past its
+session and the one its partitions moved to) would otherwise interleave their appends and
+overwrite each other's state. Like DuckDB's file lock it holds between processes of one host
+(and not on NFS).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Leadership of a single-writer sink, leased through a Kafka consumer group.
 
-A sink whose store has one writer (a DuckDB file, a Tantivy index, an Iceberg table, a
-directory of JSON-lines files: its plugin sets ``single_writer``) may have several ``cdc sink``
+A sink whose store has one writer (a DuckDB file, a Tantivy index, an Iceberg table: its plugin
+sets ``single_writer``) may have several ``cdc sink``
 workers, but only one may open the store. Each worker joins the group
 ``<pipeline>.sink.<sink>.leader``, subscribed to the one-partition topic ``<pipeline>.__leader``
 (which holds no records): the member the coordinator gives partition 0 *leads*, and the others
@@ -20,9 +20,8 @@ What a lease cannot do is fence a leader that is paused (a stopped process, a fr
 off from Kafka past ``session_timeout_ms``: the group moves on without it, and it learns so only
 when it runs again (librdkafka calls ``on_lost``). It then stops, but the batch it held may be
 written meanwhile. The fence against that is the store's, not the lease's: DuckDB's file lock,
-Tantivy's writer lock and the JSON-lines sink's ``flock`` on its directory's ``_lock`` (held
-while open, so the new leader's open is retried until the old one closed: one host, not NFS);
-for Iceberg, the catalog's commit check (a commit on a stale snapshot fails, and the loser
+Tantivy's writer lock (the new leader's open is retried until the old one closed: one host, not
+NFS); for Iceberg, the catalog's commit check (a commit on a stale snapshot fails, and the loser
 reloads the tables' offsets). Their stored offsets and per-key positions make a late batch
 harmless.
 """
