@@ -51,8 +51,13 @@ def bodies(log: EmbeddedLog, config: HttpSinkConfig) -> tuple[list[tuple[str, by
     out: list[tuple[str, bytes]] = []
     count = 0
     prefix = f"{PIPELINE}."
+    before = None
     while stored := consumer.poll(50_000, 0.2):
-        entries = [wire.entry(r, config.format, prefix) for r in decode_records(stored)]
+        entries = []
+        for r in decode_records(stored):
+            if not wire.follows_its_delete(r, before):  # as the sink folds it into its delete
+                entries.append(wire.entry(r, config.format, prefix))
+            before = r
         sent = [e for e in entries if e is not None]
         count += len(sent)
         for start in range(0, len(sent), config.batch_size):

@@ -64,6 +64,7 @@ class HttpSink:
         self._client: httpx.Client | None = None
         self._pending: dict[Place, Entry] = {}  # written, not yet answered 2xx
         self._delivered: set[Place] = set()  # answered 2xx, in a flush not finished yet
+        self._last: SinkRecord | None = None  # the last record written: a tombstone's delete?
         self._delays = Delays(config.retry)
         self._not_before = 0.0
 
@@ -76,7 +77,7 @@ class HttpSink:
     def write(self, records: Sequence[SinkRecord]) -> None:
         form, prefix = self._config.format, self._prefix
         pending, delivered = self._pending, self._delivered
-        before = None
+        before = self._last  # a batch may be cut between a delete and its tombstone
         for record in records:
             place = (record.topic, record.partition, record.offset)
             if place in pending or place in delivered:
@@ -88,6 +89,7 @@ class HttpSink:
             entry = wire.entry(record, form, prefix)
             if entry is not None:
                 pending[place] = entry
+        self._last = before
 
     def flush(self) -> None:
         """Deliver every pending record, ``batch_size`` a request, in log order.
@@ -160,6 +162,8 @@ class HttpSink:
         if len(batch) == 1:
             bad = batch[0]
             del self._pending[bad.place]  # the task drops it from the batch it hands back
+            if self._last is bad.record:
+                self._last = None  # a refused delete does not stand for its tombstone
             raise RecordError(f"the receiver refused record {bad.id}: HTTP {status}", bad.record)
         middle = len(batch) // 2
         self._deliver(batch[:middle])
