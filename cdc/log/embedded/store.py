@@ -308,8 +308,14 @@ def migrate(conn: sqlite3.Connection) -> None:
     """Create the schema in a new database; refuse a database written by a newer version.
 
     ``PRAGMA user_version`` holds the schema version; a future version adds its migration steps
-    here, each under the same write lock so two processes never migrate at once.
+    here, each under the same write lock so two processes never migrate at once. A database
+    already at this version is left alone without taking the write lock: opening a log to read
+    it (``cdc status``, ``cdc tail``, a test's poll) must not queue behind a busy writer, which
+    under a snapshot's back-to-back commits could hold it off for seconds.
     """
+    with translated("reading the schema version"):
+        if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+            return
     with write_transaction(conn, "creating the schema"):
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
