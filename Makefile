@@ -212,7 +212,7 @@ example-plugin: pip
 
 ## pytest-pg-versions: the PostgreSQL tests once per version, each on its own server: on
 ## PG_FULL_VERSION every PostgreSQL test below tests/e2e (integration: one plugin against the
-## server), the standby tests, and the end-to-end tests marked pgcore or pgtypes (the rest of
+## server) but those marked pgany (the server only a fixture or a store), the standby tests, and the end-to-end tests marked pgcore or pgtypes (the rest of
 ## tests/e2e drives the CLI, the log and the sinks, which the main suite covers on 15); on
 ## PG_CORE_VERSIONS the core set
 ## (marker pgcore: snapshot under writes, streaming with TOAST and key changes, SIGKILL and
@@ -226,7 +226,7 @@ pytest-pg-versions: pgbins
 	for v in $(PG_CORE_VERSIONS) $(PG_FULL_VERSION); do
 	  marker=pgcore
 	  case " $(PG_STANDBY_VERSIONS) " in *" $$v "*) marker="pgcore or pgstandby";; esac
-	  if [ "$$v" = "$(PG_FULL_VERSION)" ]; then marker="pgstandby or (pg and not e2e) or pgcore or pgtypes"; fi
+	  if [ "$$v" = "$(PG_FULL_VERSION)" ]; then marker="pgstandby or (pg and not e2e and not pgany) or pgcore or pgtypes"; fi
 	  echo "==> PostgreSQL $$v: pytest -m '$$marker'"
 	  start=$$SECONDS rc=0
 	  CDC_TEST_PG_VERSION=$$v $(PYTHON) -m pytest -q -p no:cacheprovider --import-mode=importlib \

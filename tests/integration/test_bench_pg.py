@@ -16,6 +16,8 @@ from connectors.postgres.replication.connection import ReplicationConnection
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
+pytestmark = pytest.mark.pgany  # the benches' own fixes: no version's behaviour is in question
+
 
 def _slots(dsn: str) -> list[tuple[str, int | None]]:
     with psycopg.connect(dsn) as conn:
