@@ -19,9 +19,8 @@ that long to get there first.
 from __future__ import annotations
 
 import functools
-import hashlib
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import orjson
@@ -29,6 +28,15 @@ import orjson
 from cdc.cli.verify.comparison import RowDecoding, RowReader, TableComparison
 from cdc.cli.verify.keyless import keyless_guard
 from cdc.cli.verify.lag import lagging
+from cdc.cli.verify.ranges import (
+    DETAILED,
+    Candidates,
+    EntryReader,
+    Found,
+    compare_streams,
+    recheck,
+    row_hash,
+)
 from cdc.cli.verify.sources import source_reader
 from cdc.cli.verify.sources import unverifiable as unverifiable_reason
 from cdc.contracts.schema import TableSchema
@@ -44,62 +52,36 @@ from cdc.records.values import decoder
 UNREADABLE = "cannot be read back"
 
 
-def _state(
-    rows: Iterable[tuple[dict[str, Any], dict[str, Any]]], schema: TableSchema
-) -> dict[bytes, bytes]:
-    state = {}
-    for key, row in rows:
-        key_json, row_json = _entry(key, row, schema)
-        state[key_json] = row_json
-    return state
-
-
 def _entry(key: dict[str, Any], row: dict[str, Any], schema: TableSchema) -> tuple[bytes, bytes]:
     key_columns = schema.key_columns
     canonical = canonical_row(row, schema)
     key_part = {c: canonical.get(c, key.get(c)) for c in key_columns} if key_columns else key
-    # Exact-size copies: the state holds a whole table, and orjson's own buffers are 4 KiB+.
+    # Exact-size copies: a leaf holds many rows, and orjson's own buffers are 4 KiB+.
     key_json = exact(orjson.dumps(key_part, option=orjson.OPT_SORT_KEYS))
     return key_json, exact(orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS))
 
 
-def _matching_state(
-    rows: Iterable[tuple[dict[str, Any], dict[str, Any]]],
-    schema: TableSchema,
-    decodings: Sequence[RowDecoding],
-    source: dict[bytes, bytes],
-) -> dict[bytes, bytes]:
-    """The sink's state, each row decoded with the first of ``decodings`` that makes it equal
-    the source's row of its key, else with the first (see :func:`compare_table`)."""
-    state = {}
-    for key, row in rows:
-        first = None
-        for decode in decodings:
-            entry = _entry(key, decode(row), schema)
-            first = first or entry
-            if source.get(entry[0]) == entry[1]:
-                first = entry
-                break
-        if first is not None:
-            state[first[0]] = first[1]
-    return state
+def _entries(
+    read: RowReader, schema: TableSchema, decodings: Sequence[RowDecoding] = ()
+) -> EntryReader:
+    """``read``'s rows as canonical entries: one each, or one per decoding (the newest first,
+    a row stored under an older era matches the source under its own, see
+    :func:`compare_table`)."""
+
+    def entries() -> Iterator[Candidates]:
+        for key, row in read():
+            if decodings:
+                yield [_entry(key, decode(row), schema) for decode in decodings]
+            else:
+                yield (_entry(key, row, schema),)
+
+    return entries
 
 
 def checksum(state: dict[bytes, bytes]) -> str:
     """Order-independent: the sum of the rows' 64-bit hashes."""
-    total = 0
-    for key, row in state.items():
-        total += int.from_bytes(hashlib.blake2b(key + b"\0" + row, digest_size=8).digest(), "big")
+    total = sum(row_hash(key, row) for key, row in state.items())
     return f"{total % (1 << 64):016x}"
-
-
-def _differences(
-    source: dict[bytes, bytes], sink: dict[bytes, bytes]
-) -> tuple[set[bytes], set[bytes], set[bytes]]:
-    missing = source.keys() - sink.keys()
-    extra = sink.keys() - source.keys()
-    different = {k for k in source.keys() & sink.keys() if source[k] != sink[k]}
-    return missing, extra, different
 
 
 def compare_table(
@@ -113,59 +95,52 @@ def compare_table(
     limit: int = 20,
     sink_decodings: Sequence[RowDecoding] = (),
 ) -> TableComparison:
-    """Compare one table; keys are reported only if they differed in every attempt.
+    """Compare one table by range digests (:mod:`.ranges`: memory flat as the table grows);
+    keys are reported only if they differed in every attempt, a later attempt looking again
+    at the keys that differed only.
 
     ``sink_decodings``: the sink's rows are as the envelope carried them, in one of several
     encodings (the log's eras, newest first, :mod:`cdc.log.eras`), and the store does not say
     which: each row is decoded with the first under which it equals the source's row, or with
     the newest if none does (a difference). Empty: ``read_sink``'s rows are compared as read.
     """
-    persistent: tuple[set[bytes], set[bytes], set[bytes]] | None = None
+    source = _entries(read_source, schema)
+    sink_entries = _entries(read_sink, schema, sink_decodings)
+    found = compare_streams(source, sink_entries)
     result = TableComparison(table, sink)
-    for attempt in range(max(1, attempts)):
-        source_state, sink_state = _states(result, schema, read_source, read_sink, sink_decodings)
-        found = _differences(source_state, sink_state)
-        persistent = (
-            found
-            if persistent is None
-            else (persistent[0] & found[0], persistent[1] & found[1], persistent[2] & found[2])
-        )
-        if not any(persistent) or attempt == attempts - 1:
+    result.source_count, result.sink_count = found.counts
+    result.source_checksum, result.sink_checksum = found.checksum(0), found.checksum(1)
+    for _ in range(1, max(1, attempts)):
+        if not found:
             break
         time.sleep(wait_s)
-    assert persistent is not None
+        found = _persistent(found, recheck(source, sink_entries, _keys(found)))
+    result.keys = (found.missing, found.extra, found.different)
     result.missing, result.extra, result.different = (
-        [orjson.loads(k) for k in sorted(keys)[:limit]] for keys in persistent
+        [orjson.loads(k) for k in sorted(keys)[:limit]] for keys in result.keys
     )
     result.details = [
-        _column_differences(k, source_state[k], sink_state[k])
-        for k in sorted(persistent[2])[:DETAILED_DIFFERENCES]
+        _column_differences(k, *found.rows[k])
+        for k in sorted(found.different)[:DETAILED_DIFFERENCES]
+        if k in found.rows
     ]
     return result
 
 
-DETAILED_DIFFERENCES = 5
+DETAILED_DIFFERENCES = DETAILED
 
 
-def _states(
-    result: TableComparison,
-    schema: TableSchema,
-    read_source: RowReader,
-    read_sink: RowReader,
-    sink_decodings: Sequence[RowDecoding],
-) -> tuple[dict[bytes, bytes], dict[bytes, bytes]]:
-    """Both sides' canonical rows by key, read once; their counts and checksums go to
-    ``result``."""
-    source_state = _state(read_source(), schema)
-    sink_state = (
-        _matching_state(read_sink(), schema, sink_decodings, source_state)
-        if sink_decodings
-        else _state(read_sink(), schema)
-    )
-    result.source_count, result.sink_count = len(source_state), len(sink_state)
-    result.source_checksum = checksum(source_state)
-    result.sink_checksum = checksum(sink_state)
-    return source_state, sink_state
+def _keys(found: Found) -> set[bytes]:
+    return found.missing | found.extra | found.different
+
+
+def _persistent(before: Found, now: Found) -> Found:
+    """What differed in both looks; the counts and checksums of the whole first one."""
+    before.missing &= now.missing
+    before.extra &= now.extra
+    before.different &= now.different
+    before.rows = {k: v for k, v in now.rows.items() if k in before.different}
+    return before
 
 
 def _column_differences(key: bytes, source_row: bytes, sink_row: bytes) -> dict[str, Any]:

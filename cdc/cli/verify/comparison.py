@@ -31,6 +31,11 @@ class TableComparison:
     # (the jsonl sink, the generator source) cannot be read back.
     unverifiable: str | None = None
     note: str | None = None  # what an ok comparison cannot show (a keyless table's duplicates)
+    #: Every differing key's canonical JSON (missing, extra, different), not only the first
+    #: ``limit``: what ``--repair`` re-reads. Not in --json (its length is unbounded).
+    keys: tuple[set[bytes], set[bytes], set[bytes]] = field(
+        default_factory=lambda: (set(), set(), set()), repr=False, compare=False
+    )
 
     @property
     def state(self) -> str:
