@@ -133,6 +133,9 @@ def run(
 )
 @click.option("--wait", is_flag=True, help="With --reset-table: wait until the table is rebuilt.")
 @click.option("--timeout-s", type=click.FloatRange(min=0), default=300.0, show_default=True)
+@click.option("--rebuild", is_flag=True, help="Rebuild the sink from the log (docs/sinks).")
+@click.option("--into", multiple=True, metavar="PATH_OR_DSN", help="With --rebuild: a new copy.")
+@click.option("--as-of", metavar="POSITION", help="With --rebuild --into: a past state.")
 @METRICS_LISTEN
 @click.pass_context
 def sink(
@@ -142,6 +145,9 @@ def sink(
     reset_tables: tuple[str, ...],
     wait: bool,
     timeout_s: float,
+    rebuild: bool = False,
+    into: tuple[str, ...] = (),
+    as_of: str | None = None,
     metrics_listen: str | None = None,
 ) -> None:
     """Run one sink worker: the same as ``cdc run FILE --role sinks --sink NAME``.
@@ -154,7 +160,20 @@ def sink(
     stored in the log, and the process that runs the sink applies it (a running one within
     a few seconds, restarting the sink if an error had stopped it; otherwise the next
     ``cdc run`` or ``cdc sink FILE NAME``, before it reads anything).
+
+    With --rebuild: every table so, or with --into a copy beside the sink (--as-of: as of a
+    past position, from a history-mode sink); see cdc/cli/sink_rebuild.py.
     """
+    if rebuild or into or as_of:
+        from cdc.cli.sink_rebuild import rebuild_command
+
+        listen = metrics_listen
+
+        def runner() -> None:  # an in-place rebuild that no running process applies
+            ctx.invoke(run, file=file, role="sinks", sink_names=(name,), metrics_listen=listen)
+
+        flags = (rebuild, bool(reset_tables), into, as_of)
+        sys.exit(rebuild_command(_load(file), name, flags, timeout_s, runner))
     if not reset_tables:
         if wait:
             raise click.UsageError("--wait goes with --reset-table")

@@ -38,6 +38,7 @@ from cdc.log.base import Consumer, Log, StoredRecord, TopicPartition
 from cdc.log.encoding import EncodingFollower
 from cdc.log.eras import Eras
 from cdc.metrics.observers import SinkObserver
+from cdc.runtime import catch_up
 from cdc.runtime.control_watcher import ControlWatcher
 from cdc.runtime.read_size import ReadSize
 from cdc.runtime.sink_control import RETRYING, RUNNING, STOPPED
@@ -167,6 +168,7 @@ class SinkTask:
         self._poll_timeout_s = poll_timeout_s
         self._sink: Sink | None = None
         self._consumer: Consumer | None = None
+        self._catch_up: catch_up.CatchUp | None = None
         self._eras: Eras | None = None
         self._encoding = EncodingFollower(log, pipeline)
         self._control = control
@@ -261,9 +263,11 @@ class SinkTask:
         )
         if getattr(self._sink, "reads_schemas", False):
             topics.append(schema_topic(self._pipeline))
-        self._consumer = self._log.consumer(
-            group_name(self._pipeline, self._name), topics, start_offsets=self._start_offsets
-        )
+        group = group_name(self._pipeline, self._name)
+        self._consumer = self._log.consumer(group, topics, start_offsets=self._start_offsets)
+        # Far behind the log (a new sink, a reset, a rebuild): progress lines with an ETA.
+        stored = self._sink.stored_offsets() or {}
+        self._catch_up = catch_up.for_sink(self._log, self._logger, group, topics, stored)
 
     def _reset_tables(self) -> None:
         """Between batches (nothing pending): apply the requested resets, then read again from
@@ -322,6 +326,8 @@ class SinkTask:
             self._observer.applied(batch)
         if self._resets is not None:
             self._resets.applied(offsets)
+        if self._catch_up is not None:
+            self._catch_up.note(offsets)
         return len(batch)
 
     def _rebuild_from_log(self, exc: SinkDataLost | None) -> None:

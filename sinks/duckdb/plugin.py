@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from cdc.contracts.sink import SinkContext
+from sinks.duckdb import as_of as point_in_time
 from sinks.duckdb import doctor as preflight
 from sinks.duckdb import reader
 from sinks.duckdb.config import DuckDBSinkConfig
@@ -18,6 +19,8 @@ class DuckDBSinkPlugin:
 
     config_model = DuckDBSinkConfig
     rows_decoded = True  # read_rows gives DuckDB's typed values, not the envelope's encoding
+    rebuild_into = ("path",)  # cdc sink --rebuild --into: a copy in another file
+    rebuild_as_of = staticmethod(point_in_time.rebuild_as_of)  # --rebuild --into --as-of (history)
     single_writer = True  # one writing process per file: other workers stand by (on Kafka)
 
     @staticmethod

@@ -14,6 +14,7 @@ class JsonlSinkPlugin:
     """Builds :class:`JsonlSink`."""
 
     config_model = JsonlSinkConfig
+    rebuild_into = ("path",)  # cdc sink --rebuild --into: a copy in another directory
     # Not a single writer: on Kafka each worker writes the partitions it owns into its own
     # directory (its host's, or its own `path`); two workers given one directory wait on its
     # lock instead of interleaving.

@@ -14,6 +14,7 @@ class PostgresSinkPlugin:
 
     config_model = PostgresSinkConfig
     rows_decoded = True  # read_rows gives values by their meaning, not the envelope's encoding
+    rebuild_into = ("dsn", "schema")  # cdc sink --rebuild --into: another database or schema
 
     @staticmethod
     def create(config: PostgresSinkConfig, context: SinkContext) -> PostgresSink:

@@ -14,6 +14,7 @@ class RedisSinkPlugin:
 
     config_model = RedisSinkConfig
 
+    rebuild_into = ("url",)  # cdc sink --rebuild --into: a copy in another database
     @staticmethod
     def create(config: RedisSinkConfig, context: SinkContext) -> RedisSink:
         return RedisSink(config, context)

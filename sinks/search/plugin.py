@@ -17,6 +17,7 @@ class SearchSinkPlugin:
 
     config_model = SearchSinkConfig
     single_writer = True  # Tantivy's index takes one writer: other workers stand by (on Kafka)
+    rebuild_into = ("path",)  # cdc sink --rebuild --into: a copy in another directory
 
     @staticmethod
     def create(config: SearchSinkConfig, context: SinkContext) -> SearchSink:
