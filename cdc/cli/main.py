@@ -380,6 +380,21 @@ def _check_names(pipeline: Pipeline, sinks: tuple[str, ...], tables: tuple[str, 
 @main.command()
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.argument("table")
+@click.argument("key")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def trace(file: str, table: str, key: str, as_json: bool) -> None:
+    """One key's path: its versions in the log, the source's row, the version each sink holds
+    and why it skipped the others, and the first hop that diverged. KEY is the record key's
+    JSON ('{"id": 42}') or the bare value of a one-column key. Exit 0 diverged or not, 1 when a
+    store cannot be reached, 2 for a bad TABLE or KEY."""
+    from cdc.cli.trace_report import run as run_trace
+
+    sys.exit(run_trace(_load(file), table, key, as_json))
+
+
+@main.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("table")
 @click.argument("query")
 @click.option("--sink", "sink_name", default=None, help="The search sink (default: the first).")
 @click.option("--limit", type=click.IntRange(min=1), default=10, show_default=True)

@@ -144,6 +144,13 @@ class SinkPlugin(Protocol):
     of ``(key, row)`` of every row the sink holds for ``schema.table``, where ``pipeline`` is the
     pipeline's name (a sink that keys its store by pipeline, like Redis, needs it).
 
+    Optional, for ``cdc trace``: ``read_key(config, schema, table, key, *, pipeline)``, what the
+    sink holds for one record key (``key`` the record key's JSON object, in key-column order):
+    ``(row, (position, sequence))``, the row and the source position the store recorded with it
+    (``None`` where it keeps none); ``(None, position)`` for a deleted key whose position the
+    store keeps; ``None`` when it holds nothing of the key. Without it, ``cdc trace`` reads
+    ``read_rows`` and infers the version held by comparing rows with the log's versions.
+
     Optional, for ``cdc doctor``: ``doctor(config, pipeline_name)``, a list of
     :class:`cdc.contracts.checks.Check`: whether the store can be reached and written (cheaply; a
     probe it writes is removed again), each ok or with the exact fix.

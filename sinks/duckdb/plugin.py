@@ -10,6 +10,7 @@ from cdc.contracts.sink import SinkContext
 from sinks.duckdb import as_of as point_in_time
 from sinks.duckdb import doctor as preflight
 from sinks.duckdb import reader
+from sinks.duckdb import trace as key_trace
 from sinks.duckdb.config import DuckDBSinkConfig
 from sinks.duckdb.sink import DuckDBSink
 
@@ -37,4 +38,5 @@ class DuckDBSinkPlugin:
         be)."""
         return reader.read_rows(Path(config.path), schema, table, json_text=True)
 
+    read_key = staticmethod(key_trace.read_key)  # cdc trace: one key's row and position
     doctor = staticmethod(preflight.doctor)  # cdc doctor: the file opens, or can be created

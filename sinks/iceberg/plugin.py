@@ -5,6 +5,7 @@ from __future__ import annotations
 from cdc.contracts.sink import SinkContext
 from sinks.iceberg import doctor as preflight
 from sinks.iceberg import reader
+from sinks.iceberg import trace as key_trace
 from sinks.iceberg.config import IcebergSinkConfig
 from sinks.iceberg.sink import IcebergSink
 
@@ -24,4 +25,5 @@ class IcebergSinkPlugin:
         return IcebergSink(config, context)
 
     read_rows = staticmethod(reader.read_rows)
+    read_key = staticmethod(key_trace.read_key)  # cdc trace: one key's row and position
     doctor = staticmethod(preflight.doctor)  # cdc doctor: reachable, pyiceberg, may create

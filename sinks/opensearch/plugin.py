@@ -5,6 +5,7 @@ from __future__ import annotations
 from cdc.contracts.sink import SinkContext
 from sinks.opensearch import doctor as preflight
 from sinks.opensearch import reader
+from sinks.opensearch import trace as key_trace
 from sinks.opensearch.config import OpenSearchSinkConfig
 from sinks.opensearch.sink import OpenSearchSink
 
@@ -20,5 +21,6 @@ class OpenSearchSinkPlugin:
         return OpenSearchSink(config, context)
 
     read_rows = staticmethod(reader.read_rows)
+    read_key = staticmethod(key_trace.read_key)  # cdc trace: one key's row and position
     search = staticmethod(reader.search)
     doctor = staticmethod(preflight.doctor)  # cdc doctor: reachable, OpenSearch 2+, may create

@@ -5,6 +5,7 @@ from __future__ import annotations
 from cdc.contracts.sink import SinkContext
 from sinks.postgres import doctor as preflight
 from sinks.postgres import reader
+from sinks.postgres import trace as key_trace
 from sinks.postgres.config import PostgresSinkConfig
 from sinks.postgres.sink import PostgresSink
 
@@ -21,4 +22,5 @@ class PostgresSinkPlugin:
         return PostgresSink(config, context)
 
     read_rows = staticmethod(reader.read_rows)
+    read_key = staticmethod(key_trace.read_key)  # cdc trace: one key's row and position
     doctor = staticmethod(preflight.doctor)  # cdc doctor: reachable, version 14+, may create

@@ -7,6 +7,7 @@ from pathlib import Path
 from cdc.contracts.checks import Check, writable_dir
 from cdc.contracts.sink import SinkContext
 from sinks.search import reader
+from sinks.search import trace as key_trace
 from sinks.search.config import SearchSinkConfig
 from sinks.search.sink import SearchSink
 
@@ -24,6 +25,7 @@ class SearchSinkPlugin:
         return SearchSink(config, context)
 
     read_rows = staticmethod(reader.read_rows)
+    read_key = staticmethod(key_trace.read_key)  # cdc trace: one key's row and position
     search = staticmethod(reader.search)
 
     @staticmethod

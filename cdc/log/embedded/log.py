@@ -28,7 +28,7 @@ import orjson
 
 from cdc.contracts.errors import LogError, LogFatal, LogUnavailable
 from cdc.log.base import PartitionsCallback, StartOffsets, StoredRecord, TopicInfo, TopicPartition
-from cdc.log.embedded import appender, bulk
+from cdc.log.embedded import appender, bulk, keys
 from cdc.log.embedded import compaction as embedded_compaction
 from cdc.log.embedded.consumer import EmbeddedConsumer, committed_offsets
 from cdc.log.embedded.frames import ValueFrames
@@ -249,6 +249,11 @@ class EmbeddedLog:
             if value is None or (head_id is None and frame_id is None):
                 return cast(bytes | None, value)
             return whole(head_id, frame_id, value)
+
+    def key_records(self, topic: str, key: bytes) -> list[StoredRecord] | None:
+        """Every committed record of ``key`` in ``topic`` (``cdc trace``), through the key
+        index; ``None`` while there is none (:mod:`cdc.log.embedded.keys`)."""
+        return keys.key_records(self._conn(), self._catalog, self._state, topic, key)
 
     def committed_offsets(self, group: str) -> dict[TopicPartition, int]:
         """The group's committed next offsets."""
