@@ -16,14 +16,21 @@ refused.
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import duckdb
+
+from cdc.contracts.errors import SinkFatal
 from sinks.duckdb.catalog import POSITION, SEQUENCE, TableState, load_states, quote
 from sinks.duckdb.config import DuckDBSinkConfig
-from sinks.duckdb.reader import open_for_reading
+from sinks.duckdb.connection import first_line, is_lock_conflict
+from sinks.duckdb.reader import _stable_copy
 
-_OUT = "__cdc_as_of"
+SOURCE = "__cdc_src"
 
 
 def rebuild_as_of(config: DuckDBSinkConfig, copy: DuckDBSinkConfig, position: int) -> str:
@@ -41,24 +48,53 @@ def rebuild_as_of(config: DuckDBSinkConfig, copy: DuckDBSinkConfig, position: in
     partial = target.with_name(target.name + ".partial")
     partial.unlink(missing_ok=True)
     target.parent.mkdir(parents=True, exist_ok=True)
-    with open_for_reading(Path(config.path)) as con:
-        tables = [s for s in load_states(con).values() if s.history]
-        if not tables:
-            raise ValueError(f"{config.path} holds no history table yet")
-        _check_reach(con, tables, position)
-        con.execute(f"ATTACH '{_literal(str(partial))}' AS {_OUT}")
-        try:
-            rows = sum(_copy_table(con, state, position) for state in tables)
-        finally:
-            con.execute(f"DETACH {_OUT}")
+    with duckdb.connect(str(partial)) as out:
+        (name,) = out.execute("SELECT current_database()").fetchone()
+        with _attached(out, Path(config.path)):
+            out.execute(f"USE {SOURCE}")
+            tables = [s for s in load_states(out).values() if s.history]
+            if not tables:
+                raise ValueError(f"{config.path} holds no history table yet")
+            _check_reach(out, tables, position)
+            try:
+                rows = sum(_copy_table(out, quote(name), state, position) for state in tables)
+            finally:
+                out.execute(f"USE {quote(name)}")  # SOURCE can be detached then
     partial.rename(target)
     return f"{len(tables)} tables, {rows} rows, into {target}"
+
+
+@contextmanager
+def _attached(out: Any, path: Path) -> Iterator[None]:
+    """The sink's file attached read-only as :data:`SOURCE`; while a pipeline writes it (and
+    holds its lock), a consistent copy of it."""
+    if not path.is_file():
+        raise SinkFatal(f"DuckDB sink: no database file at {path}")
+    try:
+        out.execute(f"ATTACH {_text(path)} AS {SOURCE} (READ_ONLY)")
+    except duckdb.Error as exc:
+        if not is_lock_conflict(exc):
+            raise SinkFatal(f"DuckDB sink: cannot read {path}: {first_line(exc)}") from exc
+        with tempfile.TemporaryDirectory(prefix="cdc-duckdb-") as tmp:
+            copy = Path(tmp) / path.name
+            _stable_copy(path, copy)
+            out.execute(f"ATTACH {_text(copy)} AS {SOURCE}")
+            try:
+                yield
+            finally:
+                out.execute(f"DETACH {SOURCE}")  # before its directory goes
+        return
+    yield
+
+
+def _text(path: Path) -> str:
+    return "'" + str(path).replace("'", "''") + "'"
 
 
 def _check_reach(con: Any, tables: list[TableState], position: int) -> None:
     """Refuse a position before the one the history can answer (see the module's docstring)."""
     earliest = max(_earliest(con, state) for state in tables)
-    if earliest is not None and position < earliest:
+    if position < earliest:
         raise ValueError(
             f"the sink's history answers positions from {earliest} on (before it, some keys' "
             "versions were never recorded: the sink started from a snapshot or a compacted log)"
@@ -76,11 +112,12 @@ def _earliest(con: Any, state: TableState) -> int:
     return int(earliest)
 
 
-def _copy_table(con: Any, state: TableState, position: int) -> int:
-    """The table as of ``position`` and its history up to it; returns the table's rows."""
+def _copy_table(con: Any, dest: str, state: TableState, position: int) -> int:
+    """The table as of ``position`` and its history up to it, into database ``dest``; returns
+    the table's rows."""
     columns = ", ".join(quote(c.name) for c in state.columns)
     keys = ", ".join(quote(c.name) for c in state.keys)
-    schema = f"{_OUT}.{quote(state.schema)}"
+    schema = f"{dest}.{quote(state.schema)}"
     con.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
     history = f"{schema}.{quote(state.table + '__history')}"
     con.execute(
@@ -88,14 +125,11 @@ def _copy_table(con: Any, state: TableState, position: int) -> int:
         f"WHERE {POSITION} <= ? ORDER BY {POSITION}, {SEQUENCE}",
         [position],
     )
+    current = f"{schema}.{quote(state.table)}"
     con.execute(
-        f"CREATE TABLE {schema}.{quote(state.table)} AS SELECT {columns} FROM "
+        f"CREATE TABLE {current} AS SELECT {columns} FROM "
         f"(SELECT *, row_number() OVER (PARTITION BY {keys} ORDER BY {POSITION} DESC, "
         f"{SEQUENCE} DESC) AS __cdc_n FROM {history}) WHERE __cdc_n = 1 AND op <> 'd'"
     )
-    (rows,) = con.execute(f"SELECT count(*) FROM {schema}.{quote(state.table)}").fetchone()
+    (rows,) = con.execute(f"SELECT count(*) FROM {current}").fetchone()
     return int(rows)
-
-
-def _literal(text: str) -> str:
-    return text.replace("'", "''")
