@@ -49,7 +49,7 @@ def rebuild_as_of(config: DuckDBSinkConfig, copy: DuckDBSinkConfig, position: in
     partial.unlink(missing_ok=True)
     target.parent.mkdir(parents=True, exist_ok=True)
     with duckdb.connect(str(partial)) as out:
-        (name,) = out.execute("SELECT current_database()").fetchone()
+        name = str(out.sql("SELECT current_database()").fetchall()[0][0])
         with _attached(out, Path(config.path)):
             out.execute(f"USE {SOURCE}")
             tables = [s for s in load_states(out).values() if s.history]
