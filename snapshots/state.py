@@ -250,9 +250,12 @@ class SnapshotState:
         request: str | None = None,
         where: str | None = None,
         purge: bool = False,
+        keys: list[Any] | None = None,
     ) -> bool:
         """Record a table's chunk plan (and drop its request from the queue); ``purge``: the
-        read also deletes the rows its table's filter now leaves out (kept for a resume).
+        read also deletes the rows its table's filter now leaves out; ``keys``: a repair's keys
+        (``cdc verify --repair``), each deleted if the read does not find it (both kept for a
+        resume).
 
         Returns:
             False, and nothing recorded, when the request was cancelled or failed meanwhile.
@@ -266,6 +269,8 @@ class SnapshotState:
             self._data["tables"][name] = entry
             if purge:
                 entry["purge"] = True
+            if keys:
+                entry["keys"] = keys
             self._touch(name, +1)
             self._unqueue(request)
             return True

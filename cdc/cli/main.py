@@ -12,7 +12,7 @@ import click
 import orjson
 
 from cdc.cli.snapshot import send_snapshot_signal, wait_for_request
-from cdc.cli.support import EXIT_CONFIG, EXIT_RUNTIME
+from cdc.cli.support import EXIT_CONFIG
 from cdc.cli.support import emit_json as _emit_json
 from cdc.cli.support import load as _load
 from cdc.cli.support import opened_log as _opened_log
@@ -317,6 +317,19 @@ def drop(file: str, yes: bool) -> None:
 )
 @click.option("--sink", "sink_names", multiple=True, help="Only this sink (repeatable).")
 @click.option("--table", "table_names", multiple=True, help="Only this table (repeatable).")
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="Re-read the differing keys through the online snapshot (the pipeline must run), "
+    "then verify again; exit 0 when everything agrees after the repair.",
+)
+@click.option(
+    "--repair-timeout-s",
+    type=click.FloatRange(min=0),
+    default=300.0,
+    show_default=True,
+    help="With --repair: how long each repair request may take.",
+)
 def verify(
     file: str,
     as_json: bool,
@@ -326,6 +339,8 @@ def verify(
     wait_for_sinks_s: float,
     sink_names: tuple[str, ...],
     table_names: tuple[str, ...],
+    repair: bool = False,
+    repair_timeout_s: float = 300.0,
 ) -> None:
     """Compare the source with every sink: counts, checksums, differing keys.
 
@@ -335,36 +350,36 @@ def verify(
     VERIFIABLE. The last line sums it up. Exit 0 if every table was compared and agrees, 1 if
     any is DIFFERENT, LAGGING or NOT VERIFIABLE (--sink leaves a sink out; --json says
     which), 2 for a usage error.
+
+    With --repair: the differing keys of each table are re-read by the running pipeline
+    through its online snapshot (as `cdc snapshot --where` does; a key the source no longer
+    has is deleted), then the sinks are given --wait (at least 60 s) to catch up and the
+    comparison runs again. Prints (and --json lists) the keys repaired per table and sink.
     """
+    from cdc.cli.verify.command import VerifyOptions, run_verify
     from cdc.cli.verify.compare import verify_pipeline
     from cdc.runtime.schemas import SchemaCatalog
 
     pipeline = _load(file)
     _check_names(pipeline, sink_names, table_names)
-    with _opened_log(pipeline) as log:
-        results = verify_pipeline(
-            pipeline,
-            # A table's first schema is waited for as long as the sinks are (--wait).
-            SchemaCatalog(log, pipeline.name, wait_s=wait_for_sinks_s),
-            attempts,
-            wait_s,
-            limit,
-            log=log,
-            wait_for_sinks_s=wait_for_sinks_s,
-            sinks=sink_names,
-            tables=table_names,
-        )
-    _print_verify(results, as_json)
-    sys.exit(0 if all(r.ok for r in results) else EXIT_RUNTIME)
 
+    def compare(wait_for_sinks_s: float) -> list[TableComparison]:
+        with _opened_log(pipeline) as log:
+            return verify_pipeline(
+                pipeline,
+                # A table's first schema is waited for as long as the sinks are (--wait).
+                SchemaCatalog(log, pipeline.name, wait_s=wait_for_sinks_s),
+                attempts,
+                wait_s,
+                limit,
+                log=log,
+                wait_for_sinks_s=wait_for_sinks_s,
+                sinks=sink_names,
+                tables=table_names,
+            )
 
-def _print_verify(results: list[TableComparison], as_json: bool) -> None:
-    if as_json:
-        _emit_json([r.to_json() for r in results])
-    else:
-        from cdc.cli.verify.report import print_verify
-
-        print_verify(results)
+    options = VerifyOptions(wait_for_sinks_s, repair, repair_timeout_s)
+    sys.exit(run_verify(pipeline, compare, options, as_json))
 
 
 def _check_names(pipeline: Pipeline, sinks: tuple[str, ...], tables: tuple[str, ...]) -> None:

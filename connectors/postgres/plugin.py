@@ -12,7 +12,7 @@ from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.doctor.server import doctor
 from connectors.postgres.lifecycle import drop_replication_objects
 from connectors.postgres.replication.probe import SlotProbe
-from connectors.postgres.snapshot.signal import cancel_snapshot, request_snapshot
+from connectors.postgres.snapshot.signal import cancel_snapshot, request_repair, request_snapshot
 from connectors.postgres.snapshot.source import SnapshottingPostgresSource
 from connectors.postgres.snapshot.table_rows import keyed_by_value, table_rows
 
@@ -37,6 +37,14 @@ class PostgresSourcePlugin:
     ) -> dict[str, Any]:
         """Ask the pipeline to re-snapshot ``table`` while it streams (``cdc snapshot``)."""
         return request_snapshot(config, pipeline_name, table, where)
+
+    @staticmethod
+    def request_repair(
+        config: PostgresSourceConfig, pipeline_name: str, table: str, keys: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """Ask the pipeline to re-read ``keys`` of ``table``, deleting those the table lacks
+        (``cdc verify --repair``), through the online snapshot's watermarks."""
+        return request_repair(config, pipeline_name, table, keys)
 
     @staticmethod
     def cancel_snapshot(

@@ -12,7 +12,7 @@ from redis import exceptions as rx
 from cdc.contracts.errors import SinkFatal
 from sinks.keyed import Table
 from sinks.redis.config import RedisSinkConfig
-from sinks.redis.connection import SCAN_COUNT, as_str, connect, scan_fields, translate
+from sinks.redis.connection import SCAN_COUNT, as_str, connect, translate
 from sinks.redis.script import Layout
 
 Rows = Iterator[tuple[dict[str, Any], dict[str, Any]]]
@@ -56,8 +56,10 @@ def read_rows(
 def _table_rows(
     client: redis.Redis, layout: Layout, table: Table, key_columns: Sequence[str] | None
 ) -> Rows:
-    rows, positions = layout.rows(table), layout.positions(table)
-    for suffixes in scan_fields(client, positions):
+    rows = layout.rows(table)
+    # Every row key under the table's prefix, not only those the sink's positions hash names:
+    # a row written into Redis by something else is in the cache too, and verify must see it.
+    for suffixes in _row_suffixes(client, rows):
         for suffix, value in zip(suffixes, client.mget([rows + s for s in suffixes]), strict=True):
             if value is not None:  # a deleted row's position marker
                 row: dict[str, Any] = orjson.loads(value)
@@ -65,6 +67,19 @@ def _table_rows(
                     {"key": suffix} if key_columns is None else {c: row.get(c) for c in key_columns}
                 )
                 yield key, row
+
+
+def _row_suffixes(client: redis.Redis, rows: str) -> Iterator[list[str]]:
+    """The key suffixes of the row keys starting with ``rows``, a ``SCAN`` page at a time (a
+    key may come twice: the comparison counts it once)."""
+    cursor = 0
+    pattern = _glob_escape(rows) + "*"
+    while True:
+        cursor, found = client.scan(cursor, match=pattern, count=SCAN_COUNT)
+        if found:
+            yield [as_str(key)[len(rows) :] for key in found]
+        if cursor == 0:
+            return
 
 
 def _find_prefix(client: redis.Redis, sink_name: str) -> str | None:

@@ -36,6 +36,7 @@ from connectors.postgres.snapshot.channel import WATERMARK, Channel
 from connectors.postgres.snapshot.parallel import ChunkFailed
 from connectors.postgres.snapshot.read_shape import PlanOutdated, Refresh, lock_current
 from connectors.postgres.snapshot.reader import chunk_query, read_lines
+from connectors.postgres.snapshot.repair import absent_query
 from connectors.postgres.snapshot.rows import Gone, KeyedRow, keyed_lines
 from connectors.postgres.snapshot.window_rows import ChunkJob
 from snapshots.state import SnapshotState
@@ -366,6 +367,11 @@ class WatermarkReader:
             for lines in read_lines(conn, query, PIECE_ROWS, hides, piece_bytes):
                 for left_out, key in keyed_lines(state, lines):
                     rows[key] = Gone(left_out, key)
+        absent = absent_query(job.table, job.chunk, job.keys)
+        if absent is not None:  # cdc verify --repair: keys the sinks hold, the table lacks
+            for lines in read_lines(conn, absent, PIECE_ROWS, hides, piece_bytes):
+                for gone, key in keyed_lines(state, lines):
+                    rows[key] = Gone(gone, key)
         return rows
 
     def _emit(self, conn: psycopg.Connection[Any], kind: str, wid: str) -> None:

@@ -34,9 +34,10 @@ from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.errors import connect_error
 from connectors.postgres.replication.connection import session_conninfo
 from connectors.postgres.snapshot.channel import SIGNAL, choose
+from connectors.postgres.snapshot.repair import keys_where
 from connectors.postgres.snapshot.where import check_where_on_server, check_where_text
 
-__all__ = ["cancel_snapshot", "check_where_text", "progress", "request_snapshot"]
+__all__ = ["cancel_snapshot", "check_where_text", "progress", "request_repair", "request_snapshot"]
 
 
 def request_snapshot(
@@ -68,6 +69,34 @@ def request_snapshot(
     def check(conn: psycopg.Connection[Any]) -> None:
         if where is not None:
             check_where_on_server(conn, table, where, row_filter, hides_values)
+
+    return _write(config, pipeline, request, check)
+
+
+def request_repair(
+    config: PostgresSourceConfig, pipeline: str, table: str, keys: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Write a repair request (``cdc verify --repair``) for ``keys`` of ``table``: a snapshot
+    request reading only those keys, and deleting, in the same window, each the table lacks
+    (:mod:`.repair`). Each key is a JSON object of the key's columns.
+
+    Returns:
+        The request: ``{"id", "type", "table", "where", "keys", "lsn"}``.
+
+    Raises:
+        ConfigError: the table is not captured, or is not read by snapshots.
+        SourceFatal: the request could not be written.
+    """
+    if table not in config.table_names:
+        raise ConfigError([("--table", f"{table} is not one of source.tables")])
+    if not config.table_entry(table).allows("r"):
+        raise ConfigError([("--table", f"the ops of {table} leave out r: no snapshot reads it")])
+    request: dict[str, Any] = {"id": uuid.uuid4().hex, "type": "snapshot", "table": table}
+    schema, _, name = table.partition(".")
+
+    def check(conn: psycopg.Connection[Any]) -> None:
+        request["where"] = keys_where(conn, (schema, name), tuple(keys[0]), keys)
+        request["keys"] = keys
 
     return _write(config, pipeline, request, check)
 

@@ -165,20 +165,24 @@ class StreamSnapshots:
         for name, chunks in self._state.unfinished().items():
             entry = self._state.table(name) or {}
             where, request = entry.get("where"), entry.get("request")
-            purge = bool(entry.get("purge"))
+            purge, keys = bool(entry.get("purge")), tuple(entry.get("keys") or ())
             self._logger.info("snapshot.resuming", table=name, chunks_left=len(chunks))
 
             def planner(
-                name: str = name, where: Any = where, request: Any = request, purge: bool = purge
+                name: str = name,
+                where: Any = where,
+                request: Any = request,
+                purge: bool = purge,
+                keys: tuple[Any, ...] = keys,
             ) -> list[ChunkJob]:
                 table = self._describe(name)
                 current = self._state.table(name) or {"chunks": [], "done": []}
                 chunks = [chunk_from_json(c) for c in current["chunks"]]
                 todo = remaining(chunks, current["done"])
-                return [ChunkJob(table, c, where, request, purge) for c in todo]
+                return [ChunkJob(table, c, where, request, purge, keys) for c in todo]
 
             kind = entry.get("kind", "incremental")
-            fresh = self._planner(name, request, where, purge, kind)
+            fresh = self._planner(name, request, where, purge, kind, keys)
             work = Work(request, name, where, planner, initial=kind == "initial", replan=fresh)
             self._reader.submit(work)
 
@@ -189,9 +193,11 @@ class StreamSnapshots:
         where: str | None = None,
         ident: str | None = None,
         purge: bool = False,
+        keys: list[Any] | None = None,
     ) -> str:
         """Store a request to re-read ``table``; :meth:`resume_requests` (at open) reads it.
-        ``purge``: delete the rows the table's row filter leaves out too (its filter changed).
+        ``purge``: delete the rows the table's row filter leaves out too (its filter changed);
+        ``keys``: a repair's keys, each deleted if the read does not find it.
 
         Returns:
             The request id (``ident``, or a new one).
@@ -208,6 +214,8 @@ class StreamSnapshots:
         request.update(where=where, reason=reason)
         if purge:
             request["purge"] = True
+        if keys:
+            request["keys"] = keys
         self._state.add_request(request)
         return ident
 
@@ -217,7 +225,12 @@ class StreamSnapshots:
         return found is None or found.allows("r")
 
     def request(
-        self, table: str, reason: str, where: str | None = None, ident: str | None = None
+        self,
+        table: str,
+        reason: str,
+        where: str | None = None,
+        ident: str | None = None,
+        keys: list[Any] | None = None,
     ) -> str:
         """Re-snapshot ``table`` while streaming: the path every online snapshot takes (``cdc
         snapshot``, a table added to ``source.tables``). Call it from the poll thread; the
@@ -227,11 +240,12 @@ class StreamSnapshots:
         Returns:
             The request id.
         """
-        ident = self.queue(table, reason, where, ident)
+        ident = self.queue(table, reason, where, ident, keys=keys)
         if not self._reads(table):
             return ident
         self._logger.info("snapshot.requested", table=table, request=ident, reason=reason)
-        self._reader.submit(self._request_work({"id": ident, "table": table, "where": where}))
+        request = {"id": ident, "table": table, "where": where, "keys": keys}
+        self._reader.submit(self._request_work(request))
         return ident
 
     def request_all(self, reason: str) -> None:
@@ -247,11 +261,17 @@ class StreamSnapshots:
 
     def _request_work(self, request: dict[str, Any]) -> Work:
         ident, name, where = request["id"], request["table"], request.get("where")
-        purge = bool(request.get("purge"))
-        return Work(ident, name, where, self._planner(name, ident, where, purge))
+        purge, keys = bool(request.get("purge")), tuple(request.get("keys") or ())
+        return Work(ident, name, where, self._planner(name, ident, where, purge, keys=keys))
 
     def _planner(
-        self, name: str, ident: Any, where: Any, purge: bool, kind: str = "incremental"
+        self,
+        name: str,
+        ident: Any,
+        where: Any,
+        purge: bool,
+        kind: str = "incremental",
+        keys: tuple[Any, ...] = (),
     ) -> Callable[[], list[ChunkJob]]:
         """Plans request ``ident`` of table ``name`` afresh: describe, chunk, store the plan."""
 
@@ -262,14 +282,22 @@ class StreamSnapshots:
             with self._reader_plan_connection() as conn:
                 chunks = plan(conn, table, self._config.snapshot_chunk_rows)
             method = "keyset" if table.chunk_key else "ctid"
+            stored = list(keys) or None
             if not self._state.plan_table(
-                table.name, kind, method, chunks, request=ident, where=where, purge=purge
+                table.name,
+                kind,
+                method,
+                chunks,
+                request=ident,
+                where=where,
+                purge=purge,
+                keys=stored,
             ):
                 return []  # cancelled while it was planned
             self._logger.info(
                 "snapshot.planned", table=table.name, chunks=len(chunks), request=ident
             )
-            return [ChunkJob(table, c, where, ident, purge) for c in chunks]
+            return [ChunkJob(table, c, where, ident, purge, keys) for c in chunks]
 
         return planner
 
@@ -500,7 +528,8 @@ class StreamSnapshots:
                 "snapshot.signal_ignored", reason=f"{target} is not captured", payload=payload
             )
         else:
-            self.request(target, "cdc snapshot", signal.get("where"), signal.get("id"))
+            keys = signal.get("keys")  # cdc verify --repair
+            self.request(target, "cdc snapshot", signal.get("where"), signal.get("id"), keys)
 
     def _cancel(self, request: str | None, signal: str | None) -> None:
         """Drop ``request`` (``None``: every request) wherever it is, then stop reading it."""

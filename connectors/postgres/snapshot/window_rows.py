@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from cdc.contracts.events import SourceInfo
 from cdc.envelope.connect_schema import TableSchemas
@@ -27,13 +28,15 @@ from snapshots.chunks import Chunk
 class ChunkJob:
     """One chunk to read between watermarks, for request ``request``; ``purge``: the chunk's
     rows the table's row filter leaves out are read too, and deleted (a re-read after the
-    filter changed: rows it no longer accepts may be in the sinks)."""
+    filter changed: rows it no longer accepts may be in the sinks); ``keys``: a repair's keys
+    (``cdc verify --repair``), each read not found in the chunk's range is deleted."""
 
     table: SnapshotTable
     chunk: Chunk
     where: str | None
     request: str | None = None
     purge: bool = False
+    keys: tuple[dict[str, Any], ...] = ()
 
 
 def window_records(
@@ -56,7 +59,7 @@ def window_records(
     first = job.chunk.index << SEQUENCE_SHIFT
     # As Debezium writes an incremental snapshot's rows: no lsn (nor txId) of their own, and a
     # sequence at the stream's position when the window closed.
-    if transforms or job.purge:
+    if transforms or job.purge or job.keys:
         info = job.table.info
         source = SourceInfo(
             CONNECTOR, db, info.schema, info.table, ts_ms, position, 0, "incremental"
