@@ -74,6 +74,9 @@ def _print_source(source: dict[str, Any]) -> None:
         click.echo(f"  masked columns (masked values in the log and sinks): {source['masked']}")
     if source["columns"]:
         click.echo(f"  columns: {source['columns']}")
+    if source.get("not_compared"):
+        click.echo(f"  not compared with the log: {source['not_compared']}")
+        return
     agrees = source.get("agrees_with_log")
     click.echo(f"  agrees with the log's newest version: {'yes' if agrees else 'NO'}")
 
