@@ -31,8 +31,10 @@ from cdc.config.models import (
     SinkConfig,
     SourceConfig,
     StrictModel,
+    VerifyConfig,
 )
 from cdc.config.sections import plugin_section, pydantic_problems, transform_sections
+from cdc.config.views import ViewConfig, declared_view_tables, view_problems
 from cdc.contracts import plugins
 from cdc.contracts.errors import ConfigError
 from cdc.envelope.options import EnvelopeOptions
@@ -59,6 +61,8 @@ class PipelineFile(StrictModel):
     # What a start does when the log was written under other transforms or table filters
     # (cdc.runtime.fingerprints).
     on_transform_change: Literal["resnapshot", "continue", "fail"] = "fail"
+    verify: VerifyConfig | None = None  # continuous verification in cdc run; None: off
+    views: list[ViewConfig] = Field(default_factory=list)  # live join views (docs/views.md)
 
 
 class Pipeline(BaseModel):
@@ -80,6 +84,11 @@ class Pipeline(BaseModel):
     @property
     def log(self) -> EmbeddedLogConfig | KafkaLogConfig:
         return self.file.log
+
+    @property
+    def views(self) -> list[ViewConfig]:
+        """The live join views (the ``views:`` section)."""
+        return self.file.views
 
     @property
     def envelope(self) -> EnvelopeOptions:
@@ -189,7 +198,9 @@ def parse(text: str, env: dict[str, str] | None = None, path: Path | None = None
     transforms, sub = transform_sections(expanded.get("transforms"))
     problems.extend(sub)
     chain = built_chain(transforms, expanded, source, problems)
-    problems.extend(cross_checks(source, sinks, chain))
+    problems.extend(cross_checks(source, sinks, chain, declared_view_tables(expanded.get("views"))))
+    if core is not None:
+        problems.extend(view_problems(core.views, source, core.log.type))
     problems = list(dict.fromkeys(problems))  # one mistake can surface in two layers
     # A value that could not be expanded fails its plugin's checks too; that says nothing new.
     bad_values = {where for where, _ in unexpanded}

@@ -39,6 +39,7 @@ from cdc.runtime.schemas import SchemaCatalog
 from cdc.runtime.sink_task import SinkTask, group_name
 from cdc.runtime.source_task import SourceTask
 from cdc.support.logging import Logger, get_logger
+from cdc.views.task import view_tasks
 
 # The hot path allocates a container per decoded value and row, nearly all freed at once by
 # reference counting; the default gen-0 threshold (700) runs the cycle collector thousands of
@@ -142,6 +143,8 @@ def start(
         return run  # failed before the source created anything (cdc.runtime.preflight)
     if role in ("all", "source"):
         _start_source(run, base, filters)
+        for name, view in view_tasks(pipeline, log, run.stop_event, base).items():
+            _spawn(run, f"view:{name}", view.serve)  # live join views (cdc/views/)
     if role in ("all", "sinks"):
         _start_sinks(run, base, sinks)
     if run.telemetry is not None:

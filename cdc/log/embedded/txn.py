@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from typing import TYPE_CHECKING
 
 from cdc.contracts import positions
 from cdc.contracts.errors import LogError
-from cdc.log.base import Record, TransactionContext
+from cdc.log.base import Record, TopicPartition, TransactionContext
 from cdc.log.embedded import frames
 from cdc.log.embedded.heads import Known, head_of
 from cdc.log.embedded.store import (
     ADVANCE_PARTITION,
     DELETE_SOURCE_OFFSET,
     SELECT_NEXT_OFFSET,
+    UPSERT_CONSUMER_OFFSET,
     UPSERT_SOURCE_OFFSET,
     TopicMeta,
     translated,
@@ -114,6 +115,19 @@ class EmbeddedTransaction(TransactionContext):
             with translated("storing source offsets"):
                 self._conn.executemany(UPSERT_SOURCE_OFFSET, upserts)
                 self._conn.executemany(DELETE_SOURCE_OFFSET, deletes)
+        except BaseException:
+            self._state = "failed"
+            raise
+
+    def store_group_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit a consumer group's next offsets with this transaction: a task that reads the
+        log and writes to it (a live join view, :mod:`cdc.views`) then does both exactly once.
+        """
+        self._check_open()
+        rows = [(group, tp.topic, tp.partition, off) for tp, off in offsets.items()]
+        try:
+            with translated("storing consumer offsets"):
+                self._conn.executemany(UPSERT_CONSUMER_OFFSET, rows)
         except BaseException:
             self._state = "failed"
             raise

@@ -1,0 +1,238 @@
+"""The view task: reads a view's tables from the log, keeps its join state, and writes a
+document per root row that changed, exactly once.
+
+Checkpoint, in one log transaction: the view's schema (when it changed), the state rows the
+batch changed, the view's counters, the documents, and the consumer group's next offsets. After
+a crash all of them are there or none is, so the state always matches the offsets it was read
+to, and no document is written twice or lost. At a start the state is read back from its
+compacted topic (:meth:`ViewTask._restore`); the reverse indexes are built again from it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from cdc.config.pipeline import Pipeline
+from cdc.config.views import ViewConfig
+from cdc.contracts.errors import LogFatal, SourceMisconfigured
+from cdc.contracts.events import topic_name
+from cdc.contracts.schema import TableSchema
+from cdc.contracts.sink import SinkRecord
+from cdc.log.base import Log, Record, StoredRecord, TopicPartition
+from cdc.runtime.factories import source_record_rows
+from cdc.runtime.schemas import SchemaCatalog
+from cdc.runtime.sink_task import RecordRows, decode_records
+from cdc.support.logging import Logger
+from cdc.support.retry import Stopped, retry_until_stopped
+from cdc.views import records as out
+from cdc.views.join import Key, Pos, ViewState, canonical_key
+
+
+class ViewMisconfigured(SourceMisconfigured):
+    """A view's ``on`` names a column its table lacks (found once the schemas are known)."""
+
+
+class ViewTask:
+    """Maintains one view until ``stop`` is set.
+
+    Args:
+        index: the view's place in ``views:``, for the YAML path of a misconfigured column.
+        rows: the source's read-side decoding of its records, as sinks get it.
+    """
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        view: ViewConfig,
+        index: int,
+        log: Log,
+        stop: threading.Event,
+        logger: Logger,
+        rows: RecordRows | None = None,
+        max_records: int = 2000,
+        poll_timeout_s: float = 0.2,
+    ) -> None:
+        self._name = pipeline.name
+        self._view = view
+        self._index = index
+        self._log = log
+        self._stop = stop
+        self._logger = logger
+        self._rows = rows
+        self._max_records = max_records
+        self._poll_timeout_s = poll_timeout_s
+        chain = pipeline.chain()
+        self._tables = {
+            topic_name(pipeline.name, *chain.table(t).split(".", 1)): t for t in view.inputs()
+        }
+        self._catalog = SchemaCatalog(log, pipeline.name)
+        self._published: TableSchema | None = None
+        self.documents_written = 0
+
+    def serve(self) -> None:
+        """Run until the pipeline stops; retriable errors start a fresh session."""
+        try:
+            retry_until_stopped(self._session, self._stop, self._logger, "view.retrying")
+        except Stopped:
+            return
+
+    def _session(self) -> None:
+        state, high, written = self._restore()
+        consumer = self._log.consumer(out.view_group(self._name, self._view), list(self._tables))
+        self._logger.info("view.started", view=self._view.name, written=written)
+        try:
+            while not self._stop.is_set():
+                batch = consumer.poll(self._max_records, self._poll_timeout_s)
+                if batch:
+                    high, written = self._apply(state, batch, high, written)
+        finally:
+            consumer.close()
+
+    # -- the state ---------------------------------------------------------------------------
+
+    def _restore(self) -> tuple[ViewState, Pos | None, int]:
+        """The state, the high-water position and the documents written, as last committed."""
+        topic = out.state_topic(self._name, self._view)
+        self._log.ensure_topics([topic, out.view_topic(self._name, self._view)])
+        latest: dict[bytes, bytes | None] = {}
+        for partition, end in self._log.end_offsets(topic).items():
+            offset = 0
+            while offset < end:
+                chunk = self._log.read(topic, partition, offset, 2000)
+                if not chunk:
+                    break
+                latest.update((r.key, r.value) for r in chunk if r.key is not None)
+                offset = chunk[-1].offset + 1
+        meta = latest.pop(out.META_KEY, None)
+        state = ViewState(self._view)
+        state.restore(out.parse_state(k, v) for k, v in latest.items() if v is not None)
+        if meta is None:
+            return state, None, 0
+        counters = _loads(meta)
+        return state, tuple(counters["high"]), int(counters["written"])
+
+    # -- a batch -----------------------------------------------------------------------------
+
+    def _apply(
+        self, state: ViewState, batch: list[StoredRecord], high: Pos | None, written: int
+    ) -> tuple[Pos | None, int]:
+        """Apply a batch and commit its documents, state and offsets together."""
+        changes: list[Record] = []
+        touched: set[Key] = set()
+        for record in decode_records(batch, None, self._rows):
+            change = _change(record)
+            if change is None:
+                continue
+            key, row, pos = change
+            table = self._tables[record.topic]
+            hit = state.apply(table, key, row, pos)
+            if hit is None:
+                continue
+            touched |= hit
+            high = pos if high is None or _newer(pos, high) else high
+            changes.append(out.state_record(self._name, self._view, table, key, row, pos))
+        docs: list[Record] = self._schema_records(touched)
+        at = 0 if high is None else high[0]
+        for key in sorted(touched):
+            # The high-water position never moves back and the count only grows, so a key's
+            # next document sorts after its last in every sink's position guard.
+            written += 1
+            doc = state.document(key)
+            docs += out.document_records(self._name, self._view, key, doc, (at, written))
+        changes.append(out.meta_record(self._name, self._view, high or (0, 0), written))
+        self._commit(changes + docs, _next_offsets(batch))
+        self.documents_written = written
+        return high, written
+
+    def _commit(self, records: Sequence[Record], offsets: dict[TopicPartition, int]) -> None:
+        group = out.view_group(self._name, self._view)
+        tx = self._log.begin()
+        try:
+            store = getattr(tx, "store_group_offsets", None)
+            if store is None:
+                raise LogFatal("views: this log cannot commit a group's offsets with its records")
+            tx.append(records)
+            store(group, offsets)
+            tx.commit()
+        except BaseException:
+            tx.abort()
+            raise
+
+    def _schema_records(self, touched: set[Key]) -> list[Record]:
+        """The view's schema, before its first document and whenever the root's changed."""
+        if not touched:
+            return []
+        schema, _, table = self._view.root.partition(".")
+        root = self._catalog.get(schema, table)
+        if root is None:
+            raise LogFatal(f"views: no schema was published for {self._view.root}")
+        try:
+            shaped = out.view_schema(self._view, root)
+        except ValueError as exc:
+            raise ViewMisconfigured(f"views[{self._index}].embed: {exc}") from exc
+        if shaped.same_shape(self._published):
+            return []
+        self._check_columns(root)
+        self._published = shaped
+        return [out.view_schema_record(self._name, shaped)]
+
+    def _check_columns(self, root: TableSchema) -> None:
+        """Each ``on`` column exists in its table, where the table's schema is known."""
+        root_columns = {c.name for c in root.columns}
+        for e_index, embed in enumerate(self._view.embed):
+            schema, _, name = embed.from_table.partition(".")
+            child = self._catalog.get(schema, name)
+            child_columns = None if child is None else {c.name for c in child.columns}
+            for parent, column in embed.on.items():
+                where = f"views[{self._index}].embed[{e_index}].on.{parent}"
+                if parent not in root_columns:
+                    raise ViewMisconfigured(f"{where}: {self._view.root} has no column {parent!r}")
+                if child_columns is not None and column not in child_columns:
+                    raise ViewMisconfigured(f"{where}: {embed.from_table} has no column {column!r}")
+
+
+def _change(record: SinkRecord) -> tuple[Key, dict[str, Any] | None, Pos] | None:
+    """A record as ``(key, row or None for a delete, position)``; ``None`` for what no row
+    changes by (a record without a key or a position, a truncate)."""
+    if record.key is None:
+        return None
+    value = record.value
+    if value is not None and value.get("op") == "t":
+        return None
+    try:
+        pos = record.position
+    except (KeyError, TypeError, ValueError):
+        return None  # a tombstone written before tombstones carried their delete's position
+    row = None if value is None or value.get("op") == "d" else value.get("after")
+    return canonical_key(record.key), row, tuple(pos)
+
+
+def _newer(pos: Pos, than: Pos) -> bool:
+    return tuple(pos) > tuple(than)
+
+
+def _next_offsets(batch: list[StoredRecord]) -> dict[TopicPartition, int]:
+    offsets: dict[TopicPartition, int] = {}
+    for record in batch:
+        tp = TopicPartition(record.topic, record.partition)
+        offsets[tp] = max(offsets.get(tp, 0), record.offset + 1)
+    return offsets
+
+
+def _loads(value: bytes) -> Any:
+    return orjson.loads(value)
+
+
+def view_tasks(
+    pipeline: Pipeline, log: Log, stop: threading.Event, logger: Logger
+) -> dict[str, ViewTask]:
+    """A task for each of the pipeline's views, by name (none when it declares none)."""
+    rows = source_record_rows(pipeline) if pipeline.views else None
+    return {
+        view.name: ViewTask(pipeline, view, index, log, stop, logger.bind(view=view.name), rows)
+        for index, view in enumerate(pipeline.views)
+    }
