@@ -358,25 +358,35 @@ def verify(
     """
     from cdc.cli.verify.command import VerifyOptions, run_verify
     from cdc.cli.verify.compare import verify_pipeline
+    from cdc.cli.verify_views import verify_views, without_views
     from cdc.runtime.schemas import SchemaCatalog
 
     pipeline = _load(file)
     _check_names(pipeline, sink_names, table_names)
+    compared = without_views(pipeline, table_names)  # views: compared by verify_views
 
     def compare(wait_for_sinks_s: float) -> list[TableComparison]:
         with _opened_log(pipeline) as log:
-            return verify_pipeline(
-                pipeline,
-                # A table's first schema is waited for as long as the sinks are (--wait).
-                SchemaCatalog(log, pipeline.name, wait_s=wait_for_sinks_s),
-                attempts,
-                wait_s,
-                limit,
-                log=log,
-                wait_for_sinks_s=wait_for_sinks_s,
-                sinks=sink_names,
-                tables=table_names,
+            results = (
+                []
+                if compared is None
+                else verify_pipeline(
+                    pipeline,
+                    # A table's first schema is waited for as long as the sinks are (--wait).
+                    SchemaCatalog(log, pipeline.name, wait_s=wait_for_sinks_s),
+                    attempts,
+                    wait_s,
+                    limit,
+                    log=log,
+                    wait_for_sinks_s=wait_for_sinks_s,
+                    sinks=sink_names,
+                    tables=compared or (),
+                )
             )
+            results += verify_views(
+                pipeline, log, sink_names, table_names, attempts, wait_s, wait_for_sinks_s
+            )
+        return results
 
     options = VerifyOptions(wait_for_sinks_s, repair, repair_timeout_s)
     sys.exit(run_verify(pipeline, compare, options, as_json))
