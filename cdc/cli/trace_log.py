@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from cdc.contracts.errors import LogError
 from cdc.contracts.events import topic_name
 from cdc.contracts.schema import dead_letter_topic
 from cdc.envelope.encode import encode_key, record_pos
@@ -66,7 +67,12 @@ def key_versions(
     topic = topic_name(pipeline.name, schema, name)
     wrapped = bool(getattr(pipeline.envelope, "schemas_enable", False))
     key_bytes = encode_key(key)
-    ends = log.end_offsets(topic)
+    try:
+        ends = log.end_offsets(topic)
+    except LogError:  # no topic yet: the table has had no record
+        if topic in {t.name for t in log.topics()}:  # an unreachable log raises here too
+            raise
+        return [], [], "no topic yet"
     partitions = sorted(ends) if wrapped else [log.partition_for(topic, key_bytes)]
     by_key = getattr(log, "key_records", None)
     indexed = None if wrapped or by_key is None else by_key(topic, key_bytes)
