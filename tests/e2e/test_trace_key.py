@@ -18,6 +18,7 @@ from cdc.log.base import Record
 from cdc.log.embedded import EmbeddedLog
 from tests.e2e.cli_helpers import cdc, start_run, stop, wait_for
 from tests.e2e.sinks_kit import execute
+from tests.services.ports import free_port
 
 TOPIC = "tr.public.items"
 
@@ -186,3 +187,11 @@ def _check_bad_arguments(tmp_path: Path, pipeline: Path) -> None:
         result = cdc("trace", str(pipeline), table, key, cwd=tmp_path)
         assert result.returncode == 2, (table, key, result.stdout, result.stderr)
         assert "error:" in result.stderr
+    # A store that cannot be reached (nothing listens on the cache's port): exit 1.
+    data = yaml.safe_load(pipeline.read_text())
+    data["sinks"][1]["url"] = f"redis://127.0.0.1:{free_port()}/0"
+    away = tmp_path / "away.yaml"
+    away.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = cdc("trace", str(away), "public.items", "1", cwd=tmp_path)
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert "error:" in result.stderr
