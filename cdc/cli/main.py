@@ -266,6 +266,22 @@ def tail(
 
 @main.command()
 @click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--sink", "sink", required=True, help="The sink to wait on.")
+@click.option("--position", metavar="POS", help="A source position, as cdc status prints it.")
+@click.option("--now", is_flag=True, help="The source's current position (the default).")
+@click.option("--timeout-s", type=click.FloatRange(min=0), default=30.0, show_default=True)
+def wait(file: str, sink: str, position: str | None, now: bool, timeout_s: float) -> None:
+    """Wait until SINK holds every change committed in the source up to POS (or now).
+
+    Prints the position reached; exit 0 reached, 1 timeout, 2 bad arguments.
+    """
+    from cdc.cli.wait import wait_command
+
+    wait_command(file, sink, position, now, timeout_s)
+
+
+@main.command()
+@click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 def drop(file: str, yes: bool) -> None:
     """Drop the source's replication objects (PostgreSQL: slot and publication)."""

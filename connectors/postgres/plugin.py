@@ -10,9 +10,12 @@ from cdc.contracts.source import Source, SourceContext
 from cdc.envelope.options import READABLE, EnvelopeOptions
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.doctor.server import doctor
+from connectors.postgres.fence import CurrentPosition, current_position, parse_position
 from connectors.postgres.lifecycle import drop_replication_objects
+from connectors.postgres.lsn import Lsn
 from connectors.postgres.replication.probe import SlotProbe
 from connectors.postgres.snapshot.signal import cancel_snapshot, request_repair, request_snapshot
+from connectors.postgres.snapshot import key_row
 from connectors.postgres.snapshot.source import SnapshottingPostgresSource
 from connectors.postgres.snapshot.table_rows import keyed_by_value, table_rows
 
@@ -84,11 +87,33 @@ class PostgresSourcePlugin:
         ``envelope`` options (``cdc verify`` decodes both sides with them)."""
         return table_rows(config, schema, table, envelope)
 
+    read_key = staticmethod(key_row.read_key)  # cdc trace: one row by key, filtered or not
+
     @staticmethod
     def keyed_by_value(config: PostgresSourceConfig, schema: str, table: str) -> bool:
         """Whether ``schema.table``'s records are keyed by every column for want of a key
         (``cdc verify``: duplicate rows collapse into one in a sink)."""
         return keyed_by_value(config, schema, table)
+
+    @staticmethod
+    def position(offsets: Mapping[str, Any]) -> Lsn | None:
+        """The commit LSN the stored offsets hold (read-your-writes fences, :mod:`cdc.fence`)."""
+        return Lsn.from_offsets(offsets)
+
+    @staticmethod
+    def parse_position(text: str) -> Lsn:
+        """A position as ``cdc status`` prints it (``0/16B3748``) for ``cdc wait --position``."""
+        return parse_position(text)
+
+    @staticmethod
+    def current_position(config: PostgresSourceConfig) -> Lsn:
+        """``pg_current_wal_lsn()`` at the call, for ``cdc wait --now``."""
+        return current_position(config)
+
+    @staticmethod
+    def position_reader(config: PostgresSourceConfig) -> CurrentPosition:
+        """Reads ``pg_current_wal_lsn()`` on one kept connection, for many fences."""
+        return CurrentPosition(config)
 
     @staticmethod
     def drop(config: PostgresSourceConfig, pipeline_name: str) -> list[str]:

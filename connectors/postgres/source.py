@@ -341,6 +341,7 @@ class PostgresSource:
             return None
         position = self._idle.offer(session.flush)
         if position is None:
+            session.flush.ping(time.monotonic())
             return None
         return SourceBatch(commit_offsets=position.to_offsets(asm.last_commit))
 

@@ -19,6 +19,11 @@ from connectors.postgres.lsn import Lsn
 from connectors.postgres.replication.connection import ReplicationConnection
 from connectors.postgres.replication.protocol import parse_keepalive, standby_status_update
 
+#: The least time between two idle offers after a session's first.
+IDLE_OFFER_S = 0.05
+#: How often an idle session asks the server how far its decoding went (:meth:`Flush.ping`).
+IDLE_PING_S = 0.1
+
 
 class Flush:
     """The positions of one streaming session: received, acknowledged, the server's WAL end.
@@ -43,6 +48,7 @@ class Flush:
         self.reply_wanted = False
         self._last_ack: Lsn | None = None  # what the runtime acked last, for the backwards check
         self._last_status = time.monotonic()
+        self._last_ping = 0.0
 
     def ack(self, offsets: Offsets) -> None:
         """The offsets are durable in the log: the flush LSN may advance to them.
@@ -71,16 +77,31 @@ class Flush:
             self.reply_wanted = True
             self.send()
 
+    def ping(self, now: float) -> None:
+        """While idle, ask the server where its decoding stands, every :data:`IDLE_PING_S`.
+
+        A walsender that has decoded everything written sleeps without saying how far that is
+        (its keepalive comes only when it waits inside a record, or after half of
+        ``wal_sender_timeout``), so WAL that held no captured change would not move the stored
+        position until more WAL comes: a read-your-writes fence on an idle database (``cdc
+        wait --now``) would wait that long. Its answer is a keepalive (:meth:`keepalive`).
+        """
+        if now - self._last_ping >= IDLE_PING_S:
+            self._last_ping = now
+            self.send(reply_requested=True)
+
     def due(self, now: float) -> None:
         """Send a status update when the interval has passed."""
         if now - self._last_status >= self._interval_s:
             self.send()
 
-    def send(self) -> None:
-        """Report the flush position (and at least as much received)."""
+    def send(self, reply_requested: bool = False) -> None:
+        """Report the flush position (and at least as much received); ``reply_requested``:
+        the server answers with a keepalive holding the WAL it has decoded."""
         flush = self.acked
         received = Lsn(self.received) if self.received > flush else flush
-        self._repl.send(standby_status_update(received, flush, flush))
+        update = standby_status_update(received, flush, flush, reply_requested=reply_requested)
+        self._repl.send(update)
         self._last_status = time.monotonic()
         self._logger.debug("slot.status_sent", flush_lsn=flush)
 
@@ -93,10 +114,14 @@ class IdleOffers:
     before any transaction still running.
     """
 
-    def __init__(self, interval_s: float) -> None:
+    def __init__(self, interval_s: float, every_s: float = IDLE_OFFER_S) -> None:
         self._interval_s = interval_s
+        # After the first: read-your-writes fences (cdc wait) wait for the stored position to
+        # pass the server's, so an idle offer waits this little; one small log commit each.
+        self._every_s = min(every_s, interval_s)
         self._offered = 0
         self._last = 0.0
+        self._wait_s = interval_s
 
     def restart(self) -> None:
         """A new session: the server resends from its start, so nothing offered carries over.
@@ -106,7 +131,7 @@ class IdleOffers:
         Storing such a position is safe, but it would cut a large transaction's batches with a
         commit that carries no events.
         """
-        self._offered, self._last = 0, time.monotonic()
+        self._offered, self._last, self._wait_s = 0, time.monotonic(), self._interval_s
 
     def offer(self, flush: Flush) -> Lsn | None:
         """The keepalive's WAL end, when it is new and the interval passed (or a reply is due)."""
@@ -114,9 +139,9 @@ class IdleOffers:
         if position <= max(flush.acked, self._offered):
             return None
         now = time.monotonic()
-        if now - self._last < self._interval_s and not flush.reply_wanted:
+        if now - self._last < self._wait_s and not flush.reply_wanted:
             return None
-        self._offered, self._last = position, now
+        self._offered, self._last, self._wait_s = position, now, self._every_s
         return Lsn(position)
 
 
