@@ -26,6 +26,7 @@ from cdc.config.views import ViewConfig
 from cdc.log.factory import open_log
 from cdc.views.join import Key, canonical_key, join_rows
 from sinks.redis import RedisSinkConfig, RedisSinkPlugin
+from sinks.search import SearchSinkConfig, SearchSinkPlugin
 from tests.e2e.cli_helpers import cdc, start_run, stop, wait_for
 
 DDL = """
@@ -66,6 +67,7 @@ def write_pipeline(tmp_path: Path, dsn: str, redis_url: str, name: str) -> Path:
         f"  - {{name: cache, type: redis, url: '{redis_url}', key_prefix: {name},"
         " tables: [views.order_docs]}\n"
         "  - {name: warehouse, type: duckdb, path: out/w.duckdb, tables: [views.order_docs]}\n"
+        "  - {name: search, type: search, path: out/search, tables: [views.order_docs]}\n"
     )
     return path
 
@@ -296,3 +298,13 @@ def test_a_rename_updates_every_order_and_deletes_update_and_remove_documents(
     finally:
         code, _ = stop(process)
     assert code == 0, log.read_text()[-3000:]
+    assert indexed(tmp_path / "out/search") == source_join(pg_db, view)
+
+
+def indexed(path: Path) -> dict[Key, dict[str, Any]]:
+    config = SearchSinkConfig(name="search", type="search", path=str(path))
+    out = {}
+    for _, row in SearchSinkPlugin.read_rows(config, "views", "order_docs"):
+        row.pop("_positions", None)
+        out[canonical_key({"id": row["id"]})] = row
+    return out

@@ -20,7 +20,7 @@ from cdc.log.embedded.log import EmbeddedLog
 from cdc.log.embedded.txn import EmbeddedTransaction
 from cdc.support.logging import get_logger
 from cdc.support.wait import wait_until
-from cdc.views.task import ViewTask
+from cdc.views.task import ViewMisconfigured, ViewTask
 
 FILE = """
 version: 1
@@ -142,3 +142,16 @@ def test_a_new_task_resumes_from_the_stored_state_and_indexes(log: EmbeddedLog) 
     assert docs[3]["_positions"] == {"root": [13, 0], "customer": [30, 0], "items": [[20, 0]]}
     positions = [orjson.loads(r.pos) for r in log.read("shop.views.order_docs", 0, 0, 100)]
     assert positions == sorted(positions)  # every document sorts after the ones before it
+
+
+def test_an_on_column_the_table_lacks_stops_the_view_with_its_yaml_path(
+    log: EmbeddedLog,
+) -> None:
+    pipeline = parse(FILE.replace("{id: order_id}", "{id: order_no}"), {})
+    with log.begin() as tx:
+        tx.append([change("orders", {"id": 1, "customer_id": 1}, 10)])
+    task = ViewTask(pipeline, pipeline.views[0], 0, log, threading.Event(), get_logger())
+    with pytest.raises(ViewMisconfigured) as info:
+        task.serve()
+    assert str(info.value) == "views[0].embed[1].on.id: public.order_items has no column 'order_no'"
+    assert documents(log) == {}
