@@ -162,6 +162,16 @@ class MetricsConfig(StrictModel):
         return listen
 
 
+class VerifyConfig(StrictModel):
+    """Continuous verification inside ``cdc run`` (:mod:`cdc.runtime.verifier`): every
+    ``interval_s``, one range of the key hash space, sized to hold about ``sample_keys`` keys of
+    the largest table, is compared between the source and every sink that can be read back;
+    the ranges rotate, so each full pass covers every key."""
+
+    interval_s: float = Field(default=300.0, gt=0)
+    sample_keys: int = Field(default=10_000, ge=1)
+
+
 def parse_listen(listen: str) -> tuple[str, int]:
     """``host:port`` (``[::1]:9464`` for IPv6) as ``(host, port)``.
 

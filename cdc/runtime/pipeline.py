@@ -38,6 +38,7 @@ from cdc.runtime.preflight import SinkCannotStart, check_sinks, is_first_start
 from cdc.runtime.schemas import SchemaCatalog
 from cdc.runtime.sink_task import SinkTask, group_name
 from cdc.runtime.source_task import SourceTask
+from cdc.runtime.verifier import verifier
 from cdc.support.logging import Logger, get_logger
 from cdc.views.task import view_tasks
 
@@ -147,6 +148,9 @@ def start(
             _spawn(run, f"view:{name}", view.serve)  # live join views (cdc/views/)
     if role in ("all", "sinks"):
         _start_sinks(run, base, sinks)
+    check = verifier(pipeline, log, run, base) if role == "all" else None
+    if check is not None:  # the verify: section (cdc/runtime/verifier.py)
+        _spawn(run, "verify", check.serve)
     if run.telemetry is not None:
         _sample(run, run.telemetry)
     run.heartbeat = Heartbeat(log, pipeline.name, role, sinks, run.stop_event, base)

@@ -249,6 +249,8 @@ def _fill(metrics: Metrics) -> None:
         metrics.end_to_end.labels(**p, sink=sink).observe(0.2)
         metrics.sink_errors.labels(**p, sink=sink, kind="unavailable").inc()
         metrics.sink_rebuilds.labels(**p, sink=sink).inc()
+        metrics.verify_mismatched.labels(**p, sink=sink, table="public.orders").set(0)
+        metrics.verify_full_pass.labels(**p, sink=sink).set(time.time())
     for task in ("source", "sink:cache", "sink:warehouse"):
         metrics.last_progress.labels(**p, task=task).set(time.time())
         metrics.task_stalled.labels(**p, task=task).set(0)

@@ -1,4 +1,4 @@
-"""``cdc verify``'s range digests and bisection (:mod:`cdc.cli.verify.ranges`), on generated
+"""``cdc verify``'s range digests and bisection (:mod:`cdc.verify.ranges`), on generated
 rows: the exact differing keys, and memory that does not grow with the table."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
-from cdc.cli.verify import ranges
-from cdc.cli.verify.compare import compare_table
-from cdc.cli.verify.ranges import Candidates, EntryReader, compare_streams, recheck
 from cdc.contracts.schema import Column, TableSchema
+from cdc.verify import ranges
+from cdc.verify.compare import compare_table
+from cdc.verify.ranges import Candidates, EntryReader, compare_streams, recheck
 
 
 def _entry(i: int, value: str) -> tuple[bytes, bytes]:

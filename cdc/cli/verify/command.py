@@ -9,7 +9,6 @@ from typing import Any
 import click
 
 from cdc.cli.support import EXIT_RUNTIME, emit_json, opened_log
-from cdc.cli.verify.comparison import TableComparison
 from cdc.cli.verify.repair import (
     Repair,
     differing_keys,
@@ -17,6 +16,7 @@ from cdc.cli.verify.repair import (
     request_repairs,
     wait_for_repairs,
 )
+from cdc.verify.comparison import TableComparison
 
 #: How long a repair's re-verification gives the sinks to consume the repair, at least.
 REPAIR_SINK_WAIT_S = 60.0

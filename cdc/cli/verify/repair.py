@@ -23,10 +23,10 @@ from typing import Any
 
 import orjson
 
-from cdc.cli.verify.comparison import TableComparison
 from cdc.contracts import plugins
 from cdc.contracts.errors import CdcError, ConfigError
 from cdc.log.base import Log
+from cdc.verify.comparison import TableComparison
 
 #: Keys per repair request: each request's ``where`` lists them (and the stored offsets keep
 #: them until the request is done).

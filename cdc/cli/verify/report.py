@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from cdc.cli.verify.compare import UNREADABLE
-from cdc.cli.verify.comparison import TableComparison
+from cdc.verify.compare import UNREADABLE
+from cdc.verify.comparison import TableComparison
 
 STATES = {
     "ok": "ok",

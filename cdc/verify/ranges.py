@@ -53,6 +53,12 @@ def row_hash(key: bytes, row: bytes) -> int:
 Range = tuple[int, int]  # (bits, prefix): the hashes whose top ``bits`` bits are ``prefix``
 
 
+def in_range(key: bytes, at: Range) -> bool:
+    """Whether canonical key JSON ``key`` hashes into range ``at``."""
+    bits, prefix = at
+    return key_hash(key) >> (HASH_BITS - bits) == prefix if bits else True
+
+
 @dataclass
 class Found:
     """What a comparison found: the differing keys (canonical key JSON), the rows of the first

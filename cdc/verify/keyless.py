@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from cdc.cli.verify.comparison import RowReader, TableComparison
 from cdc.contracts import plugins
+from cdc.verify.comparison import RowReader, TableComparison
 
 Judge = Callable[[TableComparison], TableComparison]
 
