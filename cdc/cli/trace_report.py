@@ -58,7 +58,7 @@ def _version_line(version: dict[str, Any]) -> str:
 
 
 def _print_source(source: dict[str, Any]) -> None:
-    click.echo("\nsource:")
+    click.echo(f"\nsource: (by {source['read_by']})" if source["read_by"] else "\nsource:")
     if not source["readable"]:
         click.echo("  the source type cannot be read back")
         return

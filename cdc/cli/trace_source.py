@@ -13,11 +13,12 @@ from cdc.contracts import plugins
 
 
 def source_side(pipeline: Any, table: str, key: dict[str, Any]) -> dict[str, Any]:
-    """``{"readable", "row", "exists", "excluded_by", "ops", "masked", "columns"}``.
+    """``{"readable", "read_by", "row", "exists", "excluded_by", "ops", "masked", "columns"}``.
 
     ``row`` is the row as the sinks got it (``None``: none); ``exists`` whether the source has
-    the key at all, its row filter aside (``None``: not known). Reads the table whole: the
-    sources read rows back for ``cdc verify``, which has no key lookup.
+    the key at all, its row filter aside (``None``: not known). Looked up by key where the
+    source plugin has ``read_key`` (PostgreSQL), else the table is read whole through
+    ``read_rows`` (as ``cdc verify`` reads it) and the key's row picked out.
 
     Raises:
         CdcError: the source cannot be reached.
@@ -25,6 +26,7 @@ def source_side(pipeline: Any, table: str, key: dict[str, Any]) -> dict[str, Any
     entries = [pipeline.source.table_entry(t) for t in pipeline.routed_from(table)]
     report: dict[str, Any] = {
         "readable": False,
+        "read_by": None,
         "row": None,
         "exists": None,
         "excluded_by": None,
@@ -32,10 +34,18 @@ def source_side(pipeline: Any, table: str, key: dict[str, Any]) -> dict[str, Any
         "masked": source_masked(pipeline, table),
         "columns": _columns(entries),
     }
-    read_rows = getattr(plugins.load(plugins.SOURCE_GROUP, pipeline.source.type), "read_rows", None)
+    plugin = plugins.load(plugins.SOURCE_GROUP, pipeline.source.type)
+    looked_up = _looked_up(plugin, pipeline, table, key, report["masked"])
+    if looked_up is not None:
+        report["readable"], report["read_by"] = True, "key lookup"
+        report["row"], report["exists"] = looked_up
+        if report["row"] is None and report["exists"]:
+            report["excluded_by"] = {"where": [e.where for e in entries if e.where is not None]}
+        return report
+    read_rows = getattr(plugin, "read_rows", None)
     if read_rows is None:
         return report
-    report["readable"] = True
+    report["readable"], report["read_by"] = True, "table read"
     report["row"] = _find(source_reader(pipeline, read_rows, table), key)
     report["exists"] = report["row"] is not None
     filtered = [e for e in entries if e.where is not None]
@@ -46,6 +56,25 @@ def source_side(pipeline: Any, table: str, key: dict[str, Any]) -> dict[str, Any
         if found is not None:
             report["excluded_by"] = {"where": [e.where for e in filtered]}
     return report
+
+
+def _looked_up(
+    plugin: Any, pipeline: Any, table: str, key: dict[str, Any], masked: list[str]
+) -> tuple[dict[str, Any] | None, bool] | None:
+    """``(row, exists)`` through the source's ``read_key`` (a key lookup), where it has one and
+    the record key is the table's own: no transforms, no masked key column (``None``: read the
+    table whole instead)."""
+    read_key = getattr(plugin, "read_key", None)
+    if read_key is None or pipeline.chain() or set(key) & set(masked):
+        return None
+    schema, _, name = table.partition(".")
+    try:
+        found: tuple[dict[str, Any] | None, bool] = read_key(
+            pipeline.source, schema, name, key, envelope=pipeline.envelope
+        )
+    except LookupError:  # a key value the table's key types do not read
+        return None
+    return found
 
 
 def _find(read: Any, key: dict[str, Any]) -> dict[str, Any] | None:

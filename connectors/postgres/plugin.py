@@ -14,8 +14,8 @@ from connectors.postgres.fence import CurrentPosition, current_position, parse_p
 from connectors.postgres.lifecycle import drop_replication_objects
 from connectors.postgres.lsn import Lsn
 from connectors.postgres.replication.probe import SlotProbe
-from connectors.postgres.snapshot.signal import cancel_snapshot, request_repair, request_snapshot
 from connectors.postgres.snapshot import key_row
+from connectors.postgres.snapshot.signal import cancel_snapshot, request_repair, request_snapshot
 from connectors.postgres.snapshot.source import SnapshottingPostgresSource
 from connectors.postgres.snapshot.table_rows import keyed_by_value, table_rows
 

@@ -65,7 +65,9 @@ def _run_until(tmp_path: Path, pipeline: Path, records: int) -> None:
             log=tmp_path / "run.log",
         )
     finally:
-        assert stop(run)[0] == 0
+        code = stop(run)[0]
+    log = (tmp_path / "run.log").read_text()
+    assert code == 0, log[-6000:]
 
 
 def _trace(tmp_path: Path, pipeline: Path, key: str, *extra: str) -> Any:
@@ -139,6 +141,7 @@ def _check_path(report: dict[str, Any], replayed: int) -> None:
     letters = {(d["origin"], d["offset"]) for d in report["dead_letters"]}
     assert letters == {("sink:warehouse", nan_offset)}, report["dead_letters"]
     assert report["source"]["row"]["label"] == "v3"
+    assert report["source"]["read_by"] == "key lookup"
     assert report["source"]["masked"] == ["secret"]
     assert report["diverged_at"] is None
     sinks = {s["sink"]: s for s in report["sinks"]}
@@ -167,6 +170,7 @@ def _check_filtered(report: dict[str, Any]) -> None:
     assert report["versions"] == []
     assert report["source"]["row"] is None
     assert report["source"]["excluded_by"] == {"where": ["id < 100"]}
+    assert report["source"]["exists"] is True
     assert [s["holds"] for s in report["sinks"]] == ["nothing", "nothing"]
     assert report["diverged_at"] is None
 
