@@ -12,9 +12,10 @@ import pytest
 
 from cdc.cli.trace import TraceUsageError, parse_key
 from cdc.cli.trace_log import Version, key_versions
-from cdc.cli.trace_sinks import verdicts
+from cdc.cli.trace_sinks import canonicalizer, infer_held, verdicts
 from cdc.contracts.schema import Column, TableSchema
 from cdc.envelope.encode import encode_key, write_pos
+from cdc.envelope.options import READABLE
 from cdc.log.base import Record
 from cdc.log.embedded import EmbeddedLog
 
@@ -125,3 +126,21 @@ def test_a_key_s_records_by_index_and_by_scan(tmp_path: Path, wrapped: bool) -> 
     assert [(v.row, v.position) for v in indexed] == [
         ({"id": 7, "v": r}, (100 * r + 7, 0)) for r in range(3)
     ]
+
+
+def _row_version(offset: int, position: int, name: str | None) -> Version:
+    op, row = ("d", None) if name is None else ("u", {"id": 1, "name": name})
+    return Version(0, offset, (position, 0), op, row, 1, 1)
+
+
+def test_a_sink_without_positions_holds_the_version_its_row_equals() -> None:
+    canon = canonicalizer(None, READABLE, decoded=False)
+    versions = [_row_version(0, 10, "a"), _row_version(1, 20, "b"), _row_version(2, 30, "c")]
+    found = verdicts(versions, {0: 3}, {}, held=None)
+    infer_held(versions, found, canon({"id": 1, "name": "b"}), canon)
+    assert [v["verdict"] for v in found] == ["replaced", "held", "missing"]
+    assert "inferred" in str(found[1]["why"])
+    deleted = [*versions[:2], _row_version(2, 30, None)]
+    gone = verdicts(deleted, {0: 3}, {}, held=None)
+    infer_held(deleted, gone, None, canon)
+    assert [v["verdict"] for v in gone] == ["replaced", "replaced", "held"]  # the delete
