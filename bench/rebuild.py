@@ -99,7 +99,9 @@ def bench_duckdb(n: int, batch: int, compact: bool, figures: Figures) -> None:
 def bench_redis(n: int, batch: int, compact: bool, figures: Figures) -> None:
     with redis_url() as url, tempfile.TemporaryDirectory(prefix="bench-rebuild-") as tmp:
         log, held = filled(Path(tmp), n, compact)
-        config = RedisSinkConfig(name="copy", type="redis", url=url, key_prefix="rebuild")
+        config = RedisSinkConfig.model_validate(
+            {"name": "copy", "type": "redis", "url": url, "key_prefix": "rebuild"}
+        )
         measured = rebuild(log, functools.partial(RedisSink, config), batch, redis_cpu(url))
         log.close()
         base = redis_baseline(url, changes(n))
