@@ -8,6 +8,7 @@ normalises both through :func:`canonical` so that equal data compares equal.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import math
 import re
@@ -34,6 +35,7 @@ _DOCUMENT = {"json", "jsonb"}
 _END_OF_DAY = re.compile(r"24:00:00(?:\.0+)?(?P<zone>Z|[+-]\d\d(?::?\d\d(?::?\d\d)?)?)?")
 
 
+@functools.lru_cache(maxsize=4096)
 def base_type(type_name: str) -> str:
     """``numeric(12,2)`` -> ``numeric``; ``character varying(20)`` -> ``character varying``."""
     return re.sub(r"\(.*?\)", "", type_name).strip()

@@ -41,6 +41,7 @@ from cdc.verify.ranges import (
     Candidates,
     EntryReader,
     Found,
+    KeyFilter,
     Range,
     compare_streams,
     in_range,
@@ -71,30 +72,36 @@ def _entries(
 ) -> EntryReader:
     """``read``'s rows as canonical entries: one each, or one per decoding (the newest first,
     a row stored under an older era matches the source under its own, see
-    :func:`compare_table`); ``within``: only the rows whose key hashes into that range."""
+    :func:`compare_table`); ``within``: only the rows whose key hashes into that range. A
+    row the pass's filter refuses is left out after only its key was canonicalised."""
+    key_of = _key_maker(schema)
 
-    def entries() -> Iterator[Candidates]:
+    def entries(wanted: KeyFilter | None = None) -> Iterator[Candidates]:
         for key, row in read():
-            if decodings:
-                candidates = [_entry(key, decode(row), schema) for decode in decodings]
-            elif within is not None and not _key_within(key, row, schema, within):
-                continue  # the key alone is canonicalised: most rows are out of the range
-            else:
-                candidates = [_entry(key, row, schema)]
-            if within is None or any(in_range(k, within) for k, _ in candidates):
-                yield candidates
+            rows = [decode(row) for decode in decodings] if decodings else [row]
+            if wanted is not None or within is not None:
+                keys = [key_of(key, r) for r in rows]
+                if within is not None and not any(in_range(k, within) for k in keys):
+                    continue
+                if wanted is not None and not any(wanted(k) for k in keys):
+                    continue
+            yield [_entry(key, r, schema) for r in rows]
 
     return entries
 
 
-def _key_within(key: dict[str, Any], row: dict[str, Any], schema: TableSchema, at: Range) -> bool:
-    """Whether the row's canonical key (as :func:`_entry` makes it) hashes into ``at``."""
+def _key_maker(schema: TableSchema) -> Callable[[dict[str, Any], dict[str, Any]], bytes]:
+    """The canonical key JSON of a row, as :func:`_entry` makes it, from its key columns only."""
     columns = schema.key_columns
-    if not columns:
-        return True
     types = {c.name: c.type for c in schema.columns}
-    part = {c: canonical(row.get(c), types[c]) if c in types else key.get(c) for c in columns}
-    return in_range(orjson.dumps(part, option=orjson.OPT_SORT_KEYS), at)
+
+    def key_of(key: dict[str, Any], row: dict[str, Any]) -> bytes:
+        if not columns:
+            return orjson.dumps(key, option=orjson.OPT_SORT_KEYS)
+        part = {c: canonical(row.get(c), types[c]) if c in types else key.get(c) for c in columns}
+        return orjson.dumps(part, option=orjson.OPT_SORT_KEYS)
+
+    return key_of
 
 
 def checksum(state: dict[bytes, bytes]) -> str:

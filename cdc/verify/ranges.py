@@ -27,8 +27,12 @@ Entry = tuple[bytes, bytes]
 #: One row read from a side: the entries it may stand for, its own first (a sink that keeps
 #: rows as several envelope eras encoded them gives one per era, see :mod:`.compare`).
 Candidates = Sequence[Entry]
-#: Reads a side from its start, each call a new stream.
-EntryReader = Callable[[], Iterable[Candidates]]
+#: Whether a pass needs a row, by its canonical key JSON: a reader may skip the others before
+#: it canonicalises their whole row (an optimisation only: a pass checks every row it gets).
+KeyFilter = Callable[[bytes], bool]
+#: Reads a side from its start, each call a new stream; with a filter, it may leave out the
+#: rows the filter refuses.
+EntryReader = Callable[[KeyFilter | None], Iterable[Candidates]]
 
 HASH_BITS = 64
 TOP_BITS = 12  # 4096 ranges in the first pass
@@ -124,7 +128,7 @@ def _top_digests(read: EntryReader, found: Found, side: int) -> tuple[list[int],
     counts, sums = [0] * size, [0] * size
     shift = HASH_BITS - TOP_BITS
     total = 0
-    for candidates in read():
+    for candidates in read(None):
         key, row = candidates[0]
         p = key_hash(key) >> shift
         h = row_hash(key, row)
@@ -179,8 +183,15 @@ def _pass(
     leaf_at = _by_depth(leaves)
     sub: list[Digests] = [{}, {}]
     held: list[list[Candidates]] = [[], []]
+    both = {**leaf_at}
+    for bits, prefixes in split_at.items():
+        both[bits] = both.get(bits, set()) | prefixes
+
+    def wanted(key: bytes) -> bool:
+        return _within([key_hash(key)], both)
+
     for side, read in enumerate((source, sink)):
-        for candidates in read():
+        for candidates in read(wanted):
             hashes = [key_hash(key) for key, _ in candidates]
             if _within(hashes, leaf_at):
                 held[side].append(candidates)
