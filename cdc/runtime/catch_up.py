@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from cdc.contracts.errors import CdcError
 from cdc.log.base import Log, TopicPartition
-from cdc.log.offsets import last_offsets
+from cdc.log.offsets import end_offsets, last_offsets
 from cdc.support.logging import Logger
 
 PROGRESS_EVERY_S = 5.0
@@ -72,6 +72,14 @@ class CatchUp:
         elif self._loud and now - self._last_line >= PROGRESS_EVERY_S:
             self._last_line = now
             self._logger.info(f"{self._event}.progress", **self.figures(now))
+
+    def idle(self) -> None:
+        """A poll found nothing more to read. On Kafka the end offsets counted a transaction
+        marker after each partition's last record, which no consumer reaches: at most one
+        offset a partition left is the end."""
+        if not self.done and self.total - self.read <= len(self._ends):
+            self.read, self.done = self.total, True
+            self._finished(self._clock())
 
     def figures(self, now: float | None = None) -> dict[str, float | int | None]:
         """Records read and in all, records/s since the start, percent, ETA in seconds."""
@@ -135,10 +143,18 @@ def for_sink(
     stored: Mapping[TopicPartition, int],
 ) -> CatchUp | None:
     """The catch-up of a sink task that starts reading ``topics``: from its ``stored`` offsets,
-    else its group's committed ones, else 0 (a new sink), as its consumer does."""
+    else its group's committed ones, else 0 (a new sink), as its consumer does.
+
+    Up to the end offsets (one cheap request a topic on Kafka, where finding each partition's
+    last record takes a read each): :meth:`CatchUp.idle` ends it past a trailing marker."""
     try:
         starts = {**log.committed_offsets(group), **stored}
+        ends = {
+            TopicPartition(topic, partition): end
+            for topic in topics
+            for partition, end in end_offsets(log, topic).items()
+        }
     except CdcError as exc:
         logger.debug("sink.catch_up.unmeasured", error=str(exc))
         return None
-    return measure(log, logger, topics, starts)
+    return CatchUp(logger, starts, ends)

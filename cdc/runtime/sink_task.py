@@ -294,6 +294,8 @@ class SinkTask:
         size = self.read_size
         stored = self._consumer.poll(size.count, self._poll_timeout_s, size.max_bytes)
         if not stored:
+            if self._catch_up is not None:
+                self._catch_up.idle()
             self._rebuild_from_log(self._probe.lost(self._sink))
             return 0
         self.read_size.read(stored)

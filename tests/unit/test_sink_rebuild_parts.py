@@ -106,3 +106,15 @@ def test_into_places_a_copy_by_the_plugin_fields(tmp_path: Path) -> None:
         copy_config(HttpSinkPlugin, hook, ("http://y/",))
     with pytest.raises(CopyRefused, match="--into: "):
         copy_config(DuckDBSinkPlugin, wh, ("path=",))
+
+
+def test_catch_up_ends_on_an_empty_poll_only_past_the_last_record() -> None:
+    clock = _Clock()
+    with capture_logs() as logs:
+        catch = CatchUp(get_logger(), {}, {A: 3001, B: 2001}, clock=clock)
+        catch.idle()  # a consumer not assigned yet reads nothing: far from done
+        assert not catch.done
+        catch.note({A: 3000, B: 2000})  # a transaction marker ends each partition
+        assert not catch.done
+        catch.idle()
+    assert catch.done and [e["event"] for e in logs][-1] == "sink.catch_up.finished"
