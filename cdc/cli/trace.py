@@ -178,42 +178,61 @@ def _sink(
 ) -> dict[str, Any]:
     group = log.committed_offsets(group_name(pipeline.name, config.name))
     committed = {tp.partition: o for tp, o in group.items() if tp.topic == topic}
-    mine = {
-        int(d["offset"]): str(d["reason"])
-        for d in letters
-        if d["origin"] == f"sink:{config.name}" and d["offset"] is not None
-    }
     report: dict[str, Any] = {
         "sink": config.name,
         "type": config.type,
         "committed": {str(p): o for p, o in sorted(committed.items())},
+        "masked": source_masked(pipeline, table),
     }
     try:
         keeps_positions, state = held_state(config, pipeline.name, table, key)
     except LookupError as exc:
         return {**report, "state": "unreadable", "why": str(exc)}
     plugin = plugins.load(plugins.SINK_GROUP, config.type)
-    canon = canonicalizer(schema, pipeline.envelope, bool(getattr(plugin, "rows_decoded", False)))
-    log_canon = canonicalizer(schema, pipeline.envelope, decoded=False)
+    decoded = bool(getattr(plugin, "rows_decoded", False))
+    canons = (
+        canonicalizer(schema, pipeline.envelope, decoded),
+        canonicalizer(schema, pipeline.envelope, decoded=False),
+    )
+    mine = {
+        int(d["offset"]): str(d["reason"])
+        for d in letters
+        if d["origin"] == f"sink:{config.name}" and d["offset"] is not None
+    }
+    report.update(_judged(versions, committed, mine, keeps_positions, state, canons))
+    return report
+
+
+def _judged(
+    versions: list[Version],
+    committed: dict[int, int],
+    letters: dict[int, str],
+    keeps_positions: bool,
+    state: tuple[dict[str, Any] | None, tuple[Any, Any] | None] | None,
+    canons: tuple[Canon, Canon],
+) -> dict[str, Any]:
+    """The sink's part of the report: what it holds, each version's verdict, its state.
+    ``canons``: for the sink's rows, and for the log's."""
+    canon, log_canon = canons
     row, position = (None, None) if state is None else state
     have = canon(row)
-    judged = verdicts(versions, committed, mine, position if keeps_positions else None)
+    judged = verdicts(versions, committed, letters, position if keeps_positions else None)
     if not keeps_positions or position is None:
-        infer_held(versions, judged, have if state is not None else None, log_canon)
+        infer_held(versions, judged, have, log_canon)
     goal = expected(versions, judged)
     want = None if goal is None or goal.removes else log_canon(goal.row)
     lagging = any(v["verdict"] == "lagging" for v in judged)
-    report.update(
-        keeps_positions=keeps_positions,
-        row=_plain(row),
-        position=None if position is None else list(position),
-        holds="nothing" if state is None else ("deleted" if row is None else "row"),
-        versions=[{"offset": v.offset, **d} for v, d in zip(versions, judged, strict=True)],
-        expected_offset=None if goal is None else goal.offset,
-        masked=source_masked(pipeline, table),
-    )
-    report["state"] = "consistent" if have == want else ("lagging" if lagging else "divergent")
-    if report["state"] == "divergent":
+    state_name = "consistent" if have == want else ("lagging" if lagging else "divergent")
+    report = {
+        "keeps_positions": keeps_positions,
+        "row": _plain(row),
+        "position": None if position is None else list(position),
+        "holds": "nothing" if state is None else ("deleted" if row is None else "row"),
+        "versions": [{"offset": v.offset, **d} for v, d in zip(versions, judged, strict=True)],
+        "expected_offset": None if goal is None else goal.offset,
+        "state": state_name,
+    }
+    if state_name == "divergent":
         report["why"] = _difference(have, want)
     return report
 

@@ -31,14 +31,19 @@ def held_state(
     config: Any, pipeline: str, table: str, key: dict[str, Any]
 ) -> tuple[bool, tuple[dict[str, Any] | None, tuple[Any, Any] | None] | None]:
     """Whether the store keeps positions, and ``(row, position)`` of the key (``None``: the
-    store holds nothing of it). A plugin without ``read_key`` is read whole through
-    ``read_rows``; without either, ``LookupError``."""
+    store holds nothing of it). A plugin without ``read_key`` (or whose ``read_key`` raises
+    ``NotImplementedError`` for the table) is read whole through ``read_rows``; without either,
+    ``LookupError``."""
     plugin = plugins.load(plugins.SINK_GROUP, config.type)
     schema, _, name = table.partition(".")
     read_key = getattr(plugin, "read_key", None)
     if read_key is not None:
-        found = read_key(config, schema, name, key, pipeline=pipeline)
-        return True, None if found is None else (found[0], _pair(found[1]))
+        try:
+            found = read_key(config, schema, name, key, pipeline=pipeline)
+        except NotImplementedError:
+            pass  # not a table the store looks keys up in (a document layout): read it whole
+        else:
+            return True, None if found is None else (found[0], _pair(found[1]))
     read_rows = getattr(plugin, "read_rows", None)
     if read_rows is None:
         raise LookupError(f"{config.type} sinks cannot be read back")

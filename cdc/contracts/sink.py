@@ -148,8 +148,9 @@ class SinkPlugin(Protocol):
     sink holds for one record key (``key`` the record key's JSON object, in key-column order):
     ``(row, (position, sequence))``, the row and the source position the store recorded with it
     (``None`` where it keeps none); ``(None, position)`` for a deleted key whose position the
-    store keeps; ``None`` when it holds nothing of the key. Without it, ``cdc trace`` reads
-    ``read_rows`` and infers the version held by comparing rows with the log's versions.
+    store keeps; ``None`` when it holds nothing of the key; ``NotImplementedError`` for a table
+    it cannot look keys up in. Without it, ``cdc trace`` reads ``read_rows`` and infers the
+    version held by comparing rows with the log's versions.
 
     Optional, for ``cdc doctor``: ``doctor(config, pipeline_name)``, a list of
     :class:`cdc.contracts.checks.Check`: whether the store can be reached and written (cheaply; a

@@ -30,7 +30,11 @@ def read_key(
     pipeline: str | None = None,
 ) -> KeyState | None:
     """``(row, (position, sequence))`` of ``key``; ``(None, position)`` for a deleted key the
-    target remembers; ``None`` when it holds nothing of it (or keys the table by a hash)."""
+    target remembers; ``None`` when it holds nothing of it.
+
+    Raises:
+        NotImplementedError: the table is keyed by a hash, not by ``key``'s columns.
+    """
     from psycopg.types.string import TextLoader
 
     name = config.target_table((schema, table))
@@ -39,8 +43,11 @@ def read_key(
         for type_name in _AS_TEXT:
             conn.adapters.register_loader(type_name, TextLoader)
         info = catalog.load(conn, config.schema_, name, Ident("", ""))
-        if info is None or info.hashed or sorted(info.keys) != sorted(key):
+        if info is None:
             return None
+        if info.hashed or sorted(info.keys) != sorted(key):
+            # Keyed by a hash of every column (a keyless source table): read it whole instead.
+            raise NotImplementedError(f"{schema}.{table} is not keyed by {sorted(key)}")
         return _current(conn, info, key) or _deleted(conn, info, key)
     except psycopg.Error as exc:
         raise translate(exc, config, f"reading a key of {schema}.{table}") from None

@@ -6,6 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from cdc.cli.trace_sinks import held_state
+from cdc.contracts.sink import SinkContext
+from cdc.support.logging import get_logger
 from sinks.duckdb import DuckDBSinkConfig
 from sinks.duckdb.plugin import DuckDBSinkPlugin
 from sinks.duckdb.sink import DuckDBSink
@@ -53,3 +56,22 @@ def test_postgres(pg_db: str) -> None:
     finally:
         harness.close()
     check(PostgresSinkPlugin, harness.config, PIPELINE)
+
+
+class _NoSchemas:
+    """No table schema published (a MongoDB source's collections)."""
+
+    def get(self, schema: str, table: str) -> None:
+        return None
+
+
+def test_a_duckdb_document_table_is_read_whole(tmp_path: Path) -> None:
+    config = DuckDBSinkConfig(name="wh", type="duckdb", path=str(tmp_path / "wh.duckdb"))
+    tables = [("public", "items")]
+    _written(DuckDBSink(config, SinkContext(PIPELINE, "wh", tables, _NoSchemas(), get_logger())))
+    # read_key cannot look a document table's keys up: the trace falls back to read_rows.
+    assert held_state(config, PIPELINE, "public.items", {"id": 1}) == (
+        False,
+        ({"id": 1, "name": "b"}, None),
+    )
+    assert held_state(config, PIPELINE, "public.items", {"id": 2}) == (False, None)
