@@ -14,8 +14,8 @@ class RedisSinkPlugin:
     """Builds :class:`RedisSink`; :meth:`read_rows` reads a table back for ``cdc verify``."""
 
     config_model = RedisSinkConfig
-
     rebuild_into = ("url",)  # cdc sink --rebuild --into: a copy in another database
+
     @staticmethod
     def create(config: RedisSinkConfig, context: SinkContext) -> RedisSink:
         return RedisSink(config, context)
