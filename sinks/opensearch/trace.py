@@ -1,5 +1,5 @@
 """One key's document, for ``cdc trace``: its row and the position its external version packs
-(:mod:`.versions`: ``position << 16 | sequence``, MongoDB's the position alone)."""
+(:mod:`.versions`: ``position << 16 | sequence``; a sequence from 65535 on reads as 65535)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from opensearchpy import exceptions as os_errors
 from sinks.opensearch.client import connect, translate
 from sinks.opensearch.config import OpenSearchSinkConfig
 from sinks.opensearch.documents import doc_id, source_row
-from sinks.opensearch.versions import SEQUENCE_BITS
+from sinks.opensearch.versions import SATURATED, SEQUENCE_BITS
 
 KeyState = tuple[dict[str, Any] | None, tuple[int, int] | None]
 
@@ -38,5 +38,8 @@ def read_key(
     if not hit.get("found"):
         return None
     version = int(hit["_version"])
-    # A MongoDB version is the position alone; the trace compares it with the log's either way.
-    return source_row(hit["_source"]), (version >> SEQUENCE_BITS, version & 0xFFFF)
+    if list(key) == ["_id"]:
+        # A MongoDB document's version is its position alone, with no sequence: not comparable
+        # with the log's (position, sequence), so the trace infers the version from the row.
+        return source_row(hit["_source"]), None
+    return source_row(hit["_source"]), (version >> SEQUENCE_BITS, version & SATURATED)
