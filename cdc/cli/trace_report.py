@@ -60,7 +60,8 @@ def _version_line(version: dict[str, Any]) -> str:
 def _print_source(source: dict[str, Any]) -> None:
     click.echo(f"\nsource: (by {source['read_by']})" if source["read_by"] else "\nsource:")
     if not source["readable"]:
-        click.echo("  the source type cannot be read back")
+        why = source.get("not_compared") or "the source type cannot be read back"
+        click.echo(f"  not read: {why}")
         return
     if source["row"] is not None:
         click.echo(f"  current row: {orjson.dumps(source['row']).decode()}")
@@ -115,7 +116,7 @@ def run(pipeline: Any, table: str, key_text: str, as_json: bool) -> int:
 
     with opened_log(pipeline) as log, runtime_errors():
         try:
-            check_table(pipeline, log, table)
+            check_table(pipeline, table)
             schema_name, _, name = table.partition(".")
             schema = SchemaCatalog(log, pipeline.name, wait_s=0).get(schema_name, name)
             key = parse_key(key_text, schema, pipeline.source.type)

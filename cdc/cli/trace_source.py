@@ -34,6 +34,8 @@ def source_side(pipeline: Any, table: str, key: dict[str, Any]) -> dict[str, Any
         "masked": source_masked(pipeline, table),
         "columns": _columns(entries),
     }
+    if not entries:  # a live join view: no source table of its own
+        return report
     plugin = plugins.load(plugins.SOURCE_GROUP, pipeline.source.type)
     looked_up = _looked_up(plugin, pipeline, table, key, report["masked"])
     if looked_up is not None:

@@ -10,9 +10,10 @@ from typing import Any
 import orjson
 import pytest
 
-from cdc.cli.trace import TraceUsageError, parse_key
+from cdc.cli.trace import TraceUsageError, check_table, parse_key, trace_key
 from cdc.cli.trace_log import Version, key_versions
 from cdc.cli.trace_sinks import canonicalizer, infer_held, verdicts
+from cdc.config.pipeline import parse
 from cdc.contracts.schema import Column, TableSchema
 from cdc.envelope.encode import encode_key, write_pos
 from cdc.envelope.options import READABLE
@@ -144,3 +145,38 @@ def test_a_sink_without_positions_holds_the_version_its_row_equals() -> None:
     gone = verdicts(deleted, {0: 3}, {}, held=None)
     infer_held(deleted, gone, None, canon)
     assert [v["verdict"] for v in gone] == ["replaced", "replaced", "held"]  # the delete
+
+
+VIEW_PIPELINE = """
+version: 1
+name: shop
+source:
+  type: generator
+  tables: [public.customers, public.orders]
+views:
+  - name: order_docs
+    root: public.orders
+    embed:
+      - {field: customer, from: public.customers, on: {customer_id: id}}
+sinks:
+  - {name: files, type: jsonl, path: out/files, tables: [public.orders, views.order_docs]}
+"""
+
+
+def test_a_live_join_view_is_traced_in_the_log_and_sinks_not_at_the_source(
+    tmp_path: Path,
+) -> None:
+    pipeline = parse(VIEW_PIPELINE, {})
+    check_table(pipeline, "views.order_docs")
+    with pytest.raises(TraceUsageError):
+        check_table(pipeline, "views.nope")
+    log = EmbeddedLog(tmp_path / "log")
+    try:
+        report = trace_key(pipeline, log, "views.order_docs", {"id": 1}, None)
+    finally:
+        log.close()
+    assert report["versions"] == [] and report["found_by"] == "no topic yet"
+    assert not report["source"]["readable"] and "view" in report["source"]["not_compared"]
+    (files,) = report["sinks"]
+    assert (files["state"], files["why"]) == ("unreadable", "jsonl sinks cannot be read back")
+    assert report["diverged_at"] is None
