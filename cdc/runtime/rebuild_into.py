@@ -31,7 +31,7 @@ from cdc.contracts.errors import CdcError
 from cdc.contracts.events import topic_name
 from cdc.contracts.sink import Sink
 from cdc.log.base import Log, TopicPartition
-from cdc.log.offsets import last_offsets
+from cdc.log.offsets import end_offsets
 from cdc.runtime.factories import build_sink, source_record_rows
 from cdc.runtime.log_replay import ReplayLog
 from cdc.runtime.schemas import SchemaCatalog
@@ -154,7 +154,7 @@ def _mark_new_tables(
             if topic in held:
                 continue  # a copy begun before: resumed from what it stored
             log.ensure_topics([topic])
-            partitions = [TopicPartition(topic, p) for p in sorted(last_offsets(log, topic))]
+            partitions = [TopicPartition(topic, p) for p in sorted(end_offsets(log, topic))]
             sink.reset_table((schema, table), partitions)
             logger.debug("sink.rebuild_into.table_marked", table=f"{schema}.{table}")
     finally:
