@@ -13,7 +13,7 @@ from cdc.config.pipeline import redact_url
 from cdc.envelope.options import READABLE, EnvelopeOptions
 from connectors.postgres.catalog import Catalog
 from connectors.postgres.config import PostgresSourceConfig
-from connectors.postgres.errors import connect_error
+from connectors.postgres.errors import QueryRefused, connect_error
 from connectors.postgres.publication.filters import PLAIN, table_filters
 from connectors.postgres.replication.connection import session_conninfo
 from connectors.postgres.snapshot.reader import describe, read_rows
@@ -56,18 +56,15 @@ def read_key(
     finally:
         catalog.close()
     conninfo = session_conninfo(dsn, config.connect_timeout_s, application_name="cdc-trace")
-    by_key = sql.SQL(" AND ").join(
-        # An untyped literal takes the column's type, so the primary key's index serves it.
-        sql.SQL("{} = {}").format(sql.Identifier(column), sql.Literal(_text(value)))
-        for column, value in key.items()
-    )
+    by_key = sql.SQL(" AND ").join(_equal(column, value) for column, value in key.items())
     try:
         with psycopg.connect(conninfo) as conn:
             row = _row(conn, described, schema, table, by_key, filtered=True)
             if row is not None or not described.where:
                 return row, row is not None
             return None, _row(conn, described, schema, table, by_key, filtered=False) is not None
-    except psycopg.DataError as exc:  # a key value the column's type does not read
+    except (psycopg.DataError, QueryRefused) as exc:  # a key value its column does not read
+        # (QueryRefused: the same, from a table whose masks keep the server's message out)
         raise LookupError(f"{name}: the key is not of the table's key types") from exc
     except psycopg.OperationalError as exc:
         raise connect_error(redact_url(dsn), str(exc)) from exc
@@ -94,6 +91,13 @@ def _row(
         for values in piece:
             return dict(described.state.convert(values))
     return None
+
+
+def _equal(column: str, value: Any) -> sql.Composable:
+    if value is None:  # a keyless table's record key holds every column, NULLs too
+        return sql.SQL("{} IS NULL").format(sql.Identifier(column))
+    # An untyped literal takes the column's type, so the primary key's index serves it.
+    return sql.SQL("{} = {}").format(sql.Identifier(column), sql.Literal(_text(value)))
 
 
 def _text(value: Any) -> str | None:
