@@ -21,6 +21,7 @@ from cdc.config.views import POSITIONS_FIELD, ViewConfig
 from cdc.contracts import plugins
 from cdc.contracts.events import topic_name
 from cdc.log.base import Log, TopicPartition
+from cdc.log.offsets import last_offsets
 from cdc.support.wait import WaitTimeout, wait_until
 from cdc.views import records as out
 from cdc.views.join import Key, canonical_key, join_rows
@@ -97,7 +98,9 @@ def _lag(pipeline: Pipeline, log: Log, view: ViewConfig, wait_s: float) -> dict[
         committed = log.committed_offsets(group)
         left = {}
         for topic in topics:
-            for partition, end in log.end_offsets(topic).items():
+            # After the last record, not the end offset: on Kafka, transaction markers take
+            # offsets past it that the view's offsets (committed in its transactions) never do.
+            for partition, end in last_offsets(log, topic).items():
                 done = committed.get(TopicPartition(topic, partition), 0)
                 if done < end:
                     left[f"{topic}[{partition}]"] = {"committed": done, "end": end}

@@ -200,7 +200,7 @@ def parse(text: str, env: dict[str, str] | None = None, path: Path | None = None
     chain = built_chain(transforms, expanded, source, problems)
     problems.extend(cross_checks(source, sinks, chain, declared_view_tables(expanded.get("views"))))
     if core is not None:
-        problems.extend(view_problems(core.views, source, core.log.type))
+        problems.extend(view_problems(core.views, source))
     problems = list(dict.fromkeys(problems))  # one mistake can surface in two layers
     # A value that could not be expanded fails its plugin's checks too; that says nothing new.
     bad_values = {where for where, _ in unexpanded}

@@ -85,15 +85,9 @@ class ViewConfig(StrictModel):
         return list(dict.fromkeys([self.root, *(e.from_table for e in self.embed)]))
 
 
-def view_problems(
-    views: list[ViewConfig], source: SourceConfig | None, log_type: str = "embedded"
-) -> list[tuple[str, str]]:
+def view_problems(views: list[ViewConfig], source: SourceConfig | None) -> list[tuple[str, str]]:
     """Each view's tables against the source's: a view joins captured tables only."""
     problems: list[tuple[str, str]] = []
-    if views and log_type != "embedded":
-        # Its exactly-once commit needs the consumer offsets in the log's transaction, which
-        # only the embedded log's offers so far (docs/views.md, "Not yet").
-        problems.append(("views", f"live join views run on the embedded log only, not {log_type}"))
     names: set[str] = set()
     captured = set(source.table_names) if source is not None else None
     for index, view in enumerate(views):

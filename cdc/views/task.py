@@ -22,7 +22,7 @@ from cdc.contracts.errors import LogFatal, SourceMisconfigured
 from cdc.contracts.events import topic_name
 from cdc.contracts.schema import TableSchema
 from cdc.contracts.sink import SinkRecord
-from cdc.log.base import Log, Record, StoredRecord, TopicPartition
+from cdc.log.base import Consumer, Log, Record, StoredRecord, TopicPartition
 from cdc.runtime.factories import source_record_rows
 from cdc.runtime.schemas import SchemaCatalog
 from cdc.runtime.sink_task import RecordRows, decode_records
@@ -88,7 +88,7 @@ class ViewTask:
             while not self._stop.is_set():
                 batch = consumer.poll(self._max_records, self._poll_timeout_s)
                 if batch:
-                    high, written = self._apply(state, batch, high, written)
+                    high, written = self._apply(state, batch, high, written, consumer)
         finally:
             consumer.close()
 
@@ -118,7 +118,12 @@ class ViewTask:
     # -- a batch -----------------------------------------------------------------------------
 
     def _apply(
-        self, state: ViewState, batch: list[StoredRecord], high: Pos | None, written: int
+        self,
+        state: ViewState,
+        batch: list[StoredRecord],
+        high: Pos | None,
+        written: int,
+        consumer: Consumer,
     ) -> tuple[Pos | None, int]:
         """Apply a batch and commit its documents, state and offsets together."""
         changes: list[Record] = []
@@ -144,11 +149,15 @@ class ViewTask:
             doc = state.document(key)
             docs += out.document_records(self._name, self._view, key, doc, (at, written))
         changes.append(out.meta_record(self._name, self._view, high or (0, 0), written))
-        self._commit(changes + docs, _next_offsets(batch))
+        self._commit(changes + docs, _next_offsets(batch), consumer)
         self.documents_written = written
         return high, written
 
-    def _commit(self, records: Sequence[Record], offsets: dict[TopicPartition, int]) -> None:
+    def _commit(
+        self, records: Sequence[Record], offsets: dict[TopicPartition, int], consumer: Consumer
+    ) -> None:
+        """Documents, state and the group's offsets in one log transaction (on Kafka, the
+        offsets go with the member's metadata: a zombie view is fenced)."""
         group = out.view_group(self._name, self._view)
         tx = self._log.begin()
         try:
@@ -156,7 +165,7 @@ class ViewTask:
             if store is None:
                 raise LogFatal("views: this log cannot commit a group's offsets with its records")
             tx.append(records)
-            store(group, offsets)
+            store(group, offsets, consumer)
             tx.commit()
         except BaseException:
             tx.abort()

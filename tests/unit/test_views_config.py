@@ -79,11 +79,6 @@ def test_a_sink_naming_a_view_nobody_declared_is_an_error() -> None:
     assert "not a source table" in problems["sinks[0].tables[1]"]
 
 
-def test_views_on_the_kafka_log_are_refused_until_supported() -> None:
-    text = BASE + "log: {type: kafka, bootstrap_servers: 127.0.0.1:9092}\n" + VIEWS
-    assert "embedded log only" in problems_of(text)["views"]
-
-
 def test_cdc_validate_exits_2_with_the_paths(tmp_path: Path) -> None:
     file = tmp_path / "p.yaml"
     file.write_text(BASE + VIEWS.replace("from: public.customers", "from: public.people"))

@@ -95,7 +95,7 @@ def test_a_failed_commit_leaves_nothing_and_the_retry_writes_each_document_once(
         tx.append([change("orders", {"id": n, "customer_id": 1}, 10 + n) for n in (1, 2)])
     failed = threading.Event()
 
-    def refuse(self: EmbeddedTransaction, group: str, offsets: Any) -> None:
+    def refuse(self: EmbeddedTransaction, group: str, offsets: Any, consumer: Any) -> None:
         # Fault injection: the commit fails after the documents and state were appended.
         failed.set()
         raise LogFatal("injected")

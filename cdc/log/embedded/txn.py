@@ -119,9 +119,12 @@ class EmbeddedTransaction(TransactionContext):
             self._state = "failed"
             raise
 
-    def store_group_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+    def store_group_offsets(
+        self, group: str, offsets: Mapping[TopicPartition, int], consumer: object = None
+    ) -> None:
         """Commit a consumer group's next offsets with this transaction: a task that reads the
         log and writes to it (a live join view, :mod:`cdc.views`) then does both exactly once.
+        ``consumer`` (the group's member) is not needed here: SQLite's write lock is the fence.
         """
         self._check_open()
         rows = [(group, tp.topic, tp.partition, off) for tp, off in offsets.items()]

@@ -180,6 +180,13 @@ class KafkaConsumer:
         if targets:
             self._commit(targets, stop)
 
+    def group_metadata(self) -> Any:
+        """This member's group metadata (generation and member id), for a transaction that
+        commits the group's offsets with its records: the broker then fences a zombie member
+        (KIP-447). A live join view commits so (:mod:`cdc.views.task`)."""
+        self._check_open()
+        return self._consumer.consumer_group_metadata()
+
     def assignment(self) -> list[TopicPartition]:
         """The partitions this member holds now."""
         self._check_open()

@@ -26,10 +26,11 @@ from contextlib import suppress
 from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import TopicPartition as KafkaPartition
 
 from cdc.contracts import positions
 from cdc.contracts.errors import LogError, LogFatal, LogUnavailable, RecordTooLarge
-from cdc.log.base import Record, TransactionContext
+from cdc.log.base import Record, TopicPartition, TransactionContext
 from cdc.log.kafka.common import (
     FENCED,
     POS_HEADER,
@@ -221,6 +222,27 @@ class KafkaTransaction(TransactionContext):
             self._state = "failed"
             raise
         self._offsets.update(offsets)
+
+    def store_group_offsets(
+        self, group: str, offsets: Mapping[TopicPartition, int], consumer: Any = None
+    ) -> None:
+        """Send a consumer group's next offsets in this transaction: a task that reads the log
+        and writes to it (a live join view, :mod:`cdc.views`) then does both exactly once.
+        ``consumer``: the group's member (a :class:`~cdc.log.kafka.consumer.KafkaConsumer`),
+        whose metadata lets the broker fence a zombie member.
+        """
+        self._check_open()
+        metadata = getattr(consumer, "group_metadata", None)
+        if metadata is None:
+            raise LogError(f"kafka log: the offsets of group {group!r} need its consumer")
+        partitions = [KafkaPartition(tp.topic, tp.partition, off) for tp, off in offsets.items()]
+        try:
+            self._producer.send_offsets_to_transaction(
+                partitions, metadata(), self._writer.timeout_s
+            )
+        except KafkaException as exc:
+            self._state = "failed"
+            raise self._writer.translate(exc, "sending consumer offsets") from exc
 
     def commit(self) -> None:
         """Commit; on return the records and offsets are durable and visible to readers.
