@@ -135,3 +135,18 @@ def test_a_rename_updates_every_order_and_deletes_update_and_remove_documents(
         code, _ = stop(process)
     assert code == 0, log.read_text()[-3000:]
     assert indexed(tmp_path / "out/search") == source_join(pg_db, view)
+
+
+def test_an_on_column_the_table_lacks_stops_cdc_run_with_exit_2_and_its_path(
+    pg_db: str, redis_server: Any, tmp_path: Path
+) -> None:
+    setup(pg_db, customers=1, orders=1, items=0)
+    pipeline = write_pipeline(tmp_path, pg_db, redis_server.url, f"views_{uuid.uuid4().hex[:8]}")
+    pipeline.write_text(pipeline.read_text().replace("{customer_id: id}", "{customer_no: id}"))
+    assert cdc("validate", str(pipeline), cwd=tmp_path).returncode == 0  # no schemas known yet
+    process = start_run(pipeline, tmp_path)
+    assert process.wait(120) == 2
+    assert (
+        "views[0].embed[0].on.customer_no: public.orders has no column 'customer_no'"
+        in (tmp_path / "run.log").read_text()
+    )
