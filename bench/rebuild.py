@@ -13,7 +13,8 @@ reads a compacted log in practice (each key's latest record and the tombstones s
 Baselines, in the same run, over every change (as the sink benches): DuckDB's bulk insert of
 the rows (``read_json`` / ``from_json``, the better of the two), redis-py pipelines of 100
 ``SET``/``DEL``. Rows/s are records read from the log per second for the rebuild, and rows per
-second for the baselines.
+second for the baselines. Also the same sink streaming the same compacted log through a
+consumer group (the sink benches' ``run_sink``): the rebuild's reader against the consumer's.
 
 Usage: ``python bench/rebuild.py [--changes N] [--batch B] [--only duckdb|redis]``.
 """
@@ -36,7 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.report import Figures
-from bench.sinks_duckdb import PIPELINE, TABLE, TOPIC, baseline, changes, fill_log
+from bench.sinks_duckdb import PIPELINE, TABLE, TOPIC, baseline, changes, fill_log, run_sink
 from bench.sinks_redis_search import redis_baseline, redis_cpu, redis_url
 from cdc.contracts.sink import Sink, SinkContext
 from cdc.log.embedded import EmbeddedLog
@@ -90,10 +91,12 @@ def bench_duckdb(n: int, batch: int, compact: bool, figures: Figures) -> None:
         log, held = filled(directory, n, compact)
         config = DuckDBSinkConfig(name="copy", path=str(directory / "copy.duckdb"))
         wall, cpu, records = rebuild(log, lambda c: DuckDBSink(config, c), batch)
+        other = DuckDBSinkConfig(name="stream", path=str(directory / "stream.duckdb"))
+        stream = streamed(log, lambda c: DuckDBSink(other, c), batch)
         log.close()
     best = min(base["read_json_s"], base["from_json_s"])
     best_cpu = min(base["read_json_cpu_s"], base["from_json_cpu_s"])
-    _report(figures, "duckdb", n, held, records, (wall, cpu), (best, best_cpu))
+    _report(figures, "duckdb", n, held, records, (wall, cpu), (best, best_cpu), stream)
 
 
 def bench_redis(n: int, batch: int, compact: bool, figures: Figures) -> None:
@@ -103,10 +106,24 @@ def bench_redis(n: int, batch: int, compact: bool, figures: Figures) -> None:
             {"name": "copy", "type": "redis", "url": url, "key_prefix": "rebuild"}
         )
         measured = rebuild(log, functools.partial(RedisSink, config), batch, redis_cpu(url))
+        other = config.model_copy(update={"key_prefix": "stream"})
+        stream = streamed(log, functools.partial(RedisSink, other), batch, redis_cpu(url))
         log.close()
         base = redis_baseline(url, changes(n))
     wall, cpu, records = measured
-    _report(figures, "redis", n, held, records, (wall, cpu), base)
+    _report(figures, "redis", n, held, records, (wall, cpu), base, stream)
+
+
+def streamed(
+    log: EmbeddedLog,
+    make: Callable[[SinkContext], Sink],
+    batch: int,
+    cpu: Callable[[], float] = time.process_time,
+) -> tuple[float, float]:
+    """Wall and CPU seconds of the same sink streaming the same log through a consumer group
+    (:func:`bench.sinks_duckdb.run_sink`): what the rebuild's reader is compared with."""
+    ends = sum(log.end_offsets(TOPIC).values())
+    return run_sink(log, "stream", make, ends, batch, cpu)
 
 
 def _report(
@@ -117,15 +134,19 @@ def _report(
     records: int,
     measured: tuple[float, float],
     base: tuple[float, float],
+    stream: tuple[float, float],
 ) -> None:
-    (wall, cpu), (base_s, base_cpu) = measured, base
+    (wall, cpu), (base_s, base_cpu), (stream_s, stream_cpu) = measured, base, stream
     print(
         f"{sink}: rebuilt from {held:,} records of the log ({n:,} changes before compaction) "
         f"in {wall:.2f} s: {records / wall:,.0f} records/s, {records / cpu:,.0f} per CPU-s; "
-        f"bulk path over every change: {n / base_s:,.0f} rows/s, {n / base_cpu:,.0f} per CPU-s"
+        f"bulk path over every change: {n / base_s:,.0f} rows/s, {n / base_cpu:,.0f} per CPU-s; "
+        f"the sink streaming the same log: {records / stream_s:,.0f} records/s, "
+        f"{records / stream_cpu:,.0f} per CPU-s"
     )
     figures.add(f"{sink}_rebuild_records_per_s", records / wall, n / base_s)
     figures.add(f"{sink}_rebuild_records_per_cpu_s", records / cpu, n / base_cpu)
+    figures.add(f"{sink}_rebuild_vs_stream_records_per_cpu_s", records / cpu, records / stream_cpu)
 
 
 def main() -> None:
