@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -35,9 +36,11 @@ KeyFilter = Callable[[bytes], bool]
 EntryReader = Callable[[KeyFilter | None], Iterable[Candidates]]
 
 HASH_BITS = 64
-TOP_BITS = 12  # 4096 ranges in the first pass
+# 16,384 ranges in the first pass (256 KB of digests a side): up to about 16M rows a differing
+# range holds at most LEAF_ROWS, compared at once, so a difference costs one more pass, not two.
+TOP_BITS = 14
 STEP_BITS = 8  # a differing range is cut 256 ways
-LEAF_ROWS = 256
+LEAF_ROWS = 1024
 PASS_ROWS = 100_000
 SPLITS_PER_PASS = 512  # ranges cut in one pass: at most 512 * 256 digests held
 DETAILED = 5
@@ -91,12 +94,9 @@ def compare_streams(source: EntryReader, sink: EntryReader) -> Found:
     splits: list[Range] = []
     leaves: list[tuple[Range, int]] = []
     size = 1 << TOP_BITS
-    _sort_ranges(
-        [(TOP_BITS, p) for p in range(size) if _at(digests[0], p) != _at(digests[1], p)],
-        {(TOP_BITS, p): max(digests[0][0][p], digests[1][0][p]) for p in range(size)},
-        splits,
-        leaves,
-    )
+    top = [(TOP_BITS, p) for p in range(size) if _at(digests[0], p) != _at(digests[1], p)]
+    sizes = {r: max(digests[0][0][r[1]], digests[1][0][r[1]]) for r in top}
+    _sort_ranges(top, sizes, splits, leaves)
     while splits or leaves:
         now_split, splits = splits[:SPLITS_PER_PASS], splits[SPLITS_PER_PASS:]
         now_leaves, leaves = _take_leaves(leaves)
@@ -118,14 +118,18 @@ def recheck(source: EntryReader, sink: EntryReader, keys: Iterable[bytes]) -> Fo
     return found
 
 
-def _at(digest: tuple[list[int], list[int]], p: int) -> tuple[int, int]:
+Digest = tuple["array[int]", "array[int]"]  # counts and sums by range
+
+
+def _at(digest: Digest, p: int) -> tuple[int, int]:
     return digest[0][p], digest[1][p]
 
 
-def _top_digests(read: EntryReader, found: Found, side: int) -> tuple[list[int], list[int]]:
+def _top_digests(read: EntryReader, found: Found, side: int) -> Digest:
     """The first pass over one side: count and sum per top range, and in total."""
     size = 1 << TOP_BITS
-    counts, sums = [0] * size, [0] * size
+    # Unboxed 64-bit cells: a list would hold an int object per sum, several MB a side.
+    counts, sums = array("Q", bytes(8 * size)), array("Q", bytes(8 * size))
     shift = HASH_BITS - TOP_BITS
     total = 0
     for candidates in read(None):
