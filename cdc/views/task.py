@@ -81,6 +81,9 @@ class ViewTask:
             return
 
     def _session(self) -> None:
+        # Published again once a session: the last session's may have been in a transaction
+        # that its failure aborted.
+        self._published = None
         state, high, written = self._restore()
         consumer = self._log.consumer(out.view_group(self._name, self._view), list(self._tables))
         self._logger.info("view.started", view=self._view.name, written=written)
@@ -112,7 +115,7 @@ class ViewTask:
         state.restore(out.parse_state(k, v) for k, v in latest.items() if v is not None)
         if meta is None:
             return state, None, 0
-        counters = _loads(meta)
+        counters = orjson.loads(meta)
         return state, tuple(counters["high"]), int(counters["written"])
 
     # -- a batch -----------------------------------------------------------------------------
@@ -230,10 +233,6 @@ def _next_offsets(batch: list[StoredRecord]) -> dict[TopicPartition, int]:
         tp = TopicPartition(record.topic, record.partition)
         offsets[tp] = max(offsets.get(tp, 0), record.offset + 1)
     return offsets
-
-
-def _loads(value: bytes) -> Any:
-    return orjson.loads(value)
 
 
 def view_tasks(

@@ -12,12 +12,13 @@ import orjson
 import pytest
 
 from cdc.config.pipeline import Pipeline, parse
-from cdc.contracts.errors import LogFatal
+from cdc.contracts.errors import LogFatal, LogUnavailable
 from cdc.contracts.schema import Column, TableSchema, schema_record
 from cdc.envelope.encode import write_pos
 from cdc.log.base import Record
 from cdc.log.embedded.log import EmbeddedLog
 from cdc.log.embedded.txn import EmbeddedTransaction
+from cdc.runtime.schemas import SchemaCatalog
 from cdc.support.logging import get_logger
 from cdc.support.wait import wait_until
 from cdc.views.task import ViewMisconfigured, ViewTask
@@ -155,3 +156,30 @@ def test_an_on_column_the_table_lacks_stops_the_view_with_its_yaml_path(
         task.serve()
     assert str(info.value) == "views[0].embed[1].on.id: public.order_items has no column 'order_no'"
     assert documents(log) == {}
+
+
+def test_a_retried_session_publishes_the_schema_its_failed_commit_lost(
+    log: EmbeddedLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pipeline = parse(FILE, {})
+    with log.begin() as tx:
+        tx.append([change("orders", {"id": 1, "customer_id": 1}, 11)])
+    original = EmbeddedTransaction.store_group_offsets
+    calls: list[int] = []
+
+    def once(self: EmbeddedTransaction, group: str, offsets: Any, consumer: Any) -> None:
+        # Fault injection: the first commit fails as a locked log does; the task retries.
+        calls.append(1)
+        if len(calls) == 1:
+            raise LogUnavailable("injected")
+        original(self, group, offsets, consumer)
+
+    monkeypatch.setattr(EmbeddedTransaction, "store_group_offsets", once)
+    stop, thread = serve(pipeline, log)
+    try:
+        wait_until(lambda: len(documents(log)) == 1, 10)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert len(calls) == 2
+    assert SchemaCatalog(log, "shop", wait_s=0).get("views", "order_docs") is not None
