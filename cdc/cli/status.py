@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Column, Table
 
+from cdc.cli.status_consistency import consistent_positions
 from cdc.cli.status_liveness import as_running, as_served, print_processes
 from cdc.cli.status_workers import print_workers, workers_report
 from cdc.config.pipeline import Pipeline
@@ -165,6 +166,10 @@ def appender_report() -> dict[str, str]:
 def status_report(log: Log, pipeline: Pipeline) -> dict[str, Any]:
     source = source_report(log, pipeline)
     found = heartbeat.processes(log, pipeline.name)
+    consistent = consistent_positions(log, pipeline, found)  # what cdc wait waits for
+    sinks = [as_served(sink, found) for sink in sink_report(log, pipeline)]
+    for sink in sinks:
+        sink["consistent_position"] = consistent.get(sink["sink"])
     report = {
         "pipeline": pipeline.name,
         "log": pipeline.log.type,
@@ -172,7 +177,7 @@ def status_report(log: Log, pipeline: Pipeline) -> dict[str, Any]:
         "source": source,
         "snapshot": as_running(snapshot_report(source["offsets"]), found),
         "topics": topics_report(log, pipeline),
-        "sinks": [as_served(sink, found) for sink in sink_report(log, pipeline)],
+        "sinks": sinks,
         "envelope": envelope_report(log, pipeline),
     }
     if pipeline.log.type == "embedded":
@@ -327,6 +332,8 @@ def print_sink_states(sinks: list[dict[str, Any]], console: Console) -> None:
         line = f"sink {sink['sink']}: {state.upper() if state == 'stopped' else state}"
         line += f" since {since}" if since else ""
         line += f": {sink['reason']}" if sink.get("reason") else ""
+        position = sink.get("consistent_position")
+        line += f"; consistent up to source position {position}" if position else ""
         console.print(line, markup=False, highlight=False, soft_wrap=True)
         print_workers(sink, console)
         for reset in sink.get("resets", []):

@@ -37,6 +37,7 @@ class TaskState:
     last_progress: float = field(default_factory=time.monotonic)
     waiting: bool = False  # work is waiting for the task (the sampler's view)
     stalled: bool = False
+    consistent: str | None = None  # a sink's consistent source position (cdc wait's)
 
 
 class Health:
@@ -98,6 +99,10 @@ class Health:
             for each in SINK_STATES:
                 self._metrics.sink_state.labels(self._pipeline, sink, each).set(each == value)
 
+    def consistent(self, name: str, position: str) -> None:
+        """The source position a sink task holds every change up to, for ``/readyz``."""
+        self.task(name).consistent = position
+
     def waiting(self, name: str, waiting: bool) -> None:
         self.task(name).waiting = waiting
 
@@ -144,4 +149,12 @@ class Health:
         if not self._tasks:
             reasons.append("no task has started")
         ready = not reasons
-        return ready, {"status": "ready" if ready else "not ready", "reasons": reasons}
+        body: dict[str, Any] = {"status": "ready" if ready else "not ready", "reasons": reasons}
+        consistent = {
+            s.name.removeprefix("sink:"): s.consistent
+            for s in self._tasks.values()
+            if s.consistent is not None
+        }
+        if consistent:  # each sink's consistent source position (cdc wait)
+            body["consistent_positions"] = dict(sorted(consistent.items()))
+        return ready, body

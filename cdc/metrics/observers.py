@@ -127,6 +127,12 @@ class SinkObserver:
     def dead_lettered(self) -> None:
         self._m.dead_letters.labels(self._pipeline, "sink_rejected").inc()
 
+    def consistent(self, position: Any) -> None:
+        """The sink holds every change up to source ``position`` (cdc.runtime.consistency)."""
+        with contextlib.suppress(TypeError, ValueError):  # a resume token is not a number
+            self._m.sink_consistent.labels(self._pipeline, self._sink).set(int(position))
+        self._health.consistent(self._task, str(position))
+
     def rebuild_started(self) -> None:
         """The sink's store lost its data and the task rebuilds it from the log."""
         self._m.sink_rebuilds.labels(self._pipeline, self._sink).inc()

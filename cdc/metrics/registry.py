@@ -67,6 +67,7 @@ SPECS: Final = {
     "task_stalled": Spec(Gauge, "cdc_task_stalled", ("task",), "1 while the task makes no progress although work is waiting for it."),
     "end_to_end": Spec(Histogram, "cdc_end_to_end_latency_seconds", ("sink",), "Source commit to sink apply, one sample per applied batch (its newest record).", _LATENCY_BUCKETS),
     "sink_rebuilds": Spec(Counter, "cdc_sink_rebuilds", ("sink",), "Rebuilds of the sink's store from the log after the store lost its data (a cache restarted empty)."),
+    "sink_consistent": Spec(Gauge, "cdc_sink_consistent_position", ("sink",), "The source position the sink has applied every change up to, as a number (PostgreSQL: the LSN); what cdc wait waits for."),
     "verify_mismatched": Spec(Gauge, "cdc_verify_mismatched_keys", ("sink", "table"), "Keys the continuous verification (verify:) last found differing between the source and the sink, over the key ranges it checked; a lagging sink is not compared."),
     "verify_full_pass": Spec(Gauge, "cdc_verify_last_full_pass_timestamp_seconds", ("sink",), "When the continuous verification last finished a pass over every key range of the sink's tables, as a Unix time."),
 }  # fmt: skip
@@ -95,6 +96,7 @@ class Metrics:
     task_stalled: Gauge
     end_to_end: Histogram
     sink_rebuilds: Counter
+    sink_consistent: Gauge
     verify_mismatched: Gauge
     verify_full_pass: Gauge
 

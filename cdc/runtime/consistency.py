@@ -26,6 +26,8 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from cdc.contracts import snapshot_offsets
+from cdc.contracts.errors import LogError
 from cdc.contracts.positions import Offsets
 from cdc.log.base import Log, TopicPartition
 from cdc.log.offsets import end_offsets
@@ -39,8 +41,20 @@ MAX_SAMPLES = 32
 
 
 def stored_position(log: Log, decode: DecodePosition) -> Any:
-    """The source position stored in the log now (``None``: none stored yet)."""
-    return decode(log.source_offsets())
+    """The source position stored in the log now, as one a sink can be consistent with:
+    ``None`` while none is stored, and while an initial snapshot is unfinished
+    (:func:`loading`): the position is stored when the snapshot starts, and the rows committed
+    before it reach the log chunk by chunk after."""
+    offsets = log.source_offsets()
+    return None if loading(offsets) else decode(offsets)
+
+
+def loading(offsets: Offsets) -> bool:
+    """An initial snapshot of a table (at the first start, or of a table added to the file) is
+    unfinished: its rows are the only way to changes committed before the stream began. A
+    re-snapshot (``cdc snapshot``, kind ``incremental``) re-reads rows the stream carried."""
+    found = snapshot_offsets.read(offsets)
+    return found is not None and any(t.kind == "initial" and not t.done for t in found.tables)
 
 
 def log_ends(log: Log, topics: Sequence[str]) -> dict[TopicPartition, int]:
@@ -96,8 +110,11 @@ class ConsistencyTracker:
         if now - self._last < self._every_s:
             return False
         self._last = now
-        self._sample()
-        committed = self._log.committed_offsets(self._group)
+        try:
+            self._sample()
+            committed = self._log.committed_offsets(self._group)
+        except LogError:
+            return False  # the log away for a moment: the next tick samples again
         moved = False
         while self._samples and not behind(self._samples[0][1], committed):
             position, _ = self._samples.popleft()

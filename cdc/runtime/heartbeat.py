@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -43,6 +43,8 @@ class Heartbeat:
     Args:
         role: ``cdc run``'s role (``all``, ``source``, ``sinks``).
         sinks: the sinks this process runs (``None``: every sink of the pipeline).
+        consistent: each of its sinks' consistent source position, as text, put in every beat
+            (``cdc status``, ``cdc wait``; :mod:`cdc.runtime.consistency`).
     """
 
     def __init__(
@@ -54,8 +56,10 @@ class Heartbeat:
         stop: threading.Event,
         logger: Logger,
         every_s: float = EVERY_S,
+        consistent: Callable[[], dict[str, str]] | None = None,
     ) -> None:
         self._log = log
+        self._consistent = consistent
         self._topic = control_topic(pipeline)
         self._key = orjson.dumps(
             {"kind": KIND, "role": role, "sinks": None if sinks is None else sorted(sinks)},
@@ -89,7 +93,10 @@ class Heartbeat:
         self._beat(STOPPED)
 
     def _beat(self, state: str) -> None:
-        value = orjson.dumps({**self._value, "state": state, "beat_ms": now_ms()})
+        beat: dict[str, Any] = {**self._value, "state": state, "beat_ms": now_ms()}
+        if self._consistent is not None:
+            beat["consistent"] = self._consistent()
+        value = orjson.dumps(beat)
         try:
             self._log.ensure_topics([self._topic])
             tx = self._log.begin()

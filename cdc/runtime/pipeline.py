@@ -31,6 +31,7 @@ from cdc.log.factory import open_log
 from cdc.metrics import SinkObserver, Telemetry
 from cdc.metrics.lag import LagClock
 from cdc.runtime import fingerprints, memory, standby
+from cdc.runtime.consistency import ConsistencyTracker
 from cdc.runtime.control_watcher import ControlWatcher
 from cdc.runtime.factories import build_sink, build_source, source_record_rows
 from cdc.runtime.heartbeat import Heartbeat
@@ -84,6 +85,11 @@ class PipelineRun:
         while the pipeline is idle."""
         appended = 0 if self.source_task is None else self.source_task.events_appended
         return appended + sum(task.records_applied for task in self.sink_tasks.values())
+
+    def consistent(self) -> dict[str, str]:
+        """Each sink's consistent source position, where known (cdc.runtime.consistency)."""
+        found = {name: task.consistent_position for name, task in self.sink_tasks.items()}
+        return {name: str(position) for name, position in found.items() if position is not None}
 
     def failed(self) -> TaskOutcome | None:
         return next((o for o in self.outcomes if o.error is not None), None)
@@ -153,7 +159,9 @@ def start(
         _spawn(run, "verify", check.serve)
     if run.telemetry is not None:
         _sample(run, run.telemetry)
-    run.heartbeat = Heartbeat(log, pipeline.name, role, sinks, run.stop_event, base)
+    run.heartbeat = Heartbeat(
+        log, pipeline.name, role, sinks, run.stop_event, base, consistent=run.consistent
+    )
     run.heartbeat.start()
     compact = getattr(log, "maybe_compact", None)
     if compact is not None and role in ("all", "source"):
@@ -254,10 +262,24 @@ def _start_sinks(run: PipelineRun, base: Logger, only: list[str] | None) -> None
             tables=pipeline.sink_tables(config),
             observer=observer,
             rows=source_record_rows(pipeline),
+            consistency=consistency_tracker(pipeline, config, log),
         )
         run.sink_tasks[config.name] = task
         serve = task.serve if gate is None else partial(gate.serve, task)
         _spawn(run, f"sink:{config.name}", serve)
+
+
+def consistency_tracker(
+    pipeline: Pipeline, config: SinkConfig, log: Log
+) -> ConsistencyTracker | None:
+    """The sink's consistent-position tracker, when the source plugin decodes positions (its
+    ``position`` hook); a Kafka log is sampled less often (each read is a round trip)."""
+    decode = getattr(plugins.load(plugins.SOURCE_GROUP, pipeline.source.type), "position", None)
+    if decode is None:
+        return None
+    every_s = 0.2 if pipeline.log.type == "embedded" else 1.0
+    group = group_name(pipeline.name, config.name)
+    return ConsistencyTracker(log, group, sink_topics(pipeline, config), decode, every_s)
 
 
 def _sink_observer(run: PipelineRun, config: SinkConfig) -> SinkObserver | None:

@@ -39,6 +39,7 @@ from cdc.log.encoding import EncodingFollower
 from cdc.log.eras import Eras
 from cdc.metrics.observers import SinkObserver
 from cdc.runtime import catch_up
+from cdc.runtime.consistency import ConsistencyTracker
 from cdc.runtime.control_watcher import ControlWatcher
 from cdc.runtime.read_size import ReadSize
 from cdc.runtime.sink_control import RETRYING, RUNNING, STOPPED
@@ -133,6 +134,8 @@ class SinkTask:
             read from the topic names, ``<pipeline>.<schema>.<table>``).
         observer: the process's metrics (``None``: off), told once per batch.
         rows: the source's read-side decoding of its records (:data:`RecordRows`), if any.
+        consistency: follows the source position the sink is consistent up to (``None``: a
+            source without positions).
     """
 
     def __init__(
@@ -152,8 +155,10 @@ class SinkTask:
         tables: Sequence[tuple[str, str]] | None = None,
         observer: SinkObserver | None = None,
         rows: RecordRows | None = None,
+        consistency: ConsistencyTracker | None = None,
     ) -> None:
         self._observer = observer
+        self._consistency = consistency
         self._rows = rows
         self._pipeline = pipeline
         self._name = name
@@ -297,6 +302,7 @@ class SinkTask:
             if self._catch_up is not None:
                 self._catch_up.idle()
             self._rebuild_from_log(self._probe.lost(self._sink))
+            self._track()
             return 0
         self.read_size.read(stored)
         # After the poll: a change is stored before what it encodes. A log that is away
@@ -330,7 +336,19 @@ class SinkTask:
             self._resets.applied(offsets)
         if self._catch_up is not None:
             self._catch_up.note(offsets)
+        self._track()
         return len(batch)
+
+    @property
+    def consistent_position(self) -> Any:
+        """The source position this sink holds every change up to (``None``: not known)."""
+        return None if self._consistency is None else self._consistency.position
+
+    def _track(self) -> None:
+        """Move the consistent position on (:mod:`cdc.runtime.consistency`), at its pace."""
+        tracker = self._consistency
+        if tracker is not None and tracker.tick() and self._observer is not None:
+            self._observer.consistent(tracker.position)
 
     def _rebuild_from_log(self, exc: SinkDataLost | None) -> None:
         """The store lost what it held (``exc``; ``None``: it did not): reset every table, so

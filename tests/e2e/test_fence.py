@@ -21,6 +21,7 @@ import pytest
 import redis
 
 from cdc import fence
+from connectors.postgres.lsn import Lsn
 from tests.e2e.cli_helpers import cdc, http_get, start_run, stop, wait_for
 from tests.services.ports import LOOPBACK, free_port
 
@@ -150,8 +151,86 @@ def test_a_fence_after_writes_the_sink_does_not_take_returns_without_a_captured_
     returns well within its timeout, and in less than the status interval (10 s)."""
     with psycopg.connect(scene["dsn"], autocommit=True) as conn:
         conn.execute("CREATE TABLE other (id int PRIMARY KEY)")
+        conn.execute("INSERT INTO other VALUES (-1)")
         with fence.Fences(scene["path"]) as fences:
-            fences.wait("cache", timeout_s=30)  # caught up with the CREATE TABLE first
+            # A session's first idle offer waits the status interval (10 s): the first fence
+            # on WAL without a captured change may wait that long.
+            fences.wait("cache", timeout_s=30)
             for n in range(20):
                 conn.execute("INSERT INTO other VALUES (%s)", (n,))
                 fences.wait("cache", timeout_s=3)
+
+
+def _metric(listen: str) -> int | None:
+    _, body = http_get(f"http://{listen}/metrics")
+    for line in body.decode().splitlines():
+        if line.startswith("cdc_sink_consistent_position{") and 'sink="cache"' in line:
+            return int(float(line.rsplit(" ", 1)[1]))
+    return None
+
+
+def _published(scene: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
+    """What ``cdc status --json`` and ``/readyz`` say of the cache's consistent position."""
+    status = orjson.loads(cdc("status", str(scene["path"]), "--json", cwd=tmp_path).stdout)
+    beats = [p.get("consistent", {}).get("cache") for p in status["processes"]]
+    ready = orjson.loads(http_get(f"http://{scene['listen']}/readyz")[1])
+    return {
+        "status": status["sinks"][0]["consistent_position"],
+        "beat": next((b for b in beats if b), None),
+        "readyz": ready.get("consistent_positions", {}).get("cache"),
+        "metric": _metric(scene["listen"]),
+    }
+
+
+def test_the_consistent_position_advances_in_status_metrics_and_readyz(
+    scene: dict[str, Any], tmp_path: Path
+) -> None:
+    seen: dict[str, Any] = {}
+
+    def all_at(position: Lsn) -> bool:
+        seen.update(_published(scene, tmp_path))
+        texts = [seen["status"], seen["beat"], seen["readyz"]]
+        return all(t and Lsn.parse(t) >= position for t in texts) and seen["metric"] >= position
+
+    positions = []
+    with psycopg.connect(scene["dsn"], autocommit=True) as conn:
+        for n in (1, 2):
+            conn.execute("INSERT INTO notes VALUES (%s, 'x')", (n,))
+            reached = Lsn.parse(str(fence.wait(scene["path"], "cache")))
+            # The beat goes out every 5 s: the status and /readyz come first.
+            wait_for(lambda r=reached: all_at(r), 30, 0.2, scene["run"], tmp_path / "run.log", seen)
+            positions.append(reached)
+    assert positions[0] < positions[1]  # the second insert's commit is past the first's
+
+
+def test_a_fence_set_before_the_first_start_waits_for_the_whole_initial_snapshot(
+    pg_db: str, redis_server: Any, tmp_path: Path
+) -> None:
+    """Rows written before the pipeline's first start reach the sinks through the initial
+    snapshot, whose position is stored with its first chunk: a fence on a position taken
+    before the start returns only once every chunk is applied."""
+    rows = 2000
+    with psycopg.connect(pg_db, autocommit=True) as conn:
+        conn.execute("CREATE TABLE notes (id int PRIMARY KEY, body text)")
+        conn.execute(
+            "INSERT INTO notes SELECT n, 'note ' || n FROM generate_series(1, %s) n", (rows,)
+        )
+        before = str(conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0])  # type: ignore[index]
+    name = f"fence_{uuid.uuid4().hex[:8]}"
+    path = _pipeline(tmp_path, name, pg_db, redis_server.url, f"{LOOPBACK}:{free_port()}")
+    path.write_text(
+        path.read_text().replace(
+            "tables: [public.notes]", "tables: [public.notes], snapshot_chunk_rows: 50"
+        )
+    )
+    run = start_run(path, tmp_path)
+    try:
+        fence.wait(path, "cache", before, timeout_s=60)
+        cache = redis.Redis.from_url(redis_server.url)
+        found = sum(
+            1 for v in cache.mget([f"{name}:public.notes:{n}" for n in range(1, rows + 1)]) if v
+        )
+        assert found == rows
+    finally:
+        stop(run)
+        cdc("drop", str(path), "--yes", cwd=tmp_path)

@@ -249,6 +249,7 @@ def _fill(metrics: Metrics) -> None:
         metrics.end_to_end.labels(**p, sink=sink).observe(0.2)
         metrics.sink_errors.labels(**p, sink=sink, kind="unavailable").inc()
         metrics.sink_rebuilds.labels(**p, sink=sink).inc()
+        metrics.sink_consistent.labels(**p, sink=sink).set(0x16B3000)
         metrics.verify_mismatched.labels(**p, sink=sink, table="public.orders").set(0)
         metrics.verify_full_pass.labels(**p, sink=sink).set(time.time())
     for task in ("source", "sink:cache", "sink:warehouse"):

@@ -19,6 +19,8 @@ from connectors.postgres.lsn import Lsn
 from connectors.postgres.replication.connection import ReplicationConnection
 from connectors.postgres.replication.protocol import parse_keepalive, standby_status_update
 
+#: How long a session waits before its first idle offer (see :meth:`IdleOffers.restart`).
+FIRST_IDLE_OFFER_S = 1.0
 #: The least time between two idle offers after a session's first.
 IDLE_OFFER_S = 0.05
 #: How often an idle session asks the server how far its decoding went (:meth:`Flush.ping`).
@@ -115,18 +117,21 @@ class IdleOffers:
     """
 
     def __init__(self, interval_s: float, every_s: float = IDLE_OFFER_S) -> None:
-        self._interval_s = interval_s
+        # A session's first offer: at most a second, so a read-your-writes fence set right
+        # after a start (on WAL without a captured change) does not wait the status interval.
+        self._interval_s = min(interval_s, FIRST_IDLE_OFFER_S)
         # After the first: read-your-writes fences (cdc wait) wait for the stored position to
         # pass the server's, so an idle offer waits this little; one small log commit each.
-        self._every_s = min(every_s, interval_s)
+        self._every_s = min(every_s, self._interval_s)
         self._offered = 0
         self._last = 0.0
-        self._wait_s = interval_s
+        self._wait_s = self._interval_s
 
     def restart(self) -> None:
         """A new session: the server resends from its start, so nothing offered carries over.
 
-        The first offer waits an interval too: while a session starts, the server may still be
+        The first offer waits a while too (:data:`FIRST_IDLE_OFFER_S`, or the status interval
+        when shorter): while a session starts, the server may still be
         decoding a transaction committed just before, and its keepalives then stand inside it.
         Storing such a position is safe, but it would cut a large transaction's batches with a
         commit that carries no events.
