@@ -133,8 +133,10 @@ def run(
 )
 @click.option("--wait", is_flag=True, help="With --reset-table: wait until the table is rebuilt.")
 @click.option("--timeout-s", type=click.FloatRange(min=0), default=300.0, show_default=True)
-@click.option("--rebuild", is_flag=True, help="Rebuild the sink from the log (docs/sinks).")
-@click.option("--into", multiple=True, metavar="PATH_OR_DSN", help="With --rebuild: a new copy.")
+@click.option("--rebuild", is_flag=True, help="Rebuild the sink from the compacted log.")
+@click.option(
+    "--into", multiple=True, metavar="PATH_OR_DSN", help="With --rebuild: a new copy (or FIELD=V)."
+)
 @click.option("--as-of", metavar="POSITION", help="With --rebuild --into: a past state.")
 @METRICS_LISTEN
 @click.pass_context
@@ -161,8 +163,10 @@ def sink(
     a few seconds, restarting the sink if an error had stopped it; otherwise the next
     ``cdc run`` or ``cdc sink FILE NAME``, before it reads anything).
 
-    With --rebuild: every table so, or with --into a copy beside the sink (--as-of: as of a
-    past position, from a history-mode sink); see cdc/cli/sink_rebuild.py.
+    With --rebuild: every table so (followed until caught up where a process runs the sink,
+    else the sink runs here), or with --into a new copy beside the sink, built from the log
+    here and holding the offsets it read up to, to swap in (--as-of: as of a past position,
+    from a history-mode DuckDB sink). See docs/sinks/rebuild.md.
     """
     if rebuild or into or as_of:
         from cdc.cli.sink_rebuild import rebuild_command
