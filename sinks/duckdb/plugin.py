@@ -19,9 +19,9 @@ class DuckDBSinkPlugin:
     """Builds :class:`DuckDBSink`; :meth:`read_rows` reads a table back for ``cdc verify``."""
 
     config_model = DuckDBSinkConfig
-    rows_decoded = True  # read_rows gives DuckDB's typed values, not the envelope's encoding
     rebuild_into = ("path",)  # cdc sink --rebuild --into: a copy in another file
     rebuild_as_of = staticmethod(point_in_time.rebuild_as_of)  # --rebuild --into --as-of (history)
+    rows_decoded = True  # read_rows gives DuckDB's typed values, not the envelope's encoding
     single_writer = True  # one writing process per file: other workers stand by (on Kafka)
 
     @staticmethod

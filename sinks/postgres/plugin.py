@@ -14,8 +14,8 @@ class PostgresSinkPlugin:
     """Builds :class:`PostgresSink`; :meth:`read_rows` reads a table back for ``cdc verify``."""
 
     config_model = PostgresSinkConfig
-    rows_decoded = True  # read_rows gives values by their meaning, not the envelope's encoding
     rebuild_into = ("dsn", "schema")  # cdc sink --rebuild --into: another database or schema
+    rows_decoded = True  # read_rows gives values by their meaning, not the envelope's encoding
 
     @staticmethod
     def create(config: PostgresSinkConfig, context: SinkContext) -> PostgresSink:

@@ -17,8 +17,8 @@ class SearchSinkPlugin:
     serves ``cdc search``."""
 
     config_model = SearchSinkConfig
-    single_writer = True  # Tantivy's index takes one writer: other workers stand by (on Kafka)
     rebuild_into = ("path",)  # cdc sink --rebuild --into: a copy in another directory
+    single_writer = True  # Tantivy's index takes one writer: other workers stand by (on Kafka)
 
     @staticmethod
     def create(config: SearchSinkConfig, context: SinkContext) -> SearchSink:
