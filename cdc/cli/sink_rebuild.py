@@ -28,12 +28,17 @@ from cdc.contracts.errors import CdcError
 from cdc.log.factory import open_log
 from cdc.runtime.heartbeat import processes, runs_sink
 from cdc.runtime.pipeline import sink_topics
-from cdc.runtime.rebuild_into import CopyRefused, build_copy, copy_config
+from cdc.runtime.rebuild_into import CopyRefused, build_copy, copy_config, keeps_offsets
 from cdc.runtime.sink_control import SinkControl
 from cdc.runtime.sink_task import group_name
 from cdc.support.logging import get_logger
 
 EXIT_OK, EXIT_RUNTIME, EXIT_CONFIG = 0, 1, 2
+NO_OFFSETS = (
+    "sink {name} ({type}) keeps no offsets beside its data, only its consumer group's, so it "
+    "cannot be reset or rebuilt; to send the log again from its start, give the sink a new "
+    "name (a new group reads every topic from offset 0)"
+)
 NO_AS_OF = (
     "--as-of needs the versions a history-mode sink kept (DuckDB with mode: history): the "
     "compacted log keeps only each key's latest record, so it cannot give an older state"
@@ -82,11 +87,14 @@ def _in_place(
         click.echo(f"error: {exc}", err=True)
         return EXIT_RUNTIME
     try:
+        running = runs_sink(processes(log, pipeline.name), config.name)
+        if not running and not keeps_offsets(pipeline, config, log):
+            return _usage(NO_OFFSETS.format(name=config.name, type=config.type))
         control = SinkControl(log, pipeline.name)
         tables = [f"{s}.{t}" for s, t in pipeline.sink_tables(config)]
         requests = [control.request_reset(config.name, table) for table in tables]
         click.echo(f"requested a rebuild of sink {config.name} from the log ({len(tables)} tables)")
-        if runs_sink(processes(log, pipeline.name), config.name):
+        if running:
             click.echo("a running process applies it; following it until the sink caught up")
             group = group_name(pipeline.name, config.name)
             topics = sink_topics(pipeline, config)

@@ -36,7 +36,7 @@ from cdc.runtime.factories import build_sink, source_record_rows
 from cdc.runtime.log_replay import ReplayLog
 from cdc.runtime.schemas import SchemaCatalog
 from cdc.runtime.sink_task import SinkTask
-from cdc.support.logging import Logger
+from cdc.support.logging import Logger, get_logger
 
 
 class CopyRefused(CdcError):
@@ -157,6 +157,18 @@ def _mark_new_tables(
             partitions = [TopicPartition(topic, p) for p in sorted(end_offsets(log, topic))]
             sink.reset_table((schema, table), partitions)
             logger.debug("sink.rebuild_into.table_marked", table=f"{schema}.{table}")
+    finally:
+        sink.close()
+
+
+def keeps_offsets(pipeline: Pipeline, config: SinkConfig, log: Log) -> bool:
+    """Whether the sink stores its offsets beside its data (what a reset and a copy need):
+    asked of the sink, opened once (where no process runs it)."""
+    factory = build_sink(pipeline, config, SchemaCatalog(log, pipeline.name), get_logger())
+    sink = factory()
+    sink.open()
+    try:
+        return sink.stored_offsets() is not None
     finally:
         sink.close()
 

@@ -42,3 +42,12 @@ def test_what_cannot_be_done_exits_2_with_the_fix(
     assert result.returncode == 2, result.stdout + result.stderr
     assert says in result.stderr
     assert not (tmp_path / "log").exists()  # refused before the log was opened
+
+
+def test_a_sink_without_stored_offsets_is_not_rebuilt_in_place(tmp_path: Path) -> None:
+    pipeline = pipeline_file(tmp_path, "errs", [HOOK])
+    result = cdc("sink", str(pipeline), "hooks", "--rebuild", cwd=tmp_path,
+                 env={"PG_DSN": "postgresql://x/y"})  # fmt: skip
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "keeps no offsets beside its data" in result.stderr
+    assert "give the sink a new name" in result.stderr
