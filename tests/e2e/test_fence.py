@@ -234,3 +234,33 @@ def test_a_fence_set_before_the_first_start_waits_for_the_whole_initial_snapshot
     finally:
         stop(run)
         cdc("drop", str(path), "--yes", cwd=tmp_path)
+
+
+def test_fences_on_the_kafka_log(
+    request: pytest.FixtureRequest, pg_db: str, redis_server: Any, tmp_path: Path
+) -> None:
+    """The same fence on Kafka: the end offsets count transaction markers, which the sink's
+    group commits past once it has read everything."""
+    server = request.getfixturevalue("kafka_server")
+    server.ensure_serving()
+    with psycopg.connect(pg_db, autocommit=True) as conn:
+        conn.execute("CREATE TABLE notes (id int PRIMARY KEY, body text)")
+    name = f"fence_{uuid.uuid4().hex[:8]}"
+    path = _pipeline(tmp_path, name, pg_db, redis_server.url, f"{LOOPBACK}:{free_port()}")
+    kafka = f"{{type: kafka, bootstrap_servers: '{server.bootstrap_servers}', partitions: 3}}"
+    path.write_text(
+        path.read_text().replace(
+            f"log: {{type: embedded, path: '{tmp_path / 'log'}'}}", f"log: {kafka}"
+        )
+    )
+    run = start_run(path, tmp_path)
+    cache = redis.Redis.from_url(redis_server.url)
+    try:
+        with psycopg.connect(pg_db, autocommit=True) as conn, fence.Fences(path) as fences:
+            for n in range(10):
+                conn.execute("INSERT INTO notes VALUES (%s, %s)", (n, f"note {n}"))
+                fences.wait("cache", timeout_s=60)
+                assert cache.get(f"{name}:public.notes:{n}") is not None, n
+    finally:
+        stop(run)
+        cdc("drop", str(path), "--yes", cwd=tmp_path)
