@@ -17,7 +17,8 @@ from cdc.views.join import Key, Pos
 
 #: The connector name in a view document's ``source`` block.
 VIEW_CONNECTOR = "cdc-view"
-#: The state key of the view's own counters: its high-water position and documents written.
+#: The state key of the view's own counters: its high-water position (the highest source
+#: position it has read) and its documents' sequence at that position.
 META_KEY = b'{"meta":"view"}'
 #: The type of an embedded field and of ``_positions`` in the view's published schema.
 JSON_TYPE = "jsonb"
@@ -49,8 +50,8 @@ def state_record(
     return Record(state_topic(pipeline, view), state_key(table, key), value)
 
 
-def meta_record(pipeline: str, view: ViewConfig, high: Pos, written: int) -> Record:
-    value = orjson.dumps({"high": list(high), "written": written})
+def meta_record(pipeline: str, view: ViewConfig, high: Pos, seq: int) -> Record:
+    value = orjson.dumps({"high": list(high), "seq": seq})
     return Record(state_topic(pipeline, view), META_KEY, value)
 
 

@@ -71,7 +71,7 @@ class ViewTask:
         }
         self._catalog = SchemaCatalog(log, pipeline.name)
         self._published: TableSchema | None = None
-        self.documents_written = 0
+        self.documents_written = 0  # by this task, for its owner's progress
 
     def serve(self) -> None:
         """Run until the pipeline stops; retriable errors start a fresh session."""
@@ -84,21 +84,22 @@ class ViewTask:
         # Published again once a session: the last session's may have been in a transaction
         # that its failure aborted.
         self._published = None
-        state, high, written = self._restore()
+        state, high, seq = self._restore()
         consumer = self._log.consumer(out.view_group(self._name, self._view), list(self._tables))
-        self._logger.info("view.started", view=self._view.name, written=written)
+        self._logger.info("view.started", view=self._view.name, high=high)
         try:
             while not self._stop.is_set():
                 batch = consumer.poll(self._max_records, self._poll_timeout_s)
                 if batch:
-                    high, written = self._apply(state, batch, high, written, consumer)
+                    high, seq = self._apply(state, batch, high, seq, consumer)
         finally:
             consumer.close()
 
     # -- the state ---------------------------------------------------------------------------
 
     def _restore(self) -> tuple[ViewState, Pos | None, int]:
-        """The state, the high-water position and the documents written, as last committed."""
+        """The state, the high-water position and the documents' sequence at it, as last
+        committed."""
         topic = out.state_topic(self._name, self._view)
         self._log.ensure_topics([topic, out.view_topic(self._name, self._view)])
         latest: dict[bytes, bytes | None] = {}
@@ -116,7 +117,7 @@ class ViewTask:
         if meta is None:
             return state, None, 0
         counters = orjson.loads(meta)
-        return state, tuple(counters["high"]), int(counters["written"])
+        return state, tuple(counters["high"]), int(counters["seq"])
 
     # -- a batch -----------------------------------------------------------------------------
 
@@ -125,10 +126,12 @@ class ViewTask:
         state: ViewState,
         batch: list[StoredRecord],
         high: Pos | None,
-        written: int,
+        seq: int,
         consumer: Consumer,
     ) -> tuple[Pos | None, int]:
-        """Apply a batch and commit its documents, state and offsets together."""
+        """Apply a batch and commit its documents, state and offsets together; the new
+        high-water position and sequence."""
+        before = 0 if high is None else high[0]
         changes: list[Record] = []
         touched: set[Key] = set()
         for record in decode_records(batch, None, self._rows):
@@ -145,16 +148,20 @@ class ViewTask:
             changes.append(out.state_record(self._name, self._view, table, key, row, pos))
         docs: list[Record] = self._schema_records(touched)
         at = 0 if high is None else high[0]
+        if at != before:
+            seq = 0  # a new high-water position: the documents' sequence starts again
         for key in sorted(touched):
-            # The high-water position never moves back and the count only grows, so a key's
-            # next document sorts after its last in every sink's position guard.
-            written += 1
+            # A document's position is (high-water position, sequence): the first never moves
+            # back and the second grows until the first moves, so a key's next document sorts
+            # after its last in every sink's position guard. The sequence stays small (OpenSearch
+            # packs it into 16 bits of its version).
+            seq += 1
             doc = state.document(key)
-            docs += out.document_records(self._name, self._view, key, doc, (at, written))
-        changes.append(out.meta_record(self._name, self._view, high or (0, 0), written))
+            docs += out.document_records(self._name, self._view, key, doc, (at, seq))
+        changes.append(out.meta_record(self._name, self._view, high or (0, 0), seq))
         self._commit(changes + docs, _next_offsets(batch), consumer)
-        self.documents_written = written
-        return high, written
+        self.documents_written += len(touched)
+        return high, seq
 
     def _commit(
         self, records: Sequence[Record], offsets: dict[TopicPartition, int], consumer: Consumer

@@ -143,6 +143,8 @@ def test_a_new_task_resumes_from_the_stored_state_and_indexes(log: EmbeddedLog) 
     assert docs[3]["_positions"] == {"root": [13, 0], "customer": [30, 0], "items": [[20, 0]]}
     positions = [orjson.loads(r.pos) for r in log.read("shop.views.order_docs", 0, 0, 100)]
     assert positions == sorted(positions)  # every document sorts after the ones before it
+    # The sequence starts again at each new high-water position (OpenSearch keeps 16 bits).
+    assert positions[-3:] == [[30, 1], [30, 2], [30, 3]]
 
 
 def test_an_on_column_the_table_lacks_stops_the_view_with_its_yaml_path(
