@@ -1,5 +1,9 @@
 """``cdc verify`` for live join views: each view's topic against the same join run on the
-source's rows now (:func:`cdc.views.join.join_rows`).
+source's rows now (the view's own store, :mod:`cdc.views.store`).
+
+Memory does not grow with the tables: the source's rows are loaded into a temporary store and
+the view topic's documents into a temporary database beside it, and both sides are streamed
+through the range-digest comparison of every table (:func:`cdc.verify.ranges.compare_streams`).
 
 A view that has not read its tables to their ends is reported LAGGING, as a sink is. Positions
 are left out of the comparison: they say where a document's rows came from, not what it holds.
@@ -8,9 +12,11 @@ are left out of the comparison: they say where a document's rows came from, not 
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import sqlite3
+import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -23,8 +29,10 @@ from cdc.contracts.events import topic_name
 from cdc.log.base import Log, TopicPartition
 from cdc.log.offsets import last_offsets
 from cdc.support.wait import WaitTimeout, wait_until
+from cdc.verify.ranges import Candidates, Found, KeyFilter, compare_streams
 from cdc.views import records as out
-from cdc.views.join import Key, canonical_key, join_rows
+from cdc.views.join import canonical_key
+from cdc.views.store import ViewStore, documents, load_rows
 
 #: Keys listed per kind of difference, as the table comparison lists them.
 SHOWN = 20
@@ -75,17 +83,48 @@ def _verify(
         behind = _lag(pipeline, log, view, lag_s)
         if behind:
             return TableComparison(view.table, sink, lag=behind)
-        expected = join_rows(view, {t: _source_rows(pipeline, read, t) for t in view.inputs()})
-        result = _compare(view.table, sink, expected, _view_documents(log, sink))
+        result = _compare(pipeline, log, view, read, sink)
         if result.ok or attempt + 1 >= attempts:
             break
         time.sleep(wait_s)
     return result
 
 
-def _source_rows(pipeline: Pipeline, read: Any, table: str) -> list[tuple[Any, Any]]:
+def _source_rows(pipeline: Pipeline, read: Any, table: str) -> Any:
     schema, _, name = table.partition(".")
-    return list(read(pipeline.source, schema, name, envelope=pipeline.envelope))
+    return read(pipeline.source, schema, name, envelope=pipeline.envelope)
+
+
+def _compare(
+    pipeline: Pipeline, log: Log, view: ViewConfig, read: Any, topic: str
+) -> TableComparison:
+    """The source's join against the view topic's documents, both in temporary databases."""
+    with tempfile.TemporaryDirectory(prefix="cdc-verify-view-") as tmp:
+        expected = ViewStore(Path(tmp) / "source.sqlite", view)
+        actual = _TopicDocuments(Path(tmp) / "view.sqlite")
+        try:
+            load_rows(expected, lambda table: _source_rows(pipeline, read, table))
+            actual.load(log, topic)
+
+            def source(wanted: KeyFilter | None) -> Iterator[Candidates]:
+                return ([(k, _c(doc))] for k, doc in documents(expected, wanted))
+
+            found = compare_streams(source, actual.entries)
+        finally:
+            expected.close()
+            actual.close()
+    return _result(view.table, topic, found)
+
+
+def _result(table: str, topic: str, found: Found) -> TableComparison:
+    result = TableComparison(table, topic)
+    result.source_count, result.sink_count = found.counts
+    result.source_checksum, result.sink_checksum = found.checksum(0), found.checksum(1)
+    result.keys = (found.missing, found.extra, found.different)
+    result.missing, result.extra, result.different = (
+        [orjson.loads(k) for k in sorted(keys)[:SHOWN]] for keys in result.keys
+    )
+    return result
 
 
 def _lag(pipeline: Pipeline, log: Log, view: ViewConfig, wait_s: float) -> dict[str, Any]:
@@ -111,54 +150,48 @@ def _lag(pipeline: Pipeline, log: Log, view: ViewConfig, wait_s: float) -> dict[
     return behind()
 
 
-def _view_documents(log: Log, topic: str) -> dict[Key, dict[str, Any]]:
-    """The view's current documents: each key's last record (a tombstone or delete: gone)."""
-    docs: dict[Key, dict[str, Any]] = {}
-    for partition, end in log.end_offsets(topic).items():
-        offset = 0
-        while offset < end:
-            chunk = log.read(topic, partition, offset, 2000)
-            if not chunk:
-                break
-            for record in chunk:
-                _take(docs, record.key, record.value)
-            offset = chunk[-1].offset + 1
-    return docs
+class _TopicDocuments:
+    """The view topic's current documents (each key's last record; a tombstone or delete:
+    gone), positions left out, in a database on disk."""
 
+    def __init__(self, path: Path) -> None:
+        self._conn = sqlite3.connect(str(path), isolation_level=None)
+        self._conn.execute("PRAGMA journal_mode=OFF")
+        self._conn.execute("CREATE TABLE docs (k BLOB PRIMARY KEY, doc BLOB) WITHOUT ROWID")
 
-def _take(docs: dict[Key, dict[str, Any]], key: bytes | None, value: bytes | None) -> None:
-    if key is None:
-        return
-    at = canonical_key(orjson.loads(key))
-    after = None if value is None else orjson.loads(value).get("after")
-    if after is None:
-        docs.pop(at, None)
-        return
-    after.pop(POSITIONS_FIELD, None)
-    docs[at] = after
+    def close(self) -> None:
+        self._conn.close()
 
+    def load(self, log: Log, topic: str) -> None:
+        self._conn.execute("BEGIN")
+        for partition, end in log.end_offsets(topic).items():
+            offset = 0
+            while offset < end:
+                chunk = log.read(topic, partition, offset, 2000)
+                if not chunk:
+                    break
+                for record in chunk:
+                    self._take(record.key, record.value)
+                offset = chunk[-1].offset + 1
+        self._conn.execute("COMMIT")
 
-def _compare(
-    table: str, sink: str, expected: dict[Key, Any], actual: dict[Key, Any]
-) -> TableComparison:
-    result = TableComparison(table, sink, len(expected), len(actual))
-    result.source_checksum = _checksum(expected.items())
-    result.sink_checksum = _checksum(actual.items())
-    result.missing = [orjson.loads(k) for k in sorted(expected.keys() - actual.keys())][:SHOWN]
-    result.extra = [orjson.loads(k) for k in sorted(actual.keys() - expected.keys())][:SHOWN]
-    different = [
-        k for k in sorted(expected.keys() & actual.keys()) if _c(expected[k]) != _c(actual[k])
-    ]
-    result.different = [orjson.loads(k) for k in different][:SHOWN]
-    return result
+    def _take(self, key: bytes | None, value: bytes | None) -> None:
+        if key is None:
+            return
+        at = canonical_key(orjson.loads(key))
+        after = None if value is None else orjson.loads(value).get("after")
+        if after is None:
+            self._conn.execute("DELETE FROM docs WHERE k = ?", (at,))
+            return
+        after.pop(POSITIONS_FIELD, None)
+        self._conn.execute("INSERT OR REPLACE INTO docs (k, doc) VALUES (?, ?)", (at, _c(after)))
+
+    def entries(self, wanted: KeyFilter | None) -> Iterator[Candidates]:
+        cursor = self._conn.execute("SELECT k, doc FROM docs ORDER BY k")
+        with contextlib.closing(cursor):
+            while rows := cursor.fetchmany(500):
+                yield from ([(k, doc)] for k, doc in rows if wanted is None or wanted(k))
 
 
 def _c(doc: Any) -> bytes:
     return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
-
-
-def _checksum(items: Iterable[tuple[Key, Any]]) -> str:
-    digest = hashlib.sha256()
-    for key, doc in sorted(items):
-        digest.update(key + b"\0" + _c(doc) + b"\n")
-    return digest.hexdigest()[:16]

@@ -55,11 +55,16 @@ def meta_record(pipeline: str, view: ViewConfig, high: Pos, seq: int) -> Record:
     return Record(state_topic(pipeline, view), META_KEY, value)
 
 
+def parse_state_key(key: bytes) -> tuple[str, Key]:
+    """A state record's key back to ``(table, key)``."""
+    k = orjson.loads(key)
+    return k["t"], orjson.dumps(k["k"], option=orjson.OPT_SORT_KEYS)
+
+
 def parse_state(key: bytes, value: bytes) -> tuple[str, Key, dict[str, Any], Pos]:
     """A state record back to ``(table, key, row, pos)``."""
-    k = orjson.loads(key)
     v = orjson.loads(value)
-    return k["t"], orjson.dumps(k["k"], option=orjson.OPT_SORT_KEYS), v["row"], tuple(v["pos"])
+    return (*parse_state_key(key), v["row"], tuple(v["pos"]))
 
 
 def document_records(

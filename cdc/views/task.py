@@ -3,15 +3,21 @@ document per root row that changed, exactly once.
 
 Checkpoint, in one log transaction: the view's schema (when it changed), the state rows the
 batch changed, the view's counters, the documents, and the consumer group's next offsets. After
-a crash all of them are there or none is, so the state always matches the offsets it was read
-to, and no document is written twice or lost. At a start the state is read back from its
-compacted topic (:meth:`ViewTask._restore`); the reverse indexes are built again from it.
+a crash all of them are there or none is, so the state topic always matches the offsets it was
+read to, and no document is written twice or lost.
+
+The rows and indexes a batch works on are in a local SQLite store (:mod:`cdc.views.store`), a
+cache of the state topic with bounded memory: its transaction commits after the log's, with the
+topic's new tip. At a start (:meth:`ViewTask._open_store`) a store that is missing, stale (a
+crash between the two commits) or for another definition is rebuilt from the state topic.
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -29,7 +35,8 @@ from cdc.runtime.sink_task import RecordRows, decode_records
 from cdc.support.logging import Logger
 from cdc.support.retry import Stopped, retry_until_stopped
 from cdc.views import records as out
-from cdc.views.join import Key, Pos, ViewState, canonical_key
+from cdc.views.join import Key, Pos, canonical_key
+from cdc.views.store import Tips, ViewStore
 
 
 class ViewMisconfigured(SourceMisconfigured):
@@ -42,6 +49,8 @@ class ViewTask:
     Args:
         index: the view's place in ``views:``, for the YAML path of a misconfigured column.
         rows: the source's read-side decoding of its records, as sinks get it.
+        store_dir: where the view's local store lives (default: ``views/`` in the pipeline's
+            local state directory, beside the embedded log or the Kafka log's state).
     """
 
     def __init__(
@@ -55,6 +64,7 @@ class ViewTask:
         rows: RecordRows | None = None,
         max_records: int = 2000,
         poll_timeout_s: float = 0.2,
+        store_dir: Path | None = None,
     ) -> None:
         self._name = pipeline.name
         self._view = view
@@ -71,6 +81,9 @@ class ViewTask:
         }
         self._catalog = SchemaCatalog(log, pipeline.name)
         self._published: TableSchema | None = None
+        directory = store_dir if store_dir is not None else pipeline.state_path() / "views"
+        self._store_path = directory / f"{view.name}.sqlite"
+        self.rebuilds = 0  # of the local store by this task, for tests and logs
         self.documents_written = 0  # by this task, for its owner's progress
 
     def serve(self) -> None:
@@ -84,104 +97,145 @@ class ViewTask:
         # Published again once a session: the last session's may have been in a transaction
         # that its failure aborted.
         self._published = None
-        state, high, seq = self._restore()
+        store = self._open_store()
+        high, seq = store.counters()
         consumer = self._log.consumer(out.view_group(self._name, self._view), list(self._tables))
         self._logger.info("view.started", view=self._view.name, high=high)
         try:
             while not self._stop.is_set():
                 batch = consumer.poll(self._max_records, self._poll_timeout_s)
                 if batch:
-                    high, seq = self._apply(state, batch, high, seq, consumer)
+                    high, seq = self._apply(store, batch, high, seq, consumer)
         finally:
             consumer.close()
+            store.close()
 
     # -- the state ---------------------------------------------------------------------------
 
-    def _restore(self) -> tuple[ViewState, Pos | None, int]:
-        """The state, the high-water position and the documents' sequence at it, as last
-        committed."""
+    def _open_store(self) -> ViewStore:
+        """The local store, rebuilt from the state topic unless it matches the topic's tip."""
         topic = out.state_topic(self._name, self._view)
         self._log.ensure_topics([topic, out.view_topic(self._name, self._view)])
-        latest: dict[bytes, bytes | None] = {}
+        store = ViewStore(self._store_path, self._view)
+        try:
+            tips = state_tips(self._log, topic)
+            if store.matches(tips):
+                return store
+            self._logger.info("view.store_rebuilding", view=self._view.name)
+            store.reset()
+            store.begin()
+            high, seq = None, 0
+            for key, value in self._state_records(topic):
+                if key == out.META_KEY:
+                    counters = orjson.loads(value) if value is not None else {}
+                    high = tuple(counters["high"]) if counters.get("high") else None
+                    seq = int(counters.get("seq", 0))
+                elif value is None:
+                    table, row_key = out.parse_state_key(key)
+                    store.load(table, row_key, None, (0, 0))
+                else:
+                    store.load(*out.parse_state(key, value))
+            store.commit(tips, high, seq)
+            self.rebuilds += 1
+            return store
+        except BaseException:
+            store.rollback()
+            store.close()
+            raise
+
+    def _state_records(self, topic: str) -> Iterator[tuple[bytes, bytes | None]]:
+        """The state topic's records in each partition's order (a key's last record wins)."""
         for partition, end in self._log.end_offsets(topic).items():
             offset = 0
             while offset < end:
                 chunk = self._log.read(topic, partition, offset, 2000)
                 if not chunk:
                     break
-                latest.update((r.key, r.value) for r in chunk if r.key is not None)
+                yield from ((r.key, r.value) for r in chunk if r.key is not None)
                 offset = chunk[-1].offset + 1
-        meta = latest.pop(out.META_KEY, None)
-        state = ViewState(self._view)
-        state.restore(out.parse_state(k, v) for k, v in latest.items() if v is not None)
-        if meta is None:
-            return state, None, 0
-        counters = orjson.loads(meta)
-        return state, tuple(counters["high"]), int(counters["seq"])
 
     # -- a batch -----------------------------------------------------------------------------
 
     def _apply(
         self,
-        state: ViewState,
+        store: ViewStore,
         batch: list[StoredRecord],
         high: Pos | None,
         seq: int,
         consumer: Consumer,
     ) -> tuple[Pos | None, int]:
-        """Apply a batch and commit its documents, state and offsets together; the new
-        high-water position and sequence."""
-        before = 0 if high is None else high[0]
+        """Apply a batch and commit its documents, state and offsets together, then the
+        store; the new high-water position and sequence."""
+        store.begin()
+        try:
+            before = 0 if high is None else high[0]
+            changes, high = self._changes(store, batch, high)
+            tx = self._log.begin()
+            try:
+                tx.append(changes + self._schema_records(store.any_touched()))
+                at = 0 if high is None else high[0]
+                if at != before:
+                    seq = 0  # a new high-water position: the documents' sequence starts again
+                seq = self._documents(store, tx, at, seq)
+                tx.append([out.meta_record(self._name, self._view, high or (0, 0), seq)])
+                self._store_offsets(tx, _next_offsets(batch), consumer)
+                tx.commit()
+            except BaseException:
+                tx.abort()
+                raise
+            # After the log's commit: a crash here leaves the store behind the state topic's
+            # tip, which the next start sees (and rebuilds).
+            store.commit(state_tips(self._log, out.state_topic(self._name, self._view)), high, seq)
+        except BaseException:
+            store.rollback()
+            raise
+        return high, seq
+
+    def _changes(
+        self, store: ViewStore, batch: list[StoredRecord], high: Pos | None
+    ) -> tuple[list[Record], Pos | None]:
+        """Apply the batch's changes to the store: the state records of those that changed a
+        row, and the new high-water position."""
         changes: list[Record] = []
-        touched: set[Key] = set()
         for record in decode_records(batch, None, self._rows):
             change = _change(record)
             if change is None:
                 continue
             key, row, pos = change
             table = self._tables[record.topic]
-            hit = state.apply(table, key, row, pos)
-            if hit is None:
+            if not store.apply(table, key, row, pos):
                 continue
-            touched |= hit
             high = pos if high is None or _newer(pos, high) else high
             changes.append(out.state_record(self._name, self._view, table, key, row, pos))
-        docs: list[Record] = self._schema_records(touched)
-        at = 0 if high is None else high[0]
-        if at != before:
-            seq = 0  # a new high-water position: the documents' sequence starts again
-        for key in sorted(touched):
-            # A document's position is (high-water position, sequence): the first never moves
-            # back and the second grows until the first moves, so a key's next document sorts
-            # after its last in every sink's position guard. The sequence stays small (OpenSearch
-            # packs it into 16 bits of its version).
-            seq += 1
-            doc = state.document(key)
-            docs += out.document_records(self._name, self._view, key, doc, (at, seq))
-        changes.append(out.meta_record(self._name, self._view, high or (0, 0), seq))
-        self._commit(changes + docs, _next_offsets(batch), consumer)
-        self.documents_written += len(touched)
-        return high, seq
+        return changes, high
 
-    def _commit(
-        self, records: Sequence[Record], offsets: dict[TopicPartition, int], consumer: Consumer
+    def _documents(self, store: ViewStore, tx: Any, at: Any, seq: int) -> int:
+        """Append the document of each touched root key, a piece at a time; the sequence."""
+        for piece in store.touched():
+            docs: list[Record] = []
+            for key in piece:
+                # A document's position is (high-water position, sequence): the first never
+                # moves back and the second grows until the first moves, so a key's next
+                # document sorts after its last in every sink's position guard. The sequence
+                # stays small (OpenSearch packs it into 16 bits of its version).
+                seq += 1
+                doc = store.document(key)
+                docs += out.document_records(self._name, self._view, key, doc, (at, seq))
+            tx.append(docs)
+            self.documents_written += len(piece)
+        return seq
+
+    def _store_offsets(
+        self, tx: Any, offsets: dict[TopicPartition, int], consumer: Consumer
     ) -> None:
-        """Documents, state and the group's offsets in one log transaction (on Kafka, the
-        offsets go with the member's metadata: a zombie view is fenced)."""
-        group = out.view_group(self._name, self._view)
-        tx = self._log.begin()
-        try:
-            store = getattr(tx, "store_group_offsets", None)
-            if store is None:
-                raise LogFatal("views: this log cannot commit a group's offsets with its records")
-            tx.append(records)
-            store(group, offsets, consumer)
-            tx.commit()
-        except BaseException:
-            tx.abort()
-            raise
+        """The group's offsets in the documents' transaction (on Kafka, with the member's
+        metadata: a zombie view is fenced)."""
+        store = getattr(tx, "store_group_offsets", None)
+        if store is None:
+            raise LogFatal("views: this log cannot commit a group's offsets with its records")
+        store(out.view_group(self._name, self._view), offsets, consumer)
 
-    def _schema_records(self, touched: set[Key]) -> list[Record]:
+    def _schema_records(self, touched: bool) -> list[Record]:
         """The view's schema, before its first document and whenever the root's changed."""
         if not touched:
             return []
@@ -228,6 +282,26 @@ def _change(record: SinkRecord) -> tuple[Key, dict[str, Any] | None, Pos] | None
         return None  # a tombstone written before tombstones carried their delete's position
     row = None if value is None or value.get("op") == "d" else value.get("after")
     return canonical_key(record.key), row, tuple(pos)
+
+
+def state_tips(log: Log, topic: str) -> Tips:
+    """Per partition of the state topic, the offset after its last record and a hash of that
+    record (a topic deleted and written again to the same offsets is not taken for the same).
+    On Kafka, transaction markers after the last record are not counted."""
+    tips: Tips = {}
+    for partition, end in log.end_offsets(topic).items():
+        start, span, last = end, 1, None
+        while start > 0 and last is None:
+            start = max(0, start - span)
+            records = log.read(topic, partition, start, end - start)
+            last = records[-1] if records else None
+            span *= 8
+        if last is None:
+            tips[partition] = (0, "")
+            continue
+        digest = hashlib.blake2b((last.key or b"") + b"\0" + (last.value or b""), digest_size=8)
+        tips[partition] = (last.offset + 1, digest.hexdigest())
+    return tips
 
 
 def _newer(pos: Pos, than: Pos) -> bool:

@@ -18,7 +18,8 @@ from psycopg.rows import dict_row
 from cdc.config.pipeline import load
 from cdc.config.views import ViewConfig
 from cdc.log.factory import open_log
-from cdc.views.join import Key, canonical_key, join_rows
+from cdc.views.join import Key, canonical_key
+from cdc.views.store import join_rows
 from sinks.redis import RedisSinkConfig, RedisSinkPlugin
 from sinks.search import SearchSinkConfig, SearchSinkPlugin
 from tests.e2e.cli_helpers import cdc, stop, wait_for

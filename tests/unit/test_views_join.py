@@ -1,10 +1,16 @@
-"""The live join view's state without I/O: which documents a change touches, and the
-documents built from the state (cdc/views/join.py)."""
+"""The live join view's state in its local store: which documents a change touches, and the
+documents built from the stored rows (cdc/views/join.py, cdc/views/store.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
 from cdc.config.views import ViewConfig
-from cdc.views.join import ViewState, canonical_key, join_rows
+from cdc.views.join import canonical_key
+from cdc.views.store import ViewStore, join_rows
 
 VIEW = ViewConfig.model_validate(
     {
@@ -27,8 +33,33 @@ def k(n: int) -> bytes:
     return canonical_key({"id": n})
 
 
-def test_a_customer_rename_touches_each_of_their_orders_and_only_theirs() -> None:
-    state = ViewState(VIEW)
+class State:
+    """The store as the view task uses it, one change at a time: the keys a change touched."""
+
+    def __init__(self, path: Path) -> None:
+        self.store = ViewStore(path, VIEW)
+        self.store.begin()
+
+    def apply(self, table: str, key: bytes, row: object, pos: tuple[int, int]) -> set[bytes] | None:
+        changed = self.store.apply(table, key, row, pos)  # type: ignore[arg-type]
+        touched = {key for piece in self.store.touched() for key in piece}
+        self.store.commit(None, None, 0)  # empties the touched keys
+        self.store.begin()
+        return touched if changed else None
+
+    def document(self, key: bytes) -> dict[str, object] | None:
+        return self.store.document(key)
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Iterator[State]:
+    opened = State(tmp_path / "view.sqlite")
+    yield opened
+    opened.store.rollback()
+    opened.store.close()
+
+
+def test_a_customer_rename_touches_each_of_their_orders_and_only_theirs(state: State) -> None:
     state.apply("public.customers", k(1), {"id": 1, "name": "Ann"}, (10, 0))
     for order, customer in ((100, 1), (101, 1), (102, 2)):
         state.apply("public.orders", k(order), {"id": order, "customer_id": customer}, (11, order))
@@ -39,8 +70,7 @@ def test_a_customer_rename_touches_each_of_their_orders_and_only_theirs() -> Non
     assert doc["_positions"] == {"root": [11, 101], "customer": [12, 0], "items": []}
 
 
-def test_items_added_moved_and_deleted_update_their_orders() -> None:
-    state = ViewState(VIEW)
+def test_items_added_moved_and_deleted_update_their_orders(state: State) -> None:
     for order in (1, 2):
         state.apply("public.orders", k(order), {"id": order, "customer_id": None}, (1, order))
     assert state.apply("public.order_items", k(7), {"id": 7, "order_id": 1}, (2, 0)) == {k(1)}
@@ -52,8 +82,7 @@ def test_items_added_moved_and_deleted_update_their_orders() -> None:
     assert state.document(k(2))["customer"] is None  # type: ignore[index]  # NULL joins nothing
 
 
-def test_a_replayed_change_and_a_tombstone_after_its_delete_change_nothing() -> None:
-    state = ViewState(VIEW)
+def test_a_replayed_change_and_a_tombstone_after_its_delete_change_nothing(state: State) -> None:
     state.apply("public.orders", k(1), {"id": 1, "customer_id": 3}, (5, 0))
     assert state.apply("public.orders", k(1), {"id": 1, "customer_id": 4}, (5, 0)) is None
     assert state.apply("public.orders", k(1), None, (6, 0)) == {k(1)}
@@ -61,14 +90,14 @@ def test_a_replayed_change_and_a_tombstone_after_its_delete_change_nothing() -> 
     assert state.apply("public.orders", k(1), None, (6, 0)) is None
 
 
-def test_join_rows_equals_the_live_state_whatever_the_order_of_changes() -> None:
+def test_join_rows_equals_the_live_state_whatever_the_order_of_changes(state: State) -> None:
     customers = [({"id": 1}, {"id": 1, "name": "A"})]
     orders = [({"id": 9}, {"id": 9, "customer_id": 1})]
     items = [({"id": n}, {"id": n, "order_id": 9}) for n in (3, 2)]
     docs = join_rows(
         VIEW, {"public.customers": customers, "public.orders": orders, "public.order_items": items}
     )
-    live = ViewState(VIEW)  # items and customer first, the order last
+    live = state  # items and customer first, the order last
     for key, row in items:
         live.apply("public.order_items", canonical_key(key), row, (1, row["id"]))
     live.apply("public.customers", k(1), customers[0][1], (2, 0))

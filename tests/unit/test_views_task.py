@@ -74,7 +74,16 @@ def serve(
     pipeline: Pipeline, log: EmbeddedLog, errors: list[BaseException] | None = None
 ) -> tuple[threading.Event, threading.Thread]:
     stop = threading.Event()
-    task = ViewTask(pipeline, pipeline.views[0], 0, log, stop, get_logger(), poll_timeout_s=0.05)
+    task = ViewTask(
+        pipeline,
+        pipeline.views[0],
+        0,
+        log,
+        stop,
+        get_logger(),
+        poll_timeout_s=0.05,
+        store_dir=log.path / "views",
+    )
 
     def body() -> None:
         try:
@@ -153,7 +162,15 @@ def test_an_on_column_the_table_lacks_stops_the_view_with_its_yaml_path(
     pipeline = parse(FILE.replace("{id: order_id}", "{id: order_no}"), {})
     with log.begin() as tx:
         tx.append([change("orders", {"id": 1, "customer_id": 1}, 10)])
-    task = ViewTask(pipeline, pipeline.views[0], 0, log, threading.Event(), get_logger())
+    task = ViewTask(
+        pipeline,
+        pipeline.views[0],
+        0,
+        log,
+        threading.Event(),
+        get_logger(),
+        store_dir=log.path / "views",
+    )
     with pytest.raises(ViewMisconfigured) as info:
         task.serve()
     assert str(info.value) == "views[0].embed[1].on.id: public.order_items has no column 'order_no'"
