@@ -88,6 +88,11 @@ def plan_repairs(pipeline: Any, results: Sequence[TableComparison]) -> dict[str,
 
 def _not_repairable(pipeline: Any, table: str) -> str | None:
     """Why a table's keys cannot be re-read by key, if so."""
+    if table in {view.table for view in getattr(pipeline, "views", ())}:
+        return (
+            f"{table} is a live join view: it is rebuilt from its tables, not repaired "
+            "(docs/views.md, Operations)"
+        )
     plugin = plugins.load(plugins.SOURCE_GROUP, pipeline.source.type)
     if getattr(plugin, "request_repair", None) is None:
         return (
