@@ -145,7 +145,7 @@ class ViewStore:
     def _get(self, t: int, key: Key) -> Row | None:
         found = self._conn.execute("SELECT row, pos FROM rows WHERE t = ? AND k = ?", (t, key))
         row = found.fetchone()
-        return None if row is None else Row(orjson.loads(row[0]), tuple(orjson.loads(row[1])))
+        return None if row is None else _row(*row)
 
     def apply(self, table: str, key: Key, row: dict[str, Any] | None, pos: Pos) -> bool:
         """Apply one change (``row`` ``None``: deleted) and mark the root keys whose documents
@@ -191,7 +191,8 @@ class ViewStore:
             self._move(e, _CHILD, key, before, after)
             if touch:
                 self._touch_roots(e, before)
-                self._touch_roots(e, after)
+                if after != before:
+                    self._touch_roots(e, after)
         t = self._tables[table]
         if row is None:
             self._conn.execute("DELETE FROM rows WHERE t = ? AND k = ?", (t, key))
@@ -232,30 +233,58 @@ class ViewStore:
     def any_touched(self) -> bool:
         return bool(self._conn.execute("SELECT EXISTS (SELECT 1 FROM touched)").fetchone()[0])
 
-    def touched(self, piece: int = PIECE) -> Iterator[list[Key]]:
-        """The keys the open transaction touched, in key order, ``piece`` at a time."""
-        cursor = self._conn.execute("SELECT k FROM touched ORDER BY k")
-        try:
+    def touched(self, piece: int = PIECE) -> Iterator[list[tuple[Key, dict[str, Any] | None]]]:
+        """The document of each key the open transaction touched (``None``: its root row is
+        gone), in key order, ``piece`` at a time."""
+        cursor = self._conn.execute(
+            "SELECT t.k, r.row, r.pos FROM touched t "
+            "LEFT JOIN rows r ON r.t = ? AND r.k = t.k ORDER BY t.k",
+            (self._tables[self.view.root],),
+        )
+        yield from self._pieces(cursor, piece)
+
+    def roots(self, piece: int = PIECE) -> Iterator[list[tuple[Key, dict[str, Any] | None]]]:
+        """Every root row's document, in key order, ``piece`` at a time (``cdc verify``)."""
+        cursor = self._conn.execute(
+            "SELECT k, row, pos FROM rows WHERE t = ? ORDER BY k", (self._tables[self.view.root],)
+        )
+        yield from self._pieces(cursor, piece)
+
+    def _pieces(
+        self, cursor: sqlite3.Cursor, piece: int
+    ) -> Iterator[list[tuple[Key, dict[str, Any] | None]]]:
+        with contextlib.closing(cursor):
             while rows := cursor.fetchmany(piece):
-                yield [r[0] for r in rows]
-        finally:
-            cursor.close()
+                # A piece's single embeds looked up once each: a customer's 50 orders in one.
+                singles: dict[tuple[int, bytes], list[Row]] = {}
+                yield [
+                    (key, None if row is None else self._document(_row(row, pos), singles))
+                    for key, row, pos in rows
+                ]
 
     def document(self, root_key: Key) -> dict[str, Any] | None:
         """The root row's document (:func:`cdc.views.join.build_document`); ``None`` when the
         root row is gone."""
         root = self._get(self._tables[self.view.root], root_key)
-        if root is None:
-            return None
-        values = [join_value(root.row, columns) for columns in self._parent]
-        found = [self._embedded(e, value) for e, value in enumerate(values)]
+        return None if root is None else self._document(root, {})
+
+    def _document(self, root: Row, singles: dict[tuple[int, bytes], list[Row]]) -> dict[str, Any]:
+        found: list[list[Row]] = []
+        for e, columns in enumerate(self._parent):
+            value = join_value(root.row, columns)
+            if value is None:
+                found.append([])
+            elif self.view.embed[e].many:
+                found.append(self._embedded(e, value))
+            else:
+                if (e, value) not in singles:
+                    singles[e, value] = self._embedded(e, value)
+                found.append(singles[e, value])
         return build_document(self.view, root, found)
 
-    def _embedded(self, e: int, value: bytes | None) -> list[Row]:
+    def _embedded(self, e: int, value: bytes) -> list[Row]:
         """The rows of embed ``e`` that hold join value ``value``, in key order (the first one
         only for a single embed)."""
-        if value is None:
-            return []
         embed = self.view.embed[e]
         query = (
             "SELECT r.row, r.pos FROM joins j JOIN rows r ON r.t = ? AND r.k = j.k "
@@ -264,16 +293,11 @@ class ViewStore:
         if not embed.many:
             query += " LIMIT 1"
         found = self._conn.execute(query, (self._tables[embed.from_table], e, _CHILD, value))
-        return [Row(orjson.loads(r), tuple(orjson.loads(p))) for r, p in found]
+        return [_row(r, p) for r, p in found]
 
-    def root_keys(self, piece: int = PIECE) -> Iterator[list[Key]]:
-        """Every root key held, in key order, ``piece`` at a time (``cdc verify``)."""
-        cursor = self._conn.execute(
-            "SELECT k FROM rows WHERE t = ? ORDER BY k", (self._tables[self.view.root],)
-        )
-        with contextlib.closing(cursor):
-            while rows := cursor.fetchmany(piece):
-                yield [r[0] for r in rows]
+
+def _row(row: bytes, pos: bytes) -> Row:
+    return Row(orjson.loads(row), tuple(orjson.loads(pos)))
 
 
 def load_rows(store: ViewStore, rows_of: Callable[[str], Iterable[SourceRow]]) -> None:
@@ -293,12 +317,9 @@ def load_rows(store: ViewStore, rows_of: Callable[[str], Iterable[SourceRow]]) -
 def documents(store: ViewStore, wanted: Any = None) -> Iterator[tuple[Key, dict[str, Any]]]:
     """Each root key's document in key order, positions left out (what ``cdc verify``
     compares); ``wanted``: a filter of the keys to build (the others are skipped)."""
-    for piece in store.root_keys():
-        for key in piece:
-            if wanted is not None and not wanted(key):
-                continue
-            doc = store.document(key)
-            if doc is not None:
+    for piece in store.roots():
+        for key, doc in piece:
+            if doc is not None and (wanted is None or wanted(key)):
                 doc.pop(POSITIONS_FIELD, None)
                 yield key, doc
 

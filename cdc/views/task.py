@@ -213,13 +213,12 @@ class ViewTask:
         """Append the document of each touched root key, a piece at a time; the sequence."""
         for piece in store.touched():
             docs: list[Record] = []
-            for key in piece:
+            for key, doc in piece:
                 # A document's position is (high-water position, sequence): the first never
                 # moves back and the second grows until the first moves, so a key's next
                 # document sorts after its last in every sink's position guard. The sequence
                 # stays small (OpenSearch packs it into 16 bits of its version).
                 seq += 1
-                doc = store.document(key)
                 docs += out.document_records(self._name, self._view, key, doc, (at, seq))
             tx.append(docs)
             self.documents_written += len(piece)

@@ -42,7 +42,7 @@ class State:
 
     def apply(self, table: str, key: bytes, row: object, pos: tuple[int, int]) -> set[bytes] | None:
         changed = self.store.apply(table, key, row, pos)  # type: ignore[arg-type]
-        touched = {key for piece in self.store.touched() for key in piece}
+        touched = {key for piece in self.store.touched() for key, _ in piece}
         self.store.commit(None, None, 0)  # empties the touched keys
         self.store.begin()
         return touched if changed else None
