@@ -48,11 +48,13 @@ def held_state(
     if read_rows is None:
         raise LookupError(f"{config.type} sinks cannot be read back")
     wanted = key_text(key)
+    match = None
+    # To the end, not up to the key: a reader left mid-read may keep its store busy.
     for found_key, row in read_rows(config, schema, name, pipeline=pipeline):
         candidate = {c: row.get(c, found_key.get(c)) for c in key}
-        if key_text(candidate) == wanted:
-            return False, (row, None)
-    return False, None
+        if match is None and key_text(candidate) == wanted:
+            match = (row, None)
+    return False, match
 
 
 def _pair(position: Any) -> tuple[Any, Any] | None:

@@ -81,12 +81,15 @@ def _looked_up(
 
 def _find(read: Any, key: dict[str, Any]) -> dict[str, Any] | None:
     wanted = key_text(key)
+    match = None
+    # Read to the end, not up to the key: a reader left mid-read may hold its server busy (the
+    # PostgreSQL source's COPY: closing its connection then waits for the rest of the table).
     for found, row in read():
         # A source's key is the record key's columns; a row may hold them where the key does not.
         candidate = {c: found.get(c, row.get(c)) for c in key}
-        if key_text(candidate) == wanted:
-            return dict(row)
-    return None
+        if match is None and key_text(candidate) == wanted:
+            match = dict(row)
+    return match
 
 
 def _without_where(pipeline: Any) -> Any:

@@ -7,7 +7,9 @@ from __future__ import annotations
 import psycopg
 import pytest
 
+from cdc.cli.trace_source import _find
 from connectors.postgres.config import PostgresSourceConfig
+from connectors.postgres.plugin import PostgresSourcePlugin
 from connectors.postgres.snapshot.key_row import read_key
 
 
@@ -34,3 +36,16 @@ def test_a_row_by_its_key(pg_db: str) -> None:
     assert read_key(config, "public", "notes", {"a": 1, "b": None}) == ({"a": 1, "b": None}, True)
     with pytest.raises(LookupError):
         read_key(config, "public", "items", {"id": "not a number"})
+
+
+@pytest.mark.pgany
+@pytest.mark.timeout(60)  # the hang this guards against: minutes
+def test_a_table_read_for_one_key_reads_to_the_end(pg_db: str) -> None:
+    """The trace's way without a key lookup: the key's row picked out of the table's rows. Left
+    at the key, the source's COPY kept streaming and closing its connection waited forever."""
+    with psycopg.connect(pg_db, autocommit=True) as conn:
+        conn.execute("CREATE TABLE big (id integer PRIMARY KEY, body text)")
+        conn.execute("INSERT INTO big SELECT g, repeat('x', 100) FROM generate_series(1, 100000) g")
+    config = _config(pg_db, "public.big")
+    row = _find(lambda: PostgresSourcePlugin.read_rows(config, "public", "big"), {"id": 1})
+    assert row == {"id": 1, "body": "x" * 100}
