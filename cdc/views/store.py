@@ -255,12 +255,34 @@ class ViewStore:
     ) -> Iterator[list[tuple[Key, dict[str, Any] | None]]]:
         with contextlib.closing(cursor):
             while rows := cursor.fetchmany(piece):
-                # A piece's single embeds looked up once each: a customer's 50 orders in one.
-                singles: dict[tuple[int, bytes], list[Row]] = {}
+                roots = [(key, None if row is None else _row(row, pos)) for key, row, pos in rows]
+                # One query per many-embed for the whole piece; a single embed's row looked up
+                # once a piece (a customer's 50 orders: one lookup).
+                looked = self._many([root.row for _, root in roots if root is not None])
                 yield [
-                    (key, None if row is None else self._document(_row(row, pos), singles))
-                    for key, row, pos in rows
+                    (key, None if root is None else self._document(root, looked))
+                    for key, root in roots
                 ]
+
+    def _many(self, roots: list[dict[str, Any]]) -> dict[tuple[int, bytes], list[Row]]:
+        """The rows of each many-embed for the join values of ``roots``, by (embed, value)."""
+        looked: dict[tuple[int, bytes], list[Row]] = {}
+        for e, embed in enumerate(self.view.embed):
+            if not embed.many:
+                continue
+            values = {join_value(row, self._parent[e]) for row in roots} - {None}
+            looked.update(((e, v), []) for v in values if v is not None)
+            if not values:
+                continue
+            marks = ", ".join("?" * len(values))  # placeholders only: values are bound
+            found = self._conn.execute(
+                "SELECT j.v, r.row, r.pos FROM joins j JOIN rows r ON r.t = ? AND r.k = j.k "
+                f"WHERE j.e = ? AND j.side = ? AND j.v IN ({marks}) ORDER BY j.v, j.k",
+                (self._tables[embed.from_table], e, _CHILD, *values),
+            )
+            for v, row, pos in found:
+                looked[e, v].append(_row(row, pos))
+        return looked
 
     def document(self, root_key: Key) -> dict[str, Any] | None:
         """The root row's document (:func:`cdc.views.join.build_document`); ``None`` when the
@@ -268,18 +290,18 @@ class ViewStore:
         root = self._get(self._tables[self.view.root], root_key)
         return None if root is None else self._document(root, {})
 
-    def _document(self, root: Row, singles: dict[tuple[int, bytes], list[Row]]) -> dict[str, Any]:
+    def _document(self, root: Row, looked: dict[tuple[int, bytes], list[Row]]) -> dict[str, Any]:
+        """The document of ``root``; ``looked``: embedded rows already read, by (embed, join
+        value), to which the rows read here are added."""
         found: list[list[Row]] = []
         for e, columns in enumerate(self._parent):
             value = join_value(root.row, columns)
             if value is None:
                 found.append([])
-            elif self.view.embed[e].many:
-                found.append(self._embedded(e, value))
-            else:
-                if (e, value) not in singles:
-                    singles[e, value] = self._embedded(e, value)
-                found.append(singles[e, value])
+                continue
+            if (e, value) not in looked:
+                looked[e, value] = self._embedded(e, value)
+            found.append(looked[e, value])
         return build_document(self.view, root, found)
 
     def _embedded(self, e: int, value: bytes) -> list[Row]:
