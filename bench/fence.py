@@ -10,7 +10,9 @@ alternating so both see the same load:
   ``pg_current_wal_lsn()`` on a new connection, as ``cdc wait --now`` does), then one ``GET``,
   which must find the row;
 - **fence_at**: the same with the position the application read on its own connection right
-  after its commit (``SELECT pg_current_wal_lsn()``), so no connection is opened per fence.
+  after its commit (``SELECT pg_current_wal_lsn()``), so no connection is opened per fence;
+- **fence_other**: an INSERT into a table no sink takes, then a fence: the source's stored
+  position moves by its idle offers (the walsender asked every 100 ms, offers 50 ms apart).
 
 Prints p50 and p99 of each in ms, and of the fence's latency beyond the baseline, then the bench
 JSON lines (:mod:`bench.report`). Run: ``.venv/bin/python -m bench.fence [--writes 300]``.
@@ -61,14 +63,20 @@ def ready(listen: str) -> bool:
 
 
 def measure(
-    conn: psycopg.Connection[Any], cache: redis.Redis, n: int, waiter: Callable[[int], None]
+    conn: psycopg.Connection[Any],
+    cache: redis.Redis,
+    n: int,
+    waiter: Callable[[int], None],
+    captured: bool = True,
 ) -> float:
-    """ms from the INSERT's commit to ``waiter`` returning, then check the row is there."""
-    conn.execute("INSERT INTO notes VALUES (%s, 'x')", (n,))
+    """ms from the INSERT's commit to ``waiter`` returning, then check the row is there
+    (``captured``: into the sink's table, else into one no sink takes)."""
+    insert = "INSERT INTO notes VALUES (%s, 'x')" if captured else "INSERT INTO other VALUES (%s)"
+    conn.execute(insert, (n,))
     started = time.perf_counter()
     waiter(n)
     took = (time.perf_counter() - started) * 1000
-    if cache.get(f"fencebench:public.notes:{n}") is None:
+    if captured and cache.get(f"fencebench:public.notes:{n}") is None:
         raise AssertionError(f"row {n} not in Redis after the wait")
     return took
 
@@ -90,6 +98,7 @@ def run(writes: int) -> dict[str, list[float]]:
         dsn = pg.dsn_for(dbname=pg.create_database("bench"))
         conn = stack.enter_context(psycopg.connect(dsn, autocommit=True))
         conn.execute("CREATE TABLE notes (id int PRIMARY KEY, body text)")
+        conn.execute("CREATE TABLE other (id int PRIMARY KEY)")
         listen = f"{LOOPBACK}:{free_port()}"
         path = pipeline_file(tmp, dsn, server.url, listen)
         log = (tmp / "run.log").open("w")
@@ -117,11 +126,14 @@ def run(writes: int) -> dict[str, list[float]]:
             "visible": visible,
             "fence": lambda n: fences.wait("cache"),
             "fence_at": at_own_lsn,
+            "fence_other": lambda n: fences.wait("cache"),
         }
         took: dict[str, list[float]] = {m: [] for m in modes}
+        conn.execute("INSERT INTO other VALUES (-1)")
+        fences.wait("cache")  # past the session's first idle offer (1 s)
         for n in range(writes * len(modes)):
             mode = list(modes)[n % len(modes)]
-            took[mode].append(measure(conn, cache, n, modes[mode]))
+            took[mode].append(measure(conn, cache, n, modes[mode], mode != "fence_other"))
         return took
 
 
@@ -133,7 +145,7 @@ def main() -> None:
     took = run(args.writes)
     figures = Figures("fence")
     base50, base99 = percentile(took["visible"], 50), percentile(took["visible"], 99)
-    for mode in ("visible", "fence", "fence_at"):
+    for mode in ("visible", "fence", "fence_at", "fence_other"):
         p50, p99 = percentile(took[mode], 50), percentile(took[mode], 99)
         print(
             f"{mode:9} p50 {p50:7.2f} ms  p99 {p99:7.2f} ms  "
@@ -143,7 +155,7 @@ def main() -> None:
             print(f"{'':9} beyond visible: p50 {p50 - base50:+.2f} ms  p99 {p99 - base99:+.2f} ms")
             figures.add(f"{mode}_p50_ms", p50, base50)
             figures.add(f"{mode}_p99_ms", p99, base99)
-    print(f"bench process CPU: {time.process_time() - cpu:.1f} s for {3 * args.writes} writes")
+    print(f"bench process CPU: {time.process_time() - cpu:.1f} s for {4 * args.writes} writes")
     figures.emit()
 
 

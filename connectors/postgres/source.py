@@ -332,7 +332,9 @@ class PostgresSource:
             idle = self._idle_batch(session, asm)
             if idle is not None or time.monotonic() >= deadline:
                 return idle or SourceBatch()
-            wal.drain(asm, limit, max(0.0, deadline - time.monotonic()))
+            # Woken for the next ping too, while idle (Flush.ping): a fence waits on its answer.
+            now = time.monotonic()
+            wal.drain(asm, limit, min(max(0.0, deadline - now), session.flush.ping_in(now)))
 
     def _idle_batch(self, session: Session, asm: Assembler) -> SourceBatch | None:
         """Offsets for WAL the server passed while no captured table changed (see

@@ -62,8 +62,12 @@ def _assert_bounded(polls: list[tuple[int, int]], commits_before: int) -> None:
     per_poll = MAX_BYTES // VALUE + 1
     assert len(polls) >= 100 // per_poll, polls
     assert all(n <= per_poll for n, _ in polls), polls
-    assert [c for _, c in polls[:-1]] == [commits_before] * (len(polls) - 1), polls
-    assert polls[-1][1] == commits_before + 1, polls
+    # Before the first piece, idle offers may have stored positions the server passed while it
+    # decoded the transaction (IdleOffers: 50 ms apart, for read-your-writes fences).
+    first = polls[0][1]
+    assert first >= commits_before, polls
+    assert [c for _, c in polls[:-1]] == [first] * (len(polls) - 1), polls
+    assert polls[-1][1] == first + 1, polls
 
 
 @pytest.mark.pgcore

@@ -92,6 +92,10 @@ class Flush:
             self._last_ping = now
             self.send(reply_requested=True)
 
+    def ping_in(self, now: float) -> float:
+        """Seconds until the next :meth:`ping` is due."""
+        return max(0.0, IDLE_PING_S - (now - self._last_ping))
+
     def due(self, now: float) -> None:
         """Send a status update when the interval has passed."""
         if now - self._last_status >= self._interval_s:

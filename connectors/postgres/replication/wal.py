@@ -77,7 +77,10 @@ class WalReader:
             if data is None:
                 break
             if data[0] != _XLOG_TAG:
+                seen = flush.wal_end
                 flush.keepalive(data)
+                if flush.wal_end > seen and not asm.in_tx:
+                    break  # WAL passed between transactions: the poll may offer it (IdleOffers)
                 if wait_s:
                     wait_s = max(0.0, deadline - time.monotonic())
                 continue
