@@ -12,7 +12,9 @@ polls the log (read-only, from this process) until
 
 Both are timed from the same commit, so they see the same load; the first 20 renames (the log's
 start-up after the initial load) are not measured. Prints p50 and p99 of each in ms, the CPU
-of ``cdc run`` during the renames, then the bench JSON lines (:mod:`bench.report`).
+of ``cdc run`` during the renames, its peak RSS (VmHWM: the source, the log and the view task
+together; the view's state used to be most of it), then the bench JSON lines
+(:mod:`bench.report`).
 Run: ``.venv/bin/python -m bench.views [--customers 200 --orders-per 50 --renames 200]``.
 """
 
@@ -123,7 +125,9 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-def run(customers: int, orders_per: int, renames: int) -> tuple[list[float], list[float], float]:
+def run(
+    customers: int, orders_per: int, renames: int
+) -> tuple[list[float], list[float], float, int]:
     from tests.services.postgres import LocalPostgres
 
     with contextlib.ExitStack() as stack:
@@ -154,7 +158,7 @@ def run(customers: int, orders_per: int, renames: int) -> tuple[list[float], lis
             row, view = rename(conn, log, 1 + n % customers, orders_per)
             row_ms.append(row)
             view_ms.append(view)
-        return row_ms, view_ms, _cpu(proc.pid) - cpu_before
+        return row_ms, view_ms, _cpu(proc.pid) - cpu_before, _peak_rss_kb(proc.pid)
 
 
 def _cpu(pid: int) -> float:
@@ -164,13 +168,21 @@ def _cpu(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def _peak_rss_kb(pid: int) -> int:
+    """Peak resident set (VmHWM, kB) of process ``pid`` so far, from /proc."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return 0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--customers", type=int, default=200)
     parser.add_argument("--orders-per", type=int, default=50, help="orders of each customer")
     parser.add_argument("--renames", type=int, default=200)
     args = parser.parse_args()
-    row_ms, view_ms, cpu = run(args.customers, args.orders_per, args.renames)
+    row_ms, view_ms, cpu, rss_kb = run(args.customers, args.orders_per, args.renames)
     figures = Figures("views")
     for label, values in (("row in the log", row_ms), ("view documents", view_ms)):
         print(
@@ -179,6 +191,7 @@ def main() -> None:
     docs = args.renames * args.orders_per
     each = cpu / docs * 1e6
     print(f"cdc run CPU during the renames: {cpu:.2f} s for {docs} documents ({each:.0f} us each)")
+    print(f"cdc run peak RSS (source, log and view task): {rss_kb / 1024:.0f} MB")
     for p in (50, 99):
         figures.add(f"rename_to_documents_p{p}_ms", percentile(view_ms, p), percentile(row_ms, p))
     figures.emit()
