@@ -273,7 +273,13 @@ def tail(
 @click.option("--sink", "sink", required=True, help="The sink to wait on.")
 @click.option("--position", metavar="POS", help="A source position, as cdc status prints it.")
 @click.option("--now", is_flag=True, help="The source's current position (the default).")
-@click.option("--timeout-s", type=click.FloatRange(min=0), default=30.0, show_default=True)
+@click.option(
+    "--timeout-s",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="How long to wait at most (exit 1 after).",
+)
 def wait(file: str, sink: str, position: str | None, now: bool, timeout_s: float) -> None:
     """Wait until SINK holds every change committed in the source up to POS (or now).
 
