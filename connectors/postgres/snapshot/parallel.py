@@ -16,7 +16,8 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -240,12 +241,19 @@ class ExportedSnapshotReader:
     def _read(self, conn: psycopg.Connection[Any], table: SnapshotTable, chunk: Chunk) -> None:
         settings = self._settings
         query = chunk_query(table, chunk, None)
-        count = 0
         options = settings.options
         schemas = relation_schemas(table.state, options) if options.schemas_enable else None
-        pieces = read_lines(
-            conn, query, settings.piece_rows, table.hides_values, settings.piece_bytes
-        )
+        # Closed when the chunk's read stops early (shutdown, a failed piece), before anything
+        # else uses or ends the connection: its COPY is then cancelled on the server.
+        with closing(
+            read_lines(conn, query, settings.piece_rows, table.hides_values, settings.piece_bytes)
+        ) as pieces:
+            self._put_pieces(table, chunk, pieces, schemas)
+
+    def _put_pieces(
+        self, table: SnapshotTable, chunk: Chunk, pieces: Iterable[list[bytes]], schemas: Any
+    ) -> None:
+        settings, options, count = self._settings, self._settings.options, 0
         for rows in pieces:
             records = to_records(
                 table,

@@ -9,7 +9,7 @@ converters turn them into identical JSON values.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -237,11 +237,16 @@ def read_lines(
     piece_rows: int,
     hides_values: bool = False,
     piece_bytes: int = BATCH_BYTES,
-) -> Iterator[list[bytes]]:
+) -> Generator[list[bytes], None, None]:
     """The chunk's rows as lines of COPY text (newline included or not), in pieces of at most
     ``piece_rows`` and about ``piece_bytes`` (:mod:`cdc.config.batch_bytes`: 5,000 rows of 1 MB
     values are 5 GB; a piece always holds at least one row): the native encoder reads them without
     splitting them in Python first (:func:`.rows.to_records`).
+
+    A caller that may stop early closes the generator before it uses or ends ``conn`` again
+    (``contextlib.closing``): closed, psycopg's COPY exit cancels the query on the server and
+    reads only what was already sent; left open, the COPY holds the connection's lock, and a
+    rollback or commit of ``conn`` waits on it for good.
 
     Raises:
         QueryRefused: the server refused the read of a table that ``hides_values``
@@ -298,7 +303,7 @@ def read_rows(
     piece_rows: int,
     hides_values: bool = False,
     piece_bytes: int = BATCH_BYTES,
-) -> Iterator[list[Values]]:
+) -> Generator[list[Values], None, None]:
     """The chunk's rows as text values, in pieces of at most ``piece_rows`` and about
     ``piece_bytes`` (``hides_values``: see :func:`read_lines`)."""
     for lines in read_lines(conn, query, piece_rows, hides_values, piece_bytes):

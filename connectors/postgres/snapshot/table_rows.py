@@ -8,6 +8,7 @@ columns, masks, row filter) apply as they do there.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import closing
 from typing import Any
 
 import psycopg
@@ -61,8 +62,15 @@ def table_rows(
     )
     convert, key_names = described.state.convert, described.state.key
     conninfo = session_conninfo(dsn, config.connect_timeout_s, application_name="cdc-verify")
-    with psycopg.connect(conninfo) as conn:
-        pieces = read_rows(conn, query, PIECE_ROWS, described.hides_values, config.max_batch_bytes)
+    # The COPY's generator is closed before its connection: left open (a reader that stops at
+    # a row), it holds the connection's lock, and the connection's exit waits on it forever.
+    # Closed, psycopg's COPY exit cancels the query on the server instead of reading the rest.
+    with (
+        psycopg.connect(conninfo) as conn,
+        closing(
+            read_rows(conn, query, PIECE_ROWS, described.hides_values, config.max_batch_bytes)
+        ) as pieces,
+    ):
         for piece in pieces:
             for values in piece:
                 row = convert(values)
