@@ -50,8 +50,10 @@ def state_record(
     return Record(state_topic(pipeline, view), state_key(table, key), value)
 
 
-def meta_record(pipeline: str, view: ViewConfig, high: Pos, seq: int) -> Record:
-    value = orjson.dumps({"high": list(high), "seq": seq})
+def meta_record(pipeline: str, view: ViewConfig, high: Pos, seq: int, token: str) -> Record:
+    """The view's counters as of a batch, with the batch's commit token (its local store
+    records the same token once it holds the batch: :mod:`cdc.views.store`)."""
+    value = orjson.dumps({"high": list(high), "seq": seq, "token": token})
     return Record(state_topic(pipeline, view), META_KEY, value)
 
 

@@ -7,12 +7,13 @@ the root's join value -> root keys, to know which documents a changed row touche
 batch touched go to a table too, read back in pieces, so a customer with 100k orders is never a
 list in memory.
 
-It is a cache of the compacted state topic, not a source of truth: it records the *tip* of the
-state topic it matches (each partition's offset after its last record, and a hash of that
-record) and the view's fingerprint. At a start (:meth:`ViewStore.matches`) a store that does not
-match the topic's tip, or another view's definition, is rebuilt from the topic. A batch's
-changes are committed here only after the log transaction committed, with the topic's new tip: a
-crash between the two leaves a store behind the topic, which the next start sees and rebuilds.
+It is a cache of the compacted state topic, not a source of truth: it records the *commit
+token* of the last batch it holds (a random id each batch also writes into the view's counters
+record on the state topic, the last record of its partition) and the view's fingerprint. At a
+start (:meth:`ViewStore.matches`) a store whose token is not the topic's last, or that was built
+for another definition of the view, is rebuilt from the topic. A batch's changes are committed
+here only after the log transaction committed: a crash between the two leaves a store one
+token behind the topic, which the next start sees and rebuilds.
 """
 
 from __future__ import annotations
@@ -51,8 +52,6 @@ CREATE TABLE IF NOT EXISTS touched (k BLOB PRIMARY KEY) WITHOUT ROWID;
 
 #: A row as a source reads it back: its key's columns and the row.
 SourceRow = tuple[Mapping[str, Any], dict[str, Any]]
-#: Per partition of the state topic: (offset after its last record, hash of that record).
-Tips = dict[int, tuple[int, str]]
 
 
 def fingerprint(view: ViewConfig) -> str:
@@ -97,10 +96,12 @@ class ViewStore:
         row = self._conn.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
         return None if row is None else orjson.loads(row[0])
 
-    def matches(self, tips: Tips) -> bool:
-        """Whether the store was built for this view up to exactly the topic's ``tips``."""
-        stored = self._meta("tips")
-        return bool(self._meta("fingerprint") == fingerprint(self.view) and stored == _encode(tips))
+    def matches(self, token: str | None) -> bool:
+        """Whether the store holds this view's state up to the batch whose commit token is
+        ``token`` (the state topic's last; ``None``: the topic has none, nothing to match)."""
+        if token is None or self._meta("fingerprint") != fingerprint(self.view):
+            return False
+        return bool(self._meta("token") == token)
 
     def counters(self) -> tuple[Pos | None, int]:
         """The view's high-water position and its documents' sequence, as last committed."""
@@ -122,12 +123,13 @@ class ViewStore:
     def begin(self) -> None:
         self._conn.execute("BEGIN")
 
-    def commit(self, tips: Tips | None, high: Pos | None, seq: int) -> None:
-        """Commit the open transaction as the state up to the topic's ``tips``."""
+    def commit(self, token: str | None, high: Pos | None, seq: int) -> None:
+        """Commit the open transaction as the state up to the batch whose commit token is
+        ``token``."""
         counters = {"high": None if high is None else list(high), "seq": seq}
         self._put_meta("counters", counters)
         self._put_meta("fingerprint", fingerprint(self.view))
-        self._put_meta("tips", _encode(tips or {}))
+        self._put_meta("token", token)
         self._conn.execute("DELETE FROM touched")
         self._conn.execute("COMMIT")
 
@@ -358,8 +360,3 @@ def join_rows(
             return dict(documents(store))
         finally:
             store.close()
-
-
-def _encode(tips: Tips) -> dict[str, list[Any]]:
-    """Tips as their stored JSON gives them back (string partitions, lists)."""
-    return {str(p): [at, digest] for p, (at, digest) in sorted(tips.items())}

@@ -8,14 +8,15 @@ read to, and no document is written twice or lost.
 
 The rows and indexes a batch works on are in a local SQLite store (:mod:`cdc.views.store`), a
 cache of the state topic with bounded memory: its transaction commits after the log's, with the
-topic's new tip. At a start (:meth:`ViewTask._open_store`) a store that is missing, stale (a
-crash between the two commits) or for another definition is rebuilt from the state topic.
+batch's commit token (also in the batch's counters record). At a start
+(:meth:`ViewTask._open_store`) a store that is missing, stale (a crash between the two commits)
+or for another definition is rebuilt from the state topic.
 """
 
 from __future__ import annotations
 
-import hashlib
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ from cdc.support.logging import Logger
 from cdc.support.retry import Stopped, retry_until_stopped
 from cdc.views import records as out
 from cdc.views.join import Key, Pos, canonical_key
-from cdc.views.store import Tips, ViewStore
+from cdc.views.store import ViewStore
 
 
 class ViewMisconfigured(SourceMisconfigured):
@@ -118,8 +119,8 @@ class ViewTask:
         self._log.ensure_topics([topic, out.view_topic(self._name, self._view)])
         store = ViewStore(self._store_path, self._view)
         try:
-            tips = state_tips(self._log, topic)
-            if store.matches(tips):
+            token = last_token(self._log, topic)
+            if store.matches(token):
                 return store
             self._logger.info("view.store_rebuilding", view=self._view.name)
             store.reset()
@@ -135,7 +136,7 @@ class ViewTask:
                     store.load(table, row_key, None, (0, 0))
                 else:
                     store.load(*out.parse_state(key, value))
-            store.commit(tips, high, seq)
+            store.commit(token, high, seq)
             self.rebuilds += 1
             return store
         except BaseException:
@@ -167,6 +168,7 @@ class ViewTask:
         """Apply a batch and commit its documents, state and offsets together, then the
         store; the new high-water position and sequence."""
         store.begin()
+        token = uuid.uuid4().hex
         try:
             before = 0 if high is None else high[0]
             changes, high = self._changes(store, batch, high)
@@ -177,15 +179,15 @@ class ViewTask:
                 if at != before:
                     seq = 0  # a new high-water position: the documents' sequence starts again
                 seq = self._documents(store, tx, at, seq)
-                tx.append([out.meta_record(self._name, self._view, high or (0, 0), seq)])
+                tx.append([out.meta_record(self._name, self._view, high or (0, 0), seq, token)])
                 self._store_offsets(tx, _next_offsets(batch), consumer)
                 tx.commit()
             except BaseException:
                 tx.abort()
                 raise
-            # After the log's commit: a crash here leaves the store behind the state topic's
-            # tip, which the next start sees (and rebuilds).
-            store.commit(state_tips(self._log, out.state_topic(self._name, self._view)), high, seq)
+            # After the log's commit: a crash here leaves the store a token behind the state
+            # topic, which the next start sees (and rebuilds).
+            store.commit(token, high, seq)
         except BaseException:
             store.rollback()
             raise
@@ -283,24 +285,21 @@ def _change(record: SinkRecord) -> tuple[Key, dict[str, Any] | None, Pos] | None
     return canonical_key(record.key), row, tuple(pos)
 
 
-def state_tips(log: Log, topic: str) -> Tips:
-    """Per partition of the state topic, the offset after its last record and a hash of that
-    record (a topic deleted and written again to the same offsets is not taken for the same).
-    On Kafka, transaction markers after the last record are not counted."""
-    tips: Tips = {}
+def last_token(log: Log, topic: str) -> str | None:
+    """The commit token of the last batch in the state topic: its counters record is the last
+    record of its partition (each batch appends it last); ``None`` when there is none."""
     for partition, end in log.end_offsets(topic).items():
         start, span, last = end, 1, None
         while start > 0 and last is None:
+            # On Kafka, transaction markers take the offsets after the last record.
             start = max(0, start - span)
             records = log.read(topic, partition, start, end - start)
             last = records[-1] if records else None
             span *= 8
-        if last is None:
-            tips[partition] = (0, "")
-            continue
-        digest = hashlib.blake2b((last.key or b"") + b"\0" + (last.value or b""), digest_size=8)
-        tips[partition] = (last.offset + 1, digest.hexdigest())
-    return tips
+        if last is not None and last.key == out.META_KEY and last.value is not None:
+            token = orjson.loads(last.value).get("token")
+            return token if isinstance(token, str) else None
+    return None
 
 
 def _newer(pos: Pos, than: Pos) -> bool:
