@@ -245,19 +245,26 @@ class ViewStore:
         )
         yield from self._pieces(cursor, piece)
 
-    def roots(self, piece: int = PIECE) -> Iterator[list[tuple[Key, dict[str, Any] | None]]]:
-        """Every root row's document, in key order, ``piece`` at a time (``cdc verify``)."""
+    def roots(
+        self, wanted: Callable[[Key], bool] | None = None, piece: int = PIECE
+    ) -> Iterator[list[tuple[Key, dict[str, Any] | None]]]:
+        """The document of every root row ``wanted`` keeps (all: ``None``), in key order,
+        ``piece`` at a time (``cdc verify``)."""
         cursor = self._conn.execute(
             "SELECT k, row, pos FROM rows WHERE t = ? ORDER BY k", (self._tables[self.view.root],)
         )
-        yield from self._pieces(cursor, piece)
+        yield from self._pieces(cursor, piece, wanted)
 
     def _pieces(
-        self, cursor: sqlite3.Cursor, piece: int
+        self, cursor: sqlite3.Cursor, piece: int, wanted: Callable[[Key], bool] | None = None
     ) -> Iterator[list[tuple[Key, dict[str, Any] | None]]]:
         with contextlib.closing(cursor):
             while rows := cursor.fetchmany(piece):
-                roots = [(key, None if row is None else _row(row, pos)) for key, row, pos in rows]
+                roots = [
+                    (key, None if row is None else _row(row, pos))
+                    for key, row, pos in rows
+                    if wanted is None or wanted(key)
+                ]
                 # One query per many-embed for the whole piece; a single embed's row looked up
                 # once a piece (a customer's 50 orders: one lookup).
                 looked = self._many([root.row for _, root in roots if root is not None])
@@ -338,12 +345,14 @@ def load_rows(store: ViewStore, rows_of: Callable[[str], Iterable[SourceRow]]) -
         raise
 
 
-def documents(store: ViewStore, wanted: Any = None) -> Iterator[tuple[Key, dict[str, Any]]]:
+def documents(
+    store: ViewStore, wanted: Callable[[Key], bool] | None = None
+) -> Iterator[tuple[Key, dict[str, Any]]]:
     """Each root key's document in key order, positions left out (what ``cdc verify``
     compares); ``wanted``: a filter of the keys to build (the others are skipped)."""
-    for piece in store.roots():
+    for piece in store.roots(wanted):
         for key, doc in piece:
-            if doc is not None and (wanted is None or wanted(key)):
+            if doc is not None:
                 doc.pop(POSITIONS_FIELD, None)
                 yield key, doc
 
