@@ -41,6 +41,7 @@ from cdc.metrics.observers import SinkObserver
 from cdc.runtime import catch_up
 from cdc.runtime.consistency import ConsistencyTracker
 from cdc.runtime.control_watcher import ControlWatcher
+from cdc.runtime.dead_letters import DeadLetters
 from cdc.runtime.read_size import ReadSize
 from cdc.runtime.sink_control import RETRYING, RUNNING, STOPPED
 from cdc.runtime.sink_rebuild import StoreProbe
@@ -168,6 +169,7 @@ class SinkTask:
         self._stop = stop
         self._logger = logger
         self._bad_records = bad_records
+        self._letters = DeadLetters(log, pipeline, f"sink:{name}")
         #: The count of each read, bounded by ``max_records`` and about ``max_bytes``.
         self.read_size = ReadSize(max_records, max_bytes)
         self._poll_timeout_s = poll_timeout_s
@@ -437,6 +439,11 @@ class SinkTask:
                 f"sink {self._name} cannot apply a record: {exc.reason} (set bad_records: "
                 "dead_letter to route such records to the dead-letter topic)"
             ) from exc
+        if self._letters.holds(bad):
+            # Read again (the sink's stored offsets end before it, a crash before the flush,
+            # a reset table): it has its dead letter already.
+            self._logger.info("record.dead_lettered_before", topic=bad.topic, offset=bad.offset)
+            return [r for r in batch if r is not bad]
         self._logger.warning(
             "record.dead_lettered", topic=bad.topic, offset=bad.offset, reason=exc.reason
         )
@@ -446,11 +453,12 @@ class SinkTask:
             bad.topic,
             bad.key,
             exc.reason,
-            {"offset": bad.offset, "value": bad.value},
+            {"offset": bad.offset, "partition": bad.partition, "value": bad.value},
         )
         tx = self._log.begin()
         tx.append([with_reason])
         tx.commit()
+        self._letters.add(bad)
         if self._observer is not None:
             self._observer.dead_lettered()
         return [r for r in batch if r is not bad]
