@@ -114,7 +114,8 @@ class ViewTask:
     # -- the state ---------------------------------------------------------------------------
 
     def _open_store(self) -> ViewStore:
-        """The local store, rebuilt from the state topic unless it matches the topic's tip."""
+        """The local store, rebuilt from the state topic unless it holds the topic's last
+        batch (its commit token) for this definition of the view."""
         topic = out.state_topic(self._name, self._view)
         self._log.ensure_topics([topic, out.view_topic(self._name, self._view)])
         store = ViewStore(self._store_path, self._view)
@@ -178,7 +179,7 @@ class ViewTask:
                 at = 0 if high is None else high[0]
                 if at != before:
                     seq = 0  # a new high-water position: the documents' sequence starts again
-                seq = self._documents(store, tx, at, seq)
+                seq, written = self._documents(store, tx, at, seq)
                 tx.append([out.meta_record(self._name, self._view, high or (0, 0), seq, token)])
                 self._store_offsets(tx, _next_offsets(batch), consumer)
                 tx.commit()
@@ -191,6 +192,7 @@ class ViewTask:
         except BaseException:
             store.rollback()
             raise
+        self.documents_written += written
         return high, seq
 
     def _changes(
@@ -211,8 +213,10 @@ class ViewTask:
             changes.append(out.state_record(self._name, self._view, table, key, row, pos))
         return changes, high
 
-    def _documents(self, store: ViewStore, tx: Any, at: Any, seq: int) -> int:
-        """Append the document of each touched root key, a piece at a time; the sequence."""
+    def _documents(self, store: ViewStore, tx: Any, at: Any, seq: int) -> tuple[int, int]:
+        """Append the document of each touched root key, a piece at a time; the sequence and
+        the documents written."""
+        written = 0
         for piece in store.touched():
             docs: list[Record] = []
             for key, doc in piece:
@@ -223,8 +227,8 @@ class ViewTask:
                 seq += 1
                 docs += out.document_records(self._name, self._view, key, doc, (at, seq))
             tx.append(docs)
-            self.documents_written += len(piece)
-        return seq
+            written += len(piece)
+        return seq, written
 
     def _store_offsets(
         self, tx: Any, offsets: dict[TopicPartition, int], consumer: Consumer
