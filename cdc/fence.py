@@ -45,6 +45,13 @@ from cdc.runtime.sink_task import group_name
 DEFAULT_TIMEOUT_S = 30.0
 FIRST_POLL_S = 0.0005
 LAST_POLL_S = 0.005
+#: On Kafka each look at the stored position reads the offsets topic to its end.
+REMOTE_LAST_POLL_S = 0.05
+
+
+def longest_poll_s(pipeline: Pipeline) -> float:
+    """The longest pause between two polls for ``pipeline``'s log."""
+    return LAST_POLL_S if pipeline.log.type == "embedded" else REMOTE_LAST_POLL_S
 
 
 class FenceError(CdcError, Fatal):
@@ -165,9 +172,8 @@ class Fences:
         if position is None and self._current is not None:
             position = self._current()
         target = target_position(self.pipeline, self._hooks, position)
-        fence = Fence(
-            self._log, group_name(self.pipeline.name, sink), sink_topics(self.pipeline, config)
-        )
+        group, topics = group_name(self.pipeline.name, sink), sink_topics(self.pipeline, config)
+        fence = Fence(self._log, group, topics, longest_poll_s(self.pipeline))
         return fence.wait(self._hooks.decode, target, timeout_s)
 
     def close(self) -> None:
@@ -186,13 +192,16 @@ class Fence:
     """Waits on one sink of an open log (:func:`wait` opens it; a caller that keeps a log open
     sets many fences on one)."""
 
-    def __init__(self, log: Log, group: str, topics: list[str]) -> None:
+    def __init__(
+        self, log: Log, group: str, topics: list[str], longest_s: float = LAST_POLL_S
+    ) -> None:
         self._log, self._group, self._topics = log, group, topics
+        self._longest_s = longest_s
 
     def wait(self, decode: DecodePosition, target: Any, timeout_s: float) -> Any:
         """See :func:`wait`; returns the stored position the sink reached."""
         deadline = time.monotonic() + timeout_s
-        poll = _Backoff()
+        poll = _Backoff(self._longest_s)
         reached = stored_position(self._log, decode)
         while not at_or_after(reached, target):
             poll.sleep(deadline, f"the source's stored position {reached} to reach {target}")
@@ -216,11 +225,11 @@ class Fence:
 class _Backoff:
     """Sleeps between polls: short while things move, longer while they do not."""
 
-    def __init__(self) -> None:
-        self._interval = FIRST_POLL_S
+    def __init__(self, longest_s: float) -> None:
+        self._interval, self._longest_s = FIRST_POLL_S, longest_s
 
     def moved(self, moved: bool) -> None:
-        self._interval = FIRST_POLL_S if moved else min(LAST_POLL_S, self._interval * 2)
+        self._interval = FIRST_POLL_S if moved else min(self._longest_s, self._interval * 2)
 
     def sleep(self, deadline: float, waiting_for: str) -> None:
         """Sleep one interval (never past ``deadline``).

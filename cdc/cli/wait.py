@@ -32,7 +32,8 @@ def wait_command(file: str, sink: str, position: str | None, now: bool, timeout_
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_RUNTIME)
     with opened_log(pipeline) as log:
-        waiter = fence.Fence(log, group_name(pipeline.name, sink), sink_topics(pipeline, config))
+        group, topics = group_name(pipeline.name, sink), sink_topics(pipeline, config)
+        waiter = fence.Fence(log, group, topics, fence.longest_poll_s(pipeline))
         try:
             reached = waiter.wait(hooks.decode, target, timeout_s)
         except fence.FenceTimeout as exc:

@@ -38,6 +38,9 @@ class PostgresSourceConfig(SourceConfig):
         heartbeat_interval_s: emit a ``pg_logical_emit_message`` this often so the slot's
             position moves even when this database is idle; off when omitted.
         status_interval_s: how often a standby status update reports the flush position.
+        idle_commit_interval_s: while no captured table changes, how often the WAL the server
+            passed is stored as the position (one log commit each, only when WAL moved): what
+            a read-your-writes fence (``cdc wait``) on such WAL waits for.
         max_batch_events: most events one poll returns inside a large transaction.
         max_batch_bytes: about the most bytes of changes one poll returns (bytes or a size
             such as ``16MiB``): a poll stops adding events once its changes' messages and the
@@ -71,6 +74,7 @@ class PostgresSourceConfig(SourceConfig):
     skip_replicated: bool = False
     heartbeat_interval_s: float | None = Field(default=None, gt=0)
     status_interval_s: float = Field(default=10.0, gt=0)
+    idle_commit_interval_s: float = Field(default=0.2, gt=0)
     # 2,000 rather than 5,000: a batch's events, records and rows then stay in the CPU caches,
     # which made bench/pg_stream.py's insert ~5% faster here (3 runs each, 2-core EPYC).
     max_batch_events: int = Field(default=2000, ge=1)

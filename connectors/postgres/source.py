@@ -84,7 +84,7 @@ class PostgresSource:
         self._last_commit: Lsn | None = None  # the stored lsn_commit (source.sequence)
         heartbeat = f"{context.pipeline}.heartbeat"
         self._heartbeat = Heartbeat(heartbeat, config.heartbeat_interval_s, self._logger)
-        self._idle = IdleOffers(config.status_interval_s)
+        self._idle = IdleOffers(config.status_interval_s, config.idle_commit_interval_s)
         self._session: Session | None = None
         self._filters = table_filters(config)
         #: Logical-message handlers by prefix, installed at ``open`` (the watermarks and signals
