@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from cdc.config.pipeline import Pipeline, parse
+from cdc.contracts.errors import LogUnavailable
 from cdc.contracts.schema import Column, TableSchema, schema_record
 from cdc.envelope.encode import write_pos
 from cdc.log.base import Record
@@ -22,7 +23,7 @@ from cdc.log.embedded.log import EmbeddedLog
 from cdc.support.logging import get_logger
 from cdc.support.wait import wait_until
 from cdc.views.join import canonical_key
-from cdc.views.store import join_rows
+from cdc.views.store import ViewStore, join_rows
 from cdc.views.task import ViewTask
 
 FILE = """
@@ -205,3 +206,42 @@ def test_a_store_behind_the_state_topic_or_deleted_is_rebuilt_at_a_start(log: Em
     assert documents(log)[canonical_key({"id": 4})]["items"] == [
         {"id": 7, "order_id": 4, "sku": "k"}
     ]
+
+
+def test_a_failure_between_the_logs_commit_and_the_stores_is_repaired_by_a_rebuild(
+    log: EmbeddedLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = Source(log)
+    source.write("public.customers", [{"id": 1, "name": "A"}])
+    source.write("public.orders", [{"id": 1, "customer_id": 1, "note": ""}])
+    original = ViewStore.commit
+    failed: list[int] = []
+
+    def once(self: ViewStore, token: str | None, high: Any, seq: int) -> None:
+        # Fault injection: the log transaction committed, the store's commit fails (as a crash
+        # there would leave it); the session is retried.
+        if high is not None and not failed:
+            failed.append(1)
+            self.rollback()
+            raise LogUnavailable("injected")
+        original(self, token, high, seq)
+
+    monkeypatch.setattr(ViewStore, "commit", once)
+    pipeline = _pipeline(log)
+    stop = threading.Event()
+    task = ViewTask(pipeline, pipeline.views[0], 0, log, stop, get_logger(), poll_timeout_s=0.05)
+    thread = threading.Thread(target=task.serve, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: failed and caught_up(log), 30, 0.05)
+        assert log.end_offsets(VIEW_TOPIC) == {0: 1}  # the committed batch is not written again
+        # The rebuilt store knows order 2 is customer 1's, so the rename rewrites both.
+        source.write("public.orders", [{"id": 2, "customer_id": 1, "note": ""}])
+        source.write("public.customers", [{"id": 1, "name": "B"}])
+        wait_until(lambda: caught_up(log), 30, 0.05)
+    finally:
+        stop.set()
+        thread.join(30)
+    assert documents(log) == source.join(pipeline)
+    assert [d["customer"]["name"] for d in documents(log).values()] == ["B", "B"]
+    assert task.rebuilds == 2  # at the first start, and after the failure
