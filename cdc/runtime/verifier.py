@@ -33,7 +33,6 @@ from cdc.runtime.schemas import SchemaCatalog
 from cdc.support.logging import Logger
 from cdc.verify.compare import verify_pipeline
 from cdc.verify.comparison import TableComparison
-from cdc.verify.lag import lagging
 from cdc.verify.ranges import Range
 
 #: A difference must still be there this long later to count (a change in flight arrives).
@@ -103,18 +102,13 @@ class Verifier:
 
     def round(self) -> list[TableComparison]:
         """Compare the current range of every table of every readable sink; move on."""
-        pipeline, rotation = self._pipeline, self.rotation
+        rotation = self.rotation
         wanted = self._wanted()
-        behind = lagging(self._log, pipeline.name, wanted, 0.0)
-        compared = {
-            s: [t for t in names if (s, f"{t[0]}.{t[1]}") not in behind]
-            for s, names in wanted.items()
-        }
-        results = self._compare(compared, rotation.range)
+        results = self._compare(wanted, rotation.range)
         largest = 0
         for result in results:
             largest = max(largest, self._record(result))
-        rotation.complete -= {sink for sink, _ in behind}
+        rotation.complete -= {r.sink for r in results if r.state == "lagging"}
         ranges = 1 << rotation.depth
         finished = rotation.advance(largest << rotation.depth, self._sample_keys, set(wanted))
         self._export(finished)
@@ -141,22 +135,23 @@ class Verifier:
         return wanted
 
     def _compare(
-        self, compared: dict[str, list[tuple[str, str]]], at: Range
+        self, wanted: dict[str, list[tuple[str, str]]], at: Range
     ) -> list[TableComparison]:
+        """One range of each table; a table whose sink is behind the log comes back LAGGING,
+        not compared (:func:`cdc.verify.lag.lagging`), as in ``cdc verify``."""
         results = []
         catalog = SchemaCatalog(self._log, self._pipeline.name, wait_s=0)
-        for sink, tables in compared.items():
+        for sink, tables in wanted.items():
             if not tables:
                 continue
-            names = [f"{s}.{t}" for s, t in tables]
             results += verify_pipeline(
                 self._pipeline,
                 catalog,
                 attempts=2,
                 wait_s=RECHECK_S,
-                log=None,  # lag was checked above
+                log=self._log,  # the lag check, and the log's envelope eras
                 sinks=[sink],
-                tables=names,
+                tables=[f"{s}.{t}" for s, t in tables],
                 within=at if at[0] else None,
             )
         return results
