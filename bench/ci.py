@@ -65,6 +65,11 @@ RUNS: tuple[Run, ...] = (
     _bench("memory", "--rows", "20000", "--idle-s", "1"),
     _bench("peer_debezium", "--rows", "10000", "--big", "10000"),
     _bench("scale", "--dimension", "tx_size", "--sizes", "1000,20000"),
+    _bench("fence", "--writes", "20"),
+    _bench("rebuild", "--changes", "20000"),
+    _bench("trace", "--rows", "20000", "--keys", "3"),
+    _bench("views", "--customers", "100", "--orders-per", "20", "--renames", "20"),
+    _bench("verify", "--rows", "20000", "--tamper", "20"),
 )
 #: Bench scripts another run covers: ``sinks`` runs every sink's bench, ``memory`` its probe.
 COVERED = {
