@@ -35,6 +35,10 @@ from typing import Any
 import psycopg
 import redis
 
+# Run as a script (python bench/NAME.py, as the README gives it), the repository root goes first
+# on sys.path so that bench, cdc and tests import.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from bench.report import Figures
 from cdc import fence
 from cdc.support.wait import wait_until

@@ -19,11 +19,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psycopg
+
+# Run as a script (python bench/NAME.py, as the README gives it), the repository root goes first
+# on sys.path so that bench, cdc and tests import.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.report import Figures
 from connectors.postgres.config import PostgresSourceConfig

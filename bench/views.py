@@ -32,6 +32,10 @@ from typing import Any
 
 import psycopg
 
+# Run as a script (python bench/NAME.py, as the README gives it), the repository root goes first
+# on sys.path so that bench, cdc and tests import.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from bench.report import Figures
 from cdc.log.base import TopicPartition
 from cdc.log.embedded.log import EmbeddedLog
