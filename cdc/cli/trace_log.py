@@ -39,7 +39,7 @@ class Version:
     row: dict[str, Any] | None  # the after image; None for a delete or a tombstone
     commit_ts_ms: int | None
     appended_ms: int
-    lsn: Any = None
+    change_position: Any = None  # the change's own position in its source block, if it has one
 
     @property
     def removes(self) -> bool:
@@ -51,7 +51,7 @@ class Version:
             "partition": self.partition,
             "offset": self.offset,
             "position": None if self.position is None else list(self.position),
-            "lsn": self.lsn,
+            "change_position": self.change_position,
             "op": self.op if self.op is not None else "tombstone",
             "commit_ts_ms": self.commit_ts_ms,
             "appended_ms": self.appended_ms,
@@ -133,7 +133,7 @@ def _version(record: StoredRecord, rows: RowsOf | None) -> Version:
         after if isinstance(after, dict) else None,
         source.get("ts_ms"),
         record.timestamp_ms,
-        source.get("lsn"),
+        source.get("lsn"),  # the change's own position, where the source block has one (PostgreSQL)
     )
 
 

@@ -51,10 +51,11 @@ def _print_log(report: dict[str, Any]) -> None:
 def _version_line(version: dict[str, Any]) -> str:
     position = version["position"]
     where = f"offset {version['offset']} (partition {version['partition']})"
-    lsn = f" lsn {version['lsn']}" if version["lsn"] else ""
+    own = version["change_position"]
+    change = f" change at {own}" if own else ""
     committed = version["commit_ts_ms"]
     at = f" committed {_time(committed)}" if committed is not None else ""
-    return f"{where}: op {version['op']}, position {position}{lsn}{at}"
+    return f"{where}: op {version['op']}, position {position}{change}{at}"
 
 
 def _print_source(source: dict[str, Any]) -> None:
