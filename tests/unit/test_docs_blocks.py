@@ -182,7 +182,11 @@ def completed(text: str) -> str:
     kind = source.get("type", "postgres")
     base = dict(BASE_SOURCE[kind])
     # The tables a sink of the part names are the source's: a sink cannot name another one.
+    # A view's own table (views.<name>) is not; the tables a view joins are the source's too.
     named = [t for sink in document.get("sinks") or [] for t in sink.get("tables") or []]
+    named = [t for t in named if not (isinstance(t, str) and t.startswith("views."))]
+    for view in document.get("views") or []:
+        named += [view["root"], *(embed["from"] for embed in view.get("embed") or [])]
     base["tables"] = sorted(set(base["tables"]) | set(named))
     whole: dict[str, Any] = {
         "version": 1,
