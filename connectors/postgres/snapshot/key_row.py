@@ -11,12 +11,11 @@ from psycopg import sql
 
 from cdc.config.pipeline import redact_url
 from cdc.envelope.options import READABLE, EnvelopeOptions
-from connectors.postgres.catalog import Catalog
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.errors import QueryRefused, connect_error
-from connectors.postgres.publication.filters import PLAIN, table_filters
 from connectors.postgres.replication.connection import session_conninfo
-from connectors.postgres.snapshot.reader import describe, read_rows
+from connectors.postgres.snapshot.reader import read_rows
+from connectors.postgres.snapshot.table_rows import describe_table
 
 
 def read_key(
@@ -40,21 +39,8 @@ def read_key(
         SourceError: the server cannot be reached.
     """
     dsn = config.dsn.get_secret_value()
-    catalog = Catalog(dsn, redact_url(dsn), config.connect_timeout_s)
     name = f"{schema}.{table}"
-    try:
-        info = catalog.table(schema, table, catalog.check_role())
-        described = describe(
-            catalog,
-            _registry(envelope),
-            "trace",
-            info,
-            config.key_columns.get(name),
-            None,
-            table_filters(config).get(name, PLAIN),
-        )
-    finally:
-        catalog.close()
+    described = describe_table(config, schema, table, envelope, "trace")
     conninfo = session_conninfo(dsn, config.connect_timeout_s, application_name="cdc-trace")
     by_key = sql.SQL(" AND ").join(_equal(column, value) for column, value in key.items())
     try:
@@ -106,9 +92,3 @@ def _text(value: Any) -> str | None:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
-
-
-def _registry(envelope: EnvelopeOptions) -> Any:
-    from connectors.postgres.types import TypeRegistry
-
-    return TypeRegistry(envelope)

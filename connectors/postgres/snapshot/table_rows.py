@@ -38,21 +38,7 @@ def table_rows(
     registry below gets them as the stream's does.
     """
     dsn = config.dsn.get_secret_value()
-    catalog = Catalog(dsn, redact_url(dsn), config.connect_timeout_s)
-    name = f"{schema}.{table}"
-    try:
-        info = catalog.table(schema, table, catalog.check_role())
-        described = describe(
-            catalog,
-            TypeRegistry(envelope),
-            "verify",
-            info,
-            config.key_columns.get(name),
-            None,
-            table_filters(config).get(name, PLAIN),
-        )
-    finally:
-        catalog.close()
+    described = describe_table(config, schema, table, envelope, "verify")
     # The row filter is the operator's SQL, accepted by the server as the publication's.
     where = sql.SQL(" WHERE ({})").format(sql.SQL(described.where)) if described.where else None
     query = sql.SQL("COPY (SELECT {} FROM {}{}) TO STDOUT").format(
@@ -75,6 +61,34 @@ def table_rows(
             for values in piece:
                 row = convert(values)
                 yield {k: row[k] for k in key_names}, row
+
+
+def describe_table(
+    config: PostgresSourceConfig,
+    schema: str,
+    table: str,
+    envelope: EnvelopeOptions,
+    purpose: str,
+) -> Any:
+    """The table as the stream shapes it (its columns, masks and row filter, the converters of
+    the pipeline's ``envelope``), for a read outside the stream: ``cdc verify`` and ``cdc trace``.
+    """
+    dsn = config.dsn.get_secret_value()
+    catalog = Catalog(dsn, redact_url(dsn), config.connect_timeout_s)
+    name = f"{schema}.{table}"
+    try:
+        info = catalog.table(schema, table, catalog.check_role())
+        return describe(
+            catalog,
+            TypeRegistry(envelope),
+            purpose,
+            info,
+            config.key_columns.get(name),
+            None,
+            table_filters(config).get(name, PLAIN),
+        )
+    finally:
+        catalog.close()
 
 
 def keyed_by_value(config: PostgresSourceConfig, schema: str, table: str) -> bool:
