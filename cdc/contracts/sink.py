@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import structlog
 from pydantic import BaseModel
@@ -137,6 +137,27 @@ class Sink(Protocol):
         ...
 
 
+@runtime_checkable
+class PositionedSink(Sink, Protocol):
+    """A sink that stores, beside its offsets, the source position its data is consistent up
+    to (optional: a sink without :meth:`set_consistent_position` works as before).
+
+    The position is the text ``cdc status`` and ``/readyz`` print (``str`` of the source's
+    position; the source plugin's ``parse_position`` reads it back). Read it back for ``cdc
+    status`` through the plugin's optional ``read_consistent_position``
+    (:class:`SinkPlugin`).
+    """
+
+    def set_consistent_position(self, position: str) -> None:
+        """Store ``position`` with the offsets of the next :meth:`flush`, in the same
+        transaction (or atomic write): once that flush returns, the store holds every change
+        up to it. A flush that fails forgets it (the runner hands it again with the retry).
+        A flush with no records written stores it alone, the offsets as they are, provided
+        the store already holds offsets; a :meth:`reset_table` forgets the stored one.
+        """
+        ...
+
+
 class SinkPlugin(Protocol):
     """What a ``cdc.sinks`` entry point names.
 
@@ -155,6 +176,10 @@ class SinkPlugin(Protocol):
     Optional, for ``cdc doctor``: ``doctor(config, pipeline_name)``, a list of
     :class:`cdc.contracts.checks.Check`: whether the store can be reached and written (cheaply; a
     probe it writes is removed again), each ok or with the exact fix.
+
+    Optional, for ``cdc status``: ``read_consistent_position(config, *, pipeline)``, the
+    position a :class:`PositionedSink` stored with its offsets (``None``: none stored), read
+    from the store without the pipeline running.
 
     Optional, for scale-out on Kafka: ``single_writer`` (a class attribute, default ``False``).
     ``True`` says the store takes one writer at a time (a DuckDB file, a Tantivy index; an

@@ -99,6 +99,8 @@ class ConsistencyTracker:
         self._log, self._group, self._topics, self._decode = log, group, list(topics), decode
         self._every_s = every_s
         self._samples: deque[tuple[Any, dict[TopicPartition, int]]] = deque()
+        #: The newest sample the committed offsets passed: :meth:`reached` still counts it.
+        self._passed: tuple[Any, dict[TopicPartition, int]] | None = None
         self._last = -every_s
         #: The source position the sink holds everything up to (``None``: not known yet).
         self.position: Any = None
@@ -117,11 +119,27 @@ class ConsistencyTracker:
             return False  # the log away for a moment: the next tick samples again
         moved = False
         while self._samples and not behind(self._samples[0][1], committed):
-            position, _ = self._samples.popleft()
+            self._passed = self._samples.popleft()
+            position = self._passed[0]
             if self.position is None or not position < self.position:
                 moved = moved or position != self.position
                 self.position = position
         return moved
+
+    def reached(self, offsets: Mapping[TopicPartition, int]) -> Any:
+        """The newest sampled position that ``offsets`` (next offsets to read) make the sink
+        consistent up to, or ``None``.
+
+        Unlike :attr:`position`, only samples whose ends ``offsets`` pass count: after a table
+        reset (offsets back to 0) nothing older is claimed. Samples are in the order they were
+        taken, so their positions and ends only grow.
+        """
+        found = None
+        for position, ends in (*((self._passed,) if self._passed else ()), *self._samples):
+            if behind(ends, offsets):
+                break
+            found = position
+        return found
 
     def _sample(self) -> None:
         position = stored_position(self._log, self._decode)  # P, then E: the order matters

@@ -47,6 +47,7 @@ from cdc.runtime.sink_control import RETRYING, RUNNING, STOPPED
 from cdc.runtime.sink_rebuild import StoreProbe
 from cdc.runtime.sink_resets import TableResets
 from cdc.runtime.source_task import dead_letter_record
+from cdc.runtime.store_position import StorePosition
 from cdc.support.clock import now_ms
 from cdc.support.logging import Logger
 from cdc.support.retry import Backoff, Decision, Stopped, classify, retry_until_stopped
@@ -160,6 +161,7 @@ class SinkTask:
     ) -> None:
         self._observer = observer
         self._consistency = consistency
+        self._held = StorePosition(consistency, log, group_name(pipeline, name), logger)
         self._rows = rows
         self._pipeline = pipeline
         self._name = name
@@ -274,6 +276,7 @@ class SinkTask:
         self._consumer = self._log.consumer(group, topics, start_offsets=self._start_offsets)
         # Far behind the log (a new sink, a reset, a rebuild): progress lines with an ETA.
         stored = self._sink.stored_offsets() or {}
+        self._held.start(stored)
         self._catch_up = catch_up.for_sink(self._log, self._logger, group, topics, stored)
 
     def _reset_tables(self) -> None:
@@ -305,6 +308,7 @@ class SinkTask:
                 self._catch_up.idle()
             self._rebuild_from_log(self._probe.lost(self._sink))
             self._track()
+            self._held.idle(self._sink)
             return 0
         self.read_size.read(stored)
         # After the poll: a change is stored before what it encodes. A log that is away
@@ -329,6 +333,7 @@ class SinkTask:
             "sink.commit_retrying",
         )
         self.records_applied += len(batch)
+        self._held.committed(offsets)
         if self._retrying:  # the store is back: status says running again, as /readyz does
             self._retrying = False
             self._record_state(RUNNING)
@@ -413,6 +418,7 @@ class SinkTask:
     def _write_and_flush(self, batch: list[SinkRecord]) -> None:
         assert self._sink is not None
         try:
+            self._held.hand(self._sink, batch)
             self._sink.write(batch)
             self._sink.flush()
         except Exception as exc:
