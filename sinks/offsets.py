@@ -7,6 +7,11 @@ offsets file and of the ``"offsets"`` of the JSONL sink's state file, the fields
 sink's offsets hash. :func:`encode_offsets` and :func:`decode_offsets` are its one writer and
 reader; :func:`read_json` and :func:`write_json` the file sinks' reading and durable writing of
 their JSON files. (The DuckDB sink keeps its offsets in a table of its own, with the data.)
+
+Beside the offsets, under :data:`POSITION_FIELD` (no ``|``: no partition's name), a sink may
+keep the source position its data is consistent up to, written in the same atomic write
+(:class:`cdc.contracts.sink.PositionedSink`): the Redis sink's offsets hash does.
+:func:`decode_offsets` skips it.
 """
 
 from __future__ import annotations
@@ -14,11 +19,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
 from cdc.log.base import TopicPartition
+
+#: The stored name of the consistent source position beside the offsets.
+POSITION_FIELD: Final = "consistent_position"
 
 
 def offset_field(topic: str, partition: int) -> str:
@@ -38,6 +46,8 @@ def decode_offsets(
     offsets: dict[TopicPartition, int] = {}
     for field, offset in stored.items():
         name = field.decode() if isinstance(field, bytes) else field
+        if name == POSITION_FIELD:
+            continue
         topic, _, partition = name.rpartition("|")
         offsets[TopicPartition(topic, int(partition))] = int(offset)
     return offsets

@@ -9,6 +9,7 @@ from typing import Any
 from cdc.contracts.sink import SinkContext
 from sinks.duckdb import as_of as point_in_time
 from sinks.duckdb import doctor as preflight
+from sinks.duckdb import position as stored_position
 from sinks.duckdb import reader
 from sinks.duckdb import trace as key_trace
 from sinks.duckdb.config import DuckDBSinkConfig
@@ -40,3 +41,5 @@ class DuckDBSinkPlugin:
 
     read_key = staticmethod(key_trace.read_key)  # cdc trace: one key's row and position
     doctor = staticmethod(preflight.doctor)  # cdc doctor: the file opens, or can be created
+    # cdc status: the source position stored with the offsets
+    read_consistent_position = staticmethod(stored_position.read_consistent_position)

@@ -25,7 +25,7 @@ from cdc.contracts.errors import CdcError, RecordError, SinkFatal
 from cdc.contracts.schema import schema_topic
 from cdc.contracts.sink import SinkContext, SinkRecord
 from cdc.log.base import TopicPartition
-from sinks.duckdb import catalog, history, merge
+from sinks.duckdb import catalog, history, merge, position
 from sinks.duckdb.config import DuckDBSinkConfig
 from sinks.duckdb.connection import connect, translate
 from sinks.duckdb.errors import named, staging_failed
@@ -51,6 +51,7 @@ class DuckDBSink:
         self._states: dict[tuple[str, str], catalog.TableState] = {}
         self._offsets: dict[TopicPartition, int] = {}
         self._pending: list[SinkRecord] = []
+        self._position: str | None = None  # stored with the next flush's offsets
         self._log = context.logger
 
     def open(self) -> None:
@@ -66,7 +67,7 @@ class DuckDBSink:
                 Path(config.path), config.threads, config.memory_limit, config.checkpoint_threshold
             )
             try:
-                for ddl in catalog.META_DDL:
+                for ddl in (*catalog.META_DDL, position.DDL):
                     self._con.execute(ddl)
                 self._load()
             except duckdb.Error as exc:
@@ -80,6 +81,11 @@ class DuckDBSink:
     def write(self, records: Sequence[SinkRecord]) -> None:
         self._pending.extend(records)
 
+    def set_consistent_position(self, position: str) -> None:
+        """Store ``position`` with the next flush's offsets, in the last of its transactions
+        (:class:`cdc.contracts.sink.PositionedSink`)."""
+        self._position = position
+
     def flush(self) -> None:
         """Apply everything written since the last flush, in one transaction a
         :func:`~sinks.duckdb.plan.byte_parts` run.
@@ -90,21 +96,24 @@ class DuckDBSink:
             SinkUnavailable: a transient DuckDB failure (nothing of the run is applied).
         """
         records, self._pending = self._pending, []
-        if not records:
+        held, self._position = self._position, None
+        if not records and (held is None or not self._offsets):
             return
         if self._con is None:
             raise SinkFatal("DuckDB sink: flush before open")
-        for part in byte_parts(records):
-            self._flush_part(records[part])
+        parts = byte_parts(records) if records else [slice(0, 0)]
+        for number, part in enumerate(parts, 1):
+            # Only the last transaction holds every change of the batch: it stores the position.
+            self._flush_part(records[part], held if number == len(parts) else None)
 
-    def _flush_part(self, records: list[SinkRecord]) -> None:
+    def _flush_part(self, records: list[SinkRecord], held: str | None = None) -> None:
         records, announced, schema_offsets = split_schemas(
             records, self._schema_topic, self._tables
         )
         batches, offsets = plan(records, self._offsets, self._topic_tables)
         offsets.update(schema_offsets)
         with self._naming():
-            self._apply_all(batches, offsets, announced)
+            self._apply_all(batches, offsets, announced, held)
         self._offsets.update(offsets)
 
     def _apply_all(
@@ -112,10 +121,11 @@ class DuckDBSink:
         batches: dict[tuple[str, str], TableBatch],
         offsets: dict[TopicPartition, int],
         announced: Sequence[tuple[str, str]],
+        held: str | None = None,
     ) -> None:
         try:
             with self._undone_on_error("applying a batch"):
-                self._transaction(batches, offsets, announced)
+                self._transaction(batches, offsets, announced, held)
         except StageFailed as failed:
             self._rollback()
             bad = self._diagnose(failed)
@@ -152,6 +162,7 @@ class DuckDBSink:
                 self._con.execute(f"INSERT INTO {catalog.META}.offsets VALUES {values}", params)
             self._states.pop(table, None)
             self._create_announced(table)
+            position.forget(self._con)  # the table is read again from its start
             self._con.execute("COMMIT")
         self._load()
         self._log.info("duckdb.table_reset", table=f"{table[0]}.{table[1]}")
@@ -196,6 +207,7 @@ class DuckDBSink:
         batches: dict[tuple[str, str], TableBatch],
         offsets: dict[TopicPartition, int],
         announced: Sequence[tuple[str, str]] = (),
+        held: str | None = None,
     ) -> None:
         self._con.execute("BEGIN TRANSACTION")
         for table in announced:
@@ -203,6 +215,8 @@ class DuckDBSink:
         for batch in batches.values():
             self._apply(batch)
         self._store_offsets(offsets)
+        if held is not None:
+            position.store(self._con, held)
         self._con.execute("COMMIT")
 
     def _store_offsets(self, offsets: dict[TopicPartition, int]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from cdc.contracts.sink import SinkContext
 from sinks.postgres import doctor as preflight
+from sinks.postgres import offsets as stored
 from sinks.postgres import reader
 from sinks.postgres import trace as key_trace
 from sinks.postgres.config import PostgresSinkConfig
@@ -24,3 +25,5 @@ class PostgresSinkPlugin:
     read_rows = staticmethod(reader.read_rows)
     read_key = staticmethod(key_trace.read_key)  # cdc trace: one key's row and position
     doctor = staticmethod(preflight.doctor)  # cdc doctor: reachable, version 14+, may create
+    # cdc status: the source position stored with the offsets
+    read_consistent_position = staticmethod(stored.read_consistent_position)

@@ -54,6 +54,7 @@ class PostgresSink:
         self._shapes: dict[Table, TableSchema | None] = {}  # the schema each info follows
         self._offsets: dict[TopicPartition, int] = {}
         self._pending: list[SinkRecord] = []
+        self._position: str | None = None  # stored with the next flush's offsets
         self._log = context.logger
 
     def open(self) -> None:
@@ -68,7 +69,10 @@ class PostgresSink:
             with self._translated("preparing the schema"):
                 with self._conn.transaction():
                     catalog.lock_meta(self._conn, self._schema)
-                    for ddl in catalog.meta_ddl(self._schema):
+                    for ddl in (
+                        *catalog.meta_ddl(self._schema),
+                        offsets.positions_ddl(self._schema),
+                    ):
                         self._conn.execute(ddl)
                 self._load()
         except BaseException:
@@ -87,6 +91,11 @@ class PostgresSink:
     def write(self, records: Sequence[SinkRecord]) -> None:
         self._pending.extend(records)
 
+    def set_consistent_position(self, position: str) -> None:
+        """Store ``position`` with the next flush's offsets, in its transaction
+        (:class:`cdc.contracts.sink.PositionedSink`)."""
+        self._position = position
+
     def flush(self) -> None:
         """Apply everything written since the last flush, in one transaction.
 
@@ -96,7 +105,8 @@ class PostgresSink:
             SinkUnavailable: the server went away (nothing of the batch is applied).
         """
         records, self._pending = self._pending, []
-        if not records:
+        held, self._position = self._position, None
+        if not records and (held is None or not self._offsets):
             return
         conn = self._connection()
         data, announced, schema_offsets = split_schemas(records, self._schema_topic, self._tables)
@@ -108,6 +118,8 @@ class PostgresSink:
             for table, changes in batches.items():
                 self._apply(table, changes)
             offsets.store(conn, self._schema, self._ident, next_offsets)
+            if held is not None:
+                offsets.store_position(conn, self._schema, self._ident, held)
         self._offsets.update(next_offsets)
 
     def close(self) -> None:
@@ -136,6 +148,7 @@ class PostgresSink:
             self._shapes.pop(table, None)
             offsets.forget_topics(conn, self._schema, self._ident, {tp.topic for tp in partitions})
             offsets.store(conn, self._schema, self._ident, {tp: 0 for tp in partitions})
+            offsets.forget_position(conn, self._schema, self._ident)
             self._prepare(table, only_published=True)
         self._load()
         self._log.info("postgres.table_reset", table=f"{table[0]}.{table[1]}")

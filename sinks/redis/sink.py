@@ -5,8 +5,10 @@
 scans the table). The guard lives in the script (:mod:`sinks.redis.script`), so a replayed or
 late older change is skipped inside Redis, atomically with the write it guards. The last call of
 a batch also stores the consumed offsets, so a batch is either fully applied with its offsets or
-replayed harmlessly. The script is loaded once and reloaded when Redis answers ``NOSCRIPT``
-(after a restart).
+replayed harmlessly. With the offsets, in the same call, it stores the source position the data
+is consistent up to (field ``consistent_position`` of the offsets hash,
+:class:`cdc.contracts.sink.PositionedSink`). The script is loaded once and reloaded when Redis
+answers ``NOSCRIPT`` (after a restart).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from cdc.contracts.events import topic_name
 from cdc.contracts.sink import SinkContext, SinkRecord
 from cdc.log.base import TopicPartition
 from sinks.keyed import Change, Table, TopicTables
-from sinks.offsets import decode_offsets, encode_offsets
+from sinks.offsets import POSITION_FIELD, decode_offsets, encode_offsets
 from sinks.redis.batch import Segment, segments
 from sinks.redis.config import RedisSinkConfig
 from sinks.redis.connection import as_str, connect, scan_fields, translate
@@ -50,6 +52,7 @@ class RedisSink:
         self._rebuild = False
         self._pending: list[Segment] = []
         self._pending_records: list[SinkRecord] = []
+        self._position: str | None = None  # stored with the next flush's offsets
 
     def open(self) -> None:
         self._client = connect(self._config)
@@ -73,14 +76,30 @@ class RedisSink:
         self._pending += segments(records, self._tables)
         self._pending_records += records
 
+    def set_consistent_position(self, position: str) -> None:
+        """Store ``position`` in the offsets hash by the next flush's last script call, with
+        the offsets (:class:`cdc.contracts.sink.PositionedSink`)."""
+        self._position = position
+
     def flush(self) -> None:
         try:
             if self._pending_records:
                 self._call(self._apply_pending)
                 self._expect_offsets, self._rebuild = True, False
+            elif self._position is not None and self._expect_offsets and not self._rebuild:
+                self._call(self._store_position)
         finally:
             self._pending = []
             self._pending_records = []
+            self._position = None
+
+    def _store_position(self, client: redis.Redis) -> None:
+        """The position alone, through the script: it checks the offsets hash is still there
+        (a position written into a lost store would hide the loss)."""
+        assert self._position is not None
+        offsets = [POSITION_FIELD, self._position]
+        args = Chunk().args(self._layout, self._ttl_ms, self._sink_keys, True, offsets)
+        client.evalsha(self._sha, 0, *args)
 
     def probe(self) -> None:
         """While idle (the sink task asks now and then): raise ``SinkDataLost`` if Redis lost
@@ -108,6 +127,8 @@ class RedisSink:
         Raises:
             SinkUnavailable: Redis cannot be reached (the runner retries the reset).
         """
+        # The position first: the rows it claims go next.
+        self._call(lambda c: c.hdel(self._sink_keys[0], POSITION_FIELD))
         self._call(lambda client: self._forget(client, table))
         zeros = encode_offsets(dict.fromkeys(partitions, 0))
         if zeros:
@@ -164,9 +185,7 @@ class RedisSink:
         conn = client.connection_pool.get_connection()
         try:
             for number, chunk in enumerate(chunks, 1):
-                offsets = (
-                    offsets_args(self._pending_records) if last and number == len(chunks) else []
-                )
+                offsets = self._offsets_args() if last and number == len(chunks) else []
                 args = chunk.args(
                     self._layout, self._ttl_ms, self._sink_keys, self._expect_offsets, offsets
                 )
@@ -187,6 +206,11 @@ class RedisSink:
             raise
         finally:
             client.connection_pool.release(conn)
+
+    def _offsets_args(self) -> list[str]:
+        """``HSET`` arguments of the batch's offsets, and of its position when handed one."""
+        held = [] if self._position is None else [POSITION_FIELD, self._position]
+        return [*offsets_args(self._pending_records), *held]
 
     def _truncate(self, client: redis.Redis, change: Change) -> None:
         """Delete the table's rows older than the truncate, then raise the table's floor.

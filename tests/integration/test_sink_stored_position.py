@@ -1,0 +1,121 @@
+"""The consistent source position a sink stores beside its offsets
+(:class:`cdc.contracts.sink.PositionedSink`), against real DuckDB, PostgreSQL and Redis.
+
+One body for the three: a position handed with a batch is stored by its flush and read back
+by the plugin's ``read_consistent_position`` (what ``cdc status`` reads); handed alone it is
+stored only once the store holds offsets; a flush forgets what it was handed; a table reset
+forgets the stored one, since the data no longer holds it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from cdc.contracts.events import Op, topic_name
+from cdc.contracts.sink import PositionedSink, SinkRecord
+from cdc.log.base import TopicPartition
+from sinks.duckdb import DuckDBSinkConfig
+from sinks.duckdb.plugin import DuckDBSinkPlugin
+from sinks.postgres.plugin import PostgresSinkPlugin
+from sinks.redis import RedisSink, RedisSinkConfig
+from sinks.redis.plugin import RedisSinkPlugin
+from tests.integration import duckdb_kit, keyed_records, postgres_sink_kit
+
+
+@dataclass
+class Store:
+    """A sink under test, how to make its records, and how to read its stored position."""
+
+    sink: PositionedSink
+    records: Callable[[int, int], list[SinkRecord]]  # (key, source position) -> records
+    stored: Callable[[], str | None]
+    topic: str
+
+
+def _duckdb(tmp_path: Path) -> Iterator[Store]:
+    harness = duckdb_kit.Harness(tmp_path / "wh.duckdb")
+    config = DuckDBSinkConfig(name="wh", type="duckdb", path=str(harness.path))
+    yield Store(
+        harness.sink,
+        lambda key, pos: harness.records(duckdb_kit.item(Op.CREATE, key, pos, "n", 1)),
+        lambda: DuckDBSinkPlugin.read_consistent_position(config, pipeline=duckdb_kit.PIPELINE),
+        duckdb_kit.TOPIC,
+    )
+    harness.sink.close()
+
+
+def _postgres(dsn: str) -> Iterator[Store]:
+    harness = postgres_sink_kit.Harness(dsn, sink=f"s{uuid.uuid4().hex[:8]}")
+    yield Store(
+        harness.sink,
+        lambda key, pos: harness.records(duckdb_kit.item(Op.CREATE, key, pos, "n", 1)),
+        lambda: PostgresSinkPlugin.read_consistent_position(
+            harness.config, pipeline=duckdb_kit.PIPELINE
+        ),
+        duckdb_kit.TOPIC,
+    )
+    harness.close()
+
+
+def _redis(url: str) -> Iterator[Store]:
+    config = RedisSinkConfig(
+        name="cache", type="redis", url=url, key_prefix=f"t{uuid.uuid4().hex[:10]}"
+    )
+    sink = RedisSink(config, keyed_records.context(sink="cache"))
+    sink.open()
+    records = keyed_records.Records()
+    yield Store(
+        sink,
+        lambda key, pos: records(keyed_records.item(Op.CREATE, key, pos, name="n")),
+        lambda: RedisSinkPlugin.read_consistent_position(config, pipeline=keyed_records.PIPELINE),
+        topic_name(keyed_records.PIPELINE, *keyed_records.ITEMS),
+    )
+    sink.close()
+
+
+@pytest.fixture(params=["duckdb", "postgres", "redis"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "duckdb":
+        yield from _duckdb(tmp_path)
+    elif request.param == "postgres":
+        yield from _postgres(request.getfixturevalue("pg_db"))
+    else:
+        yield from _redis(request.getfixturevalue("redis_server").url)
+
+
+def _apply(store: Store, records: list[SinkRecord], position: str | None = None) -> None:
+    if position is not None:
+        store.sink.set_consistent_position(position)
+    store.sink.write(records)
+    store.sink.flush()
+
+
+def test_the_position_is_stored_with_the_offsets_and_read_back(store: Store) -> None:
+    store.sink.set_consistent_position("0/10")
+    store.sink.flush()  # alone, before the store holds any offsets: nothing to stand beside
+    assert store.stored() is None
+    _apply(store, store.records(1, 100), "0/16B3748")
+    assert store.stored() == "0/16B3748"
+    _apply(store, store.records(2, 101))  # a batch handed no position keeps the stored one
+    assert store.stored() == "0/16B3748"
+    store.sink.set_consistent_position("0/1D4C7F8")
+    store.sink.flush()  # idle: the position alone, the offsets as they are
+    assert store.stored() == "0/1D4C7F8"
+    store.sink.close()
+    store.sink.open()  # the offsets read back: the position is no partition's
+    assert dict(store.sink.stored_offsets() or {}) == {TopicPartition(store.topic, 0): 2}
+    store.sink.flush()  # a flush stores what it was handed once
+    assert store.stored() == "0/1D4C7F8"
+
+
+def test_a_table_reset_forgets_the_stored_position(store: Store) -> None:
+    _apply(store, store.records(1, 100), "0/16B3748")
+    assert store.stored() == "0/16B3748"
+    store.sink.reset_table(("public", "items"), [TopicPartition(store.topic, 0)])
+    assert store.stored() is None
+    assert dict(store.sink.stored_offsets() or {})[TopicPartition(store.topic, 0)] == 0
