@@ -40,11 +40,11 @@ from cdc.verify.ranges import (
     DETAILED,
     Candidates,
     EntryReader,
-    Found,
     KeyFilter,
     Range,
     compare_streams,
     in_range,
+    persistent,
     recheck,
     row_hash,
 )
@@ -134,15 +134,18 @@ def compare_table(
     """
     source = _entries(read_source, schema, within=within)
     sink_entries = _entries(read_sink, schema, sink_decodings, within)
-    found = compare_streams(source, sink_entries)
+    looks = max(1, attempts)
+    # With more looks to come, the first finds the differing keys by hash only and the next
+    # look reads them whole; alone, it reads them whole at once.
+    found = compare_streams(source, sink_entries, resolve=looks == 1)
     result = TableComparison(table, sink)
     result.source_count, result.sink_count = found.counts
     result.source_checksum, result.sink_checksum = found.checksum(0), found.checksum(1)
-    for _ in range(1, max(1, attempts)):
+    for _ in range(1, looks):
         if not found:
             break
         time.sleep(wait_s)
-        found = _persistent(found, recheck(source, sink_entries, _keys(found)))
+        found = persistent(found, recheck(source, sink_entries, found.key_hashes()))
     result.keys = (found.missing, found.extra, found.different)
     result.missing, result.extra, result.different = (
         [orjson.loads(k) for k in sorted(keys)[:limit]] for keys in result.keys
@@ -156,19 +159,6 @@ def compare_table(
 
 
 DETAILED_DIFFERENCES = DETAILED
-
-
-def _keys(found: Found) -> set[bytes]:
-    return found.missing | found.extra | found.different
-
-
-def _persistent(before: Found, now: Found) -> Found:
-    """What differed in both looks; the counts and checksums of the whole first one."""
-    before.missing &= now.missing
-    before.extra &= now.extra
-    before.different &= now.different
-    before.rows = {k: v for k, v in now.rows.items() if k in before.different}
-    return before
 
 
 def _column_differences(key: bytes, source_row: bytes, sink_row: bytes) -> dict[str, Any]:

@@ -5,18 +5,24 @@ ranges. A pass streams both sides once, in any order (a Redis SCAN has none), an
 range an order-independent digest: the count of rows and the sum, mod 2**64, of a 64-bit hash
 of ``key + NUL + row``. Ranges whose digests differ are cut again (:data:`STEP_BITS` more bits of
 the hash) in the next pass, until a differing range holds at most :data:`LEAF_ROWS` rows on
-each side: then its rows are held and compared key by key. Memory is the ranges' digests plus
-the rows of the differing leaves of one pass (at most about :data:`PASS_ROWS`), whatever the
-table's size; a table of which every row differs costs more passes, never more memory (beyond
-the differing keys themselves, which a repair needs).
+each side: then its rows are compared key by key, by their hashes alone (16 bytes a row, in
+unboxed arrays), which finds the differing keys' hashes. A last pass (:func:`recheck`) reads
+only those keys whole: their canonical JSON is what a report and a repair need.
+
+Memory is the ranges' digests plus the hashes of the differing leaves' rows of one pass (at most
+:data:`PASS_ROWS` rows, a few MB), whatever the table's size and however many rows a differing
+leaf holds; then the differing keys themselves (:data:`RESOLVE_KEYS` at a time). A table of
+which every row differs costs more passes, never more memory beyond those keys.
 
 A key read twice on one side (a keyless table's identical rows, a SCAN's repeats) makes its
-range differ; its leaf holds the key once, as the former in-memory comparison did, and the
-counts and checksums are corrected by what the leaves found.
+range differ; its leaf counts the key once, as the former in-memory comparison did, and the
+counts and checksums are corrected by what the leaves found. Two keys of one table with the
+same 64-bit hash (about one chance in 10**5 at 10M rows) would be compared as one.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import heapq
 from array import array
@@ -41,10 +47,15 @@ HASH_BITS = 64
 TOP_BITS = 14
 STEP_BITS = 8  # a differing range is cut 256 ways
 LEAF_ROWS = 1024
-PASS_ROWS = 100_000
+#: Rows of differing leaves compared in one pass, by hashes: 16 bytes a row held, about 50
+#: more while a side is sorted (12 MB at most, against about 400 bytes a row held whole).
+PASS_ROWS = 250_000
+#: Differing keys read whole in one pass of :func:`recheck` (their rows are held).
+RESOLVE_KEYS = 100_000
 SPLITS_PER_PASS = 512  # ranges cut in one pass: at most 512 * 256 digests held
 DETAILED = 5
 _MASK = (1 << HASH_BITS) - 1
+KINDS = ("missing", "extra", "different")
 
 
 def key_hash(key: bytes) -> int:
@@ -68,27 +79,38 @@ def in_range(key: bytes, at: Range) -> bool:
 
 @dataclass
 class Found:
-    """What a comparison found: the differing keys (canonical key JSON), the rows of the first
-    few different keys (in key order), each side's count and checksum of distinct keys."""
+    """What a comparison found: the differing keys by kind, as hashes (``hashes``) and, once
+    read whole, as canonical key JSON (``missing``, ``extra``, ``different``); the rows of the
+    first few different keys (in key order); each side's count and checksum of distinct keys."""
 
     missing: set[bytes] = field(default_factory=set)
     extra: set[bytes] = field(default_factory=set)
     different: set[bytes] = field(default_factory=set)
+    hashes: dict[str, set[int]] = field(default_factory=lambda: {k: set() for k in KINDS})
     rows: dict[bytes, tuple[bytes, bytes]] = field(default_factory=dict)
     counts: list[int] = field(default_factory=lambda: [0, 0])
     sums: list[int] = field(default_factory=lambda: [0, 0])
     passes: int = 0
 
     def __bool__(self) -> bool:
-        return bool(self.missing or self.extra or self.different)
+        return any(self.hashes.values())
 
     def checksum(self, side: int) -> str:
         return f"{self.sums[side] & _MASK:016x}"
 
+    def key_hashes(self) -> set[int]:
+        """Every differing key's hash, whatever its kind."""
+        return set().union(*self.hashes.values())
 
-def compare_streams(source: EntryReader, sink: EntryReader) -> Found:
+
+def compare_streams(source: EntryReader, sink: EntryReader, resolve: bool = True) -> Found:
     """Every key that is missing in, extra in, or different in ``sink``, found by range
-    digests and bisection; counts and checksums of both sides."""
+    digests and bisection; counts and checksums of both sides.
+
+    ``resolve``: read the differing keys whole (:func:`recheck`, one more pass when any
+    differ), so ``missing``, ``extra``, ``different`` and ``rows`` are filled. Without it only
+    their hashes are: a caller that looks again anyway (:func:`persistent`) saves the pass.
+    """
     found = Found()
     digests = [_top_digests(read, found, side) for side, read in enumerate((source, sink))]
     splits: list[Range] = []
@@ -105,17 +127,34 @@ def compare_streams(source: EntryReader, sink: EntryReader) -> Found:
         differing += [r for r in sub[1] if r not in sub[0]]
         sizes = {r: max(sub[0].get(r, (0, 0))[0], sub[1].get(r, (0, 0))[0]) for r in differing}
         _sort_ranges(differing, sizes, splits, leaves)
+    if resolve and found:
+        return persistent(found, recheck(source, sink, found.key_hashes()))
     return found
 
 
-def recheck(source: EntryReader, sink: EntryReader, keys: Iterable[bytes]) -> Found:
-    """Compare only ``keys`` (a range each, at full depth): a later attempt's look at keys
-    that differed, as changes in flight arrive."""
+def recheck(source: EntryReader, sink: EntryReader, hashes: Iterable[int]) -> Found:
+    """Compare only the keys of these hashes, read whole (a range each, at full depth): the
+    differing keys' canonical JSON, or a later attempt's look at keys that differed, as changes
+    in flight arrive."""
     found = Found()
-    leaves = sorted({(HASH_BITS, key_hash(k)) for k in keys})
-    for at in range(0, len(leaves), PASS_ROWS):
-        _pass(source, sink, [], leaves[at : at + PASS_ROWS], found, counted=False)
+    leaves = sorted({(HASH_BITS, h) for h in hashes})
+    for at in range(0, len(leaves), RESOLVE_KEYS):
+        _rows_pass(source, sink, leaves[at : at + RESOLVE_KEYS], found)
     return found
+
+
+def persistent(before: Found, now: Found) -> Found:
+    """What differed, of the same kind, in both looks (``now`` read the keys whole); the counts
+    and checksums of ``before``, which read every row."""
+    kept = {
+        kind: {k for k in getattr(now, kind) if key_hash(k) in before.hashes[kind]}
+        for kind in KINDS
+    }
+    before.missing, before.extra, before.different = (kept[kind] for kind in KINDS)
+    before.hashes = {kind: {key_hash(k) for k in kept[kind]} for kind in KINDS}
+    before.rows = {k: v for k, v in now.rows.items() if k in before.different}
+    before.passes += now.passes
+    return before
 
 
 Digest = tuple["array[int]", "array[int]"]  # counts and sums by range
@@ -161,7 +200,7 @@ def _sort_ranges(
 def _take_leaves(
     leaves: list[tuple[Range, int]],
 ) -> tuple[list[tuple[Range, int]], list[tuple[Range, int]]]:
-    """The leaves one pass holds: about :data:`PASS_ROWS` rows (at least one leaf)."""
+    """The leaves one pass compares: about :data:`PASS_ROWS` rows (at least one leaf)."""
     rows = 0
     for n, (_, size) in enumerate(leaves):
         rows += size
@@ -173,20 +212,55 @@ def _take_leaves(
 Digests = dict[Range, tuple[int, int]]
 
 
+class _Hashed:
+    """One side's rows of the leaves a pass compares, as (key hash, row hash) pairs in unboxed
+    arrays; after :meth:`settle`, sorted by key hash with each key once (its last row read)."""
+
+    def __init__(self) -> None:
+        self.keys, self.rows = array("Q"), array("Q")
+
+    def add(self, key: int, row: int) -> None:
+        self.keys.append(key)
+        self.rows.append(row)
+
+    def settle(self) -> None:
+        # One int a row while sorting (its key hash, then its place: equal keys stay in the
+        # order read), about 50 bytes a row for the moment of the sort.
+        width = len(self.keys).bit_length()
+        order = sorted((k << width) | i for i, k in enumerate(self.keys))
+        keys, rows = array("Q"), array("Q")
+        place = (1 << width) - 1
+        for packed in order:
+            i = packed & place
+            if keys and keys[-1] == self.keys[i]:
+                rows[-1] = self.rows[i]  # read again: the later row stands, as a dict keeps
+            else:
+                keys.append(self.keys[i])
+                rows.append(self.rows[i])
+        self.keys, self.rows = keys, rows
+
+    def get(self, key: int) -> int | None:
+        at = bisect.bisect_left(self.keys, key)
+        return self.rows[at] if at < len(self.keys) and self.keys[at] == key else None
+
+    def total(self) -> int:
+        return sum(self.rows)
+
+
 def _pass(
     source: EntryReader,
     sink: EntryReader,
     splits: Sequence[Range],
     leaves: Sequence[Range],
     found: Found,
-    counted: bool = True,
 ) -> tuple[Digests, Digests]:
     """Stream both sides once: the sub-range digests of ``splits``, and the rows of ``leaves``
-    compared key by key into ``found``."""
+    compared key by key, by hashes, into ``found.hashes`` (the source first: a sink row stands
+    for the candidate equal to the source's row of its key, else for its own)."""
     split_at = _by_depth(splits)
     leaf_at = _by_depth(leaves)
     sub: list[Digests] = [{}, {}]
-    held: list[list[Candidates]] = [[], []]
+    hashed = (_Hashed(), _Hashed())
     both = {**leaf_at}
     for bits, prefixes in split_at.items():
         both[bits] = both.get(bits, set()) | prefixes
@@ -198,12 +272,64 @@ def _pass(
         for candidates in read(wanted):
             hashes = [key_hash(key) for key, _ in candidates]
             if _within(hashes, leaf_at):
-                held[side].append(candidates)
+                _hold(hashed, side, candidates, hashes, leaf_at, found)
             if split_at:
                 _add_sub(sub[side], split_at, hashes[0], candidates[0])
-    _compare_leaves(held, leaf_at, found, counted)
+        hashed[side].settle()
+    _compare_hashed(hashed, found)
     found.passes += 1
     return sub[0], sub[1]
+
+
+def _hold(
+    hashed: tuple[_Hashed, _Hashed],
+    side: int,
+    candidates: Candidates,
+    hashes: Sequence[int],
+    leaf_at: dict[int, set[int]],
+    found: Found,
+) -> None:
+    """Hold one row of a leaf, by hashes. The first pass counted each row read under its own
+    entry; here each key counts once (:func:`_compare_hashed` adds the distinct keys back)."""
+    own = _within(hashes[:1], leaf_at)
+    if own:
+        found.counts[side] -= 1
+        found.sums[side] -= row_hash(*candidates[0])
+    if side == 0:
+        hashed[0].add(hashes[0], row_hash(*candidates[0]))
+        return
+    for h, entry in zip(hashes, candidates, strict=True):
+        term = row_hash(*entry)
+        if hashed[0].get(h) == term:
+            hashed[1].add(h, term)
+            return
+    if own:  # else its own key belongs to another leaf, compared there
+        hashed[1].add(hashes[0], row_hash(*candidates[0]))
+
+
+def _compare_hashed(hashed: tuple[_Hashed, _Hashed], found: Found) -> None:
+    """Merge the two sorted sides: keys only the source has, only the sink has, or both with
+    different rows; each side's distinct keys counted back."""
+    source, sink = hashed
+    for side, held in enumerate(hashed):
+        found.counts[side] += len(held.keys)
+        found.sums[side] += held.total()
+    i = j = 0
+    missing, extra, different = (found.hashes[kind] for kind in KINDS)
+    while i < len(source.keys) or j < len(sink.keys):
+        a = source.keys[i] if i < len(source.keys) else None
+        b = sink.keys[j] if j < len(sink.keys) else None
+        if b is None or (a is not None and a < b):
+            missing.add(a)  # type: ignore[arg-type]
+            i += 1
+        elif a is None or b < a:
+            extra.add(b)
+            j += 1
+        else:
+            if source.rows[i] != sink.rows[j]:
+                different.add(a)
+            i += 1
+            j += 1
 
 
 def _by_depth(ranges: Iterable[Range]) -> dict[int, set[int]]:
@@ -226,12 +352,27 @@ def _add_sub(sub: Digests, split_at: dict[int, set[int]], h: int, entry: Entry) 
             return
 
 
-def _compare_leaves(
-    held: list[list[Candidates]], leaf_at: dict[int, set[int]], found: Found, counted: bool
+def _rows_pass(
+    source: EntryReader, sink: EntryReader, leaves: Sequence[Range], found: Found
 ) -> None:
+    """Stream both sides once and compare the rows of ``leaves`` (one key each), held whole."""
+    leaf_at = _by_depth(leaves)
+
+    def wanted(key: bytes) -> bool:
+        return _within([key_hash(key)], leaf_at)
+
+    held: list[list[Candidates]] = [[], []]
+    for side, read in enumerate((source, sink)):
+        for candidates in read(wanted):
+            if _within([key_hash(key) for key, _ in candidates], leaf_at):
+                held[side].append(candidates)
+    _compare_rows(held, leaf_at, found)
+    found.passes += 1
+
+
+def _compare_rows(held: list[list[Candidates]], leaf_at: dict[int, set[int]], found: Found) -> None:
     """Compare the held rows key by key. A sink row stands for the candidate equal to the
-    source's row of its key, else for its own. The counts and sums of the first pass counted
-    each row read; here each key counts once (``counted``: correct them)."""
+    source's row of its key, else for its own."""
     source: dict[bytes, bytes] = {}
     for candidates in held[0]:
         source[candidates[0][0]] = candidates[0][1]
@@ -241,31 +382,12 @@ def _compare_leaves(
         if chosen is candidates[0] and not _within([key_hash(chosen[0])], leaf_at):
             continue  # its own key belongs to another leaf, compared there
         sink[chosen[0]] = chosen[1]
-    if counted:
-        for side, rows, state in ((0, held[0], source), (1, held[1], sink)):
-            _correct(found, side, rows, state, leaf_at)
-    found.missing.update(source.keys() - sink.keys())
-    found.extra.update(sink.keys() - source.keys())
+    missing, extra = source.keys() - sink.keys(), sink.keys() - source.keys()
     different = [k for k in source.keys() & sink.keys() if source[k] != sink[k]]
-    found.different.update(different)
+    for kind, keys in (("missing", missing), ("extra", extra), ("different", different)):
+        getattr(found, kind).update(keys)
+        found.hashes[kind].update(key_hash(k) for k in keys)
     for key in heapq.nsmallest(DETAILED, different):
         found.rows[key] = (source[key], sink[key])
     if len(found.rows) > DETAILED:
         found.rows = {k: found.rows[k] for k in heapq.nsmallest(DETAILED, found.rows)}
-
-
-def _correct(
-    found: Found,
-    side: int,
-    rows: list[Candidates],
-    state: dict[bytes, bytes],
-    leaf_at: dict[int, set[int]],
-) -> None:
-    """Replace what the first pass counted for these leaves' rows by their distinct keys."""
-    for candidates in rows:
-        key, row = candidates[0]
-        if _within([key_hash(key)], leaf_at):
-            found.counts[side] -= 1
-            found.sums[side] -= row_hash(key, row)
-    found.counts[side] += len(state)
-    found.sums[side] += sum(row_hash(k, r) for k, r in state.items())

@@ -13,7 +13,14 @@ import pytest
 from cdc.contracts.schema import Column, TableSchema
 from cdc.verify import ranges
 from cdc.verify.compare import compare_table
-from cdc.verify.ranges import Candidates, EntryReader, KeyFilter, compare_streams, recheck
+from cdc.verify.ranges import (
+    Candidates,
+    EntryReader,
+    KeyFilter,
+    compare_streams,
+    key_hash,
+    recheck,
+)
 
 
 def _entry(i: int, value: str) -> tuple[bytes, bytes]:
@@ -51,7 +58,8 @@ def test_bisection_finds_exactly_the_tampered_keys() -> None:
     assert found.different == {_entry(i, "")[0] for i in changed}
     assert found.extra == {_entry(i, "")[0] for i in range(n, n + 7)}
     assert found.counts == [n, n - 30 + 7]
-    # The first pass, then one cut of the differing ranges at most: never a pass per key.
+    # The first pass, the leaves compared by hash, the differing keys read whole: never a pass
+    # per key.
     assert found.passes <= 3
 
 
@@ -87,7 +95,7 @@ def test_keys_read_twice_count_once() -> None:
 
 def test_recheck_looks_only_at_the_keys_asked_for() -> None:
     tamper: dict[int, str | None] = {3: "x", 4: None}
-    keys = {_entry(3, "")[0], _entry(4, "")[0], _entry(5, "")[0]}
+    keys = {key_hash(_entry(i, "")[0]) for i in (3, 4, 5)}
     found = recheck(_side(2000), _side(2000, tamper, extra=range(9000, 9001)), keys)
     assert found.different == {_entry(3, "")[0]} and found.missing == {_entry(4, "")[0]}
     assert not found.extra  # key 9000 differs, but was not asked for
@@ -111,6 +119,33 @@ def test_memory_does_not_grow_with_the_table() -> None:
     small, large = _peak(5_000), _peak(50_000)
     assert large < 2_000_000, f"{large:,} bytes at peak for 50,000 rows"
     assert large < small * 1.5 + 200_000, f"{small:,} -> {large:,} bytes"
+
+
+def test_memory_does_not_grow_with_the_rows_a_differing_leaf_holds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # At 10M rows a top range holds about 610 rows, ten times as many as at 1M: a leaf's rows
+    # are compared by their hashes (16 bytes a row), not held whole (about 400 bytes a row,
+    # both sides: 8 MB for the 10,000 rows a pass takes here). Sixteen top ranges, every one
+    # differing, leaves of 1,250 and 5,000 rows: memory stays the same.
+    monkeypatch.setattr(ranges, "TOP_BITS", 4)
+    monkeypatch.setattr(ranges, "LEAF_ROWS", 1_000_000)
+    monkeypatch.setattr(ranges, "PASS_ROWS", 10_000)
+    small, large = _peak(20_000), _peak(80_000)
+    assert large < 1_500_000, f"{large:,} bytes at peak for 80,000 rows"
+    assert large < small * 1.3 + 100_000, f"{small:,} -> {large:,} bytes"
+
+
+def test_differing_keys_are_found_by_hash_then_read_whole_once() -> None:
+    tamper: dict[int, str | None] = {7: "x", 8: None}
+    unresolved = compare_streams(_side(5000), _side(5000, tamper), resolve=False)
+    assert not unresolved.different and not unresolved.missing  # hashes only, no row held
+    assert unresolved.hashes["different"] == {key_hash(_entry(7, "")[0])}
+    assert unresolved.hashes["missing"] == {key_hash(_entry(8, "")[0])}
+    resolved = compare_streams(_side(5000), _side(5000, tamper))
+    assert resolved.different == {_entry(7, "")[0]} and resolved.missing == {_entry(8, "")[0]}
+    assert resolved.rows[_entry(7, "")[0]] == (_entry(7, "row-7")[1], _entry(7, "x")[1])
+    assert resolved.passes == unresolved.passes + 1
 
 
 SCHEMA = TableSchema(
