@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Column, Table
 
-from cdc.cli.status_consistency import consistent_positions
+from cdc.cli.status_consistency import consistent_positions, stored_positions
 from cdc.cli.status_liveness import as_running, as_served, print_processes
 from cdc.cli.status_workers import print_workers, workers_report
 from cdc.config.pipeline import Pipeline
@@ -168,8 +168,10 @@ def status_report(log: Log, pipeline: Pipeline) -> dict[str, Any]:
     found = heartbeat.processes(log, pipeline.name)
     consistent = consistent_positions(log, pipeline, found)  # what cdc wait waits for
     sinks = [as_served(sink, found) for sink in sink_report(log, pipeline)]
+    stored = stored_positions(pipeline, found)  # in each stopped sink's own store
     for sink in sinks:
-        sink["consistent_position"] = consistent.get(sink["sink"])
+        sink["stored_position"] = stored.get(sink["sink"])
+        sink["consistent_position"] = consistent.get(sink["sink"]) or sink["stored_position"]
     report = {
         "pipeline": pipeline.name,
         "log": pipeline.log.type,
@@ -334,6 +336,8 @@ def print_sink_states(sinks: list[dict[str, Any]], console: Console) -> None:
         line += f": {sink['reason']}" if sink.get("reason") else ""
         position = sink.get("consistent_position")
         line += f"; consistent up to source position {position}" if position else ""
+        if sink.get("stored_position"):
+            line += f" (its store holds {sink['stored_position']} with its offsets)"
         console.print(line, markup=False, highlight=False, soft_wrap=True)
         print_workers(sink, console)
         for reset in sink.get("resets", []):
