@@ -121,19 +121,30 @@ def test_memory_does_not_grow_with_the_table() -> None:
     assert large < small * 1.5 + 200_000, f"{small:,} -> {large:,} bytes"
 
 
-def test_memory_does_not_grow_with_the_rows_a_differing_leaf_holds(
+def test_a_differing_leaf_holds_its_rows_hashes_not_the_rows(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # At 10M rows a top range holds about 610 rows, ten times as many as at 1M: a leaf's rows
-    # are compared by their hashes (16 bytes a row), not held whole (about 400 bytes a row,
-    # both sides: 8 MB for the 10,000 rows a pass takes here). Sixteen top ranges, every one
-    # differing, leaves of 1,250 and 5,000 rows: memory stays the same.
-    monkeypatch.setattr(ranges, "TOP_BITS", 4)
+    # At 10M rows a top range holds about 610 rows, ten times as many as at 1M. A leaf's rows
+    # are compared by their hashes (16 bytes a row, about 50 more while a side is sorted), not
+    # held whole: that took about 590 bytes a leaf row, both sides (2.96 MB for the 5,000-row
+    # leaf here, 0.79 MB for the 1,250-row one). Four top ranges, one differing.
+    monkeypatch.setattr(ranges, "TOP_BITS", 2)
     monkeypatch.setattr(ranges, "LEAF_ROWS", 1_000_000)
-    monkeypatch.setattr(ranges, "PASS_ROWS", 10_000)
-    small, large = _peak(20_000), _peak(80_000)
-    assert large < 1_500_000, f"{large:,} bytes at peak for 80,000 rows"
-    assert large < small * 1.3 + 100_000, f"{small:,} -> {large:,} bytes"
+
+    def peak(n: int) -> int:
+        first = [i for i in range(n) if key_hash(_entry(i, "")[0]) >> 62 == 0][:20]
+        tracemalloc.start()
+        try:
+            found = compare_streams(_side(n), _side(n, dict.fromkeys(first, "changed")))
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert len(found.different) == 20
+        return peak
+
+    small, large = peak(5_000), peak(20_000)
+    assert small < 250_000, f"{small:,} bytes at peak for a 1,250-row leaf"
+    assert large < 700_000, f"{large:,} bytes at peak for a 5,000-row leaf"
 
 
 def test_differing_keys_are_found_by_hash_then_read_whole_once() -> None:
