@@ -5,16 +5,17 @@ ranges. A pass streams both sides once, in any order (a Redis SCAN has none), an
 range an order-independent digest: the count of rows and the sum, mod 2**64, of a 64-bit hash
 of ``key + NUL + row``. Ranges whose digests differ are cut again (:data:`STEP_BITS` more bits of
 the hash) in the next pass, until a differing range holds at most :data:`LEAF_ROWS` rows on
-each side: then its rows are compared key by key, by their hashes alone (16 bytes a row, in
-unboxed arrays), which finds the differing keys' hashes. A last pass (:func:`recheck`) reads
+each side: then its rows are compared key by key. When a pass's leaves hold few rows
+(:data:`WHOLE_ROWS`), they are held whole; when more, by their hashes alone (16 bytes a row, in
+unboxed arrays), which finds the differing keys' hashes, and a last pass (:func:`recheck`) reads
 only those keys whole: their canonical JSON is what a report and a repair need.
 
-Memory is the ranges' digests plus the hashes of the differing leaves' rows of one pass (about
-70 bytes a row while a side is sorted, at most :data:`PASS_ROWS` rows: 17 MB), whatever the
-table's size; then the differing keys themselves (:data:`RESOLVE_KEYS` at a time). Holding a
-leaf's rows whole took about 590 bytes a row: 90 MB more at 10M rows than at 1M for 100
-differing keys. A table of which every row differs costs more passes, never more memory beyond
-those keys.
+Memory is the ranges' digests plus, for one pass, the differing leaves' rows whole (at most
+:data:`WHOLE_ROWS`, 12 MB) or their hashes (about 70 bytes a row while a side is sorted, at most
+:data:`PASS_ROWS` rows: 17 MB), whatever the table's size; then the differing keys themselves
+(:data:`RESOLVE_KEYS` at a time). Holding every leaf's rows whole took about 590 bytes a row:
+90 MB more at 10M rows than at 1M for 200 differing keys. A table of which every row differs
+costs more passes, never more memory beyond those keys.
 
 A key read twice on one side (a keyless table's identical rows, a SCAN's repeats) makes its
 range differ; its leaf counts the key once, as the former in-memory comparison did, and the
@@ -52,6 +53,9 @@ LEAF_ROWS = 1024
 #: Rows of differing leaves compared in one pass, by hashes: 16 bytes a row held, about 50
 #: more while a side is sorted (12 MB at most, against about 400 bytes a row held whole).
 PASS_ROWS = 250_000
+#: Up to this many rows of differing leaves in a pass, they are held whole (about 590 bytes a
+#: row, 12 MB) and compared at once: no pass to read the differing keys again.
+WHOLE_ROWS = 20_000
 #: Differing keys read whole in one pass of :func:`recheck` (their rows are held).
 RESOLVE_KEYS = 100_000
 SPLITS_PER_PASS = 512  # ranges cut in one pass: at most 512 * 256 digests held
@@ -104,6 +108,10 @@ class Found:
         """Every differing key's hash, whatever its kind."""
         return set().union(*self.hashes.values())
 
+    def read_keys(self) -> set[bytes]:
+        """Every differing key read whole (canonical key JSON), whatever its kind."""
+        return self.missing | self.extra | self.different
+
 
 def compare_streams(source: EntryReader, sink: EntryReader, resolve: bool = True) -> Found:
     """Every key that is missing in, extra in, or different in ``sink``, found by range
@@ -124,13 +132,15 @@ def compare_streams(source: EntryReader, sink: EntryReader, resolve: bool = True
     while splits or leaves:
         now_split, splits = splits[:SPLITS_PER_PASS], splits[SPLITS_PER_PASS:]
         now_leaves, leaves = _take_leaves(leaves)
-        sub = _pass(source, sink, now_split, [r for r, _ in now_leaves], found)
+        whole = sum(size for _, size in now_leaves) <= WHOLE_ROWS
+        sub = _pass(source, sink, now_split, [r for r, _ in now_leaves], found, whole)
         differing = [r for r, d in sub[0].items() if d != sub[1].get(r)]
         differing += [r for r in sub[1] if r not in sub[0]]
         sizes = {r: max(sub[0].get(r, (0, 0))[0], sub[1].get(r, (0, 0))[0]) for r in differing}
         _sort_ranges(differing, sizes, splits, leaves)
-    if resolve and found:
-        return persistent(found, recheck(source, sink, found.key_hashes()))
+    pending = found.key_hashes() - {key_hash(k) for k in found.read_keys()}
+    if resolve and pending:
+        _add_resolved(found, recheck(source, sink, pending), pending)
     return found
 
 
@@ -157,6 +167,20 @@ def persistent(before: Found, now: Found) -> Found:
     before.rows = {k: v for k, v in now.rows.items() if k in before.different}
     before.passes += now.passes
     return before
+
+
+def _add_resolved(found: Found, now: Found, pending: set[int]) -> None:
+    """The keys of ``pending`` hashes as ``now`` read them whole, where they differ as they
+    did by hash; those that no longer do leave ``found``."""
+    for kind in KINDS:
+        added = {k for k in getattr(now, kind) if key_hash(k) in found.hashes[kind]}
+        getattr(found, kind).update(added)
+        kept = found.hashes[kind] - pending
+        found.hashes[kind] = kept | {key_hash(k) for k in added}
+    found.rows.update((k, v) for k, v in now.rows.items() if k in found.different)
+    if len(found.rows) > DETAILED:
+        found.rows = {k: found.rows[k] for k in heapq.nsmallest(DETAILED, found.rows)}
+    found.passes += now.passes
 
 
 Digest = tuple["array[int]", "array[int]"]  # counts and sums by range
@@ -255,14 +279,17 @@ def _pass(
     splits: Sequence[Range],
     leaves: Sequence[Range],
     found: Found,
+    whole: bool = False,
 ) -> tuple[Digests, Digests]:
     """Stream both sides once: the sub-range digests of ``splits``, and the rows of ``leaves``
-    compared key by key, by hashes, into ``found.hashes`` (the source first: a sink row stands
-    for the candidate equal to the source's row of its key, else for its own)."""
+    compared key by key into ``found``: held ``whole``, or by hashes into ``found.hashes``
+    alone (the source first: a sink row stands for the candidate equal to the source's row of
+    its key, else for its own)."""
     split_at = _by_depth(splits)
     leaf_at = _by_depth(leaves)
     sub: list[Digests] = [{}, {}]
     hashed = (_Hashed(), _Hashed())
+    held: list[list[Candidates]] = [[], []]
     both = {**leaf_at}
     for bits, prefixes in split_at.items():
         both[bits] = both.get(bits, set()) | prefixes
@@ -273,12 +300,17 @@ def _pass(
     for side, read in enumerate((source, sink)):
         for candidates in read(wanted):
             hashes = [key_hash(key) for key, _ in candidates]
-            if _within(hashes, leaf_at):
+            if _within(hashes, leaf_at) and whole:
+                held[side].append(candidates)
+            elif _within(hashes, leaf_at):
                 _hold(hashed, side, candidates, hashes, leaf_at, found)
             if split_at:
                 _add_sub(sub[side], split_at, hashes[0], candidates[0])
         hashed[side].settle()
-    _compare_hashed(hashed, found)
+    if whole:
+        _compare_rows(held, leaf_at, found, counted=True)
+    else:
+        _compare_hashed(hashed, found)
     found.passes += 1
     return sub[0], sub[1]
 
@@ -368,13 +400,16 @@ def _rows_pass(
         for candidates in read(wanted):
             if _within([key_hash(key) for key, _ in candidates], leaf_at):
                 held[side].append(candidates)
-    _compare_rows(held, leaf_at, found)
+    _compare_rows(held, leaf_at, found, counted=False)
     found.passes += 1
 
 
-def _compare_rows(held: list[list[Candidates]], leaf_at: dict[int, set[int]], found: Found) -> None:
+def _compare_rows(
+    held: list[list[Candidates]], leaf_at: dict[int, set[int]], found: Found, counted: bool
+) -> None:
     """Compare the held rows key by key. A sink row stands for the candidate equal to the
-    source's row of its key, else for its own."""
+    source's row of its key, else for its own. The counts and sums of the first pass counted
+    each row read; here each key counts once (``counted``: correct them)."""
     source: dict[bytes, bytes] = {}
     for candidates in held[0]:
         source[candidates[0][0]] = candidates[0][1]
@@ -384,6 +419,9 @@ def _compare_rows(held: list[list[Candidates]], leaf_at: dict[int, set[int]], fo
         if chosen is candidates[0] and not _within([key_hash(chosen[0])], leaf_at):
             continue  # its own key belongs to another leaf, compared there
         sink[chosen[0]] = chosen[1]
+    if counted:
+        for side, rows, state in ((0, held[0], source), (1, held[1], sink)):
+            _correct(found, side, rows, state, leaf_at)
     missing, extra = source.keys() - sink.keys(), sink.keys() - source.keys()
     different = [k for k in source.keys() & sink.keys() if source[k] != sink[k]]
     for kind, keys in (("missing", missing), ("extra", extra), ("different", different)):
@@ -393,3 +431,20 @@ def _compare_rows(held: list[list[Candidates]], leaf_at: dict[int, set[int]], fo
         found.rows[key] = (source[key], sink[key])
     if len(found.rows) > DETAILED:
         found.rows = {k: found.rows[k] for k in heapq.nsmallest(DETAILED, found.rows)}
+
+
+def _correct(
+    found: Found,
+    side: int,
+    rows: list[Candidates],
+    state: dict[bytes, bytes],
+    leaf_at: dict[int, set[int]],
+) -> None:
+    """Replace what the first pass counted for these leaves' rows by their distinct keys."""
+    for candidates in rows:
+        key, row = candidates[0]
+        if _within([key_hash(key)], leaf_at):
+            found.counts[side] -= 1
+            found.sums[side] -= row_hash(key, row)
+    found.counts[side] += len(state)
+    found.sums[side] += sum(row_hash(k, r) for k, r in state.items())

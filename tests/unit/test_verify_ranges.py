@@ -46,6 +46,15 @@ def _side(
     return read
 
 
+@pytest.fixture(params=["whole", "hashed"])
+def leaves_held(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each comparison test runs with the differing leaves held whole and by hashes alone."""
+    if request.param == "hashed":
+        monkeypatch.setattr(ranges, "WHOLE_ROWS", 0)
+    return str(request.param)
+
+
+@pytest.mark.usefixtures("leaves_held")
 def test_bisection_finds_exactly_the_tampered_keys() -> None:
     n = 50_000
     rng = random.Random(29)
@@ -58,8 +67,8 @@ def test_bisection_finds_exactly_the_tampered_keys() -> None:
     assert found.different == {_entry(i, "")[0] for i in changed}
     assert found.extra == {_entry(i, "")[0] for i in range(n, n + 7)}
     assert found.counts == [n, n - 30 + 7]
-    # The first pass, the leaves compared by hash, the differing keys read whole: never a pass
-    # per key.
+    # The first pass, the leaves compared (by hash: then the differing keys read whole): never
+    # a pass per key.
     assert found.passes <= 3
 
 
@@ -69,6 +78,7 @@ def test_equal_sides_take_one_pass_and_agree() -> None:
     assert found.checksum(0) == found.checksum(1) and found.counts == [20_000, 20_000]
 
 
+@pytest.mark.usefixtures("leaves_held")
 def test_a_large_differing_range_is_cut_until_its_leaves_are_small(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -82,6 +92,7 @@ def test_a_large_differing_range_is_cut_until_its_leaves_are_small(
     assert found.passes >= 2  # cut at least once before the leaves
 
 
+@pytest.mark.usefixtures("leaves_held")
 def test_keys_read_twice_count_once() -> None:
     # A SCAN may return a key twice; a keyless table's identical rows share one key.
     def twice(wanted: KeyFilter | None = None) -> Iterator[Candidates]:
@@ -130,6 +141,7 @@ def test_a_differing_leaf_holds_its_rows_hashes_not_the_rows(
     # leaf here, 0.79 MB for the 1,250-row one). Four top ranges, one differing.
     monkeypatch.setattr(ranges, "TOP_BITS", 2)
     monkeypatch.setattr(ranges, "LEAF_ROWS", 1_000_000)
+    monkeypatch.setattr(ranges, "WHOLE_ROWS", 1_000)  # each leaf here is larger
 
     def peak(n: int) -> int:
         first = [i for i in range(n) if key_hash(_entry(i, "")[0]) >> 62 == 0][:20]
@@ -147,7 +159,10 @@ def test_a_differing_leaf_holds_its_rows_hashes_not_the_rows(
     assert large < 700_000, f"{large:,} bytes at peak for a 5,000-row leaf"
 
 
-def test_differing_keys_are_found_by_hash_then_read_whole_once() -> None:
+def test_differing_keys_are_found_by_hash_then_read_whole_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(ranges, "WHOLE_ROWS", 0)
     tamper: dict[int, str | None] = {7: "x", 8: None}
     unresolved = compare_streams(_side(5000), _side(5000, tamper), resolve=False)
     assert not unresolved.different and not unresolved.missing  # hashes only, no row held
@@ -159,11 +174,19 @@ def test_differing_keys_are_found_by_hash_then_read_whole_once() -> None:
     assert resolved.passes == unresolved.passes + 1
 
 
+def test_few_leaf_rows_are_held_whole_and_need_no_pass_to_read_them_again() -> None:
+    tamper: dict[int, str | None] = {7: "x", 8: None}
+    found = compare_streams(_side(5000), _side(5000, tamper), resolve=False)
+    assert found.different == {_entry(7, "")[0]} and found.missing == {_entry(8, "")[0]}
+    assert found.passes == 1  # the first pass's digests, then the leaves: nothing more
+
+
 SCHEMA = TableSchema(
     "postgresql", "public", "t", (Column("id", "bigint", key=True), Column("v", "text"))
 )
 
 
+@pytest.mark.usefixtures("leaves_held")
 def test_compare_table_reports_every_differing_key_for_repair() -> None:
     source = [({"id": i}, {"id": i, "v": f"r{i}"}) for i in range(3000)]
     sink = [(k, {**r, "v": "x"} if k["id"] % 100 == 0 else r) for k, r in source[:-5]]
