@@ -20,6 +20,8 @@ VIEW_CONNECTOR = "cdc-view"
 #: The state key of the view's own counters: its high-water position (the highest source
 #: position it has read) and its documents' sequence at that position.
 META_KEY = b'{"meta":"view"}'
+#: How the state key of a table's truncate floor starts (a row's starts ``{"t":``).
+FLOOR_PREFIX = b'{"truncated":'
 #: The type of an embedded field and of ``_positions`` in the view's published schema.
 JSON_TYPE = "jsonb"
 
@@ -48,6 +50,18 @@ def state_record(
     """A row of the state as of its last applied change; a deleted row, a tombstone."""
     value = None if row is None else orjson.dumps({"row": row, "pos": list(pos)})
     return Record(state_topic(pipeline, view), state_key(table, key), value)
+
+
+def floor_record(pipeline: str, view: ViewConfig, table: str, pos: Pos) -> Record:
+    """The position of the newest truncate of ``table`` the view applied: a change of the
+    table older than it, read later, is not applied (:meth:`cdc.views.store.ViewStore.truncate`)."""
+    key = FLOOR_PREFIX + orjson.dumps(table) + b"}"
+    return Record(state_topic(pipeline, view), key, orjson.dumps({"pos": list(pos)}))
+
+
+def parse_floor(key: bytes, value: bytes) -> tuple[str, Pos]:
+    """A floor record back to ``(table, pos)``."""
+    return orjson.loads(key)["truncated"], tuple(orjson.loads(value)["pos"])
 
 
 def meta_record(pipeline: str, view: ViewConfig, high: Pos, seq: int, token: str) -> Record:

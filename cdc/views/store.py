@@ -48,6 +48,7 @@ CREATE TABLE IF NOT EXISTS joins (
     e INTEGER NOT NULL, side INTEGER NOT NULL, v BLOB NOT NULL, k BLOB NOT NULL,
     PRIMARY KEY (e, side, v, k)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS touched (k BLOB PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS floors (t INTEGER PRIMARY KEY, pos BLOB NOT NULL);
 """
 
 #: A row as a source reads it back: its key's columns and the row.
@@ -74,6 +75,7 @@ class ViewStore:
         self._parent = [e.parent_columns() for e in view.embed]
         self._child = [e.child_columns() for e in view.embed]
         self._conn = self._connect()
+        self._floors = self._read_floors()
 
     def _connect(self) -> sqlite3.Connection:
         if str(self.path) != ":memory:":
@@ -117,6 +119,7 @@ class ViewStore:
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{self.path}{suffix}").unlink(missing_ok=True)
         self._conn = self._connect()
+        self._floors = self._read_floors()
 
     # -- transactions ----------------------------------------------------------------------------
 
@@ -136,6 +139,7 @@ class ViewStore:
     def rollback(self) -> None:
         if self._conn.in_transaction:
             self._conn.execute("ROLLBACK")
+        self._floors = self._read_floors()  # a truncate's floor may have been rolled back
 
     def _put_meta(self, name: str, value: Any) -> None:
         self._conn.execute(
@@ -154,6 +158,9 @@ class ViewStore:
         it touched; ``False`` when it changed nothing: a change not newer than the row's
         stored one (a replay), or the delete of a row not held."""
         t = self._tables[table]
+        floor = self._floors.get(t)
+        if floor is not None and tuple(pos) <= floor:
+            return False  # removed by a later truncate (read first, from another partition)
         old = self._get(t, key)
         if old is not None and tuple(pos) <= tuple(old.pos):
             return False
@@ -171,6 +178,61 @@ class ViewStore:
         if old is None and row is None:
             return
         self._put(table, key, None if old is None else old.row, row, pos, touch=False)
+
+    # -- truncates -------------------------------------------------------------------------------
+
+    def _read_floors(self) -> dict[int, Pos]:
+        found = self._conn.execute("SELECT t, pos FROM floors")
+        return {t: tuple(orjson.loads(pos)) for t, pos in found}
+
+    def floor(self, table: str) -> Pos | None:
+        """The position of the newest truncate of ``table`` applied (``None``: none)."""
+        return self._floors.get(self._tables[table])
+
+    def load_floor(self, table: str, pos: Pos) -> None:
+        """Keep a truncate's position as the state topic recorded it (rebuilding)."""
+        if table in self._tables:
+            self._set_floor(self._tables[table], tuple(pos))
+
+    def _set_floor(self, t: int, pos: Pos) -> None:
+        self._conn.execute(
+            "INSERT OR REPLACE INTO floors (t, pos) VALUES (?, ?)", (t, orjson.dumps(list(pos)))
+        )
+        self._floors[t] = pos
+
+    def truncate(self, table: str, pos: Pos, piece: int = PIECE) -> Iterator[list[Key]]:
+        """Apply a truncate of ``table`` at ``pos``: remove each row older than it, as its
+        delete would (the documents it was in touched), a ``piece`` of keys at a time, and
+        yield the keys removed; run only as far as it is iterated.
+
+        As in the sinks, the truncate's position decides, not the order changes are read in: a
+        row newer than it (read first, from another partition) stays, and ``pos`` becomes the
+        table's floor, below which a change read later is not applied (:meth:`apply`). A
+        truncate not newer than the floor (a replay) removes nothing.
+        """
+        t, pos = self._tables[table], tuple(pos)
+        floor = self._floors.get(t)
+        if floor is not None and pos <= floor:
+            return
+        self._set_floor(t, pos)
+        after = b""
+        while True:
+            # A fresh query a piece, after the last key seen: the rows are deleted as it goes,
+            # which an open cursor over them would not see consistently.
+            rows = self._conn.execute(
+                "SELECT k, row, pos FROM rows WHERE t = ? AND k > ? ORDER BY k LIMIT ?",
+                (t, after, piece),
+            ).fetchall()
+            if not rows:
+                return
+            after = rows[-1][0]
+            gone = []
+            for key, row, at in rows:
+                if tuple(orjson.loads(at)) < pos:
+                    self._put(table, key, orjson.loads(row), None, pos, touch=True)
+                    gone.append(key)
+            if gone:
+                yield gone
 
     def _put(
         self,

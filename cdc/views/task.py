@@ -11,6 +11,11 @@ cache of the state topic with bounded memory: its transaction commits after the 
 batch's commit token (also in the batch's counters record). At a start
 (:meth:`ViewTask._open_store`) a store that is missing, stale (a crash between the two commits)
 or for another definition is rebuilt from the state topic.
+
+A truncate of a table is applied as its rows' deletes, by its position: the rows older than it
+leave the store and the state topic (tombstones appended a piece at a time), the documents they
+were in are written again (deleted, for the root's), and its position stays as the table's
+floor, below which a change read later is not applied (docs/views.md, "TRUNCATE").
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from cdc.contracts.errors import LogFatal, SourceMisconfigured
 from cdc.contracts.events import topic_name
 from cdc.contracts.schema import TableSchema
 from cdc.contracts.sink import SinkRecord
-from cdc.log.base import Consumer, Log, Record, StoredRecord, TopicPartition
+from cdc.log.base import Consumer, Log, LogTransaction, Record, StoredRecord, TopicPartition
 from cdc.runtime.factories import source_record_rows
 from cdc.runtime.schemas import SchemaCatalog
 from cdc.runtime.sink_task import RecordRows, decode_records
@@ -132,6 +137,9 @@ class ViewTask:
                     counters = orjson.loads(value) if value is not None else {}
                     high = tuple(counters["high"]) if counters.get("high") else None
                     seq = int(counters.get("seq", 0))
+                elif key.startswith(out.FLOOR_PREFIX):
+                    if value is not None:
+                        store.load_floor(*out.parse_floor(key, value))
                 elif value is None:
                     table, row_key = out.parse_state_key(key)
                     store.load(table, row_key, None, (0, 0))
@@ -172,9 +180,10 @@ class ViewTask:
         token = uuid.uuid4().hex
         try:
             before = 0 if high is None else high[0]
-            changes, high = self._changes(store, batch, high)
-            tx = self._log.begin()
+            pending = _Pending(self._log)
             try:
+                changes, high = self._changes(store, batch, high, pending)
+                tx = pending.get()
                 tx.append(changes + self._schema_records(store.any_touched()))
                 at = 0 if high is None else high[0]
                 if at != before:
@@ -184,7 +193,7 @@ class ViewTask:
                 self._store_offsets(tx, _next_offsets(batch), consumer)
                 tx.commit()
             except BaseException:
-                tx.abort()
+                pending.abort()
                 raise
             # After the log's commit: a crash here leaves the store a token behind the state
             # topic, which the next start sees (and rebuilds).
@@ -196,22 +205,41 @@ class ViewTask:
         return high, seq
 
     def _changes(
-        self, store: ViewStore, batch: list[StoredRecord], high: Pos | None
+        self, store: ViewStore, batch: list[StoredRecord], high: Pos | None, pending: _Pending
     ) -> tuple[list[Record], Pos | None]:
         """Apply the batch's changes to the store: the state records of those that changed a
-        row, and the new high-water position."""
+        row not yet in the transaction, and the new high-water position."""
         changes: list[Record] = []
         for record in decode_records(batch, None, self._rows):
+            table = self._tables[record.topic]
+            at = _truncate(record)
+            if at is not None:
+                # Its tombstones after the state records before it: a row it removes may be
+                # one the batch changed, and a key's last record in the topic must win.
+                tx = pending.get()
+                tx.append(changes)
+                changes = []
+                self._truncate(store, tx, table, at)
+                high = at if high is None or _newer(at, high) else high
+                continue
             change = _change(record)
             if change is None:
                 continue
             key, row, pos = change
-            table = self._tables[record.topic]
             if not store.apply(table, key, row, pos):
                 continue
             high = pos if high is None or _newer(pos, high) else high
             changes.append(out.state_record(self._name, self._view, table, key, row, pos))
         return changes, high
+
+    def _truncate(self, store: ViewStore, tx: LogTransaction, table: str, at: Pos) -> None:
+        """Apply a truncate: its rows' state tombstones a piece at a time, then its floor."""
+        floor = store.floor(table)
+        if floor is not None and not _newer(at, floor):
+            return  # a replay (or an older truncate read after a newer one)
+        for gone in store.truncate(table, at):
+            tx.append([out.state_record(self._name, self._view, table, k, None, at) for k in gone])
+        tx.append([out.floor_record(self._name, self._view, table, at)])
 
     def _documents(self, store: ViewStore, tx: Any, at: Any, seq: int) -> tuple[int, int]:
         """Append the document of each touched root key, a piece at a time; the sequence and
@@ -273,9 +301,28 @@ class ViewTask:
                     raise ViewMisconfigured(f"{where}: {embed.from_table} has no column {column!r}")
 
 
+class _Pending:
+    """A batch's log transaction, begun at its first use: a batch of changes is applied to the
+    store before it, outside the embedded log's write lock; a truncate begins it, to append
+    its rows' state tombstones a piece at a time."""
+
+    def __init__(self, log: Log) -> None:
+        self._log = log
+        self._tx: LogTransaction | None = None
+
+    def get(self) -> LogTransaction:
+        if self._tx is None:
+            self._tx = self._log.begin()
+        return self._tx
+
+    def abort(self) -> None:
+        if self._tx is not None:
+            self._tx.abort()
+
+
 def _change(record: SinkRecord) -> tuple[Key, dict[str, Any] | None, Pos] | None:
     """A record as ``(key, row or None for a delete, position)``; ``None`` for what no row
-    changes by (a record without a key or a position, a truncate)."""
+    changes by (a record without a key or a position, a truncate: :func:`_truncate`)."""
     if record.key is None:
         return None
     value = record.value
@@ -287,6 +334,17 @@ def _change(record: SinkRecord) -> tuple[Key, dict[str, Any] | None, Pos] | None
         return None  # a tombstone written before tombstones carried their delete's position
     row = None if value is None or value.get("op") == "d" else value.get("after")
     return canonical_key(record.key), row, tuple(pos)
+
+
+def _truncate(record: SinkRecord) -> Pos | None:
+    """A truncate's position; ``None`` for any other record (or a truncate without one)."""
+    value = record.value
+    if value is None or value.get("op") != "t":
+        return None
+    try:
+        return tuple(record.position)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def last_token(log: Log, topic: str) -> str | None:
