@@ -154,8 +154,12 @@ def start(
             _spawn(run, f"view:{name}", view.serve)  # live join views (cdc/views/)
     if role in ("all", "sinks"):
         _start_sinks(run, base, sinks)
-    check = verifier(pipeline, log, run, base) if role == "all" else None
-    if check is not None:  # the verify: section (cdc/runtime/verifier.py)
+    # The verify: section (cdc/runtime/verifier.py) runs where the sinks do: a sinks worker
+    # checks its own sinks.
+    check = None
+    if role in ("all", "sinks"):
+        check = verifier(pipeline, log, run, base, sinks if role == "sinks" else None)
+    if check is not None:
         _spawn(run, "verify", check.serve)
     if run.telemetry is not None:
         _sample(run, run.telemetry)

@@ -1,4 +1,5 @@
-"""Continuous verification inside ``cdc run`` (the ``verify:`` section).
+"""Continuous verification inside ``cdc run`` (the ``verify:`` section), where the sinks run:
+every sink under the ``all`` role, a sinks worker's own under ``--role sinks``.
 
 Every ``interval_s`` one range of the key hash space is compared, for every table of every sink
 that can be read back, with the source, as ``cdc verify`` compares (:mod:`cdc.cli.verify`): the
@@ -23,6 +24,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,10 +82,12 @@ class Verifier:
         metrics: Metrics | None,
         stop: threading.Event,
         logger: Logger,
+        sinks: Sequence[str] | None = None,
     ) -> None:
         config = pipeline.file.verify
         assert config is not None
         self._pipeline, self._log, self._metrics = pipeline, log, metrics
+        self._only = None if sinks is None else set(sinks)
         self._stop, self._logger = stop, logger.bind(task="verify")
         self._interval_s, self._sample_keys = config.interval_s, config.sample_keys
         self.rotation = Rotation()
@@ -127,6 +131,8 @@ class Verifier:
         views = {v.table for v in getattr(self._pipeline, "views", [])}
         wanted = {}
         for sink in self._pipeline.sinks:
+            if self._only is not None and sink.name not in self._only:
+                continue
             plugin = plugins.load(plugins.SINK_GROUP, sink.type)
             if getattr(plugin, "read_rows", None) is None:
                 continue
@@ -187,10 +193,13 @@ class Verifier:
             self._metrics.verify_full_pass.labels(pipeline=name, sink=sink).set(now)
 
 
-def verifier(pipeline: Pipeline, log: Log, run: Any, logger: Logger) -> Verifier | None:
-    """The run's verification task when the ``verify:`` section asks for one."""
+def verifier(
+    pipeline: Pipeline, log: Log, run: Any, logger: Logger, sinks: Sequence[str] | None = None
+) -> Verifier | None:
+    """The run's verification task when the ``verify:`` section asks for one; ``sinks``: of
+    only these sinks (a ``--role sinks`` worker's)."""
     if pipeline.file.verify is None:
         return None
     telemetry = run.telemetry
     metrics = telemetry.metrics if telemetry is not None else None
-    return Verifier(pipeline, log, metrics, run.stop_event, logger)
+    return Verifier(pipeline, log, metrics, run.stop_event, logger, sinks)

@@ -4,7 +4,9 @@ in Redis once the rotation over the hash ranges reaches them, and is 0 again aft
 --repair``; ``cdc_verify_last_full_pass_timestamp_seconds`` moves on with each full pass.
 
 The table holds 400 rows and ``sample_keys`` is 100: after its first full pass the verifier cuts
-the hash space into four ranges, one a round, so the tampered keys are found by rotation.
+the hash space into four ranges, one a round, so the tampered keys are found by rotation. With
+the roles split (``--role source`` and a ``--role sinks`` worker), the sinks worker verifies its
+sinks and the source process verifies nothing.
 """
 
 from __future__ import annotations
@@ -45,16 +47,20 @@ def _metric(url: str, name: str) -> float | None:
     return float(found.group(1)) if found else None
 
 
+def _items(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.items (id integer PRIMARY KEY, name text)")
+        conn.execute(
+            "INSERT INTO public.items SELECT g, 'n' || g FROM generate_series(1, %s) g", (ROWS,)
+        )
+
+
 def test_the_mismatch_metric_counts_tampered_keys_until_repaired(
     pg_db: str, redis_server: Any, tmp_path: Path
 ) -> None:
     redis_server.start()
     name = f"cv_{uuid.uuid4().hex[:6]}"
-    with psycopg.connect(pg_db, autocommit=True) as conn:
-        conn.execute("CREATE TABLE public.items (id integer PRIMARY KEY, name text)")
-        conn.execute(
-            "INSERT INTO public.items SELECT g, 'n' || g FROM generate_series(1, %s) g", (ROWS,)
-        )
+    _items(pg_db)
     listen = f"{LOOPBACK}:{free_port()}"
     url = f"http://{listen}/metrics"
     env = {"PG_DSN": pg_db, "REDIS_URL": redis_server.url}
@@ -83,6 +89,42 @@ def test_the_mismatch_metric_counts_tampered_keys_until_repaired(
         assert {p["ranges"] for p in passes} == {1, 4}  # then four ranges, one a round
     finally:
         stop(run)
+        cdc("drop", str(pipeline), "--yes", cwd=tmp_path, env=env)
+
+
+def test_a_sinks_worker_verifies_its_sinks_when_the_roles_are_split(
+    pg_db: str, redis_server: Any, tmp_path: Path
+) -> None:
+    redis_server.start()
+    name = f"cvr_{uuid.uuid4().hex[:6]}"
+    _items(pg_db)
+    sinks_listen, source_listen = (f"{LOOPBACK}:{free_port()}" for _ in range(2))
+    url = f"http://{sinks_listen}/metrics"
+    env = {"PG_DSN": pg_db, "REDIS_URL": redis_server.url}
+    pipeline = write_pipeline(tmp_path, name, sinks_listen)
+    log = tmp_path / "run.log"
+    source = start_run(
+        pipeline, tmp_path, env, "--role", "source", "--metrics-listen", source_listen
+    )
+    sinks = start_run(pipeline, tmp_path, env, "--role", "sinks", "--sink", "cache")
+    full_pass = "cdc_verify_last_full_pass_timestamp_seconds"
+    try:
+        client = redis.Redis.from_url(redis_server.url)
+        cached = f"{name}:public.items:*"
+        wait_for(lambda: len(list(client.scan_iter(cached))) == ROWS, 90, 0.2, sinks, log)
+        wait_for(lambda: _metric(url, full_pass) is not None, 90, 0.2, sinks, log)
+        assert _metric(url, "cdc_verify_mismatched_keys") == 0
+        _tamper(redis_server.url, name)
+        wait_for(lambda: _metric(url, "cdc_verify_mismatched_keys") == 3, 90, 0.2, sinks, log)
+        # The source process verifies nothing: its endpoint has no verify samples.
+        source_url = f"http://{source_listen}/metrics"
+        assert http_get(source_url)[0] == 200
+        assert _metric(source_url, full_pass) is None
+        assert _metric(source_url, "cdc_verify_mismatched_keys") is None
+        assert source.poll() is None
+    finally:
+        stop(sinks)
+        stop(source)
         cdc("drop", str(pipeline), "--yes", cwd=tmp_path, env=env)
 
 
