@@ -14,10 +14,12 @@ import orjson
 import pytest
 
 from cdc.config.pipeline import Pipeline, parse
+from cdc.contracts.errors import LogUnavailable
 from cdc.contracts.schema import Column, TableSchema, schema_record
 from cdc.envelope.encode import write_pos
 from cdc.log.base import Record
 from cdc.log.embedded.log import EmbeddedLog
+from cdc.log.embedded.txn import EmbeddedTransaction
 from cdc.support.logging import get_logger
 from cdc.support.wait import wait_until
 from cdc.views.join import canonical_key
@@ -255,3 +257,33 @@ def test_truncates_leave_the_view_equal_to_the_join_and_survive_a_rebuild(
     assert run_until_caught_up(pipeline, log).rebuilds == 1
     assert set(documents(log)) == {9}
     assert documents(log)[9]["items"] == [{"id": 8, "order_id": 9}]
+
+
+def test_a_failed_commit_of_a_truncate_leaves_nothing_and_the_retry_applies_it(
+    log: EmbeddedLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pipeline = parse(FILE, {})
+    write(log, [change("customers", {"id": 1, "name": "A"}, 1)])
+    write(log, [change("orders", {"id": n, "customer_id": 1}, 10 + n) for n in range(1, 4)])
+    run_until_caught_up(pipeline, log)
+    state_end, view_end = log.end_offsets(STATE), log.end_offsets("shop.views.order_docs")
+    write(log, [truncate("orders", 20), change("orders", {"id": 7, "customer_id": 1}, 21)])
+    original = EmbeddedTransaction.store_group_offsets
+    calls: list[int] = []
+
+    def once(self: EmbeddedTransaction, group: str, offsets: Any, consumer: Any) -> None:
+        # Fault injection: the truncate's batch fails at its commit, after its tombstones and
+        # documents were appended; the session is retried.
+        calls.append(1)
+        if len(calls) == 1:
+            raise LogUnavailable("injected")
+        original(self, group, offsets, consumer)
+
+    monkeypatch.setattr(EmbeddedTransaction, "store_group_offsets", once)
+    task = run_until_caught_up(pipeline, log)
+    assert len(calls) == 2 and task.rebuilds == 0  # the store rolled back with the log
+    assert set(documents(log)) == {7}
+    # Written once: three deletes with their tombstones and one document; in the state, three
+    # tombstones, the order, the floor and the counters.
+    assert log.end_offsets("shop.views.order_docs")[0] == view_end[0] + 7
+    assert log.end_offsets(STATE)[0] == state_end[0] + 6
