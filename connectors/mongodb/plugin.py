@@ -19,6 +19,13 @@ from connectors.mongodb.client import client_for
 from connectors.mongodb.config import MongoSourceConfig
 from connectors.mongodb.convert import document
 from connectors.mongodb.doctor import doctor
+from connectors.mongodb.fence import (
+    ClusterTime,
+    CurrentPosition,
+    current_position,
+    parse_position,
+    stored_position,
+)
 from connectors.mongodb.filters import compile_filter
 from connectors.mongodb.source import MongoSource
 
@@ -141,6 +148,29 @@ class MongoSourcePlugin:
         if entry.get("history_lost"):
             report["history_lost"] = entry["history_lost"]
         return report
+
+    @staticmethod
+    def position(offsets: Mapping[str, Any]) -> positions.MongoPosition | None:
+        """The streams' points the stored offsets hold (read-your-writes fences,
+        :mod:`cdc.fence`; :mod:`connectors.mongodb.fence`)."""
+        return stored_position(offsets)
+
+    @staticmethod
+    def parse_position(text: str) -> positions.MongoPosition | ClusterTime:
+        """A position as ``cdc status`` prints it, or a cluster time (``Timestamp(T, I)``),
+        for ``cdc wait --position``."""
+        return parse_position(text)
+
+    @staticmethod
+    def current_position(config: MongoSourceConfig) -> ClusterTime:
+        """The server's cluster time at the call, for ``cdc wait --now`` (a replica set's or
+        sharded cluster's; a server that reports none is refused)."""
+        return current_position(config)
+
+    @staticmethod
+    def position_reader(config: MongoSourceConfig) -> CurrentPosition:
+        """Reads the cluster time on one kept client, for many fences."""
+        return CurrentPosition(config)
 
     @staticmethod
     def doctor(config: MongoSourceConfig, pipeline_name: str) -> list[Check]:

@@ -176,8 +176,13 @@ class MongoPosition:
             block[RESTARTS_KEY] = dict(self.restarts)
         return PositionedOffsets({OFFSET_KEY: block}, self)
 
-    def __lt__(self, other: MongoPosition) -> bool:
-        """Behind ``other`` in some stream both hold (streams come and go with the plan)."""
+    def __lt__(self, other: object) -> bool:
+        """Behind ``other`` in some stream both hold (streams come and go with the plan).
+
+        Another kind of target (a fence's cluster time, :mod:`.fence`) decides by its ``__gt__``.
+        """
+        if not isinstance(other, MongoPosition):
+            return NotImplemented
         theirs = other.streams
         return any(
             sid in theirs and self._behind(sid, p, other, theirs[sid])
