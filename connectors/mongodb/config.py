@@ -93,6 +93,10 @@ class MongoSourceConfig(SourceConfig):
             such as ``16MiB``; :mod:`cdc.config.batch_bytes`): a poll stops reading once its
             changes' documents reach it, always after at least one change, where
             ``max_batch_events`` would stop it too.
+        idle_commit_interval_s: while no captured collection changes, how often at most the
+            streams' points the server's post-batch resume tokens moved (changes elsewhere in
+            the cluster, its periodic no-op writes) are stored: what a fence on the cluster
+            time (``cdc wait --now``) waits for when its write is not captured.
         signal_collection: ``db.collection`` the source watches for requests (``cdc snapshot
             --table``): an inserted ``{"type": "snapshot", "table": ..., "pipeline": ...}``
             makes it re-read that collection at that point of the stream. Off when omitted.
@@ -111,6 +115,7 @@ class MongoSourceConfig(SourceConfig):
     server_selection_timeout_ms: int = Field(default=10_000, ge=100)
     max_batch_events: int = Field(default=5000, ge=1)
     max_batch_bytes: BatchBytes = BATCH_BYTES
+    idle_commit_interval_s: float = Field(default=0.2, gt=0)
     signal_collection: str | None = None
 
     @field_validator("dsn")

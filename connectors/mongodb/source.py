@@ -273,6 +273,7 @@ class MongoSource:
             self._context.pipeline,
             self._filters,
             self._config.max_batch_bytes,
+            self._config.idle_commit_interval_s,
         )
         self._logger.info("source.streaming", streams=[r.spec.id for r in readers])
 

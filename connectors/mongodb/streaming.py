@@ -6,6 +6,12 @@ MongoDB transaction (events carrying the same ``lsid`` and ``txnNumber``): then 
 handed on without offsets and the next poll continues with the same stream, so a transaction's
 changes become visible in the log together. Events of one transaction come from the oplog's one
 ``applyOps`` entry back to back, so an empty read means the transaction is complete.
+
+After a stream's empty read its reader adopts the server's post-batch resume token (what it
+scanned of the oplog, changes of other collections included), also while other streams are
+busy, so every stream's stored point keeps up with the cluster time: a fence on the cluster
+time (``cdc wait --now``, :mod:`.fence`) is reached by quiet streams too. When no stream has
+changes, the moved points are stored alone at most every ``idle_commit_s``.
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ from connectors.mongodb.convert import to_json
 from connectors.mongodb.fields import FieldTracker
 from connectors.mongodb.stream import StreamReader
 
-IDLE_COMMIT_S = 5.0
+#: The default least time between two commits of moved idle points (``idle_commit_interval_s``).
+IDLE_COMMIT_S = 0.2
 
 
 @dataclass
@@ -71,8 +78,12 @@ class StreamSet:
         pipeline: str = "",
         filters: changes.Filters | None = None,
         max_bytes: int = BATCH_BYTES,
+        idle_commit_s: float = IDLE_COMMIT_S,
     ) -> None:
         self.readers = readers
+        self._idle_commit_s = idle_commit_s
+        #: A reader adopted a newer idle point that no returned batch's offsets hold yet.
+        self._idle_moved = False
         self._max_bytes = max_bytes
         self._filters = dict(filters or {})
         self._signal = signal
@@ -99,16 +110,21 @@ class StreamSet:
             reader = self.readers[self._turn]
             self._in_txn = self._drain(reader, out, limit)
             if self._in_txn or out.full(limit, self._max_bytes) or self.signals:
-                return out
+                return self._handed(out)
             self._turn = (self._turn + 1) % len(self.readers)
         if out.events or out.dead_letters:
-            self._last_commit = time.monotonic()
-            return out
-        moved = [reader.idle_point() for reader in self.readers]
-        if any(moved) and time.monotonic() - self._last_commit >= IDLE_COMMIT_S:
-            self._last_commit = time.monotonic()
-            return out  # offsets only: a quiet stream's point keeps up with the oplog
+            return self._handed(out)
+        if self._idle_moved and time.monotonic() - self._last_commit >= self._idle_commit_s:
+            return self._handed(out)  # offsets only: a quiet stream's point keeps up
         return None
+
+    def _handed(self, out: Collected) -> Collected:
+        """``out``, noting that its offsets (unless cut inside a transaction) store every
+        reader's point."""
+        if not self._in_txn:
+            self._idle_moved = False
+            self._last_commit = time.monotonic()
+        return out
 
     @property
     def in_transaction(self) -> bool:
@@ -121,6 +137,8 @@ class StreamSet:
         while True:
             change = self._next(reader)
             if change is None:
+                # Drained: the server's post-batch token covers what this read scanned.
+                self._idle_moved = reader.idle_point() or self._idle_moved
                 return False
             txn = transaction_of(change)
             if out.full(limit, self._max_bytes):
