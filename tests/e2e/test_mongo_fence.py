@@ -128,6 +128,12 @@ def test_a_stored_position_is_waited_for_until_the_sinks_apply_it(
         assert (_note(url, name, db.name, 1) or {}).get("body") == "one"
         reached = MongoSourcePlugin.parse_position(done.stdout.strip())
         assert isinstance(reached, MongoPosition) and not reached < seen["stored"]
+        # cdc status prints the sink's consistent position in the form --position takes.
+        status = orjson.loads(cdc("status", str(path), "--json", cwd=tmp_path).stdout)
+        printed = status["sinks"][0]["consistent_position"]
+        assert isinstance(MongoSourcePlugin.parse_position(printed), MongoPosition)
+        again = cdc("wait", str(path), "--sink", "cache", "--position", printed, cwd=tmp_path)
+        assert again.returncode == 0, (again.stdout, again.stderr)
         # The Python form, with a second write: its stored position, then the document.
         db.notes.update_one({"_id": 1}, {"$set": {"body": "changed"}})
         first = seen["stored"]
