@@ -10,7 +10,8 @@ their JSON files. (The DuckDB sink keeps its offsets in a table of its own, with
 
 Beside the offsets, under :data:`POSITION_FIELD` (no ``|``: no partition's name), a sink may
 keep the source position its data is consistent up to, written in the same atomic write
-(:class:`cdc.contracts.sink.PositionedSink`): the Redis sink's offsets hash does.
+(:class:`cdc.contracts.sink.PositionedSink`): the Redis sink's offsets hash, the search sink's
+offsets file and the JSONL sink's state file do (:func:`read_position`).
 :func:`decode_offsets` skips it.
 """
 
@@ -51,6 +52,18 @@ def decode_offsets(
         topic, _, partition = name.rpartition("|")
         offsets[TopicPartition(topic, int(partition))] = int(offset)
     return offsets
+
+
+def read_position(stored: Mapping[str, Any] | None) -> str | None:
+    """The position stored beside the offsets in ``stored`` (a JSON object), if any."""
+    found = None if stored is None else stored.get(POSITION_FIELD)
+    return found if isinstance(found, str) else None
+
+
+def with_position(encoded: dict[str, Any], position: str | None) -> dict[str, Any]:
+    """``encoded`` offsets with ``position`` beside them; as they are with no position, or no
+    offsets (a position stands only beside the offsets of the data that reaches it)."""
+    return encoded if position is None or not encoded else {**encoded, POSITION_FIELD: position}
 
 
 def read_json(path: Path) -> Any:

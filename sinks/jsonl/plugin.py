@@ -7,7 +7,8 @@ from pathlib import Path
 from cdc.contracts.checks import Check, writable_dir
 from cdc.contracts.sink import SinkContext
 from sinks.jsonl.config import JsonlSinkConfig
-from sinks.jsonl.sink import JsonlSink
+from sinks.jsonl.sink import STATE_FILE, JsonlSink
+from sinks.offsets import read_json, read_position
 
 
 class JsonlSinkPlugin:
@@ -22,6 +23,12 @@ class JsonlSinkPlugin:
     @staticmethod
     def create(config: JsonlSinkConfig, context: SinkContext) -> JsonlSink:
         return JsonlSink(config, context)
+
+    @staticmethod
+    def read_consistent_position(config: JsonlSinkConfig, *, pipeline: str) -> str | None:
+        """``cdc status``: the source position the state file holds with the offsets."""
+        state = read_json(Path(config.path) / STATE_FILE)
+        return read_position(state.get("offsets")) if isinstance(state, dict) else None
 
     @staticmethod
     def doctor(config: JsonlSinkConfig, pipeline_name: str) -> list[Check]:

@@ -6,10 +6,11 @@ from pathlib import Path
 
 from cdc.contracts.checks import Check, writable_dir
 from cdc.contracts.sink import SinkContext
+from sinks.offsets import read_json, read_position
 from sinks.search import reader
 from sinks.search import trace as key_trace
 from sinks.search.config import SearchSinkConfig
-from sinks.search.sink import SearchSink
+from sinks.search.sink import SearchSink, offsets_file
 
 
 class SearchSinkPlugin:
@@ -27,6 +28,12 @@ class SearchSinkPlugin:
     read_rows = staticmethod(reader.read_rows)
     read_key = staticmethod(key_trace.read_key)  # cdc trace: one key's row and position
     search = staticmethod(reader.search)
+
+    @staticmethod
+    def read_consistent_position(config: SearchSinkConfig, *, pipeline: str) -> str | None:
+        """``cdc status``: the source position the offsets file holds with the offsets."""
+        stored = read_json(offsets_file(config))
+        return read_position(stored) if isinstance(stored, dict) else None
 
     @staticmethod
     def doctor(config: SearchSinkConfig, pipeline_name: str) -> list[Check]:

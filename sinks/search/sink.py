@@ -21,10 +21,22 @@ from cdc.contracts.errors import CdcError, RecordError, SinkFatal, SinkUnavailab
 from cdc.contracts.sink import SinkContext, SinkRecord, sink_offsets
 from cdc.log.base import TopicPartition
 from sinks.keyed import Change, Kind, Pos, Table, TopicTables, classify
-from sinks.offsets import decode_offsets, encode_offsets, read_json, write_json
+from sinks.offsets import (
+    decode_offsets,
+    encode_offsets,
+    read_json,
+    read_position,
+    with_position,
+    write_json,
+)
 from sinks.search.config import SearchSinkConfig, table_dir
 from sinks.search.index import Mark, TableIndex, marker_document, row_document, row_text
 from sinks.search.types import text_columns
+
+
+def offsets_file(config: SearchSinkConfig) -> Path:
+    """The sink's offsets file (with the consistent source position beside them)."""
+    return Path(config.path) / f"_offsets.{config.name}.json"
 
 
 class SearchSink:
@@ -34,10 +46,14 @@ class SearchSink:
         self._config = config
         self._context = context
         self._tables = TopicTables(context.pipeline, context.tables)
-        self._offsets_file = Path(config.path) / f"_offsets.{config.name}.json"
+        self._offsets_file = offsets_file(config)
         self._indexes: dict[Table, TableIndex] = {}
         self._pending: dict[Table, dict[str, Mark]] = {}
         self._offsets: dict[TopicPartition, int] = {}
+        # The source position the indexes are consistent up to, in the offsets file with the
+        # offsets (stored: as the file holds it; held: for the next flush's write of it).
+        self._position: str | None = None
+        self._held: str | None = None
 
     def open(self) -> None:
         """Open (creating them if missing) the directory and every table's index.
@@ -65,6 +81,11 @@ class SearchSink:
     def stored_offsets(self) -> Mapping[TopicPartition, int]:
         return dict(self._offsets)
 
+    def set_consistent_position(self, position: str) -> None:
+        """Store ``position`` in the offsets file the next flush writes, after the commits of
+        the indexes (:class:`cdc.contracts.sink.PositionedSink`)."""
+        self._held = position
+
     def write(self, records: Sequence[SinkRecord]) -> None:
         # Classify everything first: a bad record raises before any writer is touched.
         changes = [classify(record, self._tables) for record in records]
@@ -85,11 +106,14 @@ class SearchSink:
         try:
             for table in self._pending:
                 self._indexes[table].commit()
-            self._write_offsets()
+            # A position stands only beside the offsets of the data that reaches it.
+            position = (self._held or self._position) if self._offsets else None
+            self._write_offsets(position)
         except (OSError, ValueError) as exc:
             self._rollback()
             raise _translate(exc, "cannot commit the indexes") from exc
         self._pending.clear()
+        self._position, self._held = position, None
 
     def close(self) -> None:
         for index in self._indexes.values():
@@ -108,7 +132,9 @@ class SearchSink:
             self._index(table).clear()
             self._pending.pop(table, None)
             self._offsets.update(dict.fromkeys(partitions, 0))
-            self._write_offsets()
+            # The table is read again from its start: its rows no longer reach any position.
+            self._write_offsets(None)
+            self._position = self._held = None
         except (OSError, ValueError) as exc:
             self._offsets = self._read_offsets()
             raise _translate(exc, f"cannot reset the index of {table[0]}.{table[1]}") from exc
@@ -181,12 +207,15 @@ class SearchSink:
         self._offsets = self._read_offsets()
 
     def _read_offsets(self) -> dict[TopicPartition, int]:
+        """The offsets file's offsets (its position too, into ``_position``)."""
         stored = read_json(self._offsets_file)
+        self._position, self._held = read_position(stored), None
         return {} if stored is None else decode_offsets(stored)
 
-    def _write_offsets(self) -> None:
+    def _write_offsets(self, position: str | None) -> None:
         path = self._offsets_file
-        write_json(path, encode_offsets(self._offsets), path.with_suffix(".tmp"))
+        stored = with_position(encode_offsets(self._offsets), position)
+        write_json(path, stored, path.with_suffix(".tmp"))
 
 
 def _decide(change: Change, mark: Mark | None, floor: Pos | None) -> Mark | None:

@@ -1,7 +1,8 @@
 """The consistent source position a sink stores beside its offsets
-(:class:`cdc.contracts.sink.PositionedSink`), against real DuckDB, PostgreSQL and Redis.
+(:class:`cdc.contracts.sink.PositionedSink`), against real DuckDB, PostgreSQL and Redis, and the
+search sink's (Tantivy) and JSONL sink's files.
 
-One body for the three: a position handed with a batch is stored by its flush and read back
+One body for the five: a position handed with a batch is stored by its flush and read back
 by the plugin's ``read_consistent_position`` (what ``cdc status`` reads); handed alone it is
 stored only once the store holds offsets; a flush forgets what it was handed; a table reset
 forgets the stored one, since the data no longer holds it.
@@ -9,6 +10,7 @@ forgets the stored one, since the data no longer holds it.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,9 +23,15 @@ from cdc.contracts.sink import PositionedSink, SinkRecord
 from cdc.log.base import TopicPartition
 from sinks.duckdb import DuckDBSinkConfig
 from sinks.duckdb.plugin import DuckDBSinkPlugin
+from sinks.jsonl.config import JsonlSinkConfig
+from sinks.jsonl.plugin import JsonlSinkPlugin
+from sinks.jsonl.sink import JsonlSink
 from sinks.postgres.plugin import PostgresSinkPlugin
 from sinks.redis import RedisSink, RedisSinkConfig
 from sinks.redis.plugin import RedisSinkPlugin
+from sinks.search.config import SearchSinkConfig
+from sinks.search.plugin import SearchSinkPlugin
+from sinks.search.sink import SearchSink
 from tests.integration import duckdb_kit, keyed_records, postgres_sink_kit
 
 
@@ -78,10 +86,35 @@ def _redis(url: str) -> Iterator[Store]:
     sink.close()
 
 
-@pytest.fixture(params=["duckdb", "postgres", "redis"])
+def _files(kind: str, tmp_path: Path) -> Iterator[Store]:
+    """The search sink (an offsets file beside its indexes) or the JSONL sink (a state file)."""
+    context = keyed_records.context(sink=kind)
+    sink: JsonlSink | SearchSink
+    if kind == "search":
+        search = SearchSinkConfig(name=kind, path=str(tmp_path / kind))
+        sink = SearchSink(search, context)
+        stored = functools.partial(SearchSinkPlugin.read_consistent_position, search, pipeline="")
+    else:
+        jsonl = JsonlSinkConfig(name=kind, type="jsonl", path=str(tmp_path / kind))
+        sink = JsonlSink(jsonl, context)
+        stored = functools.partial(JsonlSinkPlugin.read_consistent_position, jsonl, pipeline="")
+    sink.open()
+    records = keyed_records.Records()
+    yield Store(
+        sink,
+        lambda key, pos: records(keyed_records.item(Op.CREATE, key, pos, name="n")),
+        stored,
+        topic_name(keyed_records.PIPELINE, *keyed_records.ITEMS),
+    )
+    sink.close()
+
+
+@pytest.fixture(params=["duckdb", "postgres", "redis", "search", "jsonl"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     if request.param == "duckdb":
         yield from _duckdb(tmp_path)
+    elif request.param in ("search", "jsonl"):
+        yield from _files(request.param, tmp_path)
     elif request.param == "postgres":
         yield from _postgres(request.getfixturevalue("pg_db"))
     else:
