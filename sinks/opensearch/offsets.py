@@ -6,6 +6,11 @@ never runs ahead of the data; a crash between the two replays the batch, which t
 versions make harmless. A write is durable when acknowledged (the translog); a read refreshes
 this small index first and searches it, so a worker that takes a partition over (Kafka) reads
 what the previous one stored.
+
+Beside them, one more document (``<pipeline>|<sink>|consistent_position``, no ``topic``) holds
+the source position the sink's data is consistent up to
+(:class:`cdc.contracts.sink.PositionedSink`), written last in the offsets' bulk request: after
+the batch's documents were acknowledged, so it never claims what the data does not hold.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from opensearchpy import OpenSearch
 from opensearchpy import exceptions as os_errors
 
 from cdc.log.base import TopicPartition
+from sinks.offsets import POSITION_FIELD
 
 _BODY = {
     "settings": {"number_of_shards": 1, "auto_expand_replicas": "0-1"},
@@ -51,8 +57,31 @@ def load(client: OpenSearch, index: str, pipeline: str, sink: str) -> dict[Topic
     out = {}
     for hit in reply["hits"]["hits"]:
         doc = hit["_source"]
-        out[TopicPartition(doc["topic"], int(doc["partition"]))] = int(doc["next_offset"])
+        if "topic" in doc:  # not the position's document
+            out[TopicPartition(doc["topic"], int(doc["partition"]))] = int(doc["next_offset"])
     return out
+
+
+def _position_id(pipeline: str, sink: str) -> str:
+    return f"{pipeline}|{sink}|{POSITION_FIELD}"
+
+
+def read_position(client: OpenSearch, index: str, pipeline: str, sink: str) -> str | None:
+    """The consistent source position stored beside the offsets; ``None`` when none is."""
+    try:
+        reply = client.get(index=index, id=_position_id(pipeline, sink))
+    except os_errors.NotFoundError:
+        return None
+    found = reply.get("_source", {}).get("position")
+    return found if isinstance(found, str) else None
+
+
+def forget_position(client: OpenSearch, index: str, pipeline: str, sink: str) -> None:
+    """Delete the stored position (a table read again from its start no longer holds it)."""
+    try:
+        client.delete(index=index, id=_position_id(pipeline, sink))
+    except os_errors.NotFoundError:
+        return
 
 
 def store(
@@ -61,9 +90,11 @@ def store(
     pipeline: str,
     sink: str,
     offsets: Mapping[TopicPartition, int],
+    position: str | None = None,
 ) -> None:
-    """Write the next offset of each partition; refused items raise (nothing is assumed)."""
-    if not offsets:
+    """Write the next offset of each partition, then ``position`` (if given) beside them;
+    refused items raise (nothing is assumed)."""
+    if not offsets and position is None:
         return
     lines = []
     for tp, offset in offsets.items():
@@ -71,6 +102,10 @@ def store(
         lines.append(orjson.dumps({"index": {"_index": index, "_id": doc_id}}))
         doc = {"pipeline": pipeline, "sink": sink, "topic": tp.topic, "partition": tp.partition}
         lines.append(orjson.dumps({**doc, "next_offset": offset}))
+    if position is not None:
+        doc_id = _position_id(pipeline, sink)
+        lines.append(orjson.dumps({"index": {"_index": index, "_id": doc_id}}))
+        lines.append(orjson.dumps({"pipeline": pipeline, "sink": sink, "position": position}))
     reply = client.bulk(body=b"\n".join(lines) + b"\n")
     if reply.get("errors"):
         raise os_errors.TransportError(500, "offsets not stored", reply)

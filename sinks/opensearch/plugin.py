@@ -23,4 +23,6 @@ class OpenSearchSinkPlugin:
     read_rows = staticmethod(reader.read_rows)
     read_key = staticmethod(key_trace.read_key)  # cdc trace: one key's row and position
     search = staticmethod(reader.search)
+    # cdc status: the source position stored beside the offsets
+    read_consistent_position = staticmethod(reader.read_consistent_position)
     doctor = staticmethod(preflight.doctor)  # cdc doctor: reachable, OpenSearch 2+, may create

@@ -19,6 +19,7 @@ from cdc.contracts.errors import SinkFatal
 from sinks.opensearch.client import connect, reason, translate
 from sinks.opensearch.config import OpenSearchSinkConfig
 from sinks.opensearch.documents import source_row
+from sinks.opensearch.offsets import read_position
 
 _PAGE = 1000
 
@@ -37,6 +38,23 @@ def read_rows(
         return
     except (os_errors.TransportError, os_errors.ImproperlyConfigured) as exc:
         raise translate(exc, config, f"reading {schema}.{table}") from None
+    finally:
+        client.close()
+
+
+def read_consistent_position(config: OpenSearchSinkConfig, *, pipeline: str) -> str | None:
+    """``cdc status``: the source position stored beside the sink's offsets (none: ``None``).
+
+    Raises:
+        SinkUnavailable, SinkFatal: the cluster cannot be read.
+    """
+    client = connect(config)
+    try:
+        return read_position(client, config.offsets_index, pipeline, config.name)
+    except os_errors.NotFoundError:
+        return None  # no offsets index yet
+    except (os_errors.TransportError, os_errors.ImproperlyConfigured) as exc:
+        raise translate(exc, config, "reading the stored position") from None
     finally:
         client.close()
 

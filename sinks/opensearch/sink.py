@@ -47,6 +47,7 @@ class OpenSearchSink:
         self._indexes: dict[Table, IndexState] = {}
         self._offsets: dict[TopicPartition, int] = {}
         self._pending: list[SinkRecord] = []
+        self._held: str | None = None  # the source position to store with the next offsets
         self._log = context.logger
 
     def open(self) -> None:
@@ -76,6 +77,11 @@ class OpenSearchSink:
     def write(self, records: Sequence[SinkRecord]) -> None:
         self._pending.extend(records)
 
+    def set_consistent_position(self, position: str) -> None:
+        """Store ``position`` after the next flush's offsets, in their bulk request
+        (:class:`cdc.contracts.sink.PositionedSink`)."""
+        self._held = position
+
     def flush(self) -> None:
         """Send everything written since the last flush, then store the offsets.
 
@@ -85,7 +91,11 @@ class OpenSearchSink:
             SinkUnavailable: the cluster went away or is overloaded (send the batch again).
         """
         records, self._pending = self._pending, []
+        held, self._held = self._held, None
         if not records:
+            if held is not None and self._offsets:  # idle: the position alone
+                with self._translated("storing the consistent position"):
+                    self._store_offsets({}, held)
             return
         data, announced, _ = split_schemas(records, self._schema_topic, self._tables)
         changes = [classify(record, self._topic_tables) for record in data]
@@ -95,9 +105,7 @@ class OpenSearchSink:
             for part in parts(changes):
                 self._send(part)
             next_offsets = sink_offsets(records)
-            client = self._connected()
-            pipeline, index = self._context.pipeline, self._config.offsets_index
-            offsets.store(client, index, pipeline, self._name, next_offsets)
+            self._store_offsets(next_offsets, held)
         self._offsets.update(next_offsets)
 
     def close(self) -> None:
@@ -121,6 +129,9 @@ class OpenSearchSink:
             self._indexes.pop(table, None)
             pipeline, index = self._context.pipeline, self._config.offsets_index
             topics = {tp.topic for tp in partitions}
+            # First: the table is read again from its start, its data no longer holds it.
+            offsets.forget_position(client, index, pipeline, self._name)
+            self._held = None
             offsets.forget_topics(client, index, pipeline, self._name, topics)
             offsets.store(client, index, pipeline, self._name, {tp: 0 for tp in partitions})
             self._index(table)
@@ -133,6 +144,10 @@ class OpenSearchSink:
         if self._client is None:
             raise SinkFatal(f"OpenSearch sink {self._name}: used before open")
         return self._client
+
+    def _store_offsets(self, next_offsets: Mapping[TopicPartition, int], held: str | None) -> None:
+        pipeline, index = self._context.pipeline, self._config.offsets_index
+        offsets.store(self._connected(), index, pipeline, self._name, next_offsets, held)
 
     def _load_offsets(self) -> dict[TopicPartition, int]:
         pipeline, index = self._context.pipeline, self._config.offsets_index
