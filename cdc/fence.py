@@ -133,7 +133,7 @@ def wait(
         sink: the sink's name in it.
         position: the source position (its text as ``cdc status`` prints it, e.g.
             ``'0/16B3748'``, or a typed position); ``None``: the source's position now
-            (PostgreSQL: ``pg_current_wal_lsn()``).
+            (PostgreSQL: ``pg_current_wal_lsn()``; MongoDB: the server's cluster time).
         timeout_s: how long to wait at most.
 
     Returns:
