@@ -25,13 +25,12 @@ from cdc.cli.verify.comparison import TableComparison
 from cdc.config.pipeline import Pipeline
 from cdc.config.views import POSITIONS_FIELD, ViewConfig
 from cdc.contracts import plugins
-from cdc.contracts.events import topic_name
-from cdc.log.base import Log, TopicPartition
-from cdc.log.offsets import last_offsets
+from cdc.log.base import Log
 from cdc.support.wait import WaitTimeout, wait_until
 from cdc.verify.ranges import Candidates, Found, KeyFilter, compare_streams
 from cdc.views import records as out
 from cdc.views.join import canonical_key
+from cdc.views.progress import view_behind
 from cdc.views.store import ViewStore, documents, load_rows
 
 #: Keys listed per kind of difference, as the table comparison lists them.
@@ -130,24 +129,9 @@ def _result(table: str, topic: str, found: Found) -> TableComparison:
 def _lag(pipeline: Pipeline, log: Log, view: ViewConfig, wait_s: float) -> dict[str, Any]:
     """What the view has yet to read of its tables (empty: it read them to their ends),
     after waiting up to ``wait_s`` for it to catch up."""
-    group = out.view_group(pipeline.name, view)
-    topics = [topic_name(pipeline.name, *t.split(".", 1)) for t in view.inputs()]
-
-    def behind() -> dict[str, Any]:
-        committed = log.committed_offsets(group)
-        left = {}
-        for topic in topics:
-            # After the last record, not the end offset: on Kafka, transaction markers take
-            # offsets past it that the view's offsets (committed in its transactions) never do.
-            for partition, end in last_offsets(log, topic).items():
-                done = committed.get(TopicPartition(topic, partition), 0)
-                if done < end:
-                    left[f"{topic}[{partition}]"] = {"committed": done, "end": end}
-        return left
-
     with contextlib.suppress(WaitTimeout):  # then reported as lagging
-        wait_until(lambda: not behind(), wait_s, 0.1)
-    return behind()
+        wait_until(lambda: not view_behind(log, pipeline, view), wait_s, 0.1)
+    return dict(view_behind(log, pipeline, view))  # as cdc status reports it
 
 
 class _TopicDocuments:

@@ -19,9 +19,18 @@ from cdc.metrics.observers import SinkObserver, SourceObserver
 from cdc.metrics.registry import Metrics
 from cdc.metrics.sampler import Sampler, SourceProbe
 from cdc.metrics.server import MetricsServer
+from cdc.metrics.views import ViewLagSampler, ViewObserver
 from cdc.support.logging import Logger
 
-__all__ = ["Health", "Metrics", "MetricsServer", "SinkObserver", "SourceObserver", "Telemetry"]
+__all__ = [
+    "Health",
+    "Metrics",
+    "MetricsServer",
+    "SinkObserver",
+    "SourceObserver",
+    "Telemetry",
+    "ViewObserver",
+]
 
 #: The longest interval between two samples; shorter when ``stall_after_s`` is short.
 SAMPLE_INTERVAL_S = 10.0
@@ -57,6 +66,17 @@ class Telemetry:
         """The observer of sink ``name``, which applies ``topics``."""
         return SinkObserver(self.metrics, self.health, self.pipeline, name, topics)
 
+    def view(self, name: str) -> ViewObserver:
+        """The observer of live join view ``name``."""
+        return ViewObserver(self.metrics, self.pipeline, name)
+
+    def sample_views(
+        self, log: Log, views: Mapping[str, tuple[str, Sequence[str]]], interval_s: float
+    ) -> None:
+        """Sample ``views``' lag (``{name: (consumer group, topics)}``) in a thread."""
+        sampler = ViewLagSampler(self.metrics, self.pipeline, log, views, interval_s, self._logger)
+        self._start(sampler.run, "metrics-views")
+
     def sample(
         self,
         log: Log,
@@ -68,13 +88,14 @@ class Telemetry:
         sampler = Sampler(
             self.metrics, self.health, self.pipeline, log, probe, sinks, interval, self._logger
         )
-        thread = threading.Thread(
-            target=sampler.run, args=(self._stop,), name="metrics-sampler", daemon=True
-        )
-        self._threads.append(thread)
         self._probes.append(probe)
-        thread.start()
+        self._start(sampler.run, "metrics-sampler")
         return sampler
+
+    def _start(self, run: Callable[[threading.Event], None], name: str) -> None:
+        thread = threading.Thread(target=run, args=(self._stop,), name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
 
     def close(self) -> None:
         self._stop.set()

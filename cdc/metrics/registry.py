@@ -70,6 +70,10 @@ SPECS: Final = {
     "sink_consistent": Spec(Gauge, "cdc_sink_consistent_position", ("sink",), "The source position the sink has applied every change up to, as a number (PostgreSQL: the LSN); what cdc wait waits for."),
     "verify_mismatched": Spec(Gauge, "cdc_verify_mismatched_keys", ("sink", "table"), "Keys the continuous verification (verify:) last found differing between the source and the sink, over the key ranges it checked; a lagging sink is not compared."),
     "verify_full_pass": Spec(Gauge, "cdc_verify_last_full_pass_timestamp_seconds", ("sink",), "When the continuous verification last finished a pass over every key range of the sink's tables, as a Unix time."),
+    "view_records": Spec(Counter, "cdc_view_records", ("view",), "Records of the view's tables the view read and committed (its group's offsets moved past them), replays and changes that changed nothing included."),
+    "view_documents": Spec(Counter, "cdc_view_documents", ("view",), "Documents the view wrote to its topic (a deleted root row's delete counts as one)."),
+    "view_lag": Spec(Gauge, "cdc_view_lag_records", ("view",), "Records of the view's tables in the log that the view has not read yet, sampled every second (Kafka: every 5 s)."),
+    "view_position": Spec(Gauge, "cdc_view_position", ("view",), "The highest source position the view has read, as a number (PostgreSQL: the LSN)."),
 }  # fmt: skip
 
 
@@ -99,6 +103,10 @@ class Metrics:
     sink_consistent: Gauge
     verify_mismatched: Gauge
     verify_full_pass: Gauge
+    view_records: Counter
+    view_documents: Counter
+    view_lag: Gauge
+    view_position: Gauge
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()

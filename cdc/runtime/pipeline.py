@@ -150,7 +150,8 @@ def start(
         return run  # failed before the source created anything (cdc.runtime.preflight)
     if role in ("all", "source"):
         _start_source(run, base, filters)
-        for name, view in view_tasks(pipeline, log, run.stop_event, base).items():
+        views = view_tasks(pipeline, log, run.stop_event, base, run.telemetry)
+        for name, view in views.items():
             _spawn(run, f"view:{name}", view.serve)  # live join views (cdc/views/)
     if role in ("all", "sinks"):
         _start_sinks(run, base, sinks)

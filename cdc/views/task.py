@@ -24,14 +24,13 @@ import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from cdc.config.pipeline import Pipeline
 from cdc.config.views import ViewConfig
 from cdc.contracts.errors import LogFatal, SourceMisconfigured
-from cdc.contracts.events import topic_name
 from cdc.contracts.schema import TableSchema
 from cdc.contracts.sink import SinkRecord
 from cdc.log.base import Consumer, Log, LogTransaction, Record, StoredRecord, TopicPartition
@@ -42,7 +41,16 @@ from cdc.support.logging import Logger
 from cdc.support.retry import Stopped, retry_until_stopped
 from cdc.views import records as out
 from cdc.views.join import Key, Pos, canonical_key
+from cdc.views.progress import input_topics, last_token
 from cdc.views.store import ViewStore
+
+if TYPE_CHECKING:
+    from cdc.metrics import Telemetry
+    from cdc.metrics.views import ViewObserver
+
+#: How often a view's lag is sampled for its metric: reading the end offsets and the group's
+#: offsets is a few SQLite reads on the embedded log, round trips to the brokers on Kafka.
+LAG_EVERY_S = {"embedded": 1.0, "kafka": 5.0}
 
 
 class ViewMisconfigured(SourceMisconfigured):
@@ -57,6 +65,7 @@ class ViewTask:
         rows: the source's read-side decoding of its records, as sinks get it.
         store_dir: where the view's local store lives (default: ``views/`` in the pipeline's
             local state directory, beside the embedded log or the Kafka log's state).
+        observer: the view's metrics (``None``: metrics are off).
     """
 
     def __init__(
@@ -71,6 +80,7 @@ class ViewTask:
         max_records: int = 2000,
         poll_timeout_s: float = 0.2,
         store_dir: Path | None = None,
+        observer: ViewObserver | None = None,
     ) -> None:
         self._name = pipeline.name
         self._view = view
@@ -81,10 +91,8 @@ class ViewTask:
         self._rows = rows
         self._max_records = max_records
         self._poll_timeout_s = poll_timeout_s
-        chain = pipeline.chain()
-        self._tables = {
-            topic_name(pipeline.name, *chain.table(t).split(".", 1)): t for t in view.inputs()
-        }
+        self._tables = dict(zip(input_topics(pipeline, view), view.inputs(), strict=True))
+        self._observer = observer
         self._catalog = SchemaCatalog(log, pipeline.name)
         self._published: TableSchema | None = None
         directory = store_dir if store_dir is not None else pipeline.state_path() / "views"
@@ -202,6 +210,8 @@ class ViewTask:
             store.rollback()
             raise
         self.documents_written += written
+        if self._observer is not None:
+            self._observer.committed(len(batch), written, high)
         return high, seq
 
     def _changes(
@@ -347,23 +357,6 @@ def _truncate(record: SinkRecord) -> Pos | None:
         return None
 
 
-def last_token(log: Log, topic: str) -> str | None:
-    """The commit token of the last batch in the state topic: its counters record is the last
-    record of its partition (each batch appends it last); ``None`` when there is none."""
-    for partition, end in log.end_offsets(topic).items():
-        start, span, last = end, 1, None
-        while start > 0 and last is None:
-            # On Kafka, transaction markers take the offsets after the last record.
-            start = max(0, start - span)
-            records = log.read(topic, partition, start, end - start)
-            last = records[-1] if records else None
-            span *= 8
-        if last is not None and last.key == out.META_KEY and last.value is not None:
-            token = orjson.loads(last.value).get("token")
-            return token if isinstance(token, str) else None
-    return None
-
-
 def _newer(pos: Pos, than: Pos) -> bool:
     return tuple(pos) > tuple(than)
 
@@ -377,11 +370,32 @@ def _next_offsets(batch: list[StoredRecord]) -> dict[TopicPartition, int]:
 
 
 def view_tasks(
-    pipeline: Pipeline, log: Log, stop: threading.Event, logger: Logger
+    pipeline: Pipeline,
+    log: Log,
+    stop: threading.Event,
+    logger: Logger,
+    telemetry: Telemetry | None = None,
 ) -> dict[str, ViewTask]:
-    """A task for each of the pipeline's views, by name (none when it declares none)."""
+    """A task for each of the pipeline's views, by name (none when it declares none); with
+    ``telemetry``, each with its metrics, and their lag sampled (:mod:`cdc.metrics.views`)."""
     rows = source_record_rows(pipeline) if pipeline.views else None
-    return {
-        view.name: ViewTask(pipeline, view, index, log, stop, logger.bind(view=view.name), rows)
+    tasks = {
+        view.name: ViewTask(
+            pipeline,
+            view,
+            index,
+            log,
+            stop,
+            logger.bind(view=view.name),
+            rows,
+            observer=None if telemetry is None else telemetry.view(view.name),
+        )
         for index, view in enumerate(pipeline.views)
     }
+    if telemetry is not None and tasks:
+        inputs = {
+            v.name: (out.view_group(pipeline.name, v), input_topics(pipeline, v))
+            for v in pipeline.views
+        }
+        telemetry.sample_views(log, inputs, LAG_EVERY_S.get(pipeline.log.type, 5.0))
+    return tasks
