@@ -13,6 +13,7 @@ from rich.table import Column, Table
 
 from cdc.cli.status_consistency import consistent_positions, stored_positions
 from cdc.cli.status_liveness import as_running, as_served, print_processes
+from cdc.cli.status_views import print_views, views_report
 from cdc.cli.status_workers import print_workers, workers_report
 from cdc.config.pipeline import Pipeline
 from cdc.contracts import plugins
@@ -180,6 +181,7 @@ def status_report(log: Log, pipeline: Pipeline) -> dict[str, Any]:
         "snapshot": as_running(snapshot_report(source["offsets"]), found),
         "topics": topics_report(log, pipeline),
         "sinks": sinks,
+        "views": views_report(log, pipeline),
         "envelope": envelope_report(log, pipeline),
     }
     if pipeline.log.type == "embedded":
@@ -271,6 +273,7 @@ def print_status(report: dict[str, Any]) -> None:
     print_sink_lag(report["sinks"], console)
     print_groups(report["sinks"], console)
     print_sink_states(report["sinks"], console)
+    print_views(report.get("views") or [], console)
 
 
 def print_sink_lag(sinks: list[dict[str, Any]], console: Console) -> None:

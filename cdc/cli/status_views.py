@@ -1,0 +1,73 @@
+"""``cdc status``: each live join view (docs/views.md), its topic, the documents it holds, the
+source position it has read up to, and how far behind its tables it is.
+
+The lag is its consumer group's committed offsets against its tables' last records, as ``cdc
+verify`` and ``cdc_view_lag_records`` read it (:mod:`cdc.views.progress`). The documents are
+counted in the view's local store when this machine has it (``None`` elsewhere); the position is
+the high-water mark its last batch wrote to its state topic.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+
+from cdc.config.pipeline import Pipeline
+from cdc.log.base import Log
+from cdc.views import records as out
+from cdc.views.progress import (
+    input_topics,
+    last_counters,
+    records_behind,
+    stored_documents,
+    view_behind,
+)
+
+
+def views_report(log: Log, pipeline: Pipeline) -> list[dict[str, Any]]:
+    """One entry per view of the pipeline (none when it declares none)."""
+    if not pipeline.views:
+        return []
+    existing = {info.name for info in log.topics()}
+    report = []
+    for view in pipeline.views:
+        state = out.state_topic(pipeline.name, view)
+        counters = last_counters(log, state) if state in existing else None
+        high = (counters or {}).get("high")
+        left = view_behind(log, pipeline, view)
+        report.append(
+            {
+                "view": view.name,
+                "table": view.table,
+                "topic": out.view_topic(pipeline.name, view),
+                "group": out.view_group(pipeline.name, view),
+                "inputs": input_topics(pipeline, view),
+                "documents": stored_documents(
+                    pipeline.state_path() / "views" / f"{view.name}.sqlite"
+                ),
+                "position": high[0] if high else None,  # a number, as cdc_view_position
+                "lag": records_behind(left),
+                "behind": left,
+            }
+        )
+    return report
+
+
+def print_views(views: list[dict[str, Any]], console: Console) -> None:
+    """A line per view, then one per partition it has yet to read to its end."""
+    for view in views:
+        documents = view["documents"]
+        line = f"view {view['view']} -> {view['topic']}: "
+        line += (
+            "documents not counted (no local store here)"
+            if documents is None
+            else (f"{documents} document{'' if documents == 1 else 's'}")
+        )
+        line += f", {view['lag']} record{'' if view['lag'] == 1 else 's'} behind its tables"
+        if view["position"] is not None:
+            line += f"; read up to source position {view['position']}"
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+        for partition, at in view["behind"].items():
+            line = f"  {partition}: committed {at['committed']}, last record ends at {at['end']}"
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
