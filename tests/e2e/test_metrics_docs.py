@@ -224,7 +224,7 @@ def test_dashboard_is_well_formed() -> None:
 
 
 def _fill(metrics: Metrics) -> None:
-    """Sets every metric as a running pipeline with two sinks and a snapshot would."""
+    """Sets every metric as a running pipeline with two sinks, a view and a snapshot would."""
     p = {"pipeline": PIPELINE}
     for table in ("public.orders", "public.items"):
         for op in ("c", "u", "d", "r"):
@@ -256,6 +256,11 @@ def _fill(metrics: Metrics) -> None:
         metrics.last_progress.labels(**p, task=task).set(time.time())
         metrics.task_stalled.labels(**p, task=task).set(0)
     metrics.dead_letters.labels(**p, reason="too_large").inc()
+    view = {**p, "view": "order_docs"}
+    metrics.view_records.labels(**view).inc(50)
+    metrics.view_documents.labels(**view).inc(20)
+    metrics.view_lag.labels(**view).set(0)
+    metrics.view_position.labels(**view).set(0x16B3000)
 
 
 def _grow(metrics: Metrics) -> None:
