@@ -4,11 +4,13 @@ items embedded, in the view topic, Redis, DuckDB and the search index.
 A random workload over the three tables with two SIGKILLs of ``cdc run``, each once the view
 is provably mid-work, must end with the view equal to the same join run on the source (and
 ``cdc verify`` saying so); a customer's rename updates every one of their orders; an item's and
-an order's delete update and delete their documents. Every wait is on a condition.
+an order's delete update and delete their documents, and then the view's metrics count what
+it read and wrote and ``cdc status`` lists it caught up. Every wait is on a condition.
 """
 
 from __future__ import annotations
 
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,7 @@ import orjson
 import psycopg
 
 from cdc.views.join import canonical_key
-from tests.e2e.cli_helpers import cdc, start_run, stop, wait_for
+from tests.e2e.cli_helpers import cdc, http_get, start_run, stop, wait_for
 from tests.e2e.views_kit import (
     ViewReader,
     Workload,
@@ -30,6 +32,22 @@ from tests.e2e.views_kit import (
     source_join,
     write_pipeline,
 )
+from tests.services.ports import LOOPBACK, free_port
+
+VIEW_LABELS = re.compile(r'\{pipeline="[^"]+",view="order_docs"\}')
+
+
+def _metrics(url: str) -> dict[str, float]:
+    """The view's series of the metrics endpoint, by name (none while it does not answer)."""
+    status, body = http_get(url)
+    if status != 200:
+        return {}
+    found = {}
+    for line in body.decode().splitlines():
+        name, _, rest = line.partition("{")
+        if name.startswith("cdc_view_") and VIEW_LABELS.match("{" + rest.rsplit(" ", 1)[0]):
+            found[name] = float(rest.rsplit(" ", 1)[1])
+    return found
 
 
 def test_view_equals_the_source_join_after_a_workload_and_two_sigkills(
@@ -86,6 +104,8 @@ def test_a_rename_updates_every_order_and_deletes_update_and_remove_documents(
         for item, order in ((1, 10), (2, 10), (3, 11)):
             conn.execute("INSERT INTO order_items VALUES (%s, %s, 's', 1)", (item, order))
     pipeline = write_pipeline(tmp_path, pg_db, redis_server.url, name)
+    listen = f"{LOOPBACK}:{free_port()}"
+    pipeline.write_text(pipeline.read_text() + f"metrics: {{listen: '{listen}'}}\n")
     reader = ViewReader(pipeline)
     process = start_run(pipeline, tmp_path)
     log = tmp_path / "run.log"
@@ -134,10 +154,40 @@ def test_a_rename_updates_every_order_and_deletes_update_and_remove_documents(
             log,
         )
         wait_for(lambda: sinks_caught_up(pipeline, tmp_path), 60, 0.5, process, log)
+        url = f"http://{listen}/metrics"
+        wait_for(lambda: _metrics(url).get("cdc_view_lag_records") == 0, 30, 0.2, process, log)
+        _metrics_and_status_show_the_view_caught_up(pipeline, reader, _metrics(url))
     finally:
         code, _ = stop(process)
     assert code == 0, log.read_text()[-3000:]
     assert indexed(tmp_path / "out/search") == source_join(pg_db, view)
+
+
+def _metrics_and_status_show_the_view_caught_up(
+    pipeline: Path, reader: ViewReader, found: dict[str, float]
+) -> None:
+    """Once the view has read every record of its tables (its lag metric 0, nothing written
+    since), its counters equal what is in the log, and ``cdc status`` lists it caught up."""
+    cwd = pipeline.parent
+    report = orjson.loads(cdc("status", str(pipeline), "--json", cwd=cwd).stdout)
+    name = report["pipeline"]
+    ends = {t["topic"]: t["end_offsets"] for t in report["topics"]}
+    inputs = [f"{name}.public.{t}" for t in ("orders", "customers", "order_items")]
+    # One run, no compaction yet (a few records): every record was read once.
+    assert found["cdc_view_records_total"] == sum(sum(ends[t].values()) for t in inputs)
+    written = [r for r in reader.records() if r.value is not None]  # a delete's tombstone aside
+    assert found["cdc_view_documents_total"] == len(written)
+    read = [r for t in inputs for p in ends[t] for r in reader.log.read(t, int(p), 0, 10_000)]
+    assert found["cdc_view_position"] == max(orjson.loads(r.pos)[0] for r in read if r.pos)
+    (entry,) = report["views"]
+    assert entry["view"] == "order_docs" and entry["topic"] == f"{name}.views.order_docs"
+    assert (entry["documents"], entry["lag"], entry["behind"]) == (3, 0, {})  # 10, 12 and 20
+    assert entry["position"] == found["cdc_view_position"]
+    text = cdc("status", str(pipeline), cwd=cwd).stdout
+    assert (
+        f"view order_docs -> {name}.views.order_docs: 3 documents, 0 records behind its tables; "
+        f"read up to source position {entry['position']}"
+    ) in text, text
 
 
 def test_an_on_column_the_table_lacks_stops_cdc_run_with_exit_2_and_its_path(
