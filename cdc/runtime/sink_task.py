@@ -19,6 +19,12 @@ pipeline to stop. The next start of the pipeline tries the sink again too.
 A store that lost its data (:class:`~cdc.contracts.errors.SinkDataLost`: a cache restarted empty)
 does not stop the sink: the task resets every table, as ``--reset-table`` does, and reads the
 compacted log again from the start (:meth:`SinkTask._rebuild_from_log`).
+
+Around this loop, each in its own module: records decoded for sinks
+(:mod:`cdc.runtime.record_decoding`), records a sink cannot apply
+(:mod:`cdc.runtime.bad_records`), the catch-up display (:mod:`cdc.runtime.catch_up`), the
+consistent position (:mod:`cdc.runtime.consistency`) and the one stored with the sink's offsets
+(:mod:`cdc.runtime.store_position`).
 """
 
 from __future__ import annotations
@@ -28,96 +34,40 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import orjson
-
 from cdc.config.batch_bytes import BATCH_BYTES
 from cdc.contracts.errors import RecordError, SinkDataLost
 from cdc.contracts.schema import schema_topic
 from cdc.contracts.sink import Sink, SinkRecord, sink_offsets
-from cdc.log.base import Consumer, Log, StoredRecord, TopicPartition
+from cdc.log.base import Consumer, Log, TopicPartition
 from cdc.log.encoding import EncodingFollower
 from cdc.log.eras import Eras
 from cdc.metrics.observers import SinkObserver
 from cdc.runtime import catch_up
+from cdc.runtime.bad_records import BadRecords, SinkRecordStop
 from cdc.runtime.consistency import ConsistencyTracker
 from cdc.runtime.control_watcher import ControlWatcher
-from cdc.runtime.dead_letters import DeadLetters
 from cdc.runtime.read_size import ReadSize
+from cdc.runtime.record_decoding import RecordRows, decode_records, payload_of, unwrap
 from cdc.runtime.sink_control import RETRYING, RUNNING, STOPPED
 from cdc.runtime.sink_rebuild import StoreProbe
 from cdc.runtime.sink_resets import TableResets
-from cdc.runtime.source_task import dead_letter_record
 from cdc.runtime.store_position import StorePosition
 from cdc.support.clock import now_ms
 from cdc.support.logging import Logger
 from cdc.support.retry import Backoff, Decision, Stopped, classify, retry_until_stopped
 
-
-class SinkRecordStop(RecordError):
-    """A record a sink cannot apply, under the ``fail`` policy."""
-
-
-#: A source's own read-side decoding (its plugin's optional ``record_rows``): a decoded
-#: record's ``(key, value)`` turned into the rows sinks store, e.g. MongoDB's Extended JSON
-#: texts into objects (``connectors/mongodb/extended_json.py``).
-RecordRows = Callable[[str, Any, Any], tuple[Any, Any]]
-
-
-def decode_records(
-    records: Sequence[StoredRecord], eras: Eras | None = None, rows: RecordRows | None = None
-) -> list[SinkRecord]:
-    """Parse keys and values once, for every sink.
-
-    Under ``schemas.enable: true`` a key and a value are the JsonConverter's ``{"schema",
-    "payload"}``: sinks are given the payload (the schema describes what the pipeline's
-    envelope options and the published :class:`~cdc.contracts.schema.TableSchema` already say).
-    ``rows``, the source's :data:`RecordRows` (``None``: its records are rows already), then
-    makes each record rows. ``eras``, the log's stored encodings, gives each record the one it
-    was written under (:attr:`SinkRecord.era`; ``None``: the sink decodes with the pipeline's
-    options).
-    """
-    parse = payload_of
-    written = [None] * len(records) if eras is None else eras.of(records)
-    decoded = []
-    for r, era in zip(records, written, strict=True):
-        key = None if r.key is None else parse(r.key)
-        value = None if r.value is None else parse(r.value)
-        if rows is not None:
-            key, value = rows(r.topic, key, value)
-        decoded.append(SinkRecord(r.topic, r.partition, r.offset, key, value, era, r.pos))
-    return decoded
-
-
-_WRAPPED = b'{"schema":{'
-_PAYLOAD = b',"payload":'
-
-
-def payload_of(data: bytes) -> Any:
-    """A key or value parsed, and unwrapped from ``{"schema", "payload"}`` (:func:`unwrap`).
-
-    A wrapped value's schema is a few KB against a few hundred bytes of payload, so only the
-    payload is parsed: the text after the first ``,"payload":`` up to the closing brace. That
-    text parses only when the document is exactly ``{"schema":<S>,"payload":<P>}`` (a Connect
-    schema has no ``payload`` key; anything after ``<P>`` makes it invalid), and anything else
-    is parsed whole, so the result is always :func:`unwrap`'s.
-    """
-    if data.startswith(_WRAPPED) and data.endswith(b"}"):
-        at = data.find(_PAYLOAD)
-        if at > 0:
-            try:
-                return orjson.loads(memoryview(data)[at + len(_PAYLOAD) : -1])
-            except orjson.JSONDecodeError:
-                pass
-    parsed = orjson.loads(data)
-    # Only a dict holding "payload" can be a wrapper: the common case skips unwrap's call.
-    return unwrap(parsed) if parsed.__class__ is dict and "payload" in parsed else parsed
-
-
-def unwrap(data: Any) -> Any:
-    """The payload of a ``{"schema", "payload"}`` document; anything else as it is."""
-    if data.__class__ is dict and len(data) == 2 and "payload" in data and "schema" in data:
-        return data["payload"]
-    return data
+# Decoding and bad records live in their own modules; their names stay importable from here,
+# where the views task, cdc trace, the generator source, sinks' docs and tests have long
+# imported them.
+__all__ = [
+    "RecordRows",
+    "SinkRecordStop",
+    "SinkTask",
+    "decode_records",
+    "group_name",
+    "payload_of",
+    "unwrap",
+]
 
 
 def group_name(pipeline: str, sink: str) -> str:
@@ -170,8 +120,7 @@ class SinkTask:
         self._topics = list(topics)
         self._stop = stop
         self._logger = logger
-        self._bad_records = bad_records
-        self._letters = DeadLetters(log, pipeline, f"sink:{name}")
+        self._bad_records = BadRecords(log, pipeline, name, bad_records, logger, observer)
         #: The count of each read, bounded by ``max_records`` and about ``max_bytes``.
         self.read_size = ReadSize(max_records, max_bytes)
         self._poll_timeout_s = poll_timeout_s
@@ -413,7 +362,7 @@ class SinkTask:
             except RecordError as exc:
                 if classify(exc) is not Decision.SKIP:
                     raise
-                batch = self._handle_bad_record(batch, exc)
+                batch = self._bad_records.drop(batch, exc)
 
     def _write_and_flush(self, batch: list[SinkRecord]) -> None:
         assert self._sink is not None
@@ -437,37 +386,6 @@ class SinkTask:
             observer.state("retrying", exc)
         else:
             observer.error("record" if decision is Decision.SKIP else "fatal")
-
-    def _handle_bad_record(self, batch: list[SinkRecord], exc: RecordError) -> list[SinkRecord]:
-        bad = exc.record
-        if self._bad_records != "dead_letter" or not isinstance(bad, SinkRecord):
-            raise SinkRecordStop(
-                f"sink {self._name} cannot apply a record: {exc.reason} (set bad_records: "
-                "dead_letter to route such records to the dead-letter topic)"
-            ) from exc
-        if self._letters.holds(bad):
-            # Read again (the sink's stored offsets end before it, a crash before the flush,
-            # a reset table): it has its dead letter already.
-            self._logger.info("record.dead_lettered_before", topic=bad.topic, offset=bad.offset)
-            return [r for r in batch if r is not bad]
-        self._logger.warning(
-            "record.dead_lettered", topic=bad.topic, offset=bad.offset, reason=exc.reason
-        )
-        with_reason = dead_letter_record(
-            self._pipeline,
-            f"sink:{self._name}",
-            bad.topic,
-            bad.key,
-            exc.reason,
-            {"offset": bad.offset, "partition": bad.partition, "value": bad.value},
-        )
-        tx = self._log.begin()
-        tx.append([with_reason])
-        tx.commit()
-        self._letters.add(bad)
-        if self._observer is not None:
-            self._observer.dead_lettered()
-        return [r for r in batch if r is not bad]
 
     def _close(self) -> None:
         if self._consumer is not None:
