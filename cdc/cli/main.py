@@ -6,7 +6,8 @@ Exit codes: 0 success, 1 runtime failure, 2 usage or config error.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 import orjson
@@ -25,6 +26,9 @@ from cdc.support.logging import configure
 
 if TYPE_CHECKING:
     from cdc.cli.verify.comparison import TableComparison
+    from cdc.log.base import Log
+
+Report = TypeVar("Report")
 
 
 @click.group()
@@ -100,9 +104,7 @@ def run(
         from cdc.log.embedded import appender
 
         appender.announce("info")  # the run's record; other commands log it at debug level
-    unknown = [n for n in sink_names if n not in {s.name for s in pipeline.sinks}]
-    if unknown:
-        raise click.UsageError(f"unknown sink(s): {', '.join(unknown)}")
+    _check_sinks(pipeline, sink_names)
     with _runtime_errors():
         try:
             code = run_until_signalled(
@@ -193,17 +195,9 @@ def sink(
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def topics(file: str, as_json: bool) -> None:
     """List topics with partitions, offsets and record counts."""
-    from cdc.cli.status import topics_report
+    from cdc.cli.status import print_topics, topics_report
 
-    pipeline = _load(file)
-    with _opened_log(pipeline) as log:
-        report = topics_report(log, pipeline)
-    if as_json:
-        _emit_json(report)
-    else:
-        from cdc.cli.status import print_topics
-
-        print_topics(report)
+    _log_report(file, as_json, topics_report, print_topics)
 
 
 @main.command()
@@ -213,13 +207,24 @@ def status(file: str, as_json: bool) -> None:
     """Show the source position, topic offsets and each sink's committed offset and lag."""
     from cdc.cli.status import print_status, status_report
 
+    _log_report(file, as_json, status_report, print_status)
+
+
+def _log_report(
+    file: str,
+    as_json: bool,
+    build: Callable[[Log, Pipeline], Report],
+    show: Callable[[Report], None],
+) -> None:
+    """The shape of the commands that read a report off the log: ``--json`` prints it as JSON,
+    else ``show`` prints it for a person. The log is closed before anything is printed."""
     pipeline = _load(file)
     with _opened_log(pipeline) as log:
-        report = status_report(log, pipeline)
+        report = build(log, pipeline)
     if as_json:
         _emit_json(report)
     else:
-        print_status(report)
+        show(report)
 
 
 @main.command()
@@ -419,13 +424,19 @@ def verify(
 
 
 def _check_names(pipeline: Pipeline, sinks: tuple[str, ...], tables: tuple[str, ...]) -> None:
-    unknown = [n for n in sinks if n not in {s.name for s in pipeline.sinks}]
-    if unknown:
-        raise click.UsageError(f"unknown sink(s): {', '.join(unknown)}")
+    _check_sinks(pipeline, sinks)
     known = {f"{s}.{t}" for sink in pipeline.sinks for s, t in pipeline.sink_tables(sink)}
     missing = [t for t in tables if t not in known]
     if missing:
         raise click.UsageError(f"no sink holds table(s): {', '.join(missing)}")
+
+
+def _check_sinks(pipeline: Pipeline, names: tuple[str, ...]) -> None:
+    """``--sink`` names the pipeline has: one it lacks is a usage error (exit 2), told before
+    anything is opened."""
+    unknown = [n for n in names if n not in {s.name for s in pipeline.sinks}]
+    if unknown:
+        raise click.UsageError(f"unknown sink(s): {', '.join(unknown)}")
 
 
 @main.command()
