@@ -70,21 +70,28 @@ def _entries(
     decodings: Sequence[RowDecoding] = (),
     within: Range | None = None,
 ) -> EntryReader:
-    """``read``'s rows as canonical entries: one each, or one per decoding (the newest first,
-    a row stored under an older era matches the source under its own, see
-    :func:`compare_table`); ``within``: only the rows whose key hashes into that range. A
-    row the pass's filter refuses is left out after only its key was canonicalised."""
+    """``read``'s rows as canonical entries: one each, decoded by ``decodings`` (one each, or
+    one per decoding: the newest first, a row stored under an older era matches the source under
+    its own, see :func:`compare_table`); ``within``: only the rows whose key hashes into that
+    range. A row the pass's filter refuses is left out after only its key columns were decoded
+    and canonicalised (a pass after the first wants a few rows of many)."""
     key_of = _key_maker(schema)
+    key_columns = schema.key_columns
+
+    def key_part(row: dict[str, Any]) -> dict[str, Any]:
+        return {c: row[c] for c in key_columns if c in row} if key_columns else row
 
     def entries(wanted: KeyFilter | None = None) -> Iterator[Candidates]:
         for key, row in read():
-            rows = [decode(row) for decode in decodings] if decodings else [row]
             if wanted is not None or within is not None:
-                keys = [key_of(key, r) for r in rows]
+                part = key_part(row)
+                parts = [decode(part) for decode in decodings] if decodings else [part]
+                keys = [key_of(key, p) for p in parts]
                 if within is not None and not any(in_range(k, within) for k in keys):
                     continue
                 if wanted is not None and not any(wanted(k) for k in keys):
                     continue
+            rows = [decode(row) for decode in decodings] if decodings else [row]
             yield [_entry(key, r, schema) for r in rows]
 
     return entries
@@ -121,6 +128,7 @@ def compare_table(
     limit: int = 20,
     sink_decodings: Sequence[RowDecoding] = (),
     within: Range | None = None,
+    source_decoding: RowDecoding | None = None,
 ) -> TableComparison:
     """Compare one table by range digests (:mod:`.ranges`: memory flat as the table grows);
     keys are reported only if they differed in every attempt, a later attempt looking again
@@ -131,8 +139,10 @@ def compare_table(
     which: each row is decoded with the first under which it equals the source's row, or with
     the newest if none does (a difference). Empty: ``read_sink``'s rows are compared as read.
     ``within``: only the keys hashing into that range (a sample, :mod:`cdc.runtime.verifier`).
+    ``source_decoding``: how the source's rows are decoded (none: compared as read).
     """
-    source = _entries(read_source, schema, within=within)
+    source_decodings = () if source_decoding is None else (source_decoding,)
+    source = _entries(read_source, schema, source_decodings, within)
     sink_entries = _entries(read_sink, schema, sink_decodings, within)
     looks = max(1, attempts)
     # With more looks to come, the first finds the differing keys by hash only and the next
@@ -259,15 +269,25 @@ def _verify_table(
     envelope = pipeline.envelope
     source_rows, judge = keyless_guard(pipeline, name, source_reader(pipeline, read_source, name))
     sink_rows = _reader(read_sink, sink, schema_name, table_name, pipeline=pipeline.name)
-    source_decoded = _decoding(source_rows, schema, envelope)
+    # Rows are decoded from the envelope encoding (cdc.records.values) as they are compared,
+    # so rows encoded alike and rows a sink decoded compare alike.
+    source = _row_decoding(schema, envelope)
     if _decodes_rows(sink.type):
-        return judge(compare(name, sink.name, schema, source_decoded, sink_rows))
-    if len(encodings) < 2:  # one encoding in the log: every row is in it
-        sink_decoded = _decoding(sink_rows, schema, encodings[0] if encodings else envelope)
-        return judge(compare(name, sink.name, schema, source_decoded, sink_decoded))
-    decodings = [_row_decoding(schema, options) for options in encodings]
-    decoded = compare(name, sink.name, schema, source_decoded, sink_rows, sink_decodings=decodings)
-    return judge(decoded)
+        decodings: list[RowDecoding] = []
+    elif len(encodings) < 2:  # one encoding in the log: every row is in it
+        decodings = [_row_decoding(schema, encodings[0] if encodings else envelope)]
+    else:
+        decodings = [_row_decoding(schema, options) for options in encodings]
+    compared = compare(
+        name,
+        sink.name,
+        schema,
+        source_rows,
+        sink_rows,
+        sink_decodings=decodings,
+        source_decoding=source,
+    )
+    return judge(compared)
 
 
 def _encodings(eras: Eras | None) -> tuple[EnvelopeOptions | None, ...]:
@@ -283,18 +303,6 @@ def _decodes_rows(sink_type: str) -> bool:
     from cdc.contracts import plugins
 
     return bool(getattr(plugins.load(plugins.SINK_GROUP, sink_type), "rows_decoded", False))
-
-
-def _decoding(read: RowReader, schema: TableSchema, envelope: EnvelopeOptions | None) -> RowReader:
-    """``read``'s rows with each value decoded from the envelope encoding ``envelope``
-    (:mod:`cdc.records.values`), so rows encoded alike and rows a sink decoded compare alike."""
-    decode = _row_decoding(schema, envelope)
-
-    def rows() -> Iterable[tuple[dict[str, Any], dict[str, Any]]]:
-        for key, row in read():
-            yield key, decode(row)
-
-    return rows
 
 
 def _row_decoding(schema: TableSchema, envelope: EnvelopeOptions | None) -> RowDecoding:
