@@ -87,7 +87,7 @@ class Verifier:
         config = pipeline.file.verify
         assert config is not None
         self._pipeline, self._log, self._metrics = pipeline, log, metrics
-        self._only = None if sinks is None else set(sinks)
+        self._only = set(sinks) if sinks else None  # none named: every sink, as the run's
         self._stop, self._logger = stop, logger.bind(task="verify")
         self._interval_s, self._sample_keys = config.interval_s, config.sample_keys
         self.rotation = Rotation()

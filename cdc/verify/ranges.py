@@ -156,12 +156,11 @@ def recheck(source: EntryReader, sink: EntryReader, hashes: Iterable[int]) -> Fo
 
 
 def persistent(before: Found, now: Found) -> Found:
-    """What differed, of the same kind, in both looks (``now`` read the keys whole); the counts
-    and checksums of ``before``, which read every row."""
-    kept = {
-        kind: {k for k in getattr(now, kind) if key_hash(k) in before.hashes[kind]}
-        for kind in KINDS
-    }
+    """What differed in both looks (``now`` read the keys whole), each key under the kind it
+    had in ``now``: a key missing at first and wrong once it arrived differed both times. The
+    counts and checksums of ``before``, which read every row."""
+    differed = before.key_hashes()
+    kept = {kind: {k for k in getattr(now, kind) if key_hash(k) in differed} for kind in KINDS}
     before.missing, before.extra, before.different = (kept[kind] for kind in KINDS)
     before.hashes = {kind: {key_hash(k) for k in kept[kind]} for kind in KINDS}
     before.rows = {k: v for k, v in now.rows.items() if k in before.different}
@@ -170,10 +169,10 @@ def persistent(before: Found, now: Found) -> Found:
 
 
 def _add_resolved(found: Found, now: Found, pending: set[int]) -> None:
-    """The keys of ``pending`` hashes as ``now`` read them whole, where they differ as they
-    did by hash; those that no longer do leave ``found``."""
+    """The keys of ``pending`` hashes as ``now`` read them whole, where they still differ (under
+    the kind they have now); those that no longer do leave ``found``."""
     for kind in KINDS:
-        added = {k for k in getattr(now, kind) if key_hash(k) in found.hashes[kind]}
+        added = {k for k in getattr(now, kind) if key_hash(k) in pending}
         getattr(found, kind).update(added)
         kept = found.hashes[kind] - pending
         found.hashes[kind] = kept | {key_hash(k) for k in added}

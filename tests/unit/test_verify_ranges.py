@@ -181,6 +181,26 @@ def test_few_leaf_rows_are_held_whole_and_need_no_pass_to_read_them_again() -> N
     assert found.passes == 1  # the first pass's digests, then the leaves: nothing more
 
 
+@pytest.mark.usefixtures("leaves_held")
+@pytest.mark.parametrize("looks", [1, 3])
+def test_a_key_missing_at_first_and_wrong_once_it_arrives_is_reported(looks: int) -> None:
+    # The sink lacks key 7 during the first pass and the leaves' pass, then holds it with a
+    # wrong value: it differed at every look, as missing and then as different.
+    rows = [({"id": i}, {"id": i, "v": f"row-{i}"}) for i in range(3000)]
+    reads = [0]
+
+    def read_sink() -> list[tuple[dict[str, int], dict[str, object]]]:
+        reads[0] += 1
+        if reads[0] <= 2:
+            return [r for r in rows if r[0]["id"] != 7]
+        return [(k, {**r, "v": "wrong"}) if k["id"] == 7 else (k, r) for k, r in rows]
+
+    result = compare_table("public.t", "s", SCHEMA, lambda: rows, read_sink, looks, wait_s=0)
+    assert result.missing + result.different == [{"id": 7}], result  # not lost between kinds
+    if looks > 1:  # under the kind of the last look
+        assert result.different == [{"id": 7}], result
+
+
 SCHEMA = TableSchema(
     "postgresql", "public", "t", (Column("id", "bigint", key=True), Column("v", "text"))
 )
