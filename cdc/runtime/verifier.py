@@ -14,7 +14,8 @@ A sink that has not consumed its table's topic up to the log's end is not compar
 the pass of that sink is not counted as full.
 
 Exports ``cdc_verify_mismatched_keys{pipeline,sink,table}`` (the differing keys over the
-ranges last compared, each range's latest count) and
+ranges last compared, each range's latest count; when a pass cuts the space anew, the previous
+pass's counts stand until the new ranges cover theirs) and
 ``cdc_verify_last_full_pass_timestamp_seconds{pipeline,sink}``. A failed round is logged and
 the next one runs: verification never stops the pipeline.
 """
@@ -50,6 +51,10 @@ class Rotation:
     depth: int = 0
     index: int = 0
     mismatched: dict[tuple[str, str], dict[int, int]] = field(default_factory=dict)
+    #: The counts of a pass at another depth, ``(depth, {range: count})`` per ``(sink,
+    #: table)``: each range's count is kept until the ranges compared since cover it, so the
+    #: differences a pass found are not forgotten when the next one cuts the space anew.
+    carried: dict[tuple[str, str], tuple[int, dict[int, int]]] = field(default_factory=dict)
     #: Sinks compared in every range of the current pass so far (none skipped as lagging).
     complete: set[str] = field(default_factory=set)
 
@@ -67,9 +72,34 @@ class Rotation:
         self.complete = set(sinks)
         wanted = max(0, math.ceil(math.log2(max(1, largest) / sample_keys))) if largest else 0
         if min(wanted, MAX_DEPTH) != self.depth:
-            self.depth = min(wanted, MAX_DEPTH)
-            self.mismatched.clear()  # counts of ranges of the other depth
+            for key, counts in self.mismatched.items():
+                self.carried[key] = (self.depth, counts)
+            self.depth, self.mismatched = min(wanted, MAX_DEPTH), {}
         return done
+
+    def record(self, key: tuple[str, str], count: int) -> None:
+        """The current range of ``key`` (sink, table) has ``count`` differing keys; the
+        carried counts of ranges the compared ones now cover are dropped."""
+        self.mismatched.setdefault(key, {})[self.index] = count
+        if key not in self.carried:
+            return
+        depth, counts = self.carried[key]
+        # A carried range j ends at (j + 1) / 2**depth; the ranges compared end at
+        # (index + 1) / 2**self.depth (a pass goes up the space in order).
+        reached = (self.index + 1) << depth
+        for old in [j for j in counts if (j + 1) << self.depth <= reached]:
+            del counts[old]
+        if not counts:
+            del self.carried[key]
+
+    def totals(self) -> dict[tuple[str, str], int]:
+        """The differing keys of each ``(sink, table)`` over its ranges last compared."""
+        keys = self.mismatched.keys() | self.carried.keys()
+        return {
+            key: sum(self.mismatched.get(key, {}).values())
+            + sum(self.carried.get(key, (0, {}))[1].values())
+            for key in keys
+        }
 
 
 class Verifier:
@@ -112,7 +142,14 @@ class Verifier:
         largest = 0
         for result in results:
             largest = max(largest, self._record(result))
-        rotation.complete -= {r.sink for r in results if r.state == "lagging"}
+        # A sink's pass is full only if every range of every table of it was compared: not
+        # while it lags, nor before the source has published a table's schema.
+        compared = {(r.sink, r.table) for r in results if r.compared}
+        rotation.complete -= {
+            sink
+            for sink, tables in wanted.items()
+            if any((sink, f"{s}.{t}") not in compared for s, t in tables)
+        }
         ranges = 1 << rotation.depth
         finished = rotation.advance(largest << rotation.depth, self._sample_keys, set(wanted))
         self._export(finished)
@@ -164,12 +201,12 @@ class Verifier:
 
     def _record(self, result: TableComparison) -> int:
         """Keep the range's count of differing keys; the table's source rows in the range."""
-        if result.state not in ("ok", "different"):
-            return 0  # not compared (no schema yet, not verifiable)
+        if not result.compared:
+            return 0  # lagging, no schema yet, not verifiable
         missing, extra, different = result.keys
-        counts = self.rotation.mismatched.setdefault((result.sink, result.table), {})
-        counts[self.rotation.index] = len(missing) + len(extra) + len(different)
-        if counts[self.rotation.index]:
+        count = len(missing) + len(extra) + len(different)
+        self.rotation.record((result.sink, result.table), count)
+        if count:
             self._logger.warning(
                 "verify.mismatched",
                 sink=result.sink,
@@ -185,9 +222,9 @@ class Verifier:
         if self._metrics is None:
             return
         name = self._pipeline.name
-        for (sink, table), counts in self.rotation.mismatched.items():
+        for (sink, table), total in self.rotation.totals().items():
             gauge = self._metrics.verify_mismatched.labels(pipeline=name, sink=sink, table=table)
-            gauge.set(sum(counts.values()))
+            gauge.set(total)
         now = time.time()
         for sink in finished:
             self._metrics.verify_full_pass.labels(pipeline=name, sink=sink).set(now)

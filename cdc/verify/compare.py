@@ -33,7 +33,7 @@ from cdc.log.encoding import read_stored
 from cdc.log.eras import Eras, eras_of
 from cdc.records.normalize import canonical, canonical_row
 from cdc.records.values import decoder
-from cdc.verify.comparison import RowDecoding, RowReader, TableComparison
+from cdc.verify.comparison import NO_SCHEMA, RowDecoding, RowReader, TableComparison
 from cdc.verify.keyless import keyless_guard
 from cdc.verify.lag import lagging
 from cdc.verify.ranges import (
@@ -344,7 +344,7 @@ def _not_compared(
     if read_source is None:
         return TableComparison(name, sink, unverifiable=f"the source type {UNREADABLE}")
     if schema is None:
-        return TableComparison(name, sink, missing=["(no schema published for this table yet)"])
+        return TableComparison(name, sink, missing=[NO_SCHEMA])
     return None
 
 

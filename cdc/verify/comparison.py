@@ -10,6 +10,9 @@ from typing import Any
 RowReader = Callable[[], Iterable[tuple[dict[str, Any], dict[str, Any]]]]
 RowDecoding = Callable[[dict[str, Any]], dict[str, Any]]
 
+#: What a table the source has not published a schema for yet is "missing" (not compared).
+NO_SCHEMA = "(no schema published for this table yet)"
+
 
 @dataclass
 class TableComparison:
@@ -47,6 +50,11 @@ class TableComparison:
         if self.lag is not None:
             return "lagging"
         return "different" if (self.missing or self.extra or self.different) else "ok"
+
+    @property
+    def compared(self) -> bool:
+        """The rows were compared: not lagging, not unverifiable, the schema known."""
+        return self.state in ("ok", "different") and self.missing != [NO_SCHEMA]
 
     @property
     def ok(self) -> bool:

@@ -37,12 +37,39 @@ def test_a_pass_covers_every_range_then_the_depth_follows_the_largest_table() ->
     assert rotation.range == (4, 0) and rotation.complete == {"a", "b"}
 
 
-def test_a_changed_depth_forgets_the_counts_of_the_other_ranges() -> None:
+def test_a_changed_depth_carries_the_counts_until_the_new_ranges_cover_them() -> None:
     rotation = Rotation()
-    rotation.mismatched[("a", "public.t")] = {0: 3}
-    rotation.advance(1_000_000, 100, {"a"})
-    assert rotation.depth == 14 and rotation.mismatched == {}
+    key = ("a", "public.t")
+    rotation.record(key, 3)  # depth 0: one range, the whole space
+    rotation.advance(400, 100, {"a"})  # the next pass: four ranges
+    assert rotation.depth == 2 and rotation.mismatched == {}
+    # What the finished pass found stands until the new pass has covered the space again.
+    assert rotation.totals() == {key: 3}
+    for index, found in enumerate([1, 0, 0]):
+        rotation.record(key, found)
+        assert rotation.totals() == {key: 3 + 1}, index
+        rotation.advance(400, 100, {"a"})
+    rotation.record(key, 0)  # the fourth range: the old one is covered, dropped
+    assert rotation.totals() == {key: 1} and rotation.carried == {}
+
+
+def test_a_shallower_depth_drops_each_carried_range_its_new_range_covers() -> None:
+    rotation = Rotation(depth=2, index=0)
+    key = ("a", "public.t")
+    for found in (1, 2, 4, 8):  # a pass over four ranges
+        rotation.record(key, found)
+        rotation.advance(150, 100, {"a"})  # the table shrank: two ranges next
+    assert rotation.depth == 1 and rotation.totals() == {key: 15}
+    rotation.record(key, 0)  # the new first half covers the old ranges 0 and 1
+    assert rotation.totals() == {key: 12}
+    rotation.advance(150, 100, {"a"})
+    rotation.record(key, 5)
+    assert rotation.totals() == {key: 5} and rotation.carried == {}
+
+
+def test_the_same_depth_keeps_the_counts_range_by_range() -> None:
+    rotation = Rotation(depth=14)
     rotation.mismatched[("a", "public.t")] = {0: 2}
     rotation.index = (1 << 14) - 1
     rotation.advance(1_000_000, 100, {"a"})  # same depth: counts kept
-    assert rotation.mismatched == {("a", "public.t"): {0: 2}}
+    assert rotation.mismatched == {("a", "public.t"): {0: 2}} and rotation.carried == {}
