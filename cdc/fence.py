@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from cdc.config import pipeline as config_mod
 from cdc.config.pipeline import Pipeline
@@ -52,6 +52,27 @@ REMOTE_LAST_POLL_S = 0.05
 def longest_poll_s(pipeline: Pipeline) -> float:
     """The longest pause between two polls for ``pipeline``'s log."""
     return LAST_POLL_S if pipeline.log.type == "embedded" else REMOTE_LAST_POLL_S
+
+
+P_co = TypeVar("P_co", covariant=True)
+
+
+class PositionReader(Protocol[P_co]):
+    """A source plugin's ``position_reader``: reads the source's current position on a
+    connection it keeps between calls, until closed."""
+
+    def __call__(self) -> P_co: ...
+
+    def close(self) -> None: ...
+
+
+def read_once(reader: PositionReader[P_co]) -> P_co:
+    """One position from ``reader``, then its connection closed: a plugin's
+    ``current_position`` (``cdc wait --now``, one fence) from its ``position_reader``."""
+    try:
+        return reader()
+    finally:
+        reader.close()
 
 
 class FenceError(CdcError, Fatal):
@@ -163,7 +184,9 @@ class Fences:
         plugin = plugins.load(plugins.SOURCE_GROUP, self.pipeline.source.type)
         reader = getattr(plugin, "position_reader", None)
         # One connection to the source for every fence, when its plugin can keep one.
-        self._current = None if reader is None else reader(self.pipeline.source)
+        self._current: PositionReader[Any] | None = (
+            None if reader is None else reader(self.pipeline.source)
+        )
         self._log = open_log(self.pipeline)
 
     def wait(self, sink: str, position: Any = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> Any:

@@ -134,15 +134,6 @@ def reported_cluster_time(reply: Mapping[str, Any]) -> ClusterTime | None:
     return max((ClusterTime.of(t) for t in times), key=lambda c: c.value, default=None)
 
 
-def current_position(config: MongoSourceConfig) -> ClusterTime:
-    """The cluster time now, on a client of its own (``cdc wait --now``)."""
-    reader = CurrentPosition(config)
-    try:
-        return reader()
-    finally:
-        reader.close()
-
-
 class CurrentPosition:
     """Reads the server's cluster time: at or after every write acknowledged before the call.
 

@@ -14,6 +14,7 @@ from cdc.contracts.checks import Check
 from cdc.contracts.errors import ConfigError
 from cdc.contracts.source import SourceContext
 from cdc.envelope.options import READABLE, EnvelopeOptions
+from cdc.fence import read_once
 from connectors.mongodb import errors, extended_json, positions
 from connectors.mongodb.client import client_for
 from connectors.mongodb.config import MongoSourceConfig
@@ -22,7 +23,6 @@ from connectors.mongodb.doctor import doctor
 from connectors.mongodb.fence import (
     ClusterTime,
     CurrentPosition,
-    current_position,
     parse_position,
     stored_position,
 )
@@ -164,8 +164,8 @@ class MongoSourcePlugin:
     @staticmethod
     def current_position(config: MongoSourceConfig) -> ClusterTime:
         """The server's cluster time at the call, for ``cdc wait --now`` (a replica set's or
-        sharded cluster's; a server that reports none is refused)."""
-        return current_position(config)
+        sharded cluster's, on a client of its own; a server that reports none is refused)."""
+        return read_once(CurrentPosition(config))
 
     @staticmethod
     def position_reader(config: MongoSourceConfig) -> CurrentPosition:

@@ -33,15 +33,6 @@ def parse_position(text: str) -> Lsn:
     return Lsn.parse(text)
 
 
-def current_position(config: PostgresSourceConfig) -> Lsn:
-    """``pg_current_wal_lsn()`` now, on a connection of its own (``cdc wait --now``)."""
-    reader = CurrentPosition(config)
-    try:
-        return reader()
-    finally:
-        reader.close()
-
-
 class CurrentPosition:
     """Reads ``pg_current_wal_lsn()``: at or after the end of every transaction committed
     before the call (with ``synchronous_commit`` on, as by default: an asynchronous commit may

@@ -8,9 +8,10 @@ from typing import Any
 from cdc.contracts.checks import Check
 from cdc.contracts.source import Source, SourceContext
 from cdc.envelope.options import READABLE, EnvelopeOptions
+from cdc.fence import read_once
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.doctor.server import doctor
-from connectors.postgres.fence import CurrentPosition, current_position, parse_position
+from connectors.postgres.fence import CurrentPosition, parse_position
 from connectors.postgres.lifecycle import drop_replication_objects
 from connectors.postgres.lsn import Lsn
 from connectors.postgres.replication.probe import SlotProbe
@@ -107,8 +108,9 @@ class PostgresSourcePlugin:
 
     @staticmethod
     def current_position(config: PostgresSourceConfig) -> Lsn:
-        """``pg_current_wal_lsn()`` at the call, for ``cdc wait --now``."""
-        return current_position(config)
+        """``pg_current_wal_lsn()`` at the call, for ``cdc wait --now`` (on a connection of
+        its own)."""
+        return read_once(CurrentPosition(config))
 
     @staticmethod
     def position_reader(config: PostgresSourceConfig) -> CurrentPosition:

@@ -12,10 +12,10 @@ from bson import Timestamp
 
 from cdc.contracts.errors import SourceUnavailable
 from cdc.runtime.consistency import at_or_after
+from connectors.mongodb import MongoSourcePlugin
 from connectors.mongodb.config import MongoSourceConfig
 from connectors.mongodb.fence import (
     ClusterTime,
-    current_position,
     parse_position,
     reported_cluster_time,
 )
@@ -153,5 +153,5 @@ def test_an_unreachable_server_is_reported_without_its_password() -> None:
         {"dsn": dsn, "tables": ["shop.orders"], "server_selection_timeout_ms": 200}
     )
     with pytest.raises(SourceUnavailable, match="cannot read the cluster time") as caught:
-        current_position(config)
+        MongoSourcePlugin.current_position(config)
     assert "s3cret-pw" not in str(caught.value)
