@@ -12,7 +12,8 @@ Beside the offsets, under :data:`POSITION_FIELD` (no ``|``: no partition's name)
 keep the source position its data is consistent up to, written in the same atomic write
 (:class:`cdc.contracts.sink.PositionedSink`): the Redis sink's offsets hash, the search sink's
 offsets file and the JSONL sink's state file do (:func:`read_position`).
-:func:`decode_offsets` skips it.
+:func:`decode_offsets` skips it. :class:`PositionHolder` is the file sinks' keeping of it
+between their writes.
 """
 
 from __future__ import annotations
@@ -64,6 +65,42 @@ def with_position(encoded: dict[str, Any], position: str | None) -> dict[str, An
     """``encoded`` offsets with ``position`` beside them; as they are with no position, or no
     offsets (a position stands only beside the offsets of the data that reaches it)."""
     return encoded if position is None or not encoded else {**encoded, POSITION_FIELD: position}
+
+
+class PositionHolder:
+    """A file sink's consistent position: the one its file holds and the one handed for its
+    next write (:class:`cdc.contracts.sink.PositionedSink`).
+
+    The next write stores the handed one, else the stored one again: a write replaces the whole
+    file, so a flush with no new position must carry the stored one over.
+    """
+
+    def __init__(self) -> None:
+        self._stored: str | None = None
+        self._held: str | None = None
+
+    def load(self, stored: Mapping[str, Any] | None) -> None:
+        """Take the position ``stored`` (the file's JSON object of offsets) holds as the stored
+        one, and forget any handed one (it described writes the file does not hold)."""
+        self._stored, self._held = read_position(stored), None
+
+    def hold(self, position: str) -> None:
+        """Keep ``position`` for the next write."""
+        self._held = position
+
+    def to_write(self, offsets: Mapping[TopicPartition, int]) -> str | None:
+        """The position the next write stores beside ``offsets``: the held one, else the
+        stored one; none without offsets (a position stands only beside the offsets of the data
+        that reaches it)."""
+        return (self._held or self._stored) if offsets else None
+
+    def written(self, position: str | None) -> None:
+        """The write of ``position`` (:meth:`to_write`'s) succeeded: it is the stored one now."""
+        self._stored, self._held = position, None
+
+    def clear(self) -> None:
+        """Forget both (a table read again from its start reaches no position)."""
+        self._stored = self._held = None
 
 
 def read_json(path: Path) -> Any:

@@ -33,10 +33,10 @@ from cdc.log.base import TopicPartition
 from cdc.transforms.unwrap import unwrap_records
 from sinks.jsonl.config import JsonlSinkConfig
 from sinks.offsets import (
+    PositionHolder,
     decode_offsets,
     encode_offsets,
     read_json,
-    read_position,
     with_position,
     write_json,
 )
@@ -55,10 +55,8 @@ class JsonlSink:
         self._offsets: dict[TopicPartition, int] = {}
         self._lengths: dict[str, int] = {}
         self._lock: int | None = None
-        # The source position the files are consistent up to, in the state file with the
-        # offsets (stored: as the file holds it; held: for the next flush's write of it).
-        self._position: str | None = None
-        self._held: str | None = None
+        # The source position the files are consistent up to, kept with the offsets.
+        self._position = PositionHolder()
 
     def open(self) -> None:
         try:
@@ -69,7 +67,7 @@ class JsonlSink:
             self._let_go()
             raise SinkFatal(f"cannot use {self._dir}: {exc.strerror}") from exc
         self._offsets = decode_offsets(state.get("offsets", {}))
-        self._position = read_position(state.get("offsets"))
+        self._position.load(state.get("offsets"))
         self._lengths = {name: int(n) for name, n in state.get("files", {}).items()}
         for file in self._dir.glob("*.jsonl"):
             # Cut off what was written after the last flush: it will be read again.
@@ -82,7 +80,7 @@ class JsonlSink:
     def set_consistent_position(self, position: str) -> None:
         """Store ``position`` in the state file the next flush writes, with the offsets
         (:class:`cdc.contracts.sink.PositionedSink`)."""
-        self._held = position
+        self._position.hold(position)
 
     def write(self, records: Sequence[SinkRecord]) -> None:
         written = records if self._unwrap is None else unwrap_records(records, self._unwrap)
@@ -105,12 +103,11 @@ class JsonlSink:
             handle.flush()
             os.fsync(handle.fileno())
             self._lengths[name] = handle.tell()
-        # A position stands only beside the offsets of the data that reaches it.
-        position = (self._held or self._position) if self._offsets else None
+        position = self._position.to_write(self._offsets)
         offsets = with_position(encode_offsets(self._offsets), position)
         state = {"offsets": offsets, "files": self._lengths}
         write_json(self._dir / STATE_FILE, state, self._dir / (STATE_FILE + ".tmp"))
-        self._position, self._held = position, None
+        self._position.written(position)
 
     def close(self) -> None:
         try:
@@ -160,7 +157,7 @@ class JsonlSink:
                     pass
                 self._lengths[name] = 0
             self._offsets.update(dict.fromkeys(partitions, 0))
-            self._position = self._held = None  # read again from the start: no position held
+            self._position.clear()  # read again from the start: no position held
             self.flush()
         except OSError as exc:
             raise SinkFatal(f"cannot reset {table[0]}.{table[1]} in {self._dir}: {exc}") from exc

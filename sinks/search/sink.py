@@ -22,10 +22,10 @@ from cdc.contracts.sink import SinkContext, SinkRecord, sink_offsets
 from cdc.log.base import TopicPartition
 from sinks.keyed import Change, Kind, Pos, Table, TopicTables, classify
 from sinks.offsets import (
+    PositionHolder,
     decode_offsets,
     encode_offsets,
     read_json,
-    read_position,
     with_position,
     write_json,
 )
@@ -50,10 +50,8 @@ class SearchSink:
         self._indexes: dict[Table, TableIndex] = {}
         self._pending: dict[Table, dict[str, Mark]] = {}
         self._offsets: dict[TopicPartition, int] = {}
-        # The source position the indexes are consistent up to, in the offsets file with the
-        # offsets (stored: as the file holds it; held: for the next flush's write of it).
-        self._position: str | None = None
-        self._held: str | None = None
+        # The source position the indexes are consistent up to, kept with the offsets.
+        self._position = PositionHolder()
 
     def open(self) -> None:
         """Open (creating them if missing) the directory and every table's index.
@@ -84,7 +82,7 @@ class SearchSink:
     def set_consistent_position(self, position: str) -> None:
         """Store ``position`` in the offsets file the next flush writes, after the commits of
         the indexes (:class:`cdc.contracts.sink.PositionedSink`)."""
-        self._held = position
+        self._position.hold(position)
 
     def write(self, records: Sequence[SinkRecord]) -> None:
         # Classify everything first: a bad record raises before any writer is touched.
@@ -106,14 +104,13 @@ class SearchSink:
         try:
             for table in self._pending:
                 self._indexes[table].commit()
-            # A position stands only beside the offsets of the data that reaches it.
-            position = (self._held or self._position) if self._offsets else None
+            position = self._position.to_write(self._offsets)
             self._write_offsets(position)
         except (OSError, ValueError) as exc:
             self._rollback()
             raise _translate(exc, "cannot commit the indexes") from exc
         self._pending.clear()
-        self._position, self._held = position, None
+        self._position.written(position)
 
     def close(self) -> None:
         for index in self._indexes.values():
@@ -134,7 +131,7 @@ class SearchSink:
             self._offsets.update(dict.fromkeys(partitions, 0))
             # The table is read again from its start: its rows no longer reach any position.
             self._write_offsets(None)
-            self._position = self._held = None
+            self._position.clear()
         except (OSError, ValueError) as exc:
             self._offsets = self._read_offsets()
             raise _translate(exc, f"cannot reset the index of {table[0]}.{table[1]}") from exc
@@ -209,7 +206,7 @@ class SearchSink:
     def _read_offsets(self) -> dict[TopicPartition, int]:
         """The offsets file's offsets (its position too, into ``_position``)."""
         stored = read_json(self._offsets_file)
-        self._position, self._held = read_position(stored), None
+        self._position.load(stored)
         return {} if stored is None else decode_offsets(stored)
 
     def _write_offsets(self, position: str | None) -> None:
