@@ -98,6 +98,11 @@ class PositionHolder:
         """The write of ``position`` (:meth:`to_write`'s) succeeded: it is the stored one now."""
         self._stored, self._held = position, None
 
+    def failed(self) -> None:
+        """The write failed: forget the handed position (a failed flush forgets it,
+        :class:`cdc.contracts.sink.PositionedSink`), keep the stored one."""
+        self._held = None
+
     def clear(self) -> None:
         """Forget both (a table read again from its start reaches no position)."""
         self._stored = self._held = None

@@ -106,7 +106,11 @@ class JsonlSink:
         position = self._position.to_write(self._offsets)
         offsets = with_position(encode_offsets(self._offsets), position)
         state = {"offsets": offsets, "files": self._lengths}
-        write_json(self._dir / STATE_FILE, state, self._dir / (STATE_FILE + ".tmp"))
+        try:
+            write_json(self._dir / STATE_FILE, state, self._dir / (STATE_FILE + ".tmp"))
+        except BaseException:
+            self._position.failed()
+            raise
         self._position.written(position)
 
     def close(self) -> None:

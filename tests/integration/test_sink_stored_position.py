@@ -25,7 +25,7 @@ from sinks.duckdb import DuckDBSinkConfig
 from sinks.duckdb.plugin import DuckDBSinkPlugin
 from sinks.jsonl.config import JsonlSinkConfig
 from sinks.jsonl.plugin import JsonlSinkPlugin
-from sinks.jsonl.sink import JsonlSink
+from sinks.jsonl.sink import STATE_FILE, JsonlSink
 from sinks.postgres.plugin import PostgresSinkPlugin
 from sinks.redis import RedisSink, RedisSinkConfig
 from sinks.redis.plugin import RedisSinkPlugin
@@ -152,3 +152,30 @@ def test_a_table_reset_forgets_the_stored_position(store: Store) -> None:
     store.sink.reset_table(("public", "items"), [TopicPartition(store.topic, 0)])
     assert store.stored() is None
     assert dict(store.sink.stored_offsets() or {})[TopicPartition(store.topic, 0)] == 0
+
+
+def test_a_failed_jsonl_flush_forgets_the_position_it_was_handed(tmp_path: Path) -> None:
+    """The state file cannot be replaced (its temporary name is taken by a directory): the
+    flush fails, and the position handed for it is not stored by the next flush that succeeds,
+    whose records may not reach it."""
+    jsonl = JsonlSinkConfig(name="j", type="jsonl", path=str(tmp_path / "j"))
+    sink = JsonlSink(jsonl, keyed_records.context(sink="j"))
+    stored = functools.partial(JsonlSinkPlugin.read_consistent_position, jsonl, pipeline="")
+    records = keyed_records.Records()
+    sink.open()
+    try:
+        sink.write(records(keyed_records.item(Op.CREATE, 1, 10, name="n")))
+        sink.set_consistent_position("0/10")
+        sink.flush()
+        assert stored() == "0/10"
+        blocker = tmp_path / "j" / (STATE_FILE + ".tmp")
+        blocker.mkdir()
+        sink.write(records(keyed_records.item(Op.CREATE, 2, 20, name="n")))
+        sink.set_consistent_position("0/20")
+        with pytest.raises(OSError):
+            sink.flush()
+        blocker.rmdir()
+        sink.flush()
+        assert stored() == "0/10"
+    finally:
+        sink.close()
