@@ -1,17 +1,19 @@
 """Liveness, readiness and the stall alarm of a running pipeline's tasks.
 
-Each task (``source``, ``sink:<name>``) reports what it does: it opened, it made progress (a
-commit to the log, an applied batch), it is retrying or stopped. The sampler
-(:mod:`cdc.metrics.sampler`) reports whether work is waiting for it: for the source, the server
-has WAL past the slot's position; for a sink, its lag is above 0. A task that makes no progress
-while work waits for ``stall_after_s`` is *stalled*: an error event is logged once, the
-``cdc_task_stalled`` gauge is 1 and ``/readyz`` fails, until progress resumes.
+Each task (``source``, ``sink:<name>``, ``view:<name>`` for a live join view) reports what it
+does: it opened, it made progress (a commit to the log, an applied batch, a view's committed
+batch), it is retrying or stopped. The sampler (:mod:`cdc.metrics.sampler`) reports whether
+work is waiting for it: for the source, the server has WAL past the slot's position; for a sink
+or a view, its lag is above 0. A task that makes no progress while work waits, for
+``stall_after_s`` of waiting, is *stalled*: an error event is logged once, the
+``cdc_task_stalled`` gauge is 1 and ``/readyz`` fails, until progress resumes (or nothing waits
+any more).
 
 - ``/healthz``: every task's thread is alive (a sink an error stopped is alive: it waits for a
-  table reset; the source's death ends the process).
-- ``/readyz``: the source is open (streaming, or snapshotting: its rows are its progress) and
-  every sink is open and running (or a standby: another worker leads it), and no task is
-  stalled; else 503 with the reasons.
+  table reset; the source's death ends the process, and so does a view's).
+- ``/readyz``: the source is open (streaming, or snapshotting: its rows are its progress),
+  every sink is open and running (or a standby: another worker leads it), every view is open
+  and running, and no task is stalled; else 503 with the reasons.
 """
 
 from __future__ import annotations
@@ -32,10 +34,12 @@ class TaskState:
 
     name: str
     opened: bool = False
-    state: str = "starting"  # running, retrying, stopped, standby (sinks); running (source)
+    # running, retrying, stopped, standby (sinks); running, retrying, stopped (views); running
+    state: str = "starting"
     error: str | None = None
     last_progress: float = field(default_factory=time.monotonic)
     waiting: bool = False  # work is waiting for the task (the sampler's view)
+    waiting_since: float = field(default_factory=time.monotonic)  # since it last began to wait
     stalled: bool = False
     consistent: str | None = None  # a sink's consistent source position (cdc wait's)
 
@@ -90,7 +94,8 @@ class Health:
             self._clear(state)
 
     def set_state(self, name: str, value: str, error: BaseException | None = None) -> None:
-        """A sink's state (running, retrying, stopped, standby), as ``cdc_sink_state`` says."""
+        """A sink's state (running, retrying, stopped, standby), as ``cdc_sink_state`` says, or
+        a view's (running, retrying, stopped: it has no metric of its own)."""
         state = self.task(name)
         state.state = value
         state.error = None if error is None else str(error)
@@ -104,13 +109,19 @@ class Health:
         self.task(name).consistent = position
 
     def waiting(self, name: str, waiting: bool) -> None:
-        self.task(name).waiting = waiting
+        state = self.task(name)
+        if waiting and not state.waiting:
+            # The stall clock runs from here when the task was idle before: a task idle for
+            # longer than stall_after_s is not stalled by work the sampler sees the moment it
+            # arrives, before the task could take it.
+            state.waiting_since = time.monotonic()
+        state.waiting = waiting
 
     def evaluate(self) -> None:
         """Flag the tasks stalled now (the sampler calls this after each sample)."""
         now = time.monotonic()
         for state in list(self._tasks.values()):
-            idle_s = now - state.last_progress
+            idle_s = now - max(state.last_progress, state.waiting_since)
             # A standby applies nothing by design: the leader's lag is no stall of its own.
             waiting = state.waiting and state.state != STANDBY
             if waiting and idle_s >= self._stall_after_s and not state.stalled:

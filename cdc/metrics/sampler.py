@@ -7,6 +7,9 @@ Each sample reads, on side connections (never the tasks' own):
   stall alarm;
 - each sink's lag, the log's end offsets against the sink's committed ones (as ``cdc status``
   reads them), for ``cdc_sink_lag_records`` and the sinks' stall alarms;
+- each live join view's lag for the views' stall alarms, as ``cdc_view_lag_records`` holds it:
+  the view lag sampler (:mod:`cdc.metrics.views`) reads it every second (Kafka: 5 s), so it is
+  not read twice;
 - the snapshot's chunk counts from the stored source offsets, for ``cdc_snapshot_chunks``.
 
 A failed read is logged (once per kind of failure in a row) and the sample goes on: a metric
@@ -26,6 +29,7 @@ from cdc.metrics.observers import SOURCE_TASK, sink_task
 from cdc.metrics.registry import WAL_STATUSES, Metrics
 from cdc.support.logging import Logger
 from cdc.support.redact import redact
+from cdc.views.health import view_task
 
 #: ``probe(config, pipeline)`` of a source plugin: a mapping with any of ``retained_wal_bytes``
 #: (int), ``slot_active`` (bool), ``wal_status`` (str), ``position`` (a number: the slot's
@@ -70,6 +74,7 @@ class Sampler:
         if self._probe is not None:
             self._guarded("source", self._sample_source)
         self._guarded("sinks", self._sample_sinks)
+        self._guarded("views", self._sample_views)
         self._guarded("snapshot", self._sample_snapshot)
         self._health.evaluate()
 
@@ -114,6 +119,13 @@ class Sampler:
                     total += lag
                     self._m.sink_lag.labels(self._pipeline, sink, topic, str(partition)).set(lag)
             self._health.waiting(sink_task(sink), total > 0)
+
+    def _sample_views(self) -> None:
+        # The series of the views this process runs (each exists from its view task's start).
+        for family in self._m.view_lag.collect():
+            for sample in family.samples:
+                if sample.labels.get("pipeline") == self._pipeline:
+                    self._health.waiting(view_task(sample.labels["view"]), sample.value > 0)
 
     def _sample_snapshot(self) -> None:
         state = snapshot_offsets.read(self._log.source_offsets())

@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 
 from cdc.config.views import POSITIONS_FIELD, ViewConfig
+from cdc.contracts.errors import CdcError, Retriable
 from cdc.views.join import Key, Pos, Row, build_document, canonical_key, join_value
 
 #: Bumped when the tables below change: an older store is then rebuilt, not misread.
@@ -59,6 +60,28 @@ def fingerprint(view: ViewConfig) -> str:
     """The view's definition as the store was built for it (a changed ``on`` rebuilds)."""
     body = FORMAT.encode() + view.model_dump_json(by_alias=True).encode()
     return hashlib.sha256(body).hexdigest()
+
+
+class ViewStoreLocked(CdcError, Retriable):
+    """Another process holds the view's store locked (an operator's ``sqlite3`` shell, a
+    backup; SQLite's ``database is locked``, at once or after its busy timeout): the view
+    retries its session, as the runtime retries a locked embedded log (``LogUnavailable``)."""
+
+
+#: SQLite's primary result codes of a lock (extended codes carry them in their low byte).
+_LOCKED = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+
+
+@contextlib.contextmanager
+def lock_retriable(path: Path | str) -> Iterator[None]:
+    """Raise a lock on the store at ``path`` as :class:`ViewStoreLocked`; any other SQLite
+    error (a full or read-only disk, corruption) stays fatal, unchanged."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        if getattr(exc, "sqlite_errorcode", 0) & 0xFF not in _LOCKED:
+            raise
+        raise ViewStoreLocked(f"view store {path}: {exc}") from exc
 
 
 class ViewStore:

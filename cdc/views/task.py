@@ -38,11 +38,12 @@ from cdc.runtime.factories import source_record_rows
 from cdc.runtime.schemas import SchemaCatalog
 from cdc.runtime.sink_task import RecordRows, decode_records
 from cdc.support.logging import Logger
-from cdc.support.retry import Stopped, retry_until_stopped
+from cdc.support.retry import Backoff, Stopped, is_retriable, retry
 from cdc.views import records as out
+from cdc.views.health import ViewHealth
 from cdc.views.join import Key, Pos, canonical_key
 from cdc.views.progress import input_topics, last_token
-from cdc.views.store import ViewStore
+from cdc.views.store import ViewStore, lock_retriable
 
 if TYPE_CHECKING:
     from cdc.metrics import Telemetry
@@ -66,6 +67,7 @@ class ViewTask:
         store_dir: where the view's local store lives (default: ``views/`` in the pipeline's
             local state directory, beside the embedded log or the Kafka log's state).
         observer: the view's metrics (``None``: metrics are off).
+        health: what it tells ``/readyz`` and the stall alarm (``None``: metrics are off).
     """
 
     def __init__(
@@ -81,6 +83,7 @@ class ViewTask:
         poll_timeout_s: float = 0.2,
         store_dir: Path | None = None,
         observer: ViewObserver | None = None,
+        health: ViewHealth | None = None,
     ) -> None:
         self._name = pipeline.name
         self._view = view
@@ -93,6 +96,7 @@ class ViewTask:
         self._poll_timeout_s = poll_timeout_s
         self._tables = dict(zip(input_topics(pipeline, view), view.inputs(), strict=True))
         self._observer = observer
+        self._health = health
         self._catalog = SchemaCatalog(log, pipeline.name)
         self._published: TableSchema | None = None
         directory = store_dir if store_dir is not None else pipeline.state_path() / "views"
@@ -103,26 +107,45 @@ class ViewTask:
     def serve(self) -> None:
         """Run until the pipeline stops; retriable errors start a fresh session."""
         try:
-            retry_until_stopped(self._session, self._stop, self._logger, "view.retrying")
+            retry(self._session, is_retriable, Backoff(), on_retry=self._retrying, stop=self._stop)
         except Stopped:
             return
+        except Exception as exc:
+            if self._health is not None:
+                self._health.stopped(exc)
+            raise
+
+    def _retrying(self, exc: Exception, failures: int, delay: float) -> None:
+        self._logger.warning("view.retrying", error=str(exc), retry_in_s=round(delay, 2))
+        if self._health is not None:
+            self._health.retrying(exc)
 
     def _session(self) -> None:
         # Published again once a session: the last session's may have been in a transaction
         # that its failure aborted.
         self._published = None
-        store = self._open_store()
+        with lock_retriable(self._store_path):
+            store = self._open_store()
+            try:
+                self._serve(store)
+            finally:
+                store.close()
+
+    def _serve(self, store: ViewStore) -> None:
         high, seq = store.counters()
         consumer = self._log.consumer(out.view_group(self._name, self._view), list(self._tables))
         self._logger.info("view.started", view=self._view.name, high=high)
+        if self._health is not None:
+            self._health.serving()
         try:
             while not self._stop.is_set():
                 batch = consumer.poll(self._max_records, self._poll_timeout_s)
                 if batch:
                     high, seq = self._apply(store, batch, high, seq, consumer)
+                elif self._health is not None:
+                    self._health.caught_up()
         finally:
             consumer.close()
-            store.close()
 
     # -- the state ---------------------------------------------------------------------------
 
@@ -171,6 +194,8 @@ class ViewTask:
                     break
                 yield from ((r.key, r.value) for r in chunk if r.key is not None)
                 offset = chunk[-1].offset + 1
+                if self._health is not None:
+                    self._health.rebuilding()  # a long rebuild is no stall
 
     # -- a batch -----------------------------------------------------------------------------
 
@@ -212,6 +237,8 @@ class ViewTask:
         self.documents_written += written
         if self._observer is not None:
             self._observer.committed(len(batch), written, high)
+        if self._health is not None:
+            self._health.committed()
         return high, seq
 
     def _changes(
@@ -389,6 +416,7 @@ def view_tasks(
             logger.bind(view=view.name),
             rows,
             observer=None if telemetry is None else telemetry.view(view.name),
+            health=None if telemetry is None else ViewHealth(telemetry.health, view.name),
         )
         for index, view in enumerate(pipeline.views)
     }

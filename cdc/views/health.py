@@ -1,0 +1,65 @@
+"""What a view task tells the pipeline's health (:mod:`cdc.metrics.health`): the task
+``view:<name>`` in ``/readyz``, ``cdc_task_stalled`` and ``cdc_last_progress_timestamp_seconds``.
+
+- ``starting`` from its creation (``/readyz``: not open yet, as a sink before it opened);
+- open once its first session has opened its store and its consumer (a rebuild of the store
+  from the state topic comes before: each piece read is progress, not a stall);
+- progress each time a batch commits (its group's offsets moved);
+- ``retrying`` with the error while a retriable error restarts its sessions, ``running`` again
+  once a batch committed or a poll found nothing left to read (so nothing left to fail on);
+- ``stopped`` with the error that ended it (the process stops too: a view's error is fatal).
+
+That work waits for it (its lag is above 0) the sampler reads from ``cdc_view_lag_records``
+(:mod:`cdc.metrics.sampler`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cdc.metrics.health import Health
+
+VIEW_TASK_PREFIX = "view:"
+
+
+def view_task(view: str) -> str:
+    """The ``task`` label (and the thread's name) of live join view ``view``."""
+    return f"{VIEW_TASK_PREFIX}{view}"
+
+
+class ViewHealth:
+    """One view task's reports to ``health``."""
+
+    def __init__(self, health: Health, view: str) -> None:
+        self._health = health
+        self._task = view_task(view)
+        self._opened = False
+        health.set_state(self._task, "starting")
+
+    def serving(self) -> None:
+        """A session opened; only the first opens the task: a later one (after a retry) is
+        no progress, so it leaves a stall in place."""
+        if not self._opened:
+            self._opened = True
+            self._health.opened(self._task)
+
+    def rebuilding(self) -> None:
+        """A piece of the state topic went into the local store."""
+        self._health.progress(self._task)
+
+    def committed(self) -> None:
+        """A batch committed: progress, and running again after retries."""
+        self.caught_up()
+        self._health.progress(self._task)
+
+    def caught_up(self) -> None:
+        """A poll found nothing to read: the session works, running again after retries."""
+        if self._health.task(self._task).state != "running":
+            self._health.set_state(self._task, "running")
+
+    def retrying(self, error: BaseException) -> None:
+        self._health.set_state(self._task, "retrying", error)
+
+    def stopped(self, error: BaseException) -> None:
+        self._health.set_state(self._task, "stopped", error)
