@@ -15,7 +15,7 @@ from cdc.contracts.errors import ConfigError
 from cdc.contracts.source import SourceContext
 from cdc.envelope.options import READABLE, EnvelopeOptions
 from cdc.fence import read_once
-from connectors.mongodb import errors, extended_json, positions
+from connectors.mongodb import errors, extended_json, positions, repair
 from connectors.mongodb.client import client_for
 from connectors.mongodb.config import MongoSourceConfig
 from connectors.mongodb.convert import document
@@ -53,36 +53,45 @@ class MongoSourcePlugin:
             ConfigError: no signal collection, a table not captured, or a ``--where`` filter.
             SourceUnavailable: the server cannot be reached.
         """
-        signal = config.signal()
-        problems = []
-        if signal is None:
-            problems.append(("source.signal_collection", "set one to request snapshots"))
-        if table not in config.table_names:
-            problems.append(("--table", f"{table!r} is not a captured collection"))
-        elif not config.table_entry(table).allows("r"):
-            problems.append(("--table", f"{table!r} has ops without r: it is never snapshotted"))
+        problems = _request_problems(config, table, "request snapshots")
         if where is not None:
             problems.append(("--where", "not supported by the MongoDB source"))
-        if problems or signal is None:
+        if problems:
             raise ConfigError(problems)
-        now = time.time()
-        request = {
-            "_id": uuid.uuid4().hex,
-            "type": "snapshot",
-            "table": table,
-            "pipeline": pipeline_name,
-            "requested_ms": int(now * 1000),
-        }
-        where_ = redact_url(config.dsn.get_secret_value())
-        client = client_for(config)
+        return _write_request(config, pipeline_name, {"table": table}, "a snapshot request")
+
+    @staticmethod
+    def request_repair(
+        config: MongoSourceConfig, pipeline_name: str, table: str, keys: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """Ask the running pipeline to re-read ``keys`` of ``table`` and delete those it lacks
+        (``cdc verify --repair``), through the signal collection (:mod:`.repair`). Each key is
+        ``cdc verify``'s canonical JSON of the record key, ``{"_id": ...}``.
+
+        Returns:
+            The request: ``{"id", "lsn", "keys"}`` (``keys``: how many ``_id`` values it reads).
+
+        Raises:
+            ConfigError: no signal collection, a table not captured or never snapshotted, a
+                hashed ``_id`` (the sinks' keys cannot be turned back into ``_id`` values), or
+                a key that is no ``_id``.
+            SourceUnavailable: the server cannot be reached.
+        """
+        problems = _request_problems(config, table, "repair keys")
+        if table in config.table_names and "_id" in config.table_entry(table).mask:
+            problems.append(
+                ("--table", f"{table!r} hashes _id: its keys cannot be read back by value")
+            )
+        ids: list[str] = []
         try:
-            client[signal[0]][signal[1]].insert_one(request)
-        except px.PyMongoError as exc:
-            raise errors.translate(exc, where_, "writing a snapshot request") from exc
-        finally:
-            client.close()
-        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
-        return {"id": request["_id"], "lsn": f"{config.signal_collection} {at}"}
+            ids = repair.request_ids(keys)
+        except repair.BadKey as exc:
+            problems.append(("keys", str(exc)))
+        if problems:
+            raise ConfigError(problems)
+        request = {"table": table, "ids": ids}
+        written = _write_request(config, pipeline_name, request, "a repair request")
+        return {**written, "keys": len(ids)}
 
     @staticmethod
     def read_rows(
@@ -176,3 +185,41 @@ class MongoSourcePlugin:
     def doctor(config: MongoSourceConfig, pipeline_name: str) -> list[Check]:
         """The preflight checks of ``cdc doctor`` (:mod:`connectors.mongodb.doctor`)."""
         return doctor(config, pipeline_name)
+
+
+def _request_problems(config: MongoSourceConfig, table: str, what: str) -> list[tuple[str, str]]:
+    """What keeps a request for ``table`` from being carried out, with its place."""
+    problems = []
+    if config.signal() is None:
+        problems.append(("source.signal_collection", f"set one to {what}"))
+    if table not in config.table_names:
+        problems.append(("--table", f"{table!r} is not a captured collection"))
+    elif not config.table_entry(table).allows("r"):
+        problems.append(("--table", f"{table!r} has ops without r: it is never snapshotted"))
+    return problems
+
+
+def _write_request(
+    config: MongoSourceConfig, pipeline_name: str, fields: dict[str, Any], what: str
+) -> dict[str, str]:
+    """Insert a snapshot request with ``fields`` into the signal collection."""
+    signal = config.signal()
+    assert signal is not None  # checked by the caller
+    now = time.time()
+    request = {
+        "_id": uuid.uuid4().hex,
+        "type": "snapshot",
+        **fields,
+        "pipeline": pipeline_name,
+        "requested_ms": int(now * 1000),
+    }
+    where = redact_url(config.dsn.get_secret_value())
+    client = client_for(config)
+    try:
+        client[signal[0]][signal[1]].insert_one(request)
+    except px.PyMongoError as exc:
+        raise errors.translate(exc, where, f"writing {what}") from exc
+    finally:
+        client.close()
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
+    return {"id": request["_id"], "lsn": f"{config.signal_collection} {at}"}

@@ -40,7 +40,7 @@ from pymongo import MongoClient
 from cdc.config.batch_bytes import BATCH_BYTES
 from cdc.contracts import snapshot_offsets
 from cdc.support.clock import now_ms
-from connectors.mongodb import ranges
+from connectors.mongodb import ranges, repair
 from connectors.mongodb.filters import CollectionFilter
 from snapshots.chunks import rate_and_eta, to_ranges
 
@@ -103,6 +103,23 @@ def new_state(
             for table, plan in planned.items()
         },
     }
+
+
+def repair_plan() -> list[Doc]:
+    """The one range of a repair (:mod:`connectors.mongodb.repair`), read again whole after a
+    restart: it reads a few documents by ``_id``, and its deletes need to have seen every one
+    of them (no resume point in the middle)."""
+    return [{**entry, "restart": True} for entry in ranges.plan([])]
+
+
+def add_repair(state: Doc, table: str, ids: list[str]) -> None:
+    """Make ``table``'s reading in ``state`` a repair of the ``_id`` values ``ids`` (canonical
+    Extended JSON texts): only they are read, swept (a document the row filter leaves out is
+    deleted, :func:`sweep`), and each not found is deleted
+    (:func:`connectors.mongodb.snapshot_rows.repaired`)."""
+    info = state["collections"][table]
+    info["ids"] = list(ids)
+    info["sweep"] = True
 
 
 def add_collection(state: Doc, table: str, plan: list[Doc]) -> None:
@@ -169,6 +186,8 @@ def mirror(entry: Doc) -> Doc:
         for table, info in running["collections"].items():
             done = [i for i, r in enumerate(info["ranges"]) if r["done"]]
             tables[table] = _mirrored(len(info["ranges"]), done, info, now, request)
+            if "ids" in info:
+                tables[table]["method"] = "_id keys"
     elif entry.get("last_snapshot"):
         last = entry["last_snapshot"]
         for table, rows in last["rows"].items():
@@ -209,6 +228,7 @@ class Scanner:
         self._max_bytes = max_bytes
         self._filters = filters or {}  # by db.collection
         self._sweeping = {t for t, info in state["collections"].items() if info.get("sweep")}
+        self._ids = {t: info["ids"] for t, info in state["collections"].items() if "ids" in info}
         self._work = pending(state)
         self._batch = batch
         self._queue: queue.Queue[Batch | BaseException] = queue.Queue(maxsize=2 * workers)
@@ -278,6 +298,9 @@ class Scanner:
             projection = table_filter.projection()
             if table not in self._sweeping:
                 query = table_filter.find_filter(query)
+        ids = self._ids.get(table)
+        if ids is not None:  # a repair: only these _id values
+            query = {"$and": [query, repair.query(ids)]} if query else repair.query(ids)
         collection = self._client[db][coll]
         # Raw batches: each server reply's documents undecoded, so their sizes are read from
         # their BSON length prefixes before any is decoded (no encoding again to size them).

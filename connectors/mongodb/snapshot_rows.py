@@ -8,7 +8,7 @@ from typing import Any
 
 from cdc.contracts.events import ChangeEvent, Op, SourceInfo
 from cdc.support.clock import now_ms
-from connectors.mongodb import records
+from connectors.mongodb import records, repair
 from connectors.mongodb.filters import CollectionFilter
 from connectors.mongodb.snapshot import Batch
 from snapshots.state import FINISHED_KEPT
@@ -65,6 +65,29 @@ def events(
                 key = table_filter.key(doc["_id"])
                 out.append(ChangeEvent(Op.DELETE, key, None, None, info, None, fields))
     return out, [doc for _, doc in docs]
+
+
+def repaired(batch: Batch, state: Doc, found: set[bytes]) -> list[ChangeEvent]:
+    """The deletes a repair (:mod:`connectors.mongodb.repair`) adds to ``batch``: none until
+    its range is read, then one at the snapshot's position for each requested ``_id`` that no
+    document of the range had (``found``: what the range's batches read so far, this one
+    included; the range is read again whole after a restart, and ``found`` with it)."""
+    ids = state["collections"][batch.table].get("ids")
+    if ids is None:
+        return []
+    found.update(repair.identity(doc["_id"]) for doc in batch.docs)
+    if not batch.done:
+        return []
+    db, coll = batch.table.split(".", 1)
+    info = row_info(db, coll, state["position"], "true")
+    fields = {"updateDescription": None}
+    out = []
+    for text in ids:
+        doc_id = repair.decode(text)
+        if repair.identity(doc_id) not in found:
+            key = records.key(doc_id)
+            out.append(ChangeEvent(Op.DELETE, key, None, None, info, None, fields))
+    return out
 
 
 def finished(entry: Doc, state: Doc) -> Doc:

@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from bson.errors import BSONError
 from pymongo import MongoClient
 from pymongo import errors as px
 
@@ -31,7 +32,7 @@ from cdc.config.pipeline import redact_url
 from cdc.contracts.positions import Offsets, PositionedOffsets, position_in, require_forward
 from cdc.contracts.source import SourceBatch, SourceContext
 from cdc.support.clock import now_ms
-from connectors.mongodb import changes, errors, positions, snapshot, snapshot_rows
+from connectors.mongodb import changes, errors, positions, repair, snapshot, snapshot_rows
 from connectors.mongodb.client import (
     check_collections,
     connect,
@@ -84,6 +85,8 @@ class MongoSource:
         self._client: MongoClient[Doc] | None = None
         self._entry: Doc = {}
         self._scanner: snapshot.Scanner | None = None
+        #: The identities of the ``_id`` values a repair's range read so far, by table.
+        self._found: dict[str, set[bytes]] = {}
         self._reporter: Reporter | None = None
         self._streams: StreamSet | None = None
         self._unsaved = False
@@ -234,6 +237,7 @@ class MongoSource:
             self._config.max_batch_bytes,
         )
         self._reporter = reporter(self._logger)
+        self._found = {}  # every pending range is read from its start or its stored point
         self._scanner.start()
 
     def _open_streams(self) -> None:
@@ -368,10 +372,13 @@ class MongoSource:
         return self._batch(collected, offsets)
 
     def _requested(self, request: Doc, position: int) -> None:
-        """Re-read a collection now (``cdc snapshot``): pause the streams, scan, resume.
+        """Re-read a collection now (``cdc snapshot``), or some of its documents by ``_id``
+        (``cdc verify --repair``, :mod:`.repair`): pause the streams, scan, resume.
 
         The rows get the request's own position: newer than every change streamed before it,
-        older than every change after it, which streams again once the scan is done.
+        older than every change after it, which streams again once the scan is done. So a
+        document changed after the request but read (or found missing) in its newer state
+        still ends in the state its last change gives it.
         """
         table, request_id = str(request.get("table")), str(request.get("_id"))
         if table not in self._config.table_names:
@@ -379,15 +386,45 @@ class MongoSource:
             return
         if not without_reads([table], self._config, self._logger):
             return
+        ids = request.get("ids")
+        refused = None if ids is None else self._unrepairable(table, ids)
+        if refused is not None:
+            self._logger.warning("signal.ignored", table=table, reason=refused)
+            return
         assert self._client is not None and self._streams is not None
         self._streams.close()
         self._streams = None
-        planned = {table: self._plan(table)}
-        reason = f"requested by cdc snapshot ({request_id})"
+        if ids is None:
+            planned = {table: self._plan(table)}
+            reason = f"requested by cdc snapshot ({request_id})"
+        else:
+            planned = {table: snapshot.repair_plan()}
+            reason = f"requested by cdc verify --repair ({request_id})"
         state = snapshot.new_state(uuid.uuid4().hex, position, reason, planned, request_id)
+        if ids is not None:
+            snapshot.add_repair(state, table, list(ids))
         self._entry["snapshot"] = state
-        self._logger.info("snapshot.started", reason=reason, tables=[table], position=position)
+        self._logger.info(
+            "snapshot.started",
+            reason=reason,
+            tables=[table],
+            position=position,
+            keys=None if ids is None else len(ids),
+        )
         self._start_scanner()
+
+    def _unrepairable(self, table: str, ids: Any) -> str | None:
+        """Why a repair request's ``ids`` cannot be read, if so."""
+        table_filter = self._filter(table)
+        if table_filter is not None and table_filter.masked_key:
+            return "_id is hashed: a repair would store raw _id values"
+        if not isinstance(ids, list) or not all(isinstance(t, str) for t in ids):
+            return "ids is not a list of Extended JSON texts"
+        try:
+            repair.query(ids)
+        except (ValueError, TypeError, KeyError, BSONError) as exc:
+            return f"ids holds what is no _id: {exc}"
+        return None
 
     def _batch(self, collected: Collected, offsets: Doc | None) -> SourceBatch:
         if self._connect is not None:
@@ -411,7 +448,8 @@ class MongoSource:
         collected = Collected()
         db, coll = batch.table.split(".", 1)
         events, docs = snapshot_rows.events(batch, state, self._filters.get((db, coll)))
-        collected.events = events
+        found = self._found.setdefault(batch.table, set())
+        collected.events = events + snapshot_rows.repaired(batch, state, found)
         schema = self._tracker.observe((db, coll), docs)
         if schema is not None:
             collected.schemas[(db, coll)] = schema

@@ -200,7 +200,11 @@ class StreamSet:
             return
         if request.get("pipeline") not in (None, self._pipeline):
             return  # another pipeline's request in a shared signal collection
-        self._logger.info("signal.received", request=to_json(request))
+        # A repair's _id values stay out of the log line (up to thousands, and data).
+        shown = {k: v for k, v in request.items() if k != "ids"}
+        ids = request.get("ids")
+        keys = len(ids) if isinstance(ids, list) else None
+        self._logger.info("signal.received", request=to_json(shown), keys=keys)
         self.signals.append((request, positions.position(change["clusterTime"])))
 
     def _bad(self, change: dict[str, Any], reason: str, out: Collected) -> None:

@@ -1,0 +1,122 @@
+"""``cdc verify --repair`` on MongoDB: re-read given keys of a collection, and delete those it
+no longer has, as a blocking snapshot request of its own.
+
+A repair request is a snapshot request (a document in the signal collection) that carries the
+``_id`` values to read, as canonical Extended JSON texts (``ids``): the exact BSON values, and
+strings, which any server stores as they are (a ``$``-named field would not be everywhere).
+The source carries it out as any ``cdc snapshot`` request (:meth:`MongoSource._requested`):
+it pauses the streams at the request, reads ``{_id: {$in: ids}}`` of the collection, hands on
+each found document as a snapshot read and, for each requested ``_id`` it did not find, a
+delete (the envelope adds its tombstone), all at the request's own position.
+
+Why that is correct while the collection keeps changing: the request's position is newer than
+every change the streams delivered before it and older than every change after it, and the
+streams resume from the request once the read is done. A document changed or deleted after
+the request may be read in its newer state (or found missing), but that change streams again
+after the repair's records, with a newer position, and wins in every sink; a document inserted
+after the request was not deleted by mistake either: its insert follows the repair's delete.
+So each key ends in its current state, as after any change. A found document that the row
+filter leaves out is deleted too (the collection is swept, :func:`snapshot.sweep`), as
+PostgreSQL's repair deletes a key its row filter leaves out.
+
+``cdc verify`` names each key by its canonical JSON (:mod:`cdc.records.normalize`): a MongoDB
+field has no column type, so a document or array value stays as it is (relaxed Extended JSON:
+an ObjectId is ``{"$oid": ...}``) while any other value becomes its ``str``: ``5`` and ``"5"``
+are both ``"5"``, ``1.5`` is ``"1.5"``, ``True`` is ``"True"``. :func:`candidates` turns a key
+back into every ``_id`` it can stand for; reading one that is not the differing key is
+harmless (a read of its current state), and so is deleting one the collection lacks.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+import orjson
+from bson import json_util
+from bson.errors import BSONError
+from bson.json_util import JSONOptions
+
+from connectors.mongodb import records
+
+KEY: Final = "_id"
+_RELAXED: Final = JSONOptions(json_mode=json_util.JSONMode.RELAXED, tz_aware=True, tzinfo=dt.UTC)
+_INTEGER: Final = re.compile(r"-?[0-9]+")
+_INT64: Final = range(-(2**63), 2**63)
+
+
+class BadKey(ValueError):
+    """A key that names no ``_id`` value."""
+
+
+def candidates(key: Mapping[str, Any]) -> list[Any]:
+    """The ``_id`` values (as pymongo takes them) whose key ``cdc verify`` writes as ``key``.
+
+    Raises:
+        BadKey: ``key`` is not ``{"_id": value}``, or its value cannot be an ``_id``.
+    """
+    if set(key) != {KEY}:
+        raise BadKey(f'{orjson.dumps(key).decode()} is not a MongoDB key ({{"_id": ...}})')
+    value = key[KEY]
+    if isinstance(value, list):
+        raise BadKey(f"{orjson.dumps(key).decode()}: an array is never an _id")
+    if isinstance(value, dict):
+        try:
+            return [json_util.loads(orjson.dumps(value), json_options=_RELAXED)]
+        except (ValueError, TypeError, BSONError) as exc:
+            raise BadKey(f"{orjson.dumps(key).decode()}: {exc}") from None
+    if not isinstance(value, str):
+        return [value]  # a raw JSON value (None, a number, a boolean): itself
+    return [value, *_scalars(value)]
+
+
+def _scalars(text: str) -> list[Any]:
+    """The non-string values whose ``str`` is ``text`` (an integer, a finite double, a
+    boolean); the non-finite doubles are documents in relaxed Extended JSON already."""
+    if _INTEGER.fullmatch(text):
+        number = int(text)
+        return [number] if str(number) == text and number in _INT64 else []
+    if text in ("True", "False"):
+        return [text == "True"]
+    try:
+        double = float(text)
+    except ValueError:
+        return []
+    return [double] if math.isfinite(double) and str(double) == text else []
+
+
+def request_ids(keys: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Every ``_id`` the keys can stand for, once each, as canonical Extended JSON texts (what
+    a repair request and its stored state hold).
+
+    Raises:
+        BadKey: a key names no ``_id`` value.
+    """
+    texts: dict[str, None] = {}
+    for key in keys:
+        for value in candidates(key):
+            texts[encode(value)] = None
+    return list(texts)
+
+
+def encode(value: Any) -> str:
+    """An ``_id`` as canonical Extended JSON text (its exact BSON type kept)."""
+    return json_util.dumps({"v": value}, json_options=json_util.CANONICAL_JSON_OPTIONS)
+
+
+def decode(text: str) -> Any:
+    """The inverse of :func:`encode`."""
+    return json_util.loads(text)["v"]
+
+
+def query(ids: Iterable[str]) -> dict[str, Any]:
+    """The ``find`` filter of a repair's stored ``ids``."""
+    return {KEY: {"$in": [decode(text) for text in ids]}}
+
+
+def identity(doc_id: Any) -> bytes:
+    """What tells two ``_id`` values apart in the sinks: their record key's JSON."""
+    return orjson.dumps(records.key(doc_id))
