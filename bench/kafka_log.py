@@ -7,7 +7,9 @@ same records as ``bench/log_throughput.py``, and the ``cdc.pos`` header) in tran
 latest-image store keeping the value's ``name`` as a PostgreSQL source keeps a table's TOAST-able
 columns (``--no-images``: without it). The append figure comes with the CPU it took this process
 (all threads: librdkafka's too) a record. Then reads them all back twice: through a consumer
-group member (``poll``, as a sink does) and through ``read`` (``cdc tail``).
+group member (``poll``, as a sink does) and through ``read`` (``cdc tail``). Last, the latency of
+a first ``read`` of a topic the log's reader has not read yet (``cdc status``, ``cdc tail``, a
+fence and ``cdc verify`` read several such topics): the median over ``FIRST_READS`` new topics.
 
 The broker comes from ``$CDC_TEST_KAFKA_BOOTSTRAP`` or ``--bootstrap``, else a throwaway one is
 started from the test jars (``tests/services/kafka.py``), which takes ~10 s more.
@@ -22,6 +24,7 @@ import argparse
 import contextlib
 import cProfile
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -93,6 +96,26 @@ def read_direct(log: KafkaLog, topic: str, records: int) -> float:
     return time.perf_counter() - started
 
 
+FIRST_READS = 5
+
+
+def first_read_ms(log: KafkaLog) -> float:
+    """The median milliseconds of a first ``read`` of each of ``FIRST_READS`` new topics."""
+    topics = [f"{log.pipeline}.public.first_{n}" for n in range(FIRST_READS)]
+    log.ensure_topics(topics)
+    txn = log.begin()
+    txn.append([Record(topic, key(1), value(1), b"[0,1]") for topic in topics])
+    txn.store_offsets({"bench": {"first_reads": 1}})
+    txn.commit()
+    spent = []
+    for topic in topics:
+        (partition,) = [p for p, end in log.end_offsets(topic).items() if end]
+        started = time.perf_counter()
+        assert len(log.read(topic, partition, 0, 1)) == 1
+        spent.append((time.perf_counter() - started) * 1000)
+    return statistics.median(spent)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200_000)
@@ -122,6 +145,7 @@ def main() -> int:
                 profile.dump_stats(args.profile)
             grouped = read_group(log, topic, args.records)
             direct = read_direct(log, topic, args.records)
+            first = first_read_ms(log)
         finally:
             log.close()
     n = args.records
@@ -134,12 +158,14 @@ def main() -> int:
     )
     print(f"read, consumer group poll:                  {n / grouped:10,.0f} records/s")
     print(f"read, log.read by partition:                {n / direct:10,.0f} records/s")
+    print(f"first read of a topic (median of {FIRST_READS}):    {first:10,.0f} ms")
     figures = Figures("kafka_log")  # no baseline client here: our figures alone
     figures.variant = "_no_images" if args.no_images else ""
     figures.add("append_records_per_s", n / appended)
     figures.add("append_cpu_us_per_record", cpu / n * 1e6)
     figures.add("read_group_records_per_s", n / grouped)
     figures.add("read_direct_records_per_s", n / direct)
+    figures.add("first_read_of_a_topic_ms", first)
     figures.emit()
     return 0
 

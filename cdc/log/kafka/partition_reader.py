@@ -18,6 +18,8 @@ from cdc.log.kafka.messages import MAX_CONSUME, RecordsCallback, records_of
 from cdc.support.logging import get_logger
 
 _READ_TIMEOUT_S = 20.0
+#: How long the metadata of a topic new to the reader's consumer may take to arrive.
+_METADATA_TIMEOUT_S = 10.0
 
 _logger = get_logger(component="kafka_log")
 
@@ -56,6 +58,8 @@ class PartitionReader:
         self._renewed = RenewedClient(Consumer, config, "partition_reader")
         self._consumer = self._renewed.current()
         self._lock = threading.Lock()
+        #: Topics whose metadata the current consumer holds (see :meth:`_assign`).
+        self._known: set[str] = set()
 
     def read(
         self, topic: str, partition: int, offset: int, max_records: int, end: int
@@ -64,8 +68,7 @@ class PartitionReader:
         if offset >= end or max_records <= 0:
             return []
         with self._lock, translated(f"reading {topic}[{partition}]", self._servers):
-            self._consumer = self._renewed.current()
-            self._consumer.assign([KafkaPartition(topic, partition, offset)])
+            self._assign(topic, [KafkaPartition(topic, partition, offset)])
             try:
                 return self._fetch(topic, partition, offset, max_records, end)
             finally:
@@ -81,12 +84,29 @@ class PartitionReader:
         if not todo:
             return
         with self._lock, translated(f"reading {topic}", self._servers):
-            self._consumer = self._renewed.current()
-            self._consumer.assign([KafkaPartition(topic, p, 0) for p in todo])
+            self._assign(topic, [KafkaPartition(topic, p, 0) for p in todo])
             try:
                 self._scan(topic, todo, min(batch, MAX_CONSUME), apply)
             finally:
                 self._consumer.unassign()
+
+    def _assign(self, topic: str, partitions: list[KafkaPartition]) -> None:
+        """Assign ``partitions`` of ``topic`` to the current consumer, its metadata asked for
+        first when the consumer has not read the topic yet.
+
+        librdkafka asks for the metadata of a topic new to a consumer only at its next scan of
+        its topics, once a second: a first read of each topic waited about 1 s for it (``cdc
+        status`` on Kafka read a dozen topics in 3 s, a fence waited on it). Asked for here, it
+        is one round trip.
+        """
+        consumer = self._renewed.current()
+        if consumer is not self._consumer:
+            self._known.clear()  # a renewed client knows nothing yet
+        self._consumer = consumer
+        if topic not in self._known:
+            consumer.list_topics(topic, timeout=_METADATA_TIMEOUT_S)
+            self._known.add(topic)
+        consumer.assign(partitions)
 
     def _scan(self, topic: str, todo: dict[int, int], batch: int, apply: RecordsCallback) -> None:
         deadline = time.monotonic() + _READ_TIMEOUT_S
