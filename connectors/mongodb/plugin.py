@@ -69,7 +69,8 @@ class MongoSourcePlugin:
         ``cdc verify``'s canonical JSON of the record key, ``{"_id": ...}``.
 
         Returns:
-            The request: ``{"id", "lsn", "keys"}`` (``keys``: how many ``_id`` values it reads).
+            The request: ``{"id", "lsn", "keys", "ids"}`` (how many keys, and how many ``_id``
+            values they stand for).
 
         Raises:
             ConfigError: no signal collection, a table not captured or never snapshotted, a
@@ -82,7 +83,7 @@ class MongoSourcePlugin:
             problems.append(
                 ("--table", f"{table!r} hashes _id: its keys cannot be read back by value")
             )
-        ids: list[str] = []
+        ids: list[list[str]] = []
         try:
             ids = repair.request_ids(keys)
         except repair.BadKey as exc:
@@ -91,7 +92,7 @@ class MongoSourcePlugin:
             raise ConfigError(problems)
         request = {"table": table, "ids": ids}
         written = _write_request(config, pipeline_name, request, "a repair request")
-        return {**written, "keys": len(ids)}
+        return {**written, "keys": len(ids), "ids": sum(map(len, ids))}
 
     @staticmethod
     def read_rows(

@@ -2,12 +2,13 @@
 no longer has, as a blocking snapshot request of its own.
 
 A repair request is a snapshot request (a document in the signal collection) that carries the
-``_id`` values to read, as canonical Extended JSON texts (``ids``): the exact BSON values, and
-strings, which any server stores as they are (a ``$``-named field would not be everywhere).
+``_id`` values to read, as canonical Extended JSON texts (``ids``, one list per key: the values
+it can stand for, below): the exact BSON values, and strings, which any server stores as they
+are (a ``$``-named field would not be everywhere).
 The source carries it out as any ``cdc snapshot`` request (:meth:`MongoSource._requested`):
 it pauses the streams at the request, reads ``{_id: {$in: ids}}`` of the collection, hands on
-each found document as a snapshot read and, for each requested ``_id`` it did not find, a
-delete (the envelope adds its tombstone), all at the request's own position.
+each found document as a snapshot read and, for each key none of whose ``_id`` values it found,
+a delete of each of them (the envelope adds its tombstone), all at the request's own position.
 
 Why that is correct while the collection keeps changing: the request's position is newer than
 every change the streams delivered before it and older than every change after it, and the
@@ -24,7 +25,10 @@ field has no column type, so a document or array value stays as it is (relaxed E
 an ObjectId is ``{"$oid": ...}``) while any other value becomes its ``str``: ``5`` and ``"5"``
 are both ``"5"``, ``1.5`` is ``"1.5"``, ``True`` is ``"True"``. :func:`candidates` turns a key
 back into every ``_id`` it can stand for; reading one that is not the differing key is
-harmless (a read of its current state), and so is deleting one the collection lacks.
+harmless (a read of its current state). Deleting one the collection lacks is not, when another
+of the key's values is found: a sink may not tell them apart either (the Redis sink's row key
+of ``5`` and of ``"5"`` is one), and the delete would remove the found document's row. So the
+values of a key are deleted only when none of them is found.
 """
 
 from __future__ import annotations
@@ -88,18 +92,17 @@ def _scalars(text: str) -> list[Any]:
     return [double] if math.isfinite(double) and str(double) == text else []
 
 
-def request_ids(keys: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Every ``_id`` the keys can stand for, once each, as canonical Extended JSON texts (what
-    a repair request and its stored state hold).
+def request_ids(keys: Iterable[Mapping[str, Any]]) -> list[list[str]]:
+    """Per key, once each, the ``_id`` values it can stand for as canonical Extended JSON
+    texts (what a repair request and its stored state hold).
 
     Raises:
         BadKey: a key names no ``_id`` value.
     """
-    texts: dict[str, None] = {}
+    groups: dict[tuple[str, ...], None] = {}
     for key in keys:
-        for value in candidates(key):
-            texts[encode(value)] = None
-    return list(texts)
+        groups[tuple(encode(value) for value in candidates(key))] = None
+    return [list(group) for group in groups]
 
 
 def encode(value: Any) -> str:
@@ -112,9 +115,16 @@ def decode(text: str) -> Any:
     return json_util.loads(text)["v"]
 
 
-def query(ids: Iterable[str]) -> dict[str, Any]:
+def query(ids: Iterable[Iterable[str]]) -> dict[str, Any]:
     """The ``find`` filter of a repair's stored ``ids``."""
-    return {KEY: {"$in": [decode(text) for text in ids]}}
+    return {KEY: {"$in": [decode(text) for group in ids for text in group]}}
+
+
+def well_formed(ids: Any) -> bool:
+    """``ids`` is a list of lists of texts, as :func:`request_ids` makes it."""
+    return isinstance(ids, list) and all(
+        isinstance(group, list) and all(isinstance(text, str) for text in group) for group in ids
+    )
 
 
 def identity(doc_id: Any) -> bytes:

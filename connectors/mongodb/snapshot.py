@@ -112,13 +112,13 @@ def repair_plan() -> list[Doc]:
     return [{**entry, "restart": True} for entry in ranges.plan([])]
 
 
-def add_repair(state: Doc, table: str, ids: list[str]) -> None:
-    """Make ``table``'s reading in ``state`` a repair of the ``_id`` values ``ids`` (canonical
-    Extended JSON texts): only they are read, swept (a document the row filter leaves out is
-    deleted, :func:`sweep`), and each not found is deleted
-    (:func:`connectors.mongodb.snapshot_rows.repaired`)."""
+def add_repair(state: Doc, table: str, ids: list[list[str]]) -> None:
+    """Make ``table``'s reading in ``state`` a repair of the ``_id`` values ``ids`` (per key,
+    canonical Extended JSON texts): only they are read, swept (a document the row filter
+    leaves out is deleted, :func:`sweep`), and those of a key none of whose values is found
+    are deleted (:func:`connectors.mongodb.snapshot_rows.repaired`)."""
     info = state["collections"][table]
-    info["ids"] = list(ids)
+    info["ids"] = [list(group) for group in ids]
     info["sweep"] = True
 
 

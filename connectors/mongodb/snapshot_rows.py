@@ -69,9 +69,10 @@ def events(
 
 def repaired(batch: Batch, state: Doc, found: set[bytes]) -> list[ChangeEvent]:
     """The deletes a repair (:mod:`connectors.mongodb.repair`) adds to ``batch``: none until
-    its range is read, then one at the snapshot's position for each requested ``_id`` that no
-    document of the range had (``found``: what the range's batches read so far, this one
-    included; the range is read again whole after a restart, and ``found`` with it)."""
+    its range is read, then, at the snapshot's position, one of each ``_id`` value of each key
+    none of whose values a document of the range had (``found``: what the range's batches
+    read so far, this one included; the range is read again whole after a restart, and
+    ``found`` with it)."""
     ids = state["collections"][batch.table].get("ids")
     if ids is None:
         return []
@@ -82,10 +83,12 @@ def repaired(batch: Batch, state: Doc, found: set[bytes]) -> list[ChangeEvent]:
     info = row_info(db, coll, state["position"], "true")
     fields = {"updateDescription": None}
     out = []
-    for text in ids:
-        doc_id = repair.decode(text)
-        if repair.identity(doc_id) not in found:
-            key = records.key(doc_id)
+    for group in ids:
+        values = [repair.decode(text) for text in group]
+        if any(repair.identity(value) in found for value in values):
+            continue  # a sink may not tell the key's values apart: none is deleted
+        for value in values:
+            key = records.key(value)
             out.append(ChangeEvent(Op.DELETE, key, None, None, info, None, fields))
     return out
 

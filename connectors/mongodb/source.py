@@ -418,8 +418,8 @@ class MongoSource:
         table_filter = self._filter(table)
         if table_filter is not None and table_filter.masked_key:
             return "_id is hashed: a repair would store raw _id values"
-        if not isinstance(ids, list) or not all(isinstance(t, str) for t in ids):
-            return "ids is not a list of Extended JSON texts"
+        if not repair.well_formed(ids):
+            return "ids is not a list of lists of Extended JSON texts"
         try:
             repair.query(ids)
         except (ValueError, TypeError, KeyError, BSONError) as exc:

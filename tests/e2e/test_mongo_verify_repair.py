@@ -86,7 +86,7 @@ def test_repair_of_tampered_duckdb_and_redis_sinks_fed_from_mongodb(
             tampered["warehouse"] = _tamper_duckdb(tmp_path / "out" / "mr.duckdb", db.name)
             run = start_run(pipeline, tmp_path)
             code, report = verify(tmp_path, pipeline, "--repair", "--wait", "90")
-            assert code == 0, report
+            assert code == 0, orjson.dumps(report).decode()
             _check_repaired(report, tampered, table)
             code, after = verify(tmp_path, pipeline)
             assert code == 0, after
@@ -201,7 +201,7 @@ def test_a_repair_cut_by_a_restart_reads_its_keys_again_and_deletes_the_absent_o
             h.collect(1)
             keys = [{"_id": "2"}, {"_id": "5"}, {"_id": "99"}]
             request = MongoSourcePlugin.request_repair(h.config, "mgt", table, keys)
-            assert request["keys"] == 6  # "2", 2, "5", 5, "99", 99
+            assert (request["keys"], request["ids"]) == (3, 6)  # "2", 2, "5", 5, "99", 99
             h.run_until(lambda: _rows_read(h.stored()) >= 1)
             assert not any(e.op is Op.DELETE for e in h.events)  # none before the range ends
             h.close()
@@ -211,9 +211,9 @@ def test_a_repair_cut_by_a_restart_reads_its_keys_again_and_deletes_the_absent_o
             db.c.insert_one({"_id": 100})
             h.run_until(lambda: h.events[-1].key == {"_id": 100})
     resumed = h.events[cut:-1]
+    # The strings "2" and "5" are not deleted beside the numbers found: a sink may not tell
+    # them apart.
     assert sorted((e.op.value, str(e.key["_id"])) for e in resumed) == [
-        ("d", "2"),
-        ("d", "5"),
         ("d", "99"),
         ("d", "99"),
         ("r", "2"),

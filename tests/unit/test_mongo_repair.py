@@ -84,10 +84,12 @@ def test_what_is_no_mongodb_key_is_refused(key: dict[str, Any]) -> None:
         repair.candidates(key)
 
 
-def test_request_ids_are_exact_texts_once_each() -> None:
+def test_request_ids_are_exact_texts_per_key_once_each() -> None:
     ids = repair.request_ids([{"_id": "5"}, {"_id": "5"}, {"_id": {"$oid": str(OID)}}])
-    assert [repair.decode(t) for t in ids] == ["5", 5, OID]
+    assert [[repair.decode(t) for t in group] for group in ids] == [["5", 5], [OID]]
     assert repair.query(ids) == {"_id": {"$in": ["5", 5, OID]}}
+    assert repair.well_formed(ids) and repair.well_formed([])
+    assert not repair.well_formed(["5"]) and not repair.well_formed([[5]])
     # The exact BSON type survives the texts (an Int64 stays one, a date keeps its instant).
     assert type(repair.decode(repair.encode(Int64(3)))) is Int64
 
@@ -130,17 +132,15 @@ def repair_state(ids: list[str]) -> dict[str, Any]:
     return state
 
 
-def test_the_ids_not_read_become_deletes_once_the_range_is_read() -> None:
-    ids = repair.request_ids([{"_id": "5"}, {"_id": {"$oid": str(OID)}}, {"_id": "9"}])
-    state, found = repair_state(ids), set[bytes]()
+def test_the_keys_none_of_whose_ids_was_read_become_deletes_once_the_range_is_read() -> None:
+    keys = [{"_id": "5"}, {"_id": {"$oid": str(OID)}}, {"_id": "9"}, {"_id": "7"}]
+    state, found = repair_state(repair.request_ids(keys)), set[bytes]()
     first = repaired(Batch("shop.orders", 0, [{"_id": 5, "v": 1}], False), state, found)
     assert first == []  # not before the whole range was read
-    last = repaired(Batch("shop.orders", 0, [{"_id": OID}], True), state, found)
-    assert [(e.op, e.key) for e in last] == [
-        (Op.DELETE, {"_id": "5"}),
-        (Op.DELETE, {"_id": "9"}),
-        (Op.DELETE, {"_id": 9}),
-    ]
+    last = repaired(Batch("shop.orders", 0, [{"_id": OID}, {"_id": "7"}], True), state, found)
+    # The string "5" is not deleted although only the number 5 was found (nor the number 7
+    # beside the string "7"): the Redis sink's row key of both is "5".
+    assert [(e.op, e.key) for e in last] == [(Op.DELETE, {"_id": "9"}), (Op.DELETE, {"_id": 9})]
     assert {e.source.position for e in last} == {42}
     assert all(e.before is None and e.after is None for e in last)
 
@@ -150,6 +150,7 @@ def test_a_repair_is_one_range_read_again_whole_and_shown_as_such() -> None:
     info = state["collections"]["shop.orders"]
     assert [r.get("restart") for r in info["ranges"]] == [True]
     assert info["sweep"] is True and info["ids"] == repair.request_ids([{"_id": "1"}])
+    assert len(info["ids"]) == 1 and len(info["ids"][0]) == 2
     table = snapshot.mirror({"snapshot": state})["snapshot"]["tables"]["shop.orders"]
     assert (table["kind"], table["method"], table["request"]) == ("blocking", "_id keys", "r1")
     plain = snapshot.new_state("s", 42, "why", {"shop.orders": snapshot.repair_plan()}, None)
