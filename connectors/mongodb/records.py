@@ -1,6 +1,7 @@
 """The parts of a record that Debezium's MongoDB connector shapes its own way.
 
-* Key ``{"id": "<relaxed Extended JSON of _id>"}`` (a string ``_id`` keeps its quotes).
+* Key ``{"_id": <relaxed Extended JSON of _id>}`` (:func:`key`; Debezium's is ``{"id": "<that
+  JSON as text>"}``, a documented deviation).
 * ``after`` and ``before``: a JSON *string* holding the document in the driver's STRICT text
   (:mod:`connectors.mongodb.extjson`); ``before`` only with pre-images, so a delete's is null.
 * ``updateDescription`` after ``after``: ``{removedFields, updatedFields, truncatedArrays}``
