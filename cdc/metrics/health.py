@@ -88,10 +88,11 @@ class Health:
     def progress(self, name: str) -> None:
         """The task moved: resets its stall clock (and clears a stall)."""
         state = self.task(name)
-        state.last_progress = time.monotonic()
-        self._metrics.last_progress.labels(self._pipeline, name).set(time.time())
-        if state.stalled:
-            self._clear(state)
+        with self._lock:  # not between evaluate's reading of the clock and its flagging
+            state.last_progress = time.monotonic()
+            self._metrics.last_progress.labels(self._pipeline, name).set(time.time())
+            if state.stalled:
+                self._clear(state)
 
     def set_state(self, name: str, value: str, error: BaseException | None = None) -> None:
         """A sink's state (running, retrying, stopped, standby), as ``cdc_sink_state`` says, or
@@ -119,22 +120,27 @@ class Health:
 
     def evaluate(self) -> None:
         """Flag the tasks stalled now (the sampler calls this after each sample)."""
-        now = time.monotonic()
-        for state in list(self._tasks.values()):
-            idle_s = now - max(state.last_progress, state.waiting_since)
-            # A standby applies nothing by design: the leader's lag is no stall of its own.
-            waiting = state.waiting and state.state != STANDBY
-            if waiting and idle_s >= self._stall_after_s and not state.stalled:
-                state.stalled = True
-                self._metrics.task_stalled.labels(self._pipeline, state.name).set(1)
-                self._logger.error(
-                    "task.stalled",
-                    task=state.name,
-                    no_progress_s=round(idle_s, 1),
-                    stall_after_s=self._stall_after_s,
-                )
-            elif state.stalled and not waiting:
-                self._clear(state)
+        with self._lock:
+            states = list(self._tasks.values())
+        for state in states:
+            with self._lock:  # a progress() meanwhile would be lost under the flag it clears
+                self._evaluate(state, time.monotonic())
+
+    def _evaluate(self, state: TaskState, now: float) -> None:
+        idle_s = now - max(state.last_progress, state.waiting_since)
+        # A standby applies nothing by design: the leader's lag is no stall of its own.
+        waiting = state.waiting and state.state != STANDBY
+        if waiting and idle_s >= self._stall_after_s and not state.stalled:
+            state.stalled = True
+            self._metrics.task_stalled.labels(self._pipeline, state.name).set(1)
+            self._logger.error(
+                "task.stalled",
+                task=state.name,
+                no_progress_s=round(idle_s, 1),
+                stall_after_s=self._stall_after_s,
+            )
+        elif state.stalled and not waiting:
+            self._clear(state)
 
     def _clear(self, state: TaskState) -> None:
         state.stalled = False
@@ -150,8 +156,9 @@ class Health:
         for state in sorted(self._tasks.values(), key=lambda s: s.name):
             if state.state == STANDBY:  # ready: it takes over when the leader dies
                 continue
-            if not state.opened:
-                reasons.append(f"{state.name}: not open yet")
+            if not state.opened:  # with the error its attempts to open met, if any
+                detail = f": {state.state}: {state.error}" if state.error else ""
+                reasons.append(f"{state.name}: not open yet{detail}")
             elif state.state != "running":
                 detail = f": {state.error}" if state.error else ""
                 reasons.append(f"{state.name}: {state.state}{detail}")

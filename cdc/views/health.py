@@ -6,7 +6,7 @@
   from the state topic comes before: each piece read is progress, not a stall);
 - progress each time a batch commits (its group's offsets moved);
 - ``retrying`` with the error while a retriable error restarts its sessions, ``running`` again
-  once a batch committed or a poll found nothing left to read (so nothing left to fail on);
+  once a batch committed, or a poll found nothing while the sampler saw nothing waiting;
 - ``stopped`` with the error that ended it (the process stops too: a view's error is fatal).
 
 That work waits for it (its lag is above 0) the sampler reads from ``cdc_view_lag_records``
@@ -54,8 +54,12 @@ class ViewHealth:
         self._health.progress(self._task)
 
     def caught_up(self) -> None:
-        """A poll found nothing to read: the session works, running again after retries."""
-        if self._health.task(self._task).state != "running":
+        """A poll found nothing to read and the sampler sees nothing waiting: the session
+        works, running again after retries. (An empty poll alone proves nothing: on Kafka a
+        new session's first polls are empty while its consumer joins the group, records
+        waiting or not.)"""
+        state = self._health.task(self._task)
+        if state.state != "running" and not state.waiting:
             self._health.set_state(self._task, "running")
 
     def retrying(self, error: BaseException) -> None:

@@ -147,7 +147,10 @@ class ViewStore:
     # -- transactions ----------------------------------------------------------------------------
 
     def begin(self) -> None:
-        self._conn.execute("BEGIN")
+        # IMMEDIATE: the write lock is taken now, so a store another process holds locked
+        # fails here, before the batch reaches the log; a deferred BEGIN met the lock at the
+        # first write, which may be the commit's, after the log's commit (a needless rebuild).
+        self._conn.execute("BEGIN IMMEDIATE")
 
     def commit(self, token: str | None, high: Pos | None, seq: int) -> None:
         """Commit the open transaction as the state up to the batch whose commit token is

@@ -95,6 +95,9 @@ def test_a_view_that_cannot_write_is_stalled_on_readyz_and_clears(
         _locked_store_stalls_the_view(pg_db, tmp_path, endpoint, process, log)
         wait_for(lambda: reader.documents() == source_join(pg_db, view), 120, 0.1, process, log)
         assert len(reader.documents()) == 5
+        # The sessions retried under the lock wrote nothing twice: one document each.
+        waited = [orjson.loads(r.key) for r in reader.records()]
+        assert sum(k in ({"id": 101}, {"id": 102}) for k in waited) == 2, waited
         wait_for(lambda: _stalled(endpoint) == 0, 60, 0.2, process, log)
         wait_for(ready, 60, 0.2, process, log, seen)
         assert "task.stall_cleared" in log.read_text()

@@ -54,13 +54,19 @@ def test_a_view_not_yet_serving_fails_readiness_then_is_ready(health: Health) ->
         False,
         {"status": "not ready", "reasons": [f"{TASK}: not open yet"]},
     )
-    view.retrying(ConnectionError("log is down"))  # before its first session opened
-    assert health.readiness()[1]["reasons"] == [f"{TASK}: not open yet"]
+    view.retrying(ConnectionError("log is down"))  # before its first session opened: says why
+    assert health.readiness()[1]["reasons"] == [f"{TASK}: not open yet: retrying: log is down"]
     view.serving()
     assert health.readiness() == (True, {"status": "ready", "reasons": []})
     view.retrying(ConnectionError("store is locked"))
     assert health.readiness()[1]["reasons"] == [f"{TASK}: retrying: store is locked"]
-    view.caught_up()  # a poll found nothing to read: the session works again
+    # An empty poll while records wait proves nothing (on Kafka a new session's first polls
+    # are empty while its consumer joins the group): still retrying.
+    health.waiting(TASK, True)
+    view.caught_up()
+    assert health.readiness()[1]["reasons"] == [f"{TASK}: retrying: store is locked"]
+    health.waiting(TASK, False)
+    view.caught_up()  # a poll found nothing and nothing waits: the session works again
     assert health.readiness()[0]
     view.stopped(ValueError("bad on column"))
     assert health.readiness()[1]["reasons"] == [f"{TASK}: stopped: bad on column"]
