@@ -28,7 +28,14 @@ back into every ``_id`` it can stand for; reading one that is not the differing 
 harmless (a read of its current state). Deleting one the collection lacks is not, when another
 of the key's values is found: a sink may not tell them apart either (the Redis sink's row key
 of ``5`` and of ``"5"`` is one), and the delete would remove the found document's row. So the
-values of a key are deleted only when none of them is found.
+values of a key are deleted only when none of them is found passing the row filter.
+
+A document ``_id`` comes back from verify with its fields sorted (verify's keys are JSON with
+sorted fields), and MongoDB compares documents in their own field order: it is read field by
+field (:func:`query`) and told apart from others by its sorted JSON (:func:`identity`). One the
+collection no longer has is deleted under the sorted key: a sink that compares keys as JSON
+values (PostgreSQL's ``jsonb``) deletes it; one that compares their text may keep the row, and
+verify still names it.
 """
 
 from __future__ import annotations
@@ -41,13 +48,24 @@ from typing import Any, Final
 
 import orjson
 from bson import json_util
+from bson.codec_options import DatetimeConversion
 from bson.errors import BSONError
 from bson.json_util import JSONOptions
 
 from connectors.mongodb import records
 
 KEY: Final = "_id"
-_RELAXED: Final = JSONOptions(json_mode=json_util.JSONMode.RELAXED, tz_aware=True, tzinfo=dt.UTC)
+#: A date ``_id`` outside Python's years 1-9999 exists (the source decodes dates with
+#: ``DATETIME_AUTO``): kept as a ``DatetimeMS`` rather than refused.
+_RELAXED: Final = JSONOptions(
+    json_mode=json_util.JSONMode.RELAXED,
+    tz_aware=True,
+    tzinfo=dt.UTC,
+    datetime_conversion=DatetimeConversion.DATETIME_AUTO,
+)
+_CANONICAL: Final = json_util.CANONICAL_JSON_OPTIONS.with_options(
+    datetime_conversion=DatetimeConversion.DATETIME_AUTO
+)
 _INTEGER: Final = re.compile(r"-?[0-9]+")
 _INT64: Final = range(-(2**63), 2**63)
 
@@ -112,12 +130,38 @@ def encode(value: Any) -> str:
 
 def decode(text: str) -> Any:
     """The inverse of :func:`encode`."""
-    return json_util.loads(text)["v"]
+    return json_util.loads(text, json_options=_CANONICAL)["v"]
 
 
 def query(ids: Iterable[Iterable[str]]) -> dict[str, Any]:
-    """The ``find`` filter of a repair's stored ``ids``."""
-    return {KEY: {"$in": [decode(text) for group in ids for text in group]}}
+    """The ``find`` filter of a repair's stored ``ids``.
+
+    A document ``_id`` is matched field by field (``_id.a``, ``_id.b``...), not as a value:
+    MongoDB compares embedded documents in their field order, and verify's key has its fields
+    sorted (the document's own order is not in it). A match with more fields is read too,
+    harmlessly (a read of its current state).
+    """
+    values = [decode(text) for group in ids for text in group]
+    plain = [v for v in values if not _is_document(v)]
+    fields = [_paths(v, KEY) for v in values if _is_document(v)]
+    if not fields:
+        return {KEY: {"$in": plain}}
+    return {"$or": [{KEY: {"$in": plain}}, *fields]}
+
+
+def _is_document(value: Any) -> bool:
+    return isinstance(value, Mapping) and len(value) > 0
+
+
+def _paths(document: Mapping[str, Any], at: str) -> dict[str, Any]:
+    """Equalities on ``document``'s leaf fields under ``at`` (nested documents flattened)."""
+    out: dict[str, Any] = {}
+    for name, value in document.items():
+        if _is_document(value):
+            out.update(_paths(value, f"{at}.{name}"))
+        else:
+            out[f"{at}.{name}"] = value
+    return out
 
 
 def well_formed(ids: Any) -> bool:
@@ -128,5 +172,11 @@ def well_formed(ids: Any) -> bool:
 
 
 def identity(doc_id: Any) -> bytes:
-    """What tells two ``_id`` values apart in the sinks: their record key's JSON."""
-    return orjson.dumps(records.key(doc_id))
+    """What tells two ``_id`` values apart in the sinks: their record key's JSON, its
+    document fields sorted (a key read back from verify has lost their order)."""
+    return orjson.dumps(records.key(doc_id), option=orjson.OPT_SORT_KEYS)
+
+
+def groups_by_identity(ids: Iterable[Iterable[str]]) -> dict[bytes, int]:
+    """Each stored ``_id`` value's identity, to the number of the key (group) it stands for."""
+    return {identity(decode(text)): number for number, group in enumerate(ids) for text in group}

@@ -59,7 +59,10 @@ def events(
     out = [
         ChangeEvent(Op.READ, key, None, records.row(doc), info, None, fields) for key, doc in docs
     ]
-    if table_filter is not None and state["collections"][batch.table].get("sweep"):
+    collection = state["collections"][batch.table]
+    # A repair's deletes wait for its whole range (:func:`repaired`): one of a key's values
+    # may pass the filter in another batch.
+    if table_filter is not None and collection.get("sweep") and collection.get("ids") is None:
         for doc in batch.docs:  # no longer matching: a sink may hold it from before
             if not table_filter.matches(doc):
                 key = table_filter.key(doc["_id"])
@@ -67,16 +70,21 @@ def events(
     return out, [doc for _, doc in docs]
 
 
-def repaired(batch: Batch, state: Doc, found: set[bytes]) -> list[ChangeEvent]:
+def repaired(
+    batch: Batch, state: Doc, found: set[bytes], table_filter: CollectionFilter | None = None
+) -> list[ChangeEvent]:
     """The deletes a repair (:mod:`connectors.mongodb.repair`) adds to ``batch``: none until
     its range is read, then, at the snapshot's position, one of each ``_id`` value of each key
-    none of whose values a document of the range had (``found``: what the range's batches
-    read so far, this one included; the range is read again whole after a restart, and
-    ``found`` with it)."""
+    none of whose values a document of the range had that passes the row filter (``found``:
+    what the range's batches read so far, this one included; the range is read again whole
+    after a restart, and ``found`` with it). A value read but left out by the filter is
+    deleted with the others (the collection is swept), unless another value of its key passed:
+    a sink may not tell them apart."""
     ids = state["collections"][batch.table].get("ids")
     if ids is None:
         return []
-    found.update(repair.identity(doc["_id"]) for doc in batch.docs)
+    passing = batch.docs if table_filter is None else filter(table_filter.matches, batch.docs)
+    found.update(repair.identity(doc["_id"]) for doc in passing)
     if not batch.done:
         return []
     db, coll = batch.table.split(".", 1)
@@ -88,7 +96,7 @@ def repaired(batch: Batch, state: Doc, found: set[bytes]) -> list[ChangeEvent]:
         if any(repair.identity(value) in found for value in values):
             continue  # a sink may not tell the key's values apart: none is deleted
         for value in values:
-            key = records.key(value)
+            key = records.key(value) if table_filter is None else table_filter.key(value)
             out.append(ChangeEvent(Op.DELETE, key, None, None, info, None, fields))
     return out
 

@@ -447,9 +447,10 @@ class MongoSource:
         state = self._entry["snapshot"]
         collected = Collected()
         db, coll = batch.table.split(".", 1)
-        events, docs = snapshot_rows.events(batch, state, self._filters.get((db, coll)))
+        table_filter = self._filters.get((db, coll))
+        events, docs = snapshot_rows.events(batch, state, table_filter)
         found = self._found.setdefault(batch.table, set())
-        collected.events = events + snapshot_rows.repaired(batch, state, found)
+        collected.events = events + snapshot_rows.repaired(batch, state, found, table_filter)
         schema = self._tracker.observe((db, coll), docs)
         if schema is not None:
             collected.schemas[(db, coll)] = schema

@@ -227,3 +227,27 @@ def test_a_repair_cut_by_a_restart_reads_its_keys_again_and_deletes_the_absent_o
 def _rows_read(entry: dict[str, Any]) -> int:
     running = entry.get("snapshot") or {}
     return sum(info["rows"] for info in running.get("collections", {}).values())
+
+
+def test_a_document_id_is_found_whatever_the_order_of_its_fields(
+    mongo_server: Any, tmp_path: Path
+) -> None:
+    """verify names a document ``_id`` with its fields sorted; MongoDB compares documents in
+    their own field order, so the repair reads it field by field: the live document is read
+    (not deleted), the one the collection lacks is deleted."""
+    with database(mongo_server.uri) as db:
+        db.c.insert_many([{"_id": {"tenant": 1, "n": "a"}, "v": 1}, {"_id": 7, "v": 7}])
+        table = f"{db.name}.c"
+        opts = {"stream_scope": scope(mongo_server), "signal_collection": f"{db.name}.cdc_signals"}
+        with harness(mongo_server.uri, tmp_path, [table], **opts) as h:
+            h.open()
+            into_next_second()  # mongo-java-server starts streams at a whole second
+            db.c.update_one({"_id": 7}, {"$set": {"v": -7}})
+            h.collect(1)
+            cut = len(h.events)
+            sorted_keys = [{"_id": {"n": "a", "tenant": 1}}, {"_id": {"n": "b", "tenant": 2}}]
+            request = MongoSourcePlugin.request_repair(h.config, "mgt", table, sorted_keys)
+            h.run_until(lambda: request["id"] in h.stored().get("finished_requests", []))
+    repaired = sorted(((e.op.value, e.key["_id"]) for e in h.events[cut:]), key=str)
+    assert repaired == [("d", {"n": "b", "tenant": 2}), ("r", {"tenant": 1, "n": "a"})]
+    assert list(repaired[1][1]) == ["tenant", "n"]  # the live document's key, in its own order
