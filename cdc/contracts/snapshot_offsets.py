@@ -176,11 +176,19 @@ def mirrored_table(
     }
 
 
-def whole(tables: Mapping[str, Mapping[str, Any]], finished: Sequence[str]) -> dict[str, Any]:
-    """The offsets storing ``tables`` (each a :func:`mirrored_table`) and the ``finished``
-    request ids under the run key alone: for a source that rewrites its whole state with every
-    commit anyway (MongoDB's mirror)."""
-    return {RUN_KEY: {"tables": dict(tables), "requests": [], "finished": list(finished)}}
+def whole(
+    tables: Mapping[str, Mapping[str, Any]],
+    finished: Sequence[str],
+    failed: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """The offsets storing ``tables`` (each a :func:`mirrored_table`), the ``finished`` request
+    ids and the ``failed`` requests (``{id, table, reason, rows, failed_ms}``) under the run key
+    alone: for a source that rewrites its whole state with every commit anyway (MongoDB's
+    mirror)."""
+    run: dict[str, Any] = {"tables": dict(tables), "requests": [], "finished": list(finished)}
+    if failed:
+        run["failed"] = [dict(f) for f in failed]
+    return {RUN_KEY: run}
 
 
 # -- the typed views every reader uses (cdc status, cdc snapshot --wait, the live display,

@@ -193,9 +193,10 @@ def mirror(entry: Doc) -> Doc:
         for table, rows in last["rows"].items():
             info = {"rows": rows, "rows_per_s": None}
             tables[table] = _mirrored(1, [0], info, now, last.get("request"))
-    if not tables:
+    failed = entry.get("failed_requests", [])
+    if not tables and not failed:
         return {}
-    return snapshot_offsets.whole(tables, entry.get("finished_requests", []))
+    return snapshot_offsets.whole(tables, entry.get("finished_requests", []), failed)
 
 
 def _mirrored(total: int, done: list[int], info: Doc, now: int, request: str | None) -> Doc:

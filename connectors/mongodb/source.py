@@ -54,6 +54,7 @@ from connectors.mongodb.tables import (
     without_reads,
 )
 from snapshots.progress import Reporter, reporter
+from snapshots.state import FINISHED_KEPT
 
 Doc = dict[str, Any]
 
@@ -382,14 +383,15 @@ class MongoSource:
         """
         table, request_id = str(request.get("table")), str(request.get("_id"))
         if table not in self._config.table_names:
-            self._logger.warning("signal.ignored", table=table, reason="not a captured table")
+            self._ignored(request_id, table, "not a captured table")
             return
         if not without_reads([table], self._config, self._logger):
+            self._ignored(request_id, table, "its ops leave out r: no snapshot reads it")
             return
         ids = request.get("ids")
         refused = None if ids is None else self._unrepairable(table, ids)
         if refused is not None:
-            self._logger.warning("signal.ignored", table=table, reason=refused)
+            self._ignored(request_id, table, refused)
             return
         assert self._client is not None and self._streams is not None
         self._streams.close()
@@ -412,6 +414,15 @@ class MongoSource:
             keys=None if ids is None else len(ids),
         )
         self._start_scanner()
+
+    def _ignored(self, request_id: str, table: str, reason: str) -> None:
+        """Log a request not carried out, and store it as failed with ``reason``, so that
+        ``cdc snapshot --wait`` and ``cdc verify --repair`` end with it instead of waiting out
+        their timeout."""
+        self._logger.warning("signal.ignored", table=table, reason=reason)
+        failure = {"id": request_id, "table": table, "reason": reason, "rows": 0}
+        kept = [*self._entry.get("failed_requests", []), {**failure, "failed_ms": now_ms()}]
+        self._entry["failed_requests"] = kept[-FINISHED_KEPT:]
 
     def _unrepairable(self, table: str, ids: Any) -> str | None:
         """Why a repair request's ``ids`` cannot be read, if so."""

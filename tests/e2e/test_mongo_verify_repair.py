@@ -22,6 +22,7 @@ import redis
 from bson import ObjectId
 
 from cdc.contracts.events import Op
+from cdc.metrics.snapshot_report import request_outcome
 from cdc.records.normalize import canonical
 from connectors.mongodb import MongoSourcePlugin
 from connectors.mongodb.convert import to_json
@@ -251,3 +252,25 @@ def test_a_document_id_is_found_whatever_the_order_of_its_fields(
     repaired = sorted(((e.op.value, e.key["_id"]) for e in h.events[cut:]), key=str)
     assert repaired == [("d", {"n": "b", "tenant": 2}), ("r", {"tenant": 1, "n": "a"})]
     assert list(repaired[1][1]) == ["tenant", "n"]  # the live document's key, in its own order
+
+
+def test_a_request_the_source_cannot_carry_out_ends_as_failed(
+    mongo_server: Any, tmp_path: Path
+) -> None:
+    """A repair request the running source refuses (here ids that are no list of _id texts,
+    as a CLI with another config or another version could write) is stored as failed with its
+    reason: ``cdc verify --repair`` ends with it instead of waiting out its timeout."""
+    with database(mongo_server.uri) as db:
+        db.c.insert_many([{"_id": i} for i in range(3)])
+        table = f"{db.name}.c"
+        opts = {"stream_scope": scope(mongo_server), "signal_collection": f"{db.name}.cdc_signals"}
+        with harness(mongo_server.uri, tmp_path, [table], **opts) as h:
+            h.open()
+            into_next_second()  # mongo-java-server starts streams at a whole second
+            db.c.update_one({"_id": 1}, {"$set": {"v": 1}})
+            h.collect(1)
+            request = {"_id": "bad1", "type": "snapshot", "table": table, "pipeline": "mgt"}
+            db.cdc_signals.insert_one({**request, "ids": "not a list"})
+            h.run_until(lambda: request_outcome(h.log.source_offsets(), "bad1") is not None)
+            outcome = request_outcome(h.log.source_offsets(), "bad1")
+    assert outcome == "failed: ids is not a list of lists of Extended JSON texts"
