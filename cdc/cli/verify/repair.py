@@ -17,7 +17,7 @@ the command waits for each to end, then for the sinks to consume the log, then c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,10 @@ from cdc.verify.comparison import TableComparison
 #: Keys per repair request: each request's ``where`` lists them (and the stored offsets keep
 #: them until the request is done).
 BATCH_KEYS = 1000
+#: At most this many bytes of keys (canonical JSON) a request: the stored offsets keep them
+#: with every commit while it runs (MongoDB's as ``_id`` texts, about 2-3 times as long), and
+#: one offsets record must stay well inside a Kafka message (1 MB by default).
+BATCH_BYTES = 128 * 1024
 
 
 @dataclass
@@ -113,10 +117,8 @@ def request_repairs(
     for table, repair in repairs.items():
         if repair.outcome != "pending":
             continue
-        keys = [orjson.loads(k) for k in keys_of(table)]
         try:
-            for at in range(0, len(keys), BATCH_KEYS):
-                batch = keys[at : at + BATCH_KEYS]
+            for batch in batches(keys_of(table)):
                 request = plugin.request_repair(pipeline.source, pipeline.name, table, batch)
                 repair.requests.append(request["id"])
         except ConfigError as exc:
@@ -124,6 +126,23 @@ def request_repairs(
             repair.error = "; ".join(f"{where}: {message}" for where, message in exc.problems)
         except CdcError as exc:
             repair.outcome, repair.error = "failed", str(exc)
+
+
+def batches(
+    keys: Sequence[bytes], most_keys: int = BATCH_KEYS, most_bytes: int = BATCH_BYTES
+) -> Iterator[list[Any]]:
+    """``keys`` (canonical JSON) as the key objects of each request, in order: at most
+    ``most_keys`` of them and ``most_bytes`` of their JSON a request (a longer key alone)."""
+    batch: list[Any] = []
+    size = 0
+    for key in keys:
+        if batch and (len(batch) >= most_keys or size + len(key) > most_bytes):
+            yield batch
+            batch, size = [], 0
+        batch.append(orjson.loads(key))
+        size += len(key)
+    if batch:
+        yield batch
 
 
 def wait_for_repairs(
