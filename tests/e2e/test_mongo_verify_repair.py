@@ -28,7 +28,7 @@ from connectors.mongodb import MongoSourcePlugin
 from connectors.mongodb.convert import to_json
 from sinks.keyed import key_suffix
 from tests.e2e.cli_helpers import cdc, start_run, stop, tail_all, wait_for
-from tests.integration.mongo_kit import database, harness, into_next_second, scope
+from tests.integration.mongo_kit import Harness, database, harness, into_next_second, scope
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -183,23 +183,33 @@ def _tamper_duckdb(path: Path, db: str) -> list[Any]:
     return [11, "s1", 9002]
 
 
+def _signal_options(mongo_server: Any, db: Any, **extra: Any) -> dict[str, Any]:
+    """The source's options for a repair: its stream scope and the signal collection."""
+    return {
+        "stream_scope": scope(mongo_server),
+        "signal_collection": f"{db.name}.cdc_signals",
+        **extra,
+    }
+
+
+def _streaming(h: Harness, db: Any, changed: Any) -> None:
+    """Open the source and see it stream: one change (``_id`` ``changed``) collected."""
+    h.open()
+    into_next_second()  # mongo-java-server starts streams at a whole second
+    db.c.update_one({"_id": changed}, {"$set": {"v": -1}})
+    h.collect(1)
+
+
 def test_a_repair_cut_by_a_restart_reads_its_keys_again_and_deletes_the_absent_ones(
     mongo_server: Any, tmp_path: Path
 ) -> None:
     with database(mongo_server.uri) as db:
         db.c.insert_many([{"_id": i, "v": i} for i in range(20)])
         table = f"{db.name}.c"
-        opts = {
-            "stream_scope": scope(mongo_server),
-            "signal_collection": f"{db.name}.cdc_signals",
-            "snapshot_batch": 1,  # a commit after each document read
-            "snapshot_workers": 1,
-        }
+        # A commit after each document read.
+        opts = _signal_options(mongo_server, db, snapshot_batch=1, snapshot_workers=1)
         with harness(mongo_server.uri, tmp_path, [table], **opts) as h:
-            h.open()
-            into_next_second()  # mongo-java-server starts streams at a whole second
-            db.c.update_one({"_id": 1}, {"$set": {"v": -1}})
-            h.collect(1)
+            _streaming(h, db, 1)
             keys = [{"_id": "2"}, {"_id": "5"}, {"_id": "99"}]
             request = MongoSourcePlugin.request_repair(h.config, "mgt", table, keys)
             assert (request["keys"], request["ids"]) == (3, 6)  # "2", 2, "5", 5, "99", 99
@@ -239,12 +249,8 @@ def test_a_document_id_is_found_whatever_the_order_of_its_fields(
     with database(mongo_server.uri) as db:
         db.c.insert_many([{"_id": {"tenant": 1, "n": "a"}, "v": 1}, {"_id": 7, "v": 7}])
         table = f"{db.name}.c"
-        opts = {"stream_scope": scope(mongo_server), "signal_collection": f"{db.name}.cdc_signals"}
-        with harness(mongo_server.uri, tmp_path, [table], **opts) as h:
-            h.open()
-            into_next_second()  # mongo-java-server starts streams at a whole second
-            db.c.update_one({"_id": 7}, {"$set": {"v": -7}})
-            h.collect(1)
+        with harness(mongo_server.uri, tmp_path, [table], **_signal_options(mongo_server, db)) as h:
+            _streaming(h, db, 7)
             cut = len(h.events)
             sorted_keys = [{"_id": {"n": "a", "tenant": 1}}, {"_id": {"n": "b", "tenant": 2}}]
             request = MongoSourcePlugin.request_repair(h.config, "mgt", table, sorted_keys)
@@ -263,12 +269,8 @@ def test_a_request_the_source_cannot_carry_out_ends_as_failed(
     with database(mongo_server.uri) as db:
         db.c.insert_many([{"_id": i} for i in range(3)])
         table = f"{db.name}.c"
-        opts = {"stream_scope": scope(mongo_server), "signal_collection": f"{db.name}.cdc_signals"}
-        with harness(mongo_server.uri, tmp_path, [table], **opts) as h:
-            h.open()
-            into_next_second()  # mongo-java-server starts streams at a whole second
-            db.c.update_one({"_id": 1}, {"$set": {"v": 1}})
-            h.collect(1)
+        with harness(mongo_server.uri, tmp_path, [table], **_signal_options(mongo_server, db)) as h:
+            _streaming(h, db, 1)
             request = {"_id": "bad1", "type": "snapshot", "table": table, "pipeline": "mgt"}
             db.cdc_signals.insert_one({**request, "ids": "not a list"})
             h.run_until(lambda: request_outcome(h.log.source_offsets(), "bad1") is not None)

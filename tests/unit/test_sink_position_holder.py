@@ -27,17 +27,21 @@ def flush(holder: PositionHolder, path: Path, offsets: dict[TopicPartition, int]
     holder.written(position)
 
 
-def test_a_held_position_is_written_with_the_next_flush(tmp_path: Path) -> None:
+def flushed_once(tmp_path: Path) -> tuple[Path, PositionHolder]:
+    """A holder handed "0/10" and flushed once with offsets, and its file."""
     path, holder = tmp_path / "offsets.json", PositionHolder()
     holder.hold("0/10")
     flush(holder, path, OFFSETS)
+    return path, holder
+
+
+def test_a_held_position_is_written_with_the_next_flush(tmp_path: Path) -> None:
+    path, _ = flushed_once(tmp_path)
     assert read_position(read_json(path)) == "0/10"
 
 
 def test_a_flush_without_a_new_position_writes_the_stored_one_again(tmp_path: Path) -> None:
-    path, holder = tmp_path / "offsets.json", PositionHolder()
-    holder.hold("0/10")
-    flush(holder, path, OFFSETS)
+    path, holder = flushed_once(tmp_path)
     flush(holder, path, {**OFFSETS, TopicPartition("p.public.t", 1): 3})
     assert read_position(read_json(path)) == "0/10"
     holder.hold("0/20")
