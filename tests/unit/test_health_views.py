@@ -1,7 +1,8 @@
 """A live join view in the pipeline's health: the task ``view:<name>`` in ``/readyz`` and the
 stall alarm.
 
-Health and the sampler on their own (the view's lag as ``cdc_view_lag_records`` holds it), then
+Health and the sampler on their own (the view's lag as ``cdc_view_lag_records`` holds it; a
+one-sample flip of it neither restarts the stall clock nor clears the stall), then
 a real view task on a real embedded log (SQLite, in process) whose local store another
 connection holds locked: it retries, is flagged stalled while its tables' records wait, and
 clears once the lock is gone. The same through ``cdc run`` on PostgreSQL:
@@ -107,6 +108,60 @@ def test_work_arriving_after_a_long_idle_is_not_a_stall(health: Health) -> None:
     time.sleep(0.25)
     health.evaluate()  # it did not: now it is stalled
     assert _stalled(health._metrics) == 1
+
+
+def test_a_one_sample_flip_of_waiting_neither_restarts_the_stall_clock_nor_clears_it(
+    health: Health,
+) -> None:
+    metrics = health._metrics
+    view = ViewHealth(health, "order_docs")
+    view.serving()
+    health.waiting(TASK, True)
+    health.evaluate()
+    assert _stalled(metrics) == 0
+    time.sleep(0.25)  # stuck: nothing committed for longer than stall_after_s
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(3):  # its lag sample flaps: one sample sees nothing waiting, then again
+            health.waiting(TASK, False)
+            health.evaluate()
+            health.waiting(TASK, True)  # formerly a new waiting period: the clock restarted
+            health.evaluate()
+            assert _stalled(metrics) == 1
+            assert health.readiness()[1]["reasons"] == [STALLED]
+    assert [e["event"] for e in logs] == ["task.stalled"]  # once: no clearing at each flip
+    with structlog.testing.capture_logs() as logs:
+        view.committed()  # real progress: cleared at once, the clock from here
+    assert [e["event"] for e in logs] == ["task.stall_cleared"]
+    health.evaluate()  # records still wait: the view has stall_after_s again
+    assert _stalled(metrics) == 0 and health.readiness()[0]
+    time.sleep(0.25)
+    health.waiting(TASK, False)  # a flip after the commit does not restart it either
+    health.waiting(TASK, True)
+    health.evaluate()
+    assert _stalled(metrics) == 1
+
+
+def test_two_samples_with_nothing_waiting_end_the_waiting_period(health: Health) -> None:
+    view = ViewHealth(health, "order_docs")
+    view.serving()
+    health.waiting(TASK, True)  # a waiting sample, then nothing waits for two samples in a row
+    health.waiting(TASK, False)
+    assert health.task(TASK).waiting  # one sample is a flip
+    health.waiting(TASK, False)
+    assert not health.task(TASK).waiting
+    time.sleep(0.25)  # idle for longer than stall_after_s, nothing waiting
+    health.waiting(TASK, True)  # a new waiting period: the view has stall_after_s to take it
+    health.evaluate()
+    assert _stalled(health._metrics) == 0 and health.readiness()[0]
+    time.sleep(0.25)
+    health.evaluate()
+    assert _stalled(health._metrics) == 1
+    health.waiting(TASK, False)
+    health.evaluate()  # one sample with nothing waiting: still stalled
+    assert _stalled(health._metrics) == 1
+    health.waiting(TASK, False)
+    health.evaluate()  # settled: nothing waits any more, cleared
+    assert _stalled(health._metrics) == 0 and health.readiness()[0]
 
 
 def test_a_long_store_rebuild_is_progress(health: Health) -> None:
