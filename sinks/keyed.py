@@ -9,6 +9,7 @@ which works for tombstones with or without their delete's position (older logs h
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from enum import Enum
 from typing import Any, NamedTuple
@@ -18,7 +19,7 @@ import orjson
 from cdc.contracts.errors import RecordError
 from cdc.contracts.events import topic_name
 from cdc.contracts.schema import is_table_schema_key
-from cdc.contracts.sink import SinkRecord, sink_offsets
+from cdc.contracts.sink import SchemaLookup, SinkRecord, sink_offsets
 from cdc.log.base import TopicPartition
 
 Table = tuple[str, str]
@@ -64,11 +65,32 @@ class Change(NamedTuple):
 
 
 class TopicTables:
-    """Maps topics back to ``(schema, table)``; built once per sink from its context."""
+    """Maps topics back to ``(schema, table)``; built once per sink from its context.
 
-    def __init__(self, pipeline: str, tables: Iterable[Table]) -> None:
+    With the context's schemas it also says which tables have an any-type key
+    (:meth:`any_type_key`), for the sinks that name a row by its key values as text.
+    """
+
+    def __init__(
+        self, pipeline: str, tables: Iterable[Table], schemas: SchemaLookup | None = None
+    ) -> None:
         self._pipeline = pipeline
         self._known = {topic_name(pipeline, s, t): (s, t) for s, t in tables}
+        self._schemas = schemas
+        self._any_type: dict[Table, bool] = {}
+
+    def any_type_key(self, table: Table) -> bool:
+        """Whether ``table``'s key column takes a value of any JSON type
+        (:attr:`~cdc.contracts.schema.TableSchema.any_type_key`): its key text must then tell
+        the number 5 from the string "5" (:func:`key_suffix`). Asked once per table: a source
+        publishes a table's schema before its first change (the runtime's catalog waits for
+        one Kafka shows late), and a key's columns keep their types; ``False`` for a table
+        without a schema."""
+        known = self._any_type.get(table)
+        if known is None:
+            schema = self._schemas.get(*table) if self._schemas is not None else None
+            known = self._any_type[table] = schema is not None and schema.any_type_key
+        return known
 
     def table(self, topic: str) -> Table:
         found = self._known.get(topic)
@@ -122,14 +144,34 @@ def classify(record: SinkRecord, tables: TopicTables) -> Change:
     return Change(kind, table, key, (position, sequence), record.offset, row, record)
 
 
-def key_suffix(key: Mapping[str, Any]) -> str:
-    """Key values in key-column order joined by ``:`` (the Redis key's last part)."""
+def key_suffix(key: Mapping[str, Any], any_type: bool = False) -> str:
+    """Key values in key-column order joined by ``:`` (the Redis key's last part).
+
+    A string is written as it is and anything else as JSON, so a typed key column (PostgreSQL's)
+    gives each value one text. Under ``any_type`` (:meth:`TopicTables.any_type_key`) a column
+    may hold the number 5 and the string "5" at once: a string that reads as JSON is then written
+    as a JSON string (``"5"``), which no other value's text is (:func:`any_type_text`).
+    """
     if len(key) == 1:  # the common single-column key, without a generator
         (value,) = key.values()
         if isinstance(value, str):
-            return value
+            return any_type_text(value) if any_type else value
         return str(value) if type(value) is int else orjson.dumps(value).decode()
     return ":".join(v if isinstance(v, str) else orjson.dumps(v).decode() for v in key.values())
+
+
+def any_type_text(value: str) -> str:
+    """An any-type key's string as text: as it is, unless it reads as JSON (``5``, ``true``,
+    ``{"$oid": ...}``, ``"x"``): then as a JSON string, so that it differs from the text of the
+    value it reads as. A string that reads as no JSON is the text of no other value."""
+    try:
+        orjson.loads(value)
+    except orjson.JSONDecodeError:
+        try:  # orjson refuses integers past 64 bits and NaN, which a key's text may hold
+            json.loads(value)
+        except ValueError:
+            return value
+    return orjson.dumps(value).decode()
 
 
 def split_schemas(

@@ -191,7 +191,9 @@ def _sink(
         "masked": source_masked(pipeline, table),
     }
     try:
-        keeps_positions, state = held_state(config, pipeline.name, table, key)
+        keeps_positions, state = held_state(
+            config, pipeline.name, table, key, schema is not None and schema.any_type_key
+        )
     except LookupError as exc:
         return {**report, "state": "unreadable", "why": str(exc)}
     plugin = plugins.load(plugins.SINK_GROUP, config.type)

@@ -28,18 +28,18 @@ Canon = Callable[[dict[str, Any] | None], bytes | None]
 
 
 def held_state(
-    config: Any, pipeline: str, table: str, key: dict[str, Any]
+    config: Any, pipeline: str, table: str, key: dict[str, Any], any_type: bool = False
 ) -> tuple[bool, tuple[dict[str, Any] | None, tuple[Any, Any] | None] | None]:
     """Whether the store keeps positions, and ``(row, position)`` of the key (``None``: the
     store holds nothing of it). A plugin without ``read_key`` (or whose ``read_key`` raises
     ``NotImplementedError`` for the table) is read whole through ``read_rows``; without either,
-    ``LookupError``."""
+    ``LookupError``. ``any_type``: the table's key column has no type (a MongoDB ``_id``)."""
     plugin = plugins.load(plugins.SINK_GROUP, config.type)
     schema, _, name = table.partition(".")
     read_key = getattr(plugin, "read_key", None)
     if read_key is not None:
         try:
-            found = read_key(config, schema, name, key, pipeline=pipeline)
+            found = read_key(config, schema, name, key, pipeline=pipeline, any_type=any_type)
         except NotImplementedError:
             pass  # not a table the store looks keys up in (a document layout): read it whole
         else:

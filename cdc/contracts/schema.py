@@ -54,6 +54,13 @@ class TableSchema:
     def key_columns(self) -> list[str]:
         return [c.name for c in self.columns if c.key]
 
+    @property
+    def any_type_key(self) -> bool:
+        """A key column has no type, so takes a value of any JSON type (a schemaless source's:
+        MongoDB publishes ``_id`` with the type ``""``), and the number 5 and the string "5"
+        are two keys: a sink naming rows by their key's text must tell them apart."""
+        return any(c.key and not c.type for c in self.columns)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "connector": self.connector,

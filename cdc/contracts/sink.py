@@ -165,8 +165,10 @@ class SinkPlugin(Protocol):
     of ``(key, row)`` of every row the sink holds for ``schema.table``, where ``pipeline`` is the
     pipeline's name (a sink that keys its store by pipeline, like Redis, needs it).
 
-    Optional, for ``cdc trace``: ``read_key(config, schema, table, key, *, pipeline)``, what the
-    sink holds for one record key (``key`` the record key's JSON object, in key-column order):
+    Optional, for ``cdc trace``: ``read_key(config, schema, table, key, *, pipeline,
+    any_type)``, what the sink holds for one record key (``key`` the record key's JSON object, in
+    key-column order; ``any_type``: the table's key column has no type, so may hold the number 5
+    and the string "5" as two keys, as a MongoDB ``_id`` may):
     ``(row, (position, sequence))``, the row and the source position the store recorded with it
     (``None`` where it keeps none); ``(None, position)`` for a deleted key whose position the
     store keeps; ``None`` when it holds nothing of the key; ``NotImplementedError`` for a table

@@ -220,7 +220,20 @@ def _bool(value: Any) -> bool:
     return bool(value)
 
 
+def _any_type(value: Any) -> Any:
+    """A value of a column without a type (a schemaless source's field, as MongoDB's): a JSON
+    value every side hands over parsed, kept with its type, so the number 5, the string "5"
+    and ``true`` stay three values (as text they were one, and ``cdc verify`` missed a sink that
+    changed a value's type, or two keys that became one)."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode()
+    if isinstance(value, str | int | float | bool | dict | list):
+        return value
+    return str(value)
+
+
 _CONVERTERS: dict[str, Any] = {
+    "": _any_type,
     **{name: int for name in _INTEGER},
     **{name: (lambda v: _float(v, False)) for name in _DOUBLE},
     **{name: (lambda v: _float(v, True)) for name in _REAL},

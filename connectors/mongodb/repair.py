@@ -21,14 +21,12 @@ filter leaves out is deleted too (the collection is swept, :func:`snapshot.sweep
 PostgreSQL's repair deletes a key its row filter leaves out.
 
 ``cdc verify`` names each key by its canonical JSON (:mod:`cdc.records.normalize`): a MongoDB
-field has no column type, so a document or array value stays as it is (relaxed Extended JSON:
-an ObjectId is ``{"$oid": ...}``) while any other value becomes its ``str``: ``5`` and ``"5"``
-are both ``"5"``, ``1.5`` is ``"1.5"``, ``True`` is ``"True"``. :func:`candidates` turns a key
-back into every ``_id`` it can stand for; reading one that is not the differing key is
-harmless (a read of its current state). Deleting one the collection lacks is not, when another
-of the key's values is found: a sink may not tell them apart either (the Redis sink's row key
-of ``5`` and of ``"5"`` is one), and the delete would remove the found document's row. So the
-values of a key are deleted only when none of them is found passing the row filter.
+field has no column type, so its value keeps its JSON type (relaxed Extended JSON: an ObjectId
+is ``{"$oid": ...}``, and the number ``5`` and the string ``"5"`` are two keys, as they are two
+documents and two rows in every sink). :func:`candidates` turns a key back into the ``_id`` it
+stands for. A request still carries a list of values per key (a request stored by an earlier
+version may hold several, from when verify wrote every scalar as its text): the values of a key
+are deleted only when none of them is found passing the row filter.
 
 A document ``_id`` comes back from verify with its fields sorted (verify's keys are JSON with
 sorted fields), and MongoDB compares documents in their own field order: it is read field by
@@ -41,8 +39,6 @@ verify still names it.
 from __future__ import annotations
 
 import datetime as dt
-import math
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
@@ -66,8 +62,6 @@ _RELAXED: Final = JSONOptions(
 _CANONICAL: Final = json_util.CANONICAL_JSON_OPTIONS.with_options(
     datetime_conversion=DatetimeConversion.DATETIME_AUTO
 )
-_INTEGER: Final = re.compile(r"-?[0-9]+")
-_INT64: Final = range(-(2**63), 2**63)
 
 
 class BadKey(ValueError):
@@ -90,24 +84,7 @@ def candidates(key: Mapping[str, Any]) -> list[Any]:
             return [json_util.loads(orjson.dumps(value), json_options=_RELAXED)]
         except (ValueError, TypeError, BSONError) as exc:
             raise BadKey(f"{orjson.dumps(key).decode()}: {exc}") from None
-    if not isinstance(value, str):
-        return [value]  # a raw JSON value (None, a number, a boolean): itself
-    return [value, *_scalars(value)]
-
-
-def _scalars(text: str) -> list[Any]:
-    """The non-string values whose ``str`` is ``text`` (an integer, a finite double, a
-    boolean); the non-finite doubles are documents in relaxed Extended JSON already."""
-    if _INTEGER.fullmatch(text):
-        number = int(text)
-        return [number] if str(number) == text and number in _INT64 else []
-    if text in ("True", "False"):
-        return [text == "True"]
-    try:
-        double = float(text)
-    except ValueError:
-        return []
-    return [double] if math.isfinite(double) and str(double) == text else []
+    return [value]  # a raw JSON value (a string, None, a number, a boolean): itself
 
 
 def request_ids(keys: Iterable[Mapping[str, Any]]) -> list[list[str]]:

@@ -24,6 +24,7 @@ def read_key(
     key: dict[str, Any],
     *,
     pipeline: str | None = None,
+    any_type: bool = False,
 ) -> KeyState | None:
     """``(row, (position, sequence))`` of ``key`` in ``schema.table``; ``(None, position)``
     for a deleted key the sink remembers; ``None`` when the file holds nothing of it.

@@ -23,6 +23,7 @@ def read_key(
     key: dict[str, Any],
     *,
     pipeline: str | None = None,
+    any_type: bool = False,
 ) -> KeyState | None:
     """``(row, (position, sequence))`` of ``key`` (``append`` mode: its newest change row);
     ``None`` when the table holds nothing of it."""

@@ -8,14 +8,14 @@ keeps its newest change by the full position (only the newest can take effect at
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from cdc.contracts.errors import RecordError
-from sinks.keyed import Change, Kind, Pos, Table, counted_position
+from sinks.keyed import Change, Kind, Pos, Table, any_type_text, counted_position
 from sinks.opensearch.versions import version
 
 #: OpenSearch's longest ``_id``, in bytes.
@@ -66,14 +66,19 @@ def source_row(doc: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def doc_id(key: Mapping[str, Any]) -> str:
-    """The document id of a record key: a one-column key's value as text (a string as it is),
-    a composite key the JSON array of its values in key-column order; a longer id than
-    OpenSearch takes is its SHA-256."""
+def doc_id(key: Mapping[str, Any], any_type: bool = False) -> str:
+    """The document id of a record key: a one-column key's value as text (a string as it is;
+    under ``any_type``, a MongoDB ``_id``, one that reads as JSON as a JSON string, so the
+    string "5" and the number 5 are two documents: :func:`sinks.keyed.any_type_text`), a
+    composite key the JSON array of its values in key-column order; a longer id than OpenSearch
+    takes is its SHA-256."""
     values = list(key.values())
     if len(values) == 1:
         value = values[0]
-        text = value if isinstance(value, str) else orjson.dumps(value).decode()
+        if isinstance(value, str):
+            text = any_type_text(value) if any_type else value
+        else:
+            text = orjson.dumps(value).decode()
     else:
         text = orjson.dumps(values).decode()
     if len(text.encode()) > MAX_ID:
@@ -89,8 +94,13 @@ class Part:
     truncate: Change | None = None
 
 
-def parts(changes: Sequence[Change]) -> list[Part]:
-    """``changes`` cut at each truncate, keeping each document's newest change per part.
+def _typed(table: Table) -> bool:
+    return False
+
+
+def parts(changes: Sequence[Change], any_type: Callable[[Table], bool] = _typed) -> list[Part]:
+    """``changes`` cut at each truncate, keeping each document's newest change per part;
+    ``any_type`` says which tables have an any-type key (:func:`doc_id`).
 
     Raises:
         RecordError: a change of a table without a key (it has no document to address).
@@ -109,7 +119,7 @@ def parts(changes: Sequence[Change]) -> list[Part]:
             continue
         if not change.key:
             raise RecordError("a change without a key cannot be a document", change.record)
-        slot = (change.table, doc_id(change.key))
+        slot = (change.table, doc_id(change.key, any_type(change.table)))
         held = out[-1].latest.get(slot)
         if held is None or _newer(change, held):
             out[-1].latest[slot] = change

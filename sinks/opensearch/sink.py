@@ -42,7 +42,7 @@ class OpenSearchSink:
         self._name = context.sink_name
         self._schema_topic = schema_topic(context.pipeline)
         self._tables = set(context.tables)
-        self._topic_tables = TopicTables(context.pipeline, context.tables)
+        self._topic_tables = TopicTables(context.pipeline, context.tables, context.schemas)
         self._client: OpenSearch | None = None
         self._indexes: dict[Table, IndexState] = {}
         self._offsets: dict[TopicPartition, int] = {}
@@ -102,7 +102,7 @@ class OpenSearchSink:
         with self._translated("applying a batch"):
             for table in announced:
                 self._index(table)
-            for part in parts(changes):
+            for part in parts(changes, self._topic_tables.any_type_key):
                 self._send(part)
             next_offsets = sink_offsets(records)
             self._store_offsets(next_offsets, held)

@@ -22,13 +22,15 @@ def read_key(
     key: dict[str, Any],
     *,
     pipeline: str | None = None,
+    any_type: bool = False,
 ) -> KeyState | None:
     """``(row, (position, sequence))`` of ``key``'s document, ``None`` if there is none (a
-    delete leaves none to read: OpenSearch keeps its version only for ``gc_deletes``)."""
+    delete leaves none to read: OpenSearch keeps its version only for ``gc_deletes``);
+    ``any_type``: the table's key takes a value of any type (:func:`.documents.doc_id`)."""
     client = connect(config)
     try:
         name = config.index_name(pipeline or "", (schema, table))
-        hit = client.get(index=name, id=doc_id(key))
+        hit = client.get(index=name, id=doc_id(key, any_type))
     except os_errors.NotFoundError:
         return None
     except (os_errors.TransportError, os_errors.ImproperlyConfigured) as exc:

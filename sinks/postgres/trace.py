@@ -28,6 +28,7 @@ def read_key(
     key: dict[str, Any],
     *,
     pipeline: str | None = None,
+    any_type: bool = False,
 ) -> KeyState | None:
     """``(row, (position, sequence))`` of ``key``; ``(None, position)`` for a deleted key the
     target remembers; ``None`` when it holds nothing of it.

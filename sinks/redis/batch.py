@@ -70,7 +70,7 @@ def segments(records: Sequence[SinkRecord], tables: TopicTables) -> list[Segment
         if len(key) == 1 and (one := next(iter(key.values()))).__class__ is int:
             suffix = str(one)  # key_suffix's common case, without its call
         else:
-            suffix = key_suffix(key)
+            suffix = key_suffix(key, tables.any_type_key(table))
         chunk.entries.append((code, number, suffix, pos, f"{offset:015d}", extra))
         if len(chunk.entries) >= CHUNK:
             chunk = Chunk()

@@ -42,7 +42,7 @@ class RedisSink:
         self._layout = Layout(config.key_prefix or context.pipeline)
         # config.name (the context's sink name too): read_rows finds the offsets by it.
         self._sink_keys = (self._layout.offsets(config.name), self._layout.rebuild(config.name))
-        self._tables = TopicTables(context.pipeline, context.tables)
+        self._tables = TopicTables(context.pipeline, context.tables, context.schemas)
         self._topics = [topic_name(context.pipeline, s, t) for s, t in context.tables]
         self._ttl_ms = (config.ttl_s or 0) * 1000
         self._client: redis.Redis | None = None

@@ -24,11 +24,13 @@ def read_key(
     key: dict[str, Any],
     *,
     pipeline: str | None = None,
+    any_type: bool = False,
 ) -> KeyState | None:
     """``(row, (position, sequence))`` of ``key`` (``key``'s columns in key order); ``(None,
-    position)`` for a deleted key; ``None`` when Redis holds nothing of it."""
+    position)`` for a deleted key; ``None`` when Redis holds nothing of it. ``any_type``: the
+    table's key takes a value of any type (:func:`sinks.keyed.key_suffix`)."""
     layout = Layout(config.key_prefix or pipeline or "")
-    suffix = key_suffix(key)
+    suffix = key_suffix(key, any_type)
     client = connect(config)
     try:
         value = client.get(layout.rows((schema, table)) + suffix)

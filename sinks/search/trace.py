@@ -21,6 +21,7 @@ def read_key(
     key: dict[str, Any],
     *,
     pipeline: str | None = None,
+    any_type: bool = False,
 ) -> KeyState | None:
     """``(row, (position, sequence))`` of ``key`` (its columns in key order, as the record key
     has them); ``(None, position)`` for a deleted key's marker; ``None``: nothing of it."""

@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 import pytest
+import redis
 from bson import Binary, Decimal128, Int64, ObjectId
 
 from cdc.config import pipeline as config
@@ -285,3 +286,61 @@ def test_cdc_snapshot_rereads_a_collection_while_the_pipeline_runs(
     assert [(r["table"], r["state"], r["rows"]) for r in report["snapshot"]] == [
         (table, "done", 50)
     ]
+
+
+def test_the_number_5_and_the_string_5_are_two_documents_in_every_sink(
+    mongo_server: Any, redis_server: Any, tmp_path: Path
+) -> None:
+    # A collection's _id may be of any type: 5 and "5" (and true and "true") are four documents,
+    # four rows in each sink, and verify tells them apart. The Redis sink once wrote both under
+    # the key ":5" (the second overwrote the first) and verify named both "5", so it agreed.
+    ids: list[Any] = [5, "5", 7.5, "7.5", True, "true", "abc"]
+    with database(mongo_server.uri) as db:
+        db.docs.insert_many([{"_id": i, "v": n} for n, i in enumerate(ids)])
+        tables = [f"{db.name}.docs"]
+        prefix = f"mix{int(time.time() * 1000)}"
+        sinks = (
+            "sinks:\n  - name: warehouse\n    type: duckdb\n    path: out/mg.duckdb\n"
+            f"  - name: cache\n    type: redis\n    url: {redis_server.url}\n"
+            f"    key_prefix: {prefix}\n"
+            f"  - name: search\n    type: search\n    path: {tmp_path / 'out' / 'search'}\n"
+        )
+        pipeline = write_pipeline(tmp_path, mongo_server.uri, tables, scope(mongo_server), sinks)
+        process = start_run(pipeline, tmp_path)
+        try:
+            wait_for(lambda: caught_up(tmp_path, pipeline), timeout=60, interval=0.5)
+            before = records_in(status(tmp_path, pipeline), f"mg.{tables[0]}")
+            db.docs.insert_many([{"_id": 8, "v": 10}, {"_id": "8", "v": 11}])
+            db.docs.delete_one({"_id": "5"})  # the string: the number stays
+            db.docs.update_one({"_id": 5}, {"$set": {"v": 12}})
+            wait_for(  # 2 inserts, the delete and its tombstone, the update
+                lambda: records_in(status(tmp_path, pipeline), f"mg.{tables[0]}") >= before + 5,
+                timeout=60,
+                process=process,
+                log=tmp_path / "run.log",
+            )
+            wait_for(lambda: caught_up(tmp_path, pipeline), timeout=60, interval=0.5)
+            agreed = cdc("verify", str(pipeline), "--json", cwd=tmp_path)
+            client = redis.Redis.from_url(redis_server.url)
+            try:
+                held = {
+                    k.decode().removeprefix(f"{prefix}:{tables[0]}:")
+                    for k in client.keys(f"{prefix}:{tables[0]}:*")
+                }
+                assert client.delete(f'{prefix}:{tables[0]}:"8"') == 1  # the string "8" only
+            finally:
+                client.close()
+            tampered = cdc("verify", str(pipeline), "--json", cwd=tmp_path)
+        finally:
+            assert stop(process)[0] == 0, (tmp_path / "run.log").read_text()[-3000:]
+    assert held == {"5", "7.5", '"7.5"', "true", '"true"', "abc", "8", '"8"'}
+    assert agreed.returncode == 0, agreed.stdout
+    compared = orjson.loads(agreed.stdout)
+    assert {r["sink"] for r in compared} == {"warehouse", "cache", "search"}
+    assert all(
+        r["ok"] and r["source"]["count"] == 8 and r["sink_rows"]["count"] == 8 for r in compared
+    )
+    assert tampered.returncode == 1, tampered.stdout
+    (cache,) = [r for r in orjson.loads(tampered.stdout) if r["sink"] == "cache"]
+    assert cache["missing_in_sink"] == [{"_id": "8"}] and cache["different"] == []
+    assert all(r["ok"] for r in orjson.loads(tampered.stdout) if r["sink"] != "cache")

@@ -162,6 +162,29 @@ def test_composite_keys_get_a_stable_document_id(os_sink: Harness) -> None:
     assert doc_id({"id": "z" * 600}).startswith("sha256:")
 
 
+def test_an_any_type_key_keeps_the_number_and_the_string_of_one_text_apart(
+    os_sink: Harness,
+) -> None:
+    # A MongoDB collection may hold the _id 5 and the _id "5": two documents. Its schema gives
+    # _id no type, which the sink reads from the pipeline's schemas.
+    os_sink.schemas.publish("docs", Column("_id", "", key=True), Column("v", ""))
+
+    def doc(op: Op, doc_key: Any, pos: int, v: int = 0) -> ChangeEvent:
+        key = {"_id": doc_key}
+        return event(op, key, None if op is Op.DELETE else {**key, "v": v}, pos, table="docs")
+
+    ids: list[Any] = [5, "5", "abc", True, "true"]
+    os_sink.apply(*(doc(Op.CREATE, i, 10 + n, n) for n, i in enumerate(ids)))
+    os_sink.apply(doc(Op.DELETE, "5", 30), doc(Op.DELETE, True, 31))
+    docs = _docs(os_sink.config, "public", "docs")
+    assert docs == {
+        "5": {"_id": 5, "v": 0},
+        "abc": {"_id": "abc", "v": 2},
+        '"true"': {"_id": "true", "v": 4},
+    }
+    assert doc_id({"_id": "5"}, any_type=True) == '"5"' and doc_id({"_id": "5"}) == "5"
+
+
 def test_truncate_empties_the_index_and_older_changes_stay_out(os_sink: Harness) -> None:
     os_sink.apply(item(Op.CREATE, 1, 10, "a", 1), item(Op.CREATE, 2, 11, "b", 2))
     truncate = event(Op.TRUNCATE, {}, None, 20)

@@ -15,6 +15,7 @@ import structlog.testing
 
 from cdc.contracts.errors import SinkFatal, SinkUnavailable
 from cdc.contracts.events import Op, topic_name
+from cdc.contracts.schema import Column, TableSchema
 from cdc.contracts.sink import Sink, SinkContext
 from cdc.log.base import TopicPartition
 from cdc.log.embedded import EmbeddedLog
@@ -26,6 +27,7 @@ from tests.integration.keyed_records import (
     ORDERS,
     PIPELINE,
     Records,
+    Schemas,
     TaskThread,
     apply,
     context,
@@ -306,3 +308,40 @@ def test_redis_that_lost_its_data_is_rebuilt_from_the_log(
         again.close()
         log.close()
     assert rows(redis_server, prefix) == {str(k): {"id": k, "name": f"a{k}"} for k in range(1, 102)}
+
+
+def test_an_any_type_key_keeps_the_number_and_the_string_of_one_text_apart(
+    make: Any, redis_server: Any, client: redis.Redis, prefix: str
+) -> None:
+    # A MongoDB collection may hold the _id 5 and the _id "5": two documents, two rows. Its
+    # schema gives _id no type; the sink learns that from the pipeline's schemas.
+    docs = ("shop", "docs")
+    schemas = Schemas()
+    schemas.current[docs] = TableSchema(
+        "mongodb", "shop", "docs", (Column("_id", "", key=True), Column("v", ""))
+    )
+    records = Records()
+    sink = make(context(schemas))
+    ids: list[Any] = [5, "5", "abc", True, "true", {"$oid": "65a1b2c3d4e5f6a7b8c9d0e1"}]
+    apply(
+        sink, records(*(event(Op.CREATE, {"_id": i}, 10 + n, docs, v=n) for n, i in enumerate(ids)))
+    )
+    held = {orjson.dumps(r["_id"]): r["v"] for _, r in rows_of(redis_server, prefix, docs)}
+    assert held == {orjson.dumps(i): n for n, i in enumerate(ids)}
+    assert client.get(f"{prefix}:shop.docs:abc") is not None  # a plain string: as it is
+    assert client.get(f'{prefix}:shop.docs:"5"') is not None
+    # A delete of the string leaves the number, and the other way round.
+    apply(sink, records(event(Op.DELETE, {"_id": "5"}, 30, docs)))
+    apply(sink, records(event(Op.DELETE, {"_id": True}, 31, docs)))
+    held = {orjson.dumps(r["_id"]): r["v"] for _, r in rows_of(redis_server, prefix, docs)}
+    assert held == {orjson.dumps(i): n for n, i in enumerate(ids) if i not in ("5", True)}
+    assert RedisSinkPlugin.read_key(
+        config(redis_server.url, prefix), "shop", "docs", {"_id": 5}, any_type=True
+    ) == ({"_id": 5, "v": 0}, (10, 0))
+    assert RedisSinkPlugin.read_key(
+        config(redis_server.url, prefix), "shop", "docs", {"_id": "5"}, any_type=True
+    ) == (None, (30, 0))
+
+
+def rows_of(redis_server: Any, prefix: str, table: tuple[str, str]) -> list[tuple[Any, Any]]:
+    return list(RedisSinkPlugin.read_rows(config(redis_server.url, prefix), *table))

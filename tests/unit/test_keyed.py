@@ -8,6 +8,7 @@ import pytest
 
 from cdc.contracts.errors import RecordError
 from cdc.contracts.events import Op
+from cdc.contracts.schema import Column, TableSchema
 from cdc.contracts.sink import SinkRecord
 from sinks.keyed import Kind, TopicTables, classify, key_suffix
 from sinks.redis.script import encode_pos
@@ -59,3 +60,42 @@ def test_encoded_positions_order_as_positions_do() -> None:
     positions = [(0, 0), (0, 9), (1, 0), (2**53 + 1, 0), (2**53 + 1, 1), (2**64 - 1, 5)]
     encoded = [encode_pos(p) for p in positions]
     assert sorted(encoded) == encoded and len(set(map(len, encoded))) == 1
+
+
+def test_an_any_type_key_tells_each_value_from_the_string_of_its_text() -> None:
+    # A MongoDB _id may be the number 5 in one document and the string "5" in another: under
+    # any_type the two get two texts, while a typed column's string keeps its text as it is.
+    values: list[Any] = [
+        5, "5", 5.5, "5.5", True, "true", None, "null", "abc", "", '"abc"', "[1]", [1],
+        {"$oid": "65a1b2c3d4e5f6a7b8c9d0e1"}, '{"$oid":"65a1b2c3d4e5f6a7b8c9d0e1"}',
+        2**70, str(2**70), "NaN",
+    ]  # fmt: skip
+    texts = [key_suffix({"_id": v}, any_type=True) for v in values]
+    assert len(set(texts)) == len(values), texts
+    assert key_suffix({"_id": "abc"}, any_type=True) == "abc"
+    assert key_suffix({"_id": "5"}, any_type=True) == '"5"'
+    assert key_suffix({"_id": 5}, any_type=True) == "5"
+    assert key_suffix({"id": "5"}) == "5"  # a typed (text) column: as it always was
+
+
+def test_topic_tables_ask_the_schemas_once_which_tables_take_any_type_keys() -> None:
+    asked: list[tuple[str, str]] = []
+    shapes = {
+        ("shop", "docs"): TableSchema("mongodb", "shop", "docs", (Column("_id", "", key=True),)),
+        ("shop", "items"): TableSchema(
+            "postgres", "shop", "items", (Column("id", "int", key=True),)
+        ),
+    }
+
+    class Schemas:
+        def get(self, schema: str, table: str) -> TableSchema | None:
+            asked.append((schema, table))
+            return shapes.get((schema, table))
+
+    tables = TopicTables("shop", [], Schemas())
+    for _ in range(3):
+        assert tables.any_type_key(("shop", "docs"))
+        assert not tables.any_type_key(("shop", "items"))
+        assert not tables.any_type_key(("shop", "unknown"))
+    assert asked == [("shop", "docs"), ("shop", "items"), ("shop", "unknown")]
+    assert not TopicTables("shop", []).any_type_key(("shop", "docs"))

@@ -60,17 +60,12 @@ def test_every_id_is_among_the_candidates_of_its_verify_key(doc_id: Any) -> None
     assert repair.identity(doc_id) in {repair.identity(v) for v in candidates}
 
 
-def test_a_text_key_stands_for_the_string_and_the_scalar_of_that_text() -> None:
-    assert repair.candidates({"_id": "5"}) == ["5", 5]
-    assert repair.candidates({"_id": "-3"}) == ["-3", -3]
-    assert repair.candidates({"_id": "1.5"}) == ["1.5", 1.5]
-    assert repair.candidates({"_id": "True"}) == ["True", True]
-    # Texts no other value writes: "007" is no int's str, 2**70 no BSON integer, and the
-    # non-finite doubles are documents in relaxed Extended JSON.
-    for text in ("007", "c1", "", str(2**70), "nan", "inf", "1e5"):
-        assert repair.candidates({"_id": text}) == [text], text
-    assert repair.candidates({"_id": None}) == [None]
-    assert repair.candidates({"_id": 7}) == [7]
+def test_a_key_stands_for_its_own_value_alone_its_json_type_kept() -> None:
+    # verify keeps a schemaless value's JSON type: the string "5" is not the number 5.
+    assert verify_key("5") != verify_key(5) != verify_key(True) != verify_key(5.5)
+    for value in ("5", "-3", "1.5", "True", "007", "c1", "", str(2**70), 5, -3, 1.5, True, None):
+        assert repair.candidates({"_id": value}) == [value], value
+        assert type(repair.candidates({"_id": value})[0]) is type(value)
 
 
 def test_a_document_key_is_read_back_as_its_bson_value() -> None:
@@ -92,9 +87,12 @@ def test_what_is_no_mongodb_key_is_refused(key: dict[str, Any]) -> None:
 
 
 def test_request_ids_are_exact_texts_per_key_once_each() -> None:
-    ids = repair.request_ids([{"_id": "5"}, {"_id": "5"}, {"_id": {"$oid": str(OID)}}])
-    assert [[repair.decode(t) for t in group] for group in ids] == [["5", 5], [OID]]
+    keys = [{"_id": "5"}, {"_id": "5"}, {"_id": 5}, {"_id": {"$oid": str(OID)}}]
+    ids = repair.request_ids(keys)
+    assert [[repair.decode(t) for t in group] for group in ids] == [["5"], [5], [OID]]
     assert repair.query(ids) == {"_id": {"$in": ["5", 5, OID]}}
+    # A request an earlier version stored holds several values for a key: still well formed.
+    assert repair.well_formed([[repair.encode("5"), repair.encode(5)]])
     assert repair.well_formed(ids) and repair.well_formed([])
     assert not repair.well_formed(["5"]) and not repair.well_formed([[5]])
     # The exact BSON type survives the texts (an Int64 stays one, a date keeps its instant).
@@ -145,38 +143,50 @@ def test_the_keys_none_of_whose_ids_was_read_become_deletes_once_the_range_is_re
     first = repaired(Batch("shop.orders", 0, [{"_id": 5, "v": 1}], False), state, found)
     assert first == []  # not before the whole range was read
     last = repaired(Batch("shop.orders", 0, [{"_id": OID}, {"_id": "7"}], True), state, found)
-    # The string "5" is not deleted although only the number 5 was found (nor the number 7
-    # beside the string "7"): the Redis sink's row key of both is "5".
-    assert [(e.op, e.key) for e in last] == [(Op.DELETE, {"_id": "9"}), (Op.DELETE, {"_id": 9})]
+    # The number 5 is another document than the string "5", which is gone: deleted.
+    assert [(e.op, e.key) for e in last] == [(Op.DELETE, {"_id": "5"}), (Op.DELETE, {"_id": "9"})]
     assert {e.source.position for e in last} == {42}
     assert all(e.before is None and e.after is None for e in last)
+
+
+def test_a_key_stored_with_several_values_is_deleted_only_when_none_was_read() -> None:
+    # A request stored by an earlier version, whose verify wrote 5 and "5" alike, holds both.
+    state = repair_state(
+        [[repair.encode("5"), repair.encode(5)], [repair.encode("6"), repair.encode(6)]]
+    )
+    deletes = repaired(Batch("shop.orders", 0, [{"_id": 5, "v": 1}], True), state, set())
+    assert sorted((e.op, str(e.key)) for e in deletes) == [
+        (Op.DELETE, "{'_id': '6'}"),
+        (Op.DELETE, "{'_id': 6}"),
+    ]
 
 
 def test_a_document_id_is_queried_field_by_field() -> None:
     ids = repair.request_ids([{"_id": {"n": "a", "t": {"y": 2, "x": 1}}}, {"_id": "5"}])
     assert repair.query(ids) == {
-        "$or": [{"_id": {"$in": ["5", 5]}}, {"_id.n": "a", "_id.t.y": 2, "_id.t.x": 1}]
+        "$or": [{"_id": {"$in": ["5"]}}, {"_id.n": "a", "_id.t.y": 2, "_id.t.x": 1}]
     }
-    assert repair.query(repair.request_ids([{"_id": "5"}])) == {"_id": {"$in": ["5", 5]}}
+    assert repair.query(repair.request_ids([{"_id": "5"}, {"_id": 5}])) == {
+        "_id": {"$in": ["5", 5]}
+    }
 
 
-def test_a_key_with_one_value_passing_the_row_filter_is_not_swept() -> None:
+def test_a_key_left_out_by_the_row_filter_is_swept() -> None:
     where = compile_filter(
         MongoTableEntry.model_validate({"name": "shop.orders", "where": {"v": {"$gt": 0}}}),
         None,
         False,
     )
-    state = repair_state(repair.request_ids([{"_id": "5"}, {"_id": "6"}]))
+    state = repair_state(repair.request_ids([{"_id": 5}, {"_id": "5"}, {"_id": 6}]))
     state["collections"]["shop.orders"]["sweep"] = True
     docs = [{"_id": 5, "v": 1}, {"_id": "5", "v": -1}, {"_id": 6, "v": -1}]
     batch = Batch("shop.orders", 0, docs, True)
     reads, _ = events(batch, state, where)
     assert [(e.op, e.key) for e in reads] == [(Op.READ, {"_id": 5})]  # deletes wait: repaired
     deletes = repaired(batch, state, set(), where)
-    # "5" is left out by the filter but 5 passes: a sink may not tell them apart, nothing of
-    # the key is deleted; 6 is left out and no value of its key passes: both values deleted.
+    # "5" and 6 are left out by the filter (5 passes): each is deleted from the sinks.
     assert sorted((e.op, str(e.key)) for e in deletes) == [
-        (Op.DELETE, "{'_id': '6'}"),
+        (Op.DELETE, "{'_id': '5'}"),
         (Op.DELETE, "{'_id': 6}"),
     ]
 
@@ -186,7 +196,7 @@ def test_a_repair_is_one_range_read_again_whole_and_shown_as_such() -> None:
     info = state["collections"]["shop.orders"]
     assert [r.get("restart") for r in info["ranges"]] == [True]
     assert info["sweep"] is True and info["ids"] == repair.request_ids([{"_id": "1"}])
-    assert len(info["ids"]) == 1 and len(info["ids"][0]) == 2
+    assert info["ids"] == [[repair.encode("1")]]
     table = snapshot.mirror({"snapshot": state})["snapshot"]["tables"]["shop.orders"]
     assert (table["kind"], table["method"], table["request"]) == ("blocking", "_id keys", "r1")
     plain = snapshot.new_state("s", 42, "why", {"shop.orders": snapshot.repair_plan()}, None)

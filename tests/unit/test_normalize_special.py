@@ -119,3 +119,14 @@ def test_duckdb_stages_far_years_and_bc_in_iso_as_postgresql_text() -> None:
 def test_duckdb_stages_a_json_column_as_text_so_json_null_stays_a_document() -> None:
     staged = conversion("JSON", "jsonb")
     assert (staged.stage, staged.expr) == ("VARCHAR", "CAST({c} AS JSON)")
+
+
+def test_a_value_of_a_column_without_a_type_keeps_its_json_type() -> None:
+    # A MongoDB field: the number 5, the string "5" and true are three values, so verify finds
+    # a sink that turned one into another (as text they were all one).
+    values = [5, "5", 5.5, "5.5", True, "True", "true", None, [5], {"a": 5}]
+    forms = [canonical(v, "") for v in values]
+    assert [type(f) for f in forms] == [type(v) for v in values]
+    assert canonical(None, "") is None
+    assert len({repr(f) for f in forms}) == len(values)
+    assert canonical(b"\x00\xff", "") == "AP8="
