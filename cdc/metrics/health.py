@@ -9,6 +9,17 @@ or a view, its lag is above 0. A task that makes no progress while work waits, f
 ``cdc_task_stalled`` gauge is 1 and ``/readyz`` fails, until progress resumes (or nothing waits
 any more).
 
+The stall clock counts from the later of the task's last progress and the start of its current
+waiting period. A waiting period ends only once :data:`SETTLED_SAMPLES` samples in a row saw
+nothing waiting: one not-waiting sample between waiting ones is a flip, and the period goes on
+through it. Why: a task whose input is stuck but whose sample flaps (one reading of its lag at 0
+although it committed nothing) would otherwise restart its clock at each flip and could hide a
+stall forever, and a stalled one would log ``task.stall_cleared`` and ``task.stalled`` again at
+each flip. Only progress always resets the clock and clears a stall at once. The price: after a
+batch that emptied its lag, a task whose next work arrives within one sample has its clock
+counting from that batch rather than from the work's arrival, at most two sample intervals
+earlier.
+
 - ``/healthz``: every task's thread is alive (a sink an error stopped is alive: it waits for a
   table reset; the source's death ends the process, and so does a view's).
 - ``/readyz``: the source is open (streaming, or snapshotting: its rows are its progress),
@@ -27,6 +38,9 @@ from typing import Any
 from cdc.metrics.registry import SINK_STATES, STANDBY, Metrics
 from cdc.support.logging import Logger
 
+#: Not-waiting samples in a row that end a task's waiting period (fewer are a flip).
+SETTLED_SAMPLES = 2
+
 
 @dataclass
 class TaskState:
@@ -38,8 +52,10 @@ class TaskState:
     state: str = "starting"
     error: str | None = None
     last_progress: float = field(default_factory=time.monotonic)
-    waiting: bool = False  # work is waiting for the task (the sampler's view)
+    waiting: bool = False  # work waits for the task, through a one-sample flip (the stall's)
     waiting_since: float = field(default_factory=time.monotonic)  # since it last began to wait
+    sampled: bool = False  # the sampler's latest sample as it is: work waited when it was taken
+    quiet: int = 0  # the latest samples in a row that saw nothing waiting, up to SETTLED_SAMPLES
     stalled: bool = False
     consistent: str | None = None  # a sink's consistent source position (cdc wait's)
 
@@ -110,13 +126,18 @@ class Health:
         self.task(name).consistent = position
 
     def waiting(self, name: str, waiting: bool) -> None:
+        """The sampler's sample: whether work waits for the task now."""
         state = self.task(name)
-        if waiting and not state.waiting:
-            # The stall clock runs from here when the task was idle before: a task idle for
-            # longer than stall_after_s is not stalled by work the sampler sees the moment it
-            # arrives, before the task could take it.
-            state.waiting_since = time.monotonic()
-        state.waiting = waiting
+        with self._lock:
+            state.sampled = waiting
+            state.quiet = 0 if waiting else min(state.quiet + 1, SETTLED_SAMPLES)
+            settled = waiting or (state.waiting and state.quiet < SETTLED_SAMPLES)
+            if settled and not state.waiting:
+                # The stall clock runs from here when the task was idle before: a task idle for
+                # longer than stall_after_s is not stalled by work the sampler sees the moment
+                # it arrives, before the task could take it.
+                state.waiting_since = time.monotonic()
+            state.waiting = settled
 
     def evaluate(self) -> None:
         """Flag the tasks stalled now (the sampler calls this after each sample)."""

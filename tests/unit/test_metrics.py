@@ -54,6 +54,33 @@ def test_a_task_waiting_without_progress_is_stalled_once_then_cleared(health: He
     assert health.readiness()[0]
 
 
+@pytest.mark.parametrize("task", ["source", "sink:a"])
+def test_a_one_sample_flip_of_waiting_neither_restarts_the_clock_nor_clears_a_stall(
+    health: Health, task: str
+) -> None:
+    metrics = health._metrics
+    health.opened(task)
+    health.waiting(task, True)
+    time.sleep(0.25)
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(3):  # the sample flaps; the task commits nothing
+            health.waiting(task, False)
+            health.evaluate()
+            health.waiting(task, True)
+            health.evaluate()
+    assert [e["event"] for e in logs] == ["task.stalled"]
+    assert _value(metrics, "cdc_task_stalled", pipeline="p", task=task) == 1
+    with structlog.testing.capture_logs() as logs:
+        health.waiting(task, False)  # nothing waits for two samples in a row: cleared
+        health.evaluate()
+        health.waiting(task, False)
+        health.evaluate()
+    assert [e["event"] for e in logs] == ["task.stall_cleared"]
+    health.waiting(task, True)  # a new waiting period: the task has stall_after_s to take it
+    health.evaluate()
+    assert _value(metrics, "cdc_task_stalled", pipeline="p", task=task) == 0
+
+
 def test_an_idle_task_with_nothing_waiting_is_never_stalled(health: Health) -> None:
     health.opened("source")
     time.sleep(0.25)
