@@ -181,7 +181,7 @@ def status_report(log: Log, pipeline: Pipeline) -> dict[str, Any]:
         "snapshot": as_running(snapshot_report(source["offsets"]), found),
         "topics": topics_report(log, pipeline),
         "sinks": sinks,
-        "views": views_report(log, pipeline),
+        "views": views_report(log, pipeline, found),
         "envelope": envelope_report(log, pipeline),
     }
     if pipeline.log.type == "embedded":

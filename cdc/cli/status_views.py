@@ -13,8 +13,10 @@ from typing import Any
 
 from rich.console import Console
 
+from cdc.cli.status_liveness import NOT_RUNNING
 from cdc.config.pipeline import Pipeline
 from cdc.log.base import Log
+from cdc.runtime import heartbeat
 from cdc.views import records as out
 from cdc.views.progress import (
     input_topics,
@@ -25,8 +27,14 @@ from cdc.views.progress import (
 )
 
 
-def views_report(log: Log, pipeline: Pipeline) -> list[dict[str, Any]]:
-    """One entry per view of the pipeline (none when it declares none)."""
+def views_report(
+    log: Log, pipeline: Pipeline, found: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """One entry per view of the pipeline (none when it declares none). ``found``: the
+    pipeline's processes (:func:`cdc.runtime.heartbeat.processes`), whose beats carry the state
+    of the views each runs: ``state`` is that (``starting``, ``running``, ``retrying`` or
+    ``stopped``, with ``reason``), or ``not running`` when no running process runs the source
+    (views run where it does)."""
     if not pipeline.views:
         return []
     existing = {info.name for info in log.topics()}
@@ -49,9 +57,19 @@ def views_report(log: Log, pipeline: Pipeline) -> list[dict[str, Any]]:
                 "position": high[0] if high else None,  # a number, as cdc_view_position
                 "lag": records_behind(left),
                 "behind": left,
+                **_task_state(found or [], view.name),
             }
         )
     return report
+
+
+def _task_state(found: list[dict[str, Any]], view: str) -> dict[str, Any]:
+    said = heartbeat.view_state(found, view)
+    if said is not None:
+        return {"state": said.get("state"), "reason": said.get("reason")}
+    if heartbeat.runs_source(found):  # a process of a version whose beats carry no views
+        return {"state": None, "reason": None}
+    return {"state": NOT_RUNNING, "reason": "no running process runs the source"}
 
 
 def print_views(views: list[dict[str, Any]], console: Console) -> None:
@@ -59,6 +77,9 @@ def print_views(views: list[dict[str, Any]], console: Console) -> None:
     for view in views:
         documents = view["documents"]
         line = f"view {view['view']} -> {view['topic']}: "
+        if view.get("state") is not None:
+            reason = f" ({view['reason']})" if view.get("reason") else ""
+            line += f"{view['state']}{reason}; "
         line += (
             "documents not counted (no local store here)"
             if documents is None

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,6 +29,7 @@ from cdc.support.clock import now_ms
 from cdc.support.logging import Logger
 
 EVERY_S = 5.0
+CHANGE_WAIT_S = 0.2  # how soon a change (a view's state) is beaten
 KIND = "process"
 RUNNING, STOPPED, GONE = "running", "stopped", "gone"
 
@@ -45,6 +47,10 @@ class Heartbeat:
         sinks: the sinks this process runs (``None``: every sink of the pipeline).
         consistent: each of its sinks' consistent source position, as text, put in every beat
             (``cdc status``, ``cdc wait``; :mod:`cdc.runtime.consistency`).
+        views: by name, the state of each live join view it runs (``{"state", "reason"}``,
+            :meth:`cdc.views.task.ViewTask.report`), put in every beat (``cdc status``).
+        changed: set when something a beat carries changed (a view's state): the next beat
+            is written at once rather than up to ``every_s`` later.
     """
 
     def __init__(
@@ -57,9 +63,13 @@ class Heartbeat:
         logger: Logger,
         every_s: float = EVERY_S,
         consistent: Callable[[], dict[str, str]] | None = None,
+        views: Callable[[], dict[str, dict[str, str | None]]] | None = None,
+        changed: threading.Event | None = None,
     ) -> None:
         self._log = log
         self._consistent = consistent
+        self._views = views
+        self._changed = changed if changed is not None else threading.Event()
         self._topic = control_topic(pipeline)
         self._key = orjson.dumps(
             {"kind": KIND, "role": role, "sinks": None if sinks is None else sorted(sinks)},
@@ -88,14 +98,21 @@ class Heartbeat:
 
     def _run(self) -> None:
         self._beat(RUNNING)
-        while not self._stop.wait(self._every_s):
-            self._beat(RUNNING)
+        last = time.monotonic()
+        # Short waits, so a change is beaten within one (a beat is written only when due).
+        while not self._stop.wait(min(CHANGE_WAIT_S, self._every_s)):
+            if self._changed.is_set() or time.monotonic() - last >= self._every_s:
+                self._changed.clear()
+                self._beat(RUNNING)
+                last = time.monotonic()
         self._beat(STOPPED)
 
     def _beat(self, state: str) -> None:
         beat: dict[str, Any] = {**self._value, "state": state, "beat_ms": now_ms()}
         if self._consistent is not None:
             beat["consistent"] = self._consistent()
+        if self._views is not None:
+            beat["views"] = self._views()
         value = orjson.dumps(beat)
         try:
             self._log.ensure_topics([self._topic])
@@ -145,6 +162,15 @@ def _as_of(value: dict[str, Any], now: int) -> dict[str, Any]:
 def runs_source(found: list[dict[str, Any]]) -> bool:
     """A running process runs the pipeline's source."""
     return any(p["state"] == RUNNING and p.get("role") in ("all", "source") for p in found)
+
+
+def view_state(found: list[dict[str, Any]], view: str) -> dict[str, Any] | None:
+    """``view``'s state as the running process that runs it last beat it (``None``: no running
+    process says: none runs the source, or one of a version whose beats carry no views)."""
+    for process in found:
+        if process["state"] == RUNNING and view in (process.get("views") or {}):
+            return dict(process["views"][view])
+    return None
 
 
 def runs_sink(found: list[dict[str, Any]], sink: str) -> bool:

@@ -148,9 +148,11 @@ def start(
             raise
     if role == "all" and not _sinks_can_start(run, base):
         return run  # failed before the source created anything (cdc.runtime.preflight)
+    views = {}
+    views_changed = threading.Event()  # a view's state changed: the next beat says so at once
     if role in ("all", "source"):
         _start_source(run, base, filters)
-        views = view_tasks(pipeline, log, run.stop_event, base, run.telemetry)
+        views = view_tasks(pipeline, log, run.stop_event, base, run.telemetry, views_changed)
         for name, view in views.items():
             _spawn(run, f"view:{name}", view.serve)  # live join views (cdc/views/)
     if role in ("all", "sinks"):
@@ -165,7 +167,15 @@ def start(
     if run.telemetry is not None:
         _sample(run, run.telemetry)
     run.heartbeat = Heartbeat(
-        log, pipeline.name, role, sinks, run.stop_event, base, consistent=run.consistent
+        log,
+        pipeline.name,
+        role,
+        sinks,
+        run.stop_event,
+        base,
+        consistent=run.consistent,
+        views=(lambda: {name: view.report() for name, view in views.items()}) if views else None,
+        changed=views_changed,
     )
     run.heartbeat.start()
     compact = getattr(log, "maybe_compact", None)

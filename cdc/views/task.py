@@ -36,8 +36,10 @@ from cdc.contracts.sink import SinkRecord
 from cdc.log.base import Consumer, Log, LogTransaction, Record, StoredRecord, TopicPartition
 from cdc.runtime.factories import source_record_rows
 from cdc.runtime.schemas import SchemaCatalog
+from cdc.runtime.sink_control import RETRYING, RUNNING, STOPPED
 from cdc.runtime.sink_task import RecordRows, decode_records
 from cdc.support.logging import Logger
+from cdc.support.redact import redact
 from cdc.support.retry import Backoff, Stopped, is_retriable, retry
 from cdc.views import records as out
 from cdc.views.health import ViewHealth
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
 #: How often a view's lag is sampled for its metric: reading the end offsets and the group's
 #: offsets is a few SQLite reads on the embedded log, round trips to the brokers on Kafka.
 LAG_EVERY_S = {"embedded": 1.0, "kafka": 5.0}
+STARTING = "starting"  # before its first session opened (then running, retrying, stopped)
 
 
 class ViewMisconfigured(SourceMisconfigured):
@@ -68,6 +71,7 @@ class ViewTask:
             local state directory, beside the embedded log or the Kafka log's state).
         observer: the view's metrics (``None``: metrics are off).
         health: what it tells ``/readyz`` and the stall alarm (``None``: metrics are off).
+        state_changed: set when its :meth:`report` changes (the heartbeat's ``changed``).
     """
 
     def __init__(
@@ -84,8 +88,10 @@ class ViewTask:
         store_dir: Path | None = None,
         observer: ViewObserver | None = None,
         health: ViewHealth | None = None,
+        state_changed: threading.Event | None = None,
     ) -> None:
         self._name = pipeline.name
+        self._state_changed = state_changed
         self._view = view
         self._index = index
         self._log = log
@@ -103,6 +109,21 @@ class ViewTask:
         self._store_path = directory / f"{view.name}.sqlite"
         self.rebuilds = 0  # of the local store by this task, for tests and logs
         self.documents_written = 0  # by this task, for its owner's progress
+        self._state: str = STARTING
+        self._reason: str | None = None
+
+    def report(self) -> dict[str, str | None]:
+        """The task's state, which its process's beats carry to ``cdc status``: ``starting``,
+        ``running`` (a session opened its store and consumer), ``retrying`` (with the error)
+        or ``stopped`` (by the error, which ends the process too); the error redacted."""
+        return {"state": self._state, "reason": self._reason}
+
+    def _set_state(self, state: str, error: BaseException | None = None) -> None:
+        reason = None if error is None else redact(str(error))
+        if (state, reason) != (self._state, self._reason):
+            self._state, self._reason = state, reason
+            if self._state_changed is not None:
+                self._state_changed.set()  # the process's next beat carries it at once
 
     def serve(self) -> None:
         """Run until the pipeline stops; retriable errors start a fresh session."""
@@ -111,12 +132,14 @@ class ViewTask:
         except Stopped:
             return
         except Exception as exc:
+            self._set_state(STOPPED, exc)
             if self._health is not None:
                 self._health.stopped(exc)
             raise
 
     def _retrying(self, exc: Exception, failures: int, delay: float) -> None:
         self._logger.warning("view.retrying", error=str(exc), retry_in_s=round(delay, 2))
+        self._set_state(RETRYING, exc)
         if self._health is not None:
             self._health.retrying(exc)
 
@@ -135,6 +158,7 @@ class ViewTask:
         high, seq = store.counters()
         consumer = self._log.consumer(out.view_group(self._name, self._view), list(self._tables))
         self._logger.info("view.started", view=self._view.name, high=high)
+        self._set_state(RUNNING)
         if self._health is not None:
             self._health.serving()
         try:
@@ -402,9 +426,11 @@ def view_tasks(
     stop: threading.Event,
     logger: Logger,
     telemetry: Telemetry | None = None,
+    state_changed: threading.Event | None = None,
 ) -> dict[str, ViewTask]:
     """A task for each of the pipeline's views, by name (none when it declares none); with
-    ``telemetry``, each with its metrics, and their lag sampled (:mod:`cdc.metrics.views`)."""
+    ``telemetry``, each with its metrics, and their lag sampled (:mod:`cdc.metrics.views`);
+    ``state_changed``: set when a task's state changes (:class:`ViewTask`)."""
     rows = source_record_rows(pipeline) if pipeline.views else None
     tasks = {
         view.name: ViewTask(
@@ -417,6 +443,7 @@ def view_tasks(
             rows,
             observer=None if telemetry is None else telemetry.view(view.name),
             health=None if telemetry is None else ViewHealth(telemetry.health, view.name),
+            state_changed=state_changed,
         )
         for index, view in enumerate(pipeline.views)
     }

@@ -161,6 +161,11 @@ def test_a_rename_updates_every_order_and_deletes_update_and_remove_documents(
         code, _ = stop(process)
     assert code == 0, log.read_text()[-3000:]
     assert indexed(tmp_path / "out/search") == source_join(pg_db, view)
+    (entry,) = orjson.loads(cdc("status", str(pipeline), "--json", cwd=tmp_path).stdout)["views"]
+    assert (entry["state"], entry["reason"]) == (
+        "not running",
+        "no running process runs the source",
+    )
 
 
 def _metrics_and_status_show_the_view_caught_up(
@@ -183,9 +188,11 @@ def _metrics_and_status_show_the_view_caught_up(
     assert entry["view"] == "order_docs" and entry["topic"] == f"{name}.views.order_docs"
     assert (entry["documents"], entry["lag"], entry["behind"]) == (3, 0, {})  # 10, 12 and 20
     assert entry["position"] == found["cdc_view_position"]
+    assert (entry["state"], entry["reason"]) == ("running", None)  # from the process's beat
     text = cdc("status", str(pipeline), cwd=cwd).stdout
     assert (
-        f"view order_docs -> {name}.views.order_docs: 3 documents, 0 records behind its tables; "
+        f"view order_docs -> {name}.views.order_docs: running; 3 documents, 0 records behind "
+        "its tables; "
         f"read up to source position {entry['position']}"
     ) in text, text
 

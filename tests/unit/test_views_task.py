@@ -171,10 +171,13 @@ def test_an_on_column_the_table_lacks_stops_the_view_with_its_yaml_path(
         get_logger(),
         store_dir=log.path / "views",
     )
+    assert task.report() == {"state": "starting", "reason": None}
     with pytest.raises(ViewMisconfigured) as info:
         task.serve()
     assert str(info.value) == "views[0].embed[1].on.id: public.order_items has no column 'order_no'"
     assert documents(log) == {}
+    # What its process's beats carry to cdc status: stopped, with the error.
+    assert task.report() == {"state": "stopped", "reason": str(info.value)}
 
 
 def test_a_retried_session_publishes_the_schema_its_failed_commit_lost(
@@ -202,3 +205,39 @@ def test_a_retried_session_publishes_the_schema_its_failed_commit_lost(
         thread.join(10)
     assert len(calls) == 2
     assert SchemaCatalog(log, "shop", wait_s=0).get("views", "order_docs") is not None
+
+
+def test_a_retrying_task_reports_retrying_with_the_error_redacted_then_running(
+    log: EmbeddedLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pipeline = parse(FILE, {})
+    with log.begin() as tx:
+        tx.append([change("orders", {"id": 1, "customer_id": 1}, 11)])
+    original = EmbeddedTransaction.store_group_offsets
+    refusing = threading.Event()
+    refusing.set()
+
+    def refuse(self: EmbeddedTransaction, group: str, offsets: Any, consumer: Any) -> None:
+        # Fault injection: commits fail as an unreachable log does until the test lets them.
+        if refusing.is_set():
+            raise LogUnavailable("kafka://app:s3cret@broker:9092 is away")
+        original(self, group, offsets, consumer)
+
+    monkeypatch.setattr(EmbeddedTransaction, "store_group_offsets", refuse)
+    stop = threading.Event()
+    task = ViewTask(
+        pipeline, pipeline.views[0], 0, log, stop, get_logger(), poll_timeout_s=0.05,
+        store_dir=log.path / "views",
+    )  # fmt: skip
+    thread = threading.Thread(target=task.serve, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: task.report()["state"] == "retrying", 10)
+        reason = task.report()["reason"]
+        assert reason is not None and "is away" in reason and "s3cret" not in reason
+        refusing.clear()
+        wait_until(lambda: len(documents(log)) == 1, 30)
+        assert task.report() == {"state": "running", "reason": None}
+    finally:
+        stop.set()
+        thread.join(10)
