@@ -11,7 +11,8 @@ from sinks.iceberg.sink import IcebergSink
 
 
 class IcebergSinkPlugin:
-    """Builds :class:`IcebergSink`; :meth:`read_rows` reads a table back for ``cdc verify``."""
+    """Builds :class:`IcebergSink`; :meth:`read_rows` reads a table back for ``cdc verify``,
+    :meth:`read_consistent_position` the stored position for ``cdc status``."""
 
     config_model = IcebergSinkConfig
     # One committer per table: on Kafka other workers stand by (cdc.runtime.standby). Several
@@ -27,3 +28,5 @@ class IcebergSinkPlugin:
     read_rows = staticmethod(reader.read_rows)
     read_key = staticmethod(key_trace.read_key)  # cdc trace: one key's row and position
     doctor = staticmethod(preflight.doctor)  # cdc doctor: reachable, pyiceberg, may create
+    # cdc status: the position stored in the namespace's properties (sinks.iceberg.position)
+    read_consistent_position = staticmethod(reader.read_consistent_position)

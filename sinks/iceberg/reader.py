@@ -1,15 +1,16 @@
 """Read an Iceberg table back, for ``cdc verify`` and tests: the current rows (``current``
-mode: deleted keys left out). Values are as Iceberg holds them: numbers, ``Decimal``, dates and
-times, and the text form of the types stored as text, which verify's canonical form reads as
-the source's values."""
+mode: deleted keys left out); and the sink's stored consistent position, for ``cdc status``.
+Values are as Iceberg holds them: numbers, ``Decimal``, dates and times, and the text form of
+the types stored as text, which verify's canonical form reads as the source's values."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from cdc.contracts.errors import SinkFatal
-from sinks.iceberg import tables
+from sinks.iceberg import position, tables
 from sinks.iceberg.config import IcebergSinkConfig
 from sinks.iceberg.sink import open_catalog
 
@@ -38,3 +39,22 @@ def read_rows(
         for values in batch.to_pylist():
             row = {c: values[c] for c in columns}
             yield {k: row[k] for k in keys}, row
+
+
+def read_consistent_position(config: IcebergSinkConfig, *, pipeline: str) -> str | None:
+    """For ``cdc status``: the position the sink stored in its namespace's properties
+    (:mod:`sinks.iceberg.position`); ``None`` when none is.
+
+    Raises:
+        SinkFatal: the catalog cannot be read (the message without secrets).
+    """
+    uri = config.catalog_properties().get("uri", "")
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
+        return None  # the sink never ran: status makes no catalog file
+    namespace = config.namespace_for(pipeline)
+    try:
+        return position.read(open_catalog(config), namespace, position.key(pipeline, config.name))
+    except Exception as exc:  # pyiceberg, SQLAlchemy, HTTP: no common root
+        raise SinkFatal(
+            f"Iceberg sink {config.name}: reading the stored position: {config.scrub(str(exc))}"
+        ) from None

@@ -15,6 +15,14 @@ pass it.
 
 While idle, the runner asks :meth:`IcebergSink.probe` every few seconds: buffered changes
 whose interval has passed are committed then, not at the next change.
+
+The consistent position (:class:`cdc.contracts.sink.PositionedSink`) the runner hands before a
+batch covers every record written so far, that batch included; buffered ones are not in the
+tables yet. So the sink holds it, across flushes that commit nothing, until a commit leaves
+nothing buffered: then, after every table's commit succeeded, it stores it in its namespace's
+properties (:mod:`sinks.iceberg.position`). A flush with nothing buffered stores it at once
+(the tables hold every record written). It never leads the tables; a crash between the
+commits and its write leaves the older one.
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ from pyiceberg.table import Table as IcebergTable
 from cdc.contracts.errors import CdcError, RecordError, SinkFatal, SinkUnavailable
 from cdc.contracts.sink import SinkContext, SinkRecord, sink_offsets
 from cdc.log.base import TopicPartition
-from sinks.iceberg import apply, tables
+from sinks.iceberg import apply, position, tables
 from sinks.iceberg.config import IcebergSinkConfig
 from sinks.keyed import Pos, Table, TopicTables
 
@@ -56,6 +64,9 @@ class IcebergSink:
         self._since: float | None = None
         self._fresh = False
         self._flushed = True  # every record written was handed to a flush that returned
+        self._position_key = position.key(context.pipeline, config.name)
+        self._held: str | None = None  # stored once nothing written before it is buffered
+        self._position_failing = False
         self._log = context.logger
 
     def open(self) -> None:
@@ -95,16 +106,28 @@ class IcebergSink:
             if self._since is None:
                 self._since = time.monotonic()
 
+    def set_consistent_position(self, position: str) -> None:
+        """Hold ``position`` until the tables hold every record written before it (see the
+        module docstring; :class:`cdc.contracts.sink.PositionedSink`)."""
+        self._held = position
+
     def flush(self) -> None:
-        """Commit the buffered changes when due (see the module docstring).
+        """Commit the buffered changes when due (see the module docstring); with nothing
+        buffered, store the held position alone.
 
         Raises:
             RecordError: a record no column can hold (nothing of its table is committed).
             SinkFatal: a schema change Iceberg cannot make, or a catalog that refuses.
             SinkUnavailable: the catalog is away, or another writer committed first.
         """
-        if self._due():
-            self.commit()
+        try:
+            if self._due():
+                self.commit()
+            else:
+                self._store_position()
+        except Exception:
+            self._held = None  # a failed flush forgets it: the runner hands it again
+            raise
         self._flushed = True
 
     def probe(self) -> None:
@@ -113,7 +136,8 @@ class IcebergSink:
             self.commit()
 
     def commit(self) -> None:
-        """Commit every table's buffered changes now, one Iceberg commit a table."""
+        """Commit every table's buffered changes now, one Iceberg commit a table, then store
+        the held position: only once every commit succeeded does it hold for the tables."""
         for table in list(self._pending):
             try:
                 self._commit(table, self._pending[table])
@@ -122,6 +146,7 @@ class IcebergSink:
                 raise
             del self._pending[table]
         self._since, self._fresh = None, False
+        self._store_position()
 
     def close(self) -> None:
         """Commit what the runner handed over and saw flushed (a clean stop leaves nothing
@@ -133,15 +158,19 @@ class IcebergSink:
             except Exception as exc:  # the next start replays them from the stored offsets
                 self._log.warning("iceberg.close_commit_failed", error=str(exc))
         self._pending, self._since, self._seen = {}, None, dict(self._offsets)
-        self._dropped = {}
+        self._dropped, self._held = {}, None
         self._catalog = None
 
     def reset_table(self, table: Table, partitions: Sequence[TopicPartition]) -> None:
         """Drop the Iceberg table and create it again, empty, with offset 0 for ``partitions``
-        in its properties (the table's offsets when it has no snapshot)."""
+        in its properties (the table's offsets when it has no snapshot). The stored position
+        is removed first (the table is read again from its start, so the sink's tables no
+        longer hold it), and the held one forgotten with the table's buffered changes."""
         catalog = self._open_catalog()
         name = tables.identifier(self._namespace, table)
+        self._held = None
         with self._translated(f"resetting {name[0]}.{name[1]}"):
+            position.forget(catalog, self._namespace, self._position_key)
             if tables.load(catalog, name) is not None:
                 catalog.drop_table(name)
             self._forget(table)
@@ -167,6 +196,24 @@ class IcebergSink:
             return True
         waited = time.monotonic() - (self._since or time.monotonic())
         return waited >= self._config.commit_interval_s
+
+    def _store_position(self) -> None:
+        """Store the held position when the tables hold every record written before it:
+        nothing buffered, and offsets stored for it to stand beside. A failed write is logged
+        and the position kept for the next flush (the tables hold it already): the data is
+        committed, so the flush does not fail for it."""
+        held = self._held
+        if held is None or self._pending or not self._offsets or self._catalog is None:
+            return
+        try:
+            position.store(self._catalog, self._namespace, self._position_key, held)
+        except Exception as exc:  # pyiceberg, SQLAlchemy, HTTP: no common root
+            if not self._position_failing:  # once a streak: a flush a batch would flood
+                error = self._message("storing the consistent position", exc)
+                self._log.warning("iceberg.position_not_stored", error=error)
+            self._position_failing = True
+            return
+        self._position_failing, self._held = False, None
 
     def _drop(self, table: Table, record: object) -> None:
         """Take a record the table cannot hold out of its buffer. The runner dead-letters it

@@ -4,7 +4,9 @@ every second or 300 rows, so the kills land with changes buffered and commits un
 a clean stop (which commits the buffer) the tables equal the source: ``cdc verify`` (which reads
 them through pyiceberg) agrees, each key is one row, and DuckDB, reading the current snapshot's
 Parquet files on its own (its ``iceberg`` extension is downloaded from the internet, which this
-machine does not reach), sees the same keys.
+machine does not reach), sees the same keys. A fence (``cdc wait``) on the sink returns, and the
+sink stores its consistent position in its namespace's properties, which ``cdc status`` shows
+once the pipeline is stopped.
 """
 
 from __future__ import annotations
@@ -18,13 +20,16 @@ from typing import Any
 
 import duckdb
 import orjson
+import psycopg
 import pyarrow.compute as pc
 import yaml
 
+from connectors.postgres.lsn import str_to_lsn
 from sinks.iceberg import IcebergSinkConfig
+from sinks.iceberg.plugin import IcebergSinkPlugin
 from sinks.iceberg.sink import open_catalog
 from sinks.iceberg.tables import state
-from tests.e2e.cli_helpers import cdc, start_run, stop
+from tests.e2e.cli_helpers import cdc, start_run, stop, wait_for
 from tests.e2e.shop_workload import Workload, create
 from tests.e2e.sinks_kit import topic_ends
 from tests.e2e.test_pg_all_sinks import kill_mid_work, table_records, wait_caught_up, wait_status
@@ -87,10 +92,12 @@ def test_postgres_to_iceberg_after_two_sigkills_equals_the_source(
         workload.stop()
     wait_caught_up(process, tmp_path, pipeline, env, pg_db, timeout=240)
     _metrics_count_the_changes(port)
+    reached = _fence_and_stored_position(process, config, pipeline, tmp_path, env, pg_db)
     # The group's offsets run ahead of the tables by up to an interval; a clean stop commits
     # what the sink holds, so every table's last commit stores its topic's end offsets.
     assert stop(process)[0] == 0, (tmp_path / "run.log").read_text()[-3000:]
     assert _committed(config, pipeline, tmp_path, env)
+    _status_shows_the_stored_position(config, pipeline, tmp_path, env, pg_db, reached)
     result = cdc("verify", str(pipeline), "--json", cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert {(r["sink"], r["ok"]) for r in orjson.loads(result.stdout)} == {("lake", True)}
@@ -118,6 +125,47 @@ def _metrics_count_the_changes(port: int) -> None:
     ]
     assert applied and sum(applied) > 0, text[-2000:]
     assert f'cdc_sink_state{{{labels},state="running"}} 1.0' in text
+
+
+def _fence_and_stored_position(
+    process: Any,
+    config: IcebergSinkConfig,
+    pipeline: Path,
+    cwd: Path,
+    env: dict[str, str],
+    dsn: str,
+) -> int:
+    """``cdc wait`` returns for the sink; then, idle, the sink stores a position at or after
+    the fence's in its namespace (after the commits of the changes before it). Returns it."""
+    fenced = cdc(
+        "wait", str(pipeline), "--sink", "lake", "--now", "--timeout-s", "60", cwd=cwd, env=env
+    )
+    assert fenced.returncode == 0, fenced.stdout + fenced.stderr
+    target = str_to_lsn(fenced.stdout.strip())
+    seen: dict[str, Any] = {}
+
+    def stored_reaches() -> bool:
+        seen["stored"] = IcebergSinkPlugin.read_consistent_position(config, pipeline="shop")
+        return seen["stored"] is not None and str_to_lsn(seen["stored"]) >= target
+
+    wait_for(stored_reaches, 60, 0.2, process=process, log=cwd / "run.log", last_seen=seen)
+    return target
+
+
+def _status_shows_the_stored_position(
+    config: IcebergSinkConfig, pipeline: Path, cwd: Path, env: dict[str, str], dsn: str, low: int
+) -> None:
+    """With no process serving the sink, ``cdc status`` reads the position its namespace
+    holds: at or after the fence's, never past the source's WAL."""
+    result = cdc("status", str(pipeline), "--json", cwd=cwd, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    sinks = {s["sink"]: s for s in orjson.loads(result.stdout)["sinks"]}
+    stored = sinks["lake"]["stored_position"]
+    assert stored == IcebergSinkPlugin.read_consistent_position(config, pipeline="shop")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+    assert row is not None
+    assert low <= str_to_lsn(stored) <= str_to_lsn(row[0])
 
 
 def _committed(config: IcebergSinkConfig, pipeline: Path, cwd: Path, env: dict[str, str]) -> bool:
