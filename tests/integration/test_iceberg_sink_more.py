@@ -195,4 +195,6 @@ def test_doctor_passes_on_a_catalog_the_sink_can_use(tmp_path: Path) -> None:
         ("reachable", True),
         ("version", True),
         ("permitted", True),
+        ("position", True),
     ]
+    assert not checks[-1].warning

@@ -23,6 +23,7 @@ from cdc.contracts.sink import SinkContext
 from cdc.log.base import TopicPartition
 from cdc.support.logging import get_logger
 from sinks.iceberg import IcebergSink, IcebergSinkConfig
+from sinks.iceberg.doctor import doctor
 from sinks.iceberg.plugin import IcebergSinkPlugin
 from sinks.iceberg.sink import open_catalog
 from tests.integration.duckdb_kit import PIPELINE, event, item
@@ -150,7 +151,8 @@ def test_a_position_the_catalog_refuses_is_kept_for_the_next_flush(
 ) -> None:
     """The catalog refuses the property's write (a SQLite trigger on pyiceberg's namespace
     properties table: no other real refusal hits that write alone). The tables' commits
-    landed, so the flush succeeds, and the next flush stores the position."""
+    landed, so the flush succeeds, and the next flush stores the position. ``cdc doctor``
+    warns of it."""
     lake = positions
     lake.hand("0/100", item(Op.CREATE, 1, 10, "a", 1))
     catalog_db = sqlite3.connect(lake.config.catalog_properties()["uri"].removeprefix("sqlite:///"))
@@ -163,6 +165,7 @@ def test_a_position_the_catalog_refuses_is_kept_for_the_next_flush(
     lake.hand("0/200", item(Op.UPDATE, 1, 20, "a2", 2))
     assert lake.names() == {1: ("a2", 2)}
     assert lake.stored() == "0/100"
+    assert [(c.level, c.name) for c in doctor(lake.config, PIPELINE)][-1] == ("warn", "position")
     with catalog_db:
         catalog_db.execute("DROP TRIGGER refuse")
     catalog_db.close()
