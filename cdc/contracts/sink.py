@@ -119,7 +119,13 @@ class Sink(Protocol):
     def write(self, records: Sequence[SinkRecord]) -> None: ...
 
     def flush(self) -> None:
-        """Make everything written durable. On return, the runner commits the offsets."""
+        """Make everything written durable. On return, the runner commits the offsets.
+
+        A sink that keeps its offsets with its data may instead commit on its own schedule
+        (Iceberg, every ``commit_interval_s``): it then has ``durable_offsets()``, the next
+        offsets its store holds durably, and the runner commits its consumer group no further
+        (they are what ``cdc status``'s lag, ``cdc verify``'s lag check and ``cdc wait`` read),
+        and again when they move while it is idle (its ``probe()`` committed)."""
         ...
 
     def close(self) -> None: ...

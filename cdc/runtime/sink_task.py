@@ -135,6 +135,7 @@ class SinkTask:
         self.records_applied = 0
         self.failure: BaseException | None = None
         self._retrying = False  # recorded as retrying in the control topic, for cdc status
+        self._group_at: dict[TopicPartition, int] = {}  # what this task last committed
 
     def _table_resets(
         self, control: ControlWatcher, tables: Sequence[tuple[str, str]] | None
@@ -223,6 +224,7 @@ class SinkTask:
             topics.append(schema_topic(self._pipeline))
         group = group_name(self._pipeline, self._name)
         self._consumer = self._log.consumer(group, topics, start_offsets=self._start_offsets)
+        self._group_at = {}  # after a reset, the group's offsets may go back with the store's
         # Far behind the log (a new sink, a reset, a rebuild): progress lines with an ETA.
         stored = self._sink.stored_offsets() or {}
         self._held.start(stored)
@@ -256,6 +258,7 @@ class SinkTask:
             if self._catch_up is not None:
                 self._catch_up.idle()
             self._rebuild_from_log(self._probe.lost(self._sink))
+            self._commit_group(self._durable_moved())  # what its own schedule committed
             self._track()
             self._held.idle(self._sink)
             return 0
@@ -272,15 +275,9 @@ class SinkTask:
             self._rebuild_from_log(exc)
             return 0
         offsets = sink_offsets(batch)
-        consumer = self._consumer
-        # The batch is durable in the sink; a commit that fails (broker away) is retried until
-        # it lands or the task stops, in which case the batch is replayed harmlessly.
-        retry_until_stopped(
-            lambda: consumer.commit(offsets, self._stop),
-            self._stop,
-            self._logger,
-            "sink.commit_retrying",
-        )
+        # The batch is durable in the sink (or, for a sink that commits on its own schedule,
+        # as much of it as its durable_offsets say).
+        self._commit_group(self._durable(offsets))
         self.records_applied += len(batch)
         self._held.committed(offsets)
         if self._retrying:  # the store is back: status says running again, as /readyz does
@@ -294,6 +291,54 @@ class SinkTask:
             self._catch_up.note(offsets)
         self._track()
         return len(batch)
+
+    def _commit_group(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit the group's ``offsets``. A commit that fails (the broker away) is retried
+        until it lands or the task stops, in which case the batch is replayed harmlessly."""
+        consumer = self._consumer
+        if not offsets or consumer is None:
+            return
+        retry_until_stopped(
+            lambda: consumer.commit(offsets, self._stop),
+            self._stop,
+            self._logger,
+            "sink.commit_retrying",
+        )
+        self._group_at.update(offsets)
+
+    def _durable(self, offsets: Mapping[TopicPartition, int]) -> Mapping[TopicPartition, int]:
+        """``offsets``, no further than the store holds them durably.
+
+        A sink whose flush may leave records buffered, to commit them on its own schedule
+        (Iceberg's ``commit_interval_s``), says what its store holds in ``durable_offsets()``
+        (:class:`cdc.contracts.sink.Sink`). It resumes from its own stored offsets, so the
+        group's are not what makes it exactly-once; but ``cdc status``'s lag, ``cdc verify``'s
+        lag check and ``cdc wait`` read the group's, which must not lead the store's data.
+        """
+        durable_of = getattr(self._sink, "durable_offsets", None)
+        if durable_of is None:
+            return offsets
+        durable, topics = durable_of() or {}, set(self._topics)
+        capped = {  # the schema topic's records are no data: as they are
+            tp: offset if tp.topic not in topics else min(offset, durable[tp])
+            for tp, offset in offsets.items()
+            if tp.topic not in topics or tp in durable
+        }
+        return {tp: o for tp, o in capped.items() if o > self._group_at.get(tp, -1)}
+
+    def _durable_moved(self) -> Mapping[TopicPartition, int]:
+        """While idle: the durable offsets of a sink that commits on its own schedule, where
+        they moved past what the group last committed (its commit came while idle)."""
+        durable_of = getattr(self._sink, "durable_offsets", None)
+        if durable_of is None:
+            return {}
+        topics = set(self._topics)
+        durable = durable_of() or {}
+        return {
+            tp: o
+            for tp, o in durable.items()
+            if tp.topic in topics and o > self._group_at.get(tp, -1)
+        }
 
     @property
     def consistent_position(self) -> Any:

@@ -91,6 +91,11 @@ class IcebergSink:
                 self._load()
         return dict(self._offsets)
 
+    def durable_offsets(self) -> Mapping[TopicPartition, int]:
+        """What the tables hold: the runner commits the group no further, while later records
+        wait in the buffer for their commit (:meth:`cdc.contracts.sink.Sink.durable_offsets`)."""
+        return dict(self._offsets)
+
     def write(self, records: Sequence[SinkRecord]) -> None:
         self._flushed = False
         seen = self._seen

@@ -187,3 +187,45 @@ def test_a_bad_record_is_dead_lettered_once_and_the_other_keys_after_it_committe
     assert sink.stored_offsets() == {TopicPartition(TOPIC, 0): 6}
     sink.close()
     log.close()
+
+
+def test_the_group_commits_no_further_than_the_tables_hold(tmp_path: Path) -> None:
+    """Under commit_interval_s the sink keeps applied records in its buffer; the runner commits
+    the group's offsets (what cdc status's lag, verify's lag check and cdc wait read) only as
+    far as the tables hold them (IcebergSink.durable_offsets), and moves them on when the idle
+    probe commits the buffer. The former runner committed them at once: the group said
+    caught up while the tables held nothing."""
+    kit = SinkConformance()
+    kit.setup_kit(tmp_path)
+    log = kit.log()
+    config = lake_config(kit.kit_dir / "lake").model_copy(update={"commit_interval_s": 2.0})
+    stop = threading.Event()
+    task = SinkTask(
+        PIPELINE, "kit", log, lambda: IcebergSink(config, kit.context()), [TOPIC], stop,
+        get_logger(sink="kit"), poll_timeout_s=0.05,
+    )  # fmt: skip
+    thread = threading.Thread(target=task.run, daemon=True)
+    group = group_name(PIPELINE, "kit")
+    samples: list[tuple[int, int, int]] = []
+
+    def sample() -> bool:
+        applied = task.records_applied
+        committed = sum(log.committed_offsets(group).values())
+        held = len(list(read_rows(config, *TABLE, pipeline=PIPELINE)))  # after: rows only grow
+        samples.append((applied, committed, held))
+        return committed >= 3
+
+    try:
+        thread.start()
+        kit.fill_log(log, [change(1, Op.CREATE, 10, "a", 1)])  # a new partition: committed now
+        wait_until(lambda: sum(log.committed_offsets(group).values()) >= 1, 20)
+        kit.fill_log(log, [change(2, Op.CREATE, 11, "b", 2), change(3, Op.CREATE, 12, "c", 3)])
+        wait_until(sample, 30)
+    finally:
+        stop.set()
+        thread.join(30)
+    assert all(committed <= held for _, committed, held in samples), samples
+    # Applied but still buffered: the group waited for the commit.
+    assert any(applied == 3 and committed == 1 for applied, committed, _ in samples), samples
+    assert kit_rows(kit) == {1: ("a", 1), 2: ("b", 2), 3: ("c", 3)}
+    log.close()
