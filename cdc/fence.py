@@ -12,7 +12,10 @@ committed before it::
 ``cdc wait FILE --sink NAME [--position POS | --now] [--timeout-s S]`` is the same from a
 shell. How it decides, from the log alone (no change to the log's format), is in
 :mod:`cdc.runtime.consistency`: the source's stored position reaches the target, then the sink's
-committed offsets reach the log's end offsets read after it.
+committed offsets reach the log's end offsets read after it. On a log whose offsets have gaps
+(Kafka: a transaction's commit marker takes an offset of each partition it wrote), a partition
+whose committed offset stops short of its end counts as reached when what lies between holds
+no record a reader gets (:class:`_DataLeft`): the sink has nothing there to apply.
 
 Polls back off from :data:`FIRST_POLL_S` to :data:`LAST_POLL_S` while nothing moves and start
 again from the first whenever something does, so a fence answers within a few milliseconds of
@@ -55,6 +58,14 @@ def longest_poll_s(pipeline: Pipeline) -> float:
 
 
 P_co = TypeVar("P_co", covariant=True)
+
+
+class FirstRecord(Protocol):
+    """A gapped log's ``first_record_offset`` (:meth:`cdc.log.kafka.KafkaLog.first_record_offset`):
+    the offset of a partition's first record a reader gets at or after ``start`` and below
+    ``end``, ``None`` if none."""
+
+    def __call__(self, topic: str, partition: int, start: int, end: int) -> int | None: ...
 
 
 class PositionReader(Protocol[P_co]):
@@ -220,6 +231,9 @@ class Fence:
     ) -> None:
         self._log, self._group, self._topics = log, group, topics
         self._longest_s = longest_s
+        # Only a log whose offsets have gaps has it (Kafka); the embedded log's offsets are
+        # its records, one after the other.
+        self._first_record: FirstRecord | None = getattr(log, "first_record_offset", None)
 
     def wait(self, decode: DecodePosition, target: Any, timeout_s: float) -> Any:
         """See :func:`wait`; returns the stored position the sink reached."""
@@ -233,16 +247,70 @@ class Fence:
             reached = now
         # Read after the position: every record of a change up to it is below these ends.
         ends = log_ends(self._log, self._topics)
-        left = self._behind(ends)
+        data = None if self._first_record is None else _DataLeft(self._first_record, ends)
+        left = self._behind(ends, data)
         while left:
             poll.sleep(deadline, f"the sink to apply {left} more record(s) up to {target}")
-            now = self._behind(ends)
+            now = self._behind(ends, data)
             poll.moved(now != left)
             left = now
         return reached
 
-    def _behind(self, ends: dict[TopicPartition, int]) -> int:
-        return behind(ends, self._log.committed_offsets(self._group))
+    def _behind(self, ends: dict[TopicPartition, int], data: _DataLeft | None) -> int:
+        committed = self._log.committed_offsets(self._group)
+        if data is not None:
+            committed = data.passed(committed)
+        return behind(ends, committed)
+
+
+class _DataLeft:
+    """Which partitions still hold records for the sink below the fence's ends, on a log whose
+    offsets have gaps.
+
+    On Kafka the ends count each transaction's commit marker, and a sink's group commits past
+    the markers that follow its last record only once its consumer has served them, with its
+    next commit or after a poll that came back empty (``KafkaConsumer._commit_past_markers``,
+    0.2 s on a sink task); a fence that waited for that commit returned some 0.3 s after the
+    sink held the write. Where the group's committed offset stops short of a partition's end,
+    one read_committed read of the partition from there tells whether a record lies between:
+    if none does, the sink holds everything below the end. Only a partition whose committed
+    offset stayed where the previous look found it (or at the first look) is read, so a sink
+    busy catching up costs a read only where its commits pause, and what a read found is
+    remembered: records below a read's end are decided (the end is a last stable offset), so a
+    record found stays the sink's to pass, and a stretch found empty stays empty (compaction
+    only removes).
+    """
+
+    def __init__(self, first_record: FirstRecord, ends: dict[TopicPartition, int]) -> None:
+        self._first_record, self._ends = first_record, ends
+        self._empty_from: dict[TopicPartition, int] = {}  # nothing to read from here to the end
+        self._record_at: dict[TopicPartition, int] = {}  # a record the sink must pass
+        self._last: dict[TopicPartition, int] | None = None  # committed at the previous look
+
+    def passed(self, committed: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """``committed``, with each partition that has nothing left to read up to its end
+        counted at its end."""
+        out = dict(committed)
+        for tp, end in self._ends.items():
+            offset = committed.get(tp, 0)
+            if offset < end and not self._left(tp, offset, end):
+                out[tp] = end
+        self._last = dict(committed)
+        return out
+
+    def _left(self, tp: TopicPartition, offset: int, end: int) -> bool:
+        if offset <= self._record_at.get(tp, -1):
+            return True
+        if offset >= self._empty_from.get(tp, end):
+            return False
+        if self._last is not None and self._last.get(tp, 0) != offset:
+            return True  # the sink is moving: look again once it stops
+        found = self._first_record(tp.topic, tp.partition, offset, end)
+        if found is None:
+            self._empty_from[tp] = offset
+            return False
+        self._record_at[tp] = found
+        return True
 
 
 class _Backoff:

@@ -99,6 +99,13 @@ class RenewedClient(Generic[_Client]):
                 self._renew()
             return self._client
 
+    def close(self) -> None:
+        """Close the client (an admin client has nothing to close); a failure is logged."""
+        with self._lock:
+            close = getattr(self._client, "close", None)
+            if close is not None:
+                _close_quietly(close)
+
     def _renew(self) -> None:
         _logger.warning("kafka.client_renewed", client=self._what, reason="it knows no broker")
         old, self._client = self._client, self._make(self._config)

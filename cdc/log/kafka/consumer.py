@@ -166,7 +166,10 @@ class KafkaConsumer:
         for the next :meth:`poll`.
 
         Where ``offsets`` covers everything poll returned for a partition, the commit moves on
-        past transaction markers that follow, so a caught-up group shows no lag. If the
+        past transaction markers that follow, so a caught-up group shows no lag; it also moves
+        on every other partition of this member whose consumer has served only markers since
+        its last commit (no extra request: a busy sink's idle partitions would otherwise sit
+        before their last marker until a poll comes back empty). If the
         partitions were meanwhile given to another member, the commit is dropped with a
         warning: that member resumes from the previous commit (at-least-once).
 
@@ -178,7 +181,7 @@ class KafkaConsumer:
         self._check_open()
         targets = {tp: self._past_markers(tp, offset) for tp, offset in offsets.items()}
         if targets:
-            self._commit(targets, stop)
+            self._commit({**self._markers_passed(), **targets}, stop)
 
     def group_metadata(self) -> Any:
         """This member's group metadata (generation and member id), for a transaction that
@@ -295,14 +298,20 @@ class KafkaConsumer:
 
     def _commit_past_markers(self) -> None:
         """When idle, commit positions that moved past markers only (nothing left to apply)."""
+        moved = self._markers_passed()
+        if moved:
+            self._commit(moved)
+
+    def _markers_passed(self) -> dict[TopicPartition, int]:
+        """The partitions whose position moved past markers only since their last commit
+        (everything poll returned is committed), at that position."""
         moved = {}
         for tp, done in self._committed.items():
             if done == self._returned.get(tp):
                 position = self._past_markers(tp, done)
                 if position > done:
                     moved[tp] = position
-        if moved:
-            self._commit(moved)
+        return moved
 
     def _commit(
         self, offsets: Mapping[TopicPartition, int], stop: threading.Event | None = None

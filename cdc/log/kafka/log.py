@@ -203,6 +203,18 @@ class KafkaLog:
             raise LogError(f"kafka log: topic {topic!r} has no partition {partition}")
         return self._partition_reader().read(topic, partition, offset, max_records, end[partition])
 
+    def first_record_offset(self, topic: str, partition: int, start: int, end: int) -> int | None:
+        """The offset of the partition's first committed record at or after ``start`` and
+        below ``end`` (a last stable offset read earlier); ``None`` when there is none: the
+        offsets between hold only transaction markers and aborted records, which no reader
+        gets (a fence's test of whether a sink has data left, :mod:`cdc.fence`).
+
+        Raises:
+            LogUnavailable: the broker did not answer.
+        """
+        found = self._partition_reader().read(topic, partition, start, 1, end)
+        return found[0].offset if found and found[0].offset < end else None
+
     def end_offsets(self, topic: str) -> dict[int, int]:
         """Each partition's last stable offset: the next offset a read_committed reader gets."""
         count = self._admin.count(topic)
@@ -275,7 +287,8 @@ class KafkaLog:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the producers and the reader. Stop using the log's consumers first."""
+        """Close the producers, the readers and the kept offsets readers. Stop using the log's
+        consumers first."""
         with self._lock:
             if self.closed:
                 return
@@ -288,6 +301,7 @@ class KafkaLog:
             self._images.close()
         if reader is not None:
             reader.close()
+        self._admin.close()
 
     def __enter__(self) -> KafkaLog:
         return self
