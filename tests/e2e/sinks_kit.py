@@ -17,7 +17,7 @@ import yaml
 from cdc.contracts.snapshot_offsets import progress
 from cdc.envelope.options import EnvelopeOptions
 from sinks.redis import RedisSinkConfig, RedisSinkPlugin
-from tests.e2e.cli_helpers import cdc, start_run, wait_for
+from tests.e2e.cli_helpers import cdc, start_run, status_json, wait_for
 from tests.e2e.snapshot_helpers import offsets
 
 PIPELINE = "snp"
@@ -89,10 +89,7 @@ def duckdb_rows(path: Path, name: str) -> dict[int, dict[str, Any]]:
 
 
 def status(pipeline: Path, cwd: Path, env: dict[str, str]) -> dict[str, Any]:
-    result = cdc("status", str(pipeline), "--json", cwd=cwd, env=env)
-    assert result.returncode == 0, result.stderr
-    report: dict[str, Any] = orjson.loads(result.stdout)
-    return report
+    return status_json(pipeline, cwd, env)
 
 
 def execute(dsn: str, *statements: str) -> None:

@@ -12,7 +12,15 @@ import orjson
 
 from sinks.redis import RedisSinkConfig, RedisSinkPlugin
 from sinks.search import SearchSinkConfig, SearchSinkPlugin
-from tests.e2e.cli_helpers import cdc, latest_per_key, start_run, stop, tail_all, wait_for
+from tests.e2e.cli_helpers import (
+    cdc,
+    latest_per_key,
+    start_run,
+    status_json,
+    stop,
+    tail_all,
+    wait_for,
+)
 
 CHANGES = 6000
 
@@ -47,9 +55,7 @@ sinks:
 
 def generated(file: Path, cwd: Path) -> int:
     """Changes the generator has stored in the log so far."""
-    result = cdc("status", str(file), "--json", cwd=cwd)
-    assert result.returncode == 0, result.stderr
-    offsets = orjson.loads(result.stdout)["source"]["offsets"]
+    offsets = status_json(file, cwd)["source"]["offsets"]
     return int(offsets.get("generator", {}).get("next", 0))
 
 

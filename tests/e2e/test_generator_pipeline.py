@@ -10,7 +10,7 @@ from pathlib import Path
 
 import orjson
 
-from tests.e2e.cli_helpers import cdc, start_run, stop, tail_all, wait_for
+from tests.e2e.cli_helpers import cdc, start_run, status_json, stop, tail_all, wait_for
 from tests.e2e.snapshot_helpers import offsets
 
 CHANGES = 6000
@@ -39,8 +39,7 @@ def stored_next(tmp_path: Path, pipeline: Path) -> int:
 
 
 def sink_lag(tmp_path: Path, pipeline: Path) -> int:
-    result = cdc("status", str(pipeline), "--json", cwd=tmp_path)
-    return int(orjson.loads(result.stdout)["sinks"][0]["lag"])
+    return int(status_json(pipeline, tmp_path)["sinks"][0]["lag"])
 
 
 def jsonl_lines(tmp_path: Path, topic: str) -> list[dict[str, object]]:

@@ -24,7 +24,7 @@ import orjson
 import psycopg
 import pytest
 
-from tests.e2e.cli_helpers import cdc, start_run, stop, topic_records, wait_for
+from tests.e2e.cli_helpers import cdc, start_run, status_json, stop, topic_records, wait_for
 from tests.integration.webhook_receiver import Receiver
 
 SECRET = "whsec_ZTJlLWh0dHAtc2luay1zZWNyZXQta2V5"
@@ -197,8 +197,7 @@ def _verify_says_not_verifiable(
     tmp_path: Path, pipeline: Path, env: dict[str, str], process: Any
 ) -> None:
     def lag_zero() -> bool:
-        result = cdc("status", str(pipeline), "--json", cwd=tmp_path, env=env)
-        return all(s["lag"] == 0 for s in orjson.loads(result.stdout)["sinks"])
+        return all(s["lag"] == 0 for s in status_json(pipeline, tmp_path, env)["sinks"])
 
     wait_for(lag_zero, 60, 0.2, process=process, log=tmp_path / "run.log")
     result = cdc("verify", str(pipeline), "--json", cwd=tmp_path, env=env)

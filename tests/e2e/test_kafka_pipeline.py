@@ -35,6 +35,7 @@ from tests.e2e.cli_helpers import (
     kill_mid_workload,
     latest_per_key,
     start_run,
+    status_json,
     stop,
     tail_all,
     wait_for,
@@ -66,10 +67,7 @@ def write_pipeline(
 
 
 def status(tmp_path: Path, pipeline: Path) -> dict[str, Any]:
-    result = cdc("status", str(pipeline), "--json", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    report: dict[str, Any] = orjson.loads(result.stdout)
-    return report
+    return status_json(pipeline, tmp_path)
 
 
 def done(tmp_path: Path, pipeline: Path, changes: int) -> bool:

@@ -25,7 +25,7 @@ import orjson
 import psycopg
 import pytest
 
-from tests.e2e.cli_helpers import cdc, cdc_env, http_get, start_run, stop, wait_for
+from tests.e2e.cli_helpers import cdc, cdc_env, http_get, start_run, status_json, stop, wait_for
 from tests.services.ports import LOOPBACK, free_port
 
 SINK = "warehouse"
@@ -90,9 +90,7 @@ class Worker:
 
 
 def status(tmp_path: Path, pipeline: Path, env: dict[str, str]) -> dict[str, Any]:
-    result = cdc("status", str(pipeline), "--json", cwd=tmp_path, env=env)
-    assert result.returncode == 0, result.stderr
-    [sink] = orjson.loads(result.stdout)["sinks"]
+    [sink] = status_json(pipeline, tmp_path, env)["sinks"]
     return dict(sink)
 
 

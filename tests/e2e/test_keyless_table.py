@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import psycopg
 
-from tests.e2e.cli_helpers import cdc, start_run, stop, wait_for
+from tests.e2e.cli_helpers import cdc, start_run, status_json, stop, wait_for
 
 
 def _execute(dsn: str, *statements: str) -> None:
@@ -32,8 +32,7 @@ def _verify(tmp_path: Path, pipeline: Path, env: dict[str, str]) -> tuple[int, d
 
 def _ends(tmp_path: Path, pipeline: Path, env: dict[str, str]) -> dict[str, int]:
     """Each table's records in the log, once the sink applied every one of them (else {})."""
-    result = cdc("status", str(pipeline), "--json", cwd=tmp_path, env=env)
-    [sink] = orjson.loads(result.stdout)["sinks"]
+    [sink] = status_json(pipeline, tmp_path, env)["sinks"]
     ends = {t["topic"].split(".", 1)[1]: int(t["end"]) for t in sink["topics"]}
     return ends if sink["lag"] == 0 else {}
 

@@ -39,7 +39,7 @@ from cdc.envelope.options import DEBEZIUM_DEFAULTS, READABLE
 from cdc.testing import WaitTimeout, wait_until
 from connectors.postgres.lsn import str_to_lsn
 from tests.e2e import matrix_values as mv
-from tests.e2e.cli_helpers import cdc, start_run, stop
+from tests.e2e.cli_helpers import cdc, start_run, status_json, stop
 from tests.e2e.matrix_tables import values, wide
 from tests.e2e.sinks_kit import redis_url
 
@@ -131,10 +131,7 @@ def write_pipeline(root: Path, name: str, env: dict[str, str]) -> Path:
 
 
 def status(pipeline: Path, env: dict[str, str]) -> dict[str, Any]:
-    result = cdc("status", str(pipeline), "--json", cwd=pipeline.parent, env=env)
-    assert result.returncode == 0, result.stderr
-    report: dict[str, Any] = orjson.loads(result.stdout)
-    return report
+    return status_json(pipeline, pipeline.parent, env)
 
 
 def slots(dsn: str) -> dict[str, int | None]:

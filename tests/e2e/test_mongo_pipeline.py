@@ -22,7 +22,15 @@ from bson import Binary, Decimal128, Int64, ObjectId
 
 from cdc.config import pipeline as config
 from connectors.mongodb import MongoSourcePlugin, extended_json
-from tests.e2e.cli_helpers import cdc, latest_per_key, start_run, stop, tail_all, wait_for
+from tests.e2e.cli_helpers import (
+    cdc,
+    latest_per_key,
+    start_run,
+    status_json,
+    stop,
+    tail_all,
+    wait_for,
+)
 from tests.integration.mongo_kit import database, private_server, scope
 
 pytestmark = pytest.mark.timeout(180)
@@ -42,10 +50,7 @@ def write_pipeline(
 
 
 def status(tmp_path: Path, pipeline: Path) -> dict[str, Any]:
-    result = cdc("status", str(pipeline), "--json", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    report: dict[str, Any] = orjson.loads(result.stdout)
-    return report
+    return status_json(pipeline, tmp_path)
 
 
 def caught_up(tmp_path: Path, pipeline: Path) -> bool:

@@ -31,7 +31,7 @@ from connectors.postgres import PostgresSourcePlugin
 from connectors.postgres.lsn import str_to_lsn
 from sinks.redis import RedisSinkPlugin
 from sinks.search import SearchSinkPlugin
-from tests.e2e.cli_helpers import cdc, start_run, stop, wait_for
+from tests.e2e.cli_helpers import cdc, start_run, status_json, stop, wait_for
 from tests.e2e.shop_workload import Workload, create
 from tests.services.redis import LocalRedis
 
@@ -64,10 +64,7 @@ def write_pipeline(
 
 
 def status(tmp_path: Path, pipeline: Path, env: dict[str, str]) -> dict[str, Any]:
-    result = cdc("status", str(pipeline), "--json", cwd=tmp_path, env=env)
-    assert result.returncode == 0, result.stderr
-    report: dict[str, Any] = orjson.loads(result.stdout)
-    return report
+    return status_json(pipeline, tmp_path, env)
 
 
 def lag(report: dict[str, Any], sink: str) -> int:

@@ -10,10 +10,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import orjson
 import psycopg
 
-from tests.e2e.cli_helpers import cdc, start_run, stop, wait_for
+from tests.e2e.cli_helpers import cdc, start_run, status_json, stop, wait_for
 
 
 def _execute(dsn: str, *statements: str) -> None:
@@ -23,9 +22,7 @@ def _execute(dsn: str, *statements: str) -> None:
 
 
 def _warehouse(tmp_path: Path, pipeline: Path, env: dict[str, str]) -> dict[str, Any]:
-    result = cdc("status", str(pipeline), "--json", cwd=tmp_path, env=env)
-    assert result.returncode == 0, result.stderr
-    sink: dict[str, Any] = orjson.loads(result.stdout)["sinks"][0]
+    sink: dict[str, Any] = status_json(pipeline, tmp_path, env)["sinks"][0]
     return sink
 
 

@@ -22,7 +22,7 @@ import psycopg
 import pytest
 import redis
 
-from tests.e2e.cli_helpers import cdc, start_run, stop, wait_for
+from tests.e2e.cli_helpers import cdc, start_run, status_json, stop, wait_for
 
 
 def write_pipeline(tmp_path: Path, name: str) -> Path:
@@ -38,10 +38,7 @@ def write_pipeline(tmp_path: Path, name: str) -> Path:
 
 
 def status(tmp_path: Path, pipeline: Path, env: dict[str, str]) -> dict[str, Any]:
-    result = cdc("status", str(pipeline), "--json", cwd=tmp_path, env=env)
-    assert result.returncode == 0, result.stderr
-    report: dict[str, Any] = orjson.loads(result.stdout)
-    return report
+    return status_json(pipeline, tmp_path, env)
 
 
 def sink_of(report: dict[str, Any], name: str) -> dict[str, Any]:

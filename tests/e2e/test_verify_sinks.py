@@ -13,7 +13,7 @@ import orjson
 import psycopg
 import pytest
 
-from tests.e2e.cli_helpers import cdc, start_run, stop, wait_for
+from tests.e2e.cli_helpers import cdc, start_run, status_json, stop, wait_for
 
 
 def write_pipeline(tmp_path: Path, name: str, table: str) -> Path:
@@ -35,10 +35,7 @@ def execute(dsn: str, *statements: str) -> None:
 
 def lag(tmp_path: Path, pipeline: Path, env: dict[str, str]) -> tuple[int, int]:
     """(the sink's lag, records in the table's topic)."""
-    result = cdc("status", str(pipeline), "--json", cwd=tmp_path, env=env)
-    assert result.returncode == 0, result.stderr
-    report = orjson.loads(result.stdout)
-    (sink,) = report["sinks"]
+    (sink,) = status_json(pipeline, tmp_path, env)["sinks"]
     return sink["lag"], sum(t["end"] for t in sink["topics"])
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import psycopg
 
-from tests.e2e.cli_helpers import cdc, start_run, stop, wait_for
+from tests.e2e.cli_helpers import cdc, start_run, status_json, stop, wait_for
 
 
 def _pipeline(tmp_path: Path) -> Path:
@@ -26,8 +26,10 @@ def _pipeline(tmp_path: Path) -> Path:
 
 
 def _caught_up(tmp_path: Path, pipeline: Path, env: dict[str, str]) -> bool:
-    result = cdc("status", str(pipeline), "--json", cwd=tmp_path, env=env)
-    sinks = orjson.loads(result.stdout)["sinks"] if result.returncode == 0 else []
+    try:
+        sinks = status_json(pipeline, tmp_path, env)["sinks"]
+    except Exception:  # as the command's exit 1: the log not there yet
+        sinks = []
     return bool(sinks) and all(s["lag"] == 0 and any(t["end"] for t in s["topics"]) for s in sinks)
 
 
