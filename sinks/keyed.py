@@ -10,6 +10,7 @@ which works for tombstones with or without their delete's position (older logs h
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Mapping
 from enum import Enum
 from typing import Any, NamedTuple
@@ -24,6 +25,13 @@ from cdc.log.base import TopicPartition
 
 Table = tuple[str, str]
 Pos = tuple[int, int]
+
+
+#: How often a sink asks the schemas again for a table whose schema it has not seen.
+ASK_AGAIN_S = 5.0
+#: The first characters of every JSON text (whitespace may lead one; NaN and Infinity are the
+#: stdlib's, which :func:`any_type_text` also asks).
+_JSON_STARTS = frozenset('-0123456789"{[tfnNI \t\n\r')
 
 
 class Kind(Enum):
@@ -78,18 +86,30 @@ class TopicTables:
         self._known = {topic_name(pipeline, s, t): (s, t) for s, t in tables}
         self._schemas = schemas
         self._any_type: dict[Table, bool] = {}
+        self._unknown: dict[Table, float] = {}  # tables without a schema: when last asked
 
     def any_type_key(self, table: Table) -> bool:
         """Whether ``table``'s key column takes a value of any JSON type
         (:attr:`~cdc.contracts.schema.TableSchema.any_type_key`): its key text must then tell
-        the number 5 from the string "5" (:func:`key_suffix`). Asked once per table: a source
-        publishes a table's schema before its first change (the runtime's catalog waits for
-        one Kafka shows late), and a key's columns keep their types; ``False`` for a table
-        without a schema."""
+        the number 5 from the string "5" (:func:`key_suffix`). Kept once the table's schema is
+        known (a key's columns keep their types). A source publishes a table's schema before
+        its first change, and the runtime's catalog waits for one Kafka shows late; while none
+        is known the answer is ``False``, and the schemas are asked again every
+        :data:`ASK_AGAIN_S`, not at each record."""
         known = self._any_type.get(table)
-        if known is None:
-            schema = self._schemas.get(*table) if self._schemas is not None else None
-            known = self._any_type[table] = schema is not None and schema.any_type_key
+        if known is not None:
+            return known
+        if self._schemas is None:
+            return False
+        asked = self._unknown.get(table)
+        if asked is not None and time.monotonic() - asked < ASK_AGAIN_S:
+            return False
+        schema = self._schemas.get(*table)
+        if schema is None:
+            self._unknown[table] = time.monotonic()
+            return False
+        self._unknown.pop(table, None)
+        known = self._any_type[table] = schema.any_type_key
         return known
 
     def table(self, topic: str) -> Table:
@@ -164,6 +184,8 @@ def any_type_text(value: str) -> str:
     """An any-type key's string as text: as it is, unless it reads as JSON (``5``, ``true``,
     ``{"$oid": ...}``, ``"x"``): then as a JSON string, so that it differs from the text of the
     value it reads as. A string that reads as no JSON is the text of no other value."""
+    if value[:1] not in _JSON_STARTS:
+        return value  # no JSON text starts so (most keys: a word, an id): no parse
     try:
         orjson.loads(value)
     except orjson.JSONDecodeError:

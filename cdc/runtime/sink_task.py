@@ -277,7 +277,9 @@ class SinkTask:
         offsets = sink_offsets(batch)
         # The batch is durable in the sink (or, for a sink that commits on its own schedule,
         # as much of it as its durable_offsets say).
-        self._commit_group(self._durable(offsets))
+        # A timed commit inside this flush may have made other partitions durable too: a busy
+        # partition must not hold the others' lag up until the task is idle.
+        self._commit_group({**self._durable_moved(), **self._durable(offsets)})
         self.records_applied += len(batch)
         self._held.committed(offsets)
         if self._retrying:  # the store is back: status says running again, as /readyz does

@@ -175,7 +175,7 @@ class IcebergSink:
         name = tables.identifier(self._namespace, table)
         self._held = None
         with self._translated(f"resetting {name[0]}.{name[1]}"):
-            position.forget(catalog, self._namespace, self._position_key)
+            self._forget_position(catalog)
             if tables.load(catalog, name) is not None:
                 catalog.drop_table(name)
             self._forget(table)
@@ -201,6 +201,18 @@ class IcebergSink:
             return True
         waited = time.monotonic() - (self._since or time.monotonic())
         return waited >= self._config.commit_interval_s
+
+    def _forget_position(self, catalog: Catalog) -> None:
+        """Remove the stored position before a reset. A catalog that refuses property writes
+        (no namespace-update permission: the sink then stores no position, a doctor warning)
+        holds none to remove, and the reset goes on; one that holds a position it cannot remove
+        stops the reset, which would leave the position claiming more than the tables hold."""
+        try:
+            position.forget(catalog, self._namespace, self._position_key)
+        except Exception as exc:  # pyiceberg, SQLAlchemy, HTTP: no common root
+            if position.read(catalog, self._namespace, self._position_key) is not None:
+                raise
+            self._log.info("iceberg.position_not_forgotten", error=str(exc), stored=None)
 
     def _store_position(self) -> None:
         """Store the held position when the tables hold every record written before it:

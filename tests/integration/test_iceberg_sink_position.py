@@ -14,10 +14,13 @@ import sqlite3
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import ForbiddenError
 
-from cdc.contracts.errors import SinkUnavailable
+from cdc.contracts.errors import SinkFatal, SinkUnavailable
 from cdc.contracts.events import ChangeEvent, Op
 from cdc.contracts.sink import SinkContext
 from cdc.log.base import TopicPartition
@@ -201,3 +204,39 @@ def test_a_table_reset_forgets_the_position_and_keeps_other_sinks(positions: Pos
         assert (lake.stored(), lake.stored("lake3")) == ("0/300", "0/90")
     finally:
         third.close()
+
+
+def test_a_reset_on_a_catalog_refusing_property_writes_goes_on_when_it_holds_no_position(
+    positions: Positions,
+) -> None:
+    """A catalog that refuses the namespace's property writes (no update permission: SQLite
+    triggers on pyiceberg's properties table stand for it) never held this sink's position, so
+    a table reset goes on without removing it; one that holds a position it refuses to remove
+    stops the reset, which would leave it claiming more than the tables hold."""
+    lake = positions
+    catalog_db = sqlite3.connect(lake.config.catalog_properties()["uri"].removeprefix("sqlite:///"))
+    items = TopicPartition(f"{PIPELINE}.public.items", 0)
+    with catalog_db:
+        catalog_db.execute(
+            "CREATE TRIGGER refuse_delete BEFORE DELETE ON iceberg_namespace_properties "
+            "BEGIN SELECT RAISE(ABORT, 'refused'); END"
+        )
+    lake.hand(None, item(Op.CREATE, 1, 10, "a", 1))
+    assert lake.stored() is None
+
+    def forbidden(*args: Any, **kwargs: Any) -> None:
+        # Fault injection: a REST catalog without the permission refuses every property
+        # update, a removal of a key it does not hold too; SQLite's triggers fire only on
+        # rows, and there is none to remove.
+        raise ForbiddenError("not allowed to update namespace properties")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(SqlCatalog, "update_namespace_properties", forbidden)
+        lake.sink.reset_table(("public", "items"), [items])  # nothing stored: it goes on
+    assert lake.rows("items") == {} and lake.sink.stored_offsets()[items] == 0
+    lake.hand("0/100", item(Op.CREATE, 2, 20, "b", 2))
+    assert lake.stored() == "0/100"
+    with pytest.raises((SinkUnavailable, SinkFatal)):
+        lake.sink.reset_table(("public", "items"), [items])
+    assert lake.stored() == "0/100"
+    catalog_db.close()

@@ -10,6 +10,7 @@ from cdc.contracts.errors import RecordError
 from cdc.contracts.events import Op
 from cdc.contracts.schema import Column, TableSchema
 from cdc.contracts.sink import SinkRecord
+from sinks import keyed
 from sinks.keyed import Kind, TopicTables, classify, key_suffix
 from sinks.redis.script import encode_pos
 from tests.integration.keyed_records import ITEMS, NOT_ENVELOPES, ORDERS, Records, event, item
@@ -99,3 +100,22 @@ def test_topic_tables_ask_the_schemas_once_which_tables_take_any_type_keys() -> 
         assert not tables.any_type_key(("shop", "unknown"))
     assert asked == [("shop", "docs"), ("shop", "items"), ("shop", "unknown")]
     assert not TopicTables("shop", []).any_type_key(("shop", "docs"))
+
+
+def test_a_schema_seen_late_is_learned_when_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # On Kafka a table's schema record may show after its first change (and past the catalog's
+    # wait): the answer is not kept while the schema is unknown, and is asked again.
+    shapes: dict[tuple[str, str], TableSchema] = {}
+
+    class Schemas:
+        def get(self, schema: str, table: str) -> TableSchema | None:
+            return shapes.get((schema, table))
+
+    tables = TopicTables("shop", [], Schemas())
+    assert not tables.any_type_key(("shop", "docs"))
+    shapes[("shop", "docs")] = TableSchema(
+        "mongodb", "shop", "docs", (Column("_id", "", key=True),)
+    )
+    assert not tables.any_type_key(("shop", "docs"))  # not asked again at once
+    monkeypatch.setattr(keyed, "ASK_AGAIN_S", 0.0)
+    assert tables.any_type_key(("shop", "docs"))

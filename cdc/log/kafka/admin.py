@@ -49,8 +49,10 @@ class KafkaAdmin:
         self._config = config
         self._renewed = RenewedClient(AdminClient, client_config(config), "admin")
         self._known: dict[str, int] = {}  # topic -> partitions, from the last metadata
-        # group -> the consumer that reads its committed offsets (see committed()), kept open
-        self._offset_readers: dict[str, RenewedClient[Consumer]] = {}
+        # group -> the consumer that reads its committed offsets (see committed()), kept open,
+        # with the lock held around each use of it and its close: librdkafka's handle must not
+        # be destroyed while another thread waits in a call on it
+        self._offset_readers: dict[str, tuple[RenewedClient[Consumer], threading.Lock]] = {}
         self._readers_lock = threading.Lock()
         self._closed = False
         timeout = config.connect_timeout_s
@@ -161,11 +163,14 @@ class KafkaAdmin:
         if _GROUP_OFFSETS_TOPIC not in self._known or not counts:
             return {}  # no group ever committed anything
         partitions = [KafkaPartition(t, p) for t, n in counts.items() for p in range(n)]
-        reader = self._offsets_reader(group)
+        reader, in_use = self._offsets_reader(group)
         try:
-            found = self._retrying(
-                lambda: reader.current().committed(partitions, timeout=TIMEOUT_S)
-            )
+            with in_use:
+                if self._closed:
+                    raise RuntimeError("the log is closed")
+                found = self._retrying(
+                    lambda: reader.current().committed(partitions, timeout=TIMEOUT_S)
+                )
         except KafkaException as exc:
             raise translate(exc, f"reading the offsets of group {group}", self.servers) from exc
         except RuntimeError as exc:  # closed meanwhile: by close(), or renewed on another thread
@@ -174,28 +179,29 @@ class KafkaAdmin:
             ) from exc
         return {TopicPartition(p.topic, p.partition): p.offset for p in found if p.offset >= 0}
 
-    def _offsets_reader(self, group: str) -> RenewedClient[Consumer]:
+    def _offsets_reader(self, group: str) -> tuple[RenewedClient[Consumer], threading.Lock]:
         """The group's kept offsets reader, made at its first use (renewed once it knows no
         broker, as the admin client is: see :mod:`cdc.log.kafka.brokerless`)."""
         with self._readers_lock:
             if self._closed:
                 raise LogError("kafka log: the log is closed")
-            reader = self._offset_readers.get(group)
-            if reader is None:
+            kept = self._offset_readers.get(group)
+            if kept is None:
                 config = client_config(
                     self._config, **{"group.id": group, "enable.auto.commit": False}
                 )
-                reader = RenewedClient(Consumer, config, "offsets_reader")
-                self._offset_readers[group] = reader
-            return reader
+                kept = RenewedClient(Consumer, config, "offsets_reader"), threading.Lock()
+                self._offset_readers[group] = kept
+            return kept
 
     def close(self) -> None:
         """Close the kept offsets readers (they never joined their groups: nothing to leave)."""
         with self._readers_lock:
             self._closed = True
             readers, self._offset_readers = list(self._offset_readers.values()), {}
-        for reader in readers:
-            reader.close()
+        for reader, in_use in readers:
+            with in_use:  # after a call in progress on it returned
+                reader.close()
 
     @staticmethod
     def _retrying(request: Callable[[], Any]) -> Any:
