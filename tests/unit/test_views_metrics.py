@@ -88,10 +88,15 @@ def test_the_views_metrics_and_status_follow_what_it_read_and_wrote(
     assert after["documents"] == 2 and after["position"] == 12 and after["lag"] == 1
     assert after["topic"] == "shop.views.order_docs" and after["table"] == "views.order_docs"
     assert after["behind"] == {"shop.public.order_items[0]": {"committed": 0, "end": 1}}
+    # No process beats for the pipeline (the task ran in this test): the view is not running.
+    assert (after["state"], after["reason"]) == (
+        "not running",
+        "no running process runs the source",
+    )
     out = io.StringIO()
     print_views([after], Console(file=out, width=200))
     assert out.getvalue().splitlines() == [
-        "view order_docs -> shop.views.order_docs: 2 documents, 1 record behind its tables; "
-        "read up to source position 12",
+        "view order_docs -> shop.views.order_docs: not running (no running process runs the "
+        "source); 2 documents, 1 record behind its tables; read up to source position 12",
         "  shop.public.order_items[0]: committed 0, last record ends at 1",
     ]
