@@ -362,15 +362,35 @@ def run_until_signalled(
 
     logger = get_logger(pipeline=pipeline.name)
     progress = TerminalProgress(pipeline, role)  # before start: it claims the terminal
-    run = start(pipeline, role, sinks, accept_envelope_change)
-    if run.source_task is not None:
-        progress.follow_lag(run.source_task.lag.seconds)
+    # Installed before the start, which can take long (a slot waiting for a transaction to
+    # end): a signal then stops the run as soon as it stands, cleanly, where the default
+    # action killed the process. A second signal before that is the default action.
+    requested: list[PipelineRun] = []
+    stopping = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
+        if stopping.is_set() and not requested:
+            sig = signal.Signals(signum)
+            signal.signal(sig, previous[sig])
+            signal.raise_signal(sig)
+            return
+        stopping.set()
         logger.info("pipeline.stopping", signal=signal.Signals(signum).name)
-        run.stop()
+        if requested:
+            requested[0].stop()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        run = start(pipeline, role, sinks, accept_envelope_change)
+    except BaseException:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        raise
+    requested.append(run)
+    if stopping.is_set():
+        run.stop()
+    if run.source_task is not None:
+        progress.follow_lag(run.source_task.lag.seconds)
     try:
         logger.info("pipeline.started", role=role)
         with progress:  # a terminal's snapshot and stream display, else nothing
