@@ -67,7 +67,11 @@ class KafkaAdmin:
 
     @property
     def _admin(self) -> Any:
-        """The AdminClient, renewed first if it knows no broker."""
+        """The AdminClient, renewed first if it knows no broker.
+
+        Raises:
+            LogError: the admin is closed.
+        """
         return self._renewed.current()
 
     def partitions(self, refresh: bool = False) -> dict[str, int]:
@@ -195,13 +199,16 @@ class KafkaAdmin:
             return kept
 
     def close(self) -> None:
-        """Close the kept offsets readers (they never joined their groups: nothing to leave)."""
+        """Close the kept offsets readers (they never joined their groups: nothing to leave)
+        and let the AdminClient go, so that every librdkafka client of this admin is destroyed,
+        threads and all, on return; a later request raises ``LogError``."""
         with self._readers_lock:
             self._closed = True
             readers, self._offset_readers = list(self._offset_readers.values()), {}
         for reader, in_use in readers:
             with in_use:  # after a call in progress on it returned
                 reader.close()
+        self._renewed.close()
 
     @staticmethod
     def _retrying(request: Callable[[], Any]) -> Any:

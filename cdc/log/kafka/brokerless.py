@@ -17,6 +17,7 @@ from typing import Any, Generic, TypeVar
 
 import orjson
 
+from cdc.contracts.errors import LogError
 from cdc.support.logging import get_logger
 
 #: librdkafka's statistics every this many milliseconds (parsing one costs some 50 µs).
@@ -83,12 +84,18 @@ class RenewedClient(Generic[_Client]):
         self._make = make
         self._config = {**config, **self._watch.settings()}
         self._what = what
-        self._client = make(self._config)
+        self._client: _Client | None = make(self._config)
         self._lock = threading.Lock()  # threads share an admin client: one renewal, not two
 
     def current(self) -> _Client:
-        """The client, renewed first if it knows no broker."""
+        """The client, renewed first if it knows no broker.
+
+        Raises:
+            LogError: the client is closed.
+        """
         with self._lock:
+            if self._client is None:
+                raise LogError(f"kafka log: the {self._what} client is closed")
             served = self._client.poll(0)  # type: ignore[attr-defined]  # serves stats_cb
             # An admin client returns a count; a group-less consumer between reads, at most
             # an error event (it is assigned nothing), which is logged rather than dropped.
@@ -100,11 +107,20 @@ class RenewedClient(Generic[_Client]):
             return self._client
 
     def close(self) -> None:
-        """Close the client (an admin client has nothing to close); a failure is logged."""
+        """Close the client and let it go; a failure is logged.
+
+        An admin client has no ``close()``: its handle, with its librdkafka threads, is
+        destroyed when the last reference to it goes. Dropped here, that is now (a caller still
+        in a request holds its own reference until it returns), not whenever the garbage
+        collector frees the log that owns it: a library caller, such as a test process building
+        ``cdc status`` reports, otherwise keeps a live client and its threads per report.
+        """
         with self._lock:
-            close = getattr(self._client, "close", None)
+            client, self._client = self._client, None
+            close = getattr(client, "close", None)
             if close is not None:
                 _close_quietly(close)
+        del client  # the last reference (an admin client): its handle is destroyed here
 
     def _renew(self) -> None:
         _logger.warning("kafka.client_renewed", client=self._what, reason="it knows no broker")

@@ -23,6 +23,7 @@ never fence the pipeline's source on another host.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
@@ -295,13 +296,15 @@ class KafkaLog:
             self.closed = True
             writers, self._writers = list(self._writers.values()), {}
             reader, self._reader = self._reader, None
-        for writer in writers:
-            writer.close()
-        if self._images is not None:
-            self._images.close()
-        if reader is not None:
-            reader.close()
-        self._admin.close()
+        # Each one closed even where another's close raised; the callbacks run last in first.
+        with contextlib.ExitStack() as closing:
+            closing.callback(self._admin.close)
+            if reader is not None:
+                closing.callback(reader.close)
+            if self._images is not None:
+                closing.callback(self._images.close)
+            for writer in writers:
+                closing.callback(writer.close)
 
     def __enter__(self) -> KafkaLog:
         return self
