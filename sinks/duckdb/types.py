@@ -245,6 +245,8 @@ def _intervals(column: list[Any]) -> list[Any]:
 
 
 def _bc_dates(column: list[Any], zone: str = "") -> list[Any]:
+    if not _may_need_rewriting(column):
+        return column
     # Nearly every value is a plain string that does not end in BC: keep that path inline.
     return [
         (bc_to_duckdb(v) if v.endswith(" BC") else v)
@@ -252,6 +254,18 @@ def _bc_dates(column: list[Any], zone: str = "") -> list[Any]:
         else _bc_value(v, zone)
         for v in column
     ]
+
+
+def _may_need_rewriting(column: list[Any]) -> bool:
+    """Whether a value of ``column`` (or of its lists) is text :func:`_bc_value` may rewrite:
+    one that starts with a sign (or is empty) or ends in ``BC``. The column's JSON, made in C,
+    then holds ``"+``, ``"-``, ``""`` or `` BC"`` (escaped text can only raise a false alarm),
+    so nearly every batch skips the loop a value."""
+    try:
+        text = orjson.dumps(column)
+    except orjson.JSONEncodeError:
+        return True
+    return b'"-' in text or b'"+' in text or b' BC"' in text or b'""' in text
 
 
 def _bc_instants(column: list[Any]) -> list[Any]:
