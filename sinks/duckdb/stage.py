@@ -208,10 +208,10 @@ def newest_per_key(state: TableState, batch: TableBatch) -> tuple[TableBatch, bo
         last = dict(zip(idents, range(len(idents)), strict=True))
         if len(last) == len(idents):
             return batch, True
-        pairs = list(zip(batch.positions, batch.sequences, strict=True))
-        if all(map(operator.lt, pairs, pairs[1:])):
-            # Strictly rising positions: a key's last change is its newest.
+        if _rising(batch.positions, batch.sequences):
+            # A key's last change is its newest.
             return batch.subset(sorted(last.values())), True
+        pairs = list(zip(batch.positions, batch.sequences, strict=True))
         best: dict[Any, int] = {}
         for n, ident in enumerate(idents):
             known = best.get(ident)
@@ -222,26 +222,44 @@ def newest_per_key(state: TableState, batch: TableBatch) -> tuple[TableBatch, bo
     return batch.subset(sorted(best.values())), True
 
 
+def _rising(positions: list[int], sequences: list[int]) -> bool:
+    """Whether the ``(position, sequence)`` pairs rise strictly with the batch order.
+
+    Compared in C without a tuple a change: a tuple each lives long enough to cost the garbage
+    collector more than the comparisons (measured: a young collection every 700 changes).
+    """
+    after_p, after_s = positions[1:], sequences[1:]
+    if not all(map(operator.le, positions, after_p)):
+        return False
+    # Positions never fall: where one repeats, its sequence must rise.
+    return all(
+        map(
+            operator.or_, map(operator.lt, positions, after_p), map(operator.lt, sequences, after_s)
+        )
+    )
+
+
 def _typed_columns(state: TableState, batch: TableBatch) -> list[list[Any]]:
     """The batch's values, a list a column, in the order of ``state.columns``.
 
     Most rows hold every column: a row that holds fewer (a delete's key, a column added
-    after it was written) is filled with NULLs, and the rows are read by ``itemgetter`` and
-    turned into columns by ``zip``, both in C (the ``dict.get`` a value this replaces was a
-    third of the staging's Python time). A row with a column the table does not know is
-    found by its length and named by :func:`_columns_by_name`.
+    after it was written) is filled with NULLs, and each column is read by ``itemgetter``
+    over the rows, in C (the ``dict.get`` a value this replaces was a third of the staging's
+    Python time; a tuple a row, to ``zip``, would cost the garbage collector as much). A row
+    with a column the table does not know is found by its length and named by
+    :func:`_columns_by_name`.
     """
     rows = batch.rows
     names = [c.name for c in state.columns]
     width = len(names)
-    if not rows or width < 2:
-        return _columns_by_name(state, batch, names)
+    if not rows:
+        return [[] for _ in names]
     blank = dict.fromkeys(names)
     try:
         full = [row if len(row) == width else blank | row for row in rows]
         if max(map(len, full)) > width:
             return _columns_by_name(state, batch, names)
-        return [list(c) for c in zip(*map(operator.itemgetter(*names), full), strict=True)]
+        return [list(map(operator.itemgetter(name), full)) for name in names]
     except (KeyError, TypeError):  # a full-length row with another column, or no dict
         return _columns_by_name(state, batch, names)
 
