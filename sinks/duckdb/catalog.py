@@ -171,8 +171,7 @@ def create_table(con: Any, state: TableState) -> None:
         f"INSERT INTO {META}.tables VALUES (?, ?, ?, false, 0, -1)",
         [state.schema, state.table, state.layout],
     )
-    for ordinal, column in enumerate(state.columns):
-        save_column(con, state, column, ordinal)
+    save_columns(con, state, list(enumerate(state.columns)))
 
 
 def create_history(con: Any, state: TableState) -> None:
@@ -192,21 +191,35 @@ def create_history(con: Any, state: TableState) -> None:
 
 
 def save_column(con: Any, state: TableState, column: ColumnInfo, ordinal: int) -> None:
-    con.execute(
-        f"INSERT OR REPLACE INTO {META}.columns (schema_name, table_name, ordinal, column_name, "
-        "source_type, duckdb_type, is_key, source_id, former_names) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [
+    save_columns(con, state, [(ordinal, column)])
+
+
+def save_columns(con: Any, state: TableState, columns: list[tuple[int, ColumnInfo]]) -> None:
+    """Record ``(ordinal, column)`` of ``columns``, in one statement: each ``INSERT OR
+    REPLACE`` costs DuckDB some 6-9 ms of CPU whatever its rows (a new table's columns one by
+    one were a tenth of a 20,000-change bench run)."""
+    if not columns:
+        return
+    values = ", ".join("(?, ?, ?, ?, ?, ?, ?, ?, ?)" for _ in columns)
+    params = [
+        value
+        for ordinal, c in columns
+        for value in (
             state.schema,
             state.table,
             ordinal,
-            column.name,
-            column.source_type,
-            column.duck_type,
-            column.key,
-            column.source_id,
-            column.former,
-        ],
+            c.name,
+            c.source_type,
+            c.duck_type,
+            c.key,
+            c.source_id,
+            c.former,
+        )
+    ]
+    con.execute(
+        f"INSERT OR REPLACE INTO {META}.columns (schema_name, table_name, ordinal, column_name, "
+        f"source_type, duckdb_type, is_key, source_id, former_names) VALUES {values}",
+        params,
     )
 
 
