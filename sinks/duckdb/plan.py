@@ -143,7 +143,19 @@ def plan(
         elif record.offset < floor.get(tp, 0):
             continue
         else:
-            table, op, position, sequence, ts_ms = _envelope(record, value)
+            # _envelope's reading, inline (a call a record was a fifth of the plan's time); a
+            # record it cannot read, or whose position is no pair of integers, goes to
+            # _envelope, which reads it again and names what is wrong.
+            try:
+                source = value["source"]
+                pos = record.pos  # record.position's common case, without its two calls
+                position, sequence = orjson.loads(pos) if pos is not None else record.position
+                ts_ms = source.get("ts_ms") or value.get("ts_ms") or 0
+                table, op = (source["schema"], source["table"]), value["op"]
+            except (KeyError, TypeError, ValueError):
+                table, op, position, sequence, ts_ms = _envelope(record, value)
+            if type(position) is not int or type(sequence) is not int or type(ts_ms) is not int:
+                table, op, position, sequence, ts_ms = _envelope(record, value)
         if tables is not None:
             table = by_topic.get(record.topic) or by_topic.setdefault(
                 record.topic, tables.table(record.topic)

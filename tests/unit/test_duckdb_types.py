@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import orjson
 import pytest
 
+from cdc.contracts.errors import RecordError
 from cdc.contracts.events import ChangeEvent, Op, SourceInfo
 from cdc.contracts.sink import SinkRecord
 from cdc.envelope import encode as envelope
@@ -131,3 +135,22 @@ def test_plan_skips_applied_offsets_tombstones_and_what_a_truncate_covers() -> N
     assert offsets == {TopicPartition("p.public.t", 0): len(records)}
     assert batch.truncate is not None and batch.truncate.pos == (20, 0)
     assert list(zip(batch.ops, [row["id"] for row in batch.rows], strict=True)) == [("c", 3)]
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda value, pos: ({k: v for k, v in value.items() if k != "source"}, pos), "envelope"),
+        (lambda value, pos: (value, b"[1, 2"), "envelope"),
+        (lambda value, pos: (value, b"[1, 2, 3]"), "envelope"),
+        (lambda value, pos: (value, b'["1", 2]'), "integers"),
+        (lambda value, pos: ({**value, "source": {**value["source"], "ts_ms": 1.5}}, pos), "ts_ms"),
+    ],
+)
+def test_plan_names_a_record_it_cannot_read(change: Any, reason: str) -> None:
+    records = _records(_event(Op.CREATE, 1, 10), _event(Op.CREATE, 2, 11))
+    value, pos = change(records[1].value, records[1].pos)
+    records[1] = dataclasses.replace(records[1], value=value, pos=pos)
+    with pytest.raises(RecordError, match=reason) as caught:
+        plan(records, {})
+    assert caught.value.record is records[1]
