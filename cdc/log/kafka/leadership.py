@@ -1,4 +1,4 @@
-"""Leadership of a single-writer sink, leased through a Kafka consumer group.
+"""Leadership of a single-writer sink or live join view, leased through a Kafka consumer group.
 
 A sink whose store has one writer (a DuckDB file, a Tantivy index, an Iceberg table: its plugin
 sets ``single_writer``) may have several ``cdc sink``
@@ -24,6 +24,12 @@ Tantivy's writer lock (the new leader's open is retried until the old one closed
 NFS); for Iceberg, the catalog's commit check (a commit on a stale snapshot fails, and the loser
 reloads the tables' offsets). Their stored offsets and per-key positions make a late batch
 harmless.
+
+A live join view (:mod:`cdc.views.standby`) is leased the same way, in the group
+``<pipeline>.view.<view>.leader``: its state is one process's local store, so one process may
+run it. Its fence against a paused leader is the transaction its batch commits in: the
+documents, state and offsets commit with the view group member's metadata, which the paused
+leader's old membership no longer matches.
 """
 
 from __future__ import annotations
@@ -55,6 +61,11 @@ def lease_group(pipeline: str, sink: str) -> str:
     return f"{pipeline}.sink.{sink}.leader"
 
 
+def view_lease_group(pipeline: str, view: str) -> str:
+    """The consumer group whose owner of partition 0 runs live join view ``view``."""
+    return f"{pipeline}.view.{view}.leader"
+
+
 def worker_id() -> str:
     """This process as other workers and ``cdc status`` name it: ``cdc-<host>-<pid>``, the
     lease member's ``client.id`` (only the characters Kafka takes in one)."""
@@ -71,6 +82,8 @@ class KafkaLease:
         sink: the sink's name.
         on_lost: called inside :meth:`renew` when leadership is taken away, before this member
             rejoins the group; it must return only once the sink's store is closed.
+        group: the lease group (default: the sink's, :func:`lease_group`; a view's is
+            :func:`view_lease_group`).
 
     Raises:
         LogUnavailable: no broker answered.
@@ -78,9 +91,14 @@ class KafkaLease:
     """
 
     def __init__(
-        self, config: KafkaLogConfig, pipeline: str, sink: str, on_lost: Callable[[], None]
+        self,
+        config: KafkaLogConfig,
+        pipeline: str,
+        sink: str,
+        on_lost: Callable[[], None],
+        group: str | None = None,
     ) -> None:
-        self.group = lease_group(pipeline, sink)
+        self.group = group or lease_group(pipeline, sink)
         self.topic = leader_topic(pipeline)
         self.held = False
         self._on_lost = on_lost
@@ -107,7 +125,7 @@ class KafkaLease:
                 **self._watch.settings(),
             },
         )
-        with translated("joining the sink's lease group", self._config.bootstrap_servers):
+        with translated("joining the lease group", self._config.bootstrap_servers):
             consumer = Consumer(settings)
             consumer.subscribe(
                 [self.topic], on_assign=self._assigned, on_revoke=self._taken, on_lost=self._taken
@@ -118,7 +136,7 @@ class KafkaLease:
         """Serve the membership for up to ``timeout_s``: heartbeats go on in librdkafka's own
         thread, but a member that is not served within ``max.poll.interval.ms`` leaves the
         group, and the assignment callbacks run only in here."""
-        with translated("serving the sink's lease group", self._config.bootstrap_servers):
+        with translated("serving the lease group", self._config.bootstrap_servers):
             self._consumer.poll(timeout_s)
 
     def leader(self) -> str | None:
@@ -133,12 +151,15 @@ class KafkaLease:
         return None if member is None else f"{member.client_id} at {member.host}"
 
     def close(self) -> None:
-        """Leave the group: the lease moves to a standby at once (the store must be closed)."""
+        """Leave the group: the lease moves to a standby at once (the store must be closed).
+        Then the admin client goes too, so no librdkafka client of the lease outlives it."""
         self.held = False  # let go on purpose: the revocation that closing runs is no loss
         try:
             self._consumer.close()
         except (KafkaException, RuntimeError) as exc:
             _logger.warning("kafka.lease_close_failed", group=self.group, error=str(exc))
+        finally:
+            self._admin.close()
 
     def _assigned(self, _consumer: Any, partitions: list[Any]) -> None:
         if any(p.topic == self.topic and p.partition == 0 for p in partitions):
