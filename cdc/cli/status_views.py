@@ -25,6 +25,7 @@ from cdc.views.progress import (
     stored_documents,
     view_behind,
 )
+from cdc.views.task import STANDBY
 
 
 def views_report(
@@ -64,9 +65,22 @@ def views_report(
 
 
 def _task_state(found: list[dict[str, Any]], view: str) -> dict[str, Any]:
+    """The state of the process that runs the view; on Kafka, the processes that stand by
+    (another holds the view's lease: :mod:`cdc.views.standby`) as ``standbys``, each
+    ``<host>:<pid>``, and the state is theirs only while none runs it."""
     said = heartbeat.view_state(found, view)
     if said is not None:
-        return {"state": said.get("state"), "reason": said.get("reason")}
+        standbys, runs = [], None
+        for process in found:
+            state = (process.get("views") or {}).get(view)
+            if process["state"] != heartbeat.RUNNING or state is None:
+                continue
+            if state.get("state") == STANDBY:
+                standbys.append(f"{process.get('host')}:{process.get('pid')}")
+            elif runs is None:
+                runs = state
+        chosen = runs or said
+        return {"state": chosen.get("state"), "reason": chosen.get("reason"), "standbys": standbys}
     if heartbeat.runs_source(found):  # a process of a version whose beats carry no views
         return {"state": None, "reason": None}
     return {"state": NOT_RUNNING, "reason": "no running process runs the source"}
@@ -80,6 +94,9 @@ def print_views(views: list[dict[str, Any]], console: Console) -> None:
         if view.get("state") is not None:
             reason = f" ({view['reason']})" if view.get("reason") else ""
             line += f"{view['state']}{reason}; "
+        if view.get("standbys"):
+            count = len(view["standbys"])
+            line += f"{count} standby: {', '.join(view['standbys'])}; "
         line += (
             "documents not counted (no local store here)"
             if documents is None

@@ -8,7 +8,9 @@
 - ``retrying`` with the error while a retriable error restarts its sessions, ``running`` again
   once a batch committed, or a poll found nothing while the sampler's latest sample saw nothing
   waiting;
-- ``stopped`` with the error that ended it (the process stops too: a view's error is fatal).
+- ``stopped`` with the error that ended it (the process stops too: a view's error is fatal);
+- ``standby`` on Kafka while another process holds the view's lease (:mod:`cdc.views.standby`):
+  ready, and no stall (the leader's lag is not its own), as a single-writer sink's standby.
 
 That work waits for it (its lag is above 0) the sampler reads from ``cdc_view_lag_records``
 (:mod:`cdc.metrics.sampler`), once per sample.
@@ -22,6 +24,8 @@ stall evidence.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from cdc.metrics.registry import STANDBY
 
 if TYPE_CHECKING:
     from cdc.metrics.health import Health
@@ -45,10 +49,16 @@ class ViewHealth:
 
     def serving(self) -> None:
         """A session opened; only the first opens the task: a later one (after a retry) is
-        no progress, so it leaves a stall in place."""
+        no progress, so it leaves a stall in place. A standby that leads again runs."""
         if not self._opened:
             self._opened = True
             self._health.opened(self._task)
+        elif self._health.task(self._task).state == STANDBY:
+            self._health.set_state(self._task, "running")
+
+    def standby(self) -> None:
+        """Another process holds the view's lease."""
+        self._health.set_state(self._task, STANDBY)
 
     def rebuilding(self) -> None:
         """A piece of the state topic went into the local store."""

@@ -45,6 +45,7 @@ from cdc.views import records as out
 from cdc.views.health import ViewHealth
 from cdc.views.join import Key, Pos, canonical_key
 from cdc.views.progress import input_topics, last_token
+from cdc.views.standby import ViewGate, view_gate
 from cdc.views.store import ViewStore, lock_retriable
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
 #: offsets is a few SQLite reads on the embedded log, round trips to the brokers on Kafka.
 LAG_EVERY_S = {"embedded": 1.0, "kafka": 5.0}
 STARTING = "starting"  # before its first session opened (then running, retrying, stopped)
+STANDBY = "standby"  # on Kafka, while another process holds the view's lease (cdc.views.standby)
 
 
 class ViewMisconfigured(SourceMisconfigured):
@@ -72,6 +74,8 @@ class ViewTask:
         observer: the view's metrics (``None``: metrics are off).
         health: what it tells ``/readyz`` and the stall alarm (``None``: metrics are off).
         state_changed: set when its :meth:`report` changes (the heartbeat's ``changed``).
+        gate: on Kafka, the view's lease (:mod:`cdc.views.standby`): the task runs while this
+            process holds it, and ``stop`` must be the gate's ``term``.
     """
 
     def __init__(
@@ -89,8 +93,10 @@ class ViewTask:
         observer: ViewObserver | None = None,
         health: ViewHealth | None = None,
         state_changed: threading.Event | None = None,
+        gate: ViewGate | None = None,
     ) -> None:
         self._name = pipeline.name
+        self._gate = gate
         self._state_changed = state_changed
         self._view = view
         self._index = index
@@ -114,19 +120,35 @@ class ViewTask:
 
     def report(self) -> dict[str, str | None]:
         """The task's state, which its process's beats carry to ``cdc status``: ``starting``,
-        ``running`` (a session opened its store and consumer), ``retrying`` (with the error)
-        or ``stopped`` (by the error, which ends the process too); the error redacted."""
+        ``running`` (a session opened its store and consumer), ``retrying`` (with the error),
+        ``stopped`` (by the error, which ends the process too; redacted) or ``standby`` (on
+        Kafka, another process runs the view: the reason names it)."""
         return {"state": self._state, "reason": self._reason}
 
-    def _set_state(self, state: str, error: BaseException | None = None) -> None:
-        reason = None if error is None else redact(str(error))
+    def _set_state(
+        self, state: str, error: BaseException | None = None, note: str | None = None
+    ) -> None:
+        reason = note if error is None else redact(str(error))
         if (state, reason) != (self._state, self._reason):
             self._state, self._reason = state, reason
             if self._state_changed is not None:
                 self._state_changed.set()  # the process's next beat carries it at once
 
     def serve(self) -> None:
-        """Run until the pipeline stops; retriable errors start a fresh session."""
+        """Run until the pipeline stops; retriable errors start a fresh session. On Kafka,
+        only while this process holds the view's lease (standing by meanwhile)."""
+        if self._gate is None:
+            self._term()
+        else:
+            self._gate.serve(self._term, self._standing_by)
+
+    def _standing_by(self, leader: str) -> None:
+        self._set_state(STANDBY, None, f"{leader} runs it")
+        if self._health is not None:
+            self._health.standby()
+
+    def _term(self) -> None:
+        """Sessions until ``stop`` (the pipeline's, or the lease's term) is set."""
         try:
             retry(self._session, is_retriable, Backoff(), on_retry=self._retrying, stop=self._stop)
         except Stopped:
@@ -432,21 +454,24 @@ def view_tasks(
     ``telemetry``, each with its metrics, and their lag sampled (:mod:`cdc.metrics.views`);
     ``state_changed``: set when a task's state changes (:class:`ViewTask`)."""
     rows = source_record_rows(pipeline) if pipeline.views else None
-    tasks = {
-        view.name: ViewTask(
+    tasks = {}
+    for index, view in enumerate(pipeline.views):
+        bound = logger.bind(view=view.name)
+        # On Kafka, one process runs the view: the holder of its lease (cdc.views.standby).
+        gate = view_gate(pipeline, view, stop, bound)
+        tasks[view.name] = ViewTask(
             pipeline,
             view,
             index,
             log,
-            stop,
-            logger.bind(view=view.name),
+            stop if gate is None else gate.term,
+            bound,
             rows,
             observer=None if telemetry is None else telemetry.view(view.name),
             health=None if telemetry is None else ViewHealth(telemetry.health, view.name),
             state_changed=state_changed,
+            gate=gate,
         )
-        for index, view in enumerate(pipeline.views)
-    }
     if telemetry is not None and tasks:
         inputs = {
             v.name: (out.view_group(pipeline.name, v), input_topics(pipeline, v))

@@ -51,12 +51,21 @@ def setup(dsn: str, customers: int, orders: int, items: int) -> None:
 
 
 def write_pipeline(
-    tmp_path: Path, dsn: str, redis_url: str, name: str, log: str | None = None
+    tmp_path: Path,
+    dsn: str,
+    redis_url: str,
+    name: str,
+    log: str | None = None,
+    local_sinks: bool = True,
 ) -> Path:
     """The pipeline file; ``log`` its ``log:`` section (default: embedded, at a path this
-    process reads too)."""
+    process reads too); ``local_sinks``: the DuckDB and search sinks beside Redis's."""
     path = tmp_path / "views.yaml"
     log = log or f"{{type: embedded, path: '{tmp_path / 'log'}'}}"
+    local = (
+        "  - {name: warehouse, type: duckdb, path: out/w.duckdb, tables: [views.order_docs]}\n"
+        "  - {name: search, type: search, path: out/search, tables: [views.order_docs]}\n"
+    )
     path.write_text(
         f"version: 1\nname: {name}\nsource:\n  type: postgres\n  dsn: '{dsn}'\n"
         "  tables: [public.customers, public.orders, public.order_items]\n"
@@ -66,8 +75,7 @@ def write_pipeline(
         "sinks:\n"
         f"  - {{name: cache, type: redis, url: '{redis_url}', key_prefix: {name},"
         " tables: [views.order_docs]}\n"
-        "  - {name: warehouse, type: duckdb, path: out/w.duckdb, tables: [views.order_docs]}\n"
-        "  - {name: search, type: search, path: out/search, tables: [views.order_docs]}\n"
+        f"{local if local_sinks else ''}"
     )
     return path
 
@@ -135,12 +143,16 @@ class Workload(threading.Thread):
         super().__init__(daemon=True)
         self.dsn, self.rng = dsn, random.Random(seed)
         self.stop_event = threading.Event()
+        self.paused = threading.Event()  # set: no transaction until it is cleared
         self.count = 0
         self.next_id = 10_000
 
     def run(self) -> None:
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             while not self.stop_event.is_set():
+                if self.paused.is_set():
+                    self.stop_event.wait(0.05)
+                    continue
                 with conn.transaction():
                     for _ in range(self.rng.randrange(1, 4)):
                         self._change(conn)

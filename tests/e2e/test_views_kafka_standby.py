@@ -1,0 +1,127 @@
+"""A live join view with two ``cdc run`` processes of one Kafka pipeline: one holds the view's
+lease and runs it, the other stands by (``cdc status`` says so), opening neither the view's
+store nor its consumer group. SIGKILL the one that runs it and the other takes over, rebuilding
+its own store from the view's state topic (each process has its own state directory, as on two
+machines); after more writes the view topic and the Redis sink still equal the source's join.
+
+Without the lease both processes' view tasks joined the view's consumer group and split its
+partitions, each applying part of the changes to its own store: the survivor's store missed what
+the other applied meanwhile, and the documents it wrote after the kill missed those rows.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tests.e2e.cli_helpers import cdc, cdc_env, status_json, stop, wait_for
+from tests.e2e.views_kit import ViewReader, Workload, cached, setup, source_join, write_pipeline
+
+CDC = (sys.executable, "-m", "cdc.cli.main")
+
+
+class Run:
+    """A ``cdc run`` of the pipeline in a directory of its own (its own local state: the view's
+    store), logging to ``<dir>/run.log``."""
+
+    def __init__(self, pipeline: Path, directory: Path) -> None:
+        directory.mkdir()
+        self.log = directory / "run.log"
+        self.process = subprocess.Popen(
+            [*CDC, "run", str(pipeline)],
+            cwd=directory,
+            stdout=self.log.open("a"),
+            stderr=subprocess.STDOUT,
+            env=cdc_env(None),
+        )
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        found = []
+        for line in self.log.read_text().splitlines():
+            if line.startswith("{") and f'"{name}"' in line:
+                event = orjson.loads(line)
+                if event.get("event") == name:
+                    found.append(event)
+        return found
+
+    def wait_for(self, name: str, timeout: float = 90) -> dict[str, Any]:
+        wait_for(lambda: self.events(name), timeout, 0.2, self.process, self.log)
+        return self.events(name)[-1]
+
+
+def test_a_standby_takes_over_the_view_of_a_killed_process(
+    pg_db: str, redis_server: Any, kafka_server: Any, tmp_path: Path
+) -> None:
+    """``first`` runs the view; ``second`` starts and stands by, then ``first`` is killed and
+    ``second`` runs the view, never beside ``first``. The workload pauses while ``second``
+    starts: a pipeline's source has one writer, and ``second``'s fences ``first``'s, whose next
+    commit would fail and stop it (here the kill stops it; ``second``'s source waits for the
+    replication slot meanwhile)."""
+    name = f"kvsb_{uuid.uuid4().hex[:8]}"
+    setup(pg_db, customers=30, orders=80, items=200)
+    log = (
+        f"{{type: kafka, bootstrap_servers: '{kafka_server.bootstrap_servers}', partitions: 3,"
+        " session_timeout_ms: 6000}"
+    )
+    pipeline = write_pipeline(tmp_path, pg_db, redis_server.url, name, log, local_sinks=False)
+    reader = ViewReader(pipeline)
+    view = reader.config.views[0]
+    workload = Workload(pg_db, seed=23)
+    first = Run(pipeline, tmp_path / "first")
+    runs = [first]
+    try:
+        first.wait_for("view.started")
+        workload.start()
+        wait_for(lambda: len(reader.records()) > 200, 120, 0.2, first.process, first.log)
+        workload.paused.set()
+        second = Run(pipeline, tmp_path / "second")
+        runs.append(second)
+        wait_for(
+            lambda: second.events("view.standby") or second.events("view.started"),
+            90,
+            0.1,
+            second.process,
+            second.log,
+        )
+        killed_at = _utc_now()
+        stop(first.process, signal.SIGKILL)
+        started = second.wait_for("view.started")
+        written = workload.count
+        workload.paused.clear()
+        wait_for(lambda: workload.count > written + 400, 120, 0.1, second.process, second.log)
+    finally:
+        workload.stop_event.set()
+        workload.join(30)
+    # One process ran the view at a time: the second's began once the first was killed.
+    assert started["timestamp"] > killed_at, (started, killed_at)
+    [standby] = second.events("view.standby")
+    assert f"-{first.process.pid} at " in standby["leader"]
+    seen: dict[str, Any] = {}
+
+    def converged() -> bool:
+        expected = source_join(pg_db, view)
+        docs = reader.documents()
+        seen.update(expected=len(expected), topic=len(docs))
+        return docs == expected and cached(pipeline, redis_server.url, name) == expected
+
+    try:
+        wait_for(converged, 240, 1.0, second.process, second.log, seen)
+        [state] = status_json(pipeline, tmp_path)["views"]
+        assert state["state"] == "running" and state["standbys"] == [], state
+    finally:
+        for run in runs:
+            if run.process.poll() is None:
+                assert stop(run.process, signal.SIGTERM, 30)[0] == 0
+    cdc("drop", str(pipeline), "--yes", cwd=tmp_path)
+
+
+def _utc_now() -> str:
+    """Now as the log's timestamps say it (ISO 8601, UTC, compared as text)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
