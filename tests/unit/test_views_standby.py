@@ -5,6 +5,7 @@ beside the state of the process that runs the view. A closed lease leaves no adm
 
 from __future__ import annotations
 
+import io
 import threading
 import time
 import uuid
@@ -12,8 +13,9 @@ from typing import Any
 
 import pytest
 import structlog
+from rich.console import Console
 
-from cdc.cli.status_views import _task_state
+from cdc.cli.status_views import _task_state, print_views
 from cdc.config.models import KafkaLogConfig
 from cdc.contracts.errors import LogError
 from cdc.log.kafka.leadership import KafkaLease, view_lease_group
@@ -123,3 +125,21 @@ def test_status_says_the_runner_s_state_and_names_the_standbys() -> None:
         "reason": "cdc-h-1 at 127.0.0.1 runs it",
         "standbys": ["h:2"],
     }
+
+
+def test_status_prints_the_standbys_after_the_state() -> None:
+    view = {
+        "view": "docs",
+        "topic": "p.views.docs",
+        "documents": 3,
+        "lag": 0,
+        "position": None,
+        "behind": {},
+        **_task_state([_process(1, "running"), _process(2, "standby")], "docs"),
+    }
+    out = io.StringIO()
+    print_views([view], Console(file=out, width=200))
+    assert out.getvalue() == (
+        "view docs -> p.views.docs: running; 1 standby: h:2; 3 documents, 0 records behind its"
+        " tables\n"
+    )
