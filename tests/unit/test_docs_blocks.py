@@ -25,6 +25,7 @@ installed the way a user installs one: a distribution on the path declaring the 
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
@@ -335,15 +336,23 @@ def script_problems(command: str, argv: list[str]) -> list[str]:
     target = argv[:2] if argv[0] == "-m" else argv[:1]
     if not target[-1].endswith(".py") and argv[0] != "-m":
         return []
+    returncode, stderr = help_of(tuple(target))
+    if returncode == 0:
+        return []
+    return [
+        f"{command!r}: `python {' '.join(target)} --help` exits {returncode}: "
+        f"{stderr.strip().splitlines()[-1:]}"
+    ]
+
+
+@functools.cache
+def help_of(target: tuple[str, ...]) -> tuple[int, str]:
+    """``python TARGET --help`` run once a session: the docs give one script many times (the
+    README names ``bench/pg_stream.py`` with a dozen sets of flags), each a process of its own."""
     result = subprocess.run(
         [sys.executable, *target, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
-    if result.returncode == 0:
-        return []
-    return [
-        f"{command!r}: `python {' '.join(target)} --help` exits {result.returncode}: "
-        f"{result.stderr.strip().splitlines()[-1:]}"
-    ]
+    return result.returncode, result.stderr
 
 
 @pytest.mark.parametrize("block", SHELL_BLOCKS, ids=ids(SHELL_BLOCKS))
