@@ -11,13 +11,14 @@ last committed state as of the copy, which is what a verifier comparing at a pos
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
 import tempfile
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -38,10 +39,13 @@ _COPY_ATTEMPTS = 20
 #: back to DuckDB's default and the scan resumes where it was (:func:`_scan`).
 SCAN_MEMORY_LIMIT = "16MiB"
 _BATCH = 2000
-#: The connections this module opened with :data:`SCAN_MEMORY_LIMIT`, on instances of their own
-#: (read-only, or a copy). In the writer's process the reader shares the writer's instance
-#: (:func:`_connect`), whose settings are the sink's and never changed here.
-_SCAN_LIMITED: weakref.WeakSet[Any] = weakref.WeakSet()
+#: The connections this module opened on instances of their own (read-only, or a copy), where a
+#: scan may set :data:`SCAN_MEMORY_LIMIT`. In the writer's process the reader shares the writer's
+#: instance (:func:`_connect`), whose settings are the sink's and never changed here. The limit is
+#: set for a scan only, not at the open: DuckDB replays the write-ahead log while it opens a file,
+#: and a logged batch of large values needs more than the limit; so does ``cdc trace``'s read of
+#: one large row.
+_OWN_INSTANCES: weakref.WeakSet[Any] = weakref.WeakSet()
 _TEMPORAL = frozenset({"DATE", "TIMESTAMP", "TIMESTAMPTZ"})
 _JSON_SOURCE = re.compile(r"jsonb?(?:\[\])*")
 
@@ -70,46 +74,56 @@ def read_rows(
         columns = state.columns
         select = ", ".join(quote(c.name) for c in columns)
         query = f"SELECT {select}, {_infinities(columns)} FROM {state.target}"
-        for rows in _scan(con, query):
-            for values in rows:
-                width = len(columns)
-                row = {
-                    c.name: infinite or _value(c, v, json_text)
-                    for c, v, infinite in zip(columns, values[:width], values[width:], strict=True)
-                }
-                if state.layout == "document":
-                    yield row[DOCUMENT_KEY], row[DOCUMENT_BODY]
-                else:
-                    yield {c.name: row[c.name] for c in columns if c.key}, row
+        with contextlib.closing(_scan(con, query)) as batches:
+            for rows in batches:
+                for values in rows:
+                    width = len(columns)
+                    row = {
+                        c.name: infinite or _value(c, v, json_text)
+                        for c, v, infinite in zip(
+                            columns, values[:width], values[width:], strict=True
+                        )
+                    }
+                    if state.layout == "document":
+                        yield row[DOCUMENT_KEY], row[DOCUMENT_BODY]
+                    else:
+                        yield {c.name: row[c.name] for c in columns if c.key}, row
 
 
-def _scan(con: Any, query: str) -> Iterator[list[tuple[Any, ...]]]:
-    """The rows of ``query`` in batches, under :data:`SCAN_MEMORY_LIMIT` where ``con`` set it.
+def _scan(con: Any, query: str) -> Generator[list[tuple[Any, ...]], None, None]:
+    """The rows of ``query`` in batches, under :data:`SCAN_MEMORY_LIMIT` on an instance of its own.
 
     A vector too large for the limit raises DuckDB's out-of-memory error; the limit is then
     reset to DuckDB's default and the query run again, past the rows already given: a scan of
     one table without ``ORDER BY`` returns them in storage order (insertion order is
     preserved), and the file does not change under a read-only open or a copy.
     """
-    limited = con in _SCAN_LIMITED
+    limited = con in _OWN_INSTANCES
+    if limited:
+        con.execute(f"SET memory_limit = '{SCAN_MEMORY_LIMIT}'")
     given = 0
-    while True:
-        try:
-            cursor = con.execute(query)
-            skip = given
-            while rows := cursor.fetchmany(_BATCH):
-                if skip:
-                    rows, skip = rows[skip:], max(0, skip - len(rows))
-                    if not rows:
-                        continue
-                given += len(rows)
-                yield rows
-            return
-        except duckdb.OutOfMemoryException:
-            if not limited:
-                raise
-            limited = False
-            con.execute("RESET memory_limit")
+    try:
+        while True:
+            try:
+                cursor = con.execute(query)
+                skip = given
+                while rows := cursor.fetchmany(_BATCH):
+                    if skip:
+                        rows, skip = rows[skip:], max(0, skip - len(rows))
+                        if not rows:
+                            continue
+                    given += len(rows)
+                    yield rows
+                return
+            except duckdb.OutOfMemoryException:
+                if not limited:
+                    raise
+                limited = False
+                con.execute("RESET memory_limit")
+    finally:
+        if limited:  # the instance may be closed by now: a reader that stopped early
+            with contextlib.suppress(duckdb.Error):
+                con.execute("RESET memory_limit")
 
 
 def _infinities(columns: list[ColumnInfo]) -> str:
@@ -194,7 +208,7 @@ def _connect_unlocked(path: Path) -> Any:
 
 def _connect(path: Path) -> Any:
     try:
-        return _scan_limited(duckdb.connect(str(path), read_only=True, config=_SCAN_CONFIG))
+        return _own(duckdb.connect(str(path), read_only=True))
     except duckdb.ConnectionException:
         # This process writes the file: share the writer's database instance (DuckDB refuses
         # a second instance of one file in a process). A writer opened with other settings
@@ -207,18 +221,15 @@ def _snapshot(path: Path) -> Iterator[Any]:
     with tempfile.TemporaryDirectory(prefix="cdc-duckdb-") as tmp:
         copy = Path(tmp) / path.name
         _stable_copy(path, copy)
-        con = _scan_limited(duckdb.connect(str(copy), config=_SCAN_CONFIG))
+        con = _own(duckdb.connect(str(copy)))
         try:
             yield con
         finally:
             con.close()
 
 
-_SCAN_CONFIG: dict[str, str | bool | int | float | list[str]] = {"memory_limit": SCAN_MEMORY_LIMIT}
-
-
-def _scan_limited(con: Any) -> Any:
-    _SCAN_LIMITED.add(con)
+def _own(con: Any) -> Any:
+    _OWN_INSTANCES.add(con)
     return con
 
 

@@ -10,6 +10,8 @@ row twice. Real DuckDB files, written by the sink and then grown in bulk with Du
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -48,16 +50,37 @@ def test_a_scan_keeps_the_buffer_pool_under_the_limit(tmp_path: Path) -> None:
     _grown(path, ROWS, "md5(i::VARCHAR) || md5((i * 7)::VARCHAR)")
     limit = 16 * 1024 * 1024
     assert duckdb_reader.SCAN_MEMORY_LIMIT == "16MiB"
-    touch_every_block = "SELECT max(name), max(id) FROM public.items"
     with duckdb.connect(str(path), read_only=True) as unlimited:  # as the reader opened it before
-        unlimited.execute(touch_every_block).fetchall()
+        unlimited.execute("SELECT max(name), max(id) FROM public.items").fetchall()
         assert _cached_table_bytes(unlimited) > 2 * limit  # what a scan without a limit keeps
     with duckdb_reader.open_for_reading(path) as con:
-        con.execute(touch_every_block).fetchall()
+        scan = duckdb_reader._scan(con, "SELECT max(name), max(id) FROM public.items")
+        assert [row[1] for rows in scan for row in rows] == [ROWS - 1]
         assert _cached_table_bytes(con) <= limit
-        seen = sum(len(rows) for rows in duckdb_reader._scan(con, "SELECT id FROM public.items"))
-        assert seen == ROWS
-        assert _cached_table_bytes(con) <= limit
+        default = con.execute("SELECT current_setting('memory_limit')").fetchone()
+        assert default is not None and default[0] != "16.0 MiB"  # the limit is the scan's only
+
+
+def test_a_file_whose_log_holds_large_values_opens_and_scans(tmp_path: Path) -> None:
+    """DuckDB replays the write-ahead log at the open: a batch of large values there needs more
+    than the scan's limit, so the limit is set for the scan, not at the open."""
+    path = tmp_path / "wh.duckdb"
+    _grown(path, 1, "''")
+    writer = (
+        "import duckdb, os, sys\n"
+        "con = duckdb.connect(sys.argv[1])\n"
+        "con.execute(\"SET checkpoint_threshold = '10GB'\")\n"
+        "con.execute(\"INSERT INTO public.items SELECT i, repeat('x', 1048576), 0, 10, 0 "
+        'FROM range(1, 21) r(i)")\n'
+        "os._exit(0)\n"  # no checkpoint at the close: the rows stay in the log
+    )
+    subprocess.run([sys.executable, "-c", writer, str(path)], check=True, timeout=60)
+    assert path.with_name(path.name + ".wal").stat().st_size > 20 * 1024 * 1024
+    rows = {key["id"]: row["name"] for key, row in read_rows(path, "public", "items")}
+    assert sorted(rows) == list(range(21)) and len(rows[20]) == 1048576
+    with duckdb_reader.open_for_reading(path) as con:  # cdc trace's read of one large row
+        found = con.execute("SELECT name FROM public.items WHERE id = 7").fetchone()
+        assert found is not None and len(found[0]) == 1048576
 
 
 @pytest.mark.parametrize("batch", [2000, 7])
