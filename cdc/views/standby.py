@@ -16,9 +16,11 @@ topic's last batch (another process wrote since, or this machine never ran the v
 Order is the guarantee: the session ends, and its consumer and store are closed, before the
 lease is released (a clean stop closes the lease last) or handed on (a revocation waits in the
 lease's callback for the session to end). A leader paused past ``session_timeout_ms`` is fenced
-by its transactions: they carry the view group member's metadata, which its old membership no
-longer matches once the new leader's consumer joined. On the embedded log nothing of this runs:
-one process reads the log.
+by its transactions only once the new leader's consumer joined the view's group (they carry the
+member's metadata, KIP-447): a batch it commits before that, or while still a member that has
+not yet seen its lease lost, is missing from the new leader's store, checked at its start. Not
+fenced by a transactional id yet (docs/views.md, "Not yet safe"). On the embedded log nothing of
+this runs: one process reads the log.
 """
 
 from __future__ import annotations

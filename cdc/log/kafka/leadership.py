@@ -104,11 +104,17 @@ class KafkaLease:
         self._on_lost = on_lost
         self._config = config
         self._admin = KafkaAdmin(config)
-        # One partition: the lease; compacted like every topic of the log, and it stays empty.
-        compacted = {"cleanup.policy": "compact"}
-        self._admin.create([self.topic], 1, config.replication_factor, compacted)
-        self._watch = ConnectionWatch("lease", group=self.group)
-        self._consumer = self._join()
+        try:
+            # One partition: the lease; compacted like every topic of the log, and it stays empty.
+            compacted = {"cleanup.policy": "compact"}
+            self._admin.create([self.topic], 1, config.replication_factor, compacted)
+            self._watch = ConnectionWatch("lease", group=self.group)
+            self._consumer = self._join()
+        except BaseException:
+            # A join that failed (a broker down) is retried by the caller for as long as it
+            # lasts: each attempt's admin client, with its librdkafka threads, goes now.
+            self._admin.close()
+            raise
 
     def _join(self) -> Any:
         timeout_ms = self._config.session_timeout_ms
