@@ -288,7 +288,11 @@ demo: install
 bench-ci: install
 	$(PYTHON) bench/ci.py
 
+## clean: also the native extensions built into the source tree (an install without Rust would
+## otherwise import the old ones) and the crates' own target folders of installs before
+## build/cargo.
 clean:
 	rm -rf build $(VENV) tests/kafka/target tests/mongo/target tests/debezium/target tests/connect/target \
 	  tests/opensearch/target \
-	  $(PG_BINS)
+	  $(PG_BINS) connectors/postgres/native/target cdc/log/embedded/native/target
+	rm -f connectors/postgres/_native*.so cdc/log/embedded/_native*.so
