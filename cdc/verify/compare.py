@@ -31,7 +31,7 @@ from cdc.envelope.options import EnvelopeOptions
 from cdc.log.base import Log
 from cdc.log.encoding import read_stored
 from cdc.log.eras import Eras, eras_of
-from cdc.records.normalize import canonical, canonical_row
+from cdc.records.normalize import converter
 from cdc.records.values import decoder
 from cdc.verify.comparison import NO_SCHEMA, RowDecoding, RowReader, TableComparison
 from cdc.verify.keyless import keyless_guard
@@ -56,12 +56,29 @@ UNREADABLE = "cannot be read back"
 
 
 def _entry(key: dict[str, Any], row: dict[str, Any], schema: TableSchema) -> tuple[bytes, bytes]:
+    """One row's canonical key JSON and row JSON, each in a bytes object of its own size."""
+    key_json, row_json = _entry_maker(schema)(key, row)
+    return exact(key_json), exact(row_json)
+
+
+Entry = Callable[[dict[str, Any], dict[str, Any]], tuple[bytes, bytes]]
+
+
+def _entry_maker(schema: TableSchema) -> Entry:
+    """:func:`_entry` without the copies, each column's converter chosen once for the table
+    (a pass discards most entries at once; :mod:`.ranges` copies those it holds)."""
+    columns = [(c.name, converter(c.type)) for c in schema.columns]
     key_columns = schema.key_columns
-    canonical = canonical_row(row, schema)
-    key_part = {c: canonical.get(c, key.get(c)) for c in key_columns} if key_columns else key
-    # Exact-size copies: a leaf holds many rows, and orjson's own buffers are 4 KiB+.
-    key_json = exact(orjson.dumps(key_part, option=orjson.OPT_SORT_KEYS))
-    return key_json, exact(orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS))
+    sort = orjson.OPT_SORT_KEYS
+    dumps = orjson.dumps
+
+    def entry(key: dict[str, Any], row: dict[str, Any]) -> tuple[bytes, bytes]:
+        get = row.get
+        canonical = {name: convert(get(name)) for name, convert in columns}
+        key_part = {c: canonical.get(c, key.get(c)) for c in key_columns} if key_columns else key
+        return dumps(key_part, option=sort), dumps(canonical, option=sort)
+
+    return entry
 
 
 def _entries(
@@ -76,12 +93,16 @@ def _entries(
     range. A row the pass's filter refuses is left out after only its key columns were decoded
     and canonicalised (a pass after the first wants a few rows of many)."""
     key_of = _key_maker(schema)
+    entry = _entry_maker(schema)
     key_columns = schema.key_columns
 
     def key_part(row: dict[str, Any]) -> dict[str, Any]:
         return {c: row[c] for c in key_columns if c in row} if key_columns else row
 
     def entries(wanted: KeyFilter | None = None) -> Iterator[Candidates]:
+        if wanted is None and within is None and len(decodings) < 2:
+            yield from _all_entries(read, entry, decodings[0] if decodings else None)
+            return
         for key, row in read():
             if wanted is not None or within is not None:
                 part = key_part(row)
@@ -91,21 +112,34 @@ def _entries(
                     continue
                 if wanted is not None and not any(wanted(k) for k in keys):
                     continue
-            rows = [decode(row) for decode in decodings] if decodings else [row]
-            yield [_entry(key, r, schema) for r in rows]
+            if decodings:
+                yield [entry(key, decode(row)) for decode in decodings]
+            else:
+                yield [entry(key, row)]
 
     return entries
+
+
+def _all_entries(read: RowReader, entry: Entry, decode: RowDecoding | None) -> Iterator[Candidates]:
+    """Every row's entry, under one decoding or none: the first pass's loop, once a row."""
+    if decode is None:
+        for key, row in read():
+            yield (entry(key, row),)
+    else:
+        for key, row in read():
+            yield (entry(key, decode(row)),)
 
 
 def _key_maker(schema: TableSchema) -> Callable[[dict[str, Any], dict[str, Any]], bytes]:
     """The canonical key JSON of a row, as :func:`_entry` makes it, from its key columns only."""
     columns = schema.key_columns
-    types = {c.name: c.type for c in schema.columns}
+    converters = {c.name: converter(c.type) for c in schema.columns}
+    typed = [(c, converters.get(c)) for c in columns]
 
     def key_of(key: dict[str, Any], row: dict[str, Any]) -> bytes:
         if not columns:
             return orjson.dumps(key, option=orjson.OPT_SORT_KEYS)
-        part = {c: canonical(row.get(c), types[c]) if c in types else key.get(c) for c in columns}
+        part = {c: key.get(c) if convert is None else convert(row.get(c)) for c, convert in typed}
         return orjson.dumps(part, option=orjson.OPT_SORT_KEYS)
 
     return key_of
@@ -306,12 +340,25 @@ def _decodes_rows(sink_type: str) -> bool:
 
 
 def _row_decoding(schema: TableSchema, envelope: EnvelopeOptions | None) -> RowDecoding:
-    decoders = {c.name: _lenient(decoder(c.type, envelope)) for c in schema.columns}
+    strict = {c.name: decoder(c.type, envelope) for c in schema.columns}
+    lenient = {name: _lenient(decode) for name, decode in strict.items()}
 
     def decode(row: dict[str, Any]) -> dict[str, Any]:
-        return {n: (decoders[n](v) if n in decoders else v) for n, v in row.items()}
+        # The whole row at once, and value by value only when a value does not decode: the
+        # same row (decoders have no effects), a frame less for each value.
+        try:
+            return {n: strict.get(n, _same)(v) for n, v in row.items()}
+        except _UNDECODABLE:
+            return {n: lenient.get(n, _same)(v) for n, v in row.items()}
 
     return decode
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+_UNDECODABLE = (ValueError, TypeError, KeyError, ArithmeticError)  # InvalidOperation too
 
 
 def _lenient(decode: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -320,7 +367,7 @@ def _lenient(decode: Callable[[Any], Any]) -> Callable[[Any], Any]:
     def run(value: Any) -> Any:
         try:
             return decode(value)
-        except (ValueError, TypeError, KeyError, ArithmeticError):  # InvalidOperation too
+        except _UNDECODABLE:
             return value
 
     return run

@@ -32,6 +32,8 @@ from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from cdc.envelope.encode import exact
+
 #: A row as compared: its canonical key JSON and canonical row JSON.
 Entry = tuple[bytes, bytes]
 #: One row read from a side: the entries it may stand for, its own first (a sink that keeps
@@ -196,10 +198,12 @@ def _top_digests(read: EntryReader, found: Found, side: int) -> Digest:
     counts, sums = array("Q", bytes(8 * size)), array("Q", bytes(8 * size))
     shift = HASH_BITS - TOP_BITS
     total = 0
+    # key_hash and row_hash inlined: this loop runs once a row of each side.
+    blake2b, from_bytes = hashlib.blake2b, int.from_bytes
     for candidates in read(None):
         key, row = candidates[0]
-        p = key_hash(key) >> shift
-        h = row_hash(key, row)
+        p = from_bytes(blake2b(key, digest_size=8).digest(), "big") >> shift
+        h = from_bytes(blake2b(key + b"\0" + row, digest_size=8).digest(), "big")
         counts[p] += 1
         sums[p] = (sums[p] + h) & _MASK
         total += h
@@ -293,14 +297,13 @@ def _pass(
     for bits, prefixes in split_at.items():
         both[bits] = both.get(bits, set()) | prefixes
 
-    def wanted(key: bytes) -> bool:
-        return _within([key_hash(key)], both)
+    wanted = _key_filter(both)
 
     for side, read in enumerate((source, sink)):
         for candidates in read(wanted):
             hashes = [key_hash(key) for key, _ in candidates]
             if _within(hashes, leaf_at) and whole:
-                held[side].append(candidates)
+                held[side].append(_exact(candidates))
             elif _within(hashes, leaf_at):
                 _hold(hashed, side, candidates, hashes, leaf_at, found)
             if split_at:
@@ -365,11 +368,32 @@ def _compare_hashed(hashed: tuple[_Hashed, _Hashed], found: Found) -> None:
             j += 1
 
 
+def _exact(candidates: Candidates) -> Candidates:
+    """Entries in bytes objects of their own size, to be held (orjson's are 4 KiB and more)."""
+    return [(exact(key), exact(row)) for key, row in candidates]
+
+
 def _by_depth(ranges: Iterable[Range]) -> dict[int, set[int]]:
     at: dict[int, set[int]] = {}
     for bits, prefix in ranges:
         at.setdefault(bits, set()).add(prefix)
     return at
+
+
+def _key_filter(at: dict[int, set[int]]) -> KeyFilter:
+    """Whether a key's hash falls in ``at``'s ranges: as :func:`_within`, for every row a
+    pass after the first reads (so its hash inlined, its depths listed once)."""
+    depths = [(HASH_BITS - bits, prefixes) for bits, prefixes in at.items()]
+    blake2b, from_bytes = hashlib.blake2b, int.from_bytes
+
+    def wanted(key: bytes) -> bool:
+        h = from_bytes(blake2b(key, digest_size=8).digest(), "big")
+        for shift, prefixes in depths:  # noqa: SIM110 (a loop: no generator a row)
+            if h >> shift in prefixes:
+                return True
+        return False
+
+    return wanted
 
 
 def _within(hashes: Sequence[int], at: dict[int, set[int]]) -> bool:
@@ -391,14 +415,13 @@ def _rows_pass(
     """Stream both sides once and compare the rows of ``leaves`` (one key each), held whole."""
     leaf_at = _by_depth(leaves)
 
-    def wanted(key: bytes) -> bool:
-        return _within([key_hash(key)], leaf_at)
+    wanted = _key_filter(leaf_at)
 
     held: list[list[Candidates]] = [[], []]
     for side, read in enumerate((source, sink)):
         for candidates in read(wanted):
             if _within([key_hash(key) for key, _ in candidates], leaf_at):
-                held[side].append(candidates)
+                held[side].append(_exact(candidates))
     _compare_rows(held, leaf_at, found, counted=False)
     found.passes += 1
 

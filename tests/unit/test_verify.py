@@ -122,3 +122,17 @@ def test_comparing_a_table_takes_about_its_own_size_in_memory() -> None:
         tracemalloc.stop()
     assert result.ok and result.source_count == 2000
     assert peak < 6 * data + 500_000, f"{peak:,} bytes at peak for {data:,} bytes of rows"
+
+
+def test_a_value_not_in_the_encoding_is_compared_as_it_is_and_the_rest_decoded() -> None:
+    # The row decodes at once, and value by value only when one value does not decode.
+    from cdc.envelope.options import READABLE
+    from cdc.verify.compare import _row_decoding
+
+    decode = _row_decoding(SCHEMA, READABLE)
+    good = {"id": 1, "amount": "1.50", "at": "2024-01-01T10:00:00Z"}
+    decoded = decode(good)
+    assert decoded["amount"] == Decimal("1.50")
+    assert decoded["at"] == datetime(2024, 1, 1, 10, tzinfo=UTC)
+    broken = decode({**good, "amount": "not a number", "extra": "kept"})
+    assert broken == {**decoded, "amount": "not a number", "extra": "kept"}
