@@ -67,14 +67,17 @@ Entry = Callable[[dict[str, Any], dict[str, Any]], tuple[bytes, bytes]]
 def _entry_maker(schema: TableSchema) -> Entry:
     """:func:`_entry` without the copies, each column's converter chosen once for the table
     (a pass discards most entries at once; :mod:`.ranges` copies those it holds)."""
-    columns = [(c.name, converter(c.type)) for c in schema.columns]
+    columns = [(c.name, converter(c.type, nulls=False)) for c in schema.columns]
     key_columns = schema.key_columns
     sort = orjson.OPT_SORT_KEYS
     dumps = orjson.dumps
 
     def entry(key: dict[str, Any], row: dict[str, Any]) -> tuple[bytes, bytes]:
         get = row.get
-        canonical = {name: convert(get(name)) for name, convert in columns}
+        canonical = {
+            name: None if (value := get(name)) is None else convert(value)
+            for name, convert in columns
+        }
         key_part = {c: canonical.get(c, key.get(c)) for c in key_columns} if key_columns else key
         return dumps(key_part, option=sort), dumps(canonical, option=sort)
 

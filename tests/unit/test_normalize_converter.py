@@ -109,10 +109,12 @@ def _outcome(convert: Any, value: Any) -> tuple[str, Any]:
 
 @pytest.mark.parametrize("type_name", TYPES)
 def test_a_columns_converter_is_canonical_for_its_type(type_name: str) -> None:
-    convert = converter(type_name)
+    convert, values_only = converter(type_name), converter(type_name, nulls=False)
     for value in VALUES:
         expected = _outcome(lambda v: canonical(v, type_name), value)
         assert _outcome(convert, value) == expected, (type_name, value)
+        if value is not None:
+            assert _outcome(values_only, value) == expected, (type_name, value)
 
 
 @pytest.mark.parametrize("type_name", ["integer[]", "text[]", "jsonb[]", "numeric(5,1)[][]"])
