@@ -19,6 +19,7 @@ from cdc.runtime import heartbeat
 from cdc.runtime.sink_control import RETRYING, RUNNING
 
 NOT_RUNNING = "not running"
+STARTING = "starting"
 PAUSED = "paused"
 
 
@@ -35,8 +36,18 @@ def as_running(rows: list[dict[str, Any]], found: list[dict[str, Any]]) -> list[
 
 def as_served(sink: dict[str, Any], found: list[dict[str, Any]]) -> dict[str, Any]:
     """``sink``'s report, ``not running`` (the stored state kept as ``recorded_state``) when
-    it says running or retrying but no running process serves it."""
-    if heartbeat.runs_sink(found, sink["sink"]) or sink.get("state") not in (RUNNING, RETRYING):
+    it says running or retrying but no running process serves it; ``starting`` when the
+    processes that serve it all started after it recorded ``running``: that state is an
+    earlier run's (a clean stop leaves it), and this run's task has not opened the sink yet."""
+    serving = heartbeat.serving(found, sink["sink"])
+    if serving and sink.get("state") == RUNNING and _recorded_before(sink, serving):
+        return {
+            **sink,
+            "state": STARTING,
+            "recorded_state": RUNNING,
+            "reason": "the sink is not open yet in the process that runs it",
+        }
+    if serving or sink.get("state") not in (RUNNING, RETRYING):
         return sink
     last = _last(found)
     return {
@@ -46,6 +57,14 @@ def as_served(sink: dict[str, Any], found: list[dict[str, Any]]) -> dict[str, An
         "reason": _why(found),
         "since_ms": None if last is None else last.get("beat_ms"),
     }
+
+
+def _recorded_before(sink: dict[str, Any], serving: list[dict[str, Any]]) -> bool:
+    since = sink.get("since_ms")
+    started = [p.get("started_ms") for p in serving]
+    if since is None or None in started:
+        return False
+    return all(int(start) > int(since) for start in started if start is not None)
 
 
 def _last(found: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -175,9 +175,15 @@ def view_state(found: list[dict[str, Any]], view: str) -> dict[str, Any] | None:
 
 def runs_sink(found: list[dict[str, Any]], sink: str) -> bool:
     """A running process runs ``sink``."""
-    return any(
-        p["state"] == RUNNING
+    return bool(serving(found, sink))
+
+
+def serving(found: list[dict[str, Any]], sink: str) -> list[dict[str, Any]]:
+    """The running processes that run ``sink``."""
+    return [
+        p
+        for p in found
+        if p["state"] == RUNNING
         and p.get("role") in ("all", "sinks")
         and (p.get("sinks") is None or sink in p["sinks"])
-        for p in found
-    )
+    ]

@@ -136,6 +136,7 @@ class SinkTask:
         self.failure: BaseException | None = None
         self._retrying = False  # recorded as retrying in the control topic, for cdc status
         self._group_at: dict[TopicPartition, int] = {}  # what this task last committed
+        self._group_aligned = False  # the group's offsets set to the store's (_align_group)
 
     def _table_resets(
         self, control: ControlWatcher, tables: Sequence[tuple[str, str]] | None
@@ -225,6 +226,8 @@ class SinkTask:
         group = group_name(self._pipeline, self._name)
         self._consumer = self._log.consumer(group, topics, start_offsets=self._start_offsets)
         self._group_at = {}  # after a reset, the group's offsets may go back with the store's
+        self._group_aligned = False
+        self._align_group()
         # Far behind the log (a new sink, a reset, a rebuild): progress lines with an ETA.
         stored = self._sink.stored_offsets() or {}
         self._held.start(stored)
@@ -254,6 +257,8 @@ class SinkTask:
         assert self._consumer is not None
         size = self.read_size
         stored = self._consumer.poll(size.count, self._poll_timeout_s, size.max_bytes)
+        if not self._group_aligned:
+            self._align_group()
         if not stored:
             if self._catch_up is not None:
                 self._catch_up.idle()
@@ -293,6 +298,24 @@ class SinkTask:
             self._catch_up.note(offsets)
         self._track()
         return len(batch)
+
+    def _align_group(self) -> None:
+        """Commit the sink's stored offsets of its assigned partitions to its group, once a
+        subscription (at once on the embedded log; on Kafka after the first poll's assignment).
+
+        A sink that stores its offsets resumes from them, not from the group's; but ``cdc
+        status``'s lag, ``cdc verify``'s lag check and ``cdc wait`` read the group's. When they
+        differ (a copy built with ``--rebuild --into`` swapped in, whose group is the old
+        sink's; a store restored from a backup), the group said caught up, or further, until
+        the first batch was committed: a copy swapped in showed lag 0 before it applied a row.
+        """
+        assert self._sink is not None and self._consumer is not None
+        assigned = set(self._consumer.assignment())
+        if not assigned:
+            return  # Kafka: not assigned yet
+        stored = self._sink.stored_offsets() or {}
+        self._commit_group({tp: o for tp, o in stored.items() if tp in assigned})
+        self._group_aligned = True
 
     def _commit_group(self, offsets: Mapping[TopicPartition, int]) -> None:
         """Commit the group's ``offsets``. A commit that fails (the broker away) is retried

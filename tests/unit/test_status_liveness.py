@@ -46,3 +46,19 @@ def test_a_running_process_keeps_the_recorded_states() -> None:
 def test_a_sink_stopped_by_an_error_keeps_its_reason_when_nothing_runs() -> None:
     sink = {"sink": "wh", "state": "stopped", "reason": "not a widening change"}
     assert as_served(sink, []) == sink
+
+
+def test_a_running_state_recorded_before_the_serving_process_started_is_starting() -> None:
+    """A clean stop leaves the sink's ``running``: a new run's process beats before its task
+    opened the sink, and status said running (with the group's old offsets: caught up)."""
+    started = NOW - 2_000
+    restarted = [{**_beat(RUNNING, 1), "started_ms": started}]
+    earlier = {"sink": "wh", "state": "running", "since_ms": started - 5_000}
+    shown = as_served(earlier, restarted)
+    assert (shown["state"], shown["recorded_state"]) == ("starting", "running")
+    opened = {"sink": "wh", "state": "running", "since_ms": started + 100}
+    assert as_served(opened, restarted) == opened
+    two = [*restarted, {**_beat(RUNNING, 1), "started_ms": started - 10_000}]
+    assert as_served(earlier, two) == earlier  # an older process serves it: its state
+    unknown = [_beat(RUNNING, 1)]  # a beat without a start time: as recorded
+    assert as_served(earlier, unknown) == earlier
