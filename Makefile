@@ -84,8 +84,10 @@ $(VENV)/.installed: pyproject.toml $(NATIVE_SOURCES) | $(PYTHON)
 	@# uv installs the same packages as pip, from the same index, in a third of the time
 	@# (2026-12-07: 101 s -> 42 s with the native extensions already compiled). One cargo target
 	@# folder for both native crates: pyo3 and its dependencies compile once (75 s -> 50 s).
+	@# PYO3_PYTHON: the virtualenv's interpreter (uv builds in an environment of its own), the
+	@# one tests/e2e/test_clean_install.py gives, so its build reuses this one's (40 s, not 120).
 	$(PYTHON) -m uv --version >/dev/null 2>&1 || $(PYTHON) -m pip install -q 'uv>=0.9,<1'
-	CARGO_TARGET_DIR=$(CURDIR)/build/cargo $(PYTHON) -m uv pip install -q --python $(PYTHON) -e '.[dev]'
+	CARGO_TARGET_DIR=$(CURDIR)/build/cargo PYO3_PYTHON=$(abspath $(PYTHON)) $(PYTHON) -m uv pip install -q --python $(PYTHON) -e '.[dev]'
 	$(PYTHON) -c 'from connectors.postgres.types import row_encoder; print("native row encoder:", "built" if row_encoder.available() else "not built (no Rust toolchain): the pure-Python path runs")'
 	$(PYTHON) -c 'from cdc.log.embedded import appender as n; print("native log appender:", "built" if n.available() else "not built (no Rust toolchain): executemany runs")'
 	touch $@

@@ -26,7 +26,8 @@ PACKAGES = ("cdc", "connectors", "sinks", "snapshots")
 # The sinks whose client library is an optional extra of the same name: a base install lacks it.
 OPTIONAL_SINKS = ("opensearch", "http", "iceberg")
 # The Rust crates of the two native extensions (pyproject.toml's setuptools-rust modules).
-CRATES = ("connectors/postgres/native", "cdc/log/embedded/native")
+#: The cargo target folder that `make pip` builds both native crates into.
+CARGO_TARGET = Path("build") / "cargo"
 NATIVE = ("connectors.postgres._native", "cdc.log.embedded._native")
 
 # Imports each native extension, and prints whether the row encoder takes the native path.
@@ -83,6 +84,7 @@ def clean_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # interpreter unless it is given: this suite's, as it was for the checkout's build, so
     # cargo's cache applies. Both are virtualenvs of one base Python: the same configuration.
     env = {**_clean_env(), "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYO3_PYTHON": sys.executable}
+    env["CARGO_TARGET_DIR"] = str(source / CARGO_TARGET)  # as make pip builds: one folder
     subprocess.run(
         [str(python), "-m", "pip", "install", "-q", f"{source}[testing]"],
         check=True,
@@ -99,10 +101,9 @@ def _copy_cargo_targets(source: Path) -> None:
     contents and times (kept by the copy), so it reuses what is fresh and rebuilds the rest: a
     release build of both crates is most of this module's time otherwise.
     """
-    for crate in CRATES:
-        target = REPO_ROOT / crate / "target"
-        if target.is_dir():
-            shutil.copytree(target, source / crate / "target", symlinks=True)
+    target = REPO_ROOT / CARGO_TARGET  # make pip builds both crates there (CARGO_TARGET_DIR)
+    if target.is_dir():
+        shutil.copytree(target, source / CARGO_TARGET, symlinks=True)
 
 
 def test_the_installed_cdc_command_runs(clean_venv: Path, tmp_path: Path) -> None:
