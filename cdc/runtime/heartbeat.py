@@ -51,6 +51,7 @@ class Heartbeat:
             :meth:`cdc.views.task.ViewTask.report`), put in every beat (``cdc status``).
         changed: set when something a beat carries changed (a view's state): the next beat
             is written at once rather than up to ``every_s`` later.
+        started_ms: when the run started (default: now), before its tasks did.
     """
 
     def __init__(
@@ -65,6 +66,7 @@ class Heartbeat:
         consistent: Callable[[], dict[str, str]] | None = None,
         views: Callable[[], dict[str, dict[str, str | None]]] | None = None,
         changed: threading.Event | None = None,
+        started_ms: int | None = None,
     ) -> None:
         self._log = log
         self._consistent = consistent
@@ -81,7 +83,9 @@ class Heartbeat:
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "every_s": every_s,
-            "started_ms": now_ms(),
+            # When the run started, before any of its tasks: status compares a sink's recorded
+            # state with it (cdc.cli.status_liveness), and a sink opens before this beat exists.
+            "started_ms": started_ms if started_ms is not None else now_ms(),
         }
         self._stop = stop
         self._logger = logger

@@ -40,6 +40,7 @@ from cdc.runtime.schemas import SchemaCatalog
 from cdc.runtime.sink_task import SinkTask, group_name
 from cdc.runtime.source_task import SourceTask
 from cdc.runtime.verifier import verifier
+from cdc.support.clock import now_ms
 from cdc.support.logging import Logger, get_logger
 from cdc.views.task import view_tasks
 
@@ -131,6 +132,7 @@ def start(
     Raises:
         EnvelopeChanged: the log was written under another envelope encoding.
     """
+    started_ms = now_ms()  # the heartbeat's: earlier than any state a task of this run records
     gc.set_threshold(*GC_THRESHOLDS)
     memory.limit_arenas()  # before any task's thread exists (cdc.runtime.memory)
     # A crash in native code (SQLite, DuckDB, librdkafka...) then leaves every thread's Python
@@ -176,6 +178,7 @@ def start(
         consistent=run.consistent,
         views=(lambda: {name: view.report() for name, view in views.items()}) if views else None,
         changed=views_changed,
+        started_ms=started_ms,
     )
     run.heartbeat.start()
     compact = getattr(log, "maybe_compact", None)
