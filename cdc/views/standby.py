@@ -15,12 +15,18 @@ topic's last batch (another process wrote since, or this machine never ran the v
 
 Order is the guarantee: the session ends, and its consumer and store are closed, before the
 lease is released (a clean stop closes the lease last) or handed on (a revocation waits in the
-lease's callback for the session to end). A leader paused past ``session_timeout_ms`` is fenced
-by its transactions only once the new leader's consumer joined the view's group (they carry the
-member's metadata, KIP-447): a batch it commits before that, or while still a member that has
-not yet seen its lease lost, is missing from the new leader's store, checked at its start. Not
-fenced by a transactional id yet (docs/views.md, "Not yet safe"). On the embedded log nothing of
-this runs: one process reads the log.
+lease's callback for the session to end).
+
+A leader paused past ``session_timeout_ms`` (a stopped process, a long stall) still believes it
+leads when it wakes, until its lease's callback tells it otherwise, and may be mid-batch. So
+each term's transactions use the view's own transactional id (:func:`view_transactional_id`),
+claimed at the start of the term (:meth:`cdc.log.kafka.log.KafkaLog.claim_writer`), before the
+store is checked against the state topic: the claim fences every older holder's producer, whose
+open transaction is aborted and whose commit then fails. The fenced term ends
+(:class:`TermFenced`) without a new producer (which would fence the new holder back), and the
+gate leaves the lease group and joins it anew: the process runs the view again only once the
+coordinator gives it the lease. On the embedded log nothing of this runs: one process reads the
+log.
 """
 
 from __future__ import annotations
@@ -28,14 +34,41 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
+from typing import Protocol
 
 from cdc.config.models import KafkaLogConfig
 from cdc.config.pipeline import Pipeline
 from cdc.config.views import ViewConfig
-from cdc.contracts.errors import CdcError
+from cdc.contracts.errors import CdcError, LogFatal
+from cdc.log.base import LogTransaction
 from cdc.runtime.standby import ASK_LEADER_EVERY, RENEW_S, Lease
 from cdc.support.logging import Logger
 from cdc.support.retry import Stopped, is_retriable, retry_until_stopped
+
+
+def view_transactional_id(pipeline: str, view: str) -> str:
+    """The transactional id every term of ``view`` claims (apart from the source's
+    ``cdc-<pipeline>``): a term's claim fences the view's older holders, and no other's."""
+    return f"cdc-{pipeline}.view.{view}"
+
+
+class Claim(Protocol):
+    """A term's claim of the view's transactional id (:mod:`cdc.log.kafka.claim`)."""
+
+    @property
+    def transactional_id(self) -> str: ...
+
+    @property
+    def spent(self) -> bool: ...
+
+    def begin(self) -> LogTransaction: ...
+
+    def close(self) -> None: ...
+
+
+class TermFenced(LogFatal):
+    """The view's transactions were fenced (a newer holder claimed its transactional id) or
+    their producer is gone: the term ends, and a new one needs the lease won again."""
 
 
 def view_gate(
@@ -79,24 +112,39 @@ class ViewGate:
         self._logger = logger
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
+        self._fenced = False  # the last term ended fenced (TermFenced)
 
     def serve(self, run: Callable[[], None], standing_by: Callable[[str], None]) -> None:
         """Stand by and lead in turn until the pipeline stops: ``run`` serves one term (until
-        :attr:`term` is set); ``standing_by`` is told who leads while another process does."""
-        try:
-            join = functools.partial(self._open_lease, self._lost)
-            lease = retry_until_stopped(join, self._stop, self._logger, "view.lease_retrying")
-        except Stopped:
-            return
+        :attr:`term` is set, or it raises :class:`TermFenced`); ``standing_by`` is told who
+        leads while another process does."""
+        join = functools.partial(self._open_lease, self._lost)
+        lease: Lease | None = None
         try:
             while not self._stop.is_set():
+                if lease is None:
+                    lease = retry_until_stopped(
+                        join, self._stop, self._logger, "view.lease_retrying"
+                    )
                 if self._stand_by(lease, standing_by):
                     self._lead(lease, run)
+                if self._fenced:
+                    # Its lease may still look held (a paused process learns of its loss later):
+                    # leave the group and join it anew, so that only the coordinator's say gives
+                    # it a next term, whose claim would fence the holder that fenced this one.
+                    self._fenced = False
+                    self._logger.warning("view.lease_rejoining", group=lease.group)
+                    left: Lease = lease
+                    lease = None
+                    left.close()
+        except Stopped:
+            return
         finally:
             try:
                 self._end_term()  # the store is closed before the lease is let go
             finally:
-                lease.close()
+                if lease is not None:
+                    lease.close()
 
     def _stand_by(self, lease: Lease, standing_by: Callable[[str], None]) -> bool:
         """Serve the lease until it is this process's (True) or the pipeline stops (False)."""
@@ -118,6 +166,7 @@ class ViewGate:
         """Run a term until the pipeline stops or the lease is lost."""
         self._logger.info("view.leading", group=lease.group)
         self.term.clear()
+        self._fenced = False
         thread = threading.Thread(target=self._run, args=(run,), name="view-leader")
         self._thread = thread
         thread.start()
@@ -131,6 +180,9 @@ class ViewGate:
     def _run(self, run: Callable[[], None]) -> None:
         try:
             run()
+        except TermFenced as exc:  # a newer holder runs the view: no failure of the pipeline's
+            self._logger.warning("view.fenced", error=str(exc))
+            self._fenced = True
         except BaseException as exc:  # handed to the gate's thread, which fails the pipeline
             self._failure = exc
 

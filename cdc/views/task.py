@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +45,7 @@ from cdc.views import records as out
 from cdc.views.health import ViewHealth
 from cdc.views.join import Key, Pos, canonical_key
 from cdc.views.progress import input_topics, last_token
-from cdc.views.standby import ViewGate, view_gate
+from cdc.views.standby import Claim, TermFenced, ViewGate, view_gate, view_transactional_id
 from cdc.views.store import ViewStore, lock_retriable
 
 if TYPE_CHECKING:
@@ -117,6 +117,8 @@ class ViewTask:
         self.documents_written = 0  # by this task, for its owner's progress
         self._state: str = STARTING
         self._reason: str | None = None
+        # On Kafka, the term's claim of the view's transactional id (cdc.views.standby).
+        self._claim: Claim | None = None
 
     def report(self) -> dict[str, str | None]:
         """The task's state, which its process's beats carry to ``cdc status``: ``starting``,
@@ -148,16 +150,47 @@ class ViewTask:
             self._health.standby()
 
     def _term(self) -> None:
-        """Sessions until ``stop`` (the pipeline's, or the lease's term) is set."""
+        """Sessions until ``stop`` (the pipeline's, or the lease's term) is set.
+
+        Raises:
+            TermFenced: on Kafka, the term's claim of the view's transactional id was fenced
+                by a newer holder, or its producer is gone (a new one is made only by a new
+                term, once the lease is won again).
+        """
         try:
             retry(self._session, is_retriable, Backoff(), on_retry=self._retrying, stop=self._stop)
         except Stopped:
             return
         except Exception as exc:
+            if self._claim is not None and self._claim.spent:
+                raise TermFenced(
+                    f"views: {self._view.name}'s transactions ({self._claim.transactional_id}) "
+                    f"were fenced or their producer is gone, so its term ends: {exc}"
+                ) from exc
             self._set_state(STOPPED, exc)
             if self._health is not None:
                 self._health.stopped(exc)
             raise
+        finally:
+            claim, self._claim = self._claim, None
+            if claim is not None:
+                claim.close()
+
+    def _claim_writer(self) -> None:
+        """On Kafka, claim the view's transactional id once a term, before the store is
+        checked against the state topic: an older holder's batch is then either committed
+        (and in the state topic the check reads) or fenced; never committed after the check."""
+        if self._claim is not None:
+            if self._claim.spent:  # a new claim needs a new term, so the lease won again
+                raise LogFatal(f"views: the claim of {self._claim.transactional_id} is spent")
+            return
+        claim = getattr(self._log, "claim_writer", None)
+        if claim is not None:
+            self._claim = claim(view_transactional_id(self._name, self._view.name))
+
+    def _begin(self) -> LogTransaction:
+        """A batch's transaction: on Kafka with the term's claim (a spent claim raises)."""
+        return self._log.begin() if self._claim is None else self._claim.begin()
 
     def _retrying(self, exc: Exception, failures: int, delay: float) -> None:
         self._logger.warning("view.retrying", error=str(exc), retry_in_s=round(delay, 2))
@@ -169,6 +202,7 @@ class ViewTask:
         # Published again once a session: the last session's may have been in a transaction
         # that its failure aborted.
         self._published = None
+        self._claim_writer()
         with lock_retriable(self._store_path):
             store = self._open_store()
             try:
@@ -259,7 +293,7 @@ class ViewTask:
         token = uuid.uuid4().hex
         try:
             before = 0 if high is None else high[0]
-            pending = _Pending(self._log)
+            pending = _Pending(self._begin)
             try:
                 changes, high = self._changes(store, batch, high, pending)
                 tx = pending.get()
@@ -389,13 +423,13 @@ class _Pending:
     store before it, outside the embedded log's write lock; a truncate begins it, to append
     its rows' state tombstones a piece at a time."""
 
-    def __init__(self, log: Log) -> None:
-        self._log = log
+    def __init__(self, begin: Callable[[], LogTransaction]) -> None:
+        self._begin = begin
         self._tx: LogTransaction | None = None
 
     def get(self) -> LogTransaction:
         if self._tx is None:
-            self._tx = self._log.begin()
+            self._tx = self._begin()
         return self._tx
 
     def abort(self) -> None:

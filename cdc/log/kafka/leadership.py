@@ -27,9 +27,9 @@ harmless.
 
 A live join view (:mod:`cdc.views.standby`) is leased the same way, in the group
 ``<pipeline>.view.<view>.leader``: its state is one process's local store, so one process may
-run it. Its fence against a paused leader is the transaction its batch commits in: the
-documents, state and offsets commit with the view group member's metadata, which the paused
-leader's old membership no longer matches.
+run it. Its fence against a paused leader is its transactions' id, ``cdc-<pipeline>.view.<view>``,
+which each term claims (:meth:`cdc.log.kafka.log.KafkaLog.claim_writer`) before it checks its
+store: the paused leader's commit then fails as fenced.
 """
 
 from __future__ import annotations

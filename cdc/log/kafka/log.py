@@ -18,7 +18,9 @@ Which producer a transaction uses: the thread that calls :meth:`KafkaLog.claim_s
 runtime's source task, before every session) writes with ``transactional.id = cdc-<pipeline>``, so a
 second, zombie instance of the source is fenced. Transactions begun on other threads (a sink
 worker's dead letters, tools) use an id unique to this log instance: a sinks-only worker must
-never fence the pipeline's source on another host.
+never fence the pipeline's source on another host. A live join view's term claims an id of its
+own (:meth:`KafkaLog.claim_writer`, :mod:`cdc.log.kafka.claim`), which fences the view's older
+holder.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from cdc.log.base import (
     TopicPartition,
 )
 from cdc.log.kafka.admin import EARLIEST, LATEST, KafkaAdmin
+from cdc.log.kafka.claim import ClaimedWriter
 from cdc.log.kafka.common import (
     UNASSIGNED,
     client_config,
@@ -113,6 +116,43 @@ class KafkaLog:
         source = threading.get_ident() == self._source_thread
         images = self._images if source and self._images and self._images.active else None
         return KafkaTransaction(self, self._writer("source" if source else "other"), images)
+
+    def claim_writer(self, transactional_id: str) -> ClaimedWriter:
+        """Claim ``transactional_id`` for one term of a lease: its ``init_transactions`` runs
+        now, fencing every older producer of the id (an older holder's open transaction is
+        aborted, its later commits fail). The claim never makes a second producer
+        (:mod:`cdc.log.kafka.claim`).
+
+        Raises:
+            LogFatal: the broker refused the transactional id.
+            LogUnavailable: no broker answered in time.
+        """
+        writer = TransactionalWriter(
+            producer_config(self.config),
+            transactional_id,
+            self.config.transaction_timeout_ms / 1000,
+            once=True,
+        )
+        role = f"claim:{transactional_id}"
+        with self._lock:
+            if self.closed:
+                raise LogError("kafka log: the log is closed")
+            previous, self._writers[role] = self._writers.get(role), writer
+        if previous is not None:
+            previous.close()  # an earlier term's claim left open: this one fences it anyway
+
+        def forget() -> None:
+            with self._lock:
+                if self._writers.get(role) is writer:
+                    del self._writers[role]
+
+        try:
+            writer.producer()
+        except BaseException:
+            writer.close()
+            forget()
+            raise
+        return ClaimedWriter(self, writer, forget)
 
     def claim_source(self) -> None:
         """The calling thread becomes the source writer, and its ``init_transactions`` runs now.

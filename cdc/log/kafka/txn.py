@@ -72,6 +72,11 @@ class TransactionLog(Protocol):
         """Wait until readers see each partition's records up to its ``last`` offset."""
 
 
+class WriterSpent(LogFatal):
+    """A once-only writer's producer is gone: its holder must win its lease again before a
+    new one claims the id (:meth:`~cdc.log.kafka.log.KafkaLog.claim_writer`)."""
+
+
 class TransactionalWriter:
     """A transactional producer, created on first use and replaced after fatal errors.
 
@@ -80,10 +85,22 @@ class TransactionalWriter:
         transactional_id: the id the broker fences by: a newer producer with the same id
             aborts this one's open transaction and makes its next call fail.
         timeout_s: the transaction timeout, which bounds every wait here.
+        once: make one producer only (:meth:`KafkaLog.claim_writer`): once it is discarded
+            (fenced, failed, or a commit of unknown outcome), :meth:`producer` raises
+            :class:`WriterSpent` instead of making a new one, whose ``init_transactions``
+            would fence the id's newer holder back.
     """
 
-    def __init__(self, config: dict[str, Any], transactional_id: str, timeout_s: float) -> None:
+    def __init__(
+        self,
+        config: dict[str, Any],
+        transactional_id: str,
+        timeout_s: float,
+        once: bool = False,
+    ) -> None:
         self.transactional_id = transactional_id
+        self.once = once
+        self.spent = False  # a once-only writer whose producer was discarded
         self.timeout_s = timeout_s
         self.servers = str(config.get("bootstrap.servers"))
         self.watch = ConnectionWatch("producer", transactional_id=transactional_id)
@@ -95,6 +112,12 @@ class TransactionalWriter:
     def producer(self) -> Any:
         """The producer, with ``init_transactions`` done (which fences older instances)."""
         if self._producer is None:
+            if self.spent:
+                raise WriterSpent(
+                    f"kafka log ({self.servers}): the producer of transactional.id "
+                    f"{self.transactional_id!r} is gone (fenced or failed); a new one would "
+                    "fence the id's newer holder, so none is made"
+                )
             producer = Producer(self._config)
             try:
                 producer.init_transactions(self.timeout_s)
@@ -108,6 +131,7 @@ class TransactionalWriter:
         """Drop the producer; the next transaction's ``init_transactions`` settles what it left."""
         producer, self._producer = self._producer, None
         if producer is not None:
+            self.spent = self.once
             with suppress(Exception):
                 producer.purge(in_queue=True, in_flight=True, blocking=False)
                 producer.poll(0)
@@ -121,10 +145,14 @@ class TransactionalWriter:
         err = error_of(exc)
         if err is not None and err.code() in FENCED:
             self.discard()
+            newer = (
+                "the newer holder of its lease; this term ends"
+                if self.once
+                else "a second instance of this pipeline's source; this one stops"
+            )
             return LogFatal(
                 f"kafka log ({self.servers}): this producer was fenced while {doing}: another "
-                f"process started with transactional.id {self.transactional_id!r} (a second "
-                "instance of this pipeline's source); this one stops"
+                f"process started with transactional.id {self.transactional_id!r} ({newer})"
             )
         if err is not None and err.fatal():
             self.discard()
