@@ -42,8 +42,7 @@ from cdc.runtime.consistency import (
     log_ends,
     stored_position,
 )
-from cdc.runtime.pipeline import sink_topics
-from cdc.runtime.sink_task import group_name
+from cdc.runtime.sink_names import group_name, sink_topics
 
 DEFAULT_TIMEOUT_S = 30.0
 FIRST_POLL_S = 0.0005

@@ -27,10 +27,9 @@ from cdc.contracts import plugins
 from cdc.contracts.errors import CdcError
 from cdc.log.factory import open_log
 from cdc.runtime.heartbeat import processes, runs_sink
-from cdc.runtime.pipeline import sink_topics
 from cdc.runtime.rebuild_into import CopyRefused, build_copy, copy_config, keeps_offsets
 from cdc.runtime.sink_control import SinkControl
-from cdc.runtime.sink_task import group_name
+from cdc.runtime.sink_names import group_name, sink_topics
 from cdc.support.logging import get_logger
 
 EXIT_OK, EXIT_RUNTIME, EXIT_CONFIG = 0, 1, 2

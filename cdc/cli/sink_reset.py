@@ -13,9 +13,8 @@ from cdc.cli.sink_reset_wait import follow
 from cdc.config.pipeline import Pipeline
 from cdc.contracts.errors import CdcError
 from cdc.log.factory import open_log
-from cdc.runtime.pipeline import sink_topics
 from cdc.runtime.sink_control import SinkControl
-from cdc.runtime.sink_task import group_name
+from cdc.runtime.sink_names import group_name, sink_topics
 
 EXIT_OK, EXIT_RUNTIME, EXIT_CONFIG = 0, 1, 2
 

@@ -23,9 +23,8 @@ from cdc.log.base import Log, TopicPartition
 from cdc.log.encoding import LEGACY, read_encoding
 from cdc.metrics.snapshot_report import print_snapshots, snapshot_report
 from cdc.runtime import heartbeat
-from cdc.runtime.pipeline import sink_topics
 from cdc.runtime.sink_control import SinkControl, sink_state_report
-from cdc.runtime.sink_task import group_name
+from cdc.runtime.sink_names import group_name, sink_topics
 from cdc.support.redact import redact
 
 NOT_TRACKED = "the embedded log has none: one process reads every partition"

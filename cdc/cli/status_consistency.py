@@ -13,8 +13,7 @@ from cdc.contracts.errors import CdcError
 from cdc.log.base import Log
 from cdc.runtime import heartbeat
 from cdc.runtime.consistency import behind, log_ends, stored_position
-from cdc.runtime.pipeline import sink_topics
-from cdc.runtime.sink_task import group_name
+from cdc.runtime.sink_names import group_name, sink_topics
 
 
 def consistent_positions(

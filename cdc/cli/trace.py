@@ -36,7 +36,7 @@ from cdc.contracts.events import topic_name
 from cdc.contracts.schema import TableSchema
 from cdc.log.base import Log
 from cdc.runtime.factories import source_record_rows
-from cdc.runtime.sink_task import group_name
+from cdc.runtime.sink_names import group_name
 
 COMPACTION_NOTE = (
     "a compacted topic keeps only the versions compaction has not removed: older versions of "

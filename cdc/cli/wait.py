@@ -13,8 +13,7 @@ import click
 from cdc import fence
 from cdc.cli.support import EXIT_CONFIG, EXIT_RUNTIME, load, opened_log
 from cdc.contracts.errors import CdcError
-from cdc.runtime.pipeline import sink_topics
-from cdc.runtime.sink_task import group_name
+from cdc.runtime.sink_names import group_name, sink_topics
 
 
 def wait_command(file: str, sink: str, position: str | None, now: bool, timeout_s: float) -> None:

@@ -6,6 +6,7 @@ package that declares a ``cdc.sinks`` entry point (a transform: ``cdc.transforms
 
 from __future__ import annotations
 
+import importlib.util
 from functools import cache
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
@@ -41,11 +42,24 @@ def load(group: str, name: str) -> Any:
     found = _installed().select(group=group, name=name) or entry_points(group=group, name=name)
     for ep in found:
         try:
-            return ep.load()
+            plugin = ep.load()
         except ModuleNotFoundError as exc:
             raise PluginNotFound(_missing_client(kind, ep, exc)) from exc
+        _check_requires(kind, ep, plugin)
+        return plugin
     known = ", ".join(available(group)) or "none"
     raise PluginNotFound(f"unknown {kind} type {name!r} (installed: {known})")
+
+
+def _check_requires(kind: str, ep: EntryPoint, plugin: Any) -> None:
+    """A plugin that imports its client library only when it runs names it in ``requires``:
+    one that is not installed is the same clear error at load (``cdc validate``) as an import
+    of it at the top of the plugin's module would give, without importing it (``find_spec``
+    only looks for it)."""
+    for module in getattr(plugin, "requires", ()):
+        if importlib.util.find_spec(module) is None:
+            missing = ModuleNotFoundError(f"No module named {module!r}", name=module)
+            raise PluginNotFound(_missing_client(kind, ep, missing))
 
 
 def _missing_client(kind: str, ep: EntryPoint, exc: ModuleNotFoundError) -> str:

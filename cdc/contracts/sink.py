@@ -25,9 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-import structlog
 from pydantic import BaseModel
 
 from cdc.contracts.schema import TableSchema
@@ -35,6 +34,9 @@ from cdc.envelope.encode import record_pos
 from cdc.envelope.options import READABLE, EnvelopeOptions
 from cdc.log.base import TopicPartition
 from cdc.log.eras import Era
+
+if TYPE_CHECKING:  # annotations only: a sink's config module (a file's read) sets up no logging
+    import structlog
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +197,11 @@ class SinkPlugin(Protocol):
     the sink's lease opens the store and reads the log, and the others stand by until it dies
     (:mod:`cdc.runtime.standby`). ``False``: every worker writes, each to the partitions Kafka
     gives it (Redis, PostgreSQL, OpenSearch, HTTP).
+
+    Optional: ``requires``, the modules of the store's client library, for a plugin that
+    imports them only when it runs (in ``create`` and the readers): loading the plugin looks
+    for each without importing it, and a missing one is the config error with the ``pip
+    install`` command (:mod:`cdc.contracts.plugins`).
     """
 
     config_model: type[BaseModel]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
@@ -27,7 +27,9 @@ from cdc.contracts.errors import ConfigError
 from cdc.contracts.schema import schema_topic
 from cdc.envelope.options import EnvelopeOptions
 from cdc.log.base import Log, Record, TopicInfo
-from cdc.support.logging import Logger
+
+if TYPE_CHECKING:  # annotations only
+    from cdc.support.logging import Logger
 
 ENCODING_KEY: Final = orjson.dumps({"kind": "encoding"})
 _LOOK_AGAIN_S: Final = 5.0

@@ -24,7 +24,6 @@ from cdc.config.models import SinkConfig
 from cdc.config.pipeline import Pipeline
 from cdc.contracts import plugins
 from cdc.contracts.errors import SourceMisconfigured
-from cdc.contracts.events import topic_name
 from cdc.log.base import Log
 from cdc.log.encoding import ensure_encoding
 from cdc.log.factory import open_log
@@ -37,7 +36,8 @@ from cdc.runtime.factories import build_sink, build_source, source_record_rows
 from cdc.runtime.heartbeat import Heartbeat
 from cdc.runtime.preflight import SinkCannotStart, check_sinks, is_first_start
 from cdc.runtime.schemas import SchemaCatalog
-from cdc.runtime.sink_task import SinkTask, group_name
+from cdc.runtime.sink_names import group_name, sink_topics
+from cdc.runtime.sink_task import SinkTask
 from cdc.runtime.source_task import SourceTask
 from cdc.runtime.verifier import verifier
 from cdc.support.clock import now_ms
@@ -108,10 +108,6 @@ class PipelineRun:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             thread.join(remaining)
         return not any(t.is_alive() for t in self.threads)
-
-
-def sink_topics(pipeline: Pipeline, config: SinkConfig) -> list[str]:
-    return [topic_name(pipeline.name, s, t) for s, t in pipeline.sink_tables(config)]
 
 
 def start(

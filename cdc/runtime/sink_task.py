@@ -49,6 +49,7 @@ from cdc.runtime.control_watcher import ControlWatcher
 from cdc.runtime.read_size import ReadSize
 from cdc.runtime.record_decoding import RecordRows, decode_records, payload_of, unwrap
 from cdc.runtime.sink_control import RETRYING, RUNNING, STOPPED
+from cdc.runtime.sink_names import group_name
 from cdc.runtime.sink_rebuild import StoreProbe
 from cdc.runtime.sink_resets import TableResets
 from cdc.runtime.store_position import StorePosition
@@ -68,11 +69,6 @@ __all__ = [
     "payload_of",
     "unwrap",
 ]
-
-
-def group_name(pipeline: str, sink: str) -> str:
-    """The consumer group of a sink; ``cdc status`` reads lag through it."""
-    return f"{pipeline}.sink.{sink}"
 
 
 class SinkTask:

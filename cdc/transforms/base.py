@@ -27,14 +27,16 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from cdc.contracts.errors import CdcError, Fatal, RecordError
 from cdc.contracts.events import ChangeEvent
 from cdc.contracts.schema import TableSchema
-from cdc.support.logging import Logger
+
+if TYPE_CHECKING:  # annotations only: reading a pipeline's file needs no logging set-up
+    from cdc.support.logging import Logger
 
 #: What :meth:`Transform.apply` may return.
 Applied = ChangeEvent | Sequence[ChangeEvent] | None

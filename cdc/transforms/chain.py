@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cdc.contracts import plugins
 from cdc.contracts.events import ChangeEvent, topic_name
 from cdc.contracts.schema import TableSchema
-from cdc.support.logging import Logger, get_logger
 from cdc.transforms.base import (
     Transform,
     TransformConfig,
@@ -23,6 +22,9 @@ from cdc.transforms.base import (
     TransformShapeError,
 )
 from cdc.transforms.filters import digest
+
+if TYPE_CHECKING:
+    from cdc.support.logging import Logger
 
 
 class TransformChain:
@@ -176,6 +178,8 @@ def build_chain(
         TransformRefused: a plugin's ``create`` refused its settings for these tables.
         PluginNotFound: no ``cdc.transforms`` entry point has a config's ``type``.
     """
+    from cdc.support.logging import get_logger  # at build: reading a file sets up no logging
+
     bound = logger or get_logger(pipeline=pipeline)
     reaching = list(dict.fromkeys(tables))
     steps: list[tuple[str, TransformConfig, Transform]] = []

@@ -11,7 +11,7 @@ from cdc.contracts.events import topic_name
 from cdc.log.base import Log, TopicPartition
 from cdc.log.offsets import end_offsets
 from cdc.runtime.sink_control import SinkControl
-from cdc.runtime.sink_task import group_name
+from cdc.runtime.sink_names import group_name
 from cdc.support.wait import WaitTimeout, wait_until
 
 

@@ -5,41 +5,37 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pymongo import errors as px
-
-from cdc.config.pipeline import redact_url
-from cdc.contracts.checks import Check
 from cdc.contracts.errors import ConfigError
-from cdc.contracts.source import SourceContext
 from cdc.envelope.options import READABLE, EnvelopeOptions
-from cdc.fence import read_once
-from connectors.mongodb import errors, extended_json, positions, repair
-from connectors.mongodb.client import client_for
+from cdc.support import lazy
 from connectors.mongodb.config import MongoSourceConfig
-from connectors.mongodb.convert import document
-from connectors.mongodb.doctor import doctor
-from connectors.mongodb.fence import (
-    ClusterTime,
-    CurrentPosition,
-    parse_position,
-    stored_position,
-)
-from connectors.mongodb.filters import compile_filter
-from connectors.mongodb.source import MongoSource
+
+# What runs the source is imported by the method that needs it: a command that only reads the
+# pipeline's file loads the config, not pymongo's client and the change-stream machinery.
+if TYPE_CHECKING:
+    from cdc.contracts.checks import Check
+    from cdc.contracts.source import SourceContext
+    from connectors.mongodb.fence import ClusterTime, CurrentPosition
+    from connectors.mongodb.positions import MongoPosition
+    from connectors.mongodb.source import MongoSource
 
 
 class MongoSourcePlugin:
     """Builds :class:`MongoSource`; reads collections back for ``cdc verify``."""
 
     config_model = MongoSourceConfig
+
     #: The sinks' rows of its records: Debezium's Extended JSON texts as objects.
-    record_rows = staticmethod(extended_json.rows)
+    #: The sinks' rows of its records: Debezium's Extended JSON texts as objects.
+    record_rows = lazy.Attribute("connectors.mongodb.extended_json", "rows")
 
     @staticmethod
     def create(config: MongoSourceConfig, context: SourceContext) -> MongoSource:
         """A source for ``config``; nothing connects before ``open``."""
+        from connectors.mongodb.source import MongoSource
+
         return MongoSource(config, context)
 
     @staticmethod
@@ -78,6 +74,8 @@ class MongoSourcePlugin:
                 a key that is no ``_id``.
             SourceUnavailable: the server cannot be reached.
         """
+        from connectors.mongodb import repair
+
         problems = _request_problems(config, table, "repair keys")
         if table in config.table_names and "_id" in config.table_entry(table).mask:
             problems.append(
@@ -111,6 +109,14 @@ class MongoSourcePlugin:
         Raises:
             SourceUnavailable: the server cannot be reached.
         """
+        from pymongo import errors as px
+
+        from cdc.config.pipeline import redact_url
+        from connectors.mongodb import errors
+        from connectors.mongodb.client import client_for
+        from connectors.mongodb.convert import document
+        from connectors.mongodb.filters import compile_filter
+
         where = redact_url(config.dsn.get_secret_value())
         pre_images = config.full_document == "required"
         entry = config.table_entry(f"{schema}.{table}")
@@ -134,6 +140,8 @@ class MongoSourcePlugin:
     ) -> dict[str, Any]:
         """What ``cdc status`` shows: stream points, snapshot progress, history-lost notes
         (from the stored offsets only, so it works while the server is down)."""
+        from connectors.mongodb import positions
+
         entry = positions.stored(offsets)
         report: dict[str, Any] = {
             "streams": {
@@ -160,31 +168,42 @@ class MongoSourcePlugin:
         return report
 
     @staticmethod
-    def position(offsets: Mapping[str, Any]) -> positions.MongoPosition | None:
+    def position(offsets: Mapping[str, Any]) -> MongoPosition | None:
         """The streams' points the stored offsets hold (read-your-writes fences,
         :mod:`cdc.fence`; :mod:`connectors.mongodb.fence`)."""
+        from connectors.mongodb.fence import stored_position
+
         return stored_position(offsets)
 
     @staticmethod
-    def parse_position(text: str) -> positions.MongoPosition | ClusterTime:
+    def parse_position(text: str) -> MongoPosition | ClusterTime:
         """A position as ``cdc status`` prints it, or a cluster time (``Timestamp(T, I)``),
         for ``cdc wait --position``."""
+        from connectors.mongodb.fence import parse_position
+
         return parse_position(text)
 
     @staticmethod
     def current_position(config: MongoSourceConfig) -> ClusterTime:
         """The server's cluster time at the call, for ``cdc wait --now`` (a replica set's or
         sharded cluster's, on a client of its own; a server that reports none is refused)."""
+        from cdc.fence import read_once
+        from connectors.mongodb.fence import CurrentPosition
+
         return read_once(CurrentPosition(config))
 
     @staticmethod
     def position_reader(config: MongoSourceConfig) -> CurrentPosition:
         """Reads the cluster time on one kept client, for many fences."""
+        from connectors.mongodb.fence import CurrentPosition
+
         return CurrentPosition(config)
 
     @staticmethod
     def doctor(config: MongoSourceConfig, pipeline_name: str) -> list[Check]:
         """The preflight checks of ``cdc doctor`` (:mod:`connectors.mongodb.doctor`)."""
+        from connectors.mongodb.doctor import doctor
+
         return doctor(config, pipeline_name)
 
 
@@ -204,6 +223,12 @@ def _write_request(
     config: MongoSourceConfig, pipeline_name: str, fields: dict[str, Any], what: str
 ) -> dict[str, str]:
     """Insert a snapshot request with ``fields`` into the signal collection."""
+    from pymongo import errors as px
+
+    from cdc.config.pipeline import redact_url
+    from connectors.mongodb import errors
+    from connectors.mongodb.client import client_for
+
     signal = config.signal()
     assert signal is not None  # checked by the caller
     now = time.time()

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from cdc.contracts.sink import SinkContext
-from sinks.http import doctor as preflight
+from typing import TYPE_CHECKING
+
+from cdc.support import lazy
 from sinks.http.config import HttpSinkConfig
-from sinks.http.sink import HttpSink
+
+# What writes to the store is imported by the method that needs it: a command that only reads
+# the pipeline's file loads the config, not the store's client library.
+if TYPE_CHECKING:
+    from cdc.contracts.sink import SinkContext
+    from sinks.http.sink import HttpSink
 
 
 class HttpSinkPlugin:
@@ -16,9 +22,14 @@ class HttpSinkPlugin:
     """
 
     config_model = HttpSinkConfig
+    # Its client library, imported when the sink runs: checked at load (cdc.contracts.plugins).
+    requires = ("httpx",)
 
     @staticmethod
     def create(config: HttpSinkConfig, context: SinkContext) -> HttpSink:
+        from sinks.http.sink import HttpSink
+
         return HttpSink(config, context)
 
-    doctor = staticmethod(preflight.doctor)  # cdc doctor: a signed empty batch is answered 2xx
+    # cdc doctor: a signed empty batch is answered 2xx
+    doctor = lazy.Attribute("sinks.http.doctor", "doctor")

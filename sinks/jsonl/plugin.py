@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cdc.contracts.checks import Check, writable_dir
-from cdc.contracts.sink import SinkContext
 from sinks.jsonl.config import JsonlSinkConfig
-from sinks.jsonl.sink import STATE_FILE, JsonlSink
+from sinks.jsonl.sink import STATE_FILE
 from sinks.offsets import read_json, read_position
+
+# What writes to the store is imported by the method that needs it: a command that only reads
+# the pipeline's file loads the config, not the store's client library.
+if TYPE_CHECKING:
+    from cdc.contracts.sink import SinkContext
+    from sinks.jsonl.sink import JsonlSink
 
 
 class JsonlSinkPlugin:
@@ -22,6 +28,8 @@ class JsonlSinkPlugin:
 
     @staticmethod
     def create(config: JsonlSinkConfig, context: SinkContext) -> JsonlSink:
+        from sinks.jsonl.sink import JsonlSink
+
         return JsonlSink(config, context)
 
     @staticmethod

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cdc.contracts.checks import Check, writable_dir
-from cdc.contracts.sink import SinkContext
+from cdc.support import lazy
 from sinks.offsets import read_json, read_position
-from sinks.search import reader
-from sinks.search import trace as key_trace
 from sinks.search.config import SearchSinkConfig
-from sinks.search.sink import SearchSink, offsets_file
+
+# What writes to the store is imported by the method that needs it: a command that only reads
+# the pipeline's file loads the config, not the store's client library.
+if TYPE_CHECKING:
+    from cdc.contracts.sink import SinkContext
+    from sinks.search.sink import SearchSink
 
 
 class SearchSinkPlugin:
@@ -18,20 +22,27 @@ class SearchSinkPlugin:
     serves ``cdc search``."""
 
     config_model = SearchSinkConfig
+    # Its client library, imported when the sink runs: checked at load (cdc.contracts.plugins).
+    requires = ("tantivy",)
     rebuild_into = ("path",)  # cdc sink --rebuild --into: a copy in another directory
     single_writer = True  # Tantivy's index takes one writer: other workers stand by (on Kafka)
 
     @staticmethod
     def create(config: SearchSinkConfig, context: SinkContext) -> SearchSink:
+        from sinks.search.sink import SearchSink
+
         return SearchSink(config, context)
 
-    read_rows = staticmethod(reader.read_rows)
-    read_key = staticmethod(key_trace.read_key)  # cdc trace: one key's row and position
-    search = staticmethod(reader.search)
+    read_rows = lazy.Attribute("sinks.search.reader", "read_rows")
+    # cdc trace: one key's row and position
+    read_key = lazy.Attribute("sinks.search.trace", "read_key")
+    search = lazy.Attribute("sinks.search.reader", "search")
 
     @staticmethod
     def read_consistent_position(config: SearchSinkConfig, *, pipeline: str) -> str | None:
         """``cdc status``: the source position the offsets file holds with the offsets."""
+        from sinks.search.sink import offsets_file
+
         stored = read_json(offsets_file(config))
         return read_position(stored) if isinstance(stored, dict) else None
 

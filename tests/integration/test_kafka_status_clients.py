@@ -22,7 +22,7 @@ import pytest
 from cdc.config.models import KafkaLogConfig
 from cdc.log.kafka import KafkaLog
 from cdc.log.kafka.consumer import KafkaConsumer
-from cdc.runtime.sink_task import group_name
+from cdc.runtime.sink_names import group_name
 from cdc.testing import wait_until
 from tests.e2e.cli_helpers import status_json
 

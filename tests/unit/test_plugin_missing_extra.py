@@ -23,6 +23,13 @@ def _install(root: Path, *, extras: list[str]) -> None:
     (root / "fakesink_pkg").mkdir()
     (root / "fakesink_pkg" / "__init__.py").write_text("")
     (root / "fakesink_pkg" / "needs_client.py").write_text("import no_such_client_lib  # noqa\n")
+    # A plugin that imports its client only when it runs, and names it in ``requires``.
+    (root / "fakesink_pkg" / "lazy_client.py").write_text(
+        "class Plugin:\n    requires = ('json', 'no_such_client_lib')\n"
+    )
+    (root / "fakesink_pkg" / "lazy_present.py").write_text(
+        "class Plugin:\n    requires = ('json',)\n"
+    )
     dist = root / "fakesink_dist-1.0.dist-info"
     dist.mkdir()
     metadata = ["Metadata-Version: 2.1", "Name: fakesink-dist", "Version: 1.0"]
@@ -33,6 +40,8 @@ def _install(root: Path, *, extras: list[str]) -> None:
         "fakeclient = fakesink_pkg.needs_client:Plugin\n"
         "fakeother = fakesink_pkg.needs_client:Plugin\n"
         "fakebroken = fakesink_pkg.gone:Plugin\n"
+        "fakelazy = fakesink_pkg.lazy_client:Plugin\n"
+        "fakepresent = fakesink_pkg.lazy_present:Plugin\n"
     )
 
 
@@ -40,8 +49,10 @@ def _install(root: Path, *, extras: list[str]) -> None:
 def fake_dist(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[None]:
     _install(tmp_path, extras=request.param)
     sys.path.insert(0, str(tmp_path))
+    # The entry points read once per process: this test's distribution is new.
     plugins.load.cache_clear()
     plugins.available.cache_clear()
+    plugins._installed.cache_clear()
     try:
         yield
     finally:
@@ -50,6 +61,7 @@ def fake_dist(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[None]:
             del sys.modules[name]
         plugins.load.cache_clear()
         plugins.available.cache_clear()
+        plugins._installed.cache_clear()
 
 
 @pytest.mark.parametrize("fake_dist", [["fakeclient"]], indirect=True)
@@ -71,3 +83,16 @@ def test_without_an_extra_of_its_name_the_module_itself_is_named(fake_dist: None
 def test_a_plugin_whose_own_module_is_gone_is_a_broken_install(fake_dist: None) -> None:
     with pytest.raises(PluginNotFound, match="broken install"):
         plugins.load(GROUP, "fakebroken")
+
+
+@pytest.mark.parametrize("fake_dist", [["fakelazy"]], indirect=True)
+def test_a_required_client_that_is_missing_is_the_same_error_without_an_import(
+    fake_dist: None,
+) -> None:
+    with pytest.raises(PluginNotFound) as caught:
+        plugins.load(GROUP, "fakelazy")
+    message = str(caught.value)
+    assert "'no_such_client_lib'" in message
+    assert 'pip install "fakesink-dist[fakelazy]"' in message
+    # Found, then: the plugin loads (its modules are looked for, not imported).
+    assert plugins.load(GROUP, "fakepresent").requires == ("json",)

@@ -84,7 +84,7 @@ def _load() -> tuple[Any, str | None]:
     if os.environ.get("CDC_NATIVE", "1") == "0":
         return None, "CDC_NATIVE=0"
     try:
-        from connectors.postgres import _native  # type: ignore[attr-defined]
+        from connectors.postgres import _native
     except ImportError as exc:
         return None, f"not built ({exc})"
     return _native.RowEncoder, None
