@@ -25,7 +25,7 @@ from cdc.views.progress import (
     stored_documents,
     view_behind,
 )
-from cdc.views.task import STANDBY
+from cdc.views.states import STANDBY
 
 
 def views_report(

@@ -13,9 +13,9 @@ from typing import Any
 from rich.console import Console
 
 from cdc.config.pipeline import Pipeline
+from cdc.contracts import plugins
 from cdc.contracts.errors import CdcError
 from cdc.log.base import Log
-from cdc.runtime.standby import single_writer
 
 
 def workers_report(
@@ -50,7 +50,7 @@ def workers_report(
 
 def _single_writer(sink_type: str) -> bool:
     try:
-        return single_writer(sink_type)
+        return plugins.single_writer(sink_type)
     except CdcError:  # a plugin not installed here: status shows the rest
         return False
 

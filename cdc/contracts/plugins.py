@@ -51,6 +51,11 @@ def load(group: str, name: str) -> Any:
     raise PluginNotFound(f"unknown {kind} type {name!r} (installed: {known})")
 
 
+def single_writer(sink_type: str) -> bool:
+    """Whether the sink plugin says its store takes one writer (``single_writer``)."""
+    return bool(getattr(load(SINK_GROUP, sink_type), "single_writer", False))
+
+
 def _check_requires(kind: str, ep: EntryPoint, plugin: Any) -> None:
     """A plugin that imports its client library only when it runs names it in ``requires``:
     one that is not installed is the same clear error at load (``cdc validate``) as an import

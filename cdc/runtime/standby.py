@@ -49,15 +49,10 @@ class Lease(Protocol):
     def close(self) -> None: ...
 
 
-def single_writer(sink_type: str) -> bool:
-    """Whether the sink plugin says its store takes one writer (``single_writer``)."""
-    return bool(getattr(plugins.load(plugins.SINK_GROUP, sink_type), "single_writer", False))
-
-
 def leased(pipeline: Pipeline, config: SinkConfig) -> bool:
     """Whether ``config``'s store may be opened only by the worker holding its lease: a
     single-writer sink on Kafka (on the embedded log one process reads the log)."""
-    return isinstance(pipeline.log, KafkaLogConfig) and single_writer(config.type)
+    return isinstance(pipeline.log, KafkaLogConfig) and plugins.single_writer(config.type)
 
 
 def gate_for(

@@ -46,6 +46,7 @@ from cdc.views.health import ViewHealth
 from cdc.views.join import Key, Pos, canonical_key
 from cdc.views.progress import input_topics, last_token
 from cdc.views.standby import Claim, TermFenced, ViewGate, view_gate, view_transactional_id
+from cdc.views.states import STANDBY, STARTING
 from cdc.views.store import ViewStore, lock_retriable
 
 if TYPE_CHECKING:
@@ -55,8 +56,6 @@ if TYPE_CHECKING:
 #: How often a view's lag is sampled for its metric: reading the end offsets and the group's
 #: offsets is a few SQLite reads on the embedded log, round trips to the brokers on Kafka.
 LAG_EVERY_S = {"embedded": 1.0, "kafka": 5.0}
-STARTING = "starting"  # before its first session opened (then running, retrying, stopped)
-STANDBY = "standby"  # on Kafka, while another process holds the view's lease (cdc.views.standby)
 
 
 class ViewMisconfigured(SourceMisconfigured):
