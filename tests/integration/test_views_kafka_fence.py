@@ -20,6 +20,7 @@ else is real Kafka: the logs, the view's consumer groups, the transactions, B's 
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 import uuid
@@ -290,3 +291,33 @@ def test_a_fenced_claim_makes_no_new_producer(kafka_server: Any) -> None:
         assert [r.value for r in two.read(topic, 0, 0, 10)] == [b"new"]
         first.close()
         second.close()
+
+
+def _producer_threads() -> int:
+    """librdkafka's main thread, one per live client of this process."""
+    tasks = Path("/proc/self/task")
+    return sum((task / "comm").read_text().strip() == "rdk:main" for task in tasks.iterdir())
+
+
+def test_a_fenced_term_leaves_no_producer_behind(kafka_server: Any) -> None:
+    """A view survives its fence and goes on, so the fenced producer must go: its failed
+    transaction's delivery callback, held by librdkafka, held the producer (a cycle the garbage
+    collector cannot see), one live client and its threads a fenced term (review, 2026-12-07)."""
+    name = f"vf{uuid.uuid4().hex[:8]}"
+    config = KafkaLogConfig(type="kafka", bootstrap_servers=kafka_server.bootstrap_servers)
+    topic, tid = f"{name}.t", f"cdc-{name}.view.docs"
+    with KafkaLog(name, config) as one, KafkaLog(name, config) as two:
+        one.ensure_topics([topic])
+        before = _producer_threads()
+        for _ in range(3):
+            older = one.claim_writer(tid)
+            tx = older.begin()
+            tx.append([Record(topic, b"k", b"old")])
+            newer = two.claim_writer(tid)
+            with pytest.raises(LogFatal, match="fenced"):
+                tx.commit()
+            del tx
+            older.close()
+            newer.close()
+        gc.collect()
+        assert _producer_threads() == before

@@ -134,6 +134,7 @@ class TransactionalWriter:
             self.spent = self.once
             with suppress(Exception):
                 producer.purge(in_queue=True, in_flight=True, blocking=False)
+            with suppress(Exception):  # serves the purged messages' callbacks, even if purge failed
                 producer.poll(0)
 
     def close(self) -> None:
@@ -455,3 +456,8 @@ class KafkaTransaction(TransactionContext):
             self._held = False
             self._writer.owner = None
             self._writer.lock.release()
+        # librdkafka holds this transaction's delivery callback (a bound method), which holds
+        # the producer: a cycle through C that the garbage collector cannot see. A discarded
+        # producer (fenced: a view's term ends and the process goes on) stayed alive with its
+        # threads for as long as the process did.
+        self._producer = None
