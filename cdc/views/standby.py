@@ -67,8 +67,21 @@ class Claim(Protocol):
 
 
 class TermFenced(LogFatal):
-    """The view's transactions were fenced (a newer holder claimed its transactional id) or
-    their producer is gone: the term ends, and a new one needs the lease won again."""
+    """The view's transactions were fenced (a newer holder claimed its transactional id, or
+    the broker aborted a transaction open longer than ``log.transaction_timeout_ms``) or their
+    producer is gone: the term ends, and a new one needs the lease won again. ``committed``:
+    how many batches the term committed before."""
+
+    def __init__(self, message: str, committed: int) -> None:
+        super().__init__(message)
+        self.committed = committed
+
+
+#: Terms in a row fenced before they committed a batch, after which the view stops (and the
+#: pipeline with it) instead of taking the lease again: a takeover fences a term once; terms
+#: that never get a batch through are a batch slower than ``log.transaction_timeout_ms``, or a
+#: process that keeps claiming the view's id, and each round would be a new producer for nothing.
+FENCED_TERMS_LIMIT = 3
 
 
 def view_gate(
@@ -113,6 +126,7 @@ class ViewGate:
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
         self._fenced = False  # the last term ended fenced (TermFenced)
+        self._fenced_idle = 0  # terms in a row fenced before they committed a batch
 
     def serve(self, run: Callable[[], None], standing_by: Callable[[str], None]) -> None:
         """Stand by and lead in turn until the pipeline stops: ``run`` serves one term (until
@@ -181,8 +195,15 @@ class ViewGate:
         try:
             run()
         except TermFenced as exc:  # a newer holder runs the view: no failure of the pipeline's
-            self._logger.warning("view.fenced", error=str(exc))
+            self._logger.warning("view.fenced", error=str(exc), committed=exc.committed)
             self._fenced = True
+            self._fenced_idle = 0 if exc.committed else self._fenced_idle + 1
+            if self._fenced_idle >= FENCED_TERMS_LIMIT:
+                self._failure = LogFatal(
+                    f"{exc} ({self._fenced_idle} terms in a row were fenced before they "
+                    "committed a batch: a batch takes longer than log.transaction_timeout_ms, "
+                    "or another process keeps claiming the view's transactional id)"
+                )
         except BaseException as exc:  # handed to the gate's thread, which fails the pipeline
             self._failure = exc
 

@@ -118,6 +118,7 @@ class ViewTask:
         self._reason: str | None = None
         # On Kafka, the term's claim of the view's transactional id (cdc.views.standby).
         self._claim: Claim | None = None
+        self._term_commits = 0  # batches committed by this term (TermFenced says how many)
 
     def report(self) -> dict[str, str | None]:
         """The task's state, which its process's beats carry to ``cdc status``: ``starting``,
@@ -156,6 +157,7 @@ class ViewTask:
                 by a newer holder, or its producer is gone (a new one is made only by a new
                 term, once the lease is won again).
         """
+        self._term_commits = 0
         try:
             retry(self._session, is_retriable, Backoff(), on_retry=self._retrying, stop=self._stop)
         except Stopped:
@@ -164,7 +166,10 @@ class ViewTask:
             if self._claim is not None and self._claim.spent:
                 raise TermFenced(
                     f"views: {self._view.name}'s transactions ({self._claim.transactional_id}) "
-                    f"were fenced or their producer is gone, so its term ends: {exc}"
+                    "were fenced (by a newer holder of its lease, or by the broker: a "
+                    "transaction open longer than log.transaction_timeout_ms) or their "
+                    f"producer is gone, so its term ends: {exc}",
+                    self._term_commits,
                 ) from exc
             self._set_state(STOPPED, exc)
             if self._health is not None:
@@ -313,6 +318,7 @@ class ViewTask:
         except BaseException:
             store.rollback()
             raise
+        self._term_commits += 1
         self.documents_written += written
         if self._observer is not None:
             self._observer.committed(len(batch), written, high)

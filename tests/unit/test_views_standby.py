@@ -17,12 +17,12 @@ from rich.console import Console
 
 from cdc.cli.status_views import _task_state, print_views
 from cdc.config.models import KafkaLogConfig
-from cdc.contracts.errors import LogError
+from cdc.contracts.errors import LogError, LogFatal
 from cdc.log.kafka.leadership import KafkaLease, view_lease_group
 from cdc.metrics import Health, Metrics
 from cdc.runtime.heartbeat import RUNNING
 from cdc.views.health import ViewHealth
-from cdc.views.standby import ViewGate
+from cdc.views.standby import TermFenced, ViewGate
 from tests.e2e.cli_helpers import wait_for
 
 
@@ -143,3 +143,33 @@ def test_status_prints_the_standbys_after_the_state() -> None:
         "view docs -> p.views.docs: running; 1 standby: h:2; 3 documents, 0 records behind its"
         " tables\n"
     )
+
+
+def test_terms_fenced_before_any_commit_stop_the_view_after_the_limit(kafka_server: Any) -> None:
+    """A takeover fences a term once; terms fenced over and over before they commit a batch
+    (a batch slower than the transaction timeout) stop the view rather than take the lease
+    again for ever, each round a new producer. A term that committed resets the count."""
+    config = KafkaLogConfig(
+        type="kafka", bootstrap_servers=kafka_server.bootstrap_servers, session_timeout_ms=6000
+    )
+    pipeline = f"vs{uuid.uuid4().hex[:8]}"
+    group = view_lease_group(pipeline, "docs")
+    stop = threading.Event()
+    committed = iter([0, 2, 0, 0, 0, 0])
+    terms: list[int] = []
+
+    def open_lease(on_lost: Any) -> KafkaLease:
+        return KafkaLease(config, pipeline, "docs", on_lost, group=group)
+
+    def term() -> None:
+        terms.append(next(committed))
+        raise TermFenced("views: docs's transactions were fenced", terms[-1])
+
+    gate = ViewGate(open_lease, stop, structlog.get_logger())
+    try:
+        with pytest.raises(LogFatal, match="3 terms in a row were fenced before they committed"):
+            gate.serve(term, lambda leader: None)
+    finally:
+        stop.set()
+    # The second term committed: the count began again after it.
+    assert terms == [0, 2, 0, 0, 0]
