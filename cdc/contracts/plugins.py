@@ -62,7 +62,11 @@ def _check_requires(kind: str, ep: EntryPoint, plugin: Any) -> None:
     of it at the top of the plugin's module would give, without importing it (``find_spec``
     only looks for it)."""
     for module in getattr(plugin, "requires", ()):
-        if importlib.util.find_spec(module) is None:
+        try:
+            found = importlib.util.find_spec(module)
+        except ModuleNotFoundError as exc:  # a dotted name whose parent package is missing
+            raise PluginNotFound(_missing_client(kind, ep, exc)) from exc
+        if found is None:
             missing = ModuleNotFoundError(f"No module named {module!r}", name=module)
             raise PluginNotFound(_missing_client(kind, ep, missing))
 

@@ -25,7 +25,7 @@ def _install(root: Path, *, extras: list[str]) -> None:
     (root / "fakesink_pkg" / "needs_client.py").write_text("import no_such_client_lib  # noqa\n")
     # A plugin that imports its client only when it runs, and names it in ``requires``.
     (root / "fakesink_pkg" / "lazy_client.py").write_text(
-        "class Plugin:\n    requires = ('json', 'no_such_client_lib')\n"
+        "class Plugin:\n    requires = ('json', 'no_such_client_lib.sub')\n"
     )
     (root / "fakesink_pkg" / "lazy_present.py").write_text(
         "class Plugin:\n    requires = ('json',)\n"
