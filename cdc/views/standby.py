@@ -128,7 +128,7 @@ class ViewGate:
         self._fenced = False  # the last term ended fenced (TermFenced)
         self._fenced_idle = 0  # terms in a row fenced before they committed a batch
 
-    def serve(self, run: Callable[[], None], standing_by: Callable[[str], None]) -> None:
+    def serve(self, run: Callable[[], None], standing_by: Callable[[str | None], None]) -> None:
         """Stand by and lead in turn until the pipeline stops: ``run`` serves one term (until
         :attr:`term` is set, or it raises :class:`TermFenced`); ``standing_by`` is told who
         leads while another process does."""
@@ -142,6 +142,10 @@ class ViewGate:
                     )
                 if self._stand_by(lease, standing_by):
                     self._lead(lease, run)
+                    if not self._stop.is_set():
+                        # The term is over (lease lost, or fenced): a standby from now, not
+                        # running until the new holder is known (None: not known yet).
+                        standing_by(None)
                 if self._fenced:
                     # Its lease may still look held (a paused process learns of its loss later):
                     # leave the group and join it anew, so that only the coordinator's say gives
@@ -160,7 +164,7 @@ class ViewGate:
                 if lease is not None:
                     lease.close()
 
-    def _stand_by(self, lease: Lease, standing_by: Callable[[str], None]) -> bool:
+    def _stand_by(self, lease: Lease, standing_by: Callable[[str | None], None]) -> bool:
         """Serve the lease until it is this process's (True) or the pipeline stops (False)."""
         announced, asked = False, 0
         while not self._stop.is_set():

@@ -144,8 +144,9 @@ class ViewTask:
         else:
             self._gate.serve(self._term, self._standing_by)
 
-    def _standing_by(self, leader: str) -> None:
-        self._set_state(STANDBY, None, f"{leader} runs it")
+    def _standing_by(self, leader: str | None) -> None:
+        said = f"{leader} runs it" if leader else "another process takes over (not yet known which)"
+        self._set_state(STANDBY, None, said)
         if self._health is not None:
             self._health.standby()
 

@@ -31,7 +31,7 @@ class Member:
 
     def __init__(self, config: KafkaLogConfig, pipeline: str) -> None:
         self.stop = threading.Event()
-        self.leaders: list[str] = []
+        self.leaders: list[str | None] = []
         self.running = threading.Event()
         self.runs = 0
         group = view_lease_group(pipeline, "docs")
@@ -166,10 +166,14 @@ def test_terms_fenced_before_any_commit_stop_the_view_after_the_limit(kafka_serv
         raise TermFenced("views: docs's transactions were fenced", terms[-1])
 
     gate = ViewGate(open_lease, stop, structlog.get_logger())
+    told: list[str | None] = []
     try:
         with pytest.raises(LogFatal, match="3 terms in a row were fenced before they committed"):
-            gate.serve(term, lambda leader: None)
+            gate.serve(term, told.append)
     finally:
         stop.set()
     # The second term committed: the count began again after it.
     assert terms == [0, 2, 0, 0, 0]
+    # After each fenced term that let the gate go on, it says it stands by (the new holder
+    # not known yet), rather than leave its last term's running state.
+    assert told == [None, None, None, None]
