@@ -274,6 +274,8 @@ class ViewTask:
         for partition, end in self._log.end_offsets(topic).items():
             offset = 0
             while offset < end:
+                if self._stop.is_set():  # the term ended (lease lost): its revocation waits
+                    raise Stopped()
                 chunk = self._log.read(topic, partition, offset, 2000)
                 if not chunk:
                     break

@@ -245,3 +245,38 @@ def test_a_failure_between_the_logs_commit_and_the_stores_is_repaired_by_a_rebui
     assert documents(log) == source.join(pipeline)
     assert [d["customer"]["name"] for d in documents(log).values()] == ["B", "B"]
     assert task.rebuilds == 2  # at the first start, and after the failure
+
+
+def test_a_rebuild_stops_when_its_term_ends(log: EmbeddedLog) -> None:
+    """A rebuild reads the whole state topic; a term that ends meanwhile (on Kafka the lease
+    lost, whose revocation waits for the term) stops it between reads, the store left to be
+    rebuilt by the next term, rather than reading on to the end."""
+    source = Source(log)
+    source.write("public.customers", [{"id": 1, "name": "A"}])
+    source.write("public.orders", [{"id": n, "customer_id": 1, "note": ""} for n in range(1, 30)])
+    run_until(log, lambda: caught_up(log))
+    store = log.path / "views" / "order_docs.sqlite"
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{store}{suffix}").unlink(missing_ok=True)
+    pipeline = _pipeline(log)
+    ended = threading.Event()
+    task = ViewTask(pipeline, pipeline.views[0], 0, log, ended, get_logger())
+    reads = []
+    read = log.read
+
+    def read_then_end(*args: Any) -> Any:
+        reads.append(args)
+        ended.set()  # the term ends while the rebuild reads
+        return read(*args)
+
+    log.read = read_then_end  # type: ignore[method-assign]
+    try:
+        task.serve()  # returns: the term ended
+    finally:
+        log.read = read  # type: ignore[method-assign]
+    # One read (the state topic's last token), then the rebuild saw the term ended.
+    assert len(reads) == 1 and task.rebuilds == 0
+    # The next term rebuilds it whole, and applies a rename over every order.
+    source.write("public.customers", [{"id": 1, "name": "B"}])
+    assert run_until(log, lambda: caught_up(log)).rebuilds == 1
+    assert documents(log) == source.join(pipeline)
