@@ -333,3 +333,23 @@ def test_the_source_task_applies_the_policy_to_a_record_too_large(
     (letter,) = read_all(log, dead_letter_topic(log.pipeline))
     value = orjson.loads(letter.value or b"")
     assert value["key"] == {"id": 2} and "over the limit" in value["reason"]
+
+
+def test_a_commit_whose_log_closes_meanwhile_is_not_reported_failed(kafka_server: Any) -> None:
+    """The broker writes a commit's markers after it answered; waiting for them on a log that a
+    stop closed meanwhile is no failure: the commit is durable (its caller must not think it
+    failed and hand the batch on as lost). It raised LogError (review nit, 2026-12-07)."""
+    name = f"vf{uuid.uuid4().hex[:8]}"
+    servers = kafka_server.bootstrap_servers
+    config = KafkaLogConfig(type="kafka", bootstrap_servers=servers, partitions=1)
+    log = KafkaLog(name, config)
+    topic = f"{name}.t"
+    try:
+        log.ensure_topics([topic])
+        with log.begin() as tx:
+            tx.append([Record(topic, b"k", b"v")])
+    finally:
+        log.close()
+    log.wait_visible({(topic, 0): 0})  # the admin is closed: returns, the commit stands
+    with KafkaLog(name, config) as reader:
+        assert [r.value for r in reader.read(topic, 0, 0, 10)] == [b"v"]

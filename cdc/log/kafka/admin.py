@@ -146,8 +146,9 @@ class KafkaAdmin:
 
         if not pending:
             return
-        # Either error leaves the commit durable; only its visibility is late.
-        with contextlib.suppress(KafkaException, WaitTimeout):
+        # Each error leaves the commit durable; only its visibility is late (LogError: the log
+        # was closed meanwhile, a stop racing the commit's caller).
+        with contextlib.suppress(KafkaException, WaitTimeout, LogError):
             wait_until(visible, _VISIBLE_WAIT_S, 0.002, describe="the commit markers")
 
     def committed(self, group: str) -> dict[TopicPartition, int]:
