@@ -15,7 +15,8 @@ topic's last batch (another process wrote since, or this machine never ran the v
 
 Order is the guarantee: the session ends, and its consumer and store are closed, before the
 lease is released (a clean stop closes the lease last) or handed on (a revocation waits in the
-lease's callback for the session to end).
+lease's callback for the session to end); :class:`cdc.runtime.lease_gate.LeaseGate`, which
+single-writer sinks share, keeps it.
 
 A leader paused past ``session_timeout_ms`` (a stopped process, a long stall) still believes it
 leads when it wakes, until its lease's callback tells it otherwise, and may be mid-batch. So
@@ -31,7 +32,6 @@ log.
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections.abc import Callable
 from typing import Protocol
@@ -39,11 +39,10 @@ from typing import Protocol
 from cdc.config.models import KafkaLogConfig
 from cdc.config.pipeline import Pipeline
 from cdc.config.views import ViewConfig
-from cdc.contracts.errors import CdcError, LogFatal
+from cdc.contracts.errors import LogFatal
 from cdc.log.base import LogTransaction
-from cdc.runtime.standby import ASK_LEADER_EVERY, RENEW_S, Lease
+from cdc.runtime.lease_gate import Lease, LeaseGate
 from cdc.support.logging import Logger
-from cdc.support.retry import Stopped, is_retriable, retry_until_stopped
 
 
 def view_transactional_id(pipeline: str, view: str) -> str:
@@ -101,7 +100,7 @@ def view_gate(
     return ViewGate(open_lease, stop, logger)
 
 
-class ViewGate:
+class ViewGate(LeaseGate):
     """Runs a view's sessions while this process holds the view's lease.
 
     Args:
@@ -119,120 +118,36 @@ class ViewGate:
         stop: threading.Event,
         logger: Logger,
     ) -> None:
-        self.term = threading.Event()
-        self._open_lease = open_lease
-        self._stop = stop
-        self._logger = logger
-        self._thread: threading.Thread | None = None
-        self._failure: BaseException | None = None
-        self._fenced = False  # the last term ended fenced (TermFenced)
+        super().__init__(
+            open_lease, stop, logger, kind="view", lost_reason="another process takes over the view"
+        )
+        self._told: Callable[[str | None], None] = lambda leader: None
         self._fenced_idle = 0  # terms in a row fenced before they committed a batch
 
     def serve(self, run: Callable[[], None], standing_by: Callable[[str | None], None]) -> None:
         """Stand by and lead in turn until the pipeline stops: ``run`` serves one term (until
         :attr:`term` is set, or it raises :class:`TermFenced`); ``standing_by`` is told who
-        leads while another process does."""
-        join = functools.partial(self._open_lease, self._lost)
-        lease: Lease | None = None
-        try:
-            while not self._stop.is_set():
-                if lease is None:
-                    lease = retry_until_stopped(
-                        join, self._stop, self._logger, "view.lease_retrying"
-                    )
-                if self._stand_by(lease, standing_by):
-                    self._lead(lease, run)
-                    if not self._stop.is_set():
-                        # The term is over (lease lost, or fenced): a standby from now, not
-                        # running until the new holder is known (None: not known yet).
-                        standing_by(None)
-                if self._fenced:
-                    # Its lease may still look held (a paused process learns of its loss later):
-                    # leave the group and join it anew, so that only the coordinator's say gives
-                    # it a next term, whose claim would fence the holder that fenced this one.
-                    self._fenced = False
-                    self._logger.warning("view.lease_rejoining", group=lease.group)
-                    left: Lease = lease
-                    lease = None
-                    left.close()
-        except Stopped:
-            return
-        finally:
-            try:
-                self._end_term()  # the store is closed before the lease is let go
-            finally:
-                if lease is not None:
-                    lease.close()
+        leads while another process does, and ``None`` when a term ends while the pipeline goes
+        on (a standby from then, not running until the new holder is known)."""
+        self._told = standing_by
+        self._serve(run)
 
-    def _stand_by(self, lease: Lease, standing_by: Callable[[str | None], None]) -> bool:
-        """Serve the lease until it is this process's (True) or the pipeline stops (False)."""
-        announced, asked = False, 0
-        while not self._stop.is_set():
-            self._renew(lease)
-            if lease.held:
-                return True
-            if not announced and asked % ASK_LEADER_EVERY == 0:
-                leader = lease.leader()
-                if leader is not None:  # another member holds it: this one is a standby
-                    self._logger.info("view.standby", leader=leader, group=lease.group)
-                    standing_by(leader)
-                    announced = True
-            asked += 1
-        return False
+    def _standing_by(self, leader: str | None) -> None:
+        self._told(leader)
 
-    def _lead(self, lease: Lease, run: Callable[[], None]) -> None:
-        """Run a term until the pipeline stops or the lease is lost."""
-        self._logger.info("view.leading", group=lease.group)
-        self.term.clear()
-        self._fenced = False
-        thread = threading.Thread(target=self._run, args=(run,), name="view-leader")
-        self._thread = thread
-        thread.start()
-        # The lease's loss ends the term inside renew (self._thread is None by then).
-        while thread.is_alive() and lease.held:
-            if self._stop.is_set():
-                self.term.set()
-            self._renew(lease)
-        self._end_term()
-
-    def _run(self, run: Callable[[], None]) -> None:
-        try:
-            run()
-        except TermFenced as exc:  # a newer holder runs the view: no failure of the pipeline's
-            self._logger.warning("view.fenced", error=str(exc), committed=exc.committed)
-            self._fenced = True
-            self._fenced_idle = 0 if exc.committed else self._fenced_idle + 1
-            if self._fenced_idle >= FENCED_TERMS_LIMIT:
-                self._failure = LogFatal(
-                    f"{exc} ({self._fenced_idle} terms in a row were fenced before they "
-                    "committed a batch: a batch takes longer than log.transaction_timeout_ms, "
-                    "or another process keeps claiming the view's transactional id)"
-                )
-        except BaseException as exc:  # handed to the gate's thread, which fails the pipeline
-            self._failure = exc
-
-    def _lost(self) -> None:
-        """Inside the lease's revocation: end the term and wait until the store is closed."""
-        try:
-            self._logger.warning("view.lease_lost", reason="another process takes over the view")
-            self._end_term()
-        except BaseException as exc:  # must not raise inside librdkafka's callback
-            self._failure = self._failure or exc
-
-    def _end_term(self) -> None:
-        self.term.set()
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join()
-        failure, self._failure = self._failure, None
-        if failure is not None:
-            raise failure
-
-    def _renew(self, lease: Lease) -> None:
-        try:
-            lease.renew(RENEW_S)
-        except CdcError as exc:  # the cluster away: librdkafka reconnects by itself
-            if not is_retriable(exc):
-                raise
-            self._logger.warning("view.lease_unavailable", error=str(exc))
-            self._stop.wait(1.0)
+    def _term_failure(self, exc: BaseException) -> BaseException | None:
+        if not isinstance(exc, TermFenced):
+            return exc
+        # A newer holder runs the view: no failure of the pipeline's. The gate leaves the lease
+        # group and joins anew, so that only the coordinator's say gives it a next term, whose
+        # claim would fence the holder that fenced this one.
+        self._logger.warning("view.fenced", error=str(exc), committed=exc.committed)
+        self._rejoin = True
+        self._fenced_idle = 0 if exc.committed else self._fenced_idle + 1
+        if self._fenced_idle < FENCED_TERMS_LIMIT:
+            return None
+        return LogFatal(
+            f"{exc} ({self._fenced_idle} terms in a row were fenced before they "
+            "committed a batch: a batch takes longer than log.transaction_timeout_ms, "
+            "or another process keeps claiming the view's transactional id)"
+        )
