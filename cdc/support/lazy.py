@@ -39,4 +39,10 @@ class Attribute:
         self._name = name
 
     def __get__(self, instance: object, owner: type | None = None) -> Any:
-        return getattr(importlib.import_module(self._module), self._name)
+        # An AttributeError out of here would read as "no such attribute" to getattr(plugin,
+        # name, None), and a command would say the sink cannot do what it can, hiding the real
+        # error (a client library of another version, a name gone from the module).
+        try:
+            return getattr(importlib.import_module(self._module), self._name)
+        except AttributeError as exc:
+            raise ImportError(f"{self._module}.{self._name}: {exc}") from exc
