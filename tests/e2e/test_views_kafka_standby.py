@@ -4,6 +4,11 @@ store nor its consumer group. SIGKILL the one that runs it and the other takes o
 its own store from the view's state topic (each process has its own state directory, as on two
 machines); after more writes the view topic and the Redis sink still equal the source's join.
 
+The same holds when the holder is paused (SIGSTOP) instead of killed, mid-workload, past its
+lease: the standby takes the view over while the paused one still believes it holds it, and the
+paused one, woken (SIGCONT), must not commit what it had in hand: the standby claimed the view's
+transactional id, which fenced it.
+
 Without the lease both processes' view tasks joined the view's consumer group and split its
 partitions, each applying part of the changes to its own store: the survivor's store missed what
 the other applied meanwhile, and the documents it wrote after the kill missed those rows.
@@ -20,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import psycopg
 
 from tests.e2e.cli_helpers import cdc, cdc_env, status_json, stop, wait_for
 from tests.e2e.views_kit import ViewReader, Workload, cached, setup, source_join, write_pipeline
@@ -120,6 +126,99 @@ def test_a_standby_takes_over_the_view_of_a_killed_process(
             if run.process.poll() is None:
                 assert stop(run.process, signal.SIGTERM, 30)[0] == 0
     cdc("drop", str(pipeline), "--yes", cwd=tmp_path)
+
+
+def test_a_paused_view_holder_is_fenced_when_it_wakes_and_the_view_stays_whole(
+    pg_db: str, redis_server: Any, kafka_server: Any, tmp_path: Path
+) -> None:
+    """``first`` runs the source and the view; it is paused (SIGSTOP) mid-workload, so it may
+    hold a view batch in an open transaction. ``second`` starts (its source fences ``first``'s)
+    and stands by until ``first``'s session times out, then runs the view, and its source takes
+    the slot once ``first``'s replication connection is ended, as a network partition would (a
+    paused client holds its slot until the server's ``wal_sender_timeout``). Then ``first``
+    wakes: its view must not commit what it had in hand (its term is over: the lease is gone and
+    ``second`` claimed the view's transactional id) and never runs again beside ``second``; the
+    view topic and the Redis sink equal the source's join. (Whether ``first`` was mid-batch at
+    the pause is up to timing: ``tests/integration/test_views_kafka_fence.py`` forces it.)"""
+    name = f"kvsp_{uuid.uuid4().hex[:8]}"
+    setup(pg_db, customers=30, orders=80, items=200)
+    log = (
+        f"{{type: kafka, bootstrap_servers: '{kafka_server.bootstrap_servers}', partitions: 3,"
+        " session_timeout_ms: 6000}"
+    )
+    pipeline = write_pipeline(tmp_path, pg_db, redis_server.url, name, log, local_sinks=False)
+    reader = ViewReader(pipeline)
+    view = reader.config.views[0]
+    workload = Workload(pg_db, seed=29)
+    first = Run(pipeline, tmp_path / "first")
+    runs = [first]
+    try:
+        first.wait_for("view.started")
+        workload.start()
+        wait_for(lambda: len(reader.records()) > 200, 120, 0.2, first.process, first.log)
+        written = len(reader.records())
+        wait_for(lambda: len(reader.records()) > written + 50, 60, 0.02, first.process, first.log)
+        first.process.send_signal(signal.SIGSTOP)
+        paused_at = _utc_now()
+        second = Run(pipeline, tmp_path / "second")
+        runs.append(second)
+        second.wait_for("view.standby")
+        _end_replication_of(pg_db, f"{name}_slot")
+        started = second.wait_for("view.started")
+        written = len(reader.records())
+        wait_for(
+            lambda: len(reader.records()) > written + 100, 120, 0.1, second.process, second.log
+        )
+        first.process.send_signal(signal.SIGCONT)
+        # Woken, first stops (its source was fenced) or its view's term ends; never runs again.
+        wait_for(
+            lambda: (
+                first.process.poll() is not None
+                or first.events("view.lease_lost")
+                or first.events("view.fenced")
+            ),
+            60,
+            0.1,
+        )
+        written = len(reader.records())
+        wait_for(
+            lambda: len(reader.records()) > written + 100, 120, 0.1, second.process, second.log
+        )
+    finally:
+        workload.stop_event.set()
+        workload.join(30)
+        if first.process.poll() is None:
+            first.process.send_signal(signal.SIGCONT)  # a failed wait must not leave it paused
+    assert started["timestamp"] > paused_at, (started, paused_at)
+    seen: dict[str, Any] = {}
+
+    def converged() -> bool:
+        expected = source_join(pg_db, view)
+        docs = reader.documents()
+        seen.update(expected=len(expected), topic=len(docs))
+        return docs == expected and cached(pipeline, redis_server.url, name) == expected
+
+    try:
+        wait_for(converged, 240, 1.0, second.process, second.log, seen)
+    finally:
+        for run in runs:
+            if run.process.poll() is None:
+                stop(run.process, signal.SIGTERM, 30)
+    assert len(first.events("view.started")) == 1, first.events("view.started")
+    cdc("drop", str(pipeline), "--yes", cwd=tmp_path)
+
+
+def _end_replication_of(dsn: str, slot: str) -> None:
+    """End the walsender serving ``slot``, as the server does once a paused client misses its
+    ``wal_sender_timeout`` (a minute by default; this test's server is shared, so it is not
+    lowered)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ended = conn.execute(
+            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
+            " WHERE slot_name = %s AND active_pid IS NOT NULL",
+            (slot,),
+        ).fetchall()
+    assert ended == [(True,)], ended
 
 
 def _utc_now() -> str:
