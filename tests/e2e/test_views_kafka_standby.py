@@ -62,6 +62,63 @@ class Run:
         return self.events(name)[-1]
 
 
+class Scene:
+    """One test's pipeline on Kafka (a short session timeout, so a lost holder is seen soon),
+    its view's reader, a workload, and the ``cdc run`` processes started so far."""
+
+    def __init__(
+        self, prefix: str, seed: int, pg_db: str, redis_url: str, kafka: Any, tmp_path: Path
+    ) -> None:
+        self.name, self.pg_db, self.redis_url = f"{prefix}_{uuid.uuid4().hex[:8]}", pg_db, redis_url
+        self.tmp_path = tmp_path
+        setup(pg_db, customers=30, orders=80, items=200)
+        log = (
+            f"{{type: kafka, bootstrap_servers: '{kafka.bootstrap_servers}', partitions: 3,"
+            " session_timeout_ms: 6000}"
+        )
+        self.pipeline = write_pipeline(tmp_path, pg_db, redis_url, self.name, log, False)
+        self.reader = ViewReader(self.pipeline)
+        self.workload = Workload(pg_db, seed=seed)
+        self.runs: list[Run] = []
+
+    def run(self, directory: str) -> Run:
+        self.runs.append(Run(self.pipeline, self.tmp_path / directory))
+        return self.runs[-1]
+
+    def first_runs_the_view(self) -> Run:
+        """``first`` started, running the view, the workload going and 200 documents out."""
+        first = self.run("first")
+        first.wait_for("view.started")
+        self.workload.start()
+        wait_for(lambda: len(self.reader.records()) > 200, 120, 0.2, first.process, first.log)
+        return first
+
+    def stop_workload(self) -> None:
+        self.workload.stop_event.set()
+        self.workload.join(30)
+
+    def converged(self, survivor: Run, seen: dict[str, Any]) -> None:
+        """The view topic and Redis equal the source's join (waiting while they catch up)."""
+
+        def met() -> bool:
+            expected = source_join(self.pg_db, self.reader.config.views[0])
+            docs = self.reader.documents()
+            seen.update(expected=len(expected), topic=len(docs))
+            cache = cached(self.pipeline, self.redis_url, self.name)
+            return docs == expected and cache == expected
+
+        wait_for(met, 240, 1.0, survivor.process, survivor.log, seen)
+
+    def stop_runs(self) -> list[int]:
+        """SIGTERM every run still going; their exit codes."""
+        return [
+            stop(r.process, signal.SIGTERM, 30)[0] for r in self.runs if r.process.poll() is None
+        ]
+
+    def drop(self) -> None:
+        cdc("drop", str(self.pipeline), "--yes", cwd=self.tmp_path)
+
+
 def test_a_standby_takes_over_the_view_of_a_killed_process(
     pg_db: str, redis_server: Any, kafka_server: Any, tmp_path: Path
 ) -> None:
@@ -70,25 +127,12 @@ def test_a_standby_takes_over_the_view_of_a_killed_process(
     starts: a pipeline's source has one writer, and ``second``'s fences ``first``'s, whose next
     commit would fail and stop it (here the kill stops it; ``second``'s source waits for the
     replication slot meanwhile)."""
-    name = f"kvsb_{uuid.uuid4().hex[:8]}"
-    setup(pg_db, customers=30, orders=80, items=200)
-    log = (
-        f"{{type: kafka, bootstrap_servers: '{kafka_server.bootstrap_servers}', partitions: 3,"
-        " session_timeout_ms: 6000}"
-    )
-    pipeline = write_pipeline(tmp_path, pg_db, redis_server.url, name, log, local_sinks=False)
-    reader = ViewReader(pipeline)
-    view = reader.config.views[0]
-    workload = Workload(pg_db, seed=23)
-    first = Run(pipeline, tmp_path / "first")
-    runs = [first]
+    scene = Scene("kvsb", 23, pg_db, redis_server.url, kafka_server, tmp_path)
+    workload = scene.workload
     try:
-        first.wait_for("view.started")
-        workload.start()
-        wait_for(lambda: len(reader.records()) > 200, 120, 0.2, first.process, first.log)
+        first = scene.first_runs_the_view()
         workload.paused.set()
-        second = Run(pipeline, tmp_path / "second")
-        runs.append(second)
+        second = scene.run("second")
         wait_for(
             lambda: second.events("view.standby") or second.events("view.started"),
             90,
@@ -103,29 +147,18 @@ def test_a_standby_takes_over_the_view_of_a_killed_process(
         workload.paused.clear()
         wait_for(lambda: workload.count > written + 400, 120, 0.1, second.process, second.log)
     finally:
-        workload.stop_event.set()
-        workload.join(30)
+        scene.stop_workload()
     # One process ran the view at a time: the second's began once the first was killed.
     assert started["timestamp"] > killed_at, (started, killed_at)
     [standby] = second.events("view.standby")
     assert f"-{first.process.pid} at " in standby["leader"]
-    seen: dict[str, Any] = {}
-
-    def converged() -> bool:
-        expected = source_join(pg_db, view)
-        docs = reader.documents()
-        seen.update(expected=len(expected), topic=len(docs))
-        return docs == expected and cached(pipeline, redis_server.url, name) == expected
-
     try:
-        wait_for(converged, 240, 1.0, second.process, second.log, seen)
-        [state] = status_json(pipeline, tmp_path)["views"]
+        scene.converged(second, {})
+        [state] = status_json(scene.pipeline, tmp_path)["views"]
         assert state["state"] == "running" and state["standbys"] == [], state
     finally:
-        for run in runs:
-            if run.process.poll() is None:
-                assert stop(run.process, signal.SIGTERM, 30)[0] == 0
-    cdc("drop", str(pipeline), "--yes", cwd=tmp_path)
+        assert scene.stop_runs() == [0]
+    scene.drop()
 
 
 def test_a_paused_view_holder_is_fenced_when_it_wakes_and_the_view_stays_whole(
@@ -140,30 +173,18 @@ def test_a_paused_view_holder_is_fenced_when_it_wakes_and_the_view_stays_whole(
     ``second`` claimed the view's transactional id) and never runs again beside ``second``; the
     view topic and the Redis sink equal the source's join. (Whether ``first`` was mid-batch at
     the pause is up to timing: ``tests/integration/test_views_kafka_fence.py`` forces it.)"""
-    name = f"kvsp_{uuid.uuid4().hex[:8]}"
-    setup(pg_db, customers=30, orders=80, items=200)
-    log = (
-        f"{{type: kafka, bootstrap_servers: '{kafka_server.bootstrap_servers}', partitions: 3,"
-        " session_timeout_ms: 6000}"
-    )
-    pipeline = write_pipeline(tmp_path, pg_db, redis_server.url, name, log, local_sinks=False)
-    reader = ViewReader(pipeline)
-    view = reader.config.views[0]
-    workload = Workload(pg_db, seed=29)
-    first = Run(pipeline, tmp_path / "first")
-    runs = [first]
+    scene = Scene("kvsp", 29, pg_db, redis_server.url, kafka_server, tmp_path)
+    reader = scene.reader
+    first: Run | None = None
     try:
-        first.wait_for("view.started")
-        workload.start()
-        wait_for(lambda: len(reader.records()) > 200, 120, 0.2, first.process, first.log)
+        first = scene.first_runs_the_view()
         written = len(reader.records())
         wait_for(lambda: len(reader.records()) > written + 50, 60, 0.02, first.process, first.log)
         first.process.send_signal(signal.SIGSTOP)
         paused_at = _utc_now()
-        second = Run(pipeline, tmp_path / "second")
-        runs.append(second)
+        second = scene.run("second")
         second.wait_for("view.standby")
-        _end_replication_of(pg_db, f"{name}_slot")
+        _end_replication_of(pg_db, f"{scene.name}_slot")
         started = second.wait_for("view.started")
         written = len(reader.records())
         wait_for(
@@ -185,27 +206,16 @@ def test_a_paused_view_holder_is_fenced_when_it_wakes_and_the_view_stays_whole(
             lambda: len(reader.records()) > written + 100, 120, 0.1, second.process, second.log
         )
     finally:
-        workload.stop_event.set()
-        workload.join(30)
-        if first.process.poll() is None:
+        scene.stop_workload()
+        if first is not None and first.process.poll() is None:
             first.process.send_signal(signal.SIGCONT)  # a failed wait must not leave it paused
     assert started["timestamp"] > paused_at, (started, paused_at)
-    seen: dict[str, Any] = {}
-
-    def converged() -> bool:
-        expected = source_join(pg_db, view)
-        docs = reader.documents()
-        seen.update(expected=len(expected), topic=len(docs))
-        return docs == expected and cached(pipeline, redis_server.url, name) == expected
-
     try:
-        wait_for(converged, 240, 1.0, second.process, second.log, seen)
+        scene.converged(second, {})
     finally:
-        for run in runs:
-            if run.process.poll() is None:
-                stop(run.process, signal.SIGTERM, 30)
+        scene.stop_runs()
     assert len(first.events("view.started")) == 1, first.events("view.started")
-    cdc("drop", str(pipeline), "--yes", cwd=tmp_path)
+    scene.drop()
 
 
 def _end_replication_of(dsn: str, slot: str) -> None:
