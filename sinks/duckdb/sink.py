@@ -1,7 +1,7 @@
 """The DuckDB warehouse sink: current state (and optionally history) of every table.
 
 ``write`` only buffers. ``flush`` applies the buffered records in one DuckDB transaction (one
-per :data:`~sinks.duckdb.plan.TRANSACTION_BYTES` of values, for a larger batch): schema
+per :data:`~sinks.duckdb.plan.TRANSACTION_BYTES` of staged values, for a larger batch): schema
 changes, the staged and merged changes of each table, and the next offset of every partition in
 ``_cdc.offsets``. The commit makes all of it durable together (DuckDB syncs its write-ahead log
 on commit), so after a crash the runner resumes from :meth:`DuckDBSink.stored_offsets` and no
@@ -30,7 +30,7 @@ from sinks.duckdb.config import DuckDBSinkConfig
 from sinks.duckdb.connection import connect, translate
 from sinks.duckdb.errors import named, staging_failed
 from sinks.duckdb.evolve import prepare
-from sinks.duckdb.plan import TableBatch, byte_parts, plan
+from sinks.duckdb.plan import TRANSACTION_BYTES, TableBatch, byte_parts, plan
 from sinks.duckdb.stage import StageFailed, encode, find_bad_value
 from sinks.keyed import TopicTables, split_schemas
 
@@ -52,6 +52,7 @@ class DuckDBSink:
         self._offsets: dict[TopicPartition, int] = {}
         self._pending: list[SinkRecord] = []
         self._position: str | None = None  # stored with the next flush's offsets
+        self._room: int | None = None  # staged bytes the open transaction may still take
         self._log = context.logger
 
     def open(self) -> None:
@@ -87,7 +88,8 @@ class DuckDBSink:
         self._position = position
 
     def flush(self) -> None:
-        """Apply everything written since the last flush, in one transaction a
+        """Apply everything written since the last flush: in one transaction when its staged
+        values fit in :data:`~sinks.duckdb.plan.TRANSACTION_BYTES`, else in one a
         :func:`~sinks.duckdb.plan.byte_parts` run.
 
         Raises:
@@ -101,12 +103,24 @@ class DuckDBSink:
             return
         if self._con is None:
             raise SinkFatal("DuckDB sink: flush before open")
-        parts = byte_parts(records) if records else [slice(0, 0)]
+        try:
+            # The batch's size is learnt from the payloads the staging builds anyway: measuring
+            # it first (byte_parts) serialised every value once more, a twentieth of the flush.
+            self._flush_part(records, held, TRANSACTION_BYTES)
+            return
+        except _TooBig:  # rolled back before DuckDB staged anything of it
+            pass
+        parts = byte_parts(records)
         for number, part in enumerate(parts, 1):
             # Only the last transaction holds every change of the batch: it stores the position.
             self._flush_part(records[part], held if number == len(parts) else None)
 
-    def _flush_part(self, records: list[SinkRecord], held: str | None = None) -> None:
+    def _flush_part(
+        self, records: list[SinkRecord], held: str | None = None, room: int | None = None
+    ) -> None:
+        """Apply ``records`` in one transaction; ``room``: raise :class:`_TooBig` once their
+        staged values pass that many bytes (``None``: no limit)."""
+        self._room = room
         records, announced, schema_offsets = split_schemas(
             records, self._schema_topic, self._tables
         )
@@ -126,6 +140,9 @@ class DuckDBSink:
         try:
             with self._undone_on_error("applying a batch"):
                 self._transaction(batches, offsets, announced, held)
+        except _TooBig:
+            self._rollback()
+            raise
         except StageFailed as failed:
             self._rollback()
             bad = self._diagnose(failed)
@@ -251,6 +268,10 @@ class DuckDBSink:
             return
         hidden = self._context.hidden.get(batch.table, frozenset())
         staged = encode(state, batch, not self._history, self._context.envelope, hidden)
+        if self._room is not None:
+            self._room -= sum(map(len, staged.payloads))
+            if self._room < 0:
+                raise _TooBig
         merge.select_winners(self._con, state, staged, newest_only=not self._history)
         latest = merge.select_latest(self._con, state) if self._history else merge.WINNERS
         ops = set(staged.batch.ops)
@@ -292,6 +313,10 @@ class DuckDBSink:
         with contextlib.suppress(duckdb.Error):
             self._con.execute("ROLLBACK")
         self._load()
+
+
+class _TooBig(Exception):
+    """A transaction's staged values passed its room: the batch is applied in byte parts."""
 
 
 def _values(offsets: dict[TopicPartition, int]) -> tuple[str, list[Any]]:
