@@ -39,7 +39,6 @@ _UPSERTS = frozenset({"c", "u", "r"})
 #: transaction a read unless the pipeline asks for more.
 TRANSACTION_BYTES: Final = 16 * 1024 * 1024
 _VALUE = operator.attrgetter("value")
-_POS = operator.attrgetter("pos")
 _NO_VALUE: Final[dict[str, Any]] = {}
 
 
@@ -124,7 +123,7 @@ def plan(
     by_topic: dict[str, TableId] = {}  # tables.table's answers, without a call a record
     prev: SinkRecord | None = None
     lone: set[TableId] = set()  # tables with a tombstone planned as its delete
-    for record, pair in zip(records, _positions(records), strict=True):
+    for record in records:
         tp = (record.topic, record.partition)
         offsets[tp] = record.offset + 1
         value, before, prev = record.value, prev, record
@@ -149,7 +148,8 @@ def plan(
             # _envelope, which reads it again and names what is wrong.
             try:
                 source = value["source"]
-                position, sequence = pair  # None: _envelope reads the record's own
+                pos = record.pos  # record.position's common case, without its two calls
+                position, sequence = orjson.loads(pos) if pos is not None else record.position
                 ts_ms = source.get("ts_ms") or value.get("ts_ms") or 0
                 table, op = (source["schema"], source["table"]), value["op"]
             except (KeyError, TypeError, ValueError):
@@ -178,25 +178,6 @@ def plan(
     for table in lone:
         batches[table] = _once(batches[table])
     return batches, {TopicPartition(*tp): offset for tp, offset in offsets.items()}
-
-
-def _positions(records: Sequence[SinkRecord]) -> list[Any]:
-    """Each record's ``pos`` parsed, all in one ``orjson.loads`` (a call a record was a tenth of
-    the plan's time); ``None`` for each when one has none or they do not read as one list a
-    record (then each is read on its own, by :func:`_envelope`).
-
-    The log writes a ``pos`` as one JSON pair, so the joined text holds one value a record; a
-    malformed one makes the text no JSON or its count wrong, and a value that is no pair of
-    integers is read again, alone, and named.
-    """
-    raw = list(map(_POS, records))
-    if None in raw:
-        return [None] * len(raw)
-    try:
-        parsed: list[Any] = orjson.loads(b"[" + b",".join(raw) + b"]")
-    except (orjson.JSONDecodeError, TypeError):
-        return [None] * len(raw)
-    return parsed if len(parsed) == len(raw) else [None] * len(raw)
 
 
 def _envelope(record: SinkRecord, value: dict[str, Any]) -> tuple[TableId, str, int, int, int]:
