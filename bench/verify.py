@@ -15,7 +15,7 @@ Not ``ru_maxrss`` (of ``wait4`` or the child's ``getrusage``): Linux keeps it ac
 and a child spawned by ``vfork`` (as ``subprocess`` does) starts from this process's own peak.
 This process writes the N rows into DuckDB itself, so its peak grows with N (about 160 MB at 1M
 rows, 185 MB at 3M), and ``ru_maxrss`` showed that growth as verify's: verify's own peak was
-139 MB at 1M rows when ``ru_maxrss`` said 161 MB.
+140 MB at 1M rows and 144 MB at 3M when ``ru_maxrss`` said 159 and 182 MB.
 
 Baseline (``--baseline``, the smallest size only): the former comparison's memory, both sides
 held as canonical JSON by key (what ``cdc verify`` did before the range digests), measured the
