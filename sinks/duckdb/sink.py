@@ -269,7 +269,7 @@ class DuckDBSink:
         hidden = self._context.hidden.get(batch.table, frozenset())
         staged = encode(state, batch, not self._history, self._context.envelope, hidden)
         if self._room is not None:
-            self._room -= sum(map(len, staged.payloads))
+            self._room -= staged.size
             if self._room < 0:
                 raise _TooBig
         merge.select_winners(self._con, state, staged, newest_only=not self._history)

@@ -57,6 +57,9 @@ class Staged:
     times: bool
     hidden: Collection[str] = frozenset()
     documents: dict[int, list[Any]] = field(default_factory=dict)
+    size: int = 0
+    """The payloads' size in UTF-8 bytes (what a transaction's bound counts; ``len`` of the
+    text counts characters, up to 4 bytes each)."""
 
     @property
     def columns(self) -> list[ColumnInfo]:
@@ -108,11 +111,21 @@ def encode(
     staged = [batch.positions, batch.sequences, batch.ops]
     if not newest_only:
         staged.append(batch.times)
-    payloads = [orjson.dumps(column).decode() for column in (*staged, *values)]
+    encoded = [orjson.dumps(column) for column in (*staged, *values)]
     documents = {
         n: values[n] for n, c in enumerate(state.columns) if c.duck_type.startswith("JSON")
     }
-    return Staged(payloads, state, conversions, batch, unique, not newest_only, hidden, documents)
+    return Staged(
+        [text.decode() for text in encoded],
+        state,
+        conversions,
+        batch,
+        unique,
+        not newest_only,
+        hidden,
+        documents,
+        sum(map(len, encoded)),
+    )
 
 
 def _decode_wire(

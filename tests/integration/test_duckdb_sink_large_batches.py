@@ -12,7 +12,7 @@ import pytest
 from cdc.contracts.errors import RecordError
 from cdc.contracts.events import Op
 from cdc.log.base import TopicPartition
-from sinks.duckdb.plan import TRANSACTION_BYTES
+from sinks.duckdb.plan import TRANSACTION_BYTES, byte_parts
 from tests.integration.duckdb_kit import Harness, item
 
 VALUE = 1_000_000
@@ -42,5 +42,26 @@ def test_a_failure_in_a_later_transaction_keeps_the_earlier_ones(tmp_path: Path,
         }
         if mode == "history":
             assert h.sql("SELECT count(*) FROM public.items__history") == [(19,)]
+    finally:
+        h.sink.close()
+
+
+def test_the_bound_counts_bytes_not_characters(tmp_path: Path) -> None:
+    """Values of 3-byte characters: a batch of 30 MB in UTF-8 but 10M characters is over the
+    bound, so it is applied in byte parts, the earlier part kept when a later one fails. When
+    the bound counted characters, the whole batch went into one transaction and the failure
+    kept nothing."""
+    h = Harness(tmp_path / "wh.duckdb", mode="current")
+    try:
+        names = {k: chr(0x4E00 + k) * VALUE for k in range(10)}  # 3 MB each in UTF-8
+        good = [item(Op.CREATE, k, k + 1, name=names[k], qty=k) for k in range(9)]
+        bad = item(Op.CREATE, 9, 10, name=names[9], qty="nine")
+        records = h.records(*good, bad)
+        first = byte_parts(records)[0].stop
+        assert 0 < first < 9, first  # the batch is over the bound: the test tells
+        with pytest.raises(RecordError, match="qty"):
+            h.write(records)
+        assert h.sink.stored_offsets() == {TopicPartition(TOPIC, 0): first}
+        assert {k: r["name"] for k, r in h.rows().items()} == {k: names[k] for k in range(first)}
     finally:
         h.sink.close()
