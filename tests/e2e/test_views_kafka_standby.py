@@ -61,6 +61,15 @@ class Run:
         wait_for(lambda: self.events(name), timeout, 0.2, self.process, self.log)
         return self.events(name)[-1]
 
+    def wait_for_view(self, timeout: float = 90) -> None:
+        """Until the view's task stands by or runs (a standby may go straight to running once
+        the holder's membership expired before the group showed it as the holder)."""
+
+        def seen() -> bool:
+            return bool(self.events("view.standby") or self.events("view.started"))
+
+        wait_for(seen, timeout, 0.1, self.process, self.log)
+
 
 class Scene:
     """One test's pipeline on Kafka (a short session timeout, so a lost holder is seen soon),
@@ -133,13 +142,7 @@ def test_a_standby_takes_over_the_view_of_a_killed_process(
         first = scene.first_runs_the_view()
         workload.paused.set()
         second = scene.run("second")
-        wait_for(
-            lambda: second.events("view.standby") or second.events("view.started"),
-            90,
-            0.1,
-            second.process,
-            second.log,
-        )
+        second.wait_for_view()
         killed_at = _utc_now()
         stop(first.process, signal.SIGKILL)
         started = second.wait_for("view.started")
@@ -185,13 +188,7 @@ def test_a_paused_view_holder_is_fenced_when_it_wakes_and_the_view_stays_whole(
         second = scene.run("second")
         # Standing by while first's membership lasts (or, if the group's rebalance hid first
         # as the holder, straight to running once it expired).
-        wait_for(
-            lambda: second.events("view.standby") or second.events("view.started"),
-            90,
-            0.1,
-            second.process,
-            second.log,
-        )
+        second.wait_for_view()
         _end_replication_of(pg_db, f"{scene.name}_slot")
         started = second.wait_for("view.started")
         written = len(reader.records())
